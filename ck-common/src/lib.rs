@@ -1,0 +1,123 @@
+//! Types and constants shared by the BPF program (`ck-ebpf`) and the supervisor (`ck-userspace`).
+//!
+//! Every type here is `#[repr(C)]` and is the value type of one BPF map, so both sides agree on
+//! the layout byte for byte; BTF carries the field names so `bpftool map dump` prints them.
+#![no_std]
+
+/// Number of slots per group: the size of every per-slot map. Slots outnumber workers so that
+/// a rolling restart can start a replacement before the old worker leaves.
+pub const MAX_SLOTS: u32 = 128;
+
+/// How many active-set entries the program tries before it gives up on a connection
+/// (an entry can fail when its socket has just closed).
+pub const MAX_SELECT_TRIES: u32 = 4;
+
+/// Index in `stats` that counts connections for which no slot could be selected.
+pub const STATS_NO_SLOT: u32 = MAX_SLOTS;
+
+/// Worker states as stored in [`SlotInfo::state`].
+pub mod state {
+    /// No worker on this slot.
+    pub const STOPPED: u32 = 0;
+    /// Worker spawned, socket in the group, not selected yet.
+    pub const STARTING: u32 = 1;
+    /// Worker selected for new connections (in the active set).
+    pub const READY: u32 = 2;
+    /// Not selected; socket open; worker finishing its work.
+    pub const DRAINING: u32 = 3;
+    /// Not selected; socket open; failing health checks.
+    pub const UNHEALTHY: u32 = 4;
+}
+
+/// Selection policies as stored in [`Config::policy`].
+pub mod policy {
+    /// Flow hash of the connection's 4-tuple over the active set.
+    pub const HASH: u32 = 0;
+    /// Even spread: a per-CPU cursor walks the active set.
+    pub const ROUND_ROBIN: u32 = 1;
+}
+
+/// Per-slot record in the `slots` map: the readable truth about each slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotInfo {
+    /// One of [`state`].
+    pub state: u32,
+    /// Worker process id (0 when none).
+    pub pid: u32,
+    /// Incremented each time a new worker takes the slot.
+    pub generation: u32,
+    /// Relative weight (reserved for weighted policies; 1 today).
+    pub weight: u32,
+    /// Accept-queue depth last sampled by the supervisor.
+    pub queue_depth: u32,
+    /// Reserved, zero.
+    pub flags: u32,
+}
+
+/// One half of the double-buffered `active` map.
+///
+/// `slots[..ready_len]` are the ready slots the policy chooses from. `slots[ready_len..live_len]`
+/// are live slots that are not ready (starting, draining, unhealthy): the program uses them only
+/// when no slot is ready, so that a connection waits in a queue instead of being refused.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ActiveSet {
+    /// Number of ready slots at the front of `slots`.
+    pub ready_len: u32,
+    /// Number of live slots in `slots` (ready ones first).
+    pub live_len: u32,
+    /// Slot indices.
+    pub slots: [u32; MAX_SLOTS as usize],
+}
+
+impl ActiveSet {
+    /// An empty set: the program drops every connection it is asked about.
+    pub const EMPTY: ActiveSet = ActiveSet {
+        ready_len: 0,
+        live_len: 0,
+        slots: [0; MAX_SLOTS as usize],
+    };
+}
+
+/// The single entry of the `config` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// One of [`policy`].
+    pub policy: u32,
+    /// Which half of `active` (0 or 1) the program reads.
+    pub live_half: u32,
+    /// First source port reserved for probe steering (0: off).
+    pub probe_base: u32,
+    /// Reserved, zero.
+    pub flags: u32,
+}
+
+/// Per-slot counters in the per-CPU `stats` map (summed over CPUs by the reader).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotStats {
+    /// New connections (and migrated requests) sent to this slot.
+    pub selected: u64,
+    /// Requests re-homed to this slot from a closing listener.
+    pub migrated: u64,
+    /// Selections made while no slot was ready (fallback to a live, non-ready slot).
+    pub fallbacks: u64,
+    /// `bpf_sk_select_reuseport` failures for this slot (socket gone); at [`STATS_NO_SLOT`]:
+    /// connections dropped because no slot could take them.
+    pub errors: u64,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: each type is `#[repr(C)]`, `Copy`, made only of integers, with no padding bytes
+    // (every field is a u32 or u64, and u64 fields come in a struct of u64 only).
+    unsafe impl aya::Pod for super::SlotInfo {}
+    // SAFETY: as above: u32 fields and an array of u32.
+    unsafe impl aya::Pod for super::ActiveSet {}
+    // SAFETY: as above: u32 fields only.
+    unsafe impl aya::Pod for super::Config {}
+    // SAFETY: as above: u64 fields only.
+    unsafe impl aya::Pod for super::SlotStats {}
+}

@@ -1,0 +1,216 @@
+//! One group's loaded program and maps: attach to the group, insert and remove slot sockets,
+//! publish the active set (fill the idle half, then flip), write slot records, read counters.
+use std::{os::fd::AsRawFd, path::PathBuf};
+
+use anyhow::Context as _;
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, MapData, PerCpuArray, ReusePortSockArray},
+    programs::SkReuseport,
+};
+use ck_common::{ActiveSet, Config, MAX_SLOTS, STATS_NO_SLOT, SlotInfo, SlotStats};
+use socket2::Socket;
+
+use super::{BPF_OBJECT, BpfError, pins};
+
+/// Maps pinned for people and tools (`bpftool map dump pinned ...`).
+const PINNED_MAPS: [&str; 6] = ["sockets", "slots", "active", "config", "stats", "cursor"];
+
+/// The program and maps of one group.
+pub struct BpfGroup {
+    ebpf: Ebpf,
+    sockets: ReusePortSockArray<MapData>,
+    slots: Array<MapData, SlotInfo>,
+    active: Array<MapData, ActiveSet>,
+    config_map: Array<MapData, Config>,
+    stats: PerCpuArray<MapData, SlotStats>,
+    config: Config,
+    attached: bool,
+    pin_dir: PathBuf,
+}
+
+fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
+    move |source| BpfError::Load {
+        what: what.to_string(),
+        source,
+    }
+}
+
+impl BpfGroup {
+    /// Loads the program for group `group` of instance `name`, pins its maps and sets the policy.
+    /// The program is attached later, to the group's first socket ([`BpfGroup::insert`]).
+    pub fn load(name: &str, group: &str, policy: u32) -> Result<BpfGroup, BpfError> {
+        let pin_dir = pins::group_dir(name, group);
+        let mut ebpf = EbpfLoader::new()
+            .load(BPF_OBJECT)
+            .context("loading the BPF object")
+            .map_err(load_err("loading the BPF program"))?;
+        {
+            let program: &mut SkReuseport = ebpf
+                .program_mut("ck_select")
+                .context("program ck_select missing from the object")
+                .and_then(|p| {
+                    p.try_into()
+                        .context("ck_select is not an sk_reuseport program")
+                })
+                .map_err(load_err("finding the program"))?;
+            program
+                .load()
+                .context("the kernel refused the program")
+                .map_err(load_err("loading the program"))?;
+        }
+        pins::create_group_dir(&pin_dir)?;
+        for map_name in PINNED_MAPS {
+            let map = ebpf
+                .map(map_name)
+                .with_context(|| format!("map {map_name} missing from the object"))
+                .map_err(load_err("finding maps"))?;
+            let path = pin_dir.join(map_name);
+            map.pin(&path).map_err(|e| BpfError::Pin {
+                what: "pinning map",
+                path: path.display().to_string(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        }
+        let sockets = take(&mut ebpf, "sockets")?;
+        let slots = take(&mut ebpf, "slots")?;
+        let active = take(&mut ebpf, "active")?;
+        let config_map = take(&mut ebpf, "config")?;
+        let stats = take(&mut ebpf, "stats")?;
+        let mut group = BpfGroup {
+            ebpf,
+            sockets,
+            slots,
+            active,
+            config_map,
+            stats,
+            config: Config {
+                policy,
+                ..Config::default()
+            },
+            attached: false,
+            pin_dir,
+        };
+        group.write_config()?;
+        Ok(group)
+    }
+
+    /// Where this group's maps are pinned.
+    pub fn pin_dir(&self) -> &std::path::Path {
+        &self.pin_dir
+    }
+
+    /// Starts forwarding the program's aya-log records to the `log` crate (and so to tracing).
+    pub fn forward_logs(&mut self) -> anyhow::Result<()> {
+        let logger = aya_log::EbpfLogger::init(&mut self.ebpf).context("starting aya-log")?;
+        // SAFETY: the logger owns its ring-buffer fd for its whole life and `as_raw_fd` always
+        // returns that fd; the AsyncFd owns the logger, so the fd outlives the registration.
+        let mut logger = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
+        }
+        .map_err(|e| anyhow::anyhow!("watching the BPF log buffer: {e}"))?;
+        tokio::spawn(async move {
+            loop {
+                let Ok(mut guard) = logger.readable_mut().await else {
+                    return;
+                };
+                guard.get_inner_mut().flush();
+                guard.clear_ready();
+            }
+        });
+        Ok(())
+    }
+
+    /// Puts `socket` in the group's `sockets` map at `slot`; the first socket also gets the
+    /// program attached (`SO_ATTACH_REUSEPORT_EBPF`), which then serves the whole group.
+    pub fn insert(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
+        if !self.attached {
+            let program: &SkReuseport = self
+                .ebpf
+                .program("ck_select")
+                .context("program ck_select missing")
+                .and_then(|p| p.try_into().context("not an sk_reuseport program"))
+                .map_err(load_err("attaching the program"))?;
+            program
+                .attach(socket)
+                .context("SO_ATTACH_REUSEPORT_EBPF")
+                .map_err(load_err("attaching the program"))?;
+            self.attached = true;
+        }
+        self.sockets
+            .set(slot, &socket.as_raw_fd(), 0)
+            .context("updating the sockets map")
+            .map_err(load_err("inserting a socket"))
+    }
+
+    /// Removes `slot` from the `sockets` map (closing the socket does this too).
+    pub fn remove(&mut self, slot: u32) {
+        // A socket that already closed has left the map by itself; nothing to report then.
+        let _ = self.sockets.clear_index(&slot);
+    }
+
+    /// Publishes a new active set: writes the idle half, then flips `config.live_half`, so the
+    /// program never reads a half-written set.
+    pub fn publish(&mut self, set: &ActiveSet) -> Result<(), BpfError> {
+        let idle = self.config.live_half ^ 1;
+        self.active
+            .set(idle, set, 0)
+            .context("updating the active map")
+            .map_err(load_err("publishing the active set"))?;
+        self.config.live_half = idle;
+        self.write_config()
+    }
+
+    fn write_config(&mut self) -> Result<(), BpfError> {
+        self.config_map
+            .set(0, self.config, 0)
+            .context("updating the config map")
+            .map_err(load_err("writing config"))
+    }
+
+    /// Writes one slot's record in the `slots` map.
+    pub fn write_slot(&mut self, slot: u32, info: &SlotInfo) -> Result<(), BpfError> {
+        self.slots
+            .set(slot, info, 0)
+            .context("updating the slots map")
+            .map_err(load_err("writing a slot record"))
+    }
+
+    /// A slot's counters summed over CPUs.
+    pub fn stats(&self, slot: u32) -> SlotStats {
+        let mut total = SlotStats::default();
+        if slot > STATS_NO_SLOT {
+            return total;
+        }
+        if let Ok(values) = self.stats.get(&slot, 0) {
+            for v in values.iter() {
+                total.selected += v.selected;
+                total.migrated += v.migrated;
+                total.fallbacks += v.fallbacks;
+                total.errors += v.errors;
+            }
+        }
+        total
+    }
+
+    /// Connections no slot could take (dropped by the program).
+    pub fn dropped(&self) -> u64 {
+        self.stats(STATS_NO_SLOT).errors
+    }
+}
+
+fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, BpfError>
+where
+    T: TryFrom<aya::maps::Map>,
+    <T as TryFrom<aya::maps::Map>>::Error: std::error::Error + Send + Sync + 'static,
+{
+    let map = ebpf
+        .take_map(name)
+        .with_context(|| format!("map {name} missing"))
+        .map_err(load_err("taking maps"))?;
+    T::try_from(map)
+        .with_context(|| format!("map {name} has an unexpected type"))
+        .map_err(load_err("taking maps"))
+}
+
+const _: () = assert!(MAX_SLOTS > 0);

@@ -1,0 +1,39 @@
+//! The BPF side of ck as seen from userspace: loading the program once per group, the maps the
+//! supervisor keeps current, and their pins under `/sys/fs/bpf/ck/<name>/<group>/`.
+mod group;
+pub mod pins;
+
+pub use group::BpfGroup;
+
+/// The compiled `ck-ebpf` object, embedded at build time by `build.rs`.
+pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ck"));
+
+/// Why BPF steering could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    /// bpffs is missing and could not be mounted.
+    #[error(
+        "bpffs is not mounted at /sys/fs/bpf and mounting it failed ({0}); run `mount -t bpf bpf /sys/fs/bpf` as root"
+    )]
+    NoBpffs(String),
+    /// Loading or attaching failed (permissions, old kernel, verifier).
+    #[error(
+        "{what}: {source}; ck needs root (CAP_BPF and CAP_NET_ADMIN) and Linux >= 5.14, or run with --no-bpf"
+    )]
+    Load {
+        /// The step that failed.
+        what: String,
+        /// The underlying error.
+        source: anyhow::Error,
+    },
+    /// A pin could not be created or removed.
+    #[error("{what} {path}: {source}")]
+    Pin {
+        /// The step that failed.
+        what: &'static str,
+        /// The pin path.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}

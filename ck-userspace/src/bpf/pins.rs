@@ -1,0 +1,109 @@
+//! Where an instance's maps are pinned, and the clean-up of pins left by a crashed instance.
+//!
+//! Layout: `/sys/fs/bpf/ck/<name>/<group>/<map>`. The instance lock (see `instance`) says whether
+//! pins belong to a live instance; pins found while we hold the lock are stale.
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
+
+use super::BpfError;
+
+/// The bpffs mount point.
+pub const BPFFS: &str = "/sys/fs/bpf";
+
+/// Root of every ck pin.
+pub fn root() -> PathBuf {
+    Path::new(BPFFS).join("ck")
+}
+
+/// Directory of one instance's pins.
+pub fn instance_dir(name: &str) -> PathBuf {
+    root().join(name)
+}
+
+/// Directory of one group's maps.
+pub fn group_dir(name: &str, group: &str) -> PathBuf {
+    instance_dir(name).join(group)
+}
+
+/// Is bpffs mounted at [`BPFFS`]?
+pub fn bpffs_mounted(mounts: &str) -> bool {
+    mounts.lines().any(|line| {
+        let mut f = line.split_whitespace();
+        let (_dev, point, fstype) = (f.next(), f.next(), f.next());
+        point == Some(BPFFS) && fstype == Some("bpf")
+    })
+}
+
+/// Makes sure bpffs is mounted, mounting it when it is not (we are root when we load BPF).
+pub fn ensure_bpffs() -> Result<(), BpfError> {
+    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    if bpffs_mounted(&mounts) {
+        return Ok(());
+    }
+    nix::mount::mount(
+        Some("bpf"),
+        BPFFS,
+        Some("bpf"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .map_err(|e| BpfError::NoBpffs(e.to_string()))?;
+    tracing::info!(path = BPFFS, "mounted bpffs");
+    Ok(())
+}
+
+/// Removes pins a crashed instance of the same name left behind. Returns whether any existed.
+/// aya would otherwise reuse a pinned map even when its layout changed.
+pub fn remove_stale(name: &str) -> Result<bool, BpfError> {
+    let dir = instance_dir(name);
+    if !dir.exists() {
+        return Ok(false);
+    }
+    remove(&dir)?;
+    Ok(true)
+}
+
+/// Removes an instance's pin directory (maps are freed once nothing else holds them).
+pub fn remove_instance(name: &str) -> Result<(), BpfError> {
+    let dir = instance_dir(name);
+    if dir.exists() { remove(&dir) } else { Ok(()) }
+}
+
+fn remove(dir: &Path) -> Result<(), BpfError> {
+    fs::remove_dir_all(dir).map_err(|source| BpfError::Pin {
+        what: "removing pins",
+        path: dir.display().to_string(),
+        source,
+    })
+}
+
+/// Creates a group's pin directory.
+pub fn create_group_dir(dir: &Path) -> Result<(), BpfError> {
+    fs::create_dir_all(dir).map_err(|source: io::Error| BpfError::Pin {
+        what: "creating pin directory",
+        path: dir.display().to_string(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_bpffs_mount() {
+        assert!(bpffs_mounted("bpf /sys/fs/bpf bpf rw,nosuid 0 0\n"));
+        assert!(!bpffs_mounted("tmpfs /sys/fs/bpf tmpfs rw 0 0\n"));
+        assert!(!bpffs_mounted(""));
+    }
+
+    #[test]
+    fn pin_paths() {
+        assert_eq!(
+            group_dir("web", "tcp4-8080"),
+            PathBuf::from("/sys/fs/bpf/ck/web/tcp4-8080")
+        );
+    }
+}

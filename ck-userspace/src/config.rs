@@ -1,0 +1,304 @@
+//! What `ck run` was asked to do: listen addresses, worker count, timeouts, policy, and the
+//! validation that turns bad input into errors that say what to fix.
+use std::{fmt, net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
+
+use ck_common::MAX_SLOTS;
+
+/// Largest `--workers` value: half the slots, so a rolling restart always finds free slots.
+pub const MAX_WORKERS: u32 = MAX_SLOTS / 2;
+
+/// An error in the command line or in the environment `ck run` was started in.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A listen address that does not parse.
+    #[error(
+        "invalid listen address {0:?}: expected tcp://HOST:PORT, e.g. tcp://0.0.0.0:8080 or tcp://[::]:8080"
+    )]
+    BadListen(String),
+    /// `--workers` out of range.
+    #[error("--workers {0} is out of range: give a number from 1 to {MAX_WORKERS}")]
+    BadWorkers(u32),
+    /// `--name` not usable in paths and bpffs.
+    #[error(
+        "invalid --name {0:?}: use 1 to 48 characters from a-z, A-Z, 0-9, '-' and '_' (no dots: bpffs refuses them)"
+    )]
+    BadName(String),
+    /// Nothing to listen on.
+    #[error("nothing to listen on: pass --port PORT or --listen tcp://HOST:PORT")]
+    NoListen,
+    /// Two listen options name the same address.
+    #[error("{0} is given twice; list each address once")]
+    DuplicateListen(ListenAddr),
+    /// The application cannot be run.
+    #[error("cannot run {app:?}: {reason}")]
+    BadApp {
+        /// The APP argument as given.
+        app: String,
+        /// Why it cannot run and what to do.
+        reason: String,
+    },
+}
+
+/// One listen address: a group of `SO_REUSEPORT` sockets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenAddr {
+    /// Address and port to bind.
+    pub addr: SocketAddr,
+}
+
+impl ListenAddr {
+    /// `tcp://0.0.0.0:PORT`.
+    pub fn tcp4_any(port: u16) -> Self {
+        ListenAddr {
+            addr: SocketAddr::from(([0, 0, 0, 0], port)),
+        }
+    }
+
+    /// The group's name in pins and `LISTEN_FDNAMES`: `tcp4-8080`, `tcp6-8080`, and for a
+    /// specific host `tcp4-127_0_0_1-8080` (bpffs names may not contain dots).
+    pub fn group_name(&self) -> String {
+        let family = if self.addr.is_ipv4() { "tcp4" } else { "tcp6" };
+        if self.addr.ip().is_unspecified() {
+            format!("{family}-{}", self.addr.port())
+        } else {
+            let host: String = self
+                .addr
+                .ip()
+                .to_string()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            format!("{family}-{host}-{}", self.addr.port())
+        }
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tcp://{}", self.addr)
+    }
+}
+
+impl FromStr for ListenAddr {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let rest = s
+            .strip_prefix("tcp://")
+            .ok_or_else(|| ConfigError::BadListen(s.to_string()))?;
+        let addr: SocketAddr = rest
+            .parse()
+            .map_err(|_| ConfigError::BadListen(s.to_string()))?;
+        if addr.port() == 0 {
+            return Err(ConfigError::BadListen(s.to_string()));
+        }
+        Ok(ListenAddr { addr })
+    }
+}
+
+/// How the program picks among ready workers.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Flow hash of the 4-tuple.
+    Hash,
+    /// Even spread of new connections.
+    RoundRobin,
+}
+
+impl Policy {
+    /// The value stored in the BPF `config` map.
+    pub fn code(self) -> u32 {
+        match self {
+            Policy::Hash => ck_common::policy::HASH,
+            Policy::RoundRobin => ck_common::policy::ROUND_ROBIN,
+        }
+    }
+}
+
+/// When a worker counts as ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReadyMode {
+    /// Ready on `READY=1`; a worker that says nothing at all on `NOTIFY_SOCKET` within
+    /// `--ready-grace` is taken as not speaking the protocol and is ready then.
+    Auto,
+    /// Ready only on `READY=1` (bounded by `--ready-timeout`).
+    Notify,
+    /// Ready as soon as it is spawned.
+    Spawn,
+}
+
+/// The command a worker runs.
+#[derive(Clone, Debug)]
+pub struct AppSpec {
+    /// Resolved path of the program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+}
+
+/// Everything `ck run` needs, validated.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Instance name: control socket and pin directory.
+    pub name: String,
+    /// Listen addresses, one group each.
+    pub listen: Vec<ListenAddr>,
+    /// Number of workers.
+    pub workers: u32,
+    /// Selection policy.
+    pub policy: Policy,
+    /// Readiness rule.
+    pub ready: ReadyMode,
+    /// Time a worker has to become ready before it is replaced.
+    pub ready_timeout: Duration,
+    /// Time a silent worker gets before `auto` readiness takes it as ready.
+    pub ready_grace: Duration,
+    /// Time a stopping worker gets before SIGKILL.
+    pub drain_timeout: Duration,
+    /// Plain `SO_REUSEPORT`, no steering.
+    pub no_bpf: bool,
+    /// Forward the program's log lines to ck's log.
+    pub bpf_log: bool,
+    /// The worker command.
+    pub app: AppSpec,
+}
+
+/// Checks an instance name: it becomes a file name under `/run/ck` and a bpffs directory.
+pub fn validate_name(name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 48
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::BadName(name.to_string()))
+    }
+}
+
+/// Combines `--port` and `--listen` into the list of groups, refusing duplicates.
+pub fn listen_addrs(ports: &[u16], listen: &[ListenAddr]) -> Result<Vec<ListenAddr>, ConfigError> {
+    let mut all: Vec<ListenAddr> = Vec::new();
+    for addr in ports
+        .iter()
+        .map(|p| ListenAddr::tcp4_any(*p))
+        .chain(listen.iter().copied())
+    {
+        if addr.addr.port() == 0 {
+            return Err(ConfigError::BadListen(addr.to_string()));
+        }
+        if all.contains(&addr) {
+            return Err(ConfigError::DuplicateListen(addr));
+        }
+        all.push(addr);
+    }
+    if all.is_empty() {
+        return Err(ConfigError::NoListen);
+    }
+    Ok(all)
+}
+
+/// Checks `--workers`.
+pub fn validate_workers(n: u32) -> Result<u32, ConfigError> {
+    if (1..=MAX_WORKERS).contains(&n) {
+        Ok(n)
+    } else {
+        Err(ConfigError::BadWorkers(n))
+    }
+}
+
+/// Resolves APP like a shell would (a name without '/' is looked up in PATH) and checks that
+/// it is an executable file, so that a typo fails before any socket is opened.
+pub fn resolve_app(app: &str, args: Vec<String>) -> Result<AppSpec, ConfigError> {
+    use std::os::unix::fs::PermissionsExt;
+    let bad = |reason: &str| ConfigError::BadApp {
+        app: app.to_string(),
+        reason: reason.to_string(),
+    };
+    let candidates: Vec<PathBuf> = if app.contains('/') {
+        vec![PathBuf::from(app)]
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|d| d.join(app)).collect())
+            .unwrap_or_default()
+    };
+    let mut found_not_exec = None;
+    for path in candidates {
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => {
+                return Ok(AppSpec {
+                    program: path,
+                    args,
+                });
+            }
+            Ok(meta) if meta.is_file() => found_not_exec = Some(path),
+            Ok(_) if app.contains('/') => {
+                return Err(bad("it is a directory, not a program"));
+            }
+            _ => {}
+        }
+    }
+    Err(match found_not_exec {
+        Some(path) => bad(&format!(
+            "{} is not executable; run `chmod +x {}` or start it through its interpreter (e.g. `ck run -- node app.js`)",
+            path.display(),
+            path.display()
+        )),
+        None if app.contains('/') => bad("no such file; check the path"),
+        None => bad("not found in PATH; give its path (./app) or install it"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_listen_addresses() {
+        let a: ListenAddr = "tcp://0.0.0.0:8080".parse().unwrap();
+        assert_eq!(a.group_name(), "tcp4-8080");
+        let b: ListenAddr = "tcp://[::]:8080".parse().unwrap();
+        assert_eq!(b.group_name(), "tcp6-8080");
+        let c: ListenAddr = "tcp://127.0.0.1:9000".parse().unwrap();
+        assert_eq!(c.group_name(), "tcp4-127_0_0_1-9000");
+        assert!("udp://0.0.0.0:1".parse::<ListenAddr>().is_err());
+        assert!("tcp://0.0.0.0:0".parse::<ListenAddr>().is_err());
+        assert!("tcp://nohost".parse::<ListenAddr>().is_err());
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_name("ck-8080").is_ok());
+        assert!(validate_name("a_b").is_ok());
+        for bad in ["", "a.b", "a/b", "../x", &"x".repeat(49), "sp ace"] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn listen_list_refuses_duplicates_and_empty() {
+        assert!(matches!(listen_addrs(&[], &[]), Err(ConfigError::NoListen)));
+        let dup = listen_addrs(&[8080], &["tcp://0.0.0.0:8080".parse().unwrap()]);
+        assert!(matches!(dup, Err(ConfigError::DuplicateListen(_))));
+        assert_eq!(listen_addrs(&[1, 2], &[]).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn workers_bounds() {
+        assert!(validate_workers(0).is_err());
+        assert!(validate_workers(1).is_ok());
+        assert!(validate_workers(MAX_WORKERS + 1).is_err());
+    }
+
+    #[test]
+    fn apps_are_resolved() {
+        assert!(resolve_app("sh", vec![]).is_ok());
+        assert!(resolve_app("/nonexistent/app", vec![]).is_err());
+        assert!(resolve_app("definitely-not-a-command-xyz", vec![]).is_err());
+        assert!(resolve_app("/tmp", vec![]).is_err());
+    }
+}

@@ -1,0 +1,66 @@
+//! The client side of the control socket, used by `ck status`, `ck drain`, ... .
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    os::unix::net::UnixStream,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+
+use super::{Request, Response};
+use crate::instance;
+
+/// Picks the instance: `--name` when given, else the only one running.
+pub fn resolve_name(name: Option<String>) -> anyhow::Result<String> {
+    if let Some(name) = name {
+        return Ok(name);
+    }
+    let dir = instance::run_dir();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let file = e.file_name().to_string_lossy().to_string();
+                    file.strip_suffix(".sock").map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    match names.len() {
+        1 => Ok(names.remove(0)),
+        0 => bail!(
+            "no ck instance is running (no control socket in {}); start one with `ck run`",
+            dir.display()
+        ),
+        _ => bail!(
+            "several ck instances are running ({}); choose one with --name",
+            names.join(", ")
+        ),
+    }
+}
+
+/// Sends one request to instance `name` and returns its response.
+pub fn request(name: &str, req: &Request) -> anyhow::Result<Response> {
+    let path = instance::control_path(name);
+    let mut stream = UnixStream::connect(&path).with_context(|| {
+        format!(
+            "no ck instance named {name:?} is running (cannot connect to {}); check `--name`",
+            path.display()
+        )
+    })?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut line = serde_json::to_string(req)?;
+    line.push('\n');
+    stream.write_all(line.as_bytes())?;
+    let mut reader = BufReader::new(stream);
+    let mut answer = String::new();
+    reader
+        .read_line(&mut answer)
+        .context("reading the answer from the control socket")?;
+    if answer.is_empty() {
+        bail!("ck instance {name:?} closed the control connection without answering");
+    }
+    serde_json::from_str(&answer).context("malformed answer on the control socket")
+}

@@ -1,0 +1,167 @@
+//! The control channel: a unix socket (`/run/ck/<name>.sock`, mode 0600, peer uid checked)
+//! carrying one JSON request and one JSON response per line. `ck status`, `ck drain`, ... are
+//! its clients; the supervisor answers.
+pub mod client;
+pub mod server;
+
+use serde::{Deserialize, Serialize};
+
+/// A request to a running instance.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "cmd", rename_all = "kebab-case")]
+pub enum Request {
+    /// Report the fleet.
+    Status,
+    /// Take a slot out of the active set; its socket stays open.
+    Drain {
+        /// The slot.
+        slot: u32,
+    },
+    /// Put a drained slot back.
+    Undrain {
+        /// The slot.
+        slot: u32,
+    },
+    /// Drain and stop every worker, then exit.
+    Stop,
+}
+
+/// The answer to a [`Request`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Response {
+    /// Done, with a short message.
+    Ok(String),
+    /// The fleet's state.
+    Status(Box<StatusReport>),
+    /// Refused, with the reason and what to do.
+    Error(String),
+}
+
+/// What `ck status` shows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// Instance name.
+    pub name: String,
+    /// Supervisor pid.
+    pub pid: u32,
+    /// Whether BPF steering is on.
+    pub bpf: bool,
+    /// Selection policy.
+    pub policy: crate::config::Policy,
+    /// Listen groups (`tcp4-8080`, ...).
+    pub groups: Vec<String>,
+    /// Pin directory of the maps, when BPF is on.
+    pub pins: Option<String>,
+    /// Supervisor uptime.
+    pub uptime_ms: u64,
+    /// Slots in the active set, in order.
+    pub active: Vec<u32>,
+    /// Connections the program dropped because no slot could take them.
+    pub dropped: u64,
+    /// Whether the supervisor is stopping.
+    pub stopping: bool,
+    /// Every slot in use.
+    pub slots: Vec<SlotReport>,
+}
+
+/// One slot in [`StatusReport`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SlotReport {
+    /// Slot index.
+    pub slot: u32,
+    /// Worker pid, when one runs.
+    pub pid: Option<u32>,
+    /// `starting`, `ready`, `draining`, `stopping`, `restarting`, `broken`, `stopped`.
+    pub state: String,
+    /// Whether `ck drain` holds the slot out.
+    pub drained: bool,
+    /// Worker uptime.
+    pub uptime_ms: u64,
+    /// Times the slot's worker was restarted.
+    pub restarts: u32,
+    /// Worker generation on this slot.
+    pub generation: u32,
+    /// Connections the program sent to this slot (all groups).
+    pub selected: u64,
+    /// Of those, sent while no slot was ready.
+    pub fallbacks: u64,
+    /// Requests re-homed to this slot from a closing listener.
+    pub migrated: u64,
+    /// How the last worker ended (`exit 1`, `signal SIGKILL`).
+    pub last_exit: Option<String>,
+    /// The worker's last `STATUS=` text.
+    pub status: Option<String>,
+}
+
+impl StatusReport {
+    /// Human-readable table for `ck status`.
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "ck {} (pid {}): {} group(s) {}, policy {}, BPF steering {}{}",
+            self.name,
+            self.pid,
+            self.groups.len(),
+            self.groups.join(","),
+            serde_json::to_value(self.policy)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            if self.bpf {
+                "on"
+            } else {
+                "OFF (plain SO_REUSEPORT)"
+            },
+            if self.stopping { ", stopping" } else { "" },
+        );
+        let _ = writeln!(
+            out,
+            "active set: {:?}   dropped (no slot): {}",
+            self.active, self.dropped
+        );
+        let _ = writeln!(
+            out,
+            "{:>4}  {:>8}  {:<10}  {:>9}  {:>8}  {:>9}  {:<16}  status",
+            "slot", "pid", "state", "uptime", "restarts", "selected", "last exit"
+        );
+        for s in &self.slots {
+            let _ = writeln!(
+                out,
+                "{:>4}  {:>8}  {:<10}  {:>8.1}s  {:>8}  {:>9}  {:<16}  {}",
+                s.slot,
+                s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+                if s.drained && s.state == "ready" {
+                    "drained".to_string()
+                } else {
+                    s.state.clone()
+                },
+                s.uptime_ms as f64 / 1000.0,
+                s.restarts,
+                s.selected,
+                s.last_exit.as_deref().unwrap_or("-"),
+                s.status.as_deref().unwrap_or(""),
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip() {
+        let r = Request::Drain { slot: 3 };
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(text, r#"{"cmd":"drain","slot":3}"#);
+        assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), r);
+        assert_eq!(
+            serde_json::from_str::<Request>(r#"{"cmd":"status"}"#).unwrap(),
+            Request::Status
+        );
+    }
+}

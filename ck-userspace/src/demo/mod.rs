@@ -1,0 +1,140 @@
+//! `ck demo-worker`: a tiny HTTP server that speaks ck's worker protocol, for trying ck out and
+//! for its tests. It takes its listening sockets by socket activation (`LISTEN_FDS`), reports
+//! `READY=1` over `NOTIFY_SOCKET` (optionally after a delay), answers `GET /` with its slot and
+//! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, drains and exits 0.
+mod http;
+mod server;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    net::SocketAddr,
+    os::fd::{AsRawFd, OwnedFd},
+    time::Duration,
+};
+
+use anyhow::{Context as _, ensure};
+use nix::sys::socket::{getsockopt, sockopt};
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::watch,
+};
+
+use crate::activation::{self, Notifier};
+
+pub use server::{DRAIN_QUIET, Identity, SHUTDOWN_GRACE, serve};
+
+/// Command-line options of `ck demo-worker`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct DemoOptions {
+    /// Report READY=1 only this long after starting (e.g. 500ms, 2.5s, 1m), to simulate a
+    /// slow boot.
+    #[arg(
+        long,
+        value_name = "DUR",
+        default_value = "0s",
+        value_parser = crate::duration::parse_duration
+    )]
+    pub ready_after: Duration,
+}
+
+impl Default for DemoOptions {
+    fn default() -> DemoOptions {
+        DemoOptions {
+            ready_after: Duration::ZERO,
+        }
+    }
+}
+
+/// Runs the demo worker until SIGTERM or SIGINT, then drains and returns `Ok`.
+///
+/// Must be called at the start of the process, before any thread is started: it takes the
+/// activation variables out of the environment (see [`activation::listen_fds`]). It builds its
+/// own single-threaded tokio runtime.
+///
+/// # Errors
+/// When the process was not started with listening TCP sockets (`ck run`), when
+/// `NOTIFY_SOCKET` is malformed, or when a listener fails beyond repair.
+pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
+    let fds = activation::listen_fds()?;
+    let notifier = Notifier::from_env().context("NOTIFY_SOCKET is unusable")?;
+    report(notifier.status("booting"));
+    ensure!(
+        !fds.is_empty(),
+        "LISTEN_FDS is 0: no sockets were passed, so there is nothing to serve"
+    );
+    let mut listeners = Vec::new();
+    let mut addrs = Vec::new();
+    for (name, fd) in fds {
+        let (listener, addr) = tcp_listener(&name, fd)?;
+        listeners.push(listener);
+        addrs.push(addr.to_string());
+    }
+    let identity = Identity::from_env();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(async move {
+        let listeners = listeners
+            .into_iter()
+            .map(tokio::net::TcpListener::from_std)
+            .collect::<Result<Vec<_>, _>>()
+            .context("registering the listeners with tokio")?;
+        let mut sigterm = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+        let mut sigint = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+        let (slot, pid) = (identity.slot.clone(), identity.pid);
+        eprintln!(
+            "demo worker slot={slot} pid={pid} listening on {}",
+            addrs.join(", ")
+        );
+        let (stop_tx, stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            let ready = tokio::time::sleep(opts.ready_after);
+            tokio::pin!(ready);
+            let mut ready_sent = false;
+            let signal_name = loop {
+                tokio::select! {
+                    () = &mut ready, if !ready_sent => {
+                        ready_sent = true;
+                        report(notifier.notify("READY=1\nSTATUS=serving"));
+                    }
+                    _ = sigterm.recv() => break "SIGTERM",
+                    _ = sigint.recv() => break "SIGINT",
+                }
+            };
+            eprintln!("demo worker slot={slot} pid={pid} stopping on {signal_name}");
+            report(notifier.stopping());
+            let _ = stop_tx.send(true);
+        });
+        serve(listeners, identity, stop_rx).await
+    })
+}
+
+/// Checks that `fd` is a listening TCP socket and makes it a non-blocking std listener.
+fn tcp_listener(name: &str, fd: OwnedFd) -> anyhow::Result<(std::net::TcpListener, SocketAddr)> {
+    let what = || format!("socket {name:?} (fd {})", fd.as_raw_fd());
+    let listening = getsockopt(&fd, sockopt::AcceptConn)
+        .with_context(|| format!("{} is not a socket", what()))?;
+    ensure!(
+        listening,
+        "{} is not listening; the demo worker needs listening TCP sockets",
+        what()
+    );
+    let description = what();
+    let listener = std::net::TcpListener::from(fd);
+    let addr = listener
+        .local_addr()
+        .with_context(|| format!("{description} is not a TCP socket"))?;
+    listener
+        .set_nonblocking(true)
+        .with_context(|| format!("making {description} non-blocking"))?;
+    Ok((listener, addr))
+}
+
+/// Reports a failed notification; the worker carries on (the supervisor may be gone).
+fn report(result: std::io::Result<()>) {
+    if let Err(err) = result {
+        eprintln!("demo worker: could not notify the supervisor: {err}");
+    }
+}

@@ -1,0 +1,371 @@
+//! The demo worker's server core: an accept loop per listener, a task per connection speaking
+//! HTTP/1.x with keep-alive and pipelining, and the graceful shutdown that drains connections
+//! already queued on the listeners and finishes requests in flight.
+use std::{future::Future, io, sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::{mpsc, watch},
+    task::JoinSet,
+    time::{Instant, timeout, timeout_at},
+};
+
+use super::http::{self, ParseError, Persistence, Request};
+
+/// After shutdown, a listener is closed once it has had no connection to accept for this long.
+pub const DRAIN_QUIET: Duration = Duration::from_millis(50);
+/// After shutdown, how long a connection may take to finish its request (or, when accepted
+/// during the drain, to send its first one) before it is dropped.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How long a closing connection reads and discards what the client still sends, so that
+/// unread data does not turn our close into a reset that destroys the last response.
+const LINGER: Duration = Duration::from_millis(500);
+/// Size of each read from a connection.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// Who answers: `GET /` returns `slot=<slot> pid=<pid>\n`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The worker's slot in its fleet (`CK_SLOT`).
+    pub slot: String,
+    /// The worker's process id.
+    pub pid: u32,
+}
+
+impl Identity {
+    /// This process: slot from `CK_SLOT` (default `0`) and its pid.
+    pub fn from_env() -> Identity {
+        Identity {
+            slot: std::env::var("CK_SLOT").unwrap_or_else(|_| "0".to_string()),
+            pid: std::process::id(),
+        }
+    }
+
+    /// The body of `GET /`.
+    pub fn body(&self) -> String {
+        format!("slot={} pid={}\n", self.slot, self.pid)
+    }
+}
+
+/// Serves HTTP on `listeners` until `shutdown` becomes `true` (or its sender is dropped), then
+/// drains: each listener keeps accepting until it has been quiet for [`DRAIN_QUIET`] and is
+/// closed; connections finish the request in flight (answered with `Connection: close`), idle
+/// keep-alive connections close at once. Returns when every connection is done.
+///
+/// # Errors
+/// When a listener fails in a way that retrying cannot fix (e.g. it is not listening).
+pub async fn serve(
+    listeners: Vec<TcpListener>,
+    identity: Identity,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let identity = Arc::new(identity);
+    // Every connection task holds a sender; `recv` returns `None` once they are all gone.
+    let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    let mut accept_loops = JoinSet::new();
+    for listener in listeners {
+        let (identity, shutdown, done) = (identity.clone(), shutdown.clone(), done_tx.clone());
+        accept_loops.spawn(accept_loop(listener, identity, shutdown, done));
+    }
+    drop(done_tx);
+    while let Some(result) = accept_loops.join_next().await {
+        result.context("an accept loop panicked")??;
+    }
+    done_rx.recv().await;
+    Ok(())
+}
+
+/// Accepts on `listener` until shutdown, then drains it and closes it.
+async fn accept_loop(
+    listener: TcpListener,
+    identity: Arc<Identity>,
+    mut shutdown: watch::Receiver<bool>,
+    done: mpsc::Sender<()>,
+) -> anyhow::Result<()> {
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| "a listener".to_string(), |a| a.to_string());
+    while !is_shutdown(&mut shutdown) {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => Some(accepted),
+            _ = shutdown.changed() => None,
+        };
+        match accepted {
+            Some(Ok((stream, _))) => spawn_connection(stream, &identity, &shutdown, &done),
+            Some(Err(err)) => accept_failed(err, &addr).await?,
+            None => {}
+        }
+    }
+    // New connections are no longer steered here, but some may be queued or in flight.
+    while let Ok(accepted) = timeout(DRAIN_QUIET, listener.accept()).await {
+        match accepted {
+            Ok((stream, _)) => spawn_connection(stream, &identity, &shutdown, &done),
+            Err(err) => accept_failed(err, &addr).await?,
+        }
+    }
+    Ok(())
+}
+
+/// Whether shutdown was requested (or the sender dropped, which means the same).
+fn is_shutdown(shutdown: &mut watch::Receiver<bool>) -> bool {
+    shutdown.has_changed().is_err() || *shutdown.borrow_and_update()
+}
+
+/// Decides whether an accept error is worth retrying (it is about one connection, or about
+/// resources that closing connections will free) or ends the loop.
+async fn accept_failed(err: io::Error, addr: &str) -> anyhow::Result<()> {
+    match err.raw_os_error() {
+        Some(
+            libc::ECONNABORTED
+            | libc::EPROTO
+            | libc::EPERM
+            | libc::EINTR
+            | libc::ENETDOWN
+            | libc::ENETUNREACH
+            | libc::EHOSTDOWN
+            | libc::EHOSTUNREACH
+            | libc::ENONET
+            | libc::ENOPROTOOPT
+            | libc::EOPNOTSUPP,
+        ) => Ok(()),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+            eprintln!("demo worker: accepting on {addr}: {err}; retrying in 100ms");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(())
+        }
+        _ => Err(err).with_context(|| format!("accepting connections on {addr}")),
+    }
+}
+
+/// Starts the task serving `stream`; it holds a clone of `done` until it finishes.
+fn spawn_connection(
+    stream: TcpStream,
+    identity: &Arc<Identity>,
+    shutdown: &watch::Receiver<bool>,
+    done: &mpsc::Sender<()>,
+) {
+    let (identity, shutdown, done) = (identity.clone(), shutdown.clone(), done.clone());
+    tokio::spawn(async move {
+        // Errors (resets, timeouts) end only this connection; there is no one to tell.
+        let _ = Connection::new(stream, shutdown).run(&identity).await;
+        drop(done);
+    });
+}
+
+/// One client connection.
+struct Connection {
+    stream: TcpStream,
+    /// Received bytes not yet consumed: a partial head, or pipelined requests.
+    buf: Vec<u8>,
+    chunk: Box<[u8]>,
+    shutdown: watch::Receiver<bool>,
+    /// Set once shutdown is seen: when the connection must be finished.
+    deadline: Option<Instant>,
+}
+
+/// What reading more from the client gave.
+enum Read {
+    Data,
+    Eof,
+    /// Shutdown arrived while the connection was idle between requests.
+    Shutdown,
+}
+
+impl Connection {
+    fn new(stream: TcpStream, shutdown: watch::Receiver<bool>) -> Connection {
+        // Responses are written whole; do not let Nagle hold them back.
+        let _ = stream.set_nodelay(true);
+        Connection {
+            stream,
+            buf: Vec::new(),
+            chunk: vec![0; READ_CHUNK].into_boxed_slice(),
+            shutdown,
+            deadline: None,
+        }
+    }
+
+    /// Serves requests until the client or we close the connection.
+    async fn run(mut self, identity: &Identity) -> io::Result<()> {
+        let mut served = 0u64;
+        loop {
+            let (request, head_len) = loop {
+                match http::parse_head(&self.buf) {
+                    Ok(Some(found)) => break found,
+                    Ok(None) => {}
+                    Err(err) => return self.reject(err).await,
+                }
+                // Between requests (not before the first one: a client accepted during the
+                // drain has not had time to send it yet).
+                let idle = served > 0 && self.buf.is_empty();
+                match self.read_more(idle).await? {
+                    Read::Data => {}
+                    Read::Eof | Read::Shutdown => return Ok(()),
+                }
+            };
+            self.buf.drain(..head_len);
+            if request.expect_continue && request.content_length > 0 {
+                self.write(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+            }
+            if !self.discard_body(request.content_length).await? {
+                return Ok(());
+            }
+            let keep_alive =
+                request.keep_alive && observe(&mut self.shutdown, &mut self.deadline).is_none();
+            let mut out = Vec::new();
+            respond(&mut out, &request, identity, keep_alive);
+            self.write(&out).await?;
+            served += 1;
+            if !keep_alive {
+                self.linger_close().await;
+                return Ok(());
+            }
+        }
+    }
+
+    /// Answers a request that cannot be parsed, and closes.
+    async fn reject(mut self, err: ParseError) -> io::Result<()> {
+        let (code, reason) = err.status();
+        let body = match err {
+            ParseError::BadRequest(why) => format!("bad request: {why}\n"),
+            _ => format!("{}\n", reason.to_ascii_lowercase()),
+        };
+        let mut out = Vec::new();
+        let status = (code, reason);
+        http::write_response(
+            &mut out,
+            status,
+            body.as_bytes(),
+            false,
+            Persistence::Close,
+            "",
+        );
+        self.write(&out).await?;
+        self.linger_close().await;
+        Ok(())
+    }
+
+    /// Reads more bytes into `buf`. An `idle` connection (between requests, nothing buffered)
+    /// gives up with [`Read::Shutdown`] as soon as shutdown is requested, unless its next
+    /// request has already arrived.
+    async fn read_more(&mut self, idle: bool) -> io::Result<Read> {
+        let n = if idle {
+            loop {
+                if observe(&mut self.shutdown, &mut self.deadline).is_some() {
+                    match self.stream.try_read(&mut self.chunk) {
+                        Ok(n) => break n,
+                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                            return Ok(Read::Shutdown);
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
+                tokio::select! {
+                    read = self.stream.read(&mut self.chunk) => break read?,
+                    _ = self.shutdown.changed() => {}
+                }
+            }
+        } else {
+            let read = self.stream.read(&mut self.chunk);
+            guarded(read, &mut self.shutdown, &mut self.deadline).await?
+        };
+        if n == 0 {
+            return Ok(Read::Eof);
+        }
+        self.buf.extend_from_slice(&self.chunk[..n]);
+        Ok(Read::Data)
+    }
+
+    /// Consumes a body of `len` bytes; `false` if the client closed before sending it all.
+    async fn discard_body(&mut self, mut len: u64) -> io::Result<bool> {
+        loop {
+            let take = usize::try_from(len).map_or(self.buf.len(), |l| l.min(self.buf.len()));
+            self.buf.drain(..take);
+            len -= take as u64;
+            if len == 0 {
+                return Ok(true);
+            }
+            if let Read::Eof = self.read_more(false).await? {
+                return Ok(false);
+            }
+        }
+    }
+
+    async fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        let write = self.stream.write_all(data);
+        guarded(write, &mut self.shutdown, &mut self.deadline).await
+    }
+
+    /// Closes our side, then discards what the client still sends for a moment (or until it
+    /// closes), so our last response is not destroyed by a reset.
+    async fn linger_close(&mut self) {
+        if self.stream.shutdown().await.is_err() {
+            return;
+        }
+        let until = Instant::now() + LINGER;
+        let mut discarded = 0;
+        while discarded < 1 << 20 {
+            match timeout_at(until, self.stream.read(&mut self.chunk)).await {
+                Ok(Ok(n)) if n > 0 => discarded += n,
+                _ => break,
+            }
+        }
+    }
+}
+
+/// Returns the connection's deadline if shutdown has been requested, starting the grace
+/// period the first time it is seen.
+fn observe(
+    shutdown: &mut watch::Receiver<bool>,
+    deadline: &mut Option<Instant>,
+) -> Option<Instant> {
+    if deadline.is_none() && is_shutdown(shutdown) {
+        *deadline = Some(Instant::now() + SHUTDOWN_GRACE);
+    }
+    *deadline
+}
+
+/// Runs an I/O operation to completion; once shutdown is requested (before or during it), it
+/// must complete by the connection's deadline or fails with `TimedOut`.
+async fn guarded<T>(
+    operation: impl Future<Output = io::Result<T>>,
+    shutdown: &mut watch::Receiver<bool>,
+    deadline: &mut Option<Instant>,
+) -> io::Result<T> {
+    tokio::pin!(operation);
+    loop {
+        if let Some(deadline) = observe(shutdown, deadline) {
+            return timeout_at(deadline, operation).await.map_err(|_| {
+                io::Error::new(io::ErrorKind::TimedOut, "shutdown grace period over")
+            })?;
+        }
+        tokio::select! {
+            result = &mut operation => return result,
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// Appends the response to `request`: `/` and `/healthz` for GET and HEAD, else 404/405.
+fn respond(out: &mut Vec<u8>, request: &Request, identity: &Identity, keep_alive: bool) {
+    let persistence = match (keep_alive, request.minor) {
+        (false, _) => Persistence::Close,
+        (true, 0) => Persistence::KeepAliveExplicit,
+        (true, _) => Persistence::KeepAliveDefault,
+    };
+    let method = request.method.as_str();
+    let readable = matches!(method, "GET" | "HEAD");
+    let (status, body, extra) = match request.path() {
+        "/" if readable => ((200, "OK"), identity.body(), ""),
+        "/healthz" if readable => ((200, "OK"), "ok\n".to_string(), ""),
+        "/" | "/healthz" => (
+            (405, "Method Not Allowed"),
+            "method not allowed\n".to_string(),
+            "Allow: GET, HEAD\r\n",
+        ),
+        _ => ((404, "Not Found"), "not found\n".to_string(), ""),
+    };
+    let head_only = method == "HEAD";
+    http::write_response(out, status, body.as_bytes(), head_only, persistence, extra);
+}

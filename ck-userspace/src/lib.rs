@@ -1,0 +1,16 @@
+//! ck: a supervisor for multi-process network servers on Linux in which the kernel dispatches
+//! connections (`SO_REUSEPORT`) and an eBPF program chooses the worker for each one.
+//!
+//! See `ARCHITECTURE.md` at the repository root for the map of these modules.
+pub mod activation;
+pub mod bpf;
+pub mod config;
+pub mod control;
+pub mod demo;
+pub mod duration;
+pub mod instance;
+pub mod notify;
+pub mod sizing;
+pub mod sockets;
+pub mod spawn;
+pub mod supervisor;

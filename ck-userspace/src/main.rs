@@ -1,0 +1,222 @@
+//! The `ck` command line: `ck run` starts a supervisor; `status`, `drain`, `undrain` and `stop`
+//! talk to a running one over its control socket; `demo-worker` is the built-in worker.
+use std::{ffi::OsString, process::ExitCode, time::Duration};
+
+use anyhow::bail;
+use ck::{
+    config::{self, ListenAddr, Policy, ReadyMode, RunConfig},
+    control::{Request, Response, client},
+    duration::parse_duration,
+};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "ck",
+    version,
+    about = "Supervisor for SO_REUSEPORT worker fleets, steered by eBPF"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a fleet of workers behind one SO_REUSEPORT group per listen address.
+    Run(RunArgs),
+    /// Show the fleet of a running instance.
+    Status {
+        #[command(flatten)]
+        target: Target,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take a slot out of the active set; its socket stays open and its worker keeps serving
+    /// what it already has.
+    Drain {
+        /// The slot (see `ck status`).
+        slot: u32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Put a drained slot back into the active set.
+    Undrain {
+        /// The slot.
+        slot: u32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Drain and stop every worker, then exit.
+    Stop {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The built-in demo worker (HTTP/1.1): run by `ck run` when no APP is given.
+    DemoWorker(ck::demo::DemoOptions),
+    /// Internal: sets LISTEN_PID and execs the worker's program.
+    #[command(hide = true)]
+    ExecWorker {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        argv: Vec<OsString>,
+    },
+}
+
+#[derive(Args)]
+struct Target {
+    /// Instance name (default: the only instance running).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// TCP port to listen on, on 0.0.0.0 (repeatable).
+    #[arg(short, long = "port", value_name = "PORT")]
+    ports: Vec<u16>,
+    /// Listen address such as tcp://[::]:8080 or tcp://127.0.0.1:8080 (repeatable).
+    #[arg(long = "listen", value_name = "ADDR")]
+    listen: Vec<ListenAddr>,
+    /// Number of workers (default: $WEB_CONCURRENCY, else the CPUs this process may use).
+    #[arg(short, long)]
+    workers: Option<u32>,
+    /// Instance name, for the control socket and pins (default: ck-<first port>).
+    #[arg(long)]
+    name: Option<String>,
+    /// How new connections are spread over ready workers.
+    #[arg(long, value_enum, default_value = "hash")]
+    policy: Policy,
+    /// When a worker counts as ready: READY=1 (auto also takes a worker that is silent on
+    /// NOTIFY_SOCKET for --ready-grace as ready), or at spawn.
+    #[arg(long, value_enum, default_value = "auto")]
+    ready: ReadyMode,
+    /// Time a worker has to become ready before it is replaced.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    ready_timeout: Duration,
+    /// With --ready auto: time after which a worker that said nothing on NOTIFY_SOCKET is ready.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    ready_grace: Duration,
+    /// Time a stopping worker gets to finish before SIGKILL.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    drain_timeout: Duration,
+    /// Plain SO_REUSEPORT without the BPF program (the baseline; no readiness or drain steering).
+    #[arg(long)]
+    no_bpf: bool,
+    /// Forward the BPF program's log lines (fallbacks, drops) to ck's log.
+    #[arg(long)]
+    bpf_log: bool,
+    /// The worker program and its arguments (default: the built-in demo worker).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "APP"
+    )]
+    app: Vec<String>,
+}
+
+impl RunArgs {
+    fn into_config(self) -> anyhow::Result<RunConfig> {
+        let listen = config::listen_addrs(&self.ports, &self.listen)?;
+        let name = self
+            .name
+            .unwrap_or_else(|| format!("ck-{}", listen[0].addr.port()));
+        config::validate_name(&name)?;
+        let workers =
+            config::validate_workers(self.workers.unwrap_or_else(ck::sizing::default_workers))?;
+        let app = match self.app.split_first() {
+            Some((program, args)) => config::resolve_app(program, args.to_vec())?,
+            None => config::AppSpec {
+                program: std::env::current_exe()?,
+                args: vec!["demo-worker".to_string()],
+            },
+        };
+        Ok(RunConfig {
+            name,
+            listen,
+            workers,
+            policy: self.policy,
+            ready: self.ready,
+            ready_timeout: self.ready_timeout,
+            ready_grace: self.ready_grace,
+            drain_timeout: self.drain_timeout,
+            no_bpf: self.no_bpf,
+            bpf_log: self.bpf_log,
+            app,
+        })
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ck: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run(args) => {
+            init_logging();
+            let cfg = args.into_config()?;
+            ck::supervisor::run(cfg)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { target, json } => {
+            let name = client::resolve_name(target.name)?;
+            match client::request(&name, &Request::Status)? {
+                Response::Status(report) if json => {
+                    println!("{}", serde_json::to_string_pretty(&report)?)
+                }
+                Response::Status(report) => print!("{}", report.render()),
+                other => return answer(other),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Drain { slot, target } => simple(target, Request::Drain { slot }),
+        Command::Undrain { slot, target } => simple(target, Request::Undrain { slot }),
+        Command::Stop { target } => simple(target, Request::Stop),
+        Command::DemoWorker(opts) => {
+            ck::demo::run(opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ExecWorker { argv } => {
+            let mut argv = argv.into_iter();
+            let Some(program) = argv.next() else {
+                bail!("exec-worker needs a program");
+            };
+            let err = ck::spawn::exec_worker(program, argv.collect());
+            eprintln!("ck: worker: {err}");
+            Ok(ExitCode::from(127))
+        }
+    }
+}
+
+fn simple(target: Target, req: Request) -> anyhow::Result<ExitCode> {
+    let name = client::resolve_name(target.name)?;
+    answer(client::request(&name, &req)?)
+}
+
+fn answer(response: Response) -> anyhow::Result<ExitCode> {
+    match response {
+        Response::Ok(msg) => {
+            println!("{msg}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Response::Error(msg) => bail!("{msg}"),
+        Response::Status(_) => bail!("unexpected status answer"),
+    }
+}

@@ -1,0 +1,125 @@
+//! The listening sockets: one `SO_REUSEPORT` socket per slot and group, created and owned by the
+//! supervisor, plus the check that a port is not already held by someone else.
+use std::{io, net::SocketAddr};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::config::ListenAddr;
+
+/// Listen backlog of every slot socket (the kernel caps it at `net.core.somaxconn`).
+const BACKLOG: i32 = 4096;
+
+/// A socket error, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// The address is in use by a socket that is not ours.
+    #[error(
+        "{addr} is already in use by another socket (another server, or a ck instance with another name); \
+         stop it (`ss -ltnp 'sport = :{port}'` shows who holds it) or choose another port"
+    )]
+    InUse {
+        /// The address.
+        addr: ListenAddr,
+        /// Its port, for the hint.
+        port: u16,
+    },
+    /// Binding needs privileges.
+    #[error("{addr}: permission denied; ports below 1024 need root or CAP_NET_BIND_SERVICE")]
+    Permission {
+        /// The address.
+        addr: ListenAddr,
+    },
+    /// The address is not on this host.
+    #[error(
+        "{addr}: this host has no such address; listen on 0.0.0.0, [::] or one of its own addresses"
+    )]
+    NotLocal {
+        /// The address.
+        addr: ListenAddr,
+    },
+    /// Anything else.
+    #[error("{addr}: {source}")]
+    Other {
+        /// The address.
+        addr: ListenAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+fn classify(addr: ListenAddr, err: io::Error) -> SocketError {
+    match err.raw_os_error() {
+        Some(libc::EADDRINUSE) => SocketError::InUse {
+            addr,
+            port: addr.addr.port(),
+        },
+        Some(libc::EACCES) | Some(libc::EPERM) => SocketError::Permission { addr },
+        Some(libc::EADDRNOTAVAIL) => SocketError::NotLocal { addr },
+        _ => SocketError::Other { addr, source: err },
+    }
+}
+
+fn new_socket(addr: SocketAddr) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        // `[::]` means IPv6 only: pair it with `--port` (IPv4) for both families. A dual-stack
+        // socket would collide with an IPv4 group on the same port.
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    Ok(socket)
+}
+
+/// Fails when any socket already listens on (or is bound to) `addr`: before ck opens its group,
+/// so that ck never joins a foreign `SO_REUSEPORT` group or fights a plain listener.
+///
+/// The probe socket has `SO_REUSEADDR` but not `SO_REUSEPORT`, so it binds despite TIME_WAIT
+/// leftovers but not next to a listener.
+pub fn ensure_free(addr: ListenAddr) -> Result<(), SocketError> {
+    let socket = new_socket(addr.addr).map_err(|e| classify(addr, e))?;
+    socket
+        .bind(&SockAddr::from(addr.addr))
+        .map_err(|e| classify(addr, e))?;
+    Ok(())
+}
+
+/// Opens one member of the group: `SO_REUSEPORT`, bound, listening, blocking (the worker shares
+/// the file description, so it gets the flags we set; it picks its own blocking mode).
+pub fn open_member(addr: ListenAddr) -> Result<Socket, SocketError> {
+    let socket = new_socket(addr.addr).map_err(|e| classify(addr, e))?;
+    socket.set_reuse_port(true).map_err(|e| classify(addr, e))?;
+    socket
+        .bind(&SockAddr::from(addr.addr))
+        .map_err(|e| classify(addr, e))?;
+    socket.listen(BACKLOG).map_err(|e| classify(addr, e))?;
+    Ok(socket)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn members_share_a_port_and_foreigners_are_detected() {
+        let port = free_port();
+        let addr: ListenAddr = format!("tcp://127.0.0.1:{port}").parse().unwrap();
+        ensure_free(addr).unwrap();
+        let a = open_member(addr).unwrap();
+        let _b = open_member(addr).unwrap();
+        assert!(matches!(ensure_free(addr), Err(SocketError::InUse { .. })));
+        drop(a);
+        drop(_b);
+        ensure_free(addr).unwrap();
+        let plain = std::net::TcpListener::bind(addr.addr).unwrap();
+        assert!(matches!(open_member(addr), Err(SocketError::InUse { .. })));
+        drop(plain);
+    }
+}

@@ -1,0 +1,155 @@
+//! Starting a worker with the systemd socket-activation protocol and signalling it by pidfd.
+//!
+//! The child runs `/proc/self/exe exec-worker APP ARGS...` (a trampoline inside ck's own binary)
+//! that sets `LISTEN_PID` to its own pid and then execs APP, so `LISTEN_PID` is right without
+//! touching the environment between fork and exec. Its sockets are placed at fds 3.. before exec.
+use std::{
+    ffi::OsString,
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::unix::process::CommandExt as _,
+    process::Stdio,
+};
+
+use crate::config::AppSpec;
+
+/// Most listen groups one worker can receive.
+pub const MAX_GROUPS: usize = 16;
+
+/// What a new worker gets.
+pub struct SpawnSpec<'a> {
+    /// The program and its arguments.
+    pub app: &'a AppSpec,
+    /// Its slot (`CK_SLOT`).
+    pub slot: u32,
+    /// Unique id of this worker in the instance (`CK_WORKER_ID`).
+    pub worker_id: u64,
+    /// Listening sockets, in group order: they become fds 3, 4, ...
+    pub fds: Vec<RawFd>,
+    /// Group names for `LISTEN_FDNAMES`.
+    pub fd_names: Vec<String>,
+    /// Value of `NOTIFY_SOCKET`.
+    pub notify_socket: String,
+}
+
+/// A started worker.
+pub struct Spawned {
+    /// The child, to wait on.
+    pub child: tokio::process::Child,
+    /// Its pid.
+    pub pid: u32,
+    /// A pidfd for signalling it without pid-reuse races.
+    pub pidfd: OwnedFd,
+}
+
+/// Spawns a worker.
+pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
+    if spec.fds.len() > MAX_GROUPS {
+        return Err(io::Error::other(format!(
+            "at most {MAX_GROUPS} listen addresses are supported"
+        )));
+    }
+    let mut cmd = tokio::process::Command::new("/proc/self/exe");
+    cmd.arg("exec-worker")
+        .arg("--")
+        .arg(&spec.app.program)
+        .args(&spec.app.args)
+        .env("LISTEN_FDS", spec.fds.len().to_string())
+        .env("LISTEN_FDNAMES", spec.fd_names.join(":"))
+        .env_remove("LISTEN_PID")
+        .env("NOTIFY_SOCKET", &spec.notify_socket)
+        .env("CK_SLOT", spec.slot.to_string())
+        .env("CK_WORKER_ID", spec.worker_id.to_string())
+        .stdin(Stdio::null())
+        .process_group(0);
+    let fds = spec.fds;
+    let supervisor = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // system calls (fcntl, dup2, prctl, getppid); it allocates nothing (`fds` was built before
+    // the fork).
+    unsafe {
+        cmd.pre_exec(move || place_fds(&fds, supervisor));
+    }
+    let child = cmd.spawn()?;
+    let pid = child
+        .id()
+        .ok_or_else(|| io::Error::other("worker exited before its pid was read"))?;
+    let pidfd = pidfd_open(pid)?;
+    Ok(Spawned { child, pid, pidfd })
+}
+
+/// In the child: moves `fds` to 3, 4, ... (clearing close-on-exec there) and asks for SIGTERM
+/// should the supervisor die, so no worker outlives it.
+fn place_fds(fds: &[RawFd], supervisor: libc::pid_t) -> io::Result<()> {
+    let n = fds.len() as libc::c_int;
+    let mut tmp: [RawFd; MAX_GROUPS] = [-1; MAX_GROUPS];
+    // First copy every fd above the target range so dup2 never overwrites a source.
+    for (i, fd) in fds.iter().enumerate() {
+        // SAFETY: fcntl on an fd we own; returns a new fd or -1.
+        let t = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 3 + n) };
+        if t < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        tmp[i] = t;
+    }
+    for (i, t) in tmp.iter().take(fds.len()).enumerate() {
+        // SAFETY: dup2 onto fd 3+i; the new fd does not have close-on-exec set.
+        if unsafe { libc::dup2(*t, 3 + i as libc::c_int) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: getppid cannot fail. If the supervisor already died we were re-parented: stop.
+    if unsafe { libc::getppid() } != supervisor {
+        return Err(io::Error::other("supervisor exited"));
+    }
+    Ok(())
+}
+
+fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: raw syscall with integer arguments; returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Sends `signal` to the process behind `pidfd`. A process that is already gone is not an error.
+pub fn send_signal(pidfd: &OwnedFd, signal: nix::sys::signal::Signal) -> io::Result<()> {
+    // SAFETY: raw syscall on a pidfd we own, with a null siginfo, as pidfd_send_signal(2) allows.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ESRCH) {
+            return Ok(());
+        }
+        return Err(err);
+    }
+    Ok(())
+}
+
+/// The `exec-worker` trampoline: runs in the worker process, sets `LISTEN_PID` to its own pid
+/// and replaces itself with the application. Returns only on failure.
+pub fn exec_worker(program: OsString, args: Vec<OsString>) -> io::Error {
+    let mut cmd = std::process::Command::new(&program);
+    cmd.args(args)
+        .env("LISTEN_PID", std::process::id().to_string());
+    let err = cmd.exec();
+    io::Error::new(
+        err.kind(),
+        format!("cannot exec {}: {err}", program.to_string_lossy()),
+    )
+}

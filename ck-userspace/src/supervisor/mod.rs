@@ -1,0 +1,351 @@
+//! The supervisor: owns the slots' sockets, starts and watches workers, keeps the BPF maps true
+//! to the fleet, answers the control socket and shuts everything down cleanly.
+//!
+//! Everything runs on one current-thread tokio runtime; all state lives in [`Supervisor`] and is
+//! changed only by its event loop, one [`Event`] at a time. Tasks (child waiters, notify readers,
+//! timers, the control server) only send events.
+mod publish;
+mod slot;
+mod workers;
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::mpsc,
+};
+
+use crate::{
+    bpf::{BpfGroup, pins},
+    config::{ListenAddr, RunConfig},
+    control::{self, Request, Response, server::ControlCall},
+    instance::{self, InstanceLock},
+    notify::NotifyMsg,
+    sockets,
+};
+use slot::Slot;
+
+/// Something that happened, for the event loop.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A worker process ended.
+    Exited {
+        slot: u32,
+        generation: u32,
+        status: std::io::Result<std::process::ExitStatus>,
+    },
+    /// A worker sent notify messages.
+    Notify {
+        slot: u32,
+        generation: u32,
+        msgs: Vec<NotifyMsg>,
+    },
+    /// A timer set for a worker (or a slot's restart) fired.
+    Timer {
+        slot: u32,
+        generation: u32,
+        kind: TimerKind,
+    },
+    /// A termination signal arrived.
+    Signal(&'static str),
+}
+
+/// Timers the supervisor sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TimerKind {
+    /// `auto` readiness: a worker silent this long is taken as ready.
+    ReadyGrace,
+    /// A worker not ready by now is replaced.
+    ReadyTimeout,
+    /// A stopping worker still alive now gets SIGKILL.
+    Kill,
+    /// Start a worker on the slot (after backoff or cool-down).
+    Restart,
+}
+
+/// One listen group at run time.
+pub(crate) struct Group {
+    addr: ListenAddr,
+    name: String,
+    bpf: Option<BpfGroup>,
+}
+
+/// The supervisor's state.
+pub struct Supervisor {
+    cfg: RunConfig,
+    groups: Vec<Group>,
+    slots: BTreeMap<u32, Slot>,
+    events: mpsc::UnboundedSender<Event>,
+    started: Instant,
+    stopping: bool,
+    next_worker_id: u64,
+    active: Vec<u32>,
+}
+
+/// Runs `ck run` to completion: returns after a clean shutdown.
+pub fn run(cfg: RunConfig) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(run_async(cfg))
+}
+
+async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
+    let lock = InstanceLock::acquire(&cfg.name)?;
+    for addr in &cfg.listen {
+        sockets::ensure_free(*addr)?;
+    }
+    let bpf_on = !cfg.no_bpf;
+    let groups = load_groups(&cfg)?;
+    if !bpf_on {
+        tracing::warn!(
+            "BPF steering is off (--no-bpf): plain SO_REUSEPORT; the kernel hashes connections over \
+             every worker, including starting and draining ones, and a closing socket resets its queue"
+        );
+    }
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (calls_tx, mut calls) = mpsc::unbounded_channel::<ControlCall>();
+    control::server::start(&instance::control_path(&cfg.name), calls_tx)?;
+    let mut sup = Supervisor {
+        groups,
+        slots: BTreeMap::new(),
+        events: events_tx,
+        started: Instant::now(),
+        stopping: false,
+        next_worker_id: 0,
+        active: Vec::new(),
+        cfg,
+    };
+    watch_signals(&sup.events)?;
+    tracing::info!(
+        name = %sup.cfg.name,
+        groups = %sup.group_names().join(","),
+        workers = sup.cfg.workers,
+        policy = ?sup.cfg.policy,
+        bpf = bpf_on,
+        "ck started"
+    );
+    let result = sup.start_fleet();
+    if let Err(e) = &result {
+        tracing::error!("starting the fleet failed: {e:#}");
+        sup.begin_shutdown("startup failure");
+    }
+    while !(sup.stopping && sup.all_stopped()) {
+        tokio::select! {
+            Some(event) = events.recv() => sup.handle(event),
+            Some((req, reply)) = calls.recv() => {
+                let response = sup.control(req);
+                let _ = reply.send(response);
+            }
+        }
+    }
+    sup.finish();
+    drop(lock);
+    tracing::info!("ck stopped");
+    result
+}
+
+/// Loads the program for every group, removing stale pins first. Without BPF, groups have none.
+fn load_groups(cfg: &RunConfig) -> anyhow::Result<Vec<Group>> {
+    let mut groups: Vec<Group> = cfg
+        .listen
+        .iter()
+        .map(|addr| Group {
+            addr: *addr,
+            name: addr.group_name(),
+            bpf: None,
+        })
+        .collect();
+    if cfg.no_bpf {
+        return Ok(groups);
+    }
+    pins::ensure_bpffs()?;
+    if pins::remove_stale(&cfg.name)? {
+        tracing::warn!(
+            name = %cfg.name,
+            dir = %pins::instance_dir(&cfg.name).display(),
+            "removed stale pins left by an earlier instance that did not stop cleanly"
+        );
+    }
+    for group in &mut groups {
+        match BpfGroup::load(&cfg.name, &group.name, cfg.policy.code()) {
+            Ok(mut bpf) => {
+                if cfg.bpf_log {
+                    bpf.forward_logs()?;
+                }
+                group.bpf = Some(bpf);
+            }
+            Err(e) => {
+                let _ = pins::remove_instance(&cfg.name);
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(groups)
+}
+
+fn watch_signals(events: &mpsc::UnboundedSender<Event>) -> anyhow::Result<()> {
+    for (kind, name) in [
+        (SignalKind::terminate(), "SIGTERM"),
+        (SignalKind::interrupt(), "SIGINT"),
+    ] {
+        let mut stream = signal(kind).with_context(|| format!("installing a {name} handler"))?;
+        let events = events.clone();
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                if events.send(Event::Signal(name)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    Ok(())
+}
+
+impl Supervisor {
+    fn group_names(&self) -> Vec<String> {
+        self.groups.iter().map(|g| g.name.clone()).collect()
+    }
+
+    fn bpf_on(&self) -> bool {
+        self.groups.iter().any(|g| g.bpf.is_some())
+    }
+
+    fn all_stopped(&self) -> bool {
+        self.slots.values().all(|s| s.worker.is_none())
+    }
+
+    /// Opens slots 0..workers and starts a worker on each.
+    fn start_fleet(&mut self) -> anyhow::Result<()> {
+        for index in 0..self.cfg.workers {
+            self.slots.insert(index, Slot::new(index));
+            self.start_worker(index)?;
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Exited {
+                slot,
+                generation,
+                status,
+            } => self.on_exit(slot, generation, status),
+            Event::Notify {
+                slot,
+                generation,
+                msgs,
+            } => self.on_notify(slot, generation, msgs),
+            Event::Timer {
+                slot,
+                generation,
+                kind,
+            } => self.on_timer(slot, generation, kind),
+            Event::Signal(name) => {
+                if self.stopping {
+                    tracing::warn!(
+                        signal = name,
+                        "second stop request: killing every worker now"
+                    );
+                    self.kill_all();
+                } else {
+                    tracing::info!(signal = name, "stopping: draining every worker");
+                    self.begin_shutdown(name);
+                }
+            }
+        }
+    }
+
+    fn control(&mut self, req: Request) -> Response {
+        match req {
+            Request::Status => Response::Status(Box::new(self.status())),
+            Request::Drain { slot } => self.set_drained(slot, true),
+            Request::Undrain { slot } => self.set_drained(slot, false),
+            Request::Stop => {
+                tracing::info!("stop requested on the control socket: draining every worker");
+                self.begin_shutdown("ck stop");
+                Response::Ok("stopping".into())
+            }
+        }
+    }
+
+    fn set_drained(&mut self, index: u32, drained: bool) -> Response {
+        if !self.bpf_on() {
+            return Response::Error(
+                "draining without closing the socket needs BPF steering, which is off (--no-bpf); \
+                 restart ck without --no-bpf"
+                    .into(),
+            );
+        }
+        let Some(slot) = self.slots.get_mut(&index) else {
+            let known: Vec<u32> = self.slots.keys().copied().collect();
+            return Response::Error(format!(
+                "no slot {index}; slots in use: {known:?} (see `ck status`)"
+            ));
+        };
+        if slot.drained == drained {
+            let word = if drained { "drained" } else { "not drained" };
+            return Response::Ok(format!("slot {index} is already {word}"));
+        }
+        slot.drained = drained;
+        let pid = slot.worker.as_ref().map(|w| w.pid).unwrap_or(0);
+        if drained {
+            tracing::info!(slot = index, pid, reason = "ck drain", "worker draining");
+        } else {
+            tracing::info!(
+                slot = index,
+                pid,
+                reason = "ck undrain",
+                "worker back in the active set"
+            );
+        }
+        self.publish();
+        let word = if drained { "drained" } else { "undrained" };
+        Response::Ok(format!("slot {index} {word}"))
+    }
+
+    /// Sends a timer event for `slot`/`generation` after `delay`.
+    fn set_timer(&self, slot: u32, generation: u32, kind: TimerKind, delay: Duration) {
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = events.send(Event::Timer {
+                slot,
+                generation,
+                kind,
+            });
+        });
+    }
+
+    /// Starts the shutdown: nothing new is steered anywhere, every worker gets SIGTERM, and
+    /// SIGKILL after the drain timeout.
+    fn begin_shutdown(&mut self, reason: &'static str) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        self.publish();
+        let indices: Vec<u32> = self.slots.keys().copied().collect();
+        for index in indices {
+            self.stop_worker(index, reason);
+        }
+    }
+
+    /// Releases what is left after the last worker exited: sockets, pins.
+    fn finish(&mut self) {
+        for slot in self.slots.values_mut() {
+            slot.sockets.clear();
+        }
+        for group in &mut self.groups {
+            group.bpf = None;
+        }
+        if let Err(e) = pins::remove_instance(&self.cfg.name) {
+            tracing::error!("{e}");
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! A slot and its worker as the supervisor tracks them, and the crash policy of a slot:
+//! exponential backoff with jitter, reset after a stable run, and a circuit breaker.
+use std::{
+    collections::VecDeque,
+    os::fd::OwnedFd,
+    time::{Duration, Instant},
+};
+
+use socket2::Socket;
+use tokio::task::JoinHandle;
+
+/// First restart delay after a crash.
+pub const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+/// Longest restart delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// A worker that ran this long resets the backoff.
+pub const STABLE_AFTER: Duration = Duration::from_secs(10);
+/// Crashes within [`CRASH_WINDOW`] that trip the breaker.
+pub const CRASH_LIMIT: usize = 5;
+/// Window of the breaker.
+pub const CRASH_WINDOW: Duration = Duration::from_secs(30);
+/// Time the breaker stays open before one more try.
+pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
+
+/// What a live worker is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Spawned, not ready.
+    Starting,
+    /// Ready (selected unless the slot is drained).
+    Ready,
+    /// Said `STOPPING=1`: not selected, socket open.
+    Draining,
+    /// Sent SIGTERM (or SIGKILL) by the supervisor.
+    Stopping,
+}
+
+/// A running worker process.
+pub struct Worker {
+    /// Its pid.
+    pub pid: u32,
+    /// pidfd for signals.
+    pub pidfd: OwnedFd,
+    /// Generation on its slot.
+    pub generation: u32,
+    /// When it was spawned.
+    pub started: Instant,
+    /// What it is doing.
+    pub phase: Phase,
+    /// It sent anything at all on `NOTIFY_SOCKET`.
+    pub spoke_notify: bool,
+    /// Its last `STATUS=` text.
+    pub status: Option<String>,
+    /// Why the supervisor stopped it, when it did.
+    pub stop_reason: Option<&'static str>,
+    /// The task reading its notify socket.
+    pub notify_task: JoinHandle<()>,
+}
+
+/// Why a slot has no worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Idle {
+    /// Never started or stopped on purpose.
+    Stopped,
+    /// A restart is scheduled.
+    Restarting,
+    /// The breaker is open; a try is scheduled after the cool-down.
+    Broken,
+}
+
+/// One slot: its sockets (one per group, open while a worker may use them) and its worker.
+pub struct Slot {
+    /// Index in the group.
+    pub index: u32,
+    /// One socket per group, in group order; empty while closed.
+    pub sockets: Vec<Socket>,
+    /// The worker, if one runs.
+    pub worker: Option<Worker>,
+    /// State when no worker runs.
+    pub idle: Idle,
+    /// `ck drain` holds the slot out of the active set.
+    pub drained: bool,
+    /// Restarts so far.
+    pub restarts: u32,
+    /// Workers spawned on this slot.
+    pub generation: u32,
+    /// How the last worker ended.
+    pub last_exit: Option<String>,
+    /// Crash policy state.
+    pub crashes: CrashPolicy,
+}
+
+impl Slot {
+    /// A new, empty slot.
+    pub fn new(index: u32) -> Slot {
+        Slot {
+            index,
+            sockets: Vec::new(),
+            worker: None,
+            idle: Idle::Stopped,
+            drained: false,
+            restarts: 0,
+            generation: 0,
+            last_exit: None,
+            crashes: CrashPolicy::default(),
+        }
+    }
+
+    /// In the active set: a ready worker on a slot that is not drained.
+    pub fn is_active(&self) -> bool {
+        !self.drained
+            && self
+                .worker
+                .as_ref()
+                .is_some_and(|w| w.phase == Phase::Ready)
+    }
+
+    /// Has a live worker and an open socket (a fallback target when nothing is ready).
+    pub fn is_live(&self) -> bool {
+        self.worker.is_some() && !self.sockets.is_empty()
+    }
+
+    /// The state name shown by `ck status` and logs.
+    pub fn state_name(&self) -> &'static str {
+        match (&self.worker, self.idle) {
+            (Some(w), _) => match w.phase {
+                Phase::Starting => "starting",
+                Phase::Ready if self.drained => "draining",
+                Phase::Ready => "ready",
+                Phase::Draining => "draining",
+                Phase::Stopping => "stopping",
+            },
+            (None, Idle::Stopped) => "stopped",
+            (None, Idle::Restarting) => "restarting",
+            (None, Idle::Broken) => "broken",
+        }
+    }
+
+    /// The state code written to the `slots` map.
+    pub fn state_code(&self) -> u32 {
+        use ck_common::state;
+        match self.state_name() {
+            "starting" => state::STARTING,
+            "ready" => state::READY,
+            "draining" | "stopping" => state::DRAINING,
+            _ => state::STOPPED,
+        }
+    }
+}
+
+/// What to do after a crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashDecision {
+    /// Restart after this delay.
+    RestartIn(Duration),
+    /// Too many crashes: breaker open, try again after this cool-down.
+    BreakerOpen(Duration),
+}
+
+/// Backoff and circuit breaker of one slot.
+#[derive(Debug)]
+pub struct CrashPolicy {
+    next_delay: Duration,
+    recent: VecDeque<Instant>,
+}
+
+impl Default for CrashPolicy {
+    fn default() -> Self {
+        CrashPolicy {
+            next_delay: BACKOFF_INITIAL,
+            recent: VecDeque::new(),
+        }
+    }
+}
+
+impl CrashPolicy {
+    /// Records a crash at `now` of a worker that ran for `ran`, and decides what happens next.
+    /// `jitter` in [0, 1) spreads restarts of slots that crashed together (up to +10 %).
+    pub fn on_crash(&mut self, now: Instant, ran: Duration, jitter: f64) -> CrashDecision {
+        if ran >= STABLE_AFTER {
+            self.next_delay = BACKOFF_INITIAL;
+        }
+        self.recent.push_back(now);
+        while let Some(first) = self.recent.front() {
+            if now.duration_since(*first) > CRASH_WINDOW {
+                self.recent.pop_front();
+            } else {
+                break;
+            }
+        }
+        if self.recent.len() >= CRASH_LIMIT {
+            self.recent.clear();
+            self.next_delay = BACKOFF_INITIAL;
+            return CrashDecision::BreakerOpen(BREAKER_COOLDOWN);
+        }
+        let delay = self.next_delay.mul_f64(1.0 + 0.1 * jitter.clamp(0.0, 1.0));
+        self.next_delay = (self.next_delay * 2).min(BACKOFF_MAX);
+        CrashDecision::RestartIn(delay)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let mut p = CrashPolicy::default();
+        let t0 = Instant::now();
+        let mut delays = Vec::new();
+        for i in 0..4 {
+            // Crashes far apart in time: the breaker never trips.
+            let now = t0 + CRASH_WINDOW * (2 * i + 1);
+            match p.on_crash(now, Duration::ZERO, 0.0) {
+                CrashDecision::RestartIn(d) => delays.push(d),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(delays[0], BACKOFF_INITIAL);
+        assert_eq!(delays[1], BACKOFF_INITIAL * 2);
+        assert_eq!(delays[3], BACKOFF_INITIAL * 8);
+        for _ in 0..20 {
+            p.next_delay = (p.next_delay * 2).min(BACKOFF_MAX);
+        }
+        assert_eq!(p.next_delay, BACKOFF_MAX);
+    }
+
+    #[test]
+    fn stable_run_resets_backoff() {
+        let mut p = CrashPolicy::default();
+        let t0 = Instant::now();
+        p.on_crash(t0, Duration::ZERO, 0.0);
+        p.on_crash(t0 + CRASH_WINDOW * 2, Duration::ZERO, 0.0);
+        let d = p.on_crash(t0 + CRASH_WINDOW * 4, STABLE_AFTER, 0.0);
+        assert_eq!(d, CrashDecision::RestartIn(BACKOFF_INITIAL));
+    }
+
+    #[test]
+    fn breaker_trips_after_limit_in_window() {
+        let mut p = CrashPolicy::default();
+        let t0 = Instant::now();
+        for i in 0..CRASH_LIMIT - 1 {
+            let d = p.on_crash(t0 + Duration::from_millis(i as u64), Duration::ZERO, 0.5);
+            assert!(matches!(d, CrashDecision::RestartIn(_)));
+        }
+        let d = p.on_crash(t0 + Duration::from_millis(10), Duration::ZERO, 0.5);
+        assert_eq!(d, CrashDecision::BreakerOpen(BREAKER_COOLDOWN));
+    }
+}

@@ -1,0 +1,254 @@
+//! System helpers for the tests: free ports, process liveness (zombies count as dead), finding
+//! the processes of one ck instance, CPU pinning, temporary directories and bounded polling.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// A TCP port that was free a moment ago: bind `127.0.0.1:0`, read the port, drop the listener.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("binding 127.0.0.1:0 to find a free port")
+        .port()
+}
+
+/// Whether `0.0.0.0:port` can be bound right now by a plain listener (no `SO_REUSEPORT`).
+pub fn port_bindable(port: u16) -> bool {
+    TcpListener::bind(("0.0.0.0", port)).is_ok()
+}
+
+/// Whether `pid` names a live process. A zombie (state `Z`/`X`) is dead: it runs no code and
+/// holds no socket, it only waits for its parent (or init) to reap it.
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    if kill(Pid::from_raw(raw), None).is_err() {
+        return false;
+    }
+    match proc_stat(pid) {
+        Some(stat) => !matches!(stat.state, 'Z' | 'X'),
+        // Gone between the two looks.
+        None => false,
+    }
+}
+
+/// The few fields of `/proc/<pid>/stat` the tests need.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcStat {
+    /// Process state letter (`R`, `S`, `T`, `Z`, ...).
+    pub state: char,
+    /// Parent pid.
+    pub ppid: u32,
+    /// Process group id.
+    pub pgid: u32,
+}
+
+/// Reads `/proc/<pid>/stat`; `None` when the process is gone.
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: parse after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgid = fields.next()?.parse().ok()?;
+    Some(ProcStat { state, ppid, pgid })
+}
+
+/// Every pid currently listed in `/proc`.
+fn all_pids() -> Vec<u32> {
+    fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Live processes whose parent is `ppid`.
+pub fn children_of(ppid: u32) -> Vec<u32> {
+    all_pids()
+        .into_iter()
+        .filter(|pid| {
+            proc_stat(*pid).is_some_and(|s| s.ppid == ppid && !matches!(s.state, 'Z' | 'X'))
+        })
+        .collect()
+}
+
+/// Live processes started by ck instance `name`: their environment holds the
+/// `NOTIFY_SOCKET=@ck/<name>/...` that ck gives each worker. Still true after ck itself died.
+pub fn instance_processes(name: &str) -> Vec<u32> {
+    let needle = format!("NOTIFY_SOCKET=@ck/{name}/");
+    all_pids()
+        .into_iter()
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|var| var.starts_with(needle.as_bytes()))
+            })
+        })
+        .filter(|pid| pid_alive(*pid))
+        .collect()
+}
+
+/// SIGKILLs `pid` and, when it leads its own process group (ck starts every worker in its own
+/// group), that whole group. Errors (already gone) are ignored.
+pub fn kill_hard(pid: u32) {
+    let Ok(raw) = i32::try_from(pid) else { return };
+    if proc_stat(pid).is_some_and(|s| s.pgid == pid) {
+        let _ = kill(Pid::from_raw(-raw), Signal::SIGKILL);
+    }
+    let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
+}
+
+/// Sends `signal` to `pid`, panicking when that fails.
+pub fn signal(pid: u32, signal: Signal) {
+    let raw = i32::try_from(pid).expect("pid fits in i32");
+    kill(Pid::from_raw(raw), signal).unwrap_or_else(|e| panic!("kill({pid}, {signal}): {e}"));
+}
+
+/// Polls `check` every `interval` until it returns `true` (then `true`) or `timeout` passes
+/// (then `false`). `check` runs at least once.
+pub fn poll_until(timeout: Duration, interval: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(interval);
+    }
+}
+
+/// Waits until every pid in `pids` is dead; returns those still alive after `timeout`.
+pub fn wait_all_dead(pids: &BTreeSet<u32>, timeout: Duration) -> Vec<u32> {
+    let mut alive: Vec<u32> = Vec::new();
+    poll_until(timeout, Duration::from_millis(20), || {
+        alive = pids.iter().copied().filter(|p| pid_alive(*p)).collect();
+        alive.is_empty()
+    });
+    alive
+}
+
+/// The first CPU this thread may run on.
+pub fn first_allowed_cpu() -> usize {
+    let set = sched_getaffinity(Pid::from_raw(0)).expect("sched_getaffinity");
+    (0..CpuSet::count())
+        .find(|cpu| set.is_set(*cpu).unwrap_or(false))
+        .expect("this thread may run on some CPU")
+}
+
+/// Runs `work` on a new thread pinned to one CPU and returns its result. ck's round-robin
+/// cursor is per CPU, and a loopback SYN is processed on the CPU of the thread that sends it, so
+/// connections opened from one pinned thread walk one cursor: the spread is exact.
+pub fn on_one_cpu<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    let cpu = first_allowed_cpu();
+    std::thread::spawn(move || {
+        let mut set = CpuSet::new();
+        set.set(cpu).expect("CPU index in range");
+        sched_setaffinity(Pid::from_raw(0), &set).expect("pinning the client thread to one CPU");
+        work()
+    })
+    .join()
+    .expect("the pinned client thread panicked")
+}
+
+/// Runs `cmd` (stdout and stderr captured) and waits at most `timeout` for it; on timeout the
+/// process is killed and `None` returned.
+pub fn output_within(cmd: &mut Command, timeout: Duration) -> Option<Output> {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
+    wait_output(child, timeout)
+}
+
+/// Waits at most `timeout` for `child` and collects its output (its pipes are read on
+/// threads so a chatty child cannot block); kills it and returns `None` on timeout.
+pub fn wait_output(mut child: Child, timeout: Duration) -> Option<Output> {
+    use std::io::Read as _;
+    let read_all = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    use std::io::Read;
+    let out = read_all(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err = read_all(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let mut status = None;
+    poll_until(timeout, Duration::from_millis(10), || {
+        status = child.try_wait().ok().flatten();
+        status.is_some()
+    });
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    };
+    Some(Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+/// A directory under the system temp dir, removed (with its contents) on drop.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates a fresh directory whose name starts with `prefix`.
+    pub fn new(prefix: &str) -> TempDir {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("ck-tests-{prefix}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+        TempDir { path }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `contents` to `file` inside the directory, with mode 0755 when `executable`
+    /// (else 0644), and returns the file's path.
+    pub fn write(&self, file: &str, contents: &str, executable: bool) -> PathBuf {
+        let path = self.path.join(file);
+        fs::write(&path, contents).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        let mode = if executable { 0o755 } else { 0o644 };
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}

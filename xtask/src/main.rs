@@ -1,0 +1,253 @@
+//! `cargo xtask`: developer tasks for ck — `build`, `run` and `test`.
+//!
+//! Every task first runs [`toolchain::ensure`], which installs what building the BPF program
+//! needs (nightly + rust-src, LLVM 22, bpf-linker, bpftool) and mounts the bpffs, printing one
+//! `xtask: ...` line per thing it actually does.
+
+mod cmd;
+mod toolchain;
+
+use std::env;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{self, Command};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use clap::{Parser, Subcommand};
+
+use crate::toolchain::Bpffs;
+
+/// The message for a non-root user without sudo who wants to load the BPF program.
+const NEED_ROOT: &str = "ck needs root (CAP_BPF, CAP_NET_ADMIN) to load its BPF program: \
+                         run as root, or pass --no-bpf";
+
+/// Developer tasks for ck.
+#[derive(Parser, Debug)]
+#[command(
+    name = "xtask",
+    bin_name = "cargo xtask",
+    about = "Developer tasks for ck"
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand, Debug)]
+enum Task {
+    /// Set up the toolchain and build the `ck` binary (with its embedded BPF program).
+    Build {
+        /// Build with the release profile.
+        #[arg(long)]
+        release: bool,
+    },
+    /// Build `ck` and run `ck run ARGS...`, as root (through `sudo -E` if needed).
+    Run {
+        /// Build and run the release binary.
+        #[arg(long)]
+        release: bool,
+        /// Arguments for `ck run` (put them after `--`); `--no-bpf` runs without root.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+    /// Build `ck` and run `cargo test --workspace --exclude ck-ebpf ARGS...` as root.
+    Test {
+        /// Extra arguments for `cargo test` (put them after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(err) = dispatch(cli.task) {
+        // `{:#}` prints the context chain on one line, without a backtrace.
+        eprintln!("error: {err:#}");
+        process::exit(1);
+    }
+}
+
+/// Runs one task; `run` and `test` only return on failure (they exec or exit).
+fn dispatch(task: Task) -> Result<()> {
+    match task {
+        Task::Build { release } => {
+            toolchain::ensure(Bpffs::Optional)?;
+            build(release).map(drop)
+        }
+        Task::Run { release, args } => run(release, args),
+        Task::Test { args } => test(args),
+    }
+}
+
+/// How a task that needs root gets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Privilege {
+    /// Already root, or root is not needed.
+    AsIs,
+    /// Not root, but `sudo` is available.
+    Sudo,
+}
+
+/// Decides how to get root, failing with `why` when we are not root and have no sudo.
+fn privilege(needs_root: bool, why: &str) -> Result<Privilege> {
+    if !needs_root || cmd::is_root() {
+        Ok(Privilege::AsIs)
+    } else if cmd::find_program("sudo", &[]).is_some() {
+        Ok(Privilege::Sudo)
+    } else {
+        bail!("{why}")
+    }
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn workspace_root() -> Result<&'static Path> {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or_else(|| anyhow!("xtask's manifest dir has no parent"))
+}
+
+/// The cargo target directory: `$CARGO_TARGET_DIR` (made absolute) or `<workspace>/target`.
+fn target_dir() -> Result<PathBuf> {
+    match env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                Ok(dir)
+            } else {
+                Ok(env::current_dir()
+                    .context("reading the current directory")?
+                    .join(dir))
+            }
+        }
+        None => Ok(workspace_root()?.join("target")),
+    }
+}
+
+/// A `cargo` command run in the workspace root with the target dir pinned to [`target_dir`].
+fn workspace_cargo() -> Result<Command> {
+    let mut cargo = cmd::cargo();
+    cargo
+        .current_dir(workspace_root()?)
+        .env("CARGO_TARGET_DIR", target_dir()?);
+    Ok(cargo)
+}
+
+/// `cargo build [--release] -p ck-userspace --bin ck`; returns the path of the binary.
+fn build(release: bool) -> Result<PathBuf> {
+    let mut cargo = workspace_cargo()?;
+    cargo.arg("build");
+    if release {
+        cargo.arg("--release");
+    }
+    cargo.args(["-p", "ck-userspace", "--bin", "ck"]);
+    cmd::run(
+        &mut cargo,
+        "see the compiler output above; `cargo xtask build` sets up nightly, rust-src, \
+         llvm-22-dev and bpf-linker",
+    )?;
+    let profile = if release { "release" } else { "debug" };
+    Ok(target_dir()?.join(profile).join("ck"))
+}
+
+/// `cargo xtask run`: set up, build, then replace this process with `ck run ARGS...`.
+fn run(release: bool, args: Vec<OsString>) -> Result<()> {
+    let no_bpf = args.iter().any(|a| a == "--no-bpf");
+    let privilege = privilege(!no_bpf, NEED_ROOT)?;
+    toolchain::ensure(if no_bpf {
+        Bpffs::Optional
+    } else {
+        Bpffs::Required
+    })?;
+    let bin = build(release)?;
+
+    let mut ck = match privilege {
+        Privilege::AsIs => cmd::command(&bin),
+        Privilege::Sudo => {
+            let mut sudo = cmd::command("sudo");
+            sudo.arg("-E").arg(&bin);
+            sudo
+        }
+    };
+    ck.arg("run").args(&args);
+    // exec only returns on failure; on success ck takes over our pid, so signals go to it.
+    let err = ck.exec();
+    Err(err).with_context(|| format!("could not exec `{}`", cmd::describe(&ck)))
+}
+
+/// `cargo xtask test`: set up, build ck, then run the workspace tests (test binaries as root).
+fn test(args: Vec<OsString>) -> Result<()> {
+    let privilege = privilege(
+        true,
+        "the integration tests need root (CAP_BPF, CAP_NET_ADMIN) to load ck's BPF program: \
+         run `cargo xtask test` as root, or install sudo",
+    )?;
+    toolchain::ensure(Bpffs::Required)?;
+    build(false)?;
+
+    let mut cargo = workspace_cargo()?;
+    cargo.arg("test");
+    if privilege == Privilege::Sudo {
+        // Build as the user and run only the test binaries as root, so target/ stays ours.
+        cargo.args(["--config", r#"target.'cfg(all())'.runner = ["sudo", "-E"]"#]);
+    }
+    cargo
+        .args(["--workspace", "--exclude", "ck-ebpf"])
+        .args(&args);
+    let status = cargo
+        .status()
+        .with_context(|| format!("could not start `{}`", cmd::describe(&cargo)))?;
+    process::exit(cmd::exit_code(status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_passes_args_after_double_dash() {
+        let cli = Cli::try_parse_from(["xtask", "run", "--release", "--", "--no-bpf", "-c", "x"])
+            .unwrap();
+        match cli.task {
+            Task::Run { release, args } => {
+                assert!(release);
+                assert_eq!(args, ["--no-bpf", "-c", "x"]);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn run_accepts_ck_flags_without_double_dash() {
+        let cli = Cli::try_parse_from(["xtask", "run", "--no-bpf", "--workers", "4"]).unwrap();
+        match cli.task {
+            Task::Run { release, args } => {
+                assert!(!release);
+                assert_eq!(args, ["--no-bpf", "--workers", "4"]);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn test_passes_nested_double_dash_to_cargo() {
+        let cli =
+            Cli::try_parse_from(["xtask", "test", "--", "-p", "ck-tests", "--", "--nocapture"])
+                .unwrap();
+        match cli.task {
+            Task::Test { args } => assert_eq!(args, ["-p", "ck-tests", "--", "--nocapture"]),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn workspace_root_has_manifest() {
+        assert!(workspace_root().unwrap().join("Cargo.toml").is_file());
+    }
+}
