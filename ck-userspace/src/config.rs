@@ -23,9 +23,6 @@ pub enum ConfigError {
         "invalid --name {0:?}: use 1 to 48 characters from a-z, A-Z, 0-9, '-' and '_' (no dots: bpffs refuses them)"
     )]
     BadName(String),
-    /// Nothing to listen on.
-    #[error("nothing to listen on: pass --port PORT or --listen tcp://HOST:PORT")]
-    NoListen,
     /// Two listen options name the same address.
     #[error("{0} is given twice; list each address once")]
     DuplicateListen(ListenAddr),
@@ -180,7 +177,11 @@ pub fn validate_name(name: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// Combines `--port` and `--listen` into the list of groups, refusing duplicates.
+/// Port used when neither `--port` nor `--listen` is given.
+pub const DEFAULT_PORT: u16 = 8080;
+
+/// Combines `--port` and `--listen` into the list of groups, refusing duplicates; with neither,
+/// the one group is `tcp://0.0.0.0:8080`.
 pub fn listen_addrs(ports: &[u16], listen: &[ListenAddr]) -> Result<Vec<ListenAddr>, ConfigError> {
     let mut all: Vec<ListenAddr> = Vec::new();
     for addr in ports
@@ -197,7 +198,7 @@ pub fn listen_addrs(ports: &[u16], listen: &[ListenAddr]) -> Result<Vec<ListenAd
         all.push(addr);
     }
     if all.is_empty() {
-        return Err(ConfigError::NoListen);
+        all.push(ListenAddr::tcp4_any(DEFAULT_PORT));
     }
     Ok(all)
 }
@@ -280,8 +281,11 @@ mod tests {
     }
 
     #[test]
-    fn listen_list_refuses_duplicates_and_empty() {
-        assert!(matches!(listen_addrs(&[], &[]), Err(ConfigError::NoListen)));
+    fn listen_list_refuses_duplicates_and_defaults_to_8080() {
+        assert_eq!(
+            listen_addrs(&[], &[]).unwrap(),
+            vec![ListenAddr::tcp4_any(DEFAULT_PORT)]
+        );
         let dup = listen_addrs(&[8080], &["tcp://0.0.0.0:8080".parse().unwrap()]);
         assert!(matches!(dup, Err(ConfigError::DuplicateListen(_))));
         assert_eq!(listen_addrs(&[1, 2], &[]).unwrap().len(), 2);

@@ -72,7 +72,7 @@ struct Target {
 
 #[derive(Args)]
 struct RunArgs {
-    /// TCP port to listen on, on 0.0.0.0 (repeatable).
+    /// TCP port to listen on, on 0.0.0.0 (repeatable; default 8080 when no --listen either).
     #[arg(short, long = "port", value_name = "PORT")]
     ports: Vec<u16>,
     /// Listen address such as tcp://[::]:8080 or tcp://127.0.0.1:8080 (repeatable).

@@ -1,1 +1,60 @@
-//! Test harness.
+//! Harness for ck's integration tests (`tests/tests/*.rs`): start a `ck run` instance on a free
+//! port under a name of its own ([`ck::Ck`]), talk HTTP to its demo workers ([`http`]), and
+//! inspect processes, ports and CPUs ([`sys`]).
+//!
+//! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
+//! BPF programs and pin maps under `/sys/fs/bpf/ck/`. `cargo xtask test` builds ck and runs
+//! them. Every test uses its own port and `--name`, so they can run in parallel.
+
+pub mod ck;
+pub mod http;
+pub mod sys;
+
+use std::time::Duration;
+
+pub use ck::{Ck, SlotStatus, Status, ck_bin};
+pub use http::{Answer, Failure, KeepAlive, Tally, burst, burst_pinned, get_new_conn, local};
+
+/// How long a fleet gets to become ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The instance name for a test: `t-<what>-<port>` (unique while the port is in use).
+pub fn instance_name(what: &str, port: u16) -> String {
+    format!("t-{what}-{port}")
+}
+
+/// Starts `ck run --name t-<what>-<port> --port <port> ARGS...` on a free port and returns it
+/// with the port. `args` may end with `--` and an APP.
+pub fn start(what: &str, args: &[&str]) -> (Ck, u16) {
+    let port = sys::free_port();
+    let name = instance_name(what, port);
+    let port_text = port.to_string();
+    let mut all = vec!["--port", port_text.as_str()];
+    all.extend_from_slice(args);
+    (Ck::start(&name, &all), port)
+}
+
+/// Starts like [`start`] and waits until `workers` slots are ready (`-w <workers>` is added).
+pub fn start_ready(what: &str, workers: usize, args: &[&str]) -> (Ck, u16, Status) {
+    let w = workers.to_string();
+    let mut all = vec!["-w", w.as_str()];
+    all.extend_from_slice(args);
+    let (mut ck, port) = start(what, &all);
+    let status = ck.wait_ready(workers, READY_TIMEOUT);
+    (ck, port, status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_valid_ck_names() {
+        let name = instance_name("spread-round-robin", 65535);
+        assert!(name.len() <= 48);
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        );
+    }
+}

@@ -3,11 +3,13 @@
 
 use std::collections::BTreeSet;
 use std::fs;
+use std::io::Read;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
@@ -183,19 +185,8 @@ pub fn output_within(cmd: &mut Command, timeout: Duration) -> Option<Output> {
 /// Waits at most `timeout` for `child` and collects its output (its pipes are read on
 /// threads so a chatty child cannot block); kills it and returns `None` on timeout.
 pub fn wait_output(mut child: Child, timeout: Duration) -> Option<Output> {
-    use std::io::Read as _;
-    let read_all = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    use std::io::Read;
-    let out = read_all(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = read_all(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let out = read_on_thread(child.stdout.take());
+    let err = read_on_thread(child.stderr.take());
     let mut status = None;
     poll_until(timeout, Duration::from_millis(10), || {
         status = child.try_wait().ok().flatten();
@@ -210,6 +201,17 @@ pub fn wait_output(mut child: Child, timeout: Duration) -> Option<Output> {
         status,
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
+    })
+}
+
+/// Reads `pipe` to its end on a new thread.
+fn read_on_thread<R: Read + Send + 'static>(pipe: Option<R>) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut buf);
+        }
+        buf
     })
 }
 

@@ -118,24 +118,18 @@ struct Server {
 impl Server {
     async fn start() -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        Server::start_on(listener, watch::channel(false))
+        Server::start_on(listener, false)
     }
 
-    fn start_on(
-        listener: TcpListener,
-        channel: (watch::Sender<bool>, watch::Receiver<bool>),
-    ) -> Server {
+    fn start_on(listener: TcpListener, stopped: bool) -> Server {
         let addr = listener.local_addr().unwrap();
+        let (stop, stop_rx) = watch::channel(stopped);
         let identity = Identity {
             slot: "7".into(),
             pid: 1234,
         };
-        let task = tokio::spawn(serve(vec![listener], identity, channel.1));
-        Server {
-            addr,
-            stop: channel.0,
-            task,
-        }
+        let task = tokio::spawn(serve(vec![listener], identity, stop_rx));
+        Server { addr, stop, task }
     }
 
     async fn finished(self) {
@@ -281,8 +275,7 @@ async fn shutdown_drains_connections_queued_on_the_listener() {
     let mut queued = Client::connect(addr).await;
     queued.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
     let mut slow = Client::connect(addr).await;
-    let (stop, stop_rx) = watch::channel(true);
-    let server = Server::start_on(listener, (stop, stop_rx));
+    let server = Server::start_on(listener, true);
     // Accepted during the drain, before it sent anything: its first request is still served.
     tokio::time::sleep(Duration::from_millis(20)).await;
     slow.send("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").await;
@@ -304,10 +297,9 @@ async fn shutdown_drains_connections_queued_on_the_listener() {
 /// `run` in a child process given its socket, slot and notify socket the way `ck run` does
 /// (bash's `$$` is the pid that `exec` keeps): boots, reports READY after `--ready-after`,
 /// serves, and on SIGTERM reports STOPPING, closes idle connections and exits 0.
-#[test]
-fn run_speaks_the_worker_protocol() {
+#[tokio::test]
+async fn run_speaks_the_worker_protocol() {
     use nix::fcntl::{FcntlArg, FdFlag, fcntl};
-    use std::io::{Read, Write};
     use std::os::{linux::net::SocketAddrExt, unix::net};
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -328,7 +320,7 @@ fn run_speaks_the_worker_protocol() {
     let test = concat!(module_path!(), "::child_runs_demo_worker");
     let test = test.split_once("::").map_or(test, |(_, rest)| rest);
     let started = Instant::now();
-    let child = std::process::Command::new("bash")
+    let mut child = Reap(std::process::Command::new("bash")
         .arg("-c")
         .arg(r#"exec 3<&"$CK_TEST_FD" && LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=http exec "$0" "$@""#)
         .arg(std::env::current_exe().unwrap())
@@ -337,11 +329,11 @@ fn run_speaks_the_worker_protocol() {
         .env("CK_TEST_DEMO_CHILD", "1")
         .env("CK_SLOT", "3")
         .env("NOTIFY_SOCKET", format!("@{name}"))
-        .stdout(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap();
-    let pid = child.id();
+        .unwrap());
+    let pid = child.0.id();
 
     assert_eq!(next_message(), "STATUS=booting");
     assert_eq!(next_message(), "READY=1\nSTATUS=serving");
@@ -350,48 +342,40 @@ fn run_speaks_the_worker_protocol() {
         "READY before --ready-after"
     );
 
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-        .unwrap();
-    let mut buf = Vec::new();
-    let response = loop {
-        if let Some(response) = take_response(&mut buf, false) {
-            break response;
-        }
-        let mut chunk = [0; 1024];
-        let n = stream.read(&mut chunk).unwrap();
-        assert!(n > 0, "EOF before the response");
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    assert_eq!(response.body, format!("slot=3 pid={pid}\n"));
+    let mut client = Client::connect(addr).await;
+    assert_eq!(client.get("/").await.body, format!("slot=3 pid={pid}\n"));
 
     let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     assert_eq!(next_message(), "STOPPING=1");
-    assert_eq!(
-        stream.read(&mut [0; 16]).unwrap(),
-        0,
-        "idle connection left open"
-    );
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
-            "demo worker slot=3 pid={pid} listening on {addr}\n"
-        )),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains(&format!(
-            "demo worker slot=3 pid={pid} stopping on SIGTERM\n"
-        )),
-        "{stderr}"
-    );
+    client.expect_eof().await;
+    let status = within("worker to exit", async {
+        loop {
+            match child.0.try_wait().unwrap() {
+                Some(status) => break status,
+                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    })
+    .await;
+    let mut stderr = String::new();
+    let mut pipe = child.0.stderr.take().unwrap();
+    std::io::Read::read_to_string(&mut pipe, &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    for event in [format!("listening on {addr}"), "stopping on SIGTERM".into()] {
+        let line = format!("demo worker slot=3 pid={pid} {event}\n");
+        assert!(stderr.contains(&line), "{stderr}");
+    }
+}
+
+/// Kills and reaps the worker if the test fails before it exits.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The child half of [`run_speaks_the_worker_protocol`]; does nothing when run by hand.

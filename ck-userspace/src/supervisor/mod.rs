@@ -247,15 +247,15 @@ impl Supervisor {
                 kind,
             } => self.on_timer(slot, generation, kind),
             Event::Signal(name) => {
-                if self.stopping {
-                    tracing::warn!(
-                        signal = name,
-                        "second stop request: killing every worker now"
-                    );
-                    self.kill_all();
-                } else {
+                if !self.stopping {
                     tracing::info!(signal = name, "stopping: draining every worker");
                     self.begin_shutdown(name);
+                } else if name == "SIGINT" {
+                    // A second Ctrl-C: the person at the terminal does not want to wait.
+                    tracing::warn!(signal = name, "second interrupt: killing every worker now");
+                    self.kill_all();
+                } else {
+                    tracing::info!(signal = name, "already stopping; send SIGINT again to kill now");
                 }
             }
         }

@@ -1,0 +1,387 @@
+//! Running `ck` under test: the binary's path, a supervised `ck run` instance ([`Ck`]) with its
+//! log captured to a file, its `ck status --json` report, control commands, and a clean-up on
+//! drop that leaves no process, pin or run-time file behind even when the test panicked.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde::Deserialize;
+
+use crate::sys::{self, TempDir};
+
+/// How long one `ck status`/`drain`/... call may take before the test gives up on it.
+const CTL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Path of the `ck` binary: `$CK_BIN`, else `target/debug/ck` of this workspace.
+///
+/// # Panics
+/// When the binary does not exist (it is built by `cargo xtask test`, not by `cargo test`).
+pub fn ck_bin() -> PathBuf {
+    let path = match std::env::var_os("CK_BIN").filter(|p| !p.is_empty()) {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let target = option_env!("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+            target.join("debug").join("ck")
+        }
+    };
+    assert!(
+        path.is_file(),
+        "{} does not exist: run `cargo xtask test` (it builds ck first), or \
+         `cargo build -p ck-userspace --bin ck`, or set CK_BIN",
+        path.display()
+    );
+    path
+}
+
+/// A `ck` command (no arguments yet).
+pub fn ck_command() -> Command {
+    let mut cmd = Command::new(ck_bin());
+    // Plain log lines (no ANSI colours) so that the tests can search them.
+    cmd.env_remove("CK_LOG")
+        .env_remove("CK_RUN_DIR")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+/// Runs `ck ARGS` to completion (at most 20 s) and returns its output.
+///
+/// # Panics
+/// When it does not exit in time (it is killed first).
+pub fn ck_output(args: &[&str]) -> Output {
+    sys::output_within(ck_command().args(args), Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("`ck {}` did not exit within 20 s", args.join(" ")))
+}
+
+/// Pin directory of instance `name`.
+pub fn pins_dir(name: &str) -> PathBuf {
+    PathBuf::from("/sys/fs/bpf/ck").join(name)
+}
+
+/// Control socket of instance `name`.
+pub fn control_socket(name: &str) -> PathBuf {
+    PathBuf::from(format!("/run/ck/{name}.sock"))
+}
+
+/// Lock file of instance `name`.
+pub fn lock_file(name: &str) -> PathBuf {
+    PathBuf::from(format!("/run/ck/{name}.lock"))
+}
+
+/// Removes whatever instance `name` may have left: pins, control socket, lock file.
+pub fn remove_leftovers(name: &str) {
+    let _ = fs::remove_dir_all(pins_dir(name));
+    let _ = fs::remove_file(control_socket(name));
+    let _ = fs::remove_file(lock_file(name));
+}
+
+/// `ck status --json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Status {
+    /// Instance name.
+    pub name: String,
+    /// Supervisor pid.
+    pub pid: u32,
+    /// Whether BPF steering is on.
+    pub bpf: bool,
+    /// `hash` or `round-robin`.
+    pub policy: String,
+    /// Listen groups (`tcp4-8080`).
+    pub groups: Vec<String>,
+    /// Pin directory, when BPF is on.
+    pub pins: Option<String>,
+    /// Slots in the active set.
+    pub active: Vec<u32>,
+    /// Connections dropped for want of a slot.
+    pub dropped: u64,
+    /// Whether ck is stopping.
+    pub stopping: bool,
+    /// Every slot.
+    pub slots: Vec<SlotStatus>,
+}
+
+/// One slot of [`Status`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct SlotStatus {
+    /// Slot index.
+    pub slot: u32,
+    /// Worker pid.
+    pub pid: Option<u32>,
+    /// `starting`, `ready`, `draining`, `stopping`, `restarting`, `broken` or `stopped`.
+    pub state: String,
+    /// Held out by `ck drain`.
+    pub drained: bool,
+    /// Restarts so far.
+    pub restarts: u32,
+    /// Worker generation.
+    pub generation: u32,
+    /// Connections the program sent here.
+    pub selected: u64,
+    /// Of those, sent while nothing was ready.
+    pub fallbacks: u64,
+    /// Requests migrated here from a closing listener.
+    pub migrated: u64,
+    /// How the last worker ended.
+    pub last_exit: Option<String>,
+    /// The worker's `STATUS=` text.
+    pub status: Option<String>,
+}
+
+impl Status {
+    /// Slot `index`.
+    ///
+    /// # Panics
+    /// When there is no such slot.
+    pub fn slot(&self, index: u32) -> &SlotStatus {
+        self.slots
+            .iter()
+            .find(|s| s.slot == index)
+            .unwrap_or_else(|| panic!("no slot {index} in {self:#?}"))
+    }
+
+    /// Number of slots in state `ready`.
+    pub fn ready_count(&self) -> usize {
+        self.slots.iter().filter(|s| s.state == "ready").count()
+    }
+
+    /// Pids of every live worker.
+    pub fn worker_pids(&self) -> BTreeSet<u32> {
+        self.slots.iter().filter_map(|s| s.pid).collect()
+    }
+
+    /// Sum of `migrated` over the slots.
+    pub fn migrated(&self) -> u64 {
+        self.slots.iter().map(|s| s.migrated).sum()
+    }
+}
+
+/// A running `ck run --name NAME ...`, killed with all its workers (and its leftovers removed)
+/// on drop. When the test is panicking, the drop prints ck's log.
+#[derive(Debug)]
+pub struct Ck {
+    name: String,
+    child: Child,
+    exited: Option<ExitStatus>,
+    log: PathBuf,
+    _dir: TempDir,
+}
+
+impl Ck {
+    /// Starts `ck run --name NAME ARGS...` with stdout and stderr going to a log file.
+    pub fn start(name: &str, args: &[&str]) -> Ck {
+        let dir = TempDir::new(name);
+        let log = dir.path().join("ck.log");
+        let file = File::create(&log).expect("creating the ck log file");
+        let file2 = file.try_clone().expect("cloning the log file handle");
+        let child = ck_command()
+            .arg("run")
+            .args(["--name", name])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file2)
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", ck_bin().display()));
+        Ck {
+            name: name.to_string(),
+            child,
+            exited: None,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// The instance name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The supervisor's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything ck (and its workers) wrote to stdout and stderr so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the supervisor has exited (and its exit status, once known).
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().ok().flatten();
+        }
+        self.exited
+    }
+
+    /// `ck status --name NAME --json`, or the reason it failed.
+    pub fn try_status(&self) -> Result<Status, String> {
+        let out = sys::output_within(
+            ck_command().args(["status", "--name", &self.name, "--json"]),
+            CTL_TIMEOUT,
+        )
+        .ok_or_else(|| "`ck status` timed out".to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "`ck status` failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| {
+            format!(
+                "`ck status --json` printed something unexpected ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// `ck status --name NAME --json`.
+    ///
+    /// # Panics
+    /// When it fails (the message includes ck's log).
+    pub fn status(&self) -> Status {
+        self.try_status()
+            .unwrap_or_else(|e| panic!("{e}\n--- ck log ---\n{}", self.log()))
+    }
+
+    /// Polls the status until `done` holds for it and returns that status.
+    ///
+    /// # Panics
+    /// After `timeout`, or when ck exits meanwhile, with the last status and ck's log.
+    pub fn wait_status(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut done: impl FnMut(&Status) -> bool,
+    ) -> Status {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::from("no status yet");
+        loop {
+            if let Some(code) = self.try_exit() {
+                panic!(
+                    "ck exited ({code}) while waiting for {what}; last status: {last}\n\
+                     --- ck log ---\n{}",
+                    self.log()
+                );
+            }
+            match self.try_status() {
+                Ok(status) if done(&status) => return status,
+                Ok(status) => last = format!("{status:#?}"),
+                Err(e) => last = e,
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}; last status: {last}\n\
+                     --- ck log ---\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until at least `n` slots are `ready` and returns that status.
+    pub fn wait_ready(&mut self, n: usize, timeout: Duration) -> Status {
+        self.wait_status(&format!("{n} ready slot(s)"), timeout, |s| {
+            s.ready_count() >= n
+        })
+    }
+
+    /// Runs `ck ARGS... --name NAME` (e.g. `&["drain", "1"]`) and returns its output.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        sys::output_within(
+            ck_command().args(args).args(["--name", &self.name]),
+            CTL_TIMEOUT,
+        )
+        .unwrap_or_else(|| panic!("`ck {}` timed out", args.join(" ")))
+    }
+
+    /// Like [`Ck::ctl`], panicking (with the output and ck's log) unless it exits 0.
+    pub fn ctl_ok(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(
+            out.status.success(),
+            "`ck {}` failed ({}): {}{}\n--- ck log ---\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Sends SIGTERM to the supervisor.
+    pub fn sigterm(&self) {
+        sys::signal(self.pid(), Signal::SIGTERM);
+    }
+
+    /// Waits for the supervisor to exit and returns its status.
+    ///
+    /// # Panics
+    /// After `timeout` (with ck's log).
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let mut status = None;
+        sys::poll_until(timeout, Duration::from_millis(20), || {
+            status = self.try_exit();
+            status.is_some()
+        });
+        status.unwrap_or_else(|| {
+            panic!(
+                "ck did not exit within {timeout:?}\n--- ck log ---\n{}",
+                self.log()
+            )
+        })
+    }
+
+    /// SIGKILLs the supervisor alone (a crash) and reaps it; its workers are left to their
+    /// `PDEATHSIG`.
+    pub fn kill_supervisor(&mut self) -> ExitStatus {
+        sys::signal(self.pid(), Signal::SIGKILL);
+        self.wait_exit(Duration::from_secs(10))
+    }
+
+    /// Kills the supervisor and every process of the instance, and reaps the supervisor.
+    fn kill_everything(&mut self) {
+        let ck = self.pid();
+        if self.try_exit().is_none() {
+            // Freeze ck so that it restarts nothing while its workers are killed.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(ck as i32),
+                Signal::SIGSTOP,
+            );
+            for pid in sys::children_of(ck) {
+                sys::kill_hard(pid);
+            }
+        }
+        for pid in sys::instance_processes(&self.name) {
+            sys::kill_hard(pid);
+        }
+        if self.try_exit().is_none() {
+            let _ = self.child.kill();
+            self.exited = self.child.wait().ok();
+        }
+        // Workers killed above (or by PDEATHSIG) may take a moment to go.
+        let rest: BTreeSet<u32> = sys::instance_processes(&self.name).into_iter().collect();
+        for pid in &rest {
+            sys::kill_hard(*pid);
+        }
+        sys::wait_all_dead(&rest, Duration::from_secs(5));
+    }
+}
+
+impl Drop for Ck {
+    fn drop(&mut self) {
+        self.kill_everything();
+        remove_leftovers(&self.name);
+        if std::thread::panicking() {
+            eprintln!("--- ck log of {} ---\n{}", self.name, self.log());
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! A small blocking HTTP/1.1 client for the demo worker: one request per fresh connection,
+//! keep-alive connections, requests sent now and read later, and tallies of who answered.
+//!
+//! Every socket operation has a 5 s timeout; failures are classified (refused, reset, timeout,
+//! EOF, other) so tests can count them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{self, Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// Timeout of every connect, read and write.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Who answered `GET /`: the body `slot=<slot> pid=<pid>\n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Answer {
+    /// The worker's slot.
+    pub slot: u32,
+    /// The worker's pid.
+    pub pid: u32,
+}
+
+/// Why a request got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Failure {
+    /// The connection was refused (nothing listening, or the SYN was dropped as refused).
+    Refused,
+    /// The connection was reset (or the pipe broke) before the whole answer arrived.
+    Reset,
+    /// Connect, read or write timed out.
+    Timeout,
+    /// The peer closed the connection before the whole answer arrived.
+    Eof,
+    /// Anything else: an unexpected status, a malformed answer, another I/O error.
+    Other(String),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Refused => f.write_str("refused"),
+            Failure::Reset => f.write_str("reset"),
+            Failure::Timeout => f.write_str("timeout"),
+            Failure::Eof => f.write_str("eof"),
+            Failure::Other(what) => write!(f, "other: {what}"),
+        }
+    }
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Failure {
+        use io::ErrorKind::*;
+        match e.kind() {
+            ConnectionRefused => Failure::Refused,
+            ConnectionReset | ConnectionAborted | BrokenPipe => Failure::Reset,
+            WouldBlock | TimedOut => Failure::Timeout,
+            UnexpectedEof => Failure::Eof,
+            _ => Failure::Other(e.to_string()),
+        }
+    }
+}
+
+/// `127.0.0.1:port`, where ck's `--port` groups (bound on 0.0.0.0) are reached.
+pub fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+fn connect(addr: SocketAddr) -> Result<TcpStream, Failure> {
+    let stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+fn request(close: bool) -> &'static [u8] {
+    if close {
+        b"GET / HTTP/1.1\r\nHost: ck-test\r\nConnection: close\r\n\r\n"
+    } else {
+        b"GET / HTTP/1.1\r\nHost: ck-test\r\n\r\n"
+    }
+}
+
+/// Opens a fresh connection, sends one `GET /` with `Connection: close` and reads the answer.
+pub fn get_new_conn(addr: SocketAddr) -> Result<Answer, Failure> {
+    send_new_conn(addr)?.finish()
+}
+
+/// A connection on which one `GET /` was sent and whose answer is not read yet.
+#[derive(Debug)]
+pub struct Pending {
+    stream: TcpStream,
+}
+
+/// Opens a fresh connection and sends one `GET /` (`Connection: close`) without reading the
+/// answer: the connection may sit unaccepted in a listener's queue meanwhile.
+pub fn send_new_conn(addr: SocketAddr) -> Result<Pending, Failure> {
+    let mut stream = connect(addr)?;
+    stream.write_all(request(true))?;
+    Ok(Pending { stream })
+}
+
+impl Pending {
+    /// Reads the answer.
+    pub fn finish(mut self) -> Result<Answer, Failure> {
+        let mut buf = Vec::new();
+        read_answer(&mut self.stream, &mut buf)
+    }
+}
+
+/// One keep-alive connection that sends `GET /` again and again.
+#[derive(Debug)]
+pub struct KeepAlive {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl KeepAlive {
+    /// Connects.
+    pub fn connect(addr: SocketAddr) -> Result<KeepAlive, Failure> {
+        Ok(KeepAlive {
+            stream: connect(addr)?,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Sends `GET /` on the connection and reads the answer.
+    pub fn get(&mut self) -> Result<Answer, Failure> {
+        self.stream.write_all(request(false))?;
+        read_answer(&mut self.stream, &mut self.buf)
+    }
+}
+
+/// Reads one response from `stream`, with `buf` holding bytes already read past the previous
+/// response (and left holding those past this one).
+fn read_answer(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Answer, Failure> {
+    let head_end = loop {
+        if let Some(pos) = find(buf, b"\r\n\r\n") {
+            break pos + 4;
+        }
+        fill(stream, buf)?;
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    if status_line.split_whitespace().nth(1) != Some("200") {
+        return Err(Failure::Other(format!("status line {status_line:?}")));
+    }
+    let length = lines
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .ok_or_else(|| Failure::Other(format!("no Content-Length in {head:?}")))?;
+    while buf.len() < head_end + length {
+        fill(stream, buf)?;
+    }
+    let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
+    buf.drain(..head_end + length);
+    parse_body(&body).ok_or_else(|| Failure::Other(format!("unexpected body {body:?}")))
+}
+
+/// Parses `slot=<slot> pid=<pid>\n`.
+pub fn parse_body(body: &str) -> Option<Answer> {
+    let rest = body.strip_suffix('\n')?.strip_prefix("slot=")?;
+    let (slot, pid) = rest.split_once(" pid=")?;
+    Some(Answer {
+        slot: slot.parse().ok()?,
+        pid: pid.parse().ok()?,
+    })
+}
+
+fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    let mut chunk = [0u8; 4096];
+    match stream.read(&mut chunk)? {
+        0 => Err(Failure::Eof),
+        n => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Counts of outcomes: answers per slot and per pid, failures per kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Answered requests.
+    pub ok: u32,
+    /// Answers per slot.
+    pub per_slot: BTreeMap<u32, u32>,
+    /// Answers per worker pid.
+    pub per_pid: BTreeMap<u32, u32>,
+    /// Failures per kind (as displayed).
+    pub failures: BTreeMap<String, u32>,
+}
+
+impl Tally {
+    /// Records one outcome.
+    pub fn add(&mut self, outcome: &Result<Answer, Failure>) {
+        match outcome {
+            Ok(answer) => {
+                self.ok += 1;
+                *self.per_slot.entry(answer.slot).or_default() += 1;
+                *self.per_pid.entry(answer.pid).or_default() += 1;
+            }
+            Err(failure) => *self.failures.entry(failure.to_string()).or_default() += 1,
+        }
+    }
+
+    /// Answers from `slot`.
+    pub fn slot(&self, slot: u32) -> u32 {
+        self.per_slot.get(&slot).copied().unwrap_or(0)
+    }
+
+    /// Answers from `pid`.
+    pub fn pid(&self, pid: u32) -> u32 {
+        self.per_pid.get(&pid).copied().unwrap_or(0)
+    }
+
+    /// Total failures.
+    pub fn failed(&self) -> u32 {
+        self.failures.values().sum()
+    }
+}
+
+/// Sends `n` requests, each on a fresh connection, one after the other, and tallies them.
+pub fn burst(addr: SocketAddr, n: u32) -> Tally {
+    let mut tally = Tally::default();
+    for _ in 0..n {
+        tally.add(&get_new_conn(addr));
+    }
+    tally
+}
+
+/// Like [`burst`], from a thread pinned to one CPU, so that ck's per-CPU round-robin cursor
+/// spreads the connections exactly (see [`crate::sys::on_one_cpu`]).
+pub fn burst_pinned(addr: SocketAddr, n: u32) -> Tally {
+    crate::sys::on_one_cpu(move || burst(addr, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_demo_bodies() {
+        assert_eq!(
+            parse_body("slot=3 pid=1234\n"),
+            Some(Answer { slot: 3, pid: 1234 })
+        );
+        assert_eq!(parse_body("slot=3 pid=1234"), None);
+        assert_eq!(parse_body("hello\n"), None);
+    }
+
+    #[test]
+    fn tally_counts() {
+        let mut t = Tally::default();
+        t.add(&Ok(Answer { slot: 1, pid: 10 }));
+        t.add(&Ok(Answer { slot: 1, pid: 10 }));
+        t.add(&Err(Failure::Reset));
+        assert_eq!((t.ok, t.slot(1), t.slot(0), t.pid(10), t.failed()), (2, 2, 0, 2, 1));
+    }
+}
