@@ -353,21 +353,25 @@ mod tests {
         off.ready().unwrap();
     }
 
-    /// Runs [`child_takes_listen_fds`] in a fresh process whose fd 3 is a listener, with the
-    /// variables set as `ck run` sets them (bash's `$$` is the pid that `exec` keeps).
+    /// Runs itself again in a fresh process whose fd 3 is a listener, with the variables set as
+    /// `ck run` sets them (bash's `$$` is the pid that `exec` keeps); that process (the child
+    /// role, chosen by `CK_TEST_ACTIVATION_ADDR`) takes the socket with `listen_fds()`.
     #[test]
     fn listen_fds_takes_passed_socket() {
+        if let Ok(addr) = std::env::var("CK_TEST_ACTIVATION_ADDR") {
+            return child_takes_listen_fds(&addr);
+        }
         use nix::fcntl::{FcntlArg, FdFlag, fcntl};
         use std::os::fd::AsRawFd;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         fcntl(&listener, FcntlArg::F_SETFD(FdFlag::empty())).unwrap();
-        let test = concat!(module_path!(), "::child_takes_listen_fds");
+        let test = concat!(module_path!(), "::listen_fds_takes_passed_socket");
         let test = test.split_once("::").map_or(test, |(_, rest)| rest);
         let out = std::process::Command::new("bash")
             .arg("-c")
             .arg(r#"exec 3<&"$CK_TEST_FD" && LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=web exec "$0" "$@""#)
             .arg(std::env::current_exe().unwrap())
-            .args(["--exact", test, "--ignored", "--nocapture", "--test-threads=1"])
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
             .env("CK_TEST_FD", listener.as_raw_fd().to_string())
             .env("CK_TEST_ACTIVATION_ADDR", listener.local_addr().unwrap().to_string())
             .output()
@@ -381,13 +385,8 @@ mod tests {
         assert!(stdout.contains("child ok: web"), "{stdout}");
     }
 
-    /// The child half of [`listen_fds_takes_passed_socket`]; does nothing when run by hand.
-    #[test]
-    #[ignore = "run in a child process by listen_fds_takes_passed_socket"]
-    fn child_takes_listen_fds() {
-        let Ok(addr) = std::env::var("CK_TEST_ACTIVATION_ADDR") else {
-            return;
-        };
+    /// The child role of [`listen_fds_takes_passed_socket`].
+    fn child_takes_listen_fds(addr: &str) {
         let fds = listen_fds().unwrap();
         assert_eq!(fds.len(), 1);
         let (name, fd) = fds.into_iter().next().unwrap();

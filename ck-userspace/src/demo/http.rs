@@ -23,9 +23,16 @@ pub struct Request {
 }
 
 impl Request {
-    /// The target's path, without any query string.
+    /// The target's path, without any query string (and without scheme and authority when
+    /// the target is in absolute form, `http://host/path`).
     pub fn path(&self) -> &str {
-        self.target.split(['?', '#']).next().unwrap_or("")
+        let path = match self.target.split_once("://") {
+            Some((_, rest)) if !self.target.starts_with('/') => {
+                rest.find('/').map_or("/", |i| &rest[i..])
+            }
+            _ => &self.target,
+        };
+        path.split(['?', '#']).next().unwrap_or("")
     }
 }
 
@@ -245,6 +252,15 @@ mod tests {
             ("GET", "/healthz", 1)
         );
         assert!(req.keep_alive && req.content_length == 0 && !req.expect_continue);
+        let path = |target: &str| {
+            let text = format!("GET {target} HTTP/1.0\r\n\r\n");
+            parse(&text).unwrap().unwrap().0.path().to_string()
+        };
+        assert_eq!(path("http://h:1/healthz?x"), "/healthz");
+        assert_eq!(
+            (path("http://h"), path("/a://b")),
+            ("/".into(), "/a://b".into())
+        );
     }
 
     #[test]

@@ -296,9 +296,25 @@ async fn shutdown_drains_connections_queued_on_the_listener() {
 
 /// `run` in a child process given its socket, slot and notify socket the way `ck run` does
 /// (bash's `$$` is the pid that `exec` keeps): boots, reports READY after `--ready-after`,
-/// serves, and on SIGTERM reports STOPPING, closes idle connections and exits 0.
-#[tokio::test]
-async fn run_speaks_the_worker_protocol() {
+/// serves, and on SIGTERM reports STOPPING, closes idle connections and exits 0. The test runs
+/// itself again as that child; `CK_TEST_DEMO_CHILD` selects the child role.
+#[test]
+fn run_speaks_the_worker_protocol() {
+    if std::env::var_os("CK_TEST_DEMO_CHILD").is_some() {
+        run(DemoOptions {
+            ready_after: Duration::from_millis(200),
+        })
+        .unwrap();
+        return;
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(worker_protocol_parent());
+}
+
+async fn worker_protocol_parent() {
     use nix::fcntl::{FcntlArg, FdFlag, fcntl};
     use std::os::{linux::net::SocketAddrExt, unix::net};
 
@@ -317,14 +333,14 @@ async fn run_speaks_the_worker_protocol() {
         String::from_utf8(buf[..n].to_vec()).unwrap()
     };
 
-    let test = concat!(module_path!(), "::child_runs_demo_worker");
+    let test = concat!(module_path!(), "::run_speaks_the_worker_protocol");
     let test = test.split_once("::").map_or(test, |(_, rest)| rest);
     let started = Instant::now();
     let mut child = Reap(std::process::Command::new("bash")
         .arg("-c")
         .arg(r#"exec 3<&"$CK_TEST_FD" && LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=http exec "$0" "$@""#)
         .arg(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env("CK_TEST_FD", std::os::fd::AsRawFd::as_raw_fd(&listener).to_string())
         .env("CK_TEST_DEMO_CHILD", "1")
         .env("CK_SLOT", "3")
@@ -375,18 +391,6 @@ impl Drop for Reap {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// The child half of [`run_speaks_the_worker_protocol`]; does nothing when run by hand.
-#[test]
-#[ignore = "run in a child process by run_speaks_the_worker_protocol"]
-fn child_runs_demo_worker() {
-    if std::env::var_os("CK_TEST_DEMO_CHILD").is_some() {
-        run(DemoOptions {
-            ready_after: Duration::from_millis(200),
-        })
-        .unwrap();
     }
 }
 

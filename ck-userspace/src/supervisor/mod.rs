@@ -255,7 +255,10 @@ impl Supervisor {
                     tracing::warn!(signal = name, "second interrupt: killing every worker now");
                     self.kill_all();
                 } else {
-                    tracing::info!(signal = name, "already stopping; send SIGINT again to kill now");
+                    tracing::info!(
+                        signal = name,
+                        "already stopping; send SIGINT again to kill now"
+                    );
                 }
             }
         }
