@@ -155,6 +155,10 @@ pub struct RunConfig {
     pub ready_grace: Duration,
     /// Time a stopping worker gets before SIGKILL.
     pub drain_timeout: Duration,
+    /// Workers replaced at a time by a rolling restart.
+    pub reload_batch: u32,
+    /// Crash handling: backoff and circuit breaker.
+    pub restart: crate::restart_policy::RestartPolicy,
     /// Plain `SO_REUSEPORT`, no steering.
     pub no_bpf: bool,
     /// Forward the program's log lines to ck's log.

@@ -10,6 +10,7 @@ pub mod demo;
 pub mod duration;
 pub mod instance;
 pub mod notify;
+pub mod restart_policy;
 pub mod sizing;
 pub mod sockets;
 pub mod spawn;

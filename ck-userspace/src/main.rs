@@ -7,6 +7,7 @@ use ck::{
     config::{self, ListenAddr, Policy, ReadyMode, RunConfig},
     control::{Request, Response, client},
     duration::parse_duration,
+    restart_policy::{Backoff, RestartPolicy, parse_backoff},
 };
 use clap::{Args, Parser, Subcommand};
 
@@ -45,6 +46,19 @@ enum Command {
     Undrain {
         /// The slot.
         slot: u32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Rolling restart: replace every worker, one batch at a time, without dropping a
+    /// connection; exits non-zero if the roll is aborted.
+    Reload {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Change the number of workers (removed workers are drained, not killed).
+    Scale {
+        /// The new worker count.
+        workers: u32,
         #[command(flatten)]
         target: Target,
     },
@@ -100,6 +114,24 @@ struct RunArgs {
     /// Time a stopping worker gets to finish before SIGKILL.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     drain_timeout: Duration,
+    /// Workers a rolling restart (SIGHUP, `ck reload`) replaces at a time.
+    #[arg(long, default_value_t = 1)]
+    reload_batch: u32,
+    /// Restart backoff after a crash: INITIAL[,MAX[,MULTIPLIER[,JITTER]]].
+    #[arg(long, value_parser = parse_backoff, default_value = "100ms,10s,2,0.1")]
+    restart_backoff: Backoff,
+    /// A worker that ran this long resets its slot's backoff.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    restart_stable: Duration,
+    /// Crashes within --crash-window that open a slot's circuit breaker.
+    #[arg(long, default_value_t = 5)]
+    crash_limit: u32,
+    /// The circuit breaker's window.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    crash_window: Duration,
+    /// How long an open breaker waits before trying the slot again.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    crash_cooldown: Duration,
     /// Plain SO_REUSEPORT without the BPF program (the baseline; no readiness or drain steering).
     #[arg(long)]
     no_bpf: bool,
@@ -122,6 +154,12 @@ impl RunArgs {
             .name
             .unwrap_or_else(|| format!("ck-{}", listen[0].addr.port()));
         config::validate_name(&name)?;
+        if self.reload_batch == 0 {
+            bail!("--reload-batch 0: give at least 1");
+        }
+        if self.crash_limit == 0 {
+            bail!("--crash-limit 0: give at least 1 (crashes that open the breaker)");
+        }
         let workers =
             config::validate_workers(self.workers.unwrap_or_else(ck::sizing::default_workers))?;
         let app = match self.app.split_first() {
@@ -140,6 +178,17 @@ impl RunArgs {
             ready_timeout: self.ready_timeout,
             ready_grace: self.ready_grace,
             drain_timeout: self.drain_timeout,
+            reload_batch: self.reload_batch,
+            restart: RestartPolicy {
+                initial: self.restart_backoff.initial,
+                max: self.restart_backoff.max,
+                multiplier: self.restart_backoff.multiplier,
+                jitter: self.restart_backoff.jitter,
+                stable_after: self.restart_stable,
+                crash_limit: self.crash_limit,
+                window: self.crash_window,
+                cooldown: self.crash_cooldown,
+            },
             no_bpf: self.no_bpf,
             bpf_log: self.bpf_log,
             app,
@@ -189,6 +238,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Drain { slot, target } => simple(target, Request::Drain { slot }),
         Command::Undrain { slot, target } => simple(target, Request::Undrain { slot }),
         Command::Stop { target } => simple(target, Request::Stop),
+        Command::Reload { target } => simple(target, Request::Reload),
+        Command::Scale { workers, target } => simple(target, Request::Scale { workers }),
         Command::DemoWorker(opts) => {
             ck::demo::run(opts)?;
             Ok(ExitCode::SUCCESS)

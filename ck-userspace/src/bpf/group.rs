@@ -176,6 +176,14 @@ impl BpfGroup {
             .map_err(load_err("writing a slot record"))
     }
 
+    /// Zeroes a slot's counters (a slot index used again starts from zero).
+    pub fn reset_stats(&mut self, slot: u32) {
+        let cpus = aya::util::nr_cpus().unwrap_or(1);
+        if let Ok(zero) = aya::maps::PerCpuValues::try_from(vec![SlotStats::default(); cpus]) {
+            let _ = self.stats.set(slot, zero, 0);
+        }
+    }
+
     /// A slot's counters summed over CPUs.
     pub fn stats(&self, slot: u32) -> SlotStats {
         let mut total = SlotStats::default();

@@ -8,6 +8,30 @@ pub use group::BpfGroup;
 /// The compiled `ck-ebpf` object, embedded at build time by `build.rs`.
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ck"));
 
+/// Whether this kernel can run the program as `sk_reuseport/migrate` (Linux >= 5.14), so that a
+/// closing listener's queue is re-homed instead of reset.
+pub fn kernel_migrates() -> bool {
+    nix::sys::utsname::uname()
+        .ok()
+        .and_then(|u| parse_kernel_version(&u.release().to_string_lossy()))
+        .is_some_and(|v| v >= (5, 14))
+}
+
+fn parse_kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_kernel_versions() {
+        assert_eq!(super::parse_kernel_version("6.18.44-fc-v669"), Some((6, 18)));
+        assert_eq!(super::parse_kernel_version("5.4.0"), Some((5, 4)));
+        assert_eq!(super::parse_kernel_version("x"), None);
+    }
+}
+
 /// Why BPF steering could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {

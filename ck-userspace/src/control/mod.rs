@@ -24,6 +24,13 @@ pub enum Request {
     },
     /// Drain and stop every worker, then exit.
     Stop,
+    /// Rolling restart of every worker; answered when the roll ends.
+    Reload,
+    /// Change the number of workers.
+    Scale {
+        /// The new worker count.
+        workers: u32,
+    },
 }
 
 /// The answer to a [`Request`].
@@ -61,6 +68,12 @@ pub struct StatusReport {
     pub dropped: u64,
     /// Whether the supervisor is stopping.
     pub stopping: bool,
+    /// Whether a rolling restart is in progress.
+    pub reloading: bool,
+    /// Whether the kernel re-homes a closing listener's queue (Linux >= 5.14 with BPF on).
+    pub migration: bool,
+    /// Target worker count.
+    pub workers: u32,
     /// Every slot in use.
     pub slots: Vec<SlotReport>,
 }
@@ -92,6 +105,8 @@ pub struct SlotReport {
     pub last_exit: Option<String>,
     /// The worker's last `STATUS=` text.
     pub status: Option<String>,
+    /// Circuit breaker: `closed` (restarts allowed) or `open` (cooling down).
+    pub breaker: String,
 }
 
 impl StatusReport {
@@ -101,9 +116,10 @@ impl StatusReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "ck {} (pid {}): {} group(s) {}, policy {}, BPF steering {}{}",
+            "ck {} (pid {}): {} worker(s), {} group(s) {}, policy {}, BPF steering {}, migration {}{}{}",
             self.name,
             self.pid,
+            self.workers,
             self.groups.len(),
             self.groups.join(","),
             serde_json::to_value(self.policy)
@@ -115,6 +131,8 @@ impl StatusReport {
             } else {
                 "OFF (plain SO_REUSEPORT)"
             },
+            if self.migration { "on" } else { "off" },
+            if self.reloading { ", reloading" } else { "" },
             if self.stopping { ", stopping" } else { "" },
         );
         let _ = writeln!(
@@ -124,13 +142,13 @@ impl StatusReport {
         );
         let _ = writeln!(
             out,
-            "{:>4}  {:>8}  {:<10}  {:>9}  {:>8}  {:>9}  {:<16}  status",
-            "slot", "pid", "state", "uptime", "restarts", "selected", "last exit"
+            "{:>4}  {:>8}  {:<10}  {:>9}  {:>8}  {:>9}  {:<16}  {:<7}  status",
+            "slot", "pid", "state", "uptime", "restarts", "selected", "last exit", "breaker"
         );
         for s in &self.slots {
             let _ = writeln!(
                 out,
-                "{:>4}  {:>8}  {:<10}  {:>8.1}s  {:>8}  {:>9}  {:<16}  {}",
+                "{:>4}  {:>8}  {:<10}  {:>8.1}s  {:>8}  {:>9}  {:<16}  {:<7}  {}",
                 s.slot,
                 s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
                 if s.drained && s.state == "ready" {
@@ -142,6 +160,7 @@ impl StatusReport {
                 s.restarts,
                 s.selected,
                 s.last_exit.as_deref().unwrap_or("-"),
+                s.breaker,
                 s.status.as_deref().unwrap_or(""),
             );
         }

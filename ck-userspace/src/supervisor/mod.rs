@@ -5,6 +5,8 @@
 //! changed only by its event loop, one [`Event`] at a time. Tasks (child waiters, notify readers,
 //! timers, the control server) only send events.
 mod publish;
+mod roll;
+mod scale;
 mod slot;
 mod workers;
 
@@ -16,8 +18,10 @@ use std::{
 use anyhow::Context as _;
 use tokio::{
     signal::unix::{SignalKind, signal},
-    sync::mpsc,
+    sync::{mpsc, oneshot},
 };
+
+use slot::Slot;
 
 use crate::{
     bpf::{BpfGroup, pins},
@@ -27,7 +31,6 @@ use crate::{
     notify::NotifyMsg,
     sockets,
 };
-use slot::Slot;
 
 /// Something that happened, for the event loop.
 #[derive(Debug)]
@@ -52,6 +55,10 @@ pub(crate) enum Event {
     },
     /// A termination signal arrived.
     Signal(&'static str),
+    /// SIGHUP: rolling restart.
+    Reload,
+    /// SIGTTIN (+1) or SIGTTOU (-1): change the worker count by one.
+    ScaleBy(i32),
 }
 
 /// Timers the supervisor sets.
@@ -84,6 +91,7 @@ pub struct Supervisor {
     stopping: bool,
     next_worker_id: u64,
     active: Vec<u32>,
+    roll: Option<roll::Roll>,
 }
 
 /// Runs `ck run` to completion: returns after a clean shutdown.
@@ -119,6 +127,7 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         stopping: false,
         next_worker_id: 0,
         active: Vec::new(),
+        roll: None,
         cfg,
     };
     watch_signals(&sup.events)?;
@@ -138,10 +147,7 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
     while !(sup.stopping && sup.all_stopped()) {
         tokio::select! {
             Some(event) = events.recv() => sup.handle(event),
-            Some((req, reply)) = calls.recv() => {
-                let response = sup.control(req);
-                let _ = reply.send(response);
-            }
+            Some((req, reply)) = calls.recv() => sup.control(req, reply),
         }
     }
     sup.finish();
@@ -190,15 +196,19 @@ fn load_groups(cfg: &RunConfig) -> anyhow::Result<Vec<Group>> {
 }
 
 fn watch_signals(events: &mpsc::UnboundedSender<Event>) -> anyhow::Result<()> {
-    for (kind, name) in [
-        (SignalKind::terminate(), "SIGTERM"),
-        (SignalKind::interrupt(), "SIGINT"),
-    ] {
+    let signals: [(SignalKind, &str, fn() -> Event); 5] = [
+        (SignalKind::terminate(), "SIGTERM", || Event::Signal("SIGTERM")),
+        (SignalKind::interrupt(), "SIGINT", || Event::Signal("SIGINT")),
+        (SignalKind::hangup(), "SIGHUP", || Event::Reload),
+        (SignalKind::from_raw(libc::SIGTTIN), "SIGTTIN", || Event::ScaleBy(1)),
+        (SignalKind::from_raw(libc::SIGTTOU), "SIGTTOU", || Event::ScaleBy(-1)),
+    ];
+    for (kind, name, event) in signals {
         let mut stream = signal(kind).with_context(|| format!("installing a {name} handler"))?;
         let events = events.clone();
         tokio::spawn(async move {
             while stream.recv().await.is_some() {
-                if events.send(Event::Signal(name)).is_err() {
+                if events.send(event()).is_err() {
                     return;
                 }
             }
@@ -223,7 +233,8 @@ impl Supervisor {
     /// Opens slots 0..workers and starts a worker on each.
     fn start_fleet(&mut self) -> anyhow::Result<()> {
         for index in 0..self.cfg.workers {
-            self.slots.insert(index, Slot::new(index));
+            let slot = self.new_slot(index);
+            self.slots.insert(index, slot);
             self.start_worker(index)?;
         }
         Ok(())
@@ -261,11 +272,18 @@ impl Supervisor {
                     );
                 }
             }
+            Event::Reload => self.begin_reload(None),
+            Event::ScaleBy(delta) => {
+                let target = self.serving_slots().len() as i64 + i64::from(delta);
+                if let Err(e) = self.scale_to(target.max(0) as u32) {
+                    tracing::warn!("scaling refused: {e}");
+                }
+            }
         }
     }
 
-    fn control(&mut self, req: Request) -> Response {
-        match req {
+    fn control(&mut self, req: Request, reply: oneshot::Sender<Response>) {
+        let response = match req {
             Request::Status => Response::Status(Box::new(self.status())),
             Request::Drain { slot } => self.set_drained(slot, true),
             Request::Undrain { slot } => self.set_drained(slot, false),
@@ -274,7 +292,14 @@ impl Supervisor {
                 self.begin_shutdown("ck stop");
                 Response::Ok("stopping".into())
             }
-        }
+            Request::Scale { workers } => match self.scale_to(workers) {
+                Ok(msg) => Response::Ok(msg),
+                Err(msg) => Response::Error(msg),
+            },
+            // Answered when the roll ends.
+            Request::Reload => return self.begin_reload(Some(reply)),
+        };
+        let _ = reply.send(response);
     }
 
     fn set_drained(&mut self, index: u32, drained: bool) -> Response {
@@ -332,6 +357,7 @@ impl Supervisor {
             return;
         }
         self.stopping = true;
+        self.finish_roll(Err("rolling restart aborted: ck is stopping".into()));
         self.publish();
         let indices: Vec<u32> = self.slots.keys().copied().collect();
         for index in indices {

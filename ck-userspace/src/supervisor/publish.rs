@@ -107,6 +107,11 @@ impl Supervisor {
                     migrated: stats.migrated,
                     last_exit: s.last_exit.clone(),
                     status: s.worker.as_ref().and_then(|w| w.status.clone()),
+                    breaker: if s.idle == super::slot::Idle::Broken && s.worker.is_none() {
+                        "open".into()
+                    } else {
+                        "closed".into()
+                    },
                 }
             })
             .collect();
@@ -125,6 +130,9 @@ impl Supervisor {
             active: self.active.clone(),
             dropped: self.slot_stats(MAX_SLOTS).errors,
             stopping: self.stopping,
+            reloading: self.roll.is_some(),
+            migration: self.bpf_on() && crate::bpf::kernel_migrates(),
+            workers: self.cfg.workers,
             slots,
         }
     }

@@ -7,20 +7,9 @@ use std::{
 };
 
 use socket2::Socket;
-use tokio::task::JoinHandle;
 
-/// First restart delay after a crash.
-pub const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
-/// Longest restart delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
-/// A worker that ran this long resets the backoff.
-pub const STABLE_AFTER: Duration = Duration::from_secs(10);
-/// Crashes within [`CRASH_WINDOW`] that trip the breaker.
-pub const CRASH_LIMIT: usize = 5;
-/// Window of the breaker.
-pub const CRASH_WINDOW: Duration = Duration::from_secs(30);
-/// Time the breaker stays open before one more try.
-pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
+use crate::restart_policy::RestartPolicy;
+use tokio::task::JoinHandle;
 
 /// What a live worker is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,11 +77,17 @@ pub struct Slot {
     pub last_exit: Option<String>,
     /// Crash policy state.
     pub crashes: CrashPolicy,
+    /// Leaving for good (scaled down or replaced by a rolling restart): removed, not restarted,
+    /// when its worker exits.
+    pub retiring: bool,
+    /// A rolling restart's replacement, ready or not, kept out of the active set until its batch
+    /// is flipped in.
+    pub held: bool,
 }
 
 impl Slot {
     /// A new, empty slot.
-    pub fn new(index: u32) -> Slot {
+    pub fn new(index: u32, policy: RestartPolicy) -> Slot {
         Slot {
             index,
             sockets: Vec::new(),
@@ -102,13 +97,17 @@ impl Slot {
             restarts: 0,
             generation: 0,
             last_exit: None,
-            crashes: CrashPolicy::default(),
+            crashes: CrashPolicy::new(policy),
+            retiring: false,
+            held: false,
         }
     }
 
     /// In the active set: a ready worker on a slot that is not drained.
     pub fn is_active(&self) -> bool {
         !self.drained
+            && !self.held
+            && !self.retiring
             && self
                 .worker
                 .as_ref()
@@ -126,6 +125,7 @@ impl Slot {
             (Some(w), _) => match w.phase {
                 Phase::Starting => "starting",
                 Phase::Ready if self.drained => "draining",
+                Phase::Ready if self.held => "standby",
                 Phase::Ready => "ready",
                 Phase::Draining => "draining",
                 Phase::Stopping => "stopping",
@@ -140,7 +140,7 @@ impl Slot {
     pub fn state_code(&self) -> u32 {
         use ck_common::state;
         match self.state_name() {
-            "starting" => state::STARTING,
+            "starting" | "standby" => state::STARTING,
             "ready" => state::READY,
             "draining" | "stopping" => state::DRAINING,
             _ => state::STOPPED,
@@ -160,41 +160,45 @@ pub enum CrashDecision {
 /// Backoff and circuit breaker of one slot.
 #[derive(Debug)]
 pub struct CrashPolicy {
+    policy: RestartPolicy,
     next_delay: Duration,
     recent: VecDeque<Instant>,
 }
 
-impl Default for CrashPolicy {
-    fn default() -> Self {
+impl CrashPolicy {
+    /// A fresh policy state with these settings.
+    pub fn new(policy: RestartPolicy) -> CrashPolicy {
         CrashPolicy {
-            next_delay: BACKOFF_INITIAL,
+            policy,
+            next_delay: policy.initial,
             recent: VecDeque::new(),
         }
     }
-}
 
-impl CrashPolicy {
     /// Records a crash at `now` of a worker that ran for `ran`, and decides what happens next.
-    /// `jitter` in [0, 1) spreads restarts of slots that crashed together (up to +10 %).
-    pub fn on_crash(&mut self, now: Instant, ran: Duration, jitter: f64) -> CrashDecision {
-        if ran >= STABLE_AFTER {
-            self.next_delay = BACKOFF_INITIAL;
+    /// `random` in [0, 1) draws the jitter that spreads restarts of slots that crashed together.
+    pub fn on_crash(&mut self, now: Instant, ran: Duration, random: f64) -> CrashDecision {
+        let p = self.policy;
+        if ran >= p.stable_after {
+            self.next_delay = p.initial;
         }
         self.recent.push_back(now);
         while let Some(first) = self.recent.front() {
-            if now.duration_since(*first) > CRASH_WINDOW {
+            if now.duration_since(*first) > p.window {
                 self.recent.pop_front();
             } else {
                 break;
             }
         }
-        if self.recent.len() >= CRASH_LIMIT {
+        if self.recent.len() >= p.crash_limit as usize {
             self.recent.clear();
-            self.next_delay = BACKOFF_INITIAL;
-            return CrashDecision::BreakerOpen(BREAKER_COOLDOWN);
+            self.next_delay = p.initial;
+            return CrashDecision::BreakerOpen(p.cooldown);
         }
-        let delay = self.next_delay.mul_f64(1.0 + 0.1 * jitter.clamp(0.0, 1.0));
-        self.next_delay = (self.next_delay * 2).min(BACKOFF_MAX);
+        let delay = self
+            .next_delay
+            .mul_f64(1.0 + p.jitter * random.clamp(0.0, 1.0));
+        self.next_delay = self.next_delay.mul_f64(p.multiplier).min(p.max);
         CrashDecision::RestartIn(delay)
     }
 }
@@ -203,47 +207,58 @@ impl CrashPolicy {
 mod tests {
     use super::*;
 
+    const P: RestartPolicy = RestartPolicy {
+        initial: Duration::from_millis(100),
+        max: Duration::from_secs(10),
+        multiplier: 2.0,
+        jitter: 0.1,
+        stable_after: Duration::from_secs(10),
+        crash_limit: 5,
+        window: Duration::from_secs(30),
+        cooldown: Duration::from_secs(30),
+    };
+
     #[test]
     fn backoff_doubles_and_caps() {
-        let mut p = CrashPolicy::default();
+        let mut p = CrashPolicy::new(P);
         let t0 = Instant::now();
         let mut delays = Vec::new();
         for i in 0..4 {
             // Crashes far apart in time: the breaker never trips.
-            let now = t0 + CRASH_WINDOW * (2 * i + 1);
+            let now = t0 + P.window * (2 * i + 1);
             match p.on_crash(now, Duration::ZERO, 0.0) {
                 CrashDecision::RestartIn(d) => delays.push(d),
                 other => panic!("unexpected {other:?}"),
             }
         }
-        assert_eq!(delays[0], BACKOFF_INITIAL);
-        assert_eq!(delays[1], BACKOFF_INITIAL * 2);
-        assert_eq!(delays[3], BACKOFF_INITIAL * 8);
-        for _ in 0..20 {
-            p.next_delay = (p.next_delay * 2).min(BACKOFF_MAX);
+        assert_eq!(delays[0], P.initial);
+        assert_eq!(delays[1], P.initial * 2);
+        assert_eq!(delays[3], P.initial * 8);
+        for i in 0..20 {
+            p.on_crash(t0 + P.window * (20 + 2 * i), Duration::ZERO, 0.0);
         }
-        assert_eq!(p.next_delay, BACKOFF_MAX);
+        assert_eq!(p.next_delay, P.max);
     }
 
     #[test]
     fn stable_run_resets_backoff() {
-        let mut p = CrashPolicy::default();
+        let mut p = CrashPolicy::new(P);
         let t0 = Instant::now();
         p.on_crash(t0, Duration::ZERO, 0.0);
-        p.on_crash(t0 + CRASH_WINDOW * 2, Duration::ZERO, 0.0);
-        let d = p.on_crash(t0 + CRASH_WINDOW * 4, STABLE_AFTER, 0.0);
-        assert_eq!(d, CrashDecision::RestartIn(BACKOFF_INITIAL));
+        p.on_crash(t0 + P.window * 2, Duration::ZERO, 0.0);
+        let d = p.on_crash(t0 + P.window * 4, P.stable_after, 0.0);
+        assert_eq!(d, CrashDecision::RestartIn(P.initial));
     }
 
     #[test]
     fn breaker_trips_after_limit_in_window() {
-        let mut p = CrashPolicy::default();
+        let mut p = CrashPolicy::new(P);
         let t0 = Instant::now();
-        for i in 0..CRASH_LIMIT - 1 {
+        for i in 0..(P.crash_limit as usize) - 1 {
             let d = p.on_crash(t0 + Duration::from_millis(i as u64), Duration::ZERO, 0.5);
             assert!(matches!(d, CrashDecision::RestartIn(_)));
         }
         let d = p.on_crash(t0 + Duration::from_millis(10), Duration::ZERO, 0.5);
-        assert_eq!(d, CrashDecision::BreakerOpen(BREAKER_COOLDOWN));
+        assert_eq!(d, CrashDecision::BreakerOpen(P.cooldown));
     }
 }

@@ -138,6 +138,7 @@ impl Supervisor {
             "worker ready"
         );
         self.publish();
+        self.roll_on_ready(index);
     }
 
     /// Looks up the live worker of `index` if it is generation `generation`.
@@ -262,6 +263,7 @@ impl Supervisor {
         self.publish();
         let slot = self.slots.get_mut(&index).expect("slot exists");
         slot.sockets.clear();
+        let retiring = slot.retiring;
         tracing::info!(
             slot = index,
             pid = worker.pid,
@@ -269,8 +271,27 @@ impl Supervisor {
             ran_ms = ran.as_millis() as u64,
             "worker exited"
         );
+        if self.is_replacement(index) {
+            let why = match worker.stop_reason {
+                Some("never became ready") => format!(
+                    "was not ready within --ready-timeout {:?}",
+                    self.cfg.ready_timeout
+                ),
+                _ => format!("exited before it was ready ({reason})"),
+            };
+            self.abort_roll(index, why);
+            self.remove_slot(index);
+            return;
+        }
+        if retiring {
+            tracing::info!(slot = index, "slot retired");
+            self.remove_slot(index);
+            return;
+        }
         if self.stopping || expected {
-            slot.idle = Idle::Stopped;
+            if let Some(slot) = self.slots.get_mut(&index) {
+                slot.idle = Idle::Stopped;
+            }
             return;
         }
         self.after_crash(index, generation, ran);

@@ -1,0 +1,175 @@
+//! Rolling restart (`SIGHUP`, `ck reload`): per batch, start each replacement on a free slot,
+//! wait until every one is ready, then flip them in and the old workers out in one active-set
+//! publish; the old ones get SIGTERM and their sockets close (leftovers migrate) when they exit.
+//! A replacement that exits or never becomes ready aborts the roll; old workers keep serving.
+use std::collections::VecDeque;
+
+use tokio::sync::oneshot;
+
+use super::Supervisor;
+use crate::control::Response;
+
+/// A rolling restart in progress.
+pub(super) struct Roll {
+    /// Old slots not yet replaced.
+    pending: VecDeque<u32>,
+    /// The batch in flight: (old slot, replacement slot).
+    batch: Vec<(u32, u32)>,
+    /// Workers replaced so far.
+    replaced: u32,
+    /// Who asked (`ck reload`); `None` for SIGHUP.
+    reply: Option<oneshot::Sender<Response>>,
+}
+
+impl Supervisor {
+    /// Starts a rolling restart of every current worker.
+    pub(super) fn begin_reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
+        let refuse = |reply: Option<oneshot::Sender<Response>>, why: &str| {
+            tracing::warn!("reload refused: {why}");
+            if let Some(reply) = reply {
+                let _ = reply.send(Response::Error(why.to_string()));
+            }
+        };
+        if self.stopping {
+            return refuse(reply, "ck is stopping");
+        }
+        if self.roll.is_some() {
+            return refuse(reply, "a rolling restart is already in progress; wait for it to end");
+        }
+        let pending: VecDeque<u32> = self
+            .slots
+            .values()
+            .filter(|s| !s.retiring && !s.held)
+            .map(|s| s.index)
+            .collect();
+        tracing::info!(workers = pending.len(), batch = self.cfg.reload_batch, "rolling restart started");
+        self.roll = Some(Roll {
+            pending,
+            batch: Vec::new(),
+            replaced: 0,
+            reply,
+        });
+        self.next_batch();
+    }
+
+    /// Starts replacements for the next batch, or ends the roll when nothing is left.
+    fn next_batch(&mut self) {
+        loop {
+            let Some(roll) = self.roll.as_mut() else {
+                return;
+            };
+            if roll.batch.len() >= self.cfg.reload_batch as usize {
+                return;
+            }
+            let Some(old) = roll.pending.pop_front() else {
+                break;
+            };
+            if !self.slots.get(&old).is_some_and(|s| !s.retiring) {
+                continue;
+            }
+            let Some(new) = self.free_slot() else {
+                self.abort_roll(old, "found no free slot for its replacement".into());
+                return;
+            };
+            let drained = self.slots.get(&old).is_some_and(|s| s.drained);
+            let mut slot = self.new_slot(new);
+            slot.held = true;
+            slot.drained = drained;
+            self.slots.insert(new, slot);
+            if let Some(roll) = self.roll.as_mut() {
+                roll.batch.push((old, new));
+            }
+            tracing::info!(old_slot = old, slot = new, "starting replacement");
+            if let Err(e) = self.start_worker(new) {
+                self.abort_roll(new, format!("could not start: {e:#}"));
+                return;
+            }
+        }
+        if self.roll.as_ref().is_some_and(|r| r.batch.is_empty()) {
+            let replaced = self.roll.as_ref().map_or(0, |r| r.replaced);
+            self.finish_roll(Ok(format!("reloaded {replaced} worker(s)")));
+        }
+    }
+
+    /// Called when a worker becomes ready: flips the batch in once all its replacements are.
+    pub(super) fn roll_on_ready(&mut self, index: u32) {
+        let Some(roll) = self.roll.as_ref() else {
+            return;
+        };
+        if !roll.batch.iter().any(|(_, new)| *new == index) {
+            return;
+        }
+        let all_ready = roll.batch.iter().all(|(_, new)| {
+            self.slots
+                .get(new)
+                .and_then(|s| s.worker.as_ref())
+                .is_some_and(|w| w.phase == super::slot::Phase::Ready)
+        });
+        if !all_ready {
+            return;
+        }
+        let batch = std::mem::take(&mut self.roll.as_mut().expect("roll").batch);
+        for (old, new) in &batch {
+            if let Some(slot) = self.slots.get_mut(new) {
+                slot.held = false;
+            }
+            self.mark_retiring(*old, "replaced by a rolling restart");
+            tracing::info!(old_slot = old, slot = new, "replacement flipped in");
+        }
+        // One publish: the replacements in and the old workers out in the same active set.
+        self.publish();
+        for (old, _) in &batch {
+            self.stop_worker(*old, "replaced by a rolling restart");
+        }
+        if let Some(roll) = self.roll.as_mut() {
+            roll.replaced += batch.len() as u32;
+        }
+        self.next_batch();
+    }
+
+    /// Whether `index` is a replacement of the batch in flight.
+    pub(super) fn is_replacement(&self, index: u32) -> bool {
+        self.roll
+            .as_ref()
+            .is_some_and(|r| r.batch.iter().any(|(_, new)| *new == index))
+    }
+
+    /// Aborts the roll because replacement `index` failed: every replacement of the batch is
+    /// retired, the old workers stay.
+    pub(super) fn abort_roll(&mut self, index: u32, why: String) {
+        let Some(roll) = self.roll.as_mut() else {
+            return;
+        };
+        let batch = std::mem::take(&mut roll.batch);
+        let old = batch
+            .iter()
+            .find(|(_, new)| *new == index)
+            .map_or(index, |(old, _)| *old);
+        for (_, new) in &batch {
+            self.mark_retiring(*new, "rolling restart aborted");
+            self.stop_worker(*new, "rolling restart aborted");
+        }
+        self.publish();
+        self.finish_roll(Err(format!(
+            "rolling restart aborted: the replacement for slot {old} (slot {index}) {why}; \
+             the old workers keep serving"
+        )));
+    }
+
+    /// Ends the roll and answers whoever asked.
+    pub(super) fn finish_roll(&mut self, result: Result<String, String>) {
+        let Some(roll) = self.roll.take() else {
+            return;
+        };
+        match &result {
+            Ok(msg) => tracing::info!("rolling restart done: {msg}"),
+            Err(msg) => tracing::error!("{msg}"),
+        }
+        if let Some(reply) = roll.reply {
+            let _ = reply.send(match result {
+                Ok(msg) => Response::Ok(msg),
+                Err(msg) => Response::Error(msg),
+            });
+        }
+    }
+}
