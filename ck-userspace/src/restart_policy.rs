@@ -116,7 +116,15 @@ mod tests {
         let b = parse_backoff("1s").unwrap();
         assert_eq!(b.initial, Duration::from_secs(1));
         assert_eq!(b.max, Backoff::default().max);
-        for bad in ["", "1s,", "x", "1s,2s,0.5", "1s,2s,2,3", "10s,1s", "1,2,3,0.1,9"] {
+        for bad in [
+            "",
+            "1s,",
+            "x",
+            "1s,2s,0.5",
+            "1s,2s,2,3",
+            "10s,1s",
+            "1,2,3,0.1,9",
+        ] {
             assert!(parse_backoff(bad).is_err(), "{bad:?}");
         }
     }

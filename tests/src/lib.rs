@@ -8,6 +8,7 @@
 
 pub mod ck;
 pub mod http;
+pub mod load;
 pub mod sys;
 
 use std::time::Duration;

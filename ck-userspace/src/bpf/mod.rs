@@ -26,7 +26,10 @@ fn parse_kernel_version(release: &str) -> Option<(u32, u32)> {
 mod tests {
     #[test]
     fn parses_kernel_versions() {
-        assert_eq!(super::parse_kernel_version("6.18.44-fc-v669"), Some((6, 18)));
+        assert_eq!(
+            super::parse_kernel_version("6.18.44-fc-v669"),
+            Some((6, 18))
+        );
         assert_eq!(super::parse_kernel_version("5.4.0"), Some((5, 4)));
         assert_eq!(super::parse_kernel_version("x"), None);
     }

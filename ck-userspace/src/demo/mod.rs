@@ -36,12 +36,16 @@ pub struct DemoOptions {
         value_parser = crate::duration::parse_duration
     )]
     pub ready_after: Duration,
+    /// Ignore SIGTERM (a misbehaving worker, for testing ck's drain timeout); SIGINT still stops.
+    #[arg(long)]
+    pub ignore_sigterm: bool,
 }
 
 impl Default for DemoOptions {
     fn default() -> DemoOptions {
         DemoOptions {
             ready_after: Duration::ZERO,
+            ignore_sigterm: false,
         }
     }
 }
@@ -99,7 +103,12 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
                         ready_sent = true;
                         report(notifier.notify("READY=1\nSTATUS=serving"));
                     }
-                    _ = sigterm.recv() => break "SIGTERM",
+                    _ = sigterm.recv() => {
+                        if !opts.ignore_sigterm {
+                            break "SIGTERM";
+                        }
+                        eprintln!("demo worker slot={slot} pid={pid} ignoring SIGTERM (--ignore-sigterm)");
+                    }
                     _ = sigint.recv() => break "SIGINT",
                 }
             };

@@ -303,6 +303,7 @@ fn run_speaks_the_worker_protocol() {
     if std::env::var_os("CK_TEST_DEMO_CHILD").is_some() {
         run(DemoOptions {
             ready_after: Duration::from_millis(200),
+            ..DemoOptions::default()
         })
         .unwrap();
         return;

@@ -197,11 +197,19 @@ fn load_groups(cfg: &RunConfig) -> anyhow::Result<Vec<Group>> {
 
 fn watch_signals(events: &mpsc::UnboundedSender<Event>) -> anyhow::Result<()> {
     let signals: [(SignalKind, &str, fn() -> Event); 5] = [
-        (SignalKind::terminate(), "SIGTERM", || Event::Signal("SIGTERM")),
-        (SignalKind::interrupt(), "SIGINT", || Event::Signal("SIGINT")),
+        (SignalKind::terminate(), "SIGTERM", || {
+            Event::Signal("SIGTERM")
+        }),
+        (SignalKind::interrupt(), "SIGINT", || {
+            Event::Signal("SIGINT")
+        }),
         (SignalKind::hangup(), "SIGHUP", || Event::Reload),
-        (SignalKind::from_raw(libc::SIGTTIN), "SIGTTIN", || Event::ScaleBy(1)),
-        (SignalKind::from_raw(libc::SIGTTOU), "SIGTTOU", || Event::ScaleBy(-1)),
+        (SignalKind::from_raw(libc::SIGTTIN), "SIGTTIN", || {
+            Event::ScaleBy(1)
+        }),
+        (SignalKind::from_raw(libc::SIGTTOU), "SIGTTOU", || {
+            Event::ScaleBy(-1)
+        }),
     ];
     for (kind, name, event) in signals {
         let mut stream = signal(kind).with_context(|| format!("installing a {name} handler"))?;

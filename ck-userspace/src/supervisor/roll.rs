@@ -34,7 +34,10 @@ impl Supervisor {
             return refuse(reply, "ck is stopping");
         }
         if self.roll.is_some() {
-            return refuse(reply, "a rolling restart is already in progress; wait for it to end");
+            return refuse(
+                reply,
+                "a rolling restart is already in progress; wait for it to end",
+            );
         }
         let pending: VecDeque<u32> = self
             .slots
@@ -42,7 +45,11 @@ impl Supervisor {
             .filter(|s| !s.retiring && !s.held)
             .map(|s| s.index)
             .collect();
-        tracing::info!(workers = pending.len(), batch = self.cfg.reload_batch, "rolling restart started");
+        tracing::info!(
+            workers = pending.len(),
+            batch = self.cfg.reload_batch,
+            "rolling restart started"
+        );
         self.roll = Some(Roll {
             pending,
             batch: Vec::new(),
