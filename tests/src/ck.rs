@@ -101,6 +101,12 @@ pub struct Status {
     pub dropped: u64,
     /// Whether ck is stopping.
     pub stopping: bool,
+    /// Whether a rolling restart is in progress.
+    pub reloading: bool,
+    /// Whether the kernel re-homes a closing listener's queue (BPF on, Linux >= 5.14).
+    pub migration: bool,
+    /// Target worker count.
+    pub workers: u32,
     /// Every slot.
     pub slots: Vec<SlotStatus>,
 }
@@ -130,6 +136,8 @@ pub struct SlotStatus {
     pub last_exit: Option<String>,
     /// The worker's `STATUS=` text.
     pub status: Option<String>,
+    /// Circuit breaker: `closed` or `open`.
+    pub breaker: String,
 }
 
 impl Status {
@@ -352,10 +360,7 @@ impl Ck {
         let ck = self.pid();
         if self.try_exit().is_none() {
             // Freeze ck so that it restarts nothing while its workers are killed.
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(ck as i32),
-                Signal::SIGSTOP,
-            );
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(ck as i32), Signal::SIGSTOP);
             for pid in sys::children_of(ck) {
                 sys::kill_hard(pid);
             }

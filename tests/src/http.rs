@@ -263,6 +263,9 @@ mod tests {
         t.add(&Ok(Answer { slot: 1, pid: 10 }));
         t.add(&Ok(Answer { slot: 1, pid: 10 }));
         t.add(&Err(Failure::Reset));
-        assert_eq!((t.ok, t.slot(1), t.slot(0), t.pid(10), t.failed()), (2, 2, 0, 2, 1));
+        assert_eq!(
+            (t.ok, t.slot(1), t.slot(0), t.pid(10), t.failed()),
+            (2, 2, 0, 2, 1)
+        );
     }
 }

@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -16,8 +17,40 @@ use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// A TCP port that was free a moment ago: bind `127.0.0.1:0`, read the port, drop the listener.
+/// A TCP port that was free a moment ago (binding `0.0.0.0:port` succeeded and was dropped).
+///
+/// It is picked below the kernel's ephemeral range when there is room there: a port handed out
+/// by `bind(0)` comes from the same pool as the source ports of outgoing connections, so a
+/// parallel test's client could take it as its source port before ck binds it (or right after
+/// ck releases it, while a test checks that the port is free again).
 pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    const LOW: u32 = 20_000;
+    if ephemeral_low > LOW + 1000 {
+        let span = ephemeral_low - LOW;
+        // Start somewhere that differs between runs, then walk with a stride that is coprime
+        // with most spans so that parallel tests of one process never pick the same port.
+        static SEED: OnceLock<u32> = OnceLock::new();
+        let seed = *SEED.get_or_init(|| {
+            std::process::id().wrapping_mul(7919)
+                ^ std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0)
+        });
+        for _ in 0..span {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = LOW + seed.wrapping_add(n.wrapping_mul(101)) % span;
+            let port = u16::try_from(port).expect("below the ephemeral range");
+            if port_bindable(port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("binding 127.0.0.1:0 to find a free port")
@@ -226,7 +259,8 @@ impl TempDir {
     pub fn new(prefix: &str) -> TempDir {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("ck-tests-{prefix}-{}-{n}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("ck-tests-{prefix}-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&path);
         fs::create_dir_all(&path).unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
         TempDir { path }

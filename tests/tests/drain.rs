@@ -38,7 +38,11 @@ fn drained_slot_gets_no_new_connections_and_keeps_serving() {
     let drained = burst_pinned(addr, N);
     eprintln!("while slot {s} is drained: {drained:?}");
     assert_eq!(drained.ok, N, "every request answered: {drained:?}");
-    assert_eq!(drained.slot(s), 0, "drained slot {s} got new connections: {drained:?}");
+    assert_eq!(
+        drained.slot(s),
+        0,
+        "drained slot {s} got new connections: {drained:?}"
+    );
     for other in (0..4).filter(|o| *o != s) {
         assert!(drained.slot(other) > 0, "slot {other}: {drained:?}");
     }
@@ -64,7 +68,11 @@ fn drained_slot_gets_no_new_connections_and_keeps_serving() {
     for slot in 0..4 {
         assert_eq!(back.slot(slot), N / 4, "slot {slot}: {back:?}");
     }
-    assert_eq!(back.pid(first.pid), N / 4, "same worker back in service: {back:?}");
+    assert_eq!(
+        back.pid(first.pid),
+        N / 4,
+        "same worker back in service: {back:?}"
+    );
 }
 
 #[test]
@@ -73,7 +81,10 @@ fn drain_refuses_unknown_slot_and_repeats_are_harmless() {
     let out = ck.ctl(&["drain", "99"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "ck drain 99 succeeded: {err}");
-    assert!(err.contains("ck: error:") && err.contains("no slot 99"), "{err}");
+    assert!(
+        err.contains("ck: error:") && err.contains("no slot 99"),
+        "{err}"
+    );
 
     ck.ctl_ok(&["drain", "1"]);
     let again = ck.ctl_ok(&["drain", "1"]);

@@ -9,6 +9,7 @@ const N: u32 = 400;
 fn hash_policy_reaches_every_worker() {
     let (ck, port, status) = start_ready("spread-hash", 4, &["--policy", "hash"]);
     assert_eq!(status.policy, "hash");
+    assert_eq!(status.workers, 4, "{status:#?}");
     let tally = burst(local(port), N);
     eprintln!("hash: {tally:?}");
     assert_eq!(tally.ok, N, "every request answered: {tally:?}");
@@ -18,7 +19,10 @@ fn hash_policy_reaches_every_worker() {
     // The answers came from the workers ck reports, and the program counted them.
     let status = ck.status();
     let pids = status.worker_pids();
-    assert!(tally.per_pid.keys().all(|p| pids.contains(p)), "{tally:?} vs {pids:?}");
+    assert!(
+        tally.per_pid.keys().all(|p| pids.contains(p)),
+        "{tally:?} vs {pids:?}"
+    );
     let selected: u64 = status.slots.iter().map(|s| s.selected).sum();
     assert_eq!(selected, u64::from(N), "{status:#?}");
 }

@@ -1,0 +1,156 @@
+//! Bad input: `ck run` refuses it with `ck: error:` and a message that says what is wrong, exits
+//! non-zero, and leaves nothing behind (no pins, no control socket or lock, no bound port, no
+//! worker process).
+
+use std::io::Read as _;
+use std::net::{TcpListener, TcpStream};
+use std::process::Output;
+use std::time::Duration;
+
+use ck_tests::ck::{ck_output, control_socket, lock_file, pins_dir};
+use ck_tests::sys::{TempDir, free_port, instance_processes, poll_until, port_bindable};
+use ck_tests::{burst, instance_name, local, start_ready};
+
+/// The lines of `ss -tanpe` that mention `port`, for failure messages.
+fn sockets_on(port: u16) -> String {
+    let out = std::process::Command::new("ss").arg("-tanpe").output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let needle = format!(":{port} ");
+    text.unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Runs `ck run --name NAME --port PORT ARGS...` to completion.
+fn run(name: &str, port: u16, args: &[&str]) -> Output {
+    let port = port.to_string();
+    let mut all = vec!["run", "--name", name, "--port", &port];
+    all.extend_from_slice(args);
+    ck_output(&all)
+}
+
+/// Asserts that `out` is a failure whose stderr has `ck: error:` and `phrase` (any case), and
+/// that instance `name` left nothing.
+fn assert_refused(out: &Output, phrase: &str, name: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "ck run succeeded ({}): {err}",
+        out.status
+    );
+    assert!(err.contains("ck: error:"), "no `ck: error:` in: {err}");
+    assert!(
+        err.to_lowercase().contains(&phrase.to_lowercase()),
+        "no {phrase:?} in: {err}"
+    );
+    assert!(
+        !pins_dir(name).exists(),
+        "pins left: {}",
+        pins_dir(name).display()
+    );
+    assert!(!control_socket(name).exists(), "control socket left");
+    assert!(!lock_file(name).exists(), "lock file left");
+    assert_eq!(
+        instance_processes(name),
+        Vec::<u32>::new(),
+        "worker processes left"
+    );
+}
+
+/// Runs a bad `ck run` on a free port and checks the refusal and that the port is free.
+fn refused(what: &str, args: &[&str], phrase: &str) {
+    let port = free_port();
+    let name = instance_name(what, port);
+    let out = run(&name, port, args);
+    assert_refused(&out, phrase, &name);
+    assert!(port_bindable(port), "port {port} left bound");
+}
+
+#[test]
+fn missing_app() {
+    refused("bad-missing", &["--", "/nonexistent/app"], "no such file");
+}
+
+#[test]
+fn app_not_executable() {
+    let dir = TempDir::new("not-exec");
+    let app = dir.write("app.sh", "#!/bin/sh\nexit 0\n", false);
+    refused(
+        "bad-noexec",
+        &["--", app.to_str().expect("utf-8")],
+        "not executable",
+    );
+}
+
+#[test]
+fn zero_workers() {
+    refused("bad-workers", &["--workers", "0"], "out of range");
+}
+
+#[test]
+fn invalid_name() {
+    let port = free_port();
+    let name = format!("bad.name-{port}");
+    let out = run(&name, port, &[]);
+    assert_refused(&out, "invalid --name", &name);
+    assert!(port_bindable(port));
+}
+
+#[test]
+fn port_already_in_use() {
+    let port = free_port();
+    let holder = TcpListener::bind(("0.0.0.0", port)).unwrap_or_else(|e| {
+        panic!(
+            "binding a plain listener on {port}: {e}\n{}",
+            sockets_on(port)
+        )
+    });
+    let name = instance_name("bad-inuse", port);
+    let out = run(&name, port, &["-w", "2"]);
+    assert_refused(&out, "already in use", &name);
+    // The holder's socket is untouched: it still accepts.
+    let client = TcpStream::connect(local(port)).expect("connect to the holder");
+    let (mut accepted, peer) = holder.accept().expect("the holder still accepts");
+    assert!(peer.ip().is_loopback());
+    // The client closes first, so that no half-closed socket keeps our port.
+    drop(client);
+    let mut rest = Vec::new();
+    accepted
+        .read_to_end(&mut rest)
+        .expect("reading the client's close");
+    drop(accepted);
+    drop(holder);
+    let free = poll_until(Duration::from_secs(2), Duration::from_millis(20), || {
+        port_bindable(port)
+    });
+    assert!(free, "port {port} still bound:\n{}", sockets_on(port));
+}
+
+#[test]
+fn second_instance_with_the_same_name() {
+    let (first, first_port, status) = start_ready("bad-twice", 2, &[]);
+    let name = first.name().to_string();
+    let second_port = free_port();
+    let out = run(&name, second_port, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "second instance started: {err}");
+    assert!(
+        err.contains("ck: error:") && err.contains("already running"),
+        "{err}"
+    );
+    assert!(
+        port_bindable(second_port),
+        "the second instance left its port bound"
+    );
+
+    // The first instance is untouched and still serves.
+    assert!(control_socket(&name).exists() && lock_file(&name).exists());
+    let now = first.status();
+    assert_eq!(now.pid, status.pid);
+    assert_eq!(now.worker_pids(), status.worker_pids());
+    assert_eq!(now.ready_count(), 2, "{now:#?}");
+    let tally = burst(local(first_port), 20);
+    assert_eq!(tally.ok, 20, "{tally:?}");
+}
