@@ -35,6 +35,9 @@ pub mod policy {
     pub const HASH: u32 = 0;
     /// Even spread: a per-CPU cursor walks the active set.
     pub const ROUND_ROBIN: u32 = 1;
+    /// Power of two choices by accept-queue depth (`SlotInfo::queue_depth`); ties go to the
+    /// round-robin candidate.
+    pub const LEAST_QUEUE: u32 = 2;
 }
 
 /// Per-slot record in the `slots` map: the readable truth about each slot.
@@ -107,6 +110,19 @@ pub struct SlotStats {
     /// `bpf_sk_select_reuseport` failures for this slot (socket gone); at [`STATS_NO_SLOT`]:
     /// connections dropped because no slot could take them.
     pub errors: u64,
+    /// Probe connections steered to this slot by their source port.
+    pub probe_hits: u64,
+}
+
+impl SlotStats {
+    /// Adds `other`'s counters to these (summing CPUs, or groups).
+    pub fn add(&mut self, other: &SlotStats) {
+        self.selected += other.selected;
+        self.migrated += other.migrated;
+        self.fallbacks += other.fallbacks;
+        self.errors += other.errors;
+        self.probe_hits += other.probe_hits;
+    }
 }
 
 #[cfg(feature = "user")]

@@ -7,7 +7,12 @@
 #![no_main]
 
 use aya_ebpf::{
-    bindings::sk_action::{SK_DROP, SK_PASS},
+    EbpfContext as _,
+    bindings::{
+        bpf_hdr_start_off::BPF_HDR_START_NET,
+        sk_action::{SK_DROP, SK_PASS},
+    },
+    helpers::{bpf_get_prandom_u32, bpf_skb_load_bytes_relative},
     btf_maps::{Array, PerCpuArray, ReusePortSockArray},
     macros::{btf_map, sk_reuseport},
     programs::SkReuseportContext,
@@ -18,12 +23,15 @@ use ck_common::{
 };
 
 const SLOTS: usize = MAX_SLOTS as usize;
+const SLOT_MASK: usize = SLOTS - 1;
+const _: () = assert!(SLOTS.is_power_of_two());
 
 /// slot -> listening socket (written by the supervisor with the socket's fd).
 #[btf_map(name = "sockets")]
 static SOCKETS: ReusePortSockArray<SLOTS> = ReusePortSockArray::new();
 
-/// slot -> state, pid, generation, ...: read by people (`bpftool`), not by this program.
+/// slot -> state, pid, generation, queue depth, ...: read by people (`bpftool`) and, for the
+/// queue depth, by the `least-queue` policy.
 #[btf_map(name = "slots")]
 static SLOT_INFO: Array<SlotInfo, SLOTS> = Array::new();
 
@@ -50,11 +58,21 @@ pub fn ck_select(ctx: SkReuseportContext) -> u32 {
 
 #[inline(always)]
 fn select(ctx: &SkReuseportContext) -> u32 {
-    // Keep the `slots` map referenced so it is part of the object even though we never read it.
-    let _ = &SLOT_INFO;
     let Some(config) = CONFIG.get(0) else {
         return SK_DROP;
     };
+    let migrating = ctx.migrating_sk().is_some();
+    if config.probe_base != 0 && !migrating {
+        if let Some(slot) = probe_slot(ctx, config.probe_base) {
+            // A probe tests one worker through its own socket: never answer it from another.
+            if SOCKETS.select_reuseport(ctx, slot).is_ok() {
+                count(slot, |s| s.probe_hits += 1);
+                return SK_PASS;
+            }
+            count(slot, |s| s.errors += 1);
+            return SK_DROP;
+        }
+    }
     let Some(set) = ACTIVE.get(config.live_half & 1) else {
         return SK_DROP;
     };
@@ -64,23 +82,18 @@ fn select(ctx: &SkReuseportContext) -> u32 {
         len = set.live_len;
     }
     if len == 0 {
-        count_drop();
+        count(STATS_NO_SLOT, |s| s.errors += 1);
         warn!(ctx, "ck: no live slot; connection dropped");
         return SK_DROP;
     }
     // `len` is deliberately not clamped to MAX_SLOTS here: the compiler would then prove
-    // `pos < SLOTS` and drop the bounds check below, which the verifier needs to see.
-    let start = match config.policy {
-        policy::ROUND_ROBIN => next_cursor(),
-        _ => ctx.hash(),
+    // `pos < SLOTS` and drop the bounds checks below, which the verifier needs to see.
+    let first = match config.policy {
+        policy::ROUND_ROBIN => next_cursor() % len,
+        policy::LEAST_QUEUE => least_queue(set, len),
+        _ => ctx.hash() % len,
     };
-    let migrating = ctx.migrating_sk().is_some();
-    let tries = if len < MAX_SELECT_TRIES {
-        len
-    } else {
-        MAX_SELECT_TRIES
-    };
-    let first = start % len;
+    let tries = if len < MAX_SELECT_TRIES { len } else { MAX_SELECT_TRIES };
     let mut i = 0;
     while i < tries {
         let pos = ((first + i) % len) as usize;
@@ -90,19 +103,113 @@ fn select(ctx: &SkReuseportContext) -> u32 {
         let slot = set.slots[pos];
         if slot < MAX_SLOTS {
             if SOCKETS.select_reuseport(ctx, slot).is_ok() {
-                count_selected(slot, fallback, migrating);
+                count(slot, |s| {
+                    s.selected += 1;
+                    if fallback {
+                        s.fallbacks += 1;
+                    }
+                    if migrating {
+                        s.migrated += 1;
+                    }
+                });
                 if fallback {
                     warn!(ctx, "ck: no ready slot; fell back to live slot {}", slot);
                 }
                 return SK_PASS;
             }
-            count_error(slot);
+            count(slot, |s| s.errors += 1);
         }
         i += 1;
     }
-    count_drop();
+    count(STATS_NO_SLOT, |s| s.errors += 1);
     warn!(ctx, "ck: every candidate socket failed; connection dropped");
     SK_DROP
+}
+
+/// Position (in `set.slots[..len]`) chosen by power of two choices on queue depth: the
+/// round-robin candidate, unless a random second candidate has a shorter queue.
+#[inline(always)]
+fn least_queue(set: &ActiveSet, len: u32) -> u32 {
+    let first = next_cursor() % len;
+    if len < 2 {
+        return first;
+    }
+    // SAFETY: helper call without arguments.
+    let random = unsafe { bpf_get_prandom_u32() } % (len - 1);
+    let second = (first + 1 + random) % len;
+    // Masks, not comparisons: each index register must be bounded on its own for the verifier
+    // (the compiler merges `a >= N || b >= N` into one test on `a | b`). Both are < len <= SLOTS
+    // for any set the supervisor writes, so the masks change nothing there.
+    let (a, b) = (first as usize & SLOT_MASK, second as usize & SLOT_MASK);
+    if queue_depth(set.slots[b]) < queue_depth(set.slots[a]) {
+        second
+    } else {
+        first
+    }
+}
+
+#[inline(always)]
+fn queue_depth(slot: u32) -> u32 {
+    SLOT_INFO.get(slot).map_or(u32::MAX, |info| info.queue_depth)
+}
+
+/// The slot a probe connection asks for: its TCP source port minus `base`, when that port lies
+/// in `[base, base + MAX_SLOTS)` and the connection comes from a loopback address (so a remote
+/// client that happens to use such a port is steered normally).
+#[inline(always)]
+fn probe_slot(ctx: &SkReuseportContext, base: u32) -> Option<u32> {
+    let data = ctx.data();
+    if data + 2 > ctx.data_end() {
+        return None;
+    }
+    // SAFETY: the two bytes lie within [data, data_end), checked above (and by the verifier);
+    // `data` points at the TCP header, whose first field is the source port.
+    let sport = u32::from(u16::from_be(unsafe {
+        core::ptr::read_unaligned(data as *const u16)
+    }));
+    if sport < base || sport >= base + MAX_SLOTS {
+        return None;
+    }
+    if !from_loopback(ctx) {
+        return None;
+    }
+    Some(sport - base)
+}
+
+/// Whether the packet's source address is 127.0.0.0/8 or ::1.
+#[inline(always)]
+fn from_loopback(ctx: &SkReuseportContext) -> bool {
+    let mut first = [0u8; 1];
+    if load_net(ctx, 0, &mut first) != 0 {
+        return false;
+    }
+    match first[0] >> 4 {
+        4 => {
+            let mut saddr = [0u8; 4];
+            load_net(ctx, 12, &mut saddr) == 0 && saddr[0] == 127
+        }
+        6 => {
+            let mut saddr = [0u8; 16];
+            let loopback: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+            load_net(ctx, 8, &mut saddr) == 0 && saddr == loopback
+        }
+        _ => false,
+    }
+}
+
+/// Copies bytes from the network header at `offset` into `buf`.
+#[inline(always)]
+fn load_net<const N: usize>(ctx: &SkReuseportContext, offset: u32, buf: &mut [u8; N]) -> i64 {
+    // SAFETY: the helper writes at most N bytes into `buf`, which is N bytes long.
+    unsafe {
+        bpf_skb_load_bytes_relative(
+            ctx.as_ptr(),
+            offset,
+            buf.as_mut_ptr().cast(),
+            N as u32,
+            BPF_HDR_START_NET,
+        )
+    }
 }
 
 #[inline(always)]
@@ -120,33 +227,14 @@ fn next_cursor() -> u32 {
     }
 }
 
+/// Updates this CPU's counters of `slot`.
 #[inline(always)]
-fn count_selected(slot: u32, fallback: bool, migrating: bool) {
+fn count(slot: u32, update: impl FnOnce(&mut SlotStats)) {
     if let Some(stats) = STATS.get_ptr_mut(slot) {
-        // SAFETY: per-CPU value of this CPU, valid for the program's run.
-        unsafe {
-            (*stats).selected += 1;
-            if fallback {
-                (*stats).fallbacks += 1;
-            }
-            if migrating {
-                (*stats).migrated += 1;
-            }
-        }
+        // SAFETY: per-CPU value of this CPU, valid for the program's run; a BPF program is not
+        // preempted on its CPU, so nothing else writes it meanwhile.
+        update(unsafe { &mut *stats });
     }
-}
-
-#[inline(always)]
-fn count_error(slot: u32) {
-    if let Some(stats) = STATS.get_ptr_mut(slot) {
-        // SAFETY: per-CPU value of this CPU, valid for the program's run.
-        unsafe { (*stats).errors += 1 }
-    }
-}
-
-#[inline(always)]
-fn count_drop() {
-    count_error(STATS_NO_SLOT);
 }
 
 #[cfg(not(test))]

@@ -103,6 +103,8 @@ pub enum Policy {
     Hash,
     /// Even spread of new connections.
     RoundRobin,
+    /// Power of two choices by accept-queue depth.
+    LeastQueue,
 }
 
 impl Policy {
@@ -111,6 +113,7 @@ impl Policy {
         match self {
             Policy::Hash => ck_common::policy::HASH,
             Policy::RoundRobin => ck_common::policy::ROUND_ROBIN,
+            Policy::LeastQueue => ck_common::policy::LEAST_QUEUE,
         }
     }
 }
@@ -159,6 +162,8 @@ pub struct RunConfig {
     pub reload_batch: u32,
     /// Crash handling: backoff and circuit breaker.
     pub restart: crate::restart_policy::RestartPolicy,
+    /// Health signals.
+    pub health: crate::health_config::HealthConfig,
     /// Plain `SO_REUSEPORT`, no steering.
     pub no_bpf: bool,
     /// Forward the program's log lines to ck's log.

@@ -7,6 +7,7 @@ use ck::{
     config::{self, ListenAddr, Policy, ReadyMode, RunConfig},
     control::{Request, Response, client},
     duration::parse_duration,
+    health_config::{DEFAULT_PROBE_PORT_BASE, HealthConfig, ProbeKind},
     restart_policy::{Backoff, RestartPolicy, parse_backoff},
 };
 use clap::{Args, Parser, Subcommand};
@@ -59,6 +60,21 @@ enum Command {
     Scale {
         /// The new worker count.
         workers: u32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Probe one worker through its own listening socket (whatever its state) and print the
+    /// answer and the worker's pid.
+    Probe {
+        /// The slot.
+        slot: u32,
+        /// What to probe: `tcp`, `http` or `http:/PATH` (default: the instance's --probe, else
+        /// `http:/`).
+        #[arg(long)]
+        kind: Option<ProbeKind>,
+        /// Time the probe may take.
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        timeout: Duration,
         #[command(flatten)]
         target: Target,
     },
@@ -132,6 +148,39 @@ struct RunArgs {
     /// How long an open breaker waits before trying the slot again.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     crash_cooldown: Duration,
+    /// Heartbeat timeout: sets WATCHDOG_USEC; a worker that sent WATCHDOG=1 and then stays
+    /// silent this long is taken out of the active set until it sends it again.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    watchdog: Option<Duration>,
+    /// Probe every worker through its own socket: `tcp`, `http` or `http:/PATH` (2xx passes).
+    #[arg(long, value_name = "KIND")]
+    probe: Option<ProbeKind>,
+    /// Time between probes of a worker.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    probe_interval: Duration,
+    /// Time a probe may take.
+    #[arg(long, value_parser = parse_duration, default_value = "500ms")]
+    probe_timeout: Duration,
+    /// Failed probes in a row that make a worker unhealthy.
+    #[arg(long, default_value_t = 3)]
+    probe_fails: u32,
+    /// Passed probes in a row that make it healthy again.
+    #[arg(long, default_value_t = 2)]
+    probe_passes: u32,
+    /// Probe source ports: slot S is probed from port BASE+S (the BPF program steers those
+    /// loopback connections to slot S).
+    #[arg(long, default_value_t = DEFAULT_PROBE_PORT_BASE)]
+    probe_port_base: u16,
+    /// A worker whose accept queue stays non-empty without shrinking this long is taken out of
+    /// the active set until it moves again (0: off).
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    stall_timeout: Duration,
+    /// How often accept queues are sampled (queue depth for least-queue, stall detection).
+    #[arg(long, value_parser = parse_duration, default_value = "5ms")]
+    sample_interval: Duration,
+    /// Replace (gracefully, as a rolling restart of one) a worker unhealthy for this long.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    unhealthy_replace_after: Option<Duration>,
     /// Plain SO_REUSEPORT without the BPF program (the baseline; no readiness or drain steering).
     #[arg(long)]
     no_bpf: bool,
@@ -178,6 +227,18 @@ impl RunArgs {
             ready_timeout: self.ready_timeout,
             ready_grace: self.ready_grace,
             drain_timeout: self.drain_timeout,
+            health: HealthConfig {
+                watchdog: self.watchdog,
+                probe: self.probe,
+                probe_interval: self.probe_interval,
+                probe_timeout: self.probe_timeout,
+                probe_fails: self.probe_fails.max(1),
+                probe_passes: self.probe_passes.max(1),
+                probe_port_base: self.probe_port_base,
+                stall_timeout: (!self.stall_timeout.is_zero()).then_some(self.stall_timeout),
+                sample_interval: self.sample_interval.max(Duration::from_millis(1)),
+                unhealthy_replace_after: self.unhealthy_replace_after,
+            },
             reload_batch: self.reload_batch,
             restart: RestartPolicy {
                 initial: self.restart_backoff.initial,
@@ -241,6 +302,12 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Drain { slot, target } => simple(target, Request::Drain { slot }),
         Command::Undrain { slot, target } => simple(target, Request::Undrain { slot }),
         Command::Stop { target } => simple(target, Request::Stop),
+        Command::Probe {
+            slot,
+            kind,
+            timeout,
+            target,
+        } => probe_slot(target, slot, kind, timeout),
         Command::Reload { target } => simple(target, Request::Reload),
         Command::Scale { workers, target } => simple(target, Request::Scale { workers }),
         Command::DemoWorker(opts) => {
@@ -256,6 +323,61 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             eprintln!("ck: worker: {err}");
             Ok(ExitCode::from(127))
         }
+    }
+}
+
+fn status_of(name: &str) -> anyhow::Result<Box<ck::control::StatusReport>> {
+    match client::request(name, &Request::Status)? {
+        Response::Status(report) => Ok(report),
+        Response::Error(msg) => bail!("{msg}"),
+        Response::Ok(_) => bail!("unexpected answer to a status request"),
+    }
+}
+
+fn probe_slot(
+    target: Target,
+    slot: u32,
+    kind: Option<ProbeKind>,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    let name = client::resolve_name(target.name)?;
+    let report = status_of(&name)?;
+    let Some(worker) = report.slots.iter().find(|s| s.slot == slot) else {
+        let known: Vec<u32> = report.slots.iter().map(|s| s.slot).collect();
+        bail!("no slot {slot}; slots in use: {known:?} (see `ck status`)");
+    };
+    if !report.bpf {
+        bail!("probe steering needs BPF, which is off (--no-bpf): a probe could reach any worker");
+    }
+    let kind = match kind {
+        Some(kind) => kind,
+        None => report
+            .probe
+            .as_deref()
+            .unwrap_or("http:/")
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!(e))?,
+    };
+    let bound: std::net::SocketAddr = report.listen[0].parse().context("listen address")?;
+    let to = ck::probe::target_of(bound);
+    let from = ck::probe::source_of(to, report.probe_port_base, slot)
+        .context("probe source port out of range")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let pid = worker.pid.map_or("-".to_string(), |p| p.to_string());
+    match runtime.block_on(ck::probe::probe(to, from, &kind, timeout)) {
+        Ok(answer) => {
+            let status = answer.status.map_or("connected".into(), |s| format!("HTTP {s}"));
+            println!(
+                "slot {slot} (pid {pid}, {}): {kind} {status} {}",
+                worker.state,
+                answer.body.trim_end()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(why) => bail!("slot {slot} (pid {pid}, {}): {kind} failed: {why}", worker.state),
     }
 }
 

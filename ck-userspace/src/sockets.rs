@@ -95,6 +95,30 @@ pub fn open_member(addr: ListenAddr) -> Result<Socket, SocketError> {
     Ok(socket)
 }
 
+/// Connections waiting in a listening socket's accept queue (`TCP_INFO.tcpi_unacked`, which the
+/// kernel fills with the accept backlog for a listener).
+pub fn accept_queue_len(socket: &Socket) -> io::Result<u32> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: tcp_info is plain data; all-zero bytes are a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, which is that large, and
+    // updates `len`; the fd is a live socket we own.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(info.tcpi_unacked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +142,14 @@ mod tests {
         drop(a);
         drop(_b);
         ensure_free(addr).unwrap();
+        let plain = std::net::TcpListener::bind(addr.addr).unwrap();
+        drop(plain);
+        let member = open_member(addr).unwrap();
+        assert_eq!(accept_queue_len(&member).unwrap(), 0);
+        let _c1 = std::net::TcpStream::connect(addr.addr).unwrap();
+        let _c2 = std::net::TcpStream::connect(addr.addr).unwrap();
+        assert_eq!(accept_queue_len(&member).unwrap(), 2);
+        drop(member);
         let plain = std::net::TcpListener::bind(addr.addr).unwrap();
         assert!(matches!(open_member(addr), Err(SocketError::InUse { .. })));
         drop(plain);

@@ -30,6 +30,8 @@ pub struct SpawnSpec<'a> {
     pub fd_names: Vec<String>,
     /// Value of `NOTIFY_SOCKET`.
     pub notify_socket: String,
+    /// Value of `WATCHDOG_USEC`, when heartbeats are on.
+    pub watchdog_usec: Option<u64>,
 }
 
 /// A started worker.
@@ -60,8 +62,13 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
         .env("NOTIFY_SOCKET", &spec.notify_socket)
         .env("CK_SLOT", spec.slot.to_string())
         .env("CK_WORKER_ID", spec.worker_id.to_string())
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
         .stdin(Stdio::null())
         .process_group(0);
+    if let Some(usec) = spec.watchdog_usec {
+        cmd.env("WATCHDOG_USEC", usec.to_string());
+    }
     let fds = spec.fds;
     let supervisor = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe

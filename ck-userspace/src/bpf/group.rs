@@ -39,7 +39,12 @@ fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
 impl BpfGroup {
     /// Loads the program for group `group` of instance `name`, pins its maps and sets the policy.
     /// The program is attached later, to the group's first socket ([`BpfGroup::insert`]).
-    pub fn load(name: &str, group: &str, policy: u32) -> Result<BpfGroup, BpfError> {
+    pub fn load(
+        name: &str,
+        group: &str,
+        policy: u32,
+        probe_base: u16,
+    ) -> Result<BpfGroup, BpfError> {
         let pin_dir = pins::group_dir(name, group);
         let mut ebpf = EbpfLoader::new()
             .load(BPF_OBJECT)
@@ -86,6 +91,7 @@ impl BpfGroup {
             stats,
             config: Config {
                 policy,
+                probe_base: u32::from(probe_base),
                 ..Config::default()
             },
             attached: false,
@@ -192,10 +198,7 @@ impl BpfGroup {
         }
         if let Ok(values) = self.stats.get(&slot, 0) {
             for v in values.iter() {
-                total.selected += v.selected;
-                total.migrated += v.migrated;
-                total.fallbacks += v.fallbacks;
-                total.errors += v.errors;
+                total.add(v);
             }
         }
         total

@@ -58,6 +58,12 @@ pub struct StatusReport {
     pub policy: crate::config::Policy,
     /// Listen groups (`tcp4-8080`, ...).
     pub groups: Vec<String>,
+    /// Their addresses (`0.0.0.0:8080`, ...), in the same order.
+    pub listen: Vec<String>,
+    /// The periodic probe (`tcp`, `http:/healthz`), if any.
+    pub probe: Option<String>,
+    /// Slot S is probed from source port `probe_port_base + S`.
+    pub probe_port_base: u16,
     /// Pin directory of the maps, when BPF is on.
     pub pins: Option<String>,
     /// Supervisor uptime.
@@ -107,6 +113,12 @@ pub struct SlotReport {
     pub status: Option<String>,
     /// Circuit breaker: `closed` (restarts allowed) or `open` (cooling down).
     pub breaker: String,
+    /// Why the worker is unhealthy (`watchdog`, `probe`, `stalled`, joined by `+`), if it is.
+    pub unhealthy: Option<String>,
+    /// Accept-queue depth last sampled.
+    pub queue_depth: u32,
+    /// Probe connections steered to this slot.
+    pub probe_hits: u64,
 }
 
 impl StatusReport {

@@ -4,6 +4,7 @@
 //! Everything runs on one current-thread tokio runtime; all state lives in [`Supervisor`] and is
 //! changed only by its event loop, one [`Event`] at a time. Tasks (child waiters, notify readers,
 //! timers, the control server) only send events.
+mod health;
 mod publish;
 mod roll;
 mod scale;
@@ -59,6 +60,16 @@ pub(crate) enum Event {
     Reload,
     /// SIGTTIN (+1) or SIGTTOU (-1): change the worker count by one.
     ScaleBy(i32),
+    /// Time to sample accept queues and check heartbeats.
+    Tick,
+    /// Time to probe every worker.
+    ProbeTick,
+    /// A probe ended.
+    ProbeResult {
+        slot: u32,
+        generation: u32,
+        result: Result<crate::probe::ProbeAnswer, String>,
+    },
 }
 
 /// Timers the supervisor sets.
@@ -131,6 +142,10 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         cfg,
     };
     watch_signals(&sup.events)?;
+    start_ticker(&sup.events, sup.cfg.health.sample_interval, || Event::Tick);
+    if sup.cfg.health.probe.is_some() {
+        start_ticker(&sup.events, sup.cfg.health.probe_interval, || Event::ProbeTick);
+    }
     tracing::info!(
         name = %sup.cfg.name,
         groups = %sup.group_names().join(","),
@@ -179,7 +194,12 @@ fn load_groups(cfg: &RunConfig) -> anyhow::Result<Vec<Group>> {
         );
     }
     for group in &mut groups {
-        match BpfGroup::load(&cfg.name, &group.name, cfg.policy.code()) {
+        match BpfGroup::load(
+            &cfg.name,
+            &group.name,
+            cfg.policy.code(),
+            cfg.health.probe_port_base,
+        ) {
             Ok(mut bpf) => {
                 if cfg.bpf_log {
                     bpf.forward_logs()?;
@@ -193,6 +213,21 @@ fn load_groups(cfg: &RunConfig) -> anyhow::Result<Vec<Group>> {
         }
     }
     Ok(groups)
+}
+
+/// Sends `event()` every `period` until the event loop is gone.
+fn start_ticker(events: &mpsc::UnboundedSender<Event>, period: Duration, event: fn() -> Event) {
+    let events = events.clone();
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            if events.send(event()).is_err() {
+                return;
+            }
+        }
+    });
 }
 
 fn watch_signals(events: &mpsc::UnboundedSender<Event>) -> anyhow::Result<()> {
@@ -281,6 +316,13 @@ impl Supervisor {
                 }
             }
             Event::Reload => self.begin_reload(None),
+            Event::Tick => self.on_tick(),
+            Event::ProbeTick => self.on_probe_tick(),
+            Event::ProbeResult {
+                slot,
+                generation,
+                result,
+            } => self.on_probe_result(slot, generation, result),
             Event::ScaleBy(delta) => {
                 let target = self.serving_slots().len() as i64 + i64::from(delta);
                 if let Err(e) = self.scale_to(target.max(0) as u32) {

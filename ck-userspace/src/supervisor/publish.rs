@@ -37,6 +37,12 @@ impl Supervisor {
     pub(super) fn publish(&mut self) {
         let set = self.active_set();
         let active: Vec<u32> = set.slots[..set.ready_len as usize].to_vec();
+        if active.is_empty() && !self.active.is_empty() && set.live_len > 0 {
+            tracing::warn!(
+                live = set.live_len,
+                "no ready and healthy worker left: new connections fall back to every live worker"
+            );
+        }
         if active != self.active {
             tracing::debug!(?active, "active set");
             self.active = active;
@@ -44,19 +50,7 @@ impl Supervisor {
         let records: Vec<(u32, SlotInfo)> = self
             .slots
             .values()
-            .map(|s| {
-                (
-                    s.index,
-                    SlotInfo {
-                        state: s.state_code(),
-                        pid: s.worker.as_ref().map(|w| w.pid).unwrap_or(0),
-                        generation: s.generation,
-                        weight: 1,
-                        queue_depth: 0,
-                        flags: 0,
-                    },
-                )
-            })
+            .map(|s| (s.index, s.info()))
             .collect();
         for group in &mut self.groups {
             let Some(bpf) = &mut group.bpf else { continue };
@@ -71,14 +65,22 @@ impl Supervisor {
         }
     }
 
+    /// Writes the records of `indices` (after their queue depth changed).
+    pub(super) fn write_depths(&mut self, indices: &[u32]) {
+        for index in indices {
+            let Some(info) = self.slots.get(index).map(|s| s.info()) else {
+                continue;
+            };
+            for bpf in self.groups.iter_mut().filter_map(|g| g.bpf.as_mut()) {
+                let _ = bpf.write_slot(*index, &info);
+            }
+        }
+    }
+
     fn slot_stats(&self, index: u32) -> SlotStats {
         let mut total = SlotStats::default();
         for bpf in self.groups.iter().filter_map(|g| g.bpf.as_ref()) {
-            let s = bpf.stats(index);
-            total.selected += s.selected;
-            total.fallbacks += s.fallbacks;
-            total.migrated += s.migrated;
-            total.errors += s.errors;
+            total.add(&bpf.stats(index));
         }
         total
     }
@@ -107,6 +109,13 @@ impl Supervisor {
                     migrated: stats.migrated,
                     last_exit: s.last_exit.clone(),
                     status: s.worker.as_ref().and_then(|w| w.status.clone()),
+                    unhealthy: s
+                        .worker
+                        .as_ref()
+                        .filter(|w| !w.health.is_healthy())
+                        .map(|w| w.health.reasons()),
+                    queue_depth: s.queue_depth,
+                    probe_hits: stats.probe_hits,
                     breaker: if s.idle == super::slot::Idle::Broken && s.worker.is_none() {
                         "open".into()
                     } else {
@@ -121,6 +130,9 @@ impl Supervisor {
             bpf: self.bpf_on(),
             policy: self.cfg.policy,
             groups: self.group_names(),
+            listen: self.groups.iter().map(|g| g.addr.addr.to_string()).collect(),
+            probe: self.cfg.health.probe.as_ref().map(|p| p.to_string()),
+            probe_port_base: self.cfg.health.probe_port_base,
             pins: self.bpf_on().then(|| {
                 crate::bpf::pins::instance_dir(&self.cfg.name)
                     .display()

@@ -24,6 +24,21 @@ pub(super) struct Roll {
 impl Supervisor {
     /// Starts a rolling restart of every current worker.
     pub(super) fn begin_reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
+        let all = self
+            .slots
+            .values()
+            .filter(|s| !s.retiring && !s.held)
+            .map(|s| s.index)
+            .collect();
+        self.begin_roll(all, reply);
+    }
+
+    /// Starts a rolling restart of the workers of `pending` slots.
+    pub(super) fn begin_roll(
+        &mut self,
+        pending: VecDeque<u32>,
+        reply: Option<oneshot::Sender<Response>>,
+    ) {
         let refuse = |reply: Option<oneshot::Sender<Response>>, why: &str| {
             tracing::warn!("reload refused: {why}");
             if let Some(reply) = reply {
@@ -39,12 +54,6 @@ impl Supervisor {
                 "a rolling restart is already in progress; wait for it to end",
             );
         }
-        let pending: VecDeque<u32> = self
-            .slots
-            .values()
-            .filter(|s| !s.retiring && !s.held)
-            .map(|s| s.index)
-            .collect();
         tracing::info!(
             workers = pending.len(),
             batch = self.cfg.reload_batch,

@@ -8,6 +8,7 @@ use std::{
 
 use socket2::Socket;
 
+use super::health::Health;
 use crate::restart_policy::RestartPolicy;
 use tokio::task::JoinHandle;
 
@@ -44,6 +45,8 @@ pub struct Worker {
     pub stop_reason: Option<&'static str>,
     /// The task reading its notify socket.
     pub notify_task: JoinHandle<()>,
+    /// Health signals.
+    pub health: Health,
 }
 
 /// Why a slot has no worker.
@@ -83,6 +86,10 @@ pub struct Slot {
     /// A rolling restart's replacement, ready or not, kept out of the active set until its batch
     /// is flipped in.
     pub held: bool,
+    /// Accept-queue depth last sampled (all groups).
+    pub queue_depth: u32,
+    /// Since when the queue has been non-empty and not shrinking.
+    pub queue_rising_since: Option<Instant>,
 }
 
 impl Slot {
@@ -100,6 +107,8 @@ impl Slot {
             crashes: CrashPolicy::new(policy),
             retiring: false,
             held: false,
+            queue_depth: 0,
+            queue_rising_since: None,
         }
     }
 
@@ -111,7 +120,7 @@ impl Slot {
             && self
                 .worker
                 .as_ref()
-                .is_some_and(|w| w.phase == Phase::Ready)
+                .is_some_and(|w| w.phase == Phase::Ready && w.health.is_healthy())
     }
 
     /// Has a live worker and an open socket (a fallback target when nothing is ready).
@@ -125,6 +134,7 @@ impl Slot {
             (Some(w), _) => match w.phase {
                 Phase::Starting => "starting",
                 Phase::Ready if self.drained => "draining",
+                Phase::Ready if !w.health.is_healthy() => "unhealthy",
                 Phase::Ready if self.held => "standby",
                 Phase::Ready => "ready",
                 Phase::Draining => "draining",
@@ -136,11 +146,24 @@ impl Slot {
         }
     }
 
+    /// The record written to the `slots` map.
+    pub fn info(&self) -> ck_common::SlotInfo {
+        ck_common::SlotInfo {
+            state: self.state_code(),
+            pid: self.worker.as_ref().map_or(0, |w| w.pid),
+            generation: self.generation,
+            weight: 1,
+            queue_depth: self.queue_depth,
+            flags: 0,
+        }
+    }
+
     /// The state code written to the `slots` map.
     pub fn state_code(&self) -> u32 {
         use ck_common::state;
         match self.state_name() {
             "starting" | "standby" => state::STARTING,
+            "unhealthy" => state::UNHEALTHY,
             "ready" => state::READY,
             "draining" | "stopping" => state::DRAINING,
             _ => state::STOPPED,

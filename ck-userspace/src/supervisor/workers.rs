@@ -59,6 +59,7 @@ impl Supervisor {
             fds: slot.sockets.iter().map(|s| s.as_raw_fd()).collect(),
             fd_names: self.groups.iter().map(|g| g.name.clone()).collect(),
             notify_socket: notify.env_value.clone(),
+            watchdog_usec: self.cfg.health.watchdog.map(|d| d.as_micros() as u64),
         })
         .with_context(|| format!("spawning {}", self.cfg.app.program.display()))?;
         let pid = spawned.pid;
@@ -99,11 +100,14 @@ impl Supervisor {
             status: None,
             stop_reason: None,
             notify_task,
+            health: Default::default(),
         });
         slot.idle = Idle::Stopped;
         tracing::info!(slot = index, pid, generation, "worker started");
         match self.cfg.ready {
             ReadyMode::Spawn => self.mark_ready(index, "ready on spawn (--ready spawn)"),
+            // With probes, a silent worker is ready at its first passing probe instead.
+            ReadyMode::Auto if self.cfg.health.probe.is_some() => {}
             ReadyMode::Auto => self.set_timer(
                 index,
                 generation,
@@ -122,7 +126,7 @@ impl Supervisor {
         Ok(())
     }
 
-    fn mark_ready(&mut self, index: u32, reason: &str) {
+    pub(super) fn mark_ready(&mut self, index: u32, reason: &str) {
         let Some(worker) = self.slots.get_mut(&index).and_then(|s| s.worker.as_mut()) else {
             return;
         };
@@ -167,7 +171,8 @@ impl Supervisor {
                     }
                 }
                 NotifyMsg::Status(text) => worker.status = Some(text),
-                NotifyMsg::Watchdog | NotifyMsg::Other => {}
+                NotifyMsg::Watchdog => self.on_watchdog(index),
+                NotifyMsg::Other => {}
             }
         }
     }

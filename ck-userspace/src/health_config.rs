@@ -1,0 +1,106 @@
+//! Settings of ck's health signals: watchdog, probes through the slot's own socket, accept-queue
+//! stall detection, and replacement of workers that stay unhealthy.
+use std::{str::FromStr, time::Duration};
+
+/// What a probe checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// The TCP handshake completes.
+    Tcp,
+    /// `GET <path>` answers 2xx.
+    Http(String),
+}
+
+impl FromStr for ProbeKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "tcp" => Ok(ProbeKind::Tcp),
+            "http" => Ok(ProbeKind::Http("/".into())),
+            _ => match s.strip_prefix("http:") {
+                Some(path) if path.starts_with('/') && !path.contains(char::is_whitespace) => {
+                    Ok(ProbeKind::Http(path.to_string()))
+                }
+                _ => Err(format!(
+                    "expected `tcp`, `http` or `http:/PATH` (e.g. http:/healthz), got {s:?}"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for ProbeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeKind::Tcp => write!(f, "tcp"),
+            ProbeKind::Http(path) => write!(f, "http:{path}"),
+        }
+    }
+}
+
+/// Default first source port of probe steering (`--probe-port-base`).
+pub const DEFAULT_PROBE_PORT_BASE: u16 = 19800;
+
+/// Health settings of `ck run`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HealthConfig {
+    /// `WATCHDOG_USEC` for workers; a worker that sent `WATCHDOG=1` once and then stays silent
+    /// longer is unhealthy.
+    pub watchdog: Option<Duration>,
+    /// Periodic probe, if any.
+    pub probe: Option<ProbeKind>,
+    /// Time between probes of one worker.
+    pub probe_interval: Duration,
+    /// Time a probe may take.
+    pub probe_timeout: Duration,
+    /// Consecutive failed probes that make a worker unhealthy.
+    pub probe_fails: u32,
+    /// Consecutive passed probes that make it healthy again.
+    pub probe_passes: u32,
+    /// Probe source ports: slot S is probed from `probe_port_base + S`.
+    pub probe_port_base: u16,
+    /// A queue that stays non-empty without shrinking this long marks its worker stalled
+    /// (`None`: off).
+    pub stall_timeout: Option<Duration>,
+    /// How often accept queues are sampled.
+    pub sample_interval: Duration,
+    /// An unhealthy worker is replaced (gracefully) after this long (`None`: never).
+    pub unhealthy_replace_after: Option<Duration>,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            watchdog: None,
+            probe: None,
+            probe_interval: Duration::from_secs(1),
+            probe_timeout: Duration::from_millis(500),
+            probe_fails: 3,
+            probe_passes: 2,
+            probe_port_base: DEFAULT_PROBE_PORT_BASE,
+            stall_timeout: Some(Duration::from_secs(1)),
+            sample_interval: Duration::from_millis(5),
+            unhealthy_replace_after: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_kinds_parse() {
+        assert_eq!("tcp".parse::<ProbeKind>(), Ok(ProbeKind::Tcp));
+        assert_eq!("http".parse::<ProbeKind>(), Ok(ProbeKind::Http("/".into())));
+        assert_eq!(
+            "http:/healthz".parse::<ProbeKind>(),
+            Ok(ProbeKind::Http("/healthz".into()))
+        );
+        for bad in ["", "udp", "http:healthz", "http:/a b"] {
+            assert!(bad.parse::<ProbeKind>().is_err(), "{bad:?}");
+        }
+        assert_eq!(ProbeKind::Http("/x".into()).to_string(), "http:/x");
+    }
+}

@@ -1,0 +1,256 @@
+//! Health: accept-queue sampling (queue depth for `least-queue`, stall detection), watchdog
+//! heartbeats, probes through the slot's own socket, and replacement of workers that stay
+//! unhealthy. An unhealthy worker leaves the active set with its socket open, and comes back
+//! when healthy again.
+use std::time::Instant;
+
+use super::{Event, Supervisor, slot::Phase};
+use crate::{
+    config::ReadyMode,
+    probe::{self, ProbeAnswer},
+    sockets,
+};
+
+/// A worker's health as the supervisor sees it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Health {
+    /// Missed its watchdog heartbeat.
+    pub watchdog: bool,
+    /// Failed `--probe-fails` probes in a row.
+    pub probe: bool,
+    /// Its accept queue stopped moving.
+    pub stalled: bool,
+    /// When it became unhealthy.
+    pub since: Option<Instant>,
+    /// Last `WATCHDOG=1`.
+    pub last_watchdog: Option<Instant>,
+    /// Consecutive failed probes.
+    pub probe_fails: u32,
+    /// Consecutive passed probes.
+    pub probe_passes: u32,
+    /// A probe is under way.
+    pub probing: bool,
+}
+
+impl Health {
+    /// No health signal says otherwise.
+    pub fn is_healthy(&self) -> bool {
+        !self.watchdog && !self.probe && !self.stalled
+    }
+
+    /// Why it is unhealthy, for logs and status.
+    pub fn reasons(&self) -> String {
+        let mut reasons = Vec::new();
+        if self.watchdog {
+            reasons.push("watchdog");
+        }
+        if self.probe {
+            reasons.push("probe");
+        }
+        if self.stalled {
+            reasons.push("stalled");
+        }
+        reasons.join("+")
+    }
+}
+
+/// Which signal changed.
+#[derive(Clone, Copy, Debug)]
+enum Signal {
+    Watchdog,
+    Probe,
+    Stall,
+}
+
+impl Supervisor {
+    /// Sets or clears one health signal of `index`'s worker; logs and republishes on change.
+    fn set_health(&mut self, index: u32, signal: Signal, bad: bool, detail: &str) {
+        let Some(worker) = self.slots.get_mut(&index).and_then(|s| s.worker.as_mut()) else {
+            return;
+        };
+        let flag = match signal {
+            Signal::Watchdog => &mut worker.health.watchdog,
+            Signal::Probe => &mut worker.health.probe,
+            Signal::Stall => &mut worker.health.stalled,
+        };
+        if *flag == bad {
+            return;
+        }
+        *flag = bad;
+        let pid = worker.pid;
+        if bad {
+            worker.health.since.get_or_insert_with(Instant::now);
+            tracing::warn!(slot = index, pid, reason = ?signal, detail, "worker unhealthy: out of the active set, socket open");
+        } else if worker.health.is_healthy() {
+            worker.health.since = None;
+            tracing::info!(slot = index, pid, reason = ?signal, detail, "worker healthy again");
+        }
+        self.publish();
+    }
+
+    /// Samples every slot's accept queue; detects stalls and missed heartbeats; replaces workers
+    /// unhealthy for too long.
+    pub(super) fn on_tick(&mut self) {
+        let now = Instant::now();
+        let stall_timeout = self.cfg.health.stall_timeout;
+        let watchdog = self.cfg.health.watchdog;
+        let mut depth_changed = Vec::new();
+        let mut changes = Vec::new();
+        for slot in self.slots.values_mut() {
+            let depth: u32 = slot
+                .sockets
+                .iter()
+                .map(|s| sockets::accept_queue_len(s).unwrap_or(0))
+                .sum();
+            let previous = slot.queue_depth;
+            if depth != previous {
+                slot.queue_depth = depth;
+                depth_changed.push(slot.index);
+            }
+            let Some(worker) = &slot.worker else {
+                slot.queue_rising_since = None;
+                continue;
+            };
+            if let Some(timeout) = stall_timeout {
+                if depth > 0 && depth >= previous {
+                    let since = *slot.queue_rising_since.get_or_insert(now);
+                    if !worker.health.stalled && now.duration_since(since) >= timeout {
+                        changes.push((slot.index, Signal::Stall, true, format!("{depth} connection(s) queued and not accepted for {timeout:?}")));
+                    }
+                } else {
+                    slot.queue_rising_since = None;
+                    if worker.health.stalled {
+                        changes.push((slot.index, Signal::Stall, false, format!("queue moving ({previous} -> {depth})")));
+                    }
+                }
+            }
+            if let (Some(limit), Some(last)) = (watchdog, worker.health.last_watchdog)
+                && !worker.health.watchdog
+                && now.duration_since(last) > limit
+            {
+                changes.push((slot.index, Signal::Watchdog, true, format!("no WATCHDOG=1 for {limit:?}")));
+            }
+        }
+        for (index, signal, bad, detail) in changes {
+            self.set_health(index, signal, bad, &detail);
+        }
+        self.write_depths(&depth_changed);
+        self.replace_long_unhealthy(now);
+    }
+
+    /// Starts a graceful replacement of a worker unhealthy for longer than
+    /// `--unhealthy-replace-after` (one at a time, never during a rolling restart).
+    fn replace_long_unhealthy(&mut self, now: Instant) {
+        let Some(after) = self.cfg.health.unhealthy_replace_after else {
+            return;
+        };
+        if self.roll.is_some() || self.stopping {
+            return;
+        }
+        let overdue = self.slots.values().find(|s| {
+            !s.retiring
+                && s.worker
+                    .as_ref()
+                    .and_then(|w| w.health.since)
+                    .is_some_and(|since| now.duration_since(since) >= after)
+        });
+        if let Some(slot) = overdue {
+            let index = slot.index;
+            tracing::warn!(slot = index, after = ?after, "worker unhealthy too long: replacing it");
+            self.begin_roll([index].into(), None);
+        }
+    }
+
+    /// `WATCHDOG=1` from a worker.
+    pub(super) fn on_watchdog(&mut self, index: u32) {
+        let Some(worker) = self.slots.get_mut(&index).and_then(|s| s.worker.as_mut()) else {
+            return;
+        };
+        worker.health.last_watchdog = Some(Instant::now());
+        if worker.health.watchdog {
+            self.set_health(index, Signal::Watchdog, false, "WATCHDOG=1 again");
+        }
+    }
+
+    /// Starts one probe of every worker that is not already being probed.
+    pub(super) fn on_probe_tick(&mut self) {
+        let Some(kind) = self.cfg.health.probe.clone() else {
+            return;
+        };
+        let Some(group) = self.groups.first() else {
+            return;
+        };
+        let target = probe::target_of(group.addr.addr);
+        let timeout = self.cfg.health.probe_timeout;
+        let base = self.cfg.health.probe_port_base;
+        for slot in self.slots.values_mut() {
+            let Some(worker) = slot.worker.as_mut() else {
+                continue;
+            };
+            if slot.retiring || worker.phase == Phase::Stopping || worker.health.probing {
+                continue;
+            }
+            let Some(source) = probe::source_of(target, base, slot.index) else {
+                continue;
+            };
+            worker.health.probing = true;
+            let (index, generation) = (slot.index, worker.generation);
+            let events = self.events.clone();
+            let kind = kind.clone();
+            tokio::spawn(async move {
+                let result = probe::probe(target, source, &kind, timeout).await;
+                let _ = events.send(Event::ProbeResult {
+                    slot: index,
+                    generation,
+                    result,
+                });
+            });
+        }
+    }
+
+    /// Counts a probe result; `--probe-fails` failures in a row make the worker unhealthy,
+    /// `--probe-passes` passes make it healthy again.
+    pub(super) fn on_probe_result(
+        &mut self,
+        index: u32,
+        generation: u32,
+        result: Result<ProbeAnswer, String>,
+    ) {
+        let (fails, passes) = (self.cfg.health.probe_fails, self.cfg.health.probe_passes);
+        let auto = self.cfg.ready == ReadyMode::Auto;
+        let Some(worker) = self
+            .slots
+            .get_mut(&index)
+            .and_then(|s| s.worker.as_mut())
+            .filter(|w| w.generation == generation)
+        else {
+            return;
+        };
+        let health = &mut worker.health;
+        health.probing = false;
+        match result {
+            Ok(_) => {
+                health.probe_fails = 0;
+                health.probe_passes += 1;
+                let recovered = health.probe && health.probe_passes >= passes;
+                let silent_starter =
+                    auto && worker.phase == Phase::Starting && !worker.spoke_notify;
+                if recovered {
+                    self.set_health(index, Signal::Probe, false, "probes pass");
+                }
+                if silent_starter {
+                    self.mark_ready(index, "first probe passed");
+                }
+            }
+            Err(why) => {
+                health.probe_passes = 0;
+                health.probe_fails += 1;
+                if !health.probe && health.probe_fails >= fails && worker.phase != Phase::Starting
+                {
+                    let detail = format!("{fails} probe(s) failed in a row; last: {why}");
+                    self.set_health(index, Signal::Probe, true, &detail);
+                }
+            }
+        }
+    }
+}
