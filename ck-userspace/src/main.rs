@@ -26,7 +26,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a fleet of workers behind one SO_REUSEPORT group per listen address.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Show the fleet of a running instance.
     Status {
         #[command(flatten)]
@@ -369,7 +369,9 @@ fn probe_slot(
     let pid = worker.pid.map_or("-".to_string(), |p| p.to_string());
     match runtime.block_on(ck::probe::probe(to, from, &kind, timeout)) {
         Ok(answer) => {
-            let status = answer.status.map_or("connected".into(), |s| format!("HTTP {s}"));
+            let status = answer
+                .status
+                .map_or("connected".into(), |s| format!("HTTP {s}"));
             println!(
                 "slot {slot} (pid {pid}, {}): {kind} {status} {}",
                 worker.state,
@@ -377,7 +379,10 @@ fn probe_slot(
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(why) => bail!("slot {slot} (pid {pid}, {}): {kind} failed: {why}", worker.state),
+        Err(why) => bail!(
+            "slot {slot} (pid {pid}, {}): {kind} failed: {why}",
+            worker.state
+        ),
     }
 }
 

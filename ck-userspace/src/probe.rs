@@ -181,7 +181,9 @@ mod tests {
         let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
         assert!(complete(ok));
         assert_eq!(parse_answer(ok).unwrap().body, "ok\n");
-        assert!(!complete(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nok\n"));
+        assert!(!complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nok\n"
+        ));
         let bad = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 10\r\n\r\nunhealthy\n";
         assert!(parse_answer(bad).unwrap_err().contains("503"));
         assert!(parse_answer(b"garbage").is_err());

@@ -1,7 +1,9 @@
 //! `ck demo-worker`: a tiny HTTP server that speaks ck's worker protocol, for trying ck out and
 //! for its tests. It takes its listening sockets by socket activation (`LISTEN_FDS`), reports
 //! `READY=1` over `NOTIFY_SOCKET` (optionally after a delay), answers `GET /` with its slot and
-//! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, drains and exits 0.
+//! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, drains and exits 0. Fault switches
+//! (`--stall-ms`, `--fail-health-after`, `--slow-ms`, ...) make it misbehave on purpose.
+mod faults;
 mod http;
 mod server;
 #[cfg(test)]
@@ -22,6 +24,7 @@ use tokio::{
 
 use crate::activation::{self, Notifier};
 
+pub use faults::Faults;
 pub use server::{DRAIN_QUIET, Identity, SHUTDOWN_GRACE, serve};
 
 /// Command-line options of `ck demo-worker`.
@@ -39,6 +42,39 @@ pub struct DemoOptions {
     /// Ignore SIGTERM (a misbehaving worker, for testing ck's drain timeout); SIGINT still stops.
     #[arg(long)]
     pub ignore_sigterm: bool,
+    /// Fault: block the whole event loop for this long (nothing is accepted or answered, the
+    /// accept queue grows) every --stall-every. A bare number is in milliseconds.
+    #[arg(long, value_name = "DUR", requires = "stall_every", value_parser = faults::parse_ms)]
+    pub stall_ms: Option<Duration>,
+    /// Fault: the period of the --stall-ms stalls, counted from the start; the first stall
+    /// begins this long after the start. Must be longer than --stall-ms.
+    #[arg(
+        long,
+        value_name = "DUR",
+        requires = "stall_ms",
+        value_parser = crate::duration::parse_duration
+    )]
+    pub stall_every: Option<Duration>,
+    /// Fault: from this long after the start, GET /healthz answers 503 `unhealthy`.
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse_duration)]
+    pub fail_health_after: Option<Duration>,
+    /// Fault: from this long after the start (later than --fail-health-after), GET /healthz
+    /// answers 200 again.
+    #[arg(
+        long,
+        value_name = "DUR",
+        requires = "fail_health_after",
+        value_parser = crate::duration::parse_duration
+    )]
+    pub recover_health_after: Option<Duration>,
+    /// Fault: every request to / waits this long before it is answered (without blocking
+    /// other connections). A bare number is in milliseconds.
+    #[arg(long, value_name = "DUR", value_parser = faults::parse_ms)]
+    pub slow_ms: Option<Duration>,
+    /// Fault: stop sending watchdog heartbeats this long after the start. (The worker sends
+    /// WATCHDOG=1 every half WATCHDOG_USEC when ck sets it, i.e. with `ck run --watchdog`.)
+    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse_duration)]
+    pub watchdog_stop_after: Option<Duration>,
 }
 
 impl Default for DemoOptions {
@@ -46,6 +82,12 @@ impl Default for DemoOptions {
         DemoOptions {
             ready_after: Duration::ZERO,
             ignore_sigterm: false,
+            stall_ms: None,
+            stall_every: None,
+            fail_health_after: None,
+            recover_health_after: None,
+            slow_ms: None,
+            watchdog_stop_after: None,
         }
     }
 }
@@ -57,9 +99,11 @@ impl Default for DemoOptions {
 /// own single-threaded tokio runtime.
 ///
 /// # Errors
-/// When the process was not started with listening TCP sockets (`ck run`), when
-/// `NOTIFY_SOCKET` is malformed, or when a listener fails beyond repair.
+/// When the fault options contradict each other (see [`Faults::new`]), when the process was
+/// not started with listening TCP sockets (`ck run`), when `NOTIFY_SOCKET` is malformed, or
+/// when a listener fails beyond repair.
 pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
+    let faults = Faults::new(&opts, tokio::time::Instant::now())?;
     let fds = activation::listen_fds()?;
     let notifier = Notifier::from_env().context("NOTIFY_SOCKET is unusable")?;
     report(notifier.status("booting"));
@@ -92,8 +136,16 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
             "demo worker slot={slot} pid={pid} listening on {}",
             addrs.join(", ")
         );
+        if let Some(faults) = faults.describe() {
+            eprintln!("demo worker slot={slot} pid={pid} faults: {faults}");
+        }
         let (stop_tx, stop_rx) = watch::channel(false);
+        let heartbeat = watchdog_period();
+        let heartbeats_until = opts
+            .watchdog_stop_after
+            .map(|d| tokio::time::Instant::now() + d);
         tokio::spawn(async move {
+            let mut beat = tokio::time::interval(heartbeat.unwrap_or(Duration::from_secs(3600)));
             let ready = tokio::time::sleep(opts.ready_after);
             tokio::pin!(ready);
             let mut ready_sent = false;
@@ -110,14 +162,25 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
                         eprintln!("demo worker slot={slot} pid={pid} ignoring SIGTERM (--ignore-sigterm)");
                     }
                     _ = sigint.recv() => break "SIGINT",
+                    now = beat.tick(), if heartbeat.is_some() => {
+                        if heartbeats_until.is_none_or(|until| now < until) {
+                            report(notifier.watchdog());
+                        }
+                    }
                 }
             };
             eprintln!("demo worker slot={slot} pid={pid} stopping on {signal_name}");
             report(notifier.stopping());
             let _ = stop_tx.send(true);
         });
-        serve(listeners, identity, stop_rx).await
+        serve(listeners, identity, faults, stop_rx).await
     })
+}
+
+/// Half of `WATCHDOG_USEC`, the heartbeat period systemd recommends, when it is set.
+fn watchdog_period() -> Option<Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    (usec > 0).then(|| Duration::from_micros(usec / 2))
 }
 
 /// Checks that `fd` is a listening TCP socket and makes it a non-blocking std listener.

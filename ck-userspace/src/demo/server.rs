@@ -12,7 +12,10 @@ use tokio::{
     time::{Instant, timeout, timeout_at},
 };
 
-use super::http::{self, ParseError, Persistence, Request};
+use super::{
+    faults::{self, Faults},
+    http::{self, ParseError, Persistence, Request},
+};
 
 /// After shutdown, a listener is closed once it has had no connection to accept for this long.
 pub const DRAIN_QUIET: Duration = Duration::from_millis(50);
@@ -54,20 +57,27 @@ impl Identity {
 /// closed; connections finish the request in flight (answered with `Connection: close`), idle
 /// keep-alive connections close at once. Returns when every connection is done.
 ///
+/// `faults` makes it misbehave on purpose: a stall blocks the calling thread (so it should be
+/// a current-thread runtime's, as in [`super::run`]) and goes on until `serve` returns.
+///
 /// # Errors
 /// When a listener fails in a way that retrying cannot fix (e.g. it is not listening).
 pub async fn serve(
     listeners: Vec<TcpListener>,
     identity: Identity,
+    faults: Faults,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let identity = Arc::new(identity);
+    // Dropping the set when `serve` returns ends the stalls.
+    let mut stalls = JoinSet::new();
+    stalls.spawn(faults::stall_loop(faults));
+    let server = Arc::new(Server { identity, faults });
     // Every connection task holds a sender; `recv` returns `None` once they are all gone.
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     let mut accept_loops = JoinSet::new();
     for listener in listeners {
-        let (identity, shutdown, done) = (identity.clone(), shutdown.clone(), done_tx.clone());
-        accept_loops.spawn(accept_loop(listener, identity, shutdown, done));
+        let (server, shutdown, done) = (server.clone(), shutdown.clone(), done_tx.clone());
+        accept_loops.spawn(accept_loop(listener, server, shutdown, done));
     }
     drop(done_tx);
     while let Some(result) = accept_loops.join_next().await {
@@ -77,10 +87,16 @@ pub async fn serve(
     Ok(())
 }
 
+/// What every connection of a server shares.
+struct Server {
+    identity: Identity,
+    faults: Faults,
+}
+
 /// Accepts on `listener` until shutdown, then drains it and closes it.
 async fn accept_loop(
     listener: TcpListener,
-    identity: Arc<Identity>,
+    server: Arc<Server>,
     mut shutdown: watch::Receiver<bool>,
     done: mpsc::Sender<()>,
 ) -> anyhow::Result<()> {
@@ -93,7 +109,7 @@ async fn accept_loop(
             _ = shutdown.changed() => None,
         };
         match accepted {
-            Some(Ok((stream, _))) => spawn_connection(stream, &identity, &shutdown, &done),
+            Some(Ok((stream, _))) => spawn_connection(stream, &server, &shutdown, &done),
             Some(Err(err)) => accept_failed(err, &addr).await?,
             None => {}
         }
@@ -101,7 +117,7 @@ async fn accept_loop(
     // New connections are no longer steered here, but some may be queued or in flight.
     while let Ok(accepted) = timeout(DRAIN_QUIET, listener.accept()).await {
         match accepted {
-            Ok((stream, _)) => spawn_connection(stream, &identity, &shutdown, &done),
+            Ok((stream, _)) => spawn_connection(stream, &server, &shutdown, &done),
             Err(err) => accept_failed(err, &addr).await?,
         }
     }
@@ -142,14 +158,14 @@ async fn accept_failed(err: io::Error, addr: &str) -> anyhow::Result<()> {
 /// Starts the task serving `stream`; it holds a clone of `done` until it finishes.
 fn spawn_connection(
     stream: TcpStream,
-    identity: &Arc<Identity>,
+    server: &Arc<Server>,
     shutdown: &watch::Receiver<bool>,
     done: &mpsc::Sender<()>,
 ) {
-    let (identity, shutdown, done) = (identity.clone(), shutdown.clone(), done.clone());
+    let (server, shutdown, done) = (server.clone(), shutdown.clone(), done.clone());
     tokio::spawn(async move {
         // Errors (resets, timeouts) end only this connection; there is no one to tell.
-        let _ = Connection::new(stream, shutdown).run(&identity).await;
+        let _ = Connection::new(stream, shutdown).run(&server).await;
         drop(done);
     });
 }
@@ -187,7 +203,7 @@ impl Connection {
     }
 
     /// Serves requests until the client or we close the connection.
-    async fn run(mut self, identity: &Identity) -> io::Result<()> {
+    async fn run(mut self, server: &Server) -> io::Result<()> {
         let mut served = 0u64;
         loop {
             let (request, head_len) = loop {
@@ -211,10 +227,19 @@ impl Connection {
             if !self.discard_body(request.content_length).await? {
                 return Ok(());
             }
+            let slow = server.faults.slow;
+            if request.path() == "/" && !slow.is_zero() {
+                let wait = async {
+                    tokio::time::sleep(slow).await;
+                    Ok(())
+                };
+                guarded(wait, &mut self.shutdown, &mut self.deadline).await?;
+            }
             let keep_alive =
                 request.keep_alive && observe(&mut self.shutdown, &mut self.deadline).is_none();
             let mut out = Vec::new();
-            respond(&mut out, &request, identity, keep_alive);
+            let healthy = server.faults.healthy();
+            respond(&mut out, &request, &server.identity, healthy, keep_alive);
             self.write(&out).await?;
             served += 1;
             if !keep_alive {
@@ -347,8 +372,15 @@ async fn guarded<T>(
     }
 }
 
-/// Appends the response to `request`: `/` and `/healthz` for GET and HEAD, else 404/405.
-fn respond(out: &mut Vec<u8>, request: &Request, identity: &Identity, keep_alive: bool) {
+/// Appends the response to `request`: `/` and `/healthz` (503 unless `healthy`) for GET and
+/// HEAD, else 404/405.
+fn respond(
+    out: &mut Vec<u8>,
+    request: &Request,
+    identity: &Identity,
+    healthy: bool,
+    keep_alive: bool,
+) {
     let persistence = match (keep_alive, request.minor) {
         (false, _) => Persistence::Close,
         (true, 0) => Persistence::KeepAliveExplicit,
@@ -358,7 +390,8 @@ fn respond(out: &mut Vec<u8>, request: &Request, identity: &Identity, keep_alive
     let readable = matches!(method, "GET" | "HEAD");
     let (status, body, extra) = match request.path() {
         "/" if readable => ((200, "OK"), identity.body(), ""),
-        "/healthz" if readable => ((200, "OK"), "ok\n".to_string(), ""),
+        "/healthz" if readable && healthy => ((200, "OK"), "ok\n".to_string(), ""),
+        "/healthz" if readable => ((503, "Service Unavailable"), "unhealthy\n".to_string(), ""),
         "/" | "/healthz" => (
             (405, "Method Not Allowed"),
             "method not allowed\n".to_string(),

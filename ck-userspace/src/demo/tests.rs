@@ -1,5 +1,8 @@
 //! Tests of the demo worker: its server over real loopback connections, and `run` end to end
-//! in a child process started the way `ck run` starts a worker.
+//! in a child process started the way `ck run` starts a worker. The fault switches are
+//! tested in [`faults`].
+mod faults;
+
 use std::{future::Future, time::Instant};
 
 use tokio::{
@@ -122,13 +125,13 @@ impl Server {
     }
 
     fn start_on(listener: TcpListener, stopped: bool) -> Server {
+        Server::start_with(listener, stopped, Faults::default())
+    }
+
+    fn start_with(listener: TcpListener, stopped: bool, faults: Faults) -> Server {
         let addr = listener.local_addr().unwrap();
         let (stop, stop_rx) = watch::channel(stopped);
-        let identity = Identity {
-            slot: "7".into(),
-            pid: 1234,
-        };
-        let task = tokio::spawn(serve(vec![listener], identity, stop_rx));
+        let task = tokio::spawn(serve(vec![listener], identity(), faults, stop_rx));
         Server { addr, stop, task }
     }
 
@@ -294,15 +297,24 @@ async fn shutdown_drains_connections_queued_on_the_listener() {
     );
 }
 
+/// The identity every test server answers with.
+fn identity() -> Identity {
+    Identity {
+        slot: "7".into(),
+        pid: 1234,
+    }
+}
+
 /// `run` in a child process given its socket, slot and notify socket the way `ck run` does
 /// (bash's `$$` is the pid that `exec` keeps): boots, reports READY after `--ready-after`,
-/// serves, and on SIGTERM reports STOPPING, closes idle connections and exits 0. The test runs
+/// serves (with a failing `/healthz`), and on SIGTERM reports STOPPING, closes idle connections and exits 0. The test runs
 /// itself again as that child; `CK_TEST_DEMO_CHILD` selects the child role.
 #[test]
 fn run_speaks_the_worker_protocol() {
     if std::env::var_os("CK_TEST_DEMO_CHILD").is_some() {
         run(DemoOptions {
             ready_after: Duration::from_millis(200),
+            fail_health_after: Some(Duration::ZERO),
             ..DemoOptions::default()
         })
         .unwrap();
@@ -361,6 +373,7 @@ async fn worker_protocol_parent() {
 
     let mut client = Client::connect(addr).await;
     assert_eq!(client.get("/").await.body, format!("slot=3 pid={pid}\n"));
+    assert_eq!(client.get("/healthz").await.status, 503);
 
     let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -379,7 +392,11 @@ async fn worker_protocol_parent() {
     let mut pipe = child.0.stderr.take().unwrap();
     std::io::Read::read_to_string(&mut pipe, &mut stderr).unwrap();
     assert!(status.success(), "{stderr}");
-    for event in [format!("listening on {addr}"), "stopping on SIGTERM".into()] {
+    for event in [
+        format!("listening on {addr}"),
+        "faults: /healthz fails from 0ns".into(),
+        "stopping on SIGTERM".into(),
+    ] {
         let line = format!("demo worker slot=3 pid={pid} {event}\n");
         assert!(stderr.contains(&line), "{stderr}");
     }

@@ -115,12 +115,24 @@ impl Supervisor {
                 if depth > 0 && depth >= previous {
                     let since = *slot.queue_rising_since.get_or_insert(now);
                     if !worker.health.stalled && now.duration_since(since) >= timeout {
-                        changes.push((slot.index, Signal::Stall, true, format!("{depth} connection(s) queued and not accepted for {timeout:?}")));
+                        changes.push((
+                            slot.index,
+                            Signal::Stall,
+                            true,
+                            format!(
+                                "{depth} connection(s) queued and not accepted for {timeout:?}"
+                            ),
+                        ));
                     }
                 } else {
                     slot.queue_rising_since = None;
                     if worker.health.stalled {
-                        changes.push((slot.index, Signal::Stall, false, format!("queue moving ({previous} -> {depth})")));
+                        changes.push((
+                            slot.index,
+                            Signal::Stall,
+                            false,
+                            format!("queue moving ({previous} -> {depth})"),
+                        ));
                     }
                 }
             }
@@ -128,7 +140,12 @@ impl Supervisor {
                 && !worker.health.watchdog
                 && now.duration_since(last) > limit
             {
-                changes.push((slot.index, Signal::Watchdog, true, format!("no WATCHDOG=1 for {limit:?}")));
+                changes.push((
+                    slot.index,
+                    Signal::Watchdog,
+                    true,
+                    format!("no WATCHDOG=1 for {limit:?}"),
+                ));
             }
         }
         for (index, signal, bad, detail) in changes {
@@ -245,8 +262,7 @@ impl Supervisor {
             Err(why) => {
                 health.probe_passes = 0;
                 health.probe_fails += 1;
-                if !health.probe && health.probe_fails >= fails && worker.phase != Phase::Starting
-                {
+                if !health.probe && health.probe_fails >= fails && worker.phase != Phase::Starting {
                     let detail = format!("{fails} probe(s) failed in a row; last: {why}");
                     self.set_health(index, Signal::Probe, true, &detail);
                 }

@@ -144,7 +144,9 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
     watch_signals(&sup.events)?;
     start_ticker(&sup.events, sup.cfg.health.sample_interval, || Event::Tick);
     if sup.cfg.health.probe.is_some() {
-        start_ticker(&sup.events, sup.cfg.health.probe_interval, || Event::ProbeTick);
+        start_ticker(&sup.events, sup.cfg.health.probe_interval, || {
+            Event::ProbeTick
+        });
     }
     tracing::info!(
         name = %sup.cfg.name,
@@ -231,7 +233,9 @@ fn start_ticker(events: &mpsc::UnboundedSender<Event>, period: Duration, event: 
 }
 
 fn watch_signals(events: &mpsc::UnboundedSender<Event>) -> anyhow::Result<()> {
-    let signals: [(SignalKind, &str, fn() -> Event); 5] = [
+    /// A signal, its name, and the event it becomes.
+    type Watched = (SignalKind, &'static str, fn() -> Event);
+    let signals: [Watched; 5] = [
         (SignalKind::terminate(), "SIGTERM", || {
             Event::Signal("SIGTERM")
         }),

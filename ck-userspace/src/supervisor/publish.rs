@@ -47,11 +47,8 @@ impl Supervisor {
             tracing::debug!(?active, "active set");
             self.active = active;
         }
-        let records: Vec<(u32, SlotInfo)> = self
-            .slots
-            .values()
-            .map(|s| (s.index, s.info()))
-            .collect();
+        let records: Vec<(u32, SlotInfo)> =
+            self.slots.values().map(|s| (s.index, s.info())).collect();
         for group in &mut self.groups {
             let Some(bpf) = &mut group.bpf else { continue };
             for (index, info) in &records {
@@ -130,7 +127,11 @@ impl Supervisor {
             bpf: self.bpf_on(),
             policy: self.cfg.policy,
             groups: self.group_names(),
-            listen: self.groups.iter().map(|g| g.addr.addr.to_string()).collect(),
+            listen: self
+                .groups
+                .iter()
+                .map(|g| g.addr.addr.to_string())
+                .collect(),
             probe: self.cfg.health.probe.as_ref().map(|p| p.to_string()),
             probe_port_base: self.cfg.health.probe_port_base,
             pins: self.bpf_on().then(|| {

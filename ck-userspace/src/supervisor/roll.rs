@@ -80,7 +80,8 @@ impl Supervisor {
             let Some(old) = roll.pending.pop_front() else {
                 break;
             };
-            if !self.slots.get(&old).is_some_and(|s| !s.retiring) {
+            // Skip slots that are gone or already leaving.
+            if self.slots.get(&old).is_none_or(|s| s.retiring) {
                 continue;
             }
             let Some(new) = self.free_slot() else {

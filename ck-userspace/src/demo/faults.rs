@@ -1,0 +1,127 @@
+//! Fault switches of the demo worker, for ck's tests and benchmarks: stalling the whole event
+//! loop now and then, failing `/healthz` for a while, and answering `/` slowly. See the
+//! `--stall-ms`, `--stall-every`, `--fail-health-after`, `--recover-health-after` and
+//! `--slow-ms` options of [`DemoOptions`].
+use std::time::Duration;
+
+use anyhow::ensure;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::DemoOptions;
+
+/// How the worker misbehaves; [`Faults::default`] is a well-behaved worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Faults {
+    /// When the worker started: the health and stall schedules count from here.
+    pub started: Instant,
+    /// Block the event loop for `.0` every `.1` (`.0 < .1`).
+    pub stall: Option<(Duration, Duration)>,
+    /// `/healthz` answers 503 from this long after the start...
+    pub fail_health_after: Option<Duration>,
+    /// ...until this long after the start (later than `fail_health_after`).
+    pub recover_health_after: Option<Duration>,
+    /// How long every request to `/` waits before it is answered.
+    pub slow: Duration,
+}
+
+impl Default for Faults {
+    fn default() -> Faults {
+        Faults {
+            started: Instant::now(),
+            stall: None,
+            fail_health_after: None,
+            recover_health_after: None,
+            slow: Duration::ZERO,
+        }
+    }
+}
+
+impl Faults {
+    /// The faults `opts` asks for, counted from `started`.
+    ///
+    /// # Errors
+    /// When the stall is not shorter than its period (the worker would never run), or health
+    /// would recover before (or when) it fails.
+    pub fn new(opts: &DemoOptions, started: Instant) -> anyhow::Result<Faults> {
+        let stall = opts.stall_ms.zip(opts.stall_every);
+        if let Some((stall, every)) = stall {
+            ensure!(
+                stall < every,
+                "--stall-ms ({stall:?}) must be shorter than --stall-every ({every:?})"
+            );
+        }
+        if let (Some(fail), Some(recover)) = (opts.fail_health_after, opts.recover_health_after) {
+            ensure!(
+                recover > fail,
+                "--recover-health-after ({recover:?}) must be later than \
+                 --fail-health-after ({fail:?})"
+            );
+        }
+        Ok(Faults {
+            started,
+            stall,
+            fail_health_after: opts.fail_health_after,
+            recover_health_after: opts.recover_health_after,
+            slow: opts.slow_ms.unwrap_or(Duration::ZERO),
+        })
+    }
+
+    /// Whether `/healthz` answers 200 now.
+    pub fn healthy(&self) -> bool {
+        let elapsed = self.started.elapsed();
+        let failed = self.fail_health_after.is_some_and(|fail| elapsed >= fail);
+        let recovered = self.recover_health_after.is_some_and(|r| elapsed >= r);
+        !failed || recovered
+    }
+
+    /// A one-line description of the faults in effect, `None` for a well-behaved worker.
+    pub fn describe(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let Some((stall, every)) = self.stall {
+            parts.push(format!("stall {stall:?} every {every:?}"));
+        }
+        if let Some(fail) = self.fail_health_after {
+            let recover = self
+                .recover_health_after
+                .map_or(String::new(), |r| format!(" until {r:?}"));
+            parts.push(format!("/healthz fails from {fail:?}{recover}"));
+        }
+        if !self.slow.is_zero() {
+            parts.push(format!("/ answers after {:?}", self.slow));
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+}
+
+/// With `--stall-ms X --stall-every Y`: at `started + Y`, `started + 2Y`, ... blocks the
+/// calling thread (the whole single-threaded event loop) for X, so that nothing is accepted or
+/// answered meanwhile. Returns at once without a stall; otherwise runs until dropped.
+pub async fn stall_loop(faults: Faults) {
+    let Some((stall, every)) = faults.stall else {
+        return;
+    };
+    let mut ticks = tokio::time::interval_at(faults.started + every, every);
+    // A late tick (the loop was busy) shifts the schedule instead of stalling twice in a row.
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        // Blocking on purpose: this is the fault being simulated.
+        std::thread::sleep(stall);
+    }
+}
+
+/// Parses the value of a `-ms` option: a duration as [`crate::duration::parse_duration`]
+/// reads it (`200ms`, `1.5s`), except that a bare number is in milliseconds, as the option's
+/// name promises (`200` is 200ms, not 200s).
+///
+/// # Errors
+/// The message of [`crate::duration::parse_duration`] when the text is not a duration.
+pub fn parse_ms(s: &str) -> Result<Duration, String> {
+    let text = s.trim();
+    let bare = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if bare {
+        crate::duration::parse_duration(&format!("{text}ms"))
+    } else {
+        crate::duration::parse_duration(s)
+    }
+}
