@@ -1,0 +1,187 @@
+//! Probe steering: a loopback connection whose source port is `--probe-port-base + S` reaches
+//! slot S's worker whatever its state, drained included, while ordinary new connections
+//! follow the active set; `ck status` counts those probes, and `ck probe S` uses the same path.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use ck_tests::http::parse_body;
+use ck_tests::sys::{free_port, pid_alive};
+use ck_tests::{Answer, Ck, READY_TIMEOUT, burst_pinned, instance_name, local};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// Probes sent per round.
+const PROBES: u32 = 100;
+/// Ordinary new connections sent while the probed slot is drained.
+const NORMAL: u32 = 200;
+/// The slot that is probed (and drained).
+const PROBED: u32 = 2;
+
+/// A probe port base of this test's own, derived from its listening port: within 19000–19999,
+/// below every port [`free_port`] hands out (20000 and up), so parallel tests (each with its
+/// own port) rarely share a base.
+fn probe_base_for(port: u16) -> u16 {
+    19_000 + (port % 100) * 8
+}
+
+/// Starts `ck run --port P -w WORKERS --probe-port-base B ARGS...` on a free port under a name of
+/// its own, waits until every worker is ready, and returns it with the port and the base.
+fn start_with_probe_base(what: &str, workers: usize, args: &[&str]) -> (Ck, u16, u16) {
+    let port = free_port();
+    let base = probe_base_for(port);
+    let (port_text, workers_text, base_text) =
+        (port.to_string(), workers.to_string(), base.to_string());
+    let mut all = vec![
+        "--port",
+        port_text.as_str(),
+        "-w",
+        workers_text.as_str(),
+        "--probe-port-base",
+        base_text.as_str(),
+    ];
+    all.extend_from_slice(args);
+    let mut ck = Ck::start(&instance_name(what, port), &all);
+    ck.wait_ready(workers, READY_TIMEOUT);
+    (ck, port, base)
+}
+
+/// One probe of `slot` by hand: a connection from `127.0.0.1:(base + slot)` (SO_REUSEADDR, and
+/// linger 0 so that closing leaves no TIME_WAIT to block the next probe from that port) to
+/// `127.0.0.1:port`, one `GET /`, the answer read to the end. `Err` says what went wrong.
+fn probe(port: u16, base: u16, slot: u32) -> Result<Answer, String> {
+    let source_port = u16::try_from(u32::from(base) + slot).map_err(|e| e.to_string())?;
+    let source = SocketAddr::from(([127, 0, 0, 1], source_port));
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| format!("socket: {e}"))?;
+    socket
+        .set_reuse_address(true)
+        .map_err(|e| format!("SO_REUSEADDR: {e}"))?;
+    socket
+        .set_linger(Some(Duration::ZERO))
+        .map_err(|e| format!("SO_LINGER: {e}"))?;
+    socket
+        .bind(&SockAddr::from(source))
+        .map_err(|e| format!("bind {source}: {e}"))?;
+    socket
+        .connect_timeout(&SockAddr::from(local(port)), Duration::from_secs(5))
+        .map_err(|e| format!("connect from {source}: {e}"))?;
+    let mut stream: TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(5))))
+        .map_err(|e| format!("timeouts: {e}"))?;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("send: {e}"))?;
+    let mut answer = Vec::new();
+    stream
+        .read_to_end(&mut answer)
+        .map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP answer: {text:?}"))?;
+    if head.split_whitespace().nth(1) != Some("200") {
+        return Err(format!("not a 200: {head:?}"));
+    }
+    parse_body(body).ok_or_else(|| format!("unexpected body {body:?}"))
+}
+
+/// Sends `n` probes of `slot` one after the other; returns the answers and the failures.
+fn probes(port: u16, base: u16, slot: u32, n: u32) -> (Vec<Answer>, Vec<String>) {
+    let (mut answers, mut failures) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        match probe(port, base, slot) {
+            Ok(answer) => answers.push(answer),
+            Err(why) => failures.push(why),
+        }
+    }
+    (answers, failures)
+}
+
+/// `probe_hits` of `slot` in `ck status --json` (a field the typed `Status` does not carry).
+fn probe_hits(ck: &Ck, slot: u32) -> u64 {
+    let out = ck.ctl(&["status", "--json"]);
+    assert!(
+        out.status.success(),
+        "ck status failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    json["slots"]
+        .as_array()
+        .expect("slots array")
+        .iter()
+        .find(|s| s["slot"].as_u64() == Some(u64::from(slot)))
+        .unwrap_or_else(|| panic!("no slot {slot} in {json:#}"))["probe_hits"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no probe_hits for slot {slot} in {json:#}"))
+}
+
+#[test]
+fn probes_reach_their_slot_even_when_it_is_drained() {
+    let (ck, port, base) = start_with_probe_base("probe-steer", 4, &["--policy", "round-robin"]);
+    let addr = local(port);
+    let status = ck.status();
+    let pid = status
+        .slot(PROBED)
+        .pid
+        .unwrap_or_else(|| panic!("slot {PROBED} has no worker: {status:#?}"));
+    eprintln!("port {port}, probe base {base}, slot {PROBED} pid {pid}");
+
+    // Ready: every probe from base+2 is answered by slot 2's worker.
+    let (answers, failures) = probes(port, base, PROBED, PROBES);
+    assert!(failures.is_empty(), "failed probes: {failures:?}");
+    let by_probed = answers
+        .iter()
+        .filter(|a| a.slot == PROBED && a.pid == pid)
+        .count();
+    eprintln!("probes while ready: {by_probed}/{PROBES} answered by slot {PROBED} (pid {pid})");
+    assert_eq!(by_probed, PROBES as usize, "answers: {answers:?}");
+
+    let said = ck.ctl_ok(&["drain", &PROBED.to_string()]);
+    eprintln!("ck drain {PROBED}: {said}");
+    let status = ck.status();
+    assert_eq!(status.slot(PROBED).state, "draining", "{status:#?}");
+    assert!(!status.active.contains(&PROBED), "{status:#?}");
+
+    // Drained: probes still reach it, ordinary connections never do.
+    let (answers, failures) = probes(port, base, PROBED, PROBES);
+    assert!(failures.is_empty(), "failed probes: {failures:?}");
+    let by_probed = answers
+        .iter()
+        .filter(|a| a.slot == PROBED && a.pid == pid)
+        .count();
+    eprintln!("probes while drained: {by_probed}/{PROBES} answered by slot {PROBED}");
+    assert_eq!(by_probed, PROBES as usize, "answers: {answers:?}");
+
+    let normal = burst_pinned(addr, NORMAL);
+    eprintln!("ordinary connections while slot {PROBED} is drained: {normal:?}");
+    assert_eq!(normal.ok, NORMAL, "every request answered: {normal:?}");
+    assert_eq!(normal.slot(PROBED), 0, "drained slot got some: {normal:?}");
+    assert_eq!(normal.pid(pid), 0, "drained worker got some: {normal:?}");
+
+    let hits = probe_hits(&ck, PROBED);
+    eprintln!("probe_hits of slot {PROBED}: {hits}");
+    assert!(
+        hits >= u64::from(2 * PROBES),
+        "probe_hits {hits} < {}",
+        2 * PROBES
+    );
+    for other in (0..4).filter(|s| *s != PROBED) {
+        assert_eq!(probe_hits(&ck, other), 0, "slot {other} was never probed");
+    }
+
+    // `ck probe 2` goes the same way.
+    let said = ck.ctl_ok(&["probe", &PROBED.to_string()]);
+    eprintln!("ck probe {PROBED}: {said}");
+    assert!(said.contains(&format!("pid {pid}")), "{said}");
+    assert!(
+        said.contains(&format!("slot={PROBED} pid={pid}")),
+        "answered by another worker: {said}"
+    );
+    assert!(said.contains("draining"), "{said}");
+    assert!(probe_hits(&ck, PROBED) > hits, "ck probe not counted");
+    assert!(pid_alive(pid), "drained worker {pid} died");
+}
