@@ -89,7 +89,7 @@ pub struct Status {
     pub pid: u32,
     /// Whether BPF steering is on.
     pub bpf: bool,
-    /// `hash` or `round-robin`.
+    /// `hash`, `round-robin` or `least-queue`.
     pub policy: String,
     /// Listen groups (`tcp4-8080`).
     pub groups: Vec<String>,
@@ -118,7 +118,8 @@ pub struct SlotStatus {
     pub slot: u32,
     /// Worker pid.
     pub pid: Option<u32>,
-    /// `starting`, `ready`, `draining`, `stopping`, `restarting`, `broken` or `stopped`.
+    /// `starting`, `standby`, `ready`, `draining`, `unhealthy`, `stopping`, `restarting`,
+    /// `broken` or `stopped`.
     pub state: String,
     /// Held out by `ck drain`.
     pub drained: bool,
@@ -138,6 +139,12 @@ pub struct SlotStatus {
     pub status: Option<String>,
     /// Circuit breaker: `closed` or `open`.
     pub breaker: String,
+    /// Why the worker is unhealthy (`watchdog`, `probe`, `stalled`, joined by `+`), if it is.
+    pub unhealthy: Option<String>,
+    /// Accept-queue depth last sampled.
+    pub queue_depth: u32,
+    /// Probe connections steered here.
+    pub probe_hits: u64,
 }
 
 impl Status {

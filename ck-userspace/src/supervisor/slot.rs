@@ -12,6 +12,15 @@ use super::health::Health;
 use crate::restart_policy::RestartPolicy;
 use tokio::task::JoinHandle;
 
+/// Why the supervisor stopped a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// Asked to stop (shutdown, scale down, replaced): its exit is expected.
+    Asked(&'static str),
+    /// Killed because it was not ready within `--ready-timeout`: its exit counts as a crash.
+    NeverReady,
+}
+
 /// What a live worker is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -42,7 +51,7 @@ pub struct Worker {
     /// Its last `STATUS=` text.
     pub status: Option<String>,
     /// Why the supervisor stopped it, when it did.
-    pub stop_reason: Option<&'static str>,
+    pub stop: Option<Stop>,
     /// The task reading its notify socket.
     pub notify_task: JoinHandle<()>,
     /// Health signals.

@@ -7,7 +7,7 @@ use nix::sys::signal::Signal;
 
 use super::{
     Event, Supervisor, TimerKind,
-    slot::{CrashDecision, Idle, Phase, Worker},
+    slot::{CrashDecision, Idle, Phase, Stop, Worker},
 };
 use crate::{
     config::ReadyMode,
@@ -98,7 +98,7 @@ impl Supervisor {
             phase: Phase::Starting,
             spoke_notify: false,
             status: None,
-            stop_reason: None,
+            stop: None,
             notify_task,
             health: Default::default(),
         });
@@ -222,7 +222,7 @@ impl Supervisor {
                         reason = %format!("not ready within --ready-timeout {ready_timeout:?}"),
                         "worker replaced"
                     );
-                    worker.stop_reason = Some("never became ready");
+                    worker.stop = Some(Stop::NeverReady);
                     worker.phase = Phase::Stopping;
                     let _ = spawn::send_signal(&worker.pidfd, Signal::SIGKILL);
                 }
@@ -257,10 +257,9 @@ impl Supervisor {
         worker.notify_task.abort();
         let reason = describe_exit(&status);
         let ran = worker.started.elapsed();
-        let expected =
-            worker.stop_reason.is_some() && worker.stop_reason != Some("never became ready");
-        slot.last_exit = Some(match worker.stop_reason {
-            Some(why) if !expected => format!("{reason} ({why})"),
+        let expected = matches!(worker.stop, Some(Stop::Asked(_)));
+        slot.last_exit = Some(match worker.stop {
+            Some(Stop::NeverReady) => format!("{reason} (never became ready)"),
             _ => reason.clone(),
         });
         // Out of the maps first, then close our copy of the socket: the kernel migrates what is
@@ -277,8 +276,8 @@ impl Supervisor {
             "worker exited"
         );
         if self.is_replacement(index) {
-            let why = match worker.stop_reason {
-                Some("never became ready") => format!(
+            let why = match worker.stop {
+                Some(Stop::NeverReady) => format!(
                     "was not ready within --ready-timeout {:?}",
                     self.cfg.ready_timeout
                 ),
@@ -346,7 +345,7 @@ impl Supervisor {
             return;
         }
         worker.phase = Phase::Stopping;
-        worker.stop_reason = Some(reason);
+        worker.stop = Some(Stop::Asked(reason));
         let (pid, generation) = (worker.pid, worker.generation);
         if let Err(e) = spawn::send_signal(&worker.pidfd, Signal::SIGTERM) {
             tracing::warn!(slot = index, pid, "SIGTERM failed: {e}");
