@@ -44,9 +44,10 @@ pub struct NotifySocket {
 }
 
 impl NotifySocket {
-    /// Binds a fresh abstract socket for worker `generation` of `slot` of instance `name`.
-    pub fn bind(name: &str, slot: u32, generation: u32) -> io::Result<NotifySocket> {
-        let abstract_name = format!("ck/{name}/{}/{slot}/{generation}", std::process::id());
+    /// Binds a fresh abstract socket for worker `worker` (unique in the instance) on `slot` of
+    /// instance `name`.
+    pub fn bind(name: &str, slot: u32, worker: u64) -> io::Result<NotifySocket> {
+        let abstract_name = format!("ck/{name}/{}/{slot}/{worker}", std::process::id());
         let addr = SocketAddr::from_abstract_name(abstract_name.as_bytes())?;
         let std_socket = std::os::unix::net::UnixDatagram::bind_addr(&addr)?;
         std_socket.set_nonblocking(true)?;

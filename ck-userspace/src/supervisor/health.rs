@@ -211,14 +211,14 @@ impl Supervisor {
                 continue;
             };
             worker.health.probing = true;
-            let (index, generation) = (slot.index, worker.generation);
+            let (index, id) = (slot.index, worker.id);
             let events = self.events.clone();
             let kind = kind.clone();
             tokio::spawn(async move {
                 let result = probe::probe(target, source, &kind, timeout).await;
                 let _ = events.send(Event::ProbeResult {
                     slot: index,
-                    generation,
+                    worker: id,
                     result,
                 });
             });
@@ -230,7 +230,7 @@ impl Supervisor {
     pub(super) fn on_probe_result(
         &mut self,
         index: u32,
-        generation: u32,
+        id: u64,
         result: Result<ProbeAnswer, String>,
     ) {
         let (fails, passes) = (self.cfg.health.probe_fails, self.cfg.health.probe_passes);
@@ -239,7 +239,7 @@ impl Supervisor {
             .slots
             .get_mut(&index)
             .and_then(|s| s.worker.as_mut())
-            .filter(|w| w.generation == generation)
+            .filter(|w| w.id == id)
         else {
             return;
         };

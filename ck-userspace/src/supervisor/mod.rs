@@ -39,19 +39,19 @@ pub(crate) enum Event {
     /// A worker process ended.
     Exited {
         slot: u32,
-        generation: u32,
+        worker: u64,
         status: std::io::Result<std::process::ExitStatus>,
     },
     /// A worker sent notify messages.
     Notify {
         slot: u32,
-        generation: u32,
+        worker: u64,
         msgs: Vec<NotifyMsg>,
     },
     /// A timer set for a worker (or a slot's restart) fired.
     Timer {
         slot: u32,
-        generation: u32,
+        worker: u64,
         kind: TimerKind,
     },
     /// A termination signal arrived.
@@ -67,7 +67,7 @@ pub(crate) enum Event {
     /// A probe ended.
     ProbeResult {
         slot: u32,
-        generation: u32,
+        worker: u64,
         result: Result<crate::probe::ProbeAnswer, String>,
     },
 }
@@ -291,19 +291,19 @@ impl Supervisor {
         match event {
             Event::Exited {
                 slot,
-                generation,
+                worker,
                 status,
-            } => self.on_exit(slot, generation, status),
+            } => self.on_exit(slot, worker, status),
             Event::Notify {
                 slot,
-                generation,
+                worker,
                 msgs,
-            } => self.on_notify(slot, generation, msgs),
+            } => self.on_notify(slot, worker, msgs),
             Event::Timer {
                 slot,
-                generation,
+                worker,
                 kind,
-            } => self.on_timer(slot, generation, kind),
+            } => self.on_timer(slot, worker, kind),
             Event::Signal(name) => {
                 if !self.stopping {
                     tracing::info!(signal = name, "stopping: draining every worker");
@@ -324,9 +324,9 @@ impl Supervisor {
             Event::ProbeTick => self.on_probe_tick(),
             Event::ProbeResult {
                 slot,
-                generation,
+                worker,
                 result,
-            } => self.on_probe_result(slot, generation, result),
+            } => self.on_probe_result(slot, worker, result),
             Event::ScaleBy(delta) => {
                 let target = self.serving_slots().len() as i64 + i64::from(delta);
                 if let Err(e) = self.scale_to(target.max(0) as u32) {
@@ -391,14 +391,15 @@ impl Supervisor {
         Response::Ok(format!("slot {index} {word}"))
     }
 
-    /// Sends a timer event for `slot`/`generation` after `delay`.
-    fn set_timer(&self, slot: u32, generation: u32, kind: TimerKind, delay: Duration) {
+    /// Sends a timer event for worker `worker` of `slot` after `delay` (for a restart: the
+    /// worker that crashed).
+    fn set_timer(&self, slot: u32, worker: u64, kind: TimerKind, delay: Duration) {
         let events = self.events.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let _ = events.send(Event::Timer {
                 slot,
-                generation,
+                worker,
                 kind,
             });
         });

@@ -40,8 +40,9 @@ pub struct Worker {
     pub pid: u32,
     /// pidfd for signals.
     pub pidfd: OwnedFd,
-    /// Generation on its slot.
-    pub generation: u32,
+    /// Unique id in this instance (`CK_WORKER_ID`): events and timers name the worker by it,
+    /// since slot indices and their generations are reused.
+    pub id: u64,
     /// When it was spawned.
     pub started: Instant,
     /// What it is doing.
@@ -85,6 +86,8 @@ pub struct Slot {
     pub restarts: u32,
     /// Workers spawned on this slot.
     pub generation: u32,
+    /// Id of the last worker started on this slot (keys its restart timer).
+    pub last_worker: u64,
     /// How the last worker ended.
     pub last_exit: Option<String>,
     /// Crash policy state.
@@ -112,6 +115,7 @@ impl Slot {
             drained: false,
             restarts: 0,
             generation: 0,
+            last_worker: 0,
             last_exit: None,
             crashes: CrashPolicy::new(policy),
             retiring: false,

@@ -49,8 +49,9 @@ impl Supervisor {
             }
         }
         slot.generation += 1;
+        slot.last_worker = worker_id;
         let generation = slot.generation;
-        let notify = NotifySocket::bind(&name, index, generation)
+        let notify = NotifySocket::bind(&name, index, worker_id)
             .context("binding the worker's NOTIFY_SOCKET")?;
         let spawned = spawn::spawn(SpawnSpec {
             app: &self.cfg.app,
@@ -69,7 +70,7 @@ impl Supervisor {
             let status = child.wait().await;
             let _ = events.send(Event::Exited {
                 slot: index,
-                generation,
+                worker: worker_id,
                 status,
             });
         });
@@ -81,7 +82,7 @@ impl Supervisor {
                 if events
                     .send(Event::Notify {
                         slot: index,
-                        generation,
+                        worker: worker_id,
                         msgs,
                     })
                     .is_err()
@@ -91,9 +92,9 @@ impl Supervisor {
             }
         });
         slot.worker = Some(Worker {
+            id: worker_id,
             pid,
             pidfd: spawned.pidfd,
-            generation,
             started: Instant::now(),
             phase: Phase::Starting,
             spoke_notify: false,
@@ -110,7 +111,7 @@ impl Supervisor {
             ReadyMode::Auto if self.cfg.health.probe.is_some() => {}
             ReadyMode::Auto => self.set_timer(
                 index,
-                generation,
+                worker_id,
                 TimerKind::ReadyGrace,
                 self.cfg.ready_grace,
             ),
@@ -118,7 +119,7 @@ impl Supervisor {
         }
         self.set_timer(
             index,
-            generation,
+            worker_id,
             TimerKind::ReadyTimeout,
             self.cfg.ready_timeout,
         );
@@ -145,18 +146,18 @@ impl Supervisor {
         self.roll_on_ready(index);
     }
 
-    /// Looks up the live worker of `index` if it is generation `generation`.
-    fn worker_mut(&mut self, index: u32, generation: u32) -> Option<&mut Worker> {
+    /// Looks up the live worker of `index` if it is worker `id`.
+    fn worker_mut(&mut self, index: u32, id: u64) -> Option<&mut Worker> {
         self.slots
             .get_mut(&index)?
             .worker
             .as_mut()
-            .filter(|w| w.generation == generation)
+            .filter(|w| w.id == id)
     }
 
-    pub(super) fn on_notify(&mut self, index: u32, generation: u32, msgs: Vec<NotifyMsg>) {
+    pub(super) fn on_notify(&mut self, index: u32, id: u64, msgs: Vec<NotifyMsg>) {
         for msg in msgs {
-            let Some(worker) = self.worker_mut(index, generation) else {
+            let Some(worker) = self.worker_mut(index, id) else {
                 return;
             };
             worker.spoke_notify = true;
@@ -177,12 +178,12 @@ impl Supervisor {
         }
     }
 
-    pub(super) fn on_timer(&mut self, index: u32, generation: u32, kind: TimerKind) {
+    pub(super) fn on_timer(&mut self, index: u32, id: u64, kind: TimerKind) {
         if kind == TimerKind::Restart {
             let Some(slot) = self.slots.get(&index) else {
                 return;
             };
-            if self.stopping || slot.worker.is_some() || slot.generation != generation {
+            if self.stopping || slot.worker.is_some() || slot.last_worker != id {
                 return;
             }
             let restart = slot.restarts + 1;
@@ -192,13 +193,14 @@ impl Supervisor {
             tracing::info!(slot = index, restart, "worker restarting");
             if let Err(e) = self.start_worker(index) {
                 tracing::error!(slot = index, "restart failed: {e:#}");
-                self.after_crash(index, generation, std::time::Duration::ZERO);
+                let last = self.slots.get(&index).map_or(id, |s| s.last_worker);
+                self.after_crash(index, last, std::time::Duration::ZERO);
             }
             return;
         }
         let ready_grace = self.cfg.ready_grace;
         let ready_timeout = self.cfg.ready_timeout;
-        let Some(worker) = self.worker_mut(index, generation) else {
+        let Some(worker) = self.worker_mut(index, id) else {
             return;
         };
         let pid = worker.pid;
@@ -245,13 +247,13 @@ impl Supervisor {
     pub(super) fn on_exit(
         &mut self,
         index: u32,
-        generation: u32,
+        id: u64,
         status: std::io::Result<ExitStatus>,
     ) {
         let Some(slot) = self.slots.get_mut(&index) else {
             return;
         };
-        let Some(worker) = slot.worker.take_if(|w| w.generation == generation) else {
+        let Some(worker) = slot.worker.take_if(|w| w.id == id) else {
             return;
         };
         worker.notify_task.abort();
@@ -298,11 +300,11 @@ impl Supervisor {
             }
             return;
         }
-        self.after_crash(index, generation, ran);
+        self.after_crash(index, id, ran);
     }
 
     /// Applies the crash policy to a slot whose worker died or could not start.
-    fn after_crash(&mut self, index: u32, generation: u32, ran: std::time::Duration) {
+    fn after_crash(&mut self, index: u32, id: u64, ran: std::time::Duration) {
         // Cheap jitter from the clock's nanoseconds: enough to spread restarts of slots that
         // crashed together, no RNG dependency needed.
         let jitter = std::time::SystemTime::now()
@@ -320,7 +322,7 @@ impl Supervisor {
                     delay_ms = delay.as_millis() as u64,
                     "restart scheduled"
                 );
-                self.set_timer(index, generation, TimerKind::Restart, delay);
+                self.set_timer(index, id, TimerKind::Restart, delay);
             }
             CrashDecision::BreakerOpen(cooldown) => {
                 slot.idle = Idle::Broken;
@@ -329,7 +331,7 @@ impl Supervisor {
                     cooldown_s = cooldown.as_secs(),
                     "circuit breaker open: the worker keeps crashing; next try after the cool-down"
                 );
-                self.set_timer(index, generation, TimerKind::Restart, cooldown);
+                self.set_timer(index, id, TimerKind::Restart, cooldown);
             }
         }
         self.publish();
@@ -346,12 +348,12 @@ impl Supervisor {
         }
         worker.phase = Phase::Stopping;
         worker.stop = Some(Stop::Asked(reason));
-        let (pid, generation) = (worker.pid, worker.generation);
+        let (pid, id) = (worker.pid, worker.id);
         if let Err(e) = spawn::send_signal(&worker.pidfd, Signal::SIGTERM) {
             tracing::warn!(slot = index, pid, "SIGTERM failed: {e}");
         }
         tracing::info!(slot = index, pid, reason, "worker stopping (SIGTERM)");
-        self.set_timer(index, generation, TimerKind::Kill, drain_timeout);
+        self.set_timer(index, id, TimerKind::Kill, drain_timeout);
     }
 
     /// SIGKILLs every live worker (a second stop request).

@@ -1,0 +1,88 @@
+//! Slot indices are reused: a rolling restart puts each replacement on the lowest free slot,
+//! which is often one that an earlier, replaced worker left. A timer armed for that earlier
+//! worker (its `--ready-timeout`, its `--ready-grace`) must not act on the newcomer.
+
+use std::time::{Duration, Instant};
+
+use ck_tests::churn::{self, Background};
+use ck_tests::load::Mode;
+use ck_tests::sys::TempDir;
+use ck_tests::{ck_bin, start_ready};
+
+/// The replacements' `--ready-timeout`.
+const READY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the second generation of workers takes to say READY=1: well within the timeout.
+const SLOW_BOOT: &str = "3500ms";
+/// When the second reload starts, after the first worker was ready: its replacement then boots
+/// across the instant the first worker's ready timeout (had it still been starting) would fire.
+const SECOND_RELOAD_AFTER: Duration = Duration::from_secs(2);
+
+#[test]
+fn a_replacement_on_a_reused_slot_gets_its_own_ready_timeout() {
+    let dir = TempDir::new("slotreuse");
+    let marker = dir.path().join("slow-boot");
+    let ck_path = ck_bin();
+    let app = churn::script(
+        &dir,
+        "app.sh",
+        &format!(
+            "if [ -e '{marker}' ]; then exec '{ck}' demo-worker --ready-after {SLOW_BOOT}; fi\n\
+             exec '{ck}' demo-worker",
+            marker = marker.display(),
+            ck = ck_path.display()
+        ),
+    );
+    let app = app.to_str().expect("UTF-8 temp path");
+    let timeout = format!("{}s", READY_TIMEOUT.as_secs());
+    let (mut ck, port, first) =
+        start_ready("slotreuse", 1, &["--ready-timeout", &timeout, "--", app]);
+    let first_ready = Instant::now();
+    let first_pid = first.slot(0).pid.expect("slot 0 has a worker");
+    let load = Background::start(port, Mode::NewConnection);
+
+    // First reload: the replacement goes to slot 1; slot 0 is retired once its worker exits.
+    let said = ck.ctl_ok(&["reload"]);
+    eprintln!("first reload: {}", said.trim());
+    let moved = ck.wait_status("only slot 1 left", Duration::from_secs(10), |s| {
+        s.slots.len() == 1 && s.slots[0].slot == 1 && s.slots[0].state == "ready"
+    });
+    let second_pid = moved.slot(1).pid.expect("slot 1 has a worker");
+
+    // Second reload, of slow-booting replacements: this one goes to slot 0 again.
+    std::fs::write(&marker, "").expect("creating the marker");
+    std::thread::sleep(SECOND_RELOAD_AFTER.saturating_sub(first_ready.elapsed()));
+    eprintln!(
+        "second reload {:?} after the first worker was ready",
+        first_ready.elapsed()
+    );
+    let out = ck.ctl(&["reload"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("second reload: {}: {}", out.status, said.trim());
+    let report = load.finish();
+    churn::print_report("slotreuse", &report);
+    assert!(
+        out.status.success() && said.contains("reloaded 1 worker(s)"),
+        "the second reload failed although its replacement boots in {SLOW_BOOT} with a \
+         --ready-timeout of {READY_TIMEOUT:?}: {said}\n--- ck log ---\n{}",
+        ck.log()
+    );
+    let status = ck.wait_status("only slot 0 left", Duration::from_secs(10), |s| {
+        s.slots.len() == 1 && s.slots[0].slot == 0 && s.slots[0].state == "ready"
+    });
+    let third_pid = status.slot(0).pid.expect("slot 0 has a worker");
+    assert!(
+        third_pid != first_pid && third_pid != second_pid,
+        "{status:#?}"
+    );
+    assert_eq!(
+        report.failed(),
+        0,
+        "{}\n{:?}",
+        report.summary(),
+        report.errors
+    );
+}
