@@ -12,8 +12,8 @@ use aya_ebpf::{
         bpf_hdr_start_off::BPF_HDR_START_NET,
         sk_action::{SK_DROP, SK_PASS},
     },
-    helpers::{bpf_get_prandom_u32, bpf_skb_load_bytes_relative},
     btf_maps::{Array, PerCpuArray, ReusePortSockArray},
+    helpers::{bpf_get_prandom_u32, bpf_skb_load_bytes_relative},
     macros::{btf_map, sk_reuseport},
     programs::SkReuseportContext,
 };
@@ -93,7 +93,11 @@ fn select(ctx: &SkReuseportContext) -> u32 {
         policy::LEAST_QUEUE => least_queue(set, len),
         _ => ctx.hash() % len,
     };
-    let tries = if len < MAX_SELECT_TRIES { len } else { MAX_SELECT_TRIES };
+    let tries = if len < MAX_SELECT_TRIES {
+        len
+    } else {
+        MAX_SELECT_TRIES
+    };
     let mut i = 0;
     while i < tries {
         let pos = ((first + i) % len) as usize;
@@ -150,7 +154,9 @@ fn least_queue(set: &ActiveSet, len: u32) -> u32 {
 
 #[inline(always)]
 fn queue_depth(slot: u32) -> u32 {
-    SLOT_INFO.get(slot).map_or(u32::MAX, |info| info.queue_depth)
+    SLOT_INFO
+        .get(slot)
+        .map_or(u32::MAX, |info| info.queue_depth)
 }
 
 /// The slot a probe connection asks for: its TCP source port minus `base`, when that port lies

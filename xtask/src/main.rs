@@ -1,9 +1,10 @@
-//! `cargo xtask`: developer tasks for ck — `build`, `run` and `test`.
+//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test` and `bench`.
 //!
 //! Every task first runs [`toolchain::ensure`], which installs what building the BPF program
 //! needs (nightly + rust-src, LLVM 22, bpf-linker, bpftool) and mounts the bpffs, printing one
 //! `xtask: ...` line per thing it actually does.
 
+mod bench;
 mod cmd;
 mod toolchain;
 
@@ -57,6 +58,12 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Build the release `ck` and benchmark it against `ck run --no-bpf` (needs root).
+    Bench {
+        /// What to measure.
+        #[arg(value_enum)]
+        scenario: bench::Scenario,
+    },
 }
 
 fn main() {
@@ -77,6 +84,17 @@ fn dispatch(task: Task) -> Result<()> {
         }
         Task::Run { release, args } => run(release, args),
         Task::Test { args } => test(args),
+        Task::Bench { scenario } => {
+            if !cmd::is_root() {
+                bail!(
+                    "the benchmarks load ck's BPF program and need root \
+                     (CAP_BPF, CAP_NET_ADMIN): run `cargo xtask bench` as root"
+                );
+            }
+            toolchain::ensure(Bpffs::Required)?;
+            let bin = build(true)?;
+            bench::run(scenario, &bin)
+        }
     }
 }
 
@@ -244,6 +262,17 @@ mod tests {
             Task::Test { args } => assert_eq!(args, ["-p", "ck-tests", "--", "--nocapture"]),
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn bench_takes_a_scenario() {
+        let cli = Cli::try_parse_from(["xtask", "bench", "all"]).unwrap();
+        match cli.task {
+            Task::Bench { scenario } => assert_eq!(scenario, bench::Scenario::All),
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(Cli::try_parse_from(["xtask", "bench"]).is_err());
+        assert!(Cli::try_parse_from(["xtask", "bench", "nope"]).is_err());
     }
 
     #[test]

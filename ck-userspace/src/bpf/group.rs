@@ -46,7 +46,10 @@ impl BpfGroup {
         probe_base: u16,
     ) -> Result<BpfGroup, BpfError> {
         let pin_dir = pins::group_dir(name, group);
+        // No CO-RE relocations in the program, so skip reading and parsing the kernel's BTF
+        // (5 MB, ~35 ms of startup).
         let mut ebpf = EbpfLoader::new()
+            .btf(None)
             .load(BPF_OBJECT)
             .context("loading the BPF object")
             .map_err(load_err("loading the BPF program"))?;

@@ -132,12 +132,12 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
         let mut sigterm = signal(SignalKind::terminate()).context("handling SIGTERM")?;
         let mut sigint = signal(SignalKind::interrupt()).context("handling SIGINT")?;
         let (slot, pid) = (identity.slot.clone(), identity.pid);
-        eprintln!(
+        say(format_args!(
             "demo worker slot={slot} pid={pid} listening on {}",
             addrs.join(", ")
-        );
+        ));
         if let Some(faults) = faults.describe() {
-            eprintln!("demo worker slot={slot} pid={pid} faults: {faults}");
+            say(format_args!("demo worker slot={slot} pid={pid} faults: {faults}"));
         }
         let (stop_tx, stop_rx) = watch::channel(false);
         let heartbeat = watchdog_period();
@@ -159,7 +159,7 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
                         if !opts.ignore_sigterm {
                             break "SIGTERM";
                         }
-                        eprintln!("demo worker slot={slot} pid={pid} ignoring SIGTERM (--ignore-sigterm)");
+                        say(format_args!("demo worker slot={slot} pid={pid} ignoring SIGTERM (--ignore-sigterm)"));
                     }
                     _ = sigint.recv() => break "SIGINT",
                     now = beat.tick(), if heartbeat.is_some() => {
@@ -169,7 +169,7 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
                     }
                 }
             };
-            eprintln!("demo worker slot={slot} pid={pid} stopping on {signal_name}");
+            say(format_args!("demo worker slot={slot} pid={pid} stopping on {signal_name}"));
             report(notifier.stopping());
             let _ = stop_tx.send(true);
         });
@@ -204,9 +204,20 @@ fn tcp_listener(name: &str, fd: OwnedFd) -> anyhow::Result<(std::net::TcpListene
     Ok((listener, addr))
 }
 
+/// Writes one line to stderr with a single write, so that the lines of workers sharing ck's
+/// stderr do not interleave.
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut text = line.to_string();
+    text.push('\n');
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
 /// Reports a failed notification; the worker carries on (the supervisor may be gone).
 fn report(result: std::io::Result<()>) {
     if let Err(err) = result {
-        eprintln!("demo worker: could not notify the supervisor: {err}");
+        say(format_args!(
+            "demo worker: could not notify the supervisor: {err}"
+        ));
     }
 }

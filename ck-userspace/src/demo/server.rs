@@ -18,7 +18,7 @@ use super::{
 };
 
 /// After shutdown, a listener is closed once it has had no connection to accept for this long.
-pub const DRAIN_QUIET: Duration = Duration::from_millis(50);
+pub const DRAIN_QUIET: Duration = Duration::from_millis(10);
 /// After shutdown, how long a connection may take to finish its request (or, when accepted
 /// during the drain, to send its first one) before it is dropped.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -147,7 +147,9 @@ async fn accept_failed(err: io::Error, addr: &str) -> anyhow::Result<()> {
             | libc::EOPNOTSUPP,
         ) => Ok(()),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-            eprintln!("demo worker: accepting on {addr}: {err}; retrying in 100ms");
+            super::say(format_args!(
+                "demo worker: accepting on {addr}: {err}; retrying in 100ms"
+            ));
             tokio::time::sleep(Duration::from_millis(100)).await;
             Ok(())
         }

@@ -294,16 +294,8 @@ impl Supervisor {
                 worker,
                 status,
             } => self.on_exit(slot, worker, status),
-            Event::Notify {
-                slot,
-                worker,
-                msgs,
-            } => self.on_notify(slot, worker, msgs),
-            Event::Timer {
-                slot,
-                worker,
-                kind,
-            } => self.on_timer(slot, worker, kind),
+            Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),
+            Event::Timer { slot, worker, kind } => self.on_timer(slot, worker, kind),
             Event::Signal(name) => {
                 if !self.stopping {
                     tracing::info!(signal = name, "stopping: draining every worker");
@@ -397,11 +389,7 @@ impl Supervisor {
         let events = self.events.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let _ = events.send(Event::Timer {
-                slot,
-                worker,
-                kind,
-            });
+            let _ = events.send(Event::Timer { slot, worker, kind });
         });
     }
 

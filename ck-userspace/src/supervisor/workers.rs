@@ -244,12 +244,7 @@ impl Supervisor {
         }
     }
 
-    pub(super) fn on_exit(
-        &mut self,
-        index: u32,
-        id: u64,
-        status: std::io::Result<ExitStatus>,
-    ) {
+    pub(super) fn on_exit(&mut self, index: u32, id: u64, status: std::io::Result<ExitStatus>) {
         let Some(slot) = self.slots.get_mut(&index) else {
             return;
         };

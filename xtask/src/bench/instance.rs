@@ -1,0 +1,401 @@
+//! One `ck run` under benchmark: started on a free loopback port under a name of its own, with
+//! its stdout and stderr captured to a log file; its `ck status --json`, control commands with
+//! time limits, and a bounded stop. Dropping an instance that is still running stops it, and
+//! kills it and its workers when it does not exit in time.
+
+use std::fs::{self, File};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// How long one control command (`ck status`, `ck reload`, ...) may take.
+pub const CTL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a stopping instance may take to exit before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Which ck is measured: with its BPF program, or the plain `SO_REUSEPORT` baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// `ck run` with BPF steering.
+    Ck,
+    /// `ck run --no-bpf`.
+    Baseline,
+}
+
+impl Variant {
+    /// Both, ck first.
+    pub const BOTH: [Variant; 2] = [Variant::Ck, Variant::Baseline];
+
+    /// `ck` or `baseline`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Variant::Ck => "ck",
+            Variant::Baseline => "baseline",
+        }
+    }
+
+    /// The `ck run` flags that select it.
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Variant::Ck => &[],
+            Variant::Baseline => &["--no-bpf"],
+        }
+    }
+}
+
+/// One slot of `ck status --json`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    /// Slot index.
+    pub slot: u64,
+    /// Worker pid, if it has one.
+    pub pid: Option<u32>,
+    /// `starting`, `ready`, `draining`, ...
+    pub state: String,
+}
+
+/// The part of `ck status --json` the benchmarks use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// Every slot.
+    pub slots: Vec<Slot>,
+}
+
+impl Status {
+    /// Parses the output of `ck status --json`.
+    pub fn parse(json: &str) -> Result<Status> {
+        let value: Value = serde_json::from_str(json).context("parsing `ck status --json`")?;
+        let slots = value["slots"]
+            .as_array()
+            .ok_or_else(|| anyhow!("`ck status --json` has no slots array: {json}"))?
+            .iter()
+            .map(|s| Slot {
+                slot: s["slot"].as_u64().unwrap_or(u64::MAX),
+                pid: s["pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
+                state: s["state"].as_str().unwrap_or("?").to_string(),
+            })
+            .collect();
+        Ok(Status { slots })
+    }
+
+    /// The slots in state `ready`.
+    pub fn ready(&self) -> impl Iterator<Item = &Slot> {
+        self.slots.iter().filter(|s| s.state == "ready")
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound once by us and released).
+pub fn free_port() -> Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Runs `cmd` with its output captured and returns it, killing it after `timeout`.
+pub fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output> {
+    let what = crate::cmd::describe(cmd);
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start `{what}`"))?;
+    let deadline = Instant::now() + timeout;
+    // Our commands print a few KiB at most: the pipes cannot fill up before they exit.
+    while child.try_wait()?.is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("`{what}` did not exit within {timeout:?}");
+        }
+        thread::sleep(Duration::from_micros(500));
+    }
+    Ok(child.wait_with_output()?)
+}
+
+/// A running `ck run --name NAME --listen tcp://127.0.0.1:PORT ...`.
+#[derive(Debug)]
+pub struct Instance {
+    bin: PathBuf,
+    name: String,
+    port: u16,
+    child: Child,
+    exited: Option<ExitStatus>,
+    log: PathBuf,
+    /// When `ck run` was spawned.
+    pub spawned: Instant,
+}
+
+impl Instance {
+    /// Starts `ck run` of `variant` with `workers` demo workers and `extra` flags on a free
+    /// port, as `bench-<what>-<variant>-<port>`, logging to `<log_dir>/<name>.log`.
+    pub fn start(
+        bin: &Path,
+        log_dir: &Path,
+        what: &str,
+        variant: Variant,
+        workers: u32,
+        extra: &[&str],
+    ) -> Result<Instance> {
+        let port = free_port()?;
+        let name = format!("bench-{what}-{}-{port}", variant.label());
+        let log = log_dir.join(format!("{name}.log"));
+        let file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let mut cmd = ck_command(bin);
+        cmd.arg("run")
+            .args(["--name", &name])
+            .args(["--listen", &format!("tcp://127.0.0.1:{port}")])
+            .args(["-w", &workers.to_string()])
+            .args(variant.flags())
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file);
+        let spawned = Instant::now();
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("could not start `{}`", crate::cmd::describe(&cmd)))?;
+        Ok(Instance {
+            bin: bin.to_path_buf(),
+            name,
+            port,
+            child,
+            exited: None,
+            log,
+            spawned,
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The supervisor's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The log file.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// Whether the supervisor has exited.
+    pub fn try_exit(&mut self) -> Result<Option<ExitStatus>> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait()?;
+        }
+        Ok(self.exited)
+    }
+
+    /// Runs `ck ARGS... --name NAME` within [`CTL_TIMEOUT`], failing unless it exits 0.
+    pub fn ctl(&self, args: &[&str]) -> Result<String> {
+        let mut cmd = ck_command(&self.bin);
+        cmd.args(args).args(["--name", &self.name]);
+        let out = output_within(&mut cmd, CTL_TIMEOUT)?;
+        if !out.status.success() {
+            bail!(
+                "`ck {} --name {}` failed ({}): {}; see {}",
+                args.join(" "),
+                self.name,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim(),
+                self.log.display()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `ck status --json`.
+    pub fn status(&self) -> Result<Status> {
+        Status::parse(&self.ctl(&["status", "--json"])?)
+    }
+
+    /// Polls the status every `every` until `done` holds (returning that status), failing
+    /// after `timeout` or when ck exits.
+    pub fn wait_status(
+        &mut self,
+        timeout: Duration,
+        every: Duration,
+        mut done: impl FnMut(&Status) -> bool,
+    ) -> Result<Status> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(code) = self.try_exit()? {
+                bail!("ck exited ({code}); see {}", self.log.display());
+            }
+            // Errors are expected while ck is starting (no control socket yet).
+            if let Ok(status) = self.status()
+                && done(&status)
+            {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} did not reach the wanted state within {timeout:?}; see {}",
+                    self.name,
+                    self.log.display()
+                );
+            }
+            thread::sleep(every);
+        }
+    }
+
+    /// Waits until `n` slots are ready (at most 15 s).
+    pub fn wait_ready(&mut self, n: usize) -> Result<Status> {
+        self.wait_status(Duration::from_secs(15), Duration::from_millis(10), |s| {
+            s.ready().count() >= n
+        })
+    }
+
+    /// Sends `signal` to the supervisor.
+    pub fn signal(&self, signal: Signal) -> Result<()> {
+        kill(self.pid(), signal).with_context(|| format!("sending {signal} to ck"))
+    }
+
+    /// Polls (every 200 µs) until the supervisor exits; returns how long that took from now.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<Duration> {
+        let start = Instant::now();
+        while self.try_exit()?.is_none() {
+            if start.elapsed() >= timeout {
+                bail!(
+                    "{} did not exit within {timeout:?}; see {}",
+                    self.name,
+                    self.log.display()
+                );
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+        Ok(start.elapsed())
+    }
+
+    /// `ck stop`, then waits for the supervisor to exit.
+    pub fn stop(mut self) -> Result<()> {
+        self.ctl(&["stop"])?;
+        self.wait_exit(STOP_TIMEOUT)?;
+        Ok(())
+    }
+
+    /// The log lines at level WARN or ERROR, but for the warning that `--no-bpf` is on.
+    pub fn complaints(&self) -> Vec<String> {
+        fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .filter(|l| !l.contains("BPF steering is off (--no-bpf)"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Stops a supervisor that is still running: SIGTERM, then SIGKILL to it and its children
+    /// when it does not exit in time; removes what a killed ck leaves behind.
+    fn shut_down(&mut self) {
+        if matches!(self.try_exit(), Ok(Some(_))) {
+            return;
+        }
+        let _ = self.signal(Signal::SIGTERM);
+        if self.wait_exit(STOP_TIMEOUT).is_ok() {
+            return;
+        }
+        eprintln!("bench: {} ignored SIGTERM; killing it", self.name);
+        let ck = self.pid();
+        let _ = kill(ck, Signal::SIGSTOP);
+        for pid in children_of(ck) {
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+        let _ = self.child.kill();
+        self.exited = self.child.wait().ok();
+        let _ = fs::remove_dir_all(format!("/sys/fs/bpf/ck/{}", self.name));
+        let _ = fs::remove_file(format!("/run/ck/{}.sock", self.name));
+        let _ = fs::remove_file(format!("/run/ck/{}.lock", self.name));
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+/// A `ck` command with plain (uncoloured) log lines.
+fn ck_command(bin: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("CK_LOG")
+        .env_remove("CK_RUN_DIR")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+/// Sends `signal` to `pid`.
+pub fn kill(pid: u32, signal: Signal) -> Result<()> {
+    let pid = i32::try_from(pid).context("pid out of range")?;
+    signal::kill(Pid::from_raw(pid), signal)?;
+    Ok(())
+}
+
+/// The pids whose parent is `ppid`, from `/proc/<pid>/stat`.
+pub fn children_of(ppid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| parent_in_stat(&stat))
+                == Some(ppid)
+        })
+        .collect()
+}
+
+/// The parent pid in a `/proc/<pid>/stat` line (the field after `(comm) state`).
+fn parent_in_stat(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `VmRSS` of `pid` in bytes, from `/proc/<pid>/status`.
+pub fn rss_bytes(pid: u32) -> Result<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .ok_or_else(|| anyhow!("no VmRSS in /proc/{pid}/status"))?;
+    Ok(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_status() {
+        let json = r#"{"name":"x","slots":[{"slot":0,"pid":12,"state":"ready"},
+                       {"slot":1,"pid":null,"state":"restarting"}]}"#;
+        let status = Status::parse(json).unwrap();
+        assert_eq!(status.slots.len(), 2);
+        assert_eq!(status.slots[1].pid, None);
+        assert_eq!(status.ready().count(), 1);
+        assert!(Status::parse("{}").is_err());
+    }
+
+    #[test]
+    fn parent_from_stat() {
+        assert_eq!(parent_in_stat("42 (a) b) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_in_stat("garbage"), None);
+    }
+
+    #[test]
+    fn own_rss_is_positive() {
+        assert!(rss_bytes(std::process::id()).unwrap() > 0);
+    }
+}
