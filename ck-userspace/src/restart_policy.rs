@@ -25,18 +25,23 @@ pub struct RestartPolicy {
     pub cooldown: Duration,
 }
 
+impl RestartPolicy {
+    /// ck's defaults (the `ck run` flag defaults).
+    pub const DEFAULT: RestartPolicy = RestartPolicy {
+        initial: Duration::from_millis(100),
+        max: Duration::from_secs(10),
+        multiplier: 2.0,
+        jitter: 0.1,
+        stable_after: Duration::from_secs(10),
+        crash_limit: 5,
+        window: Duration::from_secs(30),
+        cooldown: Duration::from_secs(30),
+    };
+}
+
 impl Default for RestartPolicy {
     fn default() -> Self {
-        RestartPolicy {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(10),
-            multiplier: 2.0,
-            jitter: 0.1,
-            stable_after: Duration::from_secs(10),
-            crash_limit: 5,
-            window: Duration::from_secs(30),
-            cooldown: Duration::from_secs(30),
-        }
+        RestartPolicy::DEFAULT
     }
 }
 

@@ -243,16 +243,8 @@ impl CrashPolicy {
 mod tests {
     use super::*;
 
-    const P: RestartPolicy = RestartPolicy {
-        initial: Duration::from_millis(100),
-        max: Duration::from_secs(10),
-        multiplier: 2.0,
-        jitter: 0.1,
-        stable_after: Duration::from_secs(10),
-        crash_limit: 5,
-        window: Duration::from_secs(30),
-        cooldown: Duration::from_secs(30),
-    };
+    /// The defaults: 100 ms doubling to 10 s, stable after 10 s, 5 crashes in 30 s, 30 s cool-down.
+    const P: RestartPolicy = RestartPolicy::DEFAULT;
 
     #[test]
     fn backoff_doubles_and_caps() {
