@@ -25,13 +25,25 @@ pub fn instance_name(what: &str, port: u16) -> String {
     format!("t-{what}-{port}")
 }
 
-/// Starts `ck run --name t-<what>-<port> --port <port> ARGS...` on a free port and returns it
-/// with the port. `args` may end with `--` and an APP.
+/// A probe port base of the test's own, derived from its listening port: within 19000–19999,
+/// below every port `free_port` hands out (20000 and up), so parallel tests never share one.
+pub fn probe_base_for(port: u16) -> u16 {
+    19_000 + (port % 100) * 8
+}
+
+/// Starts `ck run --name t-<what>-<port> --port <port> --probe-port-base <base> ARGS...` on a
+/// free port (base from [`probe_base_for`]) and returns it with the port. `args` may end with
+/// `--` and an APP.
 pub fn start(what: &str, args: &[&str]) -> (Ck, u16) {
     let port = sys::free_port();
     let name = instance_name(what, port);
-    let port_text = port.to_string();
-    let mut all = vec!["--port", port_text.as_str()];
+    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
+    let mut all = vec![
+        "--port",
+        port_text.as_str(),
+        "--probe-port-base",
+        base_text.as_str(),
+    ];
     all.extend_from_slice(args);
     (Ck::start(&name, &all), port)
 }

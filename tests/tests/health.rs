@@ -6,39 +6,15 @@
 use std::time::Duration;
 
 use ck_tests::http::{Pending, send_new_conn};
-use ck_tests::sys::{TempDir, free_port, on_one_cpu, pid_alive, poll_until, signal};
-use ck_tests::{
-    Ck, KeepAlive, READY_TIMEOUT, Tally, burst, burst_pinned, ck_bin, instance_name, local,
-};
+use ck_tests::sys::{TempDir, on_one_cpu, pid_alive, poll_until, signal};
+use ck_tests::{Ck, KeepAlive, Tally, burst, burst_pinned, ck_bin, local, start_ready};
 use nix::sys::signal::Signal;
 use serde_json::Value;
-
-/// A probe port base of the test's own, derived from its listening port: within 19000–19999,
-/// below every port `free_port` hands out (20000 and up).
-fn probe_base_for(port: u16) -> u16 {
-    19_000 + (port % 100) * 8
-}
 
 /// Starts `ck run --port P -w WORKERS --probe-port-base B ARGS...` on a free port under the name
 /// `t-<what>-<port>`, waits until every worker is ready, and returns it with the port.
 fn launch(what: &str, workers: usize, args: &[&str]) -> (Ck, u16) {
-    let port = free_port();
-    let (port_text, workers_text, base_text) = (
-        port.to_string(),
-        workers.to_string(),
-        probe_base_for(port).to_string(),
-    );
-    let mut all = vec![
-        "--port",
-        port_text.as_str(),
-        "-w",
-        workers_text.as_str(),
-        "--probe-port-base",
-        base_text.as_str(),
-    ];
-    all.extend_from_slice(args);
-    let mut ck = Ck::start(&instance_name(what, port), &all);
-    ck.wait_ready(workers, READY_TIMEOUT);
+    let (ck, port, _) = start_ready(what, workers, args);
     (ck, port)
 }
 

@@ -7,8 +7,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use ck_tests::http::parse_body;
-use ck_tests::sys::{free_port, pid_alive};
-use ck_tests::{Answer, Ck, READY_TIMEOUT, burst_pinned, instance_name, local};
+use ck_tests::sys::pid_alive;
+use ck_tests::{Answer, Ck, burst_pinned, local, probe_base_for, start_ready};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 /// Probes sent per round.
@@ -18,32 +18,10 @@ const NORMAL: u32 = 200;
 /// The slot that is probed (and drained).
 const PROBED: u32 = 2;
 
-/// A probe port base of this test's own, derived from its listening port: within 19000–19999,
-/// below every port [`free_port`] hands out (20000 and up), so parallel tests (each with its
-/// own port) rarely share a base.
-fn probe_base_for(port: u16) -> u16 {
-    19_000 + (port % 100) * 8
-}
-
-/// Starts `ck run --port P -w WORKERS --probe-port-base B ARGS...` on a free port under a name of
-/// its own, waits until every worker is ready, and returns it with the port and the base.
+/// Starts a ready fleet and returns it with its port and its probe port base.
 fn start_with_probe_base(what: &str, workers: usize, args: &[&str]) -> (Ck, u16, u16) {
-    let port = free_port();
-    let base = probe_base_for(port);
-    let (port_text, workers_text, base_text) =
-        (port.to_string(), workers.to_string(), base.to_string());
-    let mut all = vec![
-        "--port",
-        port_text.as_str(),
-        "-w",
-        workers_text.as_str(),
-        "--probe-port-base",
-        base_text.as_str(),
-    ];
-    all.extend_from_slice(args);
-    let mut ck = Ck::start(&instance_name(what, port), &all);
-    ck.wait_ready(workers, READY_TIMEOUT);
-    (ck, port, base)
+    let (ck, port, _) = start_ready(what, workers, args);
+    (ck, port, probe_base_for(port))
 }
 
 /// One probe of `slot` by hand: a connection from `127.0.0.1:(base + slot)` (SO_REUSEADDR, and
