@@ -118,3 +118,38 @@ fn no_bpf_runs_plain_reuseport() {
     assert_eq!(warnings, 1, "warning count {warnings} in:\n{log}");
     assert!(!pins_dir(ck.name()).exists());
 }
+
+/// `--bpf-log` forwards the program's own log lines: while the only worker is still starting
+/// (it says READY=1 after 1.5 s), a connection falls back to it, and the program's warning about
+/// that fallback shows up in ck's log; the connection is answered once the worker accepts.
+#[test]
+fn bpf_log_forwards_the_programs_fallback_lines() {
+    let ck_path = ck_tests::ck_bin();
+    let ck_path = ck_path.to_str().expect("utf-8 path");
+    let (mut ck, port) = ck_tests::start(
+        "bpflog",
+        &[
+            "-w",
+            "1",
+            "--bpf-log",
+            "--",
+            ck_path,
+            "demo-worker",
+            "--ready-after",
+            "1500ms",
+        ],
+    );
+    let status = ck.wait_status("the worker is starting", Duration::from_secs(10), |s| {
+        s.slots.len() == 1 && s.slots[0].pid.is_some()
+    });
+    assert_eq!(status.slots[0].state, "starting");
+    let answer = ck_tests::get_new_conn(local(port)).expect("the queued connection is answered");
+    assert_eq!(Some(answer.pid), status.slots[0].pid);
+    let status = ck.status();
+    assert!(status.slots[0].fallbacks >= 1, "{status:?}");
+    let found =
+        ck_tests::sys::poll_until(Duration::from_secs(5), Duration::from_millis(50), || {
+            ck.log().contains("no ready slot; fell back to live slot 0")
+        });
+    assert!(found, "fallback line not forwarded:\n{}", ck.log());
+}
