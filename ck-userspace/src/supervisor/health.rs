@@ -11,6 +11,9 @@ use crate::{
     sockets,
 };
 
+/// How much slower queues are sampled while all of them are empty.
+const IDLE_SAMPLING_FACTOR: u32 = 10;
+
 /// A worker's health as the supervisor sees it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Health {
@@ -153,6 +156,24 @@ impl Supervisor {
         }
         self.write_depths(&depth_changed);
         self.replace_long_unhealthy(now);
+        self.pace_sampling();
+    }
+
+    /// Samples every `--sample-interval` while any queue is non-empty (least-queue needs fresh
+    /// depths, stall detection a running clock), and ten times less often while every queue is
+    /// empty, so that an idle supervisor stays idle.
+    fn pace_sampling(&self) {
+        let busy = self.slots.values().any(|s| s.queue_depth > 0);
+        let fast = self.cfg.health.sample_interval;
+        let period = if busy {
+            fast
+        } else {
+            fast * IDLE_SAMPLING_FACTOR
+        };
+        self.sample_period.store(
+            period.as_micros() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Starts a graceful replacement of a worker unhealthy for longer than

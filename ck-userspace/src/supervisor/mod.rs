@@ -13,6 +13,10 @@ mod workers;
 
 use std::{
     collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -103,6 +107,8 @@ pub struct Supervisor {
     next_worker_id: u64,
     active: Vec<u32>,
     roll: Option<roll::Roll>,
+    /// Current queue sampling period in microseconds (see `health::on_tick`).
+    sample_period: Arc<AtomicU64>,
 }
 
 /// Runs `ck run` to completion: returns after a clean shutdown.
@@ -139,10 +145,11 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         next_worker_id: 0,
         active: Vec::new(),
         roll: None,
+        sample_period: Arc::new(AtomicU64::new(cfg.health.sample_interval.as_micros() as u64)),
         cfg,
     };
     watch_signals(&sup.events)?;
-    start_ticker(&sup.events, sup.cfg.health.sample_interval, || Event::Tick);
+    start_sampler(&sup.events, sup.sample_period.clone());
     if sup.cfg.health.probe.is_some() {
         start_ticker(&sup.events, sup.cfg.health.probe_interval, || {
             Event::ProbeTick
@@ -215,6 +222,20 @@ fn load_groups(cfg: &RunConfig) -> anyhow::Result<Vec<Group>> {
         }
     }
     Ok(groups)
+}
+
+/// Sends [`Event::Tick`] every `period` (microseconds, changed by the supervisor as it goes:
+/// fast while some queue is non-empty, slow while all are idle) until the event loop is gone.
+fn start_sampler(events: &mpsc::UnboundedSender<Event>, period: Arc<AtomicU64>) {
+    let events = events.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_micros(period.load(Ordering::Relaxed))).await;
+            if events.send(Event::Tick).is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// Sends `event()` every `period` until the event loop is gone.
