@@ -154,19 +154,18 @@ impl StatusReport {
         );
         let _ = writeln!(
             out,
-            "{:>4}  {:>8}  {:<10}  {:>9}  {:>8}  {:>9}  {:<16}  {:<7}  status",
+            "{:>4}  {:>8}  {:<18}  {:>9}  {:>8}  {:>9}  {:<16}  {:<7}  status",
             "slot", "pid", "state", "uptime", "restarts", "selected", "last exit", "breaker"
         );
         for s in &self.slots {
             let _ = writeln!(
                 out,
-                "{:>4}  {:>8}  {:<10}  {:>8.1}s  {:>8}  {:>9}  {:<16}  {:<7}  {}",
+                "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:<16}  {:<7}  {}",
                 s.slot,
                 s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-                if s.drained && s.state == "ready" {
-                    "drained".to_string()
-                } else {
-                    s.state.clone()
+                match &s.unhealthy {
+                    Some(why) => format!("unhealthy:{why}"),
+                    None => s.state.clone(),
                 },
                 s.uptime_ms as f64 / 1000.0,
                 s.restarts,
