@@ -80,7 +80,7 @@ impl Default for HealthConfig {
             probe_passes: 2,
             probe_port_base: DEFAULT_PROBE_PORT_BASE,
             stall_timeout: Some(Duration::from_secs(1)),
-            sample_interval: Duration::from_millis(5),
+            sample_interval: Duration::from_millis(1),
             unhealthy_replace_after: None,
         }
     }

@@ -175,8 +175,9 @@ struct RunArgs {
     /// the active set until it moves again (0: off).
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     stall_timeout: Duration,
-    /// How often accept queues are sampled (queue depth for least-queue, stall detection).
-    #[arg(long, value_parser = parse_duration, default_value = "5ms")]
+    /// How often accept queues are sampled while there is traffic (queue depth for
+    /// least-queue, stall detection); 50 times less often when idle.
+    #[arg(long, value_parser = parse_duration, default_value = "1ms")]
     sample_interval: Duration,
     /// Replace (gracefully, as a rolling restart of one) a worker unhealthy for this long.
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]

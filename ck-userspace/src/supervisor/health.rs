@@ -2,7 +2,13 @@
 //! heartbeats, probes through the slot's own socket, and replacement of workers that stay
 //! unhealthy. An unhealthy worker leaves the active set with its socket open, and comes back
 //! when healthy again.
-use std::time::Instant;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
 use super::{Event, Supervisor, slot::Phase};
 use crate::{
@@ -11,8 +17,34 @@ use crate::{
     sockets,
 };
 
-/// How much slower queues are sampled while all of them are empty.
-const IDLE_SAMPLING_FACTOR: u32 = 10;
+/// How much slower queues are sampled while there is no traffic.
+const IDLE_SAMPLING_FACTOR: u32 = 50;
+/// Sampling stays fast this long after the last sign of traffic.
+const BUSY_HOLD: Duration = Duration::from_secs(1);
+/// While sampling fast, traffic (the program's `selected` counters) is checked every this many
+/// ticks.
+const TRAFFIC_CHECK_EVERY: u32 = 16;
+
+/// The pace of queue sampling, shared with the sampler task.
+pub(super) struct Pacer {
+    /// Current period in microseconds, read by the sampler task.
+    pub period: Arc<AtomicU64>,
+    busy_until: Instant,
+    selected_seen: u64,
+    ticks: u32,
+}
+
+impl Pacer {
+    /// Starts fast (`interval`), as if traffic had just been seen.
+    pub fn new(interval: Duration) -> Pacer {
+        Pacer {
+            period: Arc::new(AtomicU64::new(interval.as_micros() as u64)),
+            busy_until: Instant::now() + BUSY_HOLD,
+            selected_seen: 0,
+            ticks: 0,
+        }
+    }
+}
 
 /// A worker's health as the supervisor sees it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -156,24 +188,41 @@ impl Supervisor {
         }
         self.write_depths(&depth_changed);
         self.replace_long_unhealthy(now);
-        self.pace_sampling();
+        self.pace_sampling(now);
     }
 
-    /// Samples every `--sample-interval` while any queue is non-empty (least-queue needs fresh
-    /// depths, stall detection a running clock), and ten times less often while every queue is
-    /// empty, so that an idle supervisor stays idle.
-    fn pace_sampling(&self) {
-        let busy = self.slots.values().any(|s| s.queue_depth > 0);
-        let fast = self.cfg.health.sample_interval;
-        let period = if busy {
-            fast
+    /// Samples every `--sample-interval` while there is traffic (connections selected by the
+    /// program, or a non-empty queue, in the last [`BUSY_HOLD`]): least-queue needs fresh
+    /// depths and a stall must be seen within milliseconds. Idle, it samples
+    /// [`IDLE_SAMPLING_FACTOR`] times less often, so that an idle supervisor stays idle.
+    fn pace_sampling(&mut self, now: Instant) {
+        let pacer = &mut self.pacer;
+        pacer.ticks = pacer.ticks.wrapping_add(1);
+        let fast = now < pacer.busy_until;
+        let mut busy = self.slots.values().any(|s| s.queue_depth > 0);
+        if !fast || pacer.ticks.is_multiple_of(TRAFFIC_CHECK_EVERY) {
+            let selected: u64 = self
+                .slots
+                .keys()
+                .map(|index| self.slot_stats(*index).selected)
+                .sum();
+            let pacer = &mut self.pacer;
+            busy |= selected != pacer.selected_seen;
+            pacer.selected_seen = selected;
+        }
+        let pacer = &mut self.pacer;
+        if busy {
+            pacer.busy_until = now + BUSY_HOLD;
+        }
+        let interval = self.cfg.health.sample_interval;
+        let period = if now < pacer.busy_until {
+            interval
         } else {
-            fast * IDLE_SAMPLING_FACTOR
+            interval * IDLE_SAMPLING_FACTOR
         };
-        self.sample_period.store(
-            period.as_micros() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        pacer
+            .period
+            .store(period.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Starts a graceful replacement of a worker unhealthy for longer than

@@ -107,8 +107,8 @@ pub struct Supervisor {
     next_worker_id: u64,
     active: Vec<u32>,
     roll: Option<roll::Roll>,
-    /// Current queue sampling period in microseconds (see `health::on_tick`).
-    sample_period: Arc<AtomicU64>,
+    /// Pace of queue sampling (see `health::Pacer`).
+    pacer: health::Pacer,
 }
 
 /// Runs `ck run` to completion: returns after a clean shutdown.
@@ -145,11 +145,11 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         next_worker_id: 0,
         active: Vec::new(),
         roll: None,
-        sample_period: Arc::new(AtomicU64::new(cfg.health.sample_interval.as_micros() as u64)),
+        pacer: health::Pacer::new(cfg.health.sample_interval),
         cfg,
     };
     watch_signals(&sup.events)?;
-    start_sampler(&sup.events, sup.sample_period.clone());
+    start_sampler(&sup.events, sup.pacer.period.clone());
     if sup.cfg.health.probe.is_some() {
         start_ticker(&sup.events, sup.cfg.health.probe_interval, || {
             Event::ProbeTick

@@ -74,7 +74,7 @@ impl Supervisor {
         }
     }
 
-    fn slot_stats(&self, index: u32) -> SlotStats {
+    pub(super) fn slot_stats(&self, index: u32) -> SlotStats {
         let mut total = SlotStats::default();
         for bpf in self.groups.iter().filter_map(|g| g.bpf.as_ref()) {
             total.add(&bpf.stats(index));

@@ -4,13 +4,16 @@
 //!
 //! Every instance gets its own `--name` and port on 127.0.0.1, its log goes to a file under
 //! one directory per invocation, and it is stopped (killed, if need be) before the next one
-//! starts. Each scenario is bounded in time; `all` takes about two minutes.
+//! starts. Each scenario is bounded in time; `all` takes about five minutes (`stall` alone
+//! about three).
 
 mod footprint;
 mod instance;
 mod overhead;
 mod recovery;
 mod reload;
+mod spread;
+mod stall;
 mod table;
 
 use std::fs;
@@ -30,6 +33,10 @@ pub enum Scenario {
     Overhead,
     /// Supervisor RSS, start to first answer, idle shutdown time.
     Footprint,
+    /// Share of new connections per worker (3 workers), per policy.
+    Spread,
+    /// Latency with one of 4 workers stalling 200 ms every second, per policy.
+    Stall,
     /// Every scenario, in the order above.
     All,
 }
@@ -43,6 +50,8 @@ impl Scenario {
                 Scenario::Reload,
                 Scenario::Overhead,
                 Scenario::Footprint,
+                Scenario::Spread,
+                Scenario::Stall,
             ],
             one => vec![one],
         }
@@ -100,6 +109,8 @@ pub fn run(scenario: Scenario, bin: &Path) -> Result<()> {
             Scenario::Reload => reload::run(&bench)?,
             Scenario::Overhead => overhead::run(&bench)?,
             Scenario::Footprint => footprint::run(&bench)?,
+            Scenario::Spread => spread::run(&bench)?,
+            Scenario::Stall => stall::run(&bench)?,
             Scenario::All => unreachable!("expand() never yields All"),
         };
         table.note(format!(
@@ -143,7 +154,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 4);
+        assert_eq!(Scenario::All.expand().len(), 6);
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }
 
