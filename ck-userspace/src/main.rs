@@ -115,7 +115,7 @@ struct RunArgs {
     #[arg(long)]
     name: Option<String>,
     /// How new connections are spread over ready workers.
-    #[arg(long, value_enum, default_value = "least-queue")]
+    #[arg(long, value_enum, default_value = "round-robin")]
     policy: Policy,
     /// When a worker counts as ready: READY=1 (auto also takes a worker that is silent on
     /// NOTIFY_SOCKET for --ready-grace as ready), or at spawn.

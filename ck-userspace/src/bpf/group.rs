@@ -46,13 +46,20 @@ impl BpfGroup {
         probe_base: u16,
     ) -> Result<BpfGroup, BpfError> {
         let pin_dir = pins::group_dir(name, group);
-        // No CO-RE relocations in the program, so skip reading and parsing the kernel's BTF
-        // (5 MB, ~35 ms of startup).
+        let started = std::time::Instant::now();
+        // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
+        // 0.14's `EbpfLoader::new` still reads and parses it, ~20 ms of ck's start-up; its API
+        // has no way around that.)
         let mut ebpf = EbpfLoader::new()
             .btf(None)
             .load(BPF_OBJECT)
             .context("loading the BPF object")
             .map_err(load_err("loading the BPF program"))?;
+        tracing::debug!(
+            group,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "BPF object parsed, maps created"
+        );
         {
             let program: &mut SkReuseport = ebpf
                 .program_mut("ck_select")
@@ -67,6 +74,11 @@ impl BpfGroup {
                 .context("the kernel refused the program")
                 .map_err(load_err("loading the program"))?;
         }
+        tracing::debug!(
+            group,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "BPF object and program loaded"
+        );
         pins::create_group_dir(&pin_dir)?;
         for map_name in PINNED_MAPS {
             let map = ebpf
@@ -101,6 +113,11 @@ impl BpfGroup {
             pin_dir,
         };
         group.write_config()?;
+        tracing::debug!(
+            group = name,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "BPF maps pinned and configured"
+        );
         Ok(group)
     }
 
