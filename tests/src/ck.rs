@@ -180,6 +180,8 @@ impl Status {
 #[derive(Debug)]
 pub struct Ck {
     name: String,
+    /// Started with `--no-bpf`.
+    no_bpf: bool,
     child: Child,
     exited: Option<ExitStatus>,
     log: PathBuf,
@@ -204,6 +206,7 @@ impl Ck {
             .unwrap_or_else(|e| panic!("starting {}: {e}", ck_bin().display()));
         Ck {
             name: name.to_string(),
+            no_bpf: args.contains(&"--no-bpf"),
             child,
             exited: None,
             log,
@@ -301,10 +304,13 @@ impl Ck {
         }
     }
 
-    /// Waits until at least `n` slots are `ready` and returns that status.
+    /// Waits until at least `n` slots are `ready` and, unless started with `--no-bpf`, BPF
+    /// steering is on (ck attaches its program a few milliseconds after it starts the workers),
+    /// and returns that status.
     pub fn wait_ready(&mut self, n: usize, timeout: Duration) -> Status {
+        let want_bpf = !self.no_bpf;
         self.wait_status(&format!("{n} ready slot(s)"), timeout, |s| {
-            s.ready_count() >= n
+            s.ready_count() >= n && (s.bpf || !want_bpf)
         })
     }
 

@@ -140,7 +140,7 @@ fn bpf_log_forwards_the_programs_fallback_lines() {
         ],
     );
     let status = ck.wait_status("the worker is starting", Duration::from_secs(10), |s| {
-        s.slots.len() == 1 && s.slots[0].pid.is_some()
+        s.bpf && s.slots.len() == 1 && s.slots[0].pid.is_some()
     });
     assert_eq!(status.slots[0].state, "starting");
     let answer = ck_tests::get_new_conn(local(port)).expect("the queued connection is answered");

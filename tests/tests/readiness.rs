@@ -24,9 +24,10 @@ fn a_worker_gets_no_connection_before_ready() {
     let addr = local(port);
 
     let status = ck.wait_status("slot 0 ready", Duration::from_secs(15), |s| {
-        s.slots
-            .iter()
-            .any(|slot| slot.slot == 0 && slot.state == "ready")
+        s.bpf
+            && s.slots
+                .iter()
+                .any(|slot| slot.slot == 0 && slot.state == "ready")
     });
     assert_eq!(
         status.slot(1).state,

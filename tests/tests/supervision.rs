@@ -41,7 +41,7 @@ fn crash_looping_slot_trips_its_breaker_and_is_retried_after_the_cool_down() {
         ],
     );
     ck.wait_status("slots 0 and 2 ready", READY_TIMEOUT, |s| {
-        s.ready_count() == 2 && s.slot(0).state == "ready" && s.slot(2).state == "ready"
+        s.bpf && s.ready_count() == 2 && s.slot(0).state == "ready" && s.slot(2).state == "ready"
     });
     let load = Background::start(port, Mode::NewConnection);
 

@@ -147,9 +147,10 @@ impl BpfGroup {
         Ok(())
     }
 
-    /// Puts `socket` in the group's `sockets` map at `slot`; the first socket also gets the
-    /// program attached (`SO_ATTACH_REUSEPORT_EBPF`), which then serves the whole group.
-    pub fn insert(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
+    /// Attaches the program to the group `socket` belongs to (`SO_ATTACH_REUSEPORT_EBPF`), once:
+    /// from then on it chooses for every member. Call it after the maps hold the group's sockets
+    /// and active set, so that the program's first run finds them.
+    pub fn attach(&mut self, socket: &Socket) -> Result<(), BpfError> {
         if !self.attached {
             let program: &SkReuseport = self
                 .ebpf
@@ -163,6 +164,11 @@ impl BpfGroup {
                 .map_err(load_err("attaching the program"))?;
             self.attached = true;
         }
+        Ok(())
+    }
+
+    /// Puts `socket` in the group's `sockets` map at `slot`.
+    pub fn insert(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
         self.sockets
             .set(slot, &socket.as_raw_fd(), 0)
             .context("updating the sockets map")

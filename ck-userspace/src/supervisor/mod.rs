@@ -9,6 +9,7 @@ mod publish;
 mod roll;
 mod scale;
 mod slot;
+mod steering;
 mod workers;
 
 use std::{
@@ -126,7 +127,18 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         sockets::ensure_free(*addr)?;
     }
     let bpf_on = !cfg.no_bpf;
-    let groups = load_groups(&cfg)?;
+    let groups: Vec<Group> = cfg
+        .listen
+        .iter()
+        .map(|addr| Group {
+            addr: *addr,
+            name: addr.group_name(),
+            bpf: None,
+        })
+        .collect();
+    // The program loads on a thread of its own (aya parses the kernel's BTF, ~20 ms) while the
+    // workers start; it is attached as soon as it is ready (see `steering`).
+    let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg));
     if !bpf_on {
         tracing::warn!(
             "BPF steering is off (--no-bpf): plain SO_REUSEPORT; the kernel hashes connections over \
@@ -168,8 +180,17 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         tracing::error!("starting the fleet failed: {e:#}");
         sup.begin_shutdown("startup failure");
     }
-    while !(sup.stopping && sup.all_stopped()) {
+    let mut failure = None;
+    while !(sup.stopping && sup.all_stopped() && bpf_loading.is_none()) {
         tokio::select! {
+            loaded = async { bpf_loading.as_mut().expect("guarded").await }, if bpf_loading.is_some() => {
+                bpf_loading = None;
+                if let Err(e) = sup.adopt_bpf(loaded) {
+                    tracing::error!("{e:#}");
+                    failure = Some(e);
+                    sup.begin_shutdown("BPF set-up failure");
+                }
+            }
             Some(event) = events.recv() => sup.handle(event),
             Some((req, reply)) = calls.recv() => sup.control(req, reply),
         }
@@ -177,51 +198,10 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
     sup.finish();
     drop(lock);
     tracing::info!("ck stopped");
-    result
-}
-
-/// Loads the program for every group, removing stale pins first. Without BPF, groups have none.
-fn load_groups(cfg: &RunConfig) -> anyhow::Result<Vec<Group>> {
-    let mut groups: Vec<Group> = cfg
-        .listen
-        .iter()
-        .map(|addr| Group {
-            addr: *addr,
-            name: addr.group_name(),
-            bpf: None,
-        })
-        .collect();
-    if cfg.no_bpf {
-        return Ok(groups);
+    match failure {
+        Some(e) => Err(e),
+        None => result,
     }
-    pins::ensure_bpffs()?;
-    if pins::remove_stale(&cfg.name)? {
-        tracing::warn!(
-            name = %cfg.name,
-            dir = %pins::instance_dir(&cfg.name).display(),
-            "removed stale pins left by an earlier instance that did not stop cleanly"
-        );
-    }
-    for group in &mut groups {
-        match BpfGroup::load(
-            &cfg.name,
-            &group.name,
-            cfg.policy.code(),
-            cfg.health.probe_port_base,
-        ) {
-            Ok(mut bpf) => {
-                if cfg.bpf_log {
-                    bpf.forward_logs()?;
-                }
-                group.bpf = Some(bpf);
-            }
-            Err(e) => {
-                let _ = pins::remove_instance(&cfg.name);
-                return Err(e.into());
-            }
-        }
-    }
-    Ok(groups)
 }
 
 /// Sends [`Event::Tick`] every `period` (microseconds, changed by the supervisor as it goes:
@@ -370,6 +350,11 @@ impl Supervisor {
     }
 
     fn set_drained(&mut self, index: u32, drained: bool) -> Response {
+        if !self.bpf_on() && !self.cfg.no_bpf {
+            return Response::Error(
+                "BPF steering is still being set up (ck started a moment ago); try again".into(),
+            );
+        }
         if !self.bpf_on() {
             return Response::Error(
                 "draining without closing the socket needs BPF steering, which is off (--no-bpf); \

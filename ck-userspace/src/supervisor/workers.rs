@@ -44,6 +44,7 @@ impl Supervisor {
                 let socket = sockets::open_member(group.addr)?;
                 if let Some(bpf) = &mut group.bpf {
                     bpf.insert(index, &socket)?;
+                    bpf.attach(&socket)?;
                 }
                 slot.sockets.push(socket);
             }

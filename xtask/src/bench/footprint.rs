@@ -87,7 +87,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
     );
     t.note(
         "shutdown includes the demo worker's drain: after SIGTERM it keeps each listener \
-         open until it has been quiet for 50 ms (DRAIN_QUIET)",
+         open until it has been quiet for 10 ms (DRAIN_QUIET)",
     );
     Ok(t)
 }
