@@ -4,16 +4,15 @@
 //! its own assertions (strict ones with BPF steering, none for the `--no-bpf` baseline).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::Signal;
 
-use crate::ck::{Ck, Status};
+use crate::ck::{self, Ck, Status};
 use crate::http::local;
 use crate::load::{self, FailureKind, LoadHandle, LoadReport, LoadSpec, Mode};
-use crate::sys::{self, TempDir};
+use crate::sys;
 
 /// Concurrent connections of the background load.
 pub const CONNECTIONS: usize = 12;
@@ -63,6 +62,30 @@ impl Background {
         self.handle.stop();
         self.handle.join()
     }
+
+    /// Stops the load, prints its report labelled `label` ([`print_report`]) and returns it.
+    pub fn finish_and_print(self, label: &str) -> LoadReport {
+        let report = self.finish();
+        print_report(label, &report);
+        report
+    }
+}
+
+/// Asserts that no request of `report` failed (the message has the summary and the errors).
+pub fn assert_no_failures(report: &LoadReport) {
+    assert_eq!(
+        report.failed(),
+        0,
+        "{}\n{:?}",
+        report.summary(),
+        report.errors
+    );
+}
+
+/// Asserts that `report` has answers and no failure.
+pub fn assert_served(report: &LoadReport) {
+    assert!(report.ok > 0, "{}", report.summary());
+    assert_no_failures(report);
 }
 
 /// Prints the report's summary line and its failures by kind, labelled.
@@ -110,11 +133,6 @@ pub fn max_latency(report: &LoadReport) -> Duration {
 /// Answers recorded at or after `from` (since the load's start).
 pub fn answers_after(report: &LoadReport, from: Duration) -> usize {
     report.answers.iter().filter(|(at, _)| *at >= from).count()
-}
-
-/// Writes an executable `sh` script `name` with `body` (after the `#!/bin/sh` line) in `dir`.
-pub fn script(dir: &TempDir, name: &str, body: &str) -> PathBuf {
-    dir.write(name, &format!("#!/bin/sh\n{body}\n"), true)
 }
 
 /// What [`kill_two`] saw.
@@ -182,11 +200,7 @@ pub struct Reload {
 impl Reload {
     /// `ck reload`'s stdout and stderr.
     pub fn said(&self) -> String {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&self.output.stdout),
-            String::from_utf8_lossy(&self.output.stderr)
-        )
+        ck::said(&self.output)
     }
 }
 
@@ -199,6 +213,22 @@ pub struct ReloadRun {
     pub reloads: Vec<Reload>,
     /// The status after the last one.
     pub after: Status,
+}
+
+impl ReloadRun {
+    /// Asserts that every `ck reload` exited 0 (the message has what it said and ck's log).
+    pub fn assert_all_succeeded(&self, ck: &Ck) {
+        for (i, reload) in self.reloads.iter().enumerate() {
+            assert!(
+                reload.output.status.success(),
+                "reload {} failed ({}): {}\n--- ck log ---\n{}",
+                i + 1,
+                reload.output.status,
+                reload.said(),
+                ck.log()
+            );
+        }
+    }
 }
 
 /// With `ck` running `workers` ready workers on `port`: under a background load in `mode`,

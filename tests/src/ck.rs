@@ -58,6 +58,15 @@ pub fn ck_output(args: &[&str]) -> Output {
         .unwrap_or_else(|| panic!("`ck {}` did not exit within 20 s", args.join(" ")))
 }
 
+/// What a `ck` command printed: its stdout, then its stderr.
+pub fn said(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Pin directory of instance `name`.
 pub fn pins_dir(name: &str) -> PathBuf {
     PathBuf::from("/sys/fs/bpf/ck").join(name)
@@ -157,6 +166,16 @@ impl Status {
             .iter()
             .find(|s| s.slot == index)
             .unwrap_or_else(|| panic!("no slot {index} in {self:#?}"))
+    }
+
+    /// The pid of slot `index`'s worker.
+    ///
+    /// # Panics
+    /// When there is no such slot, or it has no worker.
+    pub fn worker_pid(&self, index: u32) -> u32 {
+        self.slot(index)
+            .pid
+            .unwrap_or_else(|| panic!("slot {index} has no worker: {self:#?}"))
     }
 
     /// Number of slots in state `ready`.
@@ -359,6 +378,17 @@ impl Ck {
                 self.log()
             )
         })
+    }
+
+    /// Waits (at most 15 s) for the supervisor to exit, and asserts that it exited 0.
+    pub fn wait_clean_exit(&mut self) {
+        let code = self.wait_exit(Duration::from_secs(15));
+        assert_eq!(
+            code.code(),
+            Some(0),
+            "ck exited with {code}\n--- ck log ---\n{}",
+            self.log()
+        );
     }
 
     /// SIGKILLs the supervisor alone (a crash) and reaps it; its workers are left to their

@@ -4,7 +4,7 @@
 //! Every socket operation has a 5 s timeout; failures are classified (refused, reset, timeout,
 //! EOF, other) so tests can count them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::{self, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -110,6 +110,15 @@ impl Pending {
     }
 }
 
+/// Reads the answer of every pending request, in order, and tallies them.
+pub fn finish_all(pending: Vec<Pending>) -> Tally {
+    let mut tally = Tally::default();
+    for p in pending {
+        tally.add(&p.finish());
+    }
+    tally
+}
+
 /// One keep-alive connection that sends `GET /` again and again.
 #[derive(Debug)]
 pub struct KeepAlive {
@@ -131,6 +140,33 @@ impl KeepAlive {
         self.stream.write_all(request(false))?;
         read_answer(&mut self.stream, &mut self.buf)
     }
+
+    /// Sends `times` more requests and asserts that each is answered by `first` (the worker
+    /// that answered the connection's first request: a keep-alive connection stays with it).
+    pub fn assert_stays_with(&mut self, first: Answer, times: usize) {
+        for i in 0..times {
+            let again = self
+                .get()
+                .unwrap_or_else(|e| panic!("keep-alive request {i} on slot {}: {e}", first.slot));
+            assert_eq!(again, first, "keep-alive connection moved");
+        }
+    }
+}
+
+/// Opens keep-alive connections (at most 40) until one is answered by slot `slot`, and returns
+/// it with that first answer.
+///
+/// # Panics
+/// When none of the 40 lands there, or a connection or its first request fails.
+pub fn keep_alive_on(addr: SocketAddr, slot: u32) -> (KeepAlive, Answer) {
+    (0..40)
+        .map(|_| {
+            let mut conn = KeepAlive::connect(addr).expect("keep-alive connect");
+            let answer = conn.get().expect("first answer on a keep-alive connection");
+            (conn, answer)
+        })
+        .find(|(_, answer)| answer.slot == slot)
+        .unwrap_or_else(|| panic!("no keep-alive connection out of 40 landed on slot {slot}"))
 }
 
 /// Reads one response from `stream`, with `buf` holding bytes already read past the previous
@@ -226,6 +262,11 @@ impl Tally {
     pub fn failed(&self) -> u32 {
         self.failures.values().sum()
     }
+
+    /// Whether every answer came from a pid in `pids`.
+    pub fn only_from(&self, pids: &BTreeSet<u32>) -> bool {
+        self.per_pid.keys().all(|p| pids.contains(p))
+    }
 }
 
 /// Sends `n` requests, each on a fresh connection, one after the other, and tallies them.
@@ -241,6 +282,27 @@ pub fn burst(addr: SocketAddr, n: u32) -> Tally {
 /// spreads the connections exactly (see [`crate::sys::on_one_cpu`]).
 pub fn burst_pinned(addr: SocketAddr, n: u32) -> Tally {
     crate::sys::on_one_cpu(move || burst(addr, n))
+}
+
+/// Sends `n` requests with `send` ([`burst`] or [`burst_pinned`]) while slot `slot` is held
+/// out of the active set (`why`: `drained`, `unhealthy`, `stalled`), prints the tally, asserts
+/// that every request was answered and none by that slot, and returns the tally.
+pub fn burst_without(
+    send: fn(SocketAddr, u32) -> Tally,
+    addr: SocketAddr,
+    n: u32,
+    slot: u32,
+    why: &str,
+) -> Tally {
+    let tally = send(addr, n);
+    eprintln!("while slot {slot} is {why}: {tally:?}");
+    assert_eq!(tally.ok, n, "every request answered: {tally:?}");
+    assert_eq!(
+        tally.slot(slot),
+        0,
+        "{why} slot {slot} got new connections: {tally:?}"
+    );
+    tally
 }
 
 #[cfg(test)]

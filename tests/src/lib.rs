@@ -1,11 +1,13 @@
 //! Harness for ck's integration tests (`tests/tests/*.rs`): start a `ck run` instance on a free
-//! port under a name of its own ([`ck::Ck`]), talk HTTP to its demo workers ([`http`]), and
-//! inspect processes, ports and CPUs ([`sys`]).
+//! port under a name of its own ([`ck::Ck`]), give it a wrapper app ([`app`]), talk HTTP to its
+//! demo workers ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect
+//! processes, ports and CPUs ([`sys`]).
 //!
 //! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
 //! BPF programs and pin maps under `/sys/fs/bpf/ck/`. `cargo xtask test` builds ck and runs
 //! them. Every test uses its own port and `--name`, so they can run in parallel.
 
+pub mod app;
 pub mod churn;
 pub mod ck;
 pub mod http;

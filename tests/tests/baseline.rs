@@ -34,15 +34,6 @@ fn no_bpf_reload_five_times_new_connections() {
         run.report.failed(),
         churn::failures_by_kind(&run.report)
     );
-    for (i, reload) in run.reloads.iter().enumerate() {
-        assert!(
-            reload.output.status.success(),
-            "reload {} failed ({}): {}\n--- ck log ---\n{}",
-            i + 1,
-            reload.output.status,
-            reload.said(),
-            ck.log()
-        );
-    }
+    run.assert_all_succeeded(&ck);
     assert!(run.report.ok > 0, "{}", run.report.summary());
 }

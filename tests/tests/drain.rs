@@ -1,8 +1,9 @@
 //! `ck drain` / `ck undrain`: a drained slot gets no new connection while its worker keeps
 //! serving the connections it has; undrained, it gets its share again.
 
+use ck_tests::http::{burst_without, keep_alive_on};
 use ck_tests::sys::pid_alive;
-use ck_tests::{KeepAlive, burst_pinned, local, start_ready};
+use ck_tests::{burst_pinned, local, start_ready};
 
 /// Sequential new connections per burst.
 const N: u32 = 400;
@@ -14,14 +15,7 @@ fn drained_slot_gets_no_new_connections_and_keeps_serving() {
 
     // A keep-alive connection on slot 2 (a slot in the middle of the active set): connect
     // until one lands there. That slot is the one we drain.
-    let (mut kept, first) = (0..40)
-        .map(|_| {
-            let mut conn = KeepAlive::connect(addr).expect("keep-alive connect");
-            let answer = conn.get().expect("first answer on a keep-alive connection");
-            (conn, answer)
-        })
-        .find(|(_, answer)| answer.slot == 2)
-        .expect("no keep-alive connection out of 40 landed on slot 2");
+    let (mut kept, first) = keep_alive_on(addr, 2);
     let s = first.slot;
     eprintln!("keep-alive connection is on slot {s} (pid {})", first.pid);
 
@@ -35,24 +29,14 @@ fn drained_slot_gets_no_new_connections_and_keeps_serving() {
     assert!(!status.active.contains(&s), "{status:#?}");
     assert_eq!(status.active.len(), 3, "{status:#?}");
 
-    let drained = burst_pinned(addr, N);
-    eprintln!("while slot {s} is drained: {drained:?}");
-    assert_eq!(drained.ok, N, "every request answered: {drained:?}");
-    assert_eq!(
-        drained.slot(s),
-        0,
-        "drained slot {s} got new connections: {drained:?}"
-    );
+    let drained = burst_without(burst_pinned, addr, N, s, "drained");
     for other in (0..4).filter(|o| *o != s) {
         assert!(drained.slot(other) > 0, "slot {other}: {drained:?}");
     }
 
     // The drained worker is alive and still serves the connection it had.
     assert!(pid_alive(first.pid), "drained worker {} died", first.pid);
-    for _ in 0..5 {
-        let again = kept.get().expect("keep-alive answer after the drain");
-        assert_eq!(again, first, "keep-alive connection moved");
-    }
+    kept.assert_stays_with(first, 5);
 
     let said = ck.ctl_ok(&["undrain", &s.to_string()]);
     eprintln!("ck undrain {s}: {said}");

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use ck_tests::http::send_new_conn;
+use ck_tests::http::{finish_all, send_new_conn};
 use ck_tests::sys::{kill_hard, on_one_cpu, signal};
-use ck_tests::{Tally, local, start_ready};
+use ck_tests::{local, start_ready};
 use nix::sys::signal::Signal;
 
 /// Connections opened while slot 1's worker is frozen.
@@ -31,10 +31,7 @@ fn queued_connections_survive_a_worker_death() {
     assert_eq!(selected.slot(1).selected, (N / 2) as u64, "{selected:#?}");
 
     kill_hard(victim);
-    let mut tally = Tally::default();
-    for conn in pending {
-        tally.add(&conn.finish());
-    }
+    let tally = finish_all(pending);
     eprintln!("after killing slot 1's worker {victim}: {tally:?}");
     assert_eq!(
         tally.ok, N as u32,

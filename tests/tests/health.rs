@@ -3,132 +3,80 @@
 //! connection, while its socket stays open: its process lives on, its keep-alive connections
 //! and the connections queued on it are still served, and it comes back once healthy again.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use ck_tests::http::{Pending, send_new_conn};
-use ck_tests::sys::{TempDir, on_one_cpu, pid_alive, poll_until, signal};
-use ck_tests::{Ck, KeepAlive, Tally, burst, burst_pinned, ck_bin, local, start_ready};
+use ck_tests::app::demo_app_on_slot;
+use ck_tests::http::{Pending, burst_without, finish_all, keep_alive_on, send_new_conn};
+use ck_tests::sys::{TempDir, on_one_cpu, pid_alive, signal};
+use ck_tests::{Ck, Status, burst, burst_pinned, local, start_ready};
 use nix::sys::signal::Signal;
-use serde_json::Value;
-
-/// Starts `ck run --port P -w WORKERS --probe-port-base B ARGS...` on a free port under the name
-/// `t-<what>-<port>`, waits until every worker is ready, and returns it with the port.
-fn launch(what: &str, workers: usize, args: &[&str]) -> (Ck, u16) {
-    let (ck, port, _) = start_ready(what, workers, args);
-    (ck, port)
-}
-
-/// Writes an executable APP to `dir` that runs `ck demo-worker SPECIAL` on slot `slot` and a
-/// plain `ck demo-worker` on every other slot; returns its path.
-fn app_with_special_slot(dir: &TempDir, slot: u32, special: &str) -> String {
-    let script = format!(
-        "#!/bin/sh\nif [ \"$CK_SLOT\" = {slot} ]; then exec {ck} demo-worker {special}; fi\n\
-         exec {ck} demo-worker\n",
-        ck = ck_bin().display()
-    );
-    dir.write("app.sh", &script, true)
-        .to_str()
-        .expect("utf-8 temp path")
-        .to_string()
-}
-
-/// `ck status --json` as JSON (for the fields the typed `Status` does not carry: `unhealthy`,
-/// `queue_depth`, `probe_hits`), or why it failed.
-fn try_raw_status(ck: &Ck) -> Result<Value, String> {
-    let out = ck.ctl(&["status", "--json"]);
-    if !out.status.success() {
-        return Err(format!(
-            "ck status failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("status JSON: {e}"))
-}
-
-/// `ck status --json` as JSON.
-fn raw_status(ck: &Ck) -> Value {
-    try_raw_status(ck).unwrap_or_else(|e| panic!("{e}\n--- ck log ---\n{}", ck.log()))
-}
-
-/// Slot `slot`'s entry of a raw status.
-fn slot_of(status: &Value, slot: u32) -> &Value {
-    status["slots"]
-        .as_array()
-        .and_then(|slots| {
-            slots
-                .iter()
-                .find(|s| s["slot"].as_u64() == Some(u64::from(slot)))
-        })
-        .unwrap_or_else(|| panic!("no slot {slot} in {status:#}"))
-}
-
-/// The active set of a raw status.
-fn active(status: &Value) -> Vec<u64> {
-    status["active"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_u64).collect())
-        .unwrap_or_default()
-}
-
-/// Whether `slot` is in the active set of a raw status.
-fn is_active(status: &Value, slot: u32) -> bool {
-    active(status).contains(&u64::from(slot))
-}
-
-/// Slot `slot`'s `unhealthy` reasons (`None` when healthy).
-fn unhealthy(status: &Value, slot: u32) -> Option<String> {
-    slot_of(status, slot)["unhealthy"]
-        .as_str()
-        .map(str::to_string)
-}
-
-/// Slot `slot`'s state.
-fn state(status: &Value, slot: u32) -> String {
-    slot_of(status, slot)["state"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// Slot `slot`'s worker pid.
-fn pid_of(status: &Value, slot: u32) -> u32 {
-    slot_of(status, slot)["pid"]
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())
-        .unwrap_or_else(|| panic!("slot {slot} has no worker: {status:#}"))
-}
-
-/// Polls the raw status until `done` holds for it (at most `timeout`) and returns it.
-///
-/// # Panics
-/// On timeout, with the last status and ck's log.
-fn wait_raw(ck: &Ck, what: &str, timeout: Duration, mut done: impl FnMut(&Value) -> bool) -> Value {
-    let mut last = Err("no status yet".to_string());
-    let found = poll_until(timeout, Duration::from_millis(50), || {
-        last = try_raw_status(ck);
-        last.as_ref().is_ok_and(&mut done)
-    });
-    match last {
-        Ok(status) if found => status,
-        last => panic!(
-            "timed out after {timeout:?} waiting for {what}; last status: {last:#?}\n\
-             --- ck log ---\n{}",
-            ck.log()
-        ),
-    }
-}
 
 /// Slot `slot` is unhealthy for `reason` (among others) and out of the active set.
-fn out_for(status: &Value, slot: u32, reason: &str) -> bool {
-    unhealthy(status, slot).is_some_and(|r| r.split('+').any(|r| r == reason))
-        && state(status, slot) == "unhealthy"
-        && !is_active(status, slot)
+fn out_for(status: &Status, slot: u32, reason: &str) -> bool {
+    let s = status.slot(slot);
+    s.unhealthy
+        .as_deref()
+        .is_some_and(|r| r.split('+').any(|r| r == reason))
+        && s.state == "unhealthy"
+        && !status.active.contains(&slot)
 }
 
 /// Slot `slot` is healthy, ready and back in the active set.
-fn back_in(status: &Value, slot: u32) -> bool {
-    unhealthy(status, slot).is_none() && state(status, slot) == "ready" && is_active(status, slot)
+fn back_in(status: &Status, slot: u32) -> bool {
+    let s = status.slot(slot);
+    s.unhealthy.is_none() && s.state == "ready" && status.active.contains(&slot)
+}
+
+/// Waits (at most `timeout`) until slot `slot` is out for `reason` ([`out_for`]), prints why,
+/// its queue depth and the active set, and returns that status.
+fn wait_out(ck: &mut Ck, slot: u32, reason: &str, timeout: Duration) -> Status {
+    let status = ck.wait_status(&format!("slot {slot} unhealthy ({reason})"), timeout, |s| {
+        out_for(s, slot, reason)
+    });
+    let s = status.slot(slot);
+    eprintln!(
+        "slot {slot} out: unhealthy={:?}, queue_depth={}, active={:?}",
+        s.unhealthy, s.queue_depth, status.active
+    );
+    status
+}
+
+/// Waits (at most `timeout`) until slot `slot` is back in ([`back_in`]), asserts that its worker
+/// is still `pid` (not restarted), prints the health lines of ck's log, and returns that status.
+fn wait_back(ck: &mut Ck, slot: u32, pid: u32, timeout: Duration) -> Status {
+    let status = ck.wait_status(
+        &format!("slot {slot} back in the active set"),
+        timeout,
+        |s| back_in(s, slot),
+    );
+    assert_eq!(
+        status.worker_pid(slot),
+        pid,
+        "slot {slot} was restarted: {status:#?}"
+    );
+    eprintln!("health log:\n{}", health_lines(ck));
+    status
+}
+
+/// Starts a ready fleet of `workers` with `--policy POLICY --stall-timeout STALL`, stops slot
+/// `slot`'s worker (SIGSTOP: it accepts nothing until SIGCONT), and returns ck, the address and
+/// that worker's pid.
+fn start_and_freeze(
+    what: &str,
+    workers: usize,
+    policy: &str,
+    stall: &str,
+    slot: u32,
+) -> (Ck, SocketAddr, u32) {
+    let (ck, port, ready) = start_ready(
+        what,
+        workers,
+        &["--policy", policy, "--stall-timeout", stall],
+    );
+    let pid = ready.worker_pid(slot);
+    signal(pid, Signal::SIGSTOP);
+    (ck, local(port), pid)
 }
 
 /// The lines of ck's log that mention health.
@@ -140,24 +88,15 @@ fn health_lines(ck: &Ck) -> String {
         .join("\n")
 }
 
-/// Finishes every pending request and tallies the answers.
-fn finish_all(pending: Vec<Pending>) -> Tally {
-    let mut tally = Tally::default();
-    for p in pending {
-        tally.add(&p.finish());
-    }
-    tally
-}
-
 #[test]
 fn failing_probes_take_a_worker_out_until_they_pass_again() {
     let dir = TempDir::new("health-probe");
-    let app = app_with_special_slot(
+    let app = demo_app_on_slot(
         &dir,
         1,
         "--fail-health-after 1500ms --recover-health-after 5s",
     );
-    let (ck, port) = launch(
+    let (mut ck, port, _) = start_ready(
         "hprobe",
         3,
         &[
@@ -178,74 +117,34 @@ fn failing_probes_take_a_worker_out_until_they_pass_again() {
     let addr = local(port);
 
     // Before the failure: a keep-alive connection on slot 1.
-    let (mut kept, first) = (0..40)
-        .map(|_| {
-            let mut conn = KeepAlive::connect(addr).expect("keep-alive connect");
-            let answer = conn.get().expect("first answer on a keep-alive connection");
-            (conn, answer)
-        })
-        .find(|(_, answer)| answer.slot == 1)
-        .expect("no keep-alive connection out of 40 landed on slot 1");
+    let (mut kept, first) = keep_alive_on(addr, 1);
     eprintln!("keep-alive connection on slot 1 (pid {})", first.pid);
 
-    let status = wait_raw(
-        &ck,
-        "slot 1 unhealthy (probe)",
-        Duration::from_secs(5),
-        |s| out_for(s, 1, "probe"),
-    );
-    eprintln!(
-        "slot 1 out: unhealthy={:?}, active={:?}",
-        unhealthy(&status, 1),
-        active(&status)
-    );
+    let status = wait_out(&mut ck, 1, "probe", Duration::from_secs(5));
     assert_eq!(
-        pid_of(&status, 1),
+        status.worker_pid(1),
         first.pid,
-        "slot 1 was restarted: {status:#}"
+        "slot 1 was restarted: {status:#?}"
     );
-    assert_eq!(active(&status), vec![0, 2], "{status:#}");
+    assert_eq!(status.active, vec![0, 2], "{status:#?}");
 
-    let out = burst_pinned(addr, 400);
-    eprintln!("while slot 1 is unhealthy: {out:?}");
-    assert_eq!(out.ok, 400, "every request answered: {out:?}");
-    assert_eq!(
-        out.slot(1),
-        0,
-        "unhealthy slot 1 got new connections: {out:?}"
-    );
+    let out = burst_without(burst_pinned, addr, 400, 1, "unhealthy");
     assert_eq!(out.slot(0), 200, "{out:?}");
     assert_eq!(out.slot(2), 200, "{out:?}");
 
     // Its socket is open and its worker serves the connection it has.
-    for i in 0..5 {
-        let again = kept
-            .get()
-            .unwrap_or_else(|e| panic!("keep-alive request {i} on unhealthy slot 1: {e}"));
-        assert_eq!(again, first, "keep-alive connection moved");
-    }
+    kept.assert_stays_with(first, 5);
     assert!(pid_alive(first.pid), "unhealthy worker {} died", first.pid);
-    let status = raw_status(&ck);
+    let status = ck.status();
     assert!(
         out_for(&status, 1, "probe"),
         "slot 1 came back before the checks above were done (they would prove nothing): \
-         {status:#}"
+         {status:#?}"
     );
 
     // /healthz answers 200 again 5 s after the worker started: two passes bring it back.
-    let status = wait_raw(
-        &ck,
-        "slot 1 back in the active set",
-        Duration::from_secs(10),
-        |s| back_in(s, 1),
-    );
-    assert_eq!(
-        pid_of(&status, 1),
-        first.pid,
-        "slot 1 was restarted: {status:#}"
-    );
-    assert_eq!(active(&status), vec![0, 1, 2], "{status:#}");
-    eprintln!("health log:\n{}", health_lines(&ck));
+    let status = wait_back(&mut ck, 1, first.pid, Duration::from_secs(10));
+    assert_eq!(status.active, vec![0, 1, 2], "{status:#?}");
 
     let back = burst_pinned(addr, 300);
     eprintln!("after recovery: {back:?}");
@@ -259,56 +158,35 @@ fn failing_probes_take_a_worker_out_until_they_pass_again() {
 #[test]
 fn a_worker_that_misses_its_watchdog_leaves_the_active_set() {
     let dir = TempDir::new("health-watchdog");
-    let app = app_with_special_slot(&dir, 1, "--watchdog-stop-after 1s");
-    let (ck, port) = launch("hwatchdog", 2, &["--watchdog", "300ms", "--", &app]);
+    let app = demo_app_on_slot(&dir, 1, "--watchdog-stop-after 1s");
+    let (mut ck, port, ready) = start_ready("hwatchdog", 2, &["--watchdog", "300ms", "--", &app]);
     let addr = local(port);
-    let pid1 = pid_of(&raw_status(&ck), 1);
+    let pid1 = ready.worker_pid(1);
 
-    let status = wait_raw(
-        &ck,
-        "slot 1 unhealthy (watchdog)",
-        Duration::from_secs(5),
-        |s| out_for(s, 1, "watchdog"),
-    );
-    eprintln!(
-        "slot 1 out: unhealthy={:?}, active={:?}",
-        unhealthy(&status, 1),
-        active(&status)
-    );
-    assert_eq!(state(&status, 0), "ready", "{status:#}");
-    assert_eq!(unhealthy(&status, 0), None, "{status:#}");
-    assert_eq!(active(&status), vec![0], "{status:#}");
-    assert_eq!(pid_of(&status, 1), pid1, "slot 1 was restarted: {status:#}");
-
-    let out = burst(addr, 200);
-    eprintln!("while slot 1 is unhealthy: {out:?}");
-    assert_eq!(out.ok, 200, "every request answered: {out:?}");
+    let status = wait_out(&mut ck, 1, "watchdog", Duration::from_secs(5));
+    assert_eq!(status.slot(0).state, "ready", "{status:#?}");
+    assert_eq!(status.slot(0).unhealthy, None, "{status:#?}");
+    assert_eq!(status.active, vec![0], "{status:#?}");
     assert_eq!(
-        out.slot(1),
-        0,
-        "unhealthy slot 1 got new connections: {out:?}"
+        status.worker_pid(1),
+        pid1,
+        "slot 1 was restarted: {status:#?}"
     );
+
+    let out = burst_without(burst, addr, 200, 1, "unhealthy");
     assert_eq!(out.slot(0), 200, "{out:?}");
 
     // Slot 0 kept its heartbeat; slot 1 (still silent) stays out, alive.
-    let status = raw_status(&ck);
-    assert!(back_in(&status, 0), "slot 0 left: {status:#}");
-    assert!(out_for(&status, 1, "watchdog"), "{status:#}");
+    let status = ck.status();
+    assert!(back_in(&status, 0), "slot 0 left: {status:#?}");
+    assert!(out_for(&status, 1, "watchdog"), "{status:#?}");
     assert!(pid_alive(pid1), "unhealthy worker {pid1} died");
     eprintln!("health log:\n{}", health_lines(&ck));
 }
 
 #[test]
 fn a_stalled_worker_leaves_the_active_set_and_its_queue_is_served_after() {
-    let (ck, port) = launch(
-        "hstall",
-        2,
-        &["--policy", "round-robin", "--stall-timeout", "1s"],
-    );
-    let addr = local(port);
-    let pid1 = pid_of(&raw_status(&ck), 1);
-
-    signal(pid1, Signal::SIGSTOP);
+    let (mut ck, addr, pid1) = start_and_freeze("hstall", 2, "round-robin", "1s", 1);
     // 20 requests on new connections from one CPU: round-robin puts 10 in the stopped worker's
     // accept queue. None is read yet.
     let pending: Vec<Pending> = on_one_cpu(move || {
@@ -317,41 +195,19 @@ fn a_stalled_worker_leaves_the_active_set_and_its_queue_is_served_after() {
             .collect()
     });
 
-    let status = wait_raw(&ck, "slot 1 stalled", Duration::from_secs(5), |s| {
-        out_for(s, 1, "stalled")
-    });
-    let depth = slot_of(&status, 1)["queue_depth"].as_u64();
-    eprintln!(
-        "slot 1 out: unhealthy={:?}, queue_depth={depth:?}, active={:?}",
-        unhealthy(&status, 1),
-        active(&status)
-    );
-    assert_eq!(active(&status), vec![0], "{status:#}");
+    let status = wait_out(&mut ck, 1, "stalled", Duration::from_secs(5));
+    assert_eq!(status.active, vec![0], "{status:#?}");
     assert_eq!(
-        depth,
-        Some(10),
-        "10 queued on the stopped worker: {status:#}"
+        status.slot(1).queue_depth,
+        10,
+        "10 queued on the stopped worker: {status:#?}"
     );
 
-    let out = burst(addr, 100);
-    eprintln!("while slot 1 is stalled: {out:?}");
-    assert_eq!(out.ok, 100, "every request answered: {out:?}");
-    assert_eq!(
-        out.slot(1),
-        0,
-        "stalled slot 1 got new connections: {out:?}"
-    );
+    burst_without(burst, addr, 100, 1, "stalled");
 
     signal(pid1, Signal::SIGCONT);
-    let status = wait_raw(
-        &ck,
-        "slot 1 back in the active set",
-        Duration::from_secs(5),
-        |s| back_in(s, 1),
-    );
-    assert_eq!(pid_of(&status, 1), pid1, "slot 1 was restarted: {status:#}");
-    assert_eq!(active(&status), vec![0, 1], "{status:#}");
-    eprintln!("health log:\n{}", health_lines(&ck));
+    let status = wait_back(&mut ck, 1, pid1, Duration::from_secs(5));
+    assert_eq!(status.active, vec![0, 1], "{status:#?}");
 
     let queued = finish_all(pending);
     eprintln!("the 20 sent before the stall: {queued:?}");
@@ -363,15 +219,7 @@ fn a_stalled_worker_leaves_the_active_set_and_its_queue_is_served_after() {
 
 #[test]
 fn least_queue_avoids_a_stalled_worker_then_drops_it() {
-    let (ck, port) = launch(
-        "hleastq",
-        3,
-        &["--policy", "least-queue", "--stall-timeout", "500ms"],
-    );
-    let addr = local(port);
-    let pid2 = pid_of(&raw_status(&ck), 2);
-
-    signal(pid2, Signal::SIGSTOP);
+    let (mut ck, addr, pid2) = start_and_freeze("hleastq", 3, "least-queue", "500ms", 2);
     // A steady trickle of requests, none read yet: some land in the stopped worker's queue
     // before least-queue sees it grow.
     let mut pending = Vec::new();
@@ -380,29 +228,15 @@ fn least_queue_avoids_a_stalled_worker_then_drops_it() {
         std::thread::sleep(Duration::from_millis(10));
     }
 
-    let status = wait_raw(&ck, "slot 2 stalled", Duration::from_secs(5), |s| {
-        out_for(s, 2, "stalled")
-    });
-    let depth = slot_of(&status, 2)["queue_depth"].as_u64().unwrap_or(0);
-    eprintln!(
-        "slot 2 out: unhealthy={:?}, queue_depth={depth}, active={:?}",
-        unhealthy(&status, 2),
-        active(&status)
-    );
-    assert_eq!(active(&status), vec![0, 1], "{status:#}");
+    let status = wait_out(&mut ck, 2, "stalled", Duration::from_secs(5));
+    let depth = status.slot(2).queue_depth;
+    assert_eq!(status.active, vec![0, 1], "{status:#?}");
     assert!(
         depth >= 1,
-        "nothing queued on the stopped worker: {status:#}"
+        "nothing queued on the stopped worker: {status:#?}"
     );
 
-    let out = burst(addr, 300);
-    eprintln!("while slot 2 is stalled: {out:?}");
-    assert_eq!(out.ok, 300, "every request answered: {out:?}");
-    assert_eq!(
-        out.slot(2),
-        0,
-        "stalled slot 2 got new connections: {out:?}"
-    );
+    let out = burst_without(burst, addr, 300, 2, "stalled");
     assert!(out.slot(0) > 0 && out.slot(1) > 0, "{out:?}");
 
     signal(pid2, Signal::SIGCONT);
@@ -410,7 +244,7 @@ fn least_queue_avoids_a_stalled_worker_then_drops_it() {
     eprintln!("the 30 sent around the stall: {queued:?}");
     assert_eq!(queued.ok, 30, "requests lost: {queued:?}");
     assert_eq!(
-        u64::from(queued.slot(2)),
+        queued.slot(2),
         depth,
         "the stopped worker answers exactly what was queued on it: {queued:?}"
     );
@@ -418,12 +252,5 @@ fn least_queue_avoids_a_stalled_worker_then_drops_it() {
         queued.slot(2) < 10,
         "least-queue kept feeding the stopped worker: {queued:?}"
     );
-    let status = wait_raw(
-        &ck,
-        "slot 2 back in the active set",
-        Duration::from_secs(5),
-        |s| back_in(s, 2),
-    );
-    assert_eq!(pid_of(&status, 2), pid2, "slot 2 was restarted: {status:#}");
-    eprintln!("health log:\n{}", health_lines(&ck));
+    wait_back(&mut ck, 2, pid2, Duration::from_secs(5));
 }

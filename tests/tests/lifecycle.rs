@@ -42,8 +42,7 @@ fn sigterm_stops_everything_cleanly() {
     assert!(pins_dir(ck.name()).exists() && control_socket(ck.name()).exists());
 
     ck.sigterm();
-    let code = ck.wait_exit(Duration::from_secs(15));
-    assert_eq!(code.code(), Some(0), "ck exited with {code}\n{}", ck.log());
+    ck.wait_clean_exit();
     assert_nothing_left(ck.name(), port, &workers);
     let log = ck.log();
     assert!(log.contains("ck stopped"), "{log}");
@@ -59,8 +58,7 @@ fn ck_stop_stops_everything_cleanly() {
     let (mut ck, port, status) = start_ready("stop", 2, &[]);
     let said = ck.ctl_ok(&["stop"]);
     assert!(said.contains("stopping"), "{said}");
-    let code = ck.wait_exit(Duration::from_secs(15));
-    assert_eq!(code.code(), Some(0), "ck exited with {code}\n{}", ck.log());
+    ck.wait_clean_exit();
     assert_nothing_left(ck.name(), port, &status.worker_pids());
     // Nothing answers any more.
     let out = ck.ctl(&["status", "--json"]);
@@ -104,17 +102,10 @@ fn stale_pins_of_a_crashed_instance_are_replaced() {
     let tally = burst(local(port), 20);
     eprintln!("after restart: {tally:?}");
     assert_eq!(tally.ok, 20, "{tally:?}");
-    assert!(
-        tally
-            .per_pid
-            .keys()
-            .all(|p| status.worker_pids().contains(p)),
-        "{tally:?}"
-    );
+    assert!(tally.only_from(&status.worker_pids()), "{tally:?}");
 
     ck.sigterm();
-    let code = ck.wait_exit(Duration::from_secs(15));
-    assert_eq!(code.code(), Some(0), "ck exited with {code}\n{}", ck.log());
+    ck.wait_clean_exit();
     assert_nothing_left(&name, port, &status.worker_pids());
     drop(crashed);
 }

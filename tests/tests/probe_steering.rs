@@ -6,7 +6,7 @@ use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use ck_tests::http::parse_body;
+use ck_tests::http::{burst_without, parse_body};
 use ck_tests::sys::pid_alive;
 use ck_tests::{Answer, Ck, burst_pinned, local, probe_base_for, start_ready};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -78,45 +78,33 @@ fn probes(port: u16, base: u16, slot: u32, n: u32) -> (Vec<Answer>, Vec<String>)
     (answers, failures)
 }
 
-/// `probe_hits` of `slot` in `ck status --json` (a field the typed `Status` does not carry).
-fn probe_hits(ck: &Ck, slot: u32) -> u64 {
-    let out = ck.ctl(&["status", "--json"]);
-    assert!(
-        out.status.success(),
-        "ck status failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
-    json["slots"]
-        .as_array()
-        .expect("slots array")
-        .iter()
-        .find(|s| s["slot"].as_u64() == Some(u64::from(slot)))
-        .unwrap_or_else(|| panic!("no slot {slot} in {json:#}"))["probe_hits"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no probe_hits for slot {slot} in {json:#}"))
-}
-
-#[test]
-fn probes_reach_their_slot_even_when_it_is_drained() {
-    let (ck, port, base) = start_with_probe_base("probe-steer", 4, &["--policy", "round-robin"]);
-    let addr = local(port);
-    let status = ck.status();
-    let pid = status
-        .slot(PROBED)
-        .pid
-        .unwrap_or_else(|| panic!("slot {PROBED} has no worker: {status:#?}"));
-    eprintln!("port {port}, probe base {base}, slot {PROBED} pid {pid}");
-
-    // Ready: every probe from base+2 is answered by slot 2's worker.
+/// Sends [`PROBES`] probes of slot [`PROBED`] (while it is `when`) and asserts that its worker
+/// `pid` answered every one.
+fn assert_probes_reach(port: u16, base: u16, pid: u32, when: &str) {
     let (answers, failures) = probes(port, base, PROBED, PROBES);
     assert!(failures.is_empty(), "failed probes: {failures:?}");
     let by_probed = answers
         .iter()
         .filter(|a| a.slot == PROBED && a.pid == pid)
         .count();
-    eprintln!("probes while ready: {by_probed}/{PROBES} answered by slot {PROBED} (pid {pid})");
+    eprintln!("probes while {when}: {by_probed}/{PROBES} answered by slot {PROBED} (pid {pid})");
     assert_eq!(by_probed, PROBES as usize, "answers: {answers:?}");
+}
+
+/// `probe_hits` of `slot` in `ck status`.
+fn probe_hits(ck: &Ck, slot: u32) -> u64 {
+    ck.status().slot(slot).probe_hits
+}
+
+#[test]
+fn probes_reach_their_slot_even_when_it_is_drained() {
+    let (ck, port, base) = start_with_probe_base("probe-steer", 4, &["--policy", "round-robin"]);
+    let addr = local(port);
+    let pid = ck.status().worker_pid(PROBED);
+    eprintln!("port {port}, probe base {base}, slot {PROBED} pid {pid}");
+
+    // Ready: every probe from base+2 is answered by slot 2's worker.
+    assert_probes_reach(port, base, pid, "ready");
 
     let said = ck.ctl_ok(&["drain", &PROBED.to_string()]);
     eprintln!("ck drain {PROBED}: {said}");
@@ -125,19 +113,8 @@ fn probes_reach_their_slot_even_when_it_is_drained() {
     assert!(!status.active.contains(&PROBED), "{status:#?}");
 
     // Drained: probes still reach it, ordinary connections never do.
-    let (answers, failures) = probes(port, base, PROBED, PROBES);
-    assert!(failures.is_empty(), "failed probes: {failures:?}");
-    let by_probed = answers
-        .iter()
-        .filter(|a| a.slot == PROBED && a.pid == pid)
-        .count();
-    eprintln!("probes while drained: {by_probed}/{PROBES} answered by slot {PROBED}");
-    assert_eq!(by_probed, PROBES as usize, "answers: {answers:?}");
-
-    let normal = burst_pinned(addr, NORMAL);
-    eprintln!("ordinary connections while slot {PROBED} is drained: {normal:?}");
-    assert_eq!(normal.ok, NORMAL, "every request answered: {normal:?}");
-    assert_eq!(normal.slot(PROBED), 0, "drained slot got some: {normal:?}");
+    assert_probes_reach(port, base, pid, "drained");
+    let normal = burst_without(burst_pinned, addr, NORMAL, PROBED, "drained");
     assert_eq!(normal.pid(pid), 0, "drained worker got some: {normal:?}");
 
     let hits = probe_hits(&ck, PROBED);

@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use ck_tests::app::demo_app_on_slot;
 use ck_tests::sys::TempDir;
-use ck_tests::{Tally, burst_pinned, ck_bin, get_new_conn, local, start};
+use ck_tests::{Tally, burst_pinned, get_new_conn, local, start};
 
 /// How long slot 1's worker waits before `READY=1`.
 const SLOW_READY: &str = "2s";
@@ -13,14 +14,8 @@ const SLOW_READY: &str = "2s";
 fn a_worker_gets_no_connection_before_ready() {
     let dir = TempDir::new("readiness");
     // Slot 1 boots slowly (READY=1 after 2 s, STATUS=booting at once); slot 0 is ready at once.
-    let script = format!(
-        "#!/bin/sh\nif [ \"$CK_SLOT\" = 1 ]; then exec {ck} demo-worker --ready-after {SLOW_READY}; \
-         else exec {ck} demo-worker; fi\n",
-        ck = ck_bin().display()
-    );
-    let app = dir.write("app.sh", &script, true);
-    let app = app.to_str().expect("utf-8 temp path");
-    let (mut ck, port) = start("ready", &["-w", "2", "--policy", "round-robin", "--", app]);
+    let app = demo_app_on_slot(&dir, 1, &format!("--ready-after {SLOW_READY}"));
+    let (mut ck, port) = start("ready", &["-w", "2", "--policy", "round-robin", "--", &app]);
     let addr = local(port);
 
     let status = ck.wait_status("slot 0 ready", Duration::from_secs(15), |s| {

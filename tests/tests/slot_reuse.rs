@@ -4,10 +4,11 @@
 
 use std::time::{Duration, Instant};
 
+use ck_tests::app::demo_app_with_marker;
 use ck_tests::churn::{self, Background};
 use ck_tests::load::Mode;
+use ck_tests::start_ready;
 use ck_tests::sys::TempDir;
-use ck_tests::{ck_bin, start_ready};
 
 /// The replacements' `--ready-timeout`.
 const READY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -21,21 +22,10 @@ const SECOND_RELOAD_AFTER: Duration = Duration::from_secs(2);
 fn a_replacement_on_a_reused_slot_gets_its_own_ready_timeout() {
     let dir = TempDir::new("slotreuse");
     let marker = dir.path().join("slow-boot");
-    let ck_path = ck_bin();
-    let app = churn::script(
-        &dir,
-        "app.sh",
-        &format!(
-            "if [ -e '{marker}' ]; then exec '{ck}' demo-worker --ready-after {SLOW_BOOT}; fi\n\
-             exec '{ck}' demo-worker",
-            marker = marker.display(),
-            ck = ck_path.display()
-        ),
-    );
-    let app = app.to_str().expect("UTF-8 temp path");
+    let app = demo_app_with_marker(&dir, &marker, &format!("--ready-after {SLOW_BOOT}"));
     let timeout = format!("{}s", READY_TIMEOUT.as_secs());
     let (mut ck, port, first) =
-        start_ready("slotreuse", 1, &["--ready-timeout", &timeout, "--", app]);
+        start_ready("slotreuse", 1, &["--ready-timeout", &timeout, "--", &app]);
     let first_ready = Instant::now();
     let first_pid = first.slot(0).pid.expect("slot 0 has a worker");
     let load = Background::start(port, Mode::NewConnection);
@@ -56,14 +46,9 @@ fn a_replacement_on_a_reused_slot_gets_its_own_ready_timeout() {
         first_ready.elapsed()
     );
     let out = ck.ctl(&["reload"]);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = ck_tests::ck::said(&out);
     eprintln!("second reload: {}: {}", out.status, said.trim());
-    let report = load.finish();
-    churn::print_report("slotreuse", &report);
+    let report = load.finish_and_print("slotreuse");
     assert!(
         out.status.success() && said.contains("reloaded 1 worker(s)"),
         "the second reload failed although its replacement boots in {SLOW_BOOT} with a \
@@ -78,11 +63,5 @@ fn a_replacement_on_a_reused_slot_gets_its_own_ready_timeout() {
         third_pid != first_pid && third_pid != second_pid,
         "{status:#?}"
     );
-    assert_eq!(
-        report.failed(),
-        0,
-        "{}\n{:?}",
-        report.summary(),
-        report.errors
-    );
+    churn::assert_no_failures(&report);
 }

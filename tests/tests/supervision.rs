@@ -6,7 +6,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use ck_tests::app::{demo_app_with_marker, script};
 use ck_tests::churn::{self, Background, SETTLE};
+use ck_tests::ck::said;
 use ck_tests::load::Mode;
 use ck_tests::sys::{TempDir, instance_processes, poll_until, wait_all_dead};
 use ck_tests::{READY_TIMEOUT, burst, ck_bin, local, start, start_ready};
@@ -14,7 +16,7 @@ use ck_tests::{READY_TIMEOUT, burst, ck_bin, local, start, start_ready};
 #[test]
 fn crash_looping_slot_trips_its_breaker_and_is_retried_after_the_cool_down() {
     let dir = TempDir::new("crashloop");
-    let app = churn::script(
+    let app = script(
         &dir,
         "app.sh",
         &format!(
@@ -77,16 +79,8 @@ fn crash_looping_slot_trips_its_breaker_and_is_retried_after_the_cool_down() {
     );
     std::thread::sleep(SETTLE);
 
-    let report = load.finish();
-    churn::print_report("crashloop", &report);
-    assert!(report.ok > 0, "{}", report.summary());
-    assert_eq!(
-        report.failed(),
-        0,
-        "{}\n{:?}",
-        report.summary(),
-        report.errors
-    );
+    let report = load.finish_and_print("crashloop");
+    churn::assert_served(&report);
     assert_eq!(
         report.by_slot.get("1"),
         None,
@@ -106,19 +100,8 @@ fn crash_looping_slot_trips_its_breaker_and_is_retried_after_the_cool_down() {
 fn reload_with_never_ready_replacements_is_aborted_and_old_workers_keep_serving() {
     let dir = TempDir::new("neverready");
     let marker = dir.path().join("never-ready");
-    let ck_path = ck_bin();
-    let app = churn::script(
-        &dir,
-        "app.sh",
-        &format!(
-            "if [ -e '{marker}' ]; then exec '{ck}' demo-worker --ready-after 1h; fi\n\
-             exec '{ck}' demo-worker",
-            marker = marker.display(),
-            ck = ck_path.display()
-        ),
-    );
-    let app = app.to_str().expect("UTF-8 temp path");
-    let (ck, port, before) = start_ready("neverready", 2, &["--ready-timeout", "2s", "--", app]);
+    let app = demo_app_with_marker(&dir, &marker, "--ready-after 1h");
+    let (ck, port, before) = start_ready("neverready", 2, &["--ready-timeout", "2s", "--", &app]);
     let old_pids = before.worker_pids();
     let old_slots: Vec<(u32, Option<u32>)> = before.slots.iter().map(|s| (s.slot, s.pid)).collect();
     assert_eq!(old_pids.len(), 2, "{before:#?}");
@@ -129,11 +112,10 @@ fn reload_with_never_ready_replacements_is_aborted_and_old_workers_keep_serving(
     let out = ck.ctl(&["reload"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!(
-        "ck reload at {:?} into the load: {}: {}{}",
+        "ck reload at {:?} into the load: {}: {}",
         load.now(),
         out.status,
-        String::from_utf8_lossy(&out.stdout),
-        stderr
+        said(&out)
     );
     assert!(!out.status.success(), "the reload succeeded: {stderr}");
     assert!(
@@ -141,16 +123,8 @@ fn reload_with_never_ready_replacements_is_aborted_and_old_workers_keep_serving(
         "unexpected reload error: {stderr}"
     );
     std::thread::sleep(SETTLE);
-    let report = load.finish();
-    churn::print_report("neverready", &report);
-    assert!(report.ok > 0, "{}", report.summary());
-    assert_eq!(
-        report.failed(),
-        0,
-        "{}\n{:?}",
-        report.summary(),
-        report.errors
-    );
+    let report = load.finish_and_print("neverready");
+    churn::assert_served(&report);
     let strangers: Vec<u32> = report
         .by_pid
         .keys()
@@ -182,7 +156,7 @@ fn reload_with_never_ready_replacements_is_aborted_and_old_workers_keep_serving(
     eprintln!("after the aborted reload: {tally:?}");
     assert_eq!(tally.ok, 100, "{tally:?}");
     assert!(
-        tally.per_pid.keys().all(|p| old_pids.contains(p)),
+        tally.only_from(&old_pids),
         "answers not from the old workers {old_pids:?}: {tally:?}"
     );
 }
@@ -208,15 +182,12 @@ fn sigterm_ignoring_workers_are_killed_after_the_drain_timeout() {
 
     let load = Background::start(port, Mode::NewConnection);
     std::thread::sleep(SETTLE);
-    let report = load.finish();
-    churn::print_report("ignoreterm", &report);
-    assert!(report.ok > 0, "{}", report.summary());
-    assert_eq!(report.failed(), 0, "{}", report.summary());
+    let report = load.finish_and_print("ignoreterm");
+    churn::assert_served(&report);
 
     ck.sigterm();
-    let code = ck.wait_exit(Duration::from_secs(15));
+    ck.wait_clean_exit();
     let log = ck.log();
-    assert_eq!(code.code(), Some(0), "ck exited with {code}\n{log}");
     let killed = log
         .lines()
         .filter(|l| l.contains("worker killed (SIGKILL)") && l.contains("drain timeout"))

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ck_tests::churn::{self, CONNECTIONS, SETTLE};
+use ck_tests::churn::{self, Background, CONNECTIONS, SETTLE};
 use ck_tests::load::Mode;
 use ck_tests::{Ck, READY_TIMEOUT, Status, burst, burst_pinned, local, start_ready};
 
@@ -36,13 +36,7 @@ fn kill_two_of_three(what: &str, mode: Mode) {
         ),
         // A keep-alive connection held by a killed worker fails before any byte of its next
         // answer and is retried on a new connection, which goes to a live worker.
-        Mode::KeepAlive => assert_eq!(
-            report.failed(),
-            0,
-            "{}\n{:?}",
-            report.summary(),
-            report.errors
-        ),
+        Mode::KeepAlive => churn::assert_no_failures(report),
     }
     for victim in &run.victims {
         assert!(
@@ -72,7 +66,7 @@ fn kill_two_of_three(what: &str, mode: Mode) {
     }
     let pids = status.worker_pids();
     assert!(
-        tally.per_pid.keys().all(|p| pids.contains(p)),
+        tally.only_from(&pids),
         "answers from pids not in {pids:?}: {tally:?}"
     );
 }
@@ -94,15 +88,8 @@ fn reload_five_times(what: &str, mode: Mode) {
     let run = churn::reload_times(&mut ck, port, mode, 4, 5);
     let report = &run.report;
     churn::print_report(what, report);
+    run.assert_all_succeeded(&ck);
     for (i, reload) in run.reloads.iter().enumerate() {
-        assert!(
-            reload.output.status.success(),
-            "reload {} failed ({}): {}\n--- ck log ---\n{}",
-            i + 1,
-            reload.output.status,
-            reload.said(),
-            ck.log()
-        );
         assert!(
             reload.said().contains("reloaded 4 worker(s)"),
             "reload {}: {}",
@@ -110,13 +97,7 @@ fn reload_five_times(what: &str, mode: Mode) {
             reload.said()
         );
     }
-    assert_eq!(
-        report.failed(),
-        0,
-        "{}\n{:?}",
-        report.summary(),
-        report.errors
-    );
+    churn::assert_no_failures(report);
     // Once a reload is done, the workers it replaced answer no request sent after that. The
     // report has when each answer arrived, not when its request was sent; an answer that
     // arrived the longest latency of the run after the reload was done was sent after it. The
@@ -193,38 +174,27 @@ fn wait_fleet(ck: &mut Ck, n: usize) -> Status {
     )
 }
 
+/// `ck scale N` while `load` runs: waits for exactly `n` ready slots ([`wait_fleet`]), checks
+/// the target and the active set, and lets the load run on a while.
+fn scale_to(ck: &mut Ck, what: &str, load: &Background, n: usize) {
+    let said = ck.ctl_ok(&["scale", &n.to_string()]);
+    eprintln!("{what}: scale {n}: {}", said.trim());
+    let fleet = wait_fleet(ck, n);
+    eprintln!("{what}: {n} slots at {:?}: {:?}", load.now(), fleet.active);
+    assert_eq!(fleet.workers as usize, n, "{fleet:#?}");
+    assert_eq!(fleet.active.len(), n, "{fleet:#?}");
+    std::thread::sleep(SETTLE);
+}
+
 /// Scales a fleet of 4 to 2, then to 6, under load in `mode`: no request fails.
 fn scale_down_then_up(what: &str, mode: Mode) {
     let (mut ck, port, _) = start_ready(what, 4, &[]);
-    let load = churn::Background::start(port, mode);
+    let load = Background::start(port, mode);
     std::thread::sleep(SETTLE);
-
-    let said = ck.ctl_ok(&["scale", "2"]);
-    eprintln!("{what}: scale 2: {}", said.trim());
-    let two = wait_fleet(&mut ck, 2);
-    eprintln!("{what}: 2 slots at {:?}: {:?}", load.now(), two.active);
-    assert_eq!(two.workers, 2, "{two:#?}");
-    assert_eq!(two.active.len(), 2, "{two:#?}");
-    std::thread::sleep(SETTLE);
-
-    let said = ck.ctl_ok(&["scale", "6"]);
-    eprintln!("{what}: scale 6: {}", said.trim());
-    let six = wait_fleet(&mut ck, 6);
-    eprintln!("{what}: 6 slots at {:?}: {:?}", load.now(), six.active);
-    assert_eq!(six.workers, 6, "{six:#?}");
-    assert_eq!(six.active.len(), 6, "{six:#?}");
-    std::thread::sleep(SETTLE);
-
-    let report = load.finish();
-    churn::print_report(what, &report);
-    assert!(report.ok > 0, "{}", report.summary());
-    assert_eq!(
-        report.failed(),
-        0,
-        "{}\n{:?}",
-        report.summary(),
-        report.errors
-    );
+    scale_to(&mut ck, what, &load, 2);
+    scale_to(&mut ck, what, &load, 6);
+    let report = load.finish_and_print(what);
+    churn::assert_served(&report);
 }
 
 #[test]

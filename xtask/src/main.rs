@@ -6,6 +6,7 @@
 
 mod bench;
 mod cmd;
+mod tally;
 mod toolchain;
 
 use std::env;
@@ -212,9 +213,10 @@ fn test(args: Vec<OsString>) -> Result<()> {
     cargo
         .args(["--workspace", "--exclude", "ck-ebpf"])
         .args(&args);
-    let status = cargo
-        .status()
-        .with_context(|| format!("could not start `{}`", cmd::describe(&cargo)))?;
+    let (status, tally) =
+        tally::run(&mut cargo).with_context(|| format!("running `{}`", cmd::describe(&cargo)))?;
+    // One closing line for the whole run (cargo's own last line is only its last binary's).
+    println!("tests: {} passed, {} failed", tally.passed, tally.failed);
     process::exit(cmd::exit_code(status))
 }
 
