@@ -254,3 +254,56 @@ fn least_queue_avoids_a_stalled_worker_then_drops_it() {
     );
     wait_back(&mut ck, 2, pid2, Duration::from_secs(5));
 }
+
+/// `--unhealthy-replace-after`: a worker that stays unhealthy is replaced gracefully, as a
+/// rolling restart of one: its replacement starts on a free slot, is flipped in once ready, and
+/// the unhealthy worker is stopped; the fleet is whole again and serves from healthy workers.
+#[test]
+fn a_worker_unhealthy_too_long_is_replaced() {
+    let dir = TempDir::new("health-replace");
+    // Only the worker on slot 1 fails its health check; its replacement lands on another slot.
+    let app = demo_app_on_slot(&dir, 1, "--fail-health-after 300ms");
+    let (mut ck, port, started) = start_ready(
+        "hreplace",
+        2,
+        &[
+            "--probe",
+            "http:/healthz",
+            "--probe-interval",
+            "100ms",
+            "--probe-fails",
+            "2",
+            "--unhealthy-replace-after",
+            "1s",
+            "--",
+            &app,
+        ],
+    );
+    let sick = started.worker_pid(1);
+    let healthy = started.worker_pid(0);
+    wait_out(&mut ck, 1, "probe", Duration::from_secs(5));
+    let status = ck.wait_status("slot 1 replaced", Duration::from_secs(15), |s| {
+        s.ready_count() == 2 && s.slots.len() == 2 && s.slots.iter().all(|slot| slot.slot != 1)
+    });
+    assert!(
+        ck_tests::sys::poll_until(Duration::from_secs(5), Duration::from_millis(50), || {
+            !pid_alive(sick)
+        }),
+        "the unhealthy worker {sick} is still running"
+    );
+    assert_eq!(
+        status.worker_pid(0),
+        healthy,
+        "slot 0 was touched: {status:#?}"
+    );
+    assert!(
+        ck.log().contains("worker unhealthy too long: replacing it"),
+        "{}",
+        ck.log()
+    );
+    let tally = burst(local(port), 100);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    let pids = status.worker_pids();
+    assert!(!pids.contains(&sick));
+    assert!(tally.only_from(&pids), "answers from other pids: {tally:?}");
+}
