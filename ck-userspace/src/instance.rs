@@ -83,11 +83,6 @@ impl InstanceLock {
             _lock: lock,
         })
     }
-
-    /// The claimed name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
 }
 
 impl Drop for InstanceLock {

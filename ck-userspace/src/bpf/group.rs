@@ -1,6 +1,6 @@
 //! One group's loaded program and maps: attach to the group, insert and remove slot sockets,
 //! publish the active set (fill the idle half, then flip), write slot records, read counters.
-use std::{os::fd::AsRawFd, path::PathBuf};
+use std::os::fd::AsRawFd;
 
 use anyhow::Context as _;
 use aya::{
@@ -8,7 +8,7 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, ReusePortSockArray},
     programs::SkReuseport,
 };
-use ck_common::{ActiveSet, Config, MAX_SLOTS, STATS_NO_SLOT, SlotInfo, SlotStats};
+use ck_common::{ActiveSet, Config, STATS_NO_SLOT, SlotInfo, SlotStats};
 use socket2::Socket;
 
 use super::{BPF_OBJECT, BpfError, pins};
@@ -26,7 +26,6 @@ pub struct BpfGroup {
     stats: PerCpuArray<MapData, SlotStats>,
     config: Config,
     attached: bool,
-    pin_dir: PathBuf,
 }
 
 fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
@@ -110,7 +109,6 @@ impl BpfGroup {
                 ..Config::default()
             },
             attached: false,
-            pin_dir,
         };
         group.write_config()?;
         tracing::debug!(
@@ -119,11 +117,6 @@ impl BpfGroup {
             "BPF maps pinned and configured"
         );
         Ok(group)
-    }
-
-    /// Where this group's maps are pinned.
-    pub fn pin_dir(&self) -> &std::path::Path {
-        &self.pin_dir
     }
 
     /// Starts forwarding the program's aya-log records to the `log` crate (and so to tracing).
@@ -229,11 +222,6 @@ impl BpfGroup {
         }
         total
     }
-
-    /// Connections no slot could take (dropped by the program).
-    pub fn dropped(&self) -> u64 {
-        self.stats(STATS_NO_SLOT).errors
-    }
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, BpfError>
@@ -249,5 +237,3 @@ where
         .with_context(|| format!("map {name} has an unexpected type"))
         .map_err(load_err("taking maps"))
 }
-
-const _: () = assert!(MAX_SLOTS > 0);
