@@ -9,7 +9,7 @@ if (fds < 1 || Number(process.env.LISTEN_PID) !== process.pid) {
 }
 const slot = process.env.CK_SLOT;
 const server = http.createServer((req, res) => {
-  res.end(`slot=${slot} pid=${process.pid} node\n`);
+  res.end(`slot=${slot} pid=${process.pid}\n`);
 });
 // { fd: 3 } makes Node accept on the inherited listening socket instead of binding a new one.
 server.listen({ fd: 3 }, () => console.error(`node worker slot=${slot} pid=${process.pid} ready`));

@@ -3,13 +3,16 @@
 activation) and tells ck when it is ready (READY=1 on NOTIFY_SOCKET).
 
 Run: ck run --port 8080 -- python3 examples/worker.py
+
+The pieces (sd_notify, inherited_server) can be imported by other workers; ck's tests do.
 """
 import http.server
 import os
 import signal
 import socket
-import socketserver
 import threading
+
+SD_LISTEN_FDS_START = 3
 
 
 def sd_notify(message: str) -> None:
@@ -24,10 +27,12 @@ def sd_notify(message: str) -> None:
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with `slot=S pid=P`, like ck's demo worker."""
+
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
-        body = f"slot={os.environ.get('CK_SLOT')} pid={os.getpid()} python\n".encode()
+        body = f"slot={os.environ.get('CK_SLOT')} pid={os.getpid()}\n".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -37,23 +42,32 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
+class Server(http.server.ThreadingHTTPServer):
+    """An HTTP server on a socket that is already bound and listening: ck made it."""
 
     def server_bind(self):
-        pass  # the socket is already bound and listening: ck made it
+        pass
 
     def server_activate(self):
         pass
 
 
-if int(os.environ.get("LISTEN_PID", "0")) != os.getpid() or int(os.environ.get("LISTEN_FDS", "0")) < 1:
-    raise SystemExit("expected to be started by `ck run` (LISTEN_FDS/LISTEN_PID not set for this process)")
+def inherited_server() -> Server:
+    """The HTTP server on the first socket ck passed (fails when not started by ck)."""
+    if int(os.environ.get("LISTEN_PID", "0")) != os.getpid() or int(os.environ.get("LISTEN_FDS", "0")) < 1:
+        raise SystemExit("expected to be started by `ck run` (LISTEN_FDS/LISTEN_PID not set for this process)")
+    server = Server(("", 0), Handler, bind_and_activate=False)
+    server.socket = socket.socket(fileno=SD_LISTEN_FDS_START)
+    return server
 
-server = Server(("", 0), Handler, bind_and_activate=False)
-server.socket = socket.socket(fileno=3)  # SD_LISTEN_FDS_START
 
-signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-sd_notify("READY=1\nSTATUS=serving")
-server.serve_forever()
-sd_notify("STOPPING=1")
+def main() -> None:
+    server = inherited_server()
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    sd_notify("READY=1\nSTATUS=serving")
+    server.serve_forever()
+    sd_notify("STOPPING=1")
+
+
+if __name__ == "__main__":
+    main()

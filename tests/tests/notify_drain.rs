@@ -1,6 +1,7 @@
 //! A worker's own word: `STOPPING=1` on NOTIFY_SOCKET takes it out of the active set (its socket
 //! stays open and it keeps serving), and `READY=1` afterwards puts it back. The worker on slot 1
-//! is a small Python server that says STOPPING=1 0.5 s after READY=1 and READY=1 again at 2.5 s.
+//! is the repository's example Python worker, told to say STOPPING=1 0.5 s after READY=1 and
+//! READY=1 again at 2.5 s.
 
 use std::time::Duration;
 
@@ -9,56 +10,36 @@ use ck_tests::http::burst_without;
 use ck_tests::sys::{TempDir, pid_alive};
 use ck_tests::{burst_pinned, ck_bin, local, start_ready};
 
-/// A socket-activated HTTP worker that answers `slot=S pid=P` and drains itself for a while.
+/// The repository's example Python worker (`examples/worker.py`), driven to drain itself for a
+/// while: it serves, says READY=1, STOPPING=1 0.5 s later, and READY=1 again at 2.5 s.
 const WORKER: &str = r#"
-import http.server, os, socket, threading, time
+import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from worker import inherited_server, sd_notify
 
-def notify(msg):
-    addr = os.environ["NOTIFY_SOCKET"]
-    if addr.startswith("@"):
-        addr = "\0" + addr[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.sendto(msg.encode(), addr)
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        body = f"slot={os.environ['CK_SLOT']} pid={os.getpid()}\n".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-
-class Server(http.server.ThreadingHTTPServer):
-    def server_bind(self):
-        pass
-    def server_activate(self):
-        pass
-
-server = Server(("", 0), Handler, bind_and_activate=False)
-server.socket = socket.socket(fileno=3)
+server = inherited_server()
 threading.Thread(target=server.serve_forever, daemon=True).start()
-notify("READY=1")
+sd_notify("READY=1")
 time.sleep(0.5)
-notify("STOPPING=1")
+sd_notify("STOPPING=1")
 time.sleep(2.0)
-notify("READY=1")
+sd_notify("READY=1")
 threading.Event().wait()
 "#;
 
 #[test]
 fn stopping_then_ready_drains_and_restores_a_worker() {
     let dir = TempDir::new("notify-drain");
-    dir.write("worker.py", WORKER, false);
-    let worker = dir.path().join("worker.py");
+    dir.write("drain.py", WORKER, false);
+    let worker = dir.path().join("drain.py");
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     let app = script(
         &dir,
         "app.sh",
         &format!(
-            "if [ \"$CK_SLOT\" = 1 ]; then exec python3 '{}'; fi\nexec '{}' demo-worker",
+            "if [ \"$CK_SLOT\" = 1 ]; then exec python3 '{}' '{}'; fi\nexec '{}' demo-worker",
             worker.display(),
+            examples.display(),
             ck_bin().display()
         ),
     );
