@@ -27,6 +27,16 @@ pub mod state {
     pub const DRAINING: u32 = 3;
     /// Not selected; socket open; failing health checks.
     pub const UNHEALTHY: u32 = 4;
+    /// No worker; the group's last socket kept open for the replacement (last resort).
+    pub const HELD: u32 = 5;
+    /// Not selected; socket open; the supervisor sent the worker SIGTERM.
+    pub const STOPPING: u32 = 6;
+    /// No worker; a restart is due after a backoff; socket closed.
+    pub const RESTARTING: u32 = 7;
+    /// No worker; circuit breaker open; socket closed.
+    pub const BROKEN: u32 = 8;
+    /// A rolling restart's replacement, not flipped in yet: not selected.
+    pub const STANDBY: u32 = 9;
 }
 
 /// Selection policies as stored in [`Config::policy`].

@@ -162,6 +162,8 @@ pub struct RunConfig {
     pub reload_batch: u32,
     /// Crash handling: backoff and circuit breaker.
     pub restart: crate::restart_policy::RestartPolicy,
+    /// Serving slots the circuit breaker never takes the group below (`--min-workers`).
+    pub min_workers: u32,
     /// Health signals.
     pub health: crate::health_config::HealthConfig,
     /// Plain `SO_REUSEPORT`, no steering.

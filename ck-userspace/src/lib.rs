@@ -14,6 +14,7 @@ pub mod notify;
 pub mod probe;
 pub mod restart_policy;
 pub mod sizing;
+pub mod sock_diag;
 pub mod sockets;
 pub mod spawn;
 pub mod supervisor;

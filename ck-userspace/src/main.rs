@@ -136,10 +136,16 @@ struct RunArgs {
     /// Restart backoff after a crash: INITIAL[,MAX[,MULTIPLIER[,JITTER]]].
     #[arg(long, value_parser = parse_backoff, default_value = "100ms,10s,2,0.1")]
     restart_backoff: Backoff,
-    /// A worker that ran this long resets its slot's backoff.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    /// A worker ready this long has served: its exit restarts it at once and resets the backoff
+    /// (so does a ready worker killed from outside: SIGKILL, SIGTERM, SIGINT). Earlier exits are
+    /// boot crashes: they wait the backoff and count towards the breaker.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
     restart_stable: Duration,
-    /// Crashes within --crash-window that open a slot's circuit breaker.
+    /// The circuit breaker never takes the group below this many slots that keep trying: the
+    /// slot that would stays half-open, retried at the maximum backoff (0: no floor).
+    #[arg(long, default_value_t = 1)]
+    min_workers: u32,
+    /// Boot crashes within --crash-window that open a slot's circuit breaker.
     #[arg(long, default_value_t = 5)]
     crash_limit: u32,
     /// The circuit breaker's window.
@@ -207,6 +213,13 @@ impl RunArgs {
         if self.reload_batch == 0 {
             bail!("--reload-batch 0: give at least 1");
         }
+        if self.min_workers > config::MAX_WORKERS {
+            bail!(
+                "--min-workers {} is out of range: give a number from 0 to {}",
+                self.min_workers,
+                config::MAX_WORKERS
+            );
+        }
         if self.crash_limit == 0 {
             bail!("--crash-limit 0: give at least 1 (crashes that open the breaker)");
         }
@@ -251,6 +264,7 @@ impl RunArgs {
                 window: self.crash_window,
                 cooldown: self.crash_cooldown,
             },
+            min_workers: self.min_workers,
             no_bpf: self.no_bpf,
             bpf_log: self.bpf_log,
             app,

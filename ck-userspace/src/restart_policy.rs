@@ -15,9 +15,9 @@ pub struct RestartPolicy {
     pub multiplier: f64,
     /// Random extra delay, as a fraction of the delay (0.1: up to +10 %).
     pub jitter: f64,
-    /// A worker that ran this long resets the delay to `initial`.
+    /// A worker ready this long has served: its exit restarts at once and resets the delay.
     pub stable_after: Duration,
-    /// Crashes within `window` that open the breaker.
+    /// Boot crashes within `window` that open the breaker.
     pub crash_limit: u32,
     /// The breaker's window.
     pub window: Duration,
@@ -32,7 +32,7 @@ impl RestartPolicy {
         max: Duration::from_secs(10),
         multiplier: 2.0,
         jitter: 0.1,
-        stable_after: Duration::from_secs(10),
+        stable_after: Duration::from_secs(1),
         crash_limit: 5,
         window: Duration::from_secs(30),
         cooldown: Duration::from_secs(30),

@@ -25,13 +25,19 @@ pub struct BpfGroup {
     config_map: Array<MapData, Config>,
     stats: PerCpuArray<MapData, SlotStats>,
     config: Config,
-    attached: bool,
 }
 
 fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
     move |source| BpfError::Load {
         what: what.to_string(),
         source,
+    }
+}
+
+fn write_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
+    move |source| BpfError::MapWrite {
+        map,
+        source: source.into(),
     }
 }
 
@@ -43,14 +49,19 @@ impl BpfGroup {
         group: &str,
         policy: u32,
         probe_base: u16,
+        log: bool,
     ) -> Result<BpfGroup, BpfError> {
         let pin_dir = pins::group_dir(name, group);
         let started = std::time::Instant::now();
         // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
         // 0.14's `EbpfLoader::new` still reads and parses it, ~20 ms of ck's start-up; its API
         // has no way around that.)
+        // aya-log's level lives in the object's read-only data: 0 turns every log statement off
+        // (the verifier then drops them), so the program writes no record without --bpf-log.
+        let level: u8 = if log { u8::MAX } else { 0 };
         let mut ebpf = EbpfLoader::new()
             .btf(None)
+            .override_global(aya_log::LEVEL, &level, true)
             .load(BPF_OBJECT)
             .context("loading the BPF object")
             .map_err(load_err("loading the BPF program"))?;
@@ -108,7 +119,6 @@ impl BpfGroup {
                 probe_base: u32::from(probe_base),
                 ..Config::default()
             },
-            attached: false,
         };
         group.write_config()?;
         tracing::debug!(
@@ -140,32 +150,28 @@ impl BpfGroup {
         Ok(())
     }
 
-    /// Attaches the program to the group `socket` belongs to (`SO_ATTACH_REUSEPORT_EBPF`), once:
-    /// from then on it chooses for every member. Call it after the maps hold the group's sockets
-    /// and active set, so that the program's first run finds them.
+    /// Attaches the program to the group `socket` belongs to (`SO_ATTACH_REUSEPORT_EBPF`): from
+    /// then on it chooses for every member, until the group dies (its last socket closes).
+    /// Call it after the maps hold the group's sockets and active set, so that the program's
+    /// first run finds them. Attaching again replaces the program with itself.
     pub fn attach(&mut self, socket: &Socket) -> Result<(), BpfError> {
-        if !self.attached {
-            let program: &SkReuseport = self
-                .ebpf
-                .program("ck_select")
-                .context("program ck_select missing")
-                .and_then(|p| p.try_into().context("not an sk_reuseport program"))
-                .map_err(load_err("attaching the program"))?;
-            program
-                .attach(socket)
-                .context("SO_ATTACH_REUSEPORT_EBPF")
-                .map_err(load_err("attaching the program"))?;
-            self.attached = true;
-        }
-        Ok(())
+        let program: &SkReuseport = self
+            .ebpf
+            .program("ck_select")
+            .context("program ck_select missing")
+            .and_then(|p| p.try_into().context("not an sk_reuseport program"))
+            .map_err(load_err("attaching the program"))?;
+        program
+            .attach(socket)
+            .context("SO_ATTACH_REUSEPORT_EBPF")
+            .map_err(load_err("attaching the program"))
     }
 
     /// Puts `socket` in the group's `sockets` map at `slot`.
     pub fn insert(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
         self.sockets
             .set(slot, &socket.as_raw_fd(), 0)
-            .context("updating the sockets map")
-            .map_err(load_err("inserting a socket"))
+            .map_err(write_err("sockets"))
     }
 
     /// Removes `slot` from the `sockets` map (closing the socket does this too).
@@ -178,10 +184,7 @@ impl BpfGroup {
     /// program never reads a half-written set.
     pub fn publish(&mut self, set: &ActiveSet) -> Result<(), BpfError> {
         let idle = self.config.live_half ^ 1;
-        self.active
-            .set(idle, set, 0)
-            .context("updating the active map")
-            .map_err(load_err("publishing the active set"))?;
+        self.active.set(idle, set, 0).map_err(write_err("active"))?;
         self.config.live_half = idle;
         self.write_config()
     }
@@ -189,16 +192,26 @@ impl BpfGroup {
     fn write_config(&mut self) -> Result<(), BpfError> {
         self.config_map
             .set(0, self.config, 0)
-            .context("updating the config map")
-            .map_err(load_err("writing config"))
+            .map_err(write_err("config"))
     }
 
     /// Writes one slot's record in the `slots` map.
     pub fn write_slot(&mut self, slot: u32, info: &SlotInfo) -> Result<(), BpfError> {
-        self.slots
-            .set(slot, info, 0)
-            .context("updating the slots map")
-            .map_err(load_err("writing a slot record"))
+        self.slots.set(slot, info, 0).map_err(write_err("slots"))
+    }
+
+    /// The slot record the kernel holds for `slot`.
+    pub fn read_slot(&self, slot: u32) -> Option<SlotInfo> {
+        self.slots.get(&slot, 0).ok()
+    }
+
+    /// The live half of the active set as the kernel holds it: `(ready, fallback)` slots.
+    pub fn read_active(&self) -> Option<(Vec<u32>, Vec<u32>)> {
+        let config = self.config_map.get(&0, 0).ok()?;
+        let set = self.active.get(&(config.live_half & 1), 0).ok()?;
+        let ready = set.ready_len.min(set.slots.len() as u32) as usize;
+        let live = set.live_len.clamp(ready as u32, set.slots.len() as u32) as usize;
+        Some((set.slots[..ready].to_vec(), set.slots[ready..live].to_vec()))
     }
 
     /// Zeroes a slot's counters (a slot index used again starts from zero).

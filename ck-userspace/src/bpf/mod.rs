@@ -53,6 +53,19 @@ pub enum BpfError {
         /// The underlying error.
         source: anyhow::Error,
     },
+    /// Writing a map failed while ck runs (the program is loaded; the kernel refused one
+    /// update): steering may lag behind the fleet until the next update succeeds.
+    #[error(
+        "updating the BPF map `{map}` failed: {source}; steering may not reflect the fleet until \
+         the next update succeeds (see `ck status`); this is a bug in ck or a kernel limit, not a \
+         permission problem: please report it with the log"
+    )]
+    MapWrite {
+        /// The map.
+        map: &'static str,
+        /// The kernel's error.
+        source: anyhow::Error,
+    },
     /// A pin could not be created or removed.
     #[error("{what} {path}: {source}")]
     Pin {

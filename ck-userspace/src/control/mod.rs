@@ -52,8 +52,11 @@ pub struct StatusReport {
     pub name: String,
     /// Supervisor pid.
     pub pid: u32,
-    /// Whether BPF steering is on.
+    /// Whether BPF steering is on: the last canary of every group was steered by the program
+    /// (read from the kernel, see `steering`).
     pub bpf: bool,
+    /// Each group's steering as the kernel last showed it.
+    pub steering: Vec<GroupSteering>,
     /// Selection policy.
     pub policy: crate::config::Policy,
     /// Listen groups (`tcp4-8080`, ...).
@@ -68,8 +71,18 @@ pub struct StatusReport {
     pub pins: Option<String>,
     /// Supervisor uptime.
     pub uptime_ms: u64,
-    /// Slots in the active set, in order.
+    /// Slots in the active set, in order (read from the `active` map when BPF is on).
     pub active: Vec<u32>,
+    /// Slots chosen only while the active set is empty (live workers not ready, else held
+    /// sockets), in order.
+    pub fallback: Vec<u32>,
+    /// Why the fleet is degraded (breakers open or held half-open), empty when it is not.
+    pub degraded: Vec<String>,
+    /// Listeners on the groups' ports that are not ck's (they joined the `SO_REUSEPORT` group;
+    /// ck never steers to them).
+    pub foreign: Vec<ForeignListener>,
+    /// `--min-workers`.
+    pub min_workers: u32,
     /// Connections the program dropped because no slot could take them.
     pub dropped: u64,
     /// Whether the supervisor is stopping.
@@ -84,6 +97,34 @@ pub struct StatusReport {
     pub slots: Vec<SlotReport>,
 }
 
+/// One group's steering in [`StatusReport`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupSteering {
+    /// The group.
+    pub group: String,
+    /// Whether the last canary was steered by the program (None: not checked yet).
+    pub attached: Option<bool>,
+    /// How long ago that canary came back.
+    pub checked_ms_ago: Option<u64>,
+}
+
+/// A listener on a group's port that is not one of ck's sockets.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ForeignListener {
+    /// The group whose port it listens on.
+    pub group: String,
+    /// Its address.
+    pub addr: String,
+    /// Its socket inode.
+    pub inode: u64,
+    /// Its owner's uid.
+    pub uid: u32,
+    /// A process holding it, if found.
+    pub pid: Option<u32>,
+    /// That process's command name.
+    pub command: Option<String>,
+}
+
 /// One slot in [`StatusReport`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SlotReport {
@@ -91,7 +132,8 @@ pub struct SlotReport {
     pub slot: u32,
     /// Worker pid, when one runs.
     pub pid: Option<u32>,
-    /// `starting`, `ready`, `draining`, `stopping`, `restarting`, `broken`, `stopped`.
+    /// `starting`, `standby`, `ready`, `draining`, `unhealthy`, `stopping`, `restarting`,
+    /// `held`, `broken`, `stopped` (from the `slots` map when BPF is on).
     pub state: String,
     /// Whether `ck drain` holds the slot out.
     pub drained: bool,
@@ -111,7 +153,8 @@ pub struct SlotReport {
     pub last_exit: Option<String>,
     /// The worker's last `STATUS=` text.
     pub status: Option<String>,
-    /// Circuit breaker: `closed` (restarts allowed) or `open` (cooling down).
+    /// Circuit breaker: `closed` (restarts allowed), `open` (cooling down) or `half-open`
+    /// (crash-looping, kept trying by `--min-workers`).
     pub breaker: String,
     /// Why the worker is unhealthy (`watchdog`, `probe`, `stalled`, joined by `+`), if it is.
     pub unhealthy: Option<String>,
@@ -149,9 +192,31 @@ impl StatusReport {
         );
         let _ = writeln!(
             out,
-            "active set: {:?}   dropped (no slot): {}",
-            self.active, self.dropped
+            "active set: {:?}   fallback: {:?}   dropped (no slot): {}",
+            self.active, self.fallback, self.dropped
         );
+        for line in &self.degraded {
+            let _ = writeln!(out, "DEGRADED: {line}");
+        }
+        for s in self.steering.iter().filter(|s| s.attached != Some(true)) {
+            let state = match s.attached {
+                None => "not checked yet",
+                Some(_) => "NOT in effect (being re-attached)",
+            };
+            let _ = writeln!(out, "steering on {}: {state}", s.group);
+        }
+        for f in &self.foreign {
+            let _ = writeln!(
+                out,
+                "FOREIGN listener on {} ({}): inode {}, uid {}, pid {} {}: never steered to; stop it",
+                f.addr,
+                f.group,
+                f.inode,
+                f.uid,
+                f.pid.map_or("?".into(), |p| p.to_string()),
+                f.command.as_deref().unwrap_or(""),
+            );
+        }
         let _ = writeln!(
             out,
             "{:>4}  {:>8}  {:<18}  {:>9}  {:>8}  {:>9}  {:<16}  {:<7}  status",

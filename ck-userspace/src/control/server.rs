@@ -14,26 +14,54 @@ use super::{Request, Response};
 /// A request with the channel its answer goes back on.
 pub type ControlCall = (Request, oneshot::Sender<Response>);
 
-/// Binds the control socket at `path` (mode 0600) and serves it until the task is dropped.
+/// The running control server.
+pub struct ControlServer {
+    accept: tokio::task::JoinHandle<()>,
+    /// Every request being answered holds a clone; `flush` waits until none is left.
+    busy: mpsc::Sender<()>,
+    idle: mpsc::Receiver<()>,
+}
+
+impl ControlServer {
+    /// Stops accepting, then waits (at most `within`) until every answer already given has
+    /// been written to its client, so that no client sees its connection closed unanswered.
+    pub async fn flush(self, within: std::time::Duration) {
+        self.accept.abort();
+        drop(self.busy);
+        let mut idle = self.idle;
+        let _ = tokio::time::timeout(within, idle.recv()).await;
+    }
+}
+
+/// Binds the control socket at `path` (mode 0600) and serves it until [`ControlServer::flush`].
 /// The caller holds the instance lock, so an existing file there is a leftover and is replaced.
-pub fn start(path: &Path, calls: mpsc::UnboundedSender<ControlCall>) -> anyhow::Result<()> {
+pub fn start(
+    path: &Path,
+    calls: mpsc::UnboundedSender<ControlCall>,
+) -> anyhow::Result<ControlServer> {
     let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(path)
         .with_context(|| format!("binding the control socket {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("chmod 0600 {}", path.display()))?;
-    tokio::spawn(async move {
+    let (busy, idle) = mpsc::channel(1);
+    let busy_for_clients = busy.downgrade();
+    let accept = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            tokio::spawn(serve(stream, calls.clone()));
+            tokio::spawn(serve(stream, calls.clone(), busy_for_clients.clone()));
         }
     });
-    Ok(())
+    Ok(ControlServer { accept, busy, idle })
 }
 
-async fn serve(stream: UnixStream, calls: mpsc::UnboundedSender<ControlCall>) {
+async fn serve(
+    stream: UnixStream,
+    calls: mpsc::UnboundedSender<ControlCall>,
+    busy: mpsc::WeakSender<()>,
+) {
     let allowed = match stream.peer_cred() {
         Ok(cred) => cred.uid() == 0 || cred.uid() == nix::unistd::geteuid().as_raw(),
         Err(_) => false,
@@ -41,6 +69,10 @@ async fn serve(stream: UnixStream, calls: mpsc::UnboundedSender<ControlCall>) {
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read).lines();
     while let Ok(Some(line)) = lines.next_line().await {
+        // Held until the answer is written (see `ControlServer::flush`).
+        let Some(_answering) = busy.upgrade() else {
+            return;
+        };
         let response = if !allowed {
             Response::Error("permission denied: only root or ck's own user may control it".into())
         } else {

@@ -10,7 +10,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Event, Supervisor, slot::Phase};
+use super::{
+    Event, Supervisor,
+    lifecycle::{Input, State},
+};
 use crate::{
     config::ReadyMode,
     probe::{self, ProbeAnswer},
@@ -98,11 +101,13 @@ enum Signal {
 }
 
 impl Supervisor {
-    /// Sets or clears one health signal of `index`'s worker; logs and republishes on change.
+    /// Sets or clears one health signal of `index`'s worker; tells the lifecycle when the
+    /// worker's verdict (healthy or not) changes.
     fn set_health(&mut self, index: u32, signal: Signal, bad: bool, detail: &str) {
         let Some(worker) = self.slots.get_mut(&index).and_then(|s| s.worker.as_mut()) else {
             return;
         };
+        let was_healthy = worker.health.is_healthy();
         let flag = match signal {
             Signal::Watchdog => &mut worker.health.watchdog,
             Signal::Probe => &mut worker.health.probe,
@@ -112,15 +117,16 @@ impl Supervisor {
             return;
         }
         *flag = bad;
-        let pid = worker.pid;
+        let healthy = worker.health.is_healthy();
         if bad {
             worker.health.since.get_or_insert_with(Instant::now);
-            tracing::warn!(slot = index, pid, reason = ?signal, detail, "worker unhealthy: out of the active set, socket open");
-        } else if worker.health.is_healthy() {
+        } else if healthy {
             worker.health.since = None;
-            tracing::info!(slot = index, pid, reason = ?signal, detail, "worker healthy again");
         }
-        self.publish();
+        if healthy != was_healthy {
+            let why = format!("{signal:?}: {detail}");
+            self.apply(index, Input::Health { healthy, why });
+        }
     }
 
     /// Samples every slot's accept queue; detects stalls and missed heartbeats; replaces workers
@@ -235,7 +241,7 @@ impl Supervisor {
             return;
         }
         let overdue = self.slots.values().find(|s| {
-            !s.retiring
+            s.life.serving()
                 && s.worker
                     .as_ref()
                     .and_then(|w| w.health.since)
@@ -274,7 +280,8 @@ impl Supervisor {
             let Some(worker) = slot.worker.as_mut() else {
                 continue;
             };
-            if slot.retiring || worker.phase == Phase::Stopping || worker.health.probing {
+            let stopping = matches!(slot.life.state, State::Stopping(..));
+            if !slot.life.serving() || stopping || worker.health.probing {
                 continue;
             }
             let Some(source) = probe::source_of(target, base, slot.index) else {
@@ -305,12 +312,11 @@ impl Supervisor {
     ) {
         let (fails, passes) = (self.cfg.health.probe_fails, self.cfg.health.probe_passes);
         let auto = self.cfg.ready == ReadyMode::Auto;
-        let Some(worker) = self
-            .slots
-            .get_mut(&index)
-            .and_then(|s| s.worker.as_mut())
-            .filter(|w| w.id == id)
-        else {
+        let Some(slot) = self.slots.get_mut(&index) else {
+            return;
+        };
+        let starting = matches!(slot.life.state, State::Starting(_));
+        let Some(worker) = slot.worker.as_mut().filter(|w| w.id == id) else {
             return;
         };
         let health = &mut worker.health;
@@ -320,19 +326,18 @@ impl Supervisor {
                 health.probe_fails = 0;
                 health.probe_passes += 1;
                 let recovered = health.probe && health.probe_passes >= passes;
-                let silent_starter =
-                    auto && worker.phase == Phase::Starting && !worker.spoke_notify;
+                let silent_starter = auto && starting && !worker.spoke_notify;
                 if recovered {
                     self.set_health(index, Signal::Probe, false, "probes pass");
                 }
                 if silent_starter {
-                    self.mark_ready(index, "first probe passed");
+                    self.mark_ready(index, "first probe passed".into());
                 }
             }
             Err(why) => {
                 health.probe_passes = 0;
                 health.probe_fails += 1;
-                if !health.probe && health.probe_fails >= fails && worker.phase != Phase::Starting {
+                if !health.probe && health.probe_fails >= fails && !starting {
                     let detail = format!("{fails} probe(s) failed in a row; last: {why}");
                     self.set_health(index, Signal::Probe, true, &detail);
                 }

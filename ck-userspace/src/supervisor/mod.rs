@@ -3,35 +3,35 @@
 //!
 //! Everything runs on one current-thread tokio runtime; all state lives in [`Supervisor`] and is
 //! changed only by its event loop, one [`Event`] at a time. Tasks (child waiters, notify readers,
-//! timers, the control server) only send events.
+//! timers, the control server) only send events. A slot's state changes only through the
+//! lifecycle machine ([`lifecycle`]), whose effects the [`executor`] runs.
+mod executor;
+mod foreign;
 mod health;
+pub mod lifecycle;
 mod publish;
 mod roll;
 mod scale;
 mod slot;
+mod status;
 mod steering;
+mod tasks;
 mod workers;
 
 use std::{
-    collections::BTreeMap,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    sync::{mpsc, oneshot},
-};
+use tokio::sync::{mpsc, oneshot};
 
+use lifecycle::{Input, Settings, Timer};
 use slot::Slot;
 
 use crate::{
     bpf::{BpfGroup, pins},
-    config::{ListenAddr, RunConfig},
+    config::{ListenAddr, ReadyMode, RunConfig},
     control::{self, Request, Response, server::ControlCall},
     instance::{self, InstanceLock},
     notify::NotifyMsg,
@@ -53,12 +53,8 @@ pub(crate) enum Event {
         worker: u64,
         msgs: Vec<NotifyMsg>,
     },
-    /// A timer set for a worker (or a slot's restart) fired.
-    Timer {
-        slot: u32,
-        worker: u64,
-        kind: TimerKind,
-    },
+    /// A timer the lifecycle armed (in epoch `epoch`) fired.
+    Timer { slot: u32, epoch: u64, timer: Timer },
     /// A termination signal arrived.
     Signal(&'static str),
     /// SIGHUP: rolling restart.
@@ -75,19 +71,14 @@ pub(crate) enum Event {
         worker: u64,
         result: Result<crate::probe::ProbeAnswer, String>,
     },
-}
-
-/// Timers the supervisor sets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TimerKind {
-    /// `auto` readiness: a worker silent this long is taken as ready.
-    ReadyGrace,
-    /// A worker not ready by now is replaced.
-    ReadyTimeout,
-    /// A stopping worker still alive now gets SIGKILL.
-    Kill,
-    /// Start a worker on the slot (after backoff or cool-down).
-    Restart,
+    /// Time to check every group's steering and look for foreign listeners.
+    SteeringTick,
+    /// A steering canary came back (`connected`: the kernel, not the program, chose).
+    Canary {
+        group: usize,
+        before: u64,
+        connected: std::io::Result<bool>,
+    },
 }
 
 /// One listen group at run time.
@@ -95,21 +86,42 @@ pub(crate) struct Group {
     addr: ListenAddr,
     name: String,
     bpf: Option<BpfGroup>,
+    steering: steering::SteeringCheck,
 }
 
 /// The supervisor's state.
 pub struct Supervisor {
     cfg: RunConfig,
+    settings: Settings,
     groups: Vec<Group>,
     slots: BTreeMap<u32, Slot>,
     events: mpsc::UnboundedSender<Event>,
     started: Instant,
     stopping: bool,
     next_worker_id: u64,
-    active: Vec<u32>,
+    /// The ready list last published (for log lines only; status reads the map).
+    last_ready: Vec<u32>,
     roll: Option<roll::Roll>,
     /// Pace of queue sampling (see `health::Pacer`).
     pacer: health::Pacer,
+    /// The first error of a spawn since the last look (callers that start workers check it).
+    spawn_failure: Option<anyhow::Error>,
+    /// Inodes of foreign listeners already logged.
+    foreign_seen: BTreeSet<u64>,
+}
+
+/// The lifecycle settings of a run.
+fn settings(cfg: &RunConfig) -> Settings {
+    Settings {
+        ready_on_spawn: cfg.ready == ReadyMode::Spawn,
+        // With probes, a silent worker is ready at its first passing probe instead.
+        ready_grace: (cfg.ready == ReadyMode::Auto && cfg.health.probe.is_none())
+            .then_some(cfg.ready_grace),
+        ready_timeout: cfg.ready_timeout,
+        drain_timeout: cfg.drain_timeout,
+        restart: cfg.restart,
+        min_workers: cfg.min_workers,
+    }
 }
 
 /// Runs `ck run` to completion: returns after a clean shutdown.
@@ -134,6 +146,7 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
             addr: *addr,
             name: addr.group_name(),
             bpf: None,
+            steering: Default::default(),
         })
         .collect();
     // The program loads on a thread of its own (aya parses the kernel's BTF, ~20 ms) while the
@@ -147,29 +160,33 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
     }
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (calls_tx, mut calls) = mpsc::unbounded_channel::<ControlCall>();
-    control::server::start(&instance::control_path(&cfg.name), calls_tx)?;
+    let control = control::server::start(&instance::control_path(&cfg.name), calls_tx)?;
     let mut sup = Supervisor {
+        settings: settings(&cfg),
         groups,
         slots: BTreeMap::new(),
         events: events_tx,
         started: Instant::now(),
         stopping: false,
         next_worker_id: 0,
-        active: Vec::new(),
+        last_ready: Vec::new(),
         roll: None,
         pacer: health::Pacer::new(cfg.health.sample_interval),
+        spawn_failure: None,
+        foreign_seen: BTreeSet::new(),
         cfg,
     };
-    watch_signals(&sup.events)?;
-    start_sampler(&sup.events, sup.pacer.period.clone());
+    tasks::watch_signals(&sup.events)?;
+    tasks::start_sampler(&sup.events, sup.pacer.period.clone());
     if sup.cfg.health.probe.is_some() {
-        start_ticker(&sup.events, sup.cfg.health.probe_interval, || {
+        tasks::start_ticker(&sup.events, sup.cfg.health.probe_interval, || {
             Event::ProbeTick
         });
     }
+    tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::SteeringTick);
     tracing::info!(
         name = %sup.cfg.name,
-        groups = %sup.group_names().join(","),
+        groups = %sup.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(","),
         workers = sup.cfg.workers,
         policy = ?sup.cfg.policy,
         bpf = bpf_on,
@@ -196,6 +213,8 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         }
     }
     sup.finish();
+    // Answers already given (`ck stop` to a fleet with no worker) reach their clients.
+    control.flush(Duration::from_millis(500)).await;
     drop(lock);
     tracing::info!("ck stopped");
     match failure {
@@ -204,86 +223,15 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
     }
 }
 
-/// Sends [`Event::Tick`] every `period` (microseconds, changed by the supervisor as it goes:
-/// fast while some queue is non-empty, slow while all are idle) until the event loop is gone.
-fn start_sampler(events: &mpsc::UnboundedSender<Event>, period: Arc<AtomicU64>) {
-    let events = events.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_micros(period.load(Ordering::Relaxed))).await;
-            if events.send(Event::Tick).is_err() {
-                return;
-            }
-        }
-    });
-}
-
-/// Sends `event()` every `period` until the event loop is gone.
-fn start_ticker(events: &mpsc::UnboundedSender<Event>, period: Duration, event: fn() -> Event) {
-    let events = events.clone();
-    tokio::spawn(async move {
-        let mut interval = tokio::time::interval(period);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            interval.tick().await;
-            if events.send(event()).is_err() {
-                return;
-            }
-        }
-    });
-}
-
-fn watch_signals(events: &mpsc::UnboundedSender<Event>) -> anyhow::Result<()> {
-    /// A signal, its name, and the event it becomes.
-    type Watched = (SignalKind, &'static str, fn() -> Event);
-    let signals: [Watched; 5] = [
-        (SignalKind::terminate(), "SIGTERM", || {
-            Event::Signal("SIGTERM")
-        }),
-        (SignalKind::interrupt(), "SIGINT", || {
-            Event::Signal("SIGINT")
-        }),
-        (SignalKind::hangup(), "SIGHUP", || Event::Reload),
-        (SignalKind::from_raw(libc::SIGTTIN), "SIGTTIN", || {
-            Event::ScaleBy(1)
-        }),
-        (SignalKind::from_raw(libc::SIGTTOU), "SIGTTOU", || {
-            Event::ScaleBy(-1)
-        }),
-    ];
-    for (kind, name, event) in signals {
-        let mut stream = signal(kind).with_context(|| format!("installing a {name} handler"))?;
-        let events = events.clone();
-        tokio::spawn(async move {
-            while stream.recv().await.is_some() {
-                if events.send(event()).is_err() {
-                    return;
-                }
-            }
-        });
-    }
-    Ok(())
-}
-
 impl Supervisor {
-    fn group_names(&self) -> Vec<String> {
-        self.groups.iter().map(|g| g.name.clone()).collect()
-    }
-
-    fn bpf_on(&self) -> bool {
-        self.groups.iter().any(|g| g.bpf.is_some())
-    }
-
     fn all_stopped(&self) -> bool {
         self.slots.values().all(|s| s.worker.is_none())
     }
 
     /// Opens slots 0..workers and starts a worker on each.
     fn start_fleet(&mut self) -> anyhow::Result<()> {
-        for index in 0..self.cfg.workers {
-            let slot = self.new_slot(index);
-            self.slots.insert(index, slot);
-            self.start_worker(index)?;
+        for _ in 0..self.cfg.workers {
+            self.open_slot().map_err(anyhow::Error::msg)?;
         }
         Ok(())
     }
@@ -296,22 +244,8 @@ impl Supervisor {
                 status,
             } => self.on_exit(slot, worker, status),
             Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),
-            Event::Timer { slot, worker, kind } => self.on_timer(slot, worker, kind),
-            Event::Signal(name) => {
-                if !self.stopping {
-                    tracing::info!(signal = name, "stopping: draining every worker");
-                    self.begin_shutdown(name);
-                } else if name == "SIGINT" {
-                    // A second Ctrl-C: the person at the terminal does not want to wait.
-                    tracing::warn!(signal = name, "second interrupt: killing every worker now");
-                    self.kill_all();
-                } else {
-                    tracing::info!(
-                        signal = name,
-                        "already stopping; send SIGINT again to kill now"
-                    );
-                }
-            }
+            Event::Timer { slot, epoch, timer } => self.on_timer(slot, epoch, timer),
+            Event::Signal(name) => self.on_stop_signal(name),
             Event::Reload => self.begin_reload(None),
             Event::Tick => self.on_tick(),
             Event::ProbeTick => self.on_probe_tick(),
@@ -326,6 +260,31 @@ impl Supervisor {
                     tracing::warn!("scaling refused: {e}");
                 }
             }
+            Event::SteeringTick => {
+                self.check_steering_soon();
+                self.watch_foreign();
+            }
+            Event::Canary {
+                group,
+                before,
+                connected,
+            } => self.on_canary(group, before, connected),
+        }
+    }
+
+    fn on_stop_signal(&mut self, name: &'static str) {
+        if !self.stopping {
+            tracing::info!(signal = name, "stopping: draining every worker");
+            self.begin_shutdown(name);
+        } else if name == "SIGINT" {
+            // A second Ctrl-C: the person at the terminal does not want to wait.
+            tracing::warn!(signal = name, "second interrupt: killing every worker now");
+            self.kill_all();
+        } else {
+            tracing::info!(
+                signal = name,
+                "already stopping; send SIGINT again to kill now"
+            );
         }
     }
 
@@ -350,53 +309,36 @@ impl Supervisor {
     }
 
     fn set_drained(&mut self, index: u32, drained: bool) -> Response {
-        if !self.bpf_on() && !self.cfg.no_bpf {
+        if !self.bpf_loaded() && !self.cfg.no_bpf {
             return Response::Error(
                 "BPF steering is still being set up (ck started a moment ago); try again".into(),
             );
         }
-        if !self.bpf_on() {
+        if !self.bpf_loaded() {
             return Response::Error(
                 "draining without closing the socket needs BPF steering, which is off (--no-bpf); \
                  restart ck without --no-bpf"
                     .into(),
             );
         }
-        let Some(slot) = self.slots.get_mut(&index) else {
+        let Some(slot) = self.slots.get(&index) else {
             let known: Vec<u32> = self.slots.keys().copied().collect();
             return Response::Error(format!(
                 "no slot {index}; slots in use: {known:?} (see `ck status`)"
             ));
         };
-        if slot.drained == drained {
+        if slot.life.drained == drained {
             let word = if drained { "drained" } else { "not drained" };
             return Response::Ok(format!("slot {index} is already {word}"));
         }
-        slot.drained = drained;
-        let pid = slot.worker.as_ref().map(|w| w.pid).unwrap_or(0);
-        if drained {
-            tracing::info!(slot = index, pid, reason = "ck drain", "worker draining");
-        } else {
-            tracing::info!(
-                slot = index,
-                pid,
-                reason = "ck undrain",
-                "worker back in the active set"
-            );
-        }
-        self.publish();
+        self.apply(index, Input::Drain(drained));
         let word = if drained { "drained" } else { "undrained" };
         Response::Ok(format!("slot {index} {word}"))
     }
 
-    /// Sends a timer event for worker `worker` of `slot` after `delay` (for a restart: the
-    /// worker that crashed).
-    fn set_timer(&self, slot: u32, worker: u64, kind: TimerKind, delay: Duration) {
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            let _ = events.send(Event::Timer { slot, worker, kind });
-        });
+    /// Sends a timer event for `slot` after `delay`, tagged with the slot's epoch.
+    fn set_timer(&self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
+        tasks::send_after(&self.events, delay, Event::Timer { slot, epoch, timer });
     }
 
     /// Starts the shutdown: nothing new is steered anywhere, every worker gets SIGTERM, and
@@ -407,11 +349,12 @@ impl Supervisor {
         }
         self.stopping = true;
         self.finish_roll(Err("rolling restart aborted: ck is stopping".into()));
-        self.publish();
-        let indices: Vec<u32> = self.slots.keys().copied().collect();
-        for index in indices {
-            self.stop_worker(index, reason);
-        }
+        let all = self
+            .slots
+            .keys()
+            .map(|i| (*i, Input::Shutdown(reason.into())))
+            .collect();
+        self.apply_all(all);
     }
 
     /// Releases what is left after the last worker exited: sockets, pins.

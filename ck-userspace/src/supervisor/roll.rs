@@ -6,7 +6,11 @@ use std::collections::VecDeque;
 
 use tokio::sync::oneshot;
 
-use super::Supervisor;
+use super::{
+    Supervisor,
+    lifecycle::{Input, Life, State},
+    slot::Slot,
+};
 use crate::control::Response;
 
 /// A rolling restart in progress.
@@ -24,10 +28,11 @@ pub(super) struct Roll {
 impl Supervisor {
     /// Starts a rolling restart of every current worker.
     pub(super) fn begin_reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
+        // Slots without a worker restart with the new app anyway.
         let all = self
             .slots
             .values()
-            .filter(|s| !s.retiring && !s.held)
+            .filter(|s| s.life.serving() && s.worker.is_some())
             .map(|s| s.index)
             .collect();
         self.begin_roll(all, reply);
@@ -81,23 +86,22 @@ impl Supervisor {
                 break;
             };
             // Skip slots that are gone or already leaving.
-            if self.slots.get(&old).is_none_or(|s| s.retiring) {
+            if self.slots.get(&old).is_none_or(|s| !s.life.serving()) {
                 continue;
             }
             let Some(new) = self.free_slot() else {
                 self.abort_roll(old, "found no free slot for its replacement".into());
                 return;
             };
-            let drained = self.slots.get(&old).is_some_and(|s| s.drained);
-            let mut slot = self.new_slot(new);
-            slot.held = true;
-            slot.drained = drained;
-            self.slots.insert(new, slot);
+            let mut life = Life::new(self.cfg.restart, true);
+            life.drained = self.slots.get(&old).is_some_and(|s| s.life.drained);
+            self.slots.insert(new, Slot::new(new, life));
             if let Some(roll) = self.roll.as_mut() {
                 roll.batch.push((old, new));
             }
             tracing::info!(old_slot = old, slot = new, "starting replacement");
-            if let Err(e) = self.start_worker(new) {
+            self.apply(new, Input::Start);
+            if let Some(e) = self.spawn_failure.take() {
                 self.abort_roll(new, format!("could not start: {e:#}"));
                 return;
             }
@@ -119,25 +123,20 @@ impl Supervisor {
         let all_ready = roll.batch.iter().all(|(_, new)| {
             self.slots
                 .get(new)
-                .and_then(|s| s.worker.as_ref())
-                .is_some_and(|w| w.phase == super::slot::Phase::Ready)
+                .is_some_and(|s| matches!(s.life.state, State::Ready(_)))
         });
         if !all_ready {
             return;
         }
         let batch = std::mem::take(&mut self.roll.as_mut().expect("roll").batch);
+        // One batch: the replacements in and the old workers out in the same publish, and only
+        // then SIGTERM to the old ones.
+        let mut inputs = Vec::new();
         for (old, new) in &batch {
-            if let Some(slot) = self.slots.get_mut(new) {
-                slot.held = false;
-            }
-            self.mark_retiring(*old, "replaced by a rolling restart");
-            tracing::info!(old_slot = old, slot = new, "replacement flipped in");
+            inputs.push((*new, Input::FlipIn));
+            inputs.push((*old, Input::Retire("replaced by a rolling restart".into())));
         }
-        // One publish: the replacements in and the old workers out in the same active set.
-        self.publish();
-        for (old, _) in &batch {
-            self.stop_worker(*old, "replaced by a rolling restart");
-        }
+        self.apply_all(inputs);
         if let Some(roll) = self.roll.as_mut() {
             roll.replaced += batch.len() as u32;
         }
@@ -162,11 +161,11 @@ impl Supervisor {
             .iter()
             .find(|(_, new)| *new == index)
             .map_or(index, |(old, _)| *old);
-        for (_, new) in &batch {
-            self.mark_retiring(*new, "rolling restart aborted");
-            self.stop_worker(*new, "rolling restart aborted");
-        }
-        self.publish();
+        let retire = batch
+            .iter()
+            .map(|(_, new)| (*new, Input::Retire("rolling restart aborted".into())))
+            .collect();
+        self.apply_all(retire);
         self.finish_roll(Err(format!(
             "rolling restart aborted: the replacement for slot {old} (slot {index}) {why}; \
              the old workers keep serving"

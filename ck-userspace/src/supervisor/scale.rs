@@ -1,33 +1,49 @@
-//! Scaling (`ck scale N`, `SIGTTIN` +1, `SIGTTOU` -1), slot allocation and slot retirement.
-//! A worker scaled away is drained and stopped gracefully (SIGTERM, then SIGKILL only after the
-//! drain timeout), never killed outright.
+//! Scaling (`ck scale N`, `SIGTTIN` +1, `SIGTTOU` -1) and slot allocation. Workers scaled away
+//! are drained and stopped gracefully (SIGTERM, then SIGKILL only after the drain timeout),
+//! never killed outright; slots that keep nothing open leave first ([`retire_order`]).
 use ck_common::{MAX_SLOTS, SlotInfo};
 
-use super::{Supervisor, slot::Slot};
+use super::{
+    Supervisor,
+    lifecycle::{Input, Life, needed, retire_order},
+    slot::Slot,
+};
 use crate::config::MAX_WORKERS;
 
-impl Supervisor {
-    /// A slot with this instance's crash policy.
-    pub(super) fn new_slot(&self, index: u32) -> Slot {
-        Slot::new(index, self.cfg.restart)
-    }
+/// The last slot index is never given to a worker: its probe source port is the steering
+/// canary's (see `steering`).
+pub(super) const CANARY_SLOT: u32 = MAX_SLOTS - 1;
 
+impl Supervisor {
     /// The lowest slot index not in use.
     pub(super) fn free_slot(&self) -> Option<u32> {
-        (0..MAX_SLOTS).find(|i| !self.slots.contains_key(i))
+        (0..CANARY_SLOT).find(|i| !self.slots.contains_key(i))
     }
 
-    /// Workers that count towards the fleet size (not leaving, not a roll's standby).
+    /// Opens a new serving slot and starts its worker. Errors when no slot is free or the
+    /// worker could not be started.
+    pub(super) fn open_slot(&mut self) -> Result<u32, String> {
+        let index = self.free_slot().ok_or("no free slot left")?;
+        let life = Life::new(self.cfg.restart, false);
+        self.slots.insert(index, Slot::new(index, life));
+        self.apply(index, Input::Start);
+        match self.spawn_failure.take() {
+            Some(e) => Err(format!("could not start a worker: {e:#}")),
+            None => Ok(index),
+        }
+    }
+
+    /// Slots that count towards the fleet size (not leaving, not a roll's standby).
     pub(super) fn serving_slots(&self) -> Vec<u32> {
         self.slots
             .values()
-            .filter(|s| !s.retiring && !s.held)
+            .filter(|s| s.life.serving())
             .map(|s| s.index)
             .collect()
     }
 
-    /// Changes the fleet to `target` workers: new slots start workers; the highest slots are
-    /// drained and stopped.
+    /// Changes the fleet to `target` workers: new slots start workers; the slots that keep the
+    /// least open leave first (see [`retire_order`]).
     pub(super) fn scale_to(&mut self, target: u32) -> Result<String, String> {
         if self.stopping {
             return Err("ck is stopping".into());
@@ -40,49 +56,34 @@ impl Supervisor {
                 "{target} workers is out of range: give a number from 1 to {MAX_WORKERS}"
             ));
         }
-        let serving = self.serving_slots();
-        let current = serving.len() as u32;
+        let current = self.serving_slots().len() as u32;
         tracing::info!(from = current, to = target, "scaling");
         if target > current {
             for _ in current..target {
-                let Some(index) = self.free_slot() else {
-                    return Err("no free slot left".into());
-                };
-                let slot = self.new_slot(index);
-                self.slots.insert(index, slot);
-                if let Err(e) = self.start_worker(index) {
-                    self.remove_slot(index);
-                    return Err(format!("could not start a worker: {e:#}"));
-                }
+                self.open_slot()?;
             }
         } else {
-            for index in serving.iter().rev().take((current - target) as usize) {
-                self.mark_retiring(*index, "scaled down");
-                self.stop_worker(*index, "scaled down");
-            }
-            self.publish();
+            let victims = retire_order(self.lives())
+                .into_iter()
+                .take((current - target) as usize)
+                .map(|index| (index, Input::Retire("scaled down".into())))
+                .collect();
+            self.apply_all(victims);
+            // A broken slot left among fewer slots may now be one the group needs.
+            let needed = needed(self.lives(), self.settings.min_workers)
+                .into_iter()
+                .map(|index| (index, Input::Needed))
+                .collect();
+            self.apply_all(needed);
         }
         self.cfg.workers = target;
         Ok(format!("scaling from {current} to {target} worker(s)"))
     }
 
-    /// Marks a slot as leaving: out of the active set at the next publish; removed when its
-    /// worker exits (at once if it has none).
-    pub(super) fn mark_retiring(&mut self, index: u32, reason: &'static str) {
-        let Some(slot) = self.slots.get_mut(&index) else {
-            return;
-        };
-        slot.retiring = true;
-        if slot.worker.is_none() {
-            tracing::info!(slot = index, reason, "slot retired");
-            self.remove_slot(index);
-        }
-    }
-
-    /// Forgets a slot: out of the maps, socket closed, record cleared.
-    pub(super) fn remove_slot(&mut self, index: u32) {
+    /// Forgets a slot the machine removed: its map record cleared and counters zeroed for the
+    /// next user of the index (its sockets are already closed).
+    pub(super) fn forget_slot(&mut self, index: u32) {
         self.slots.remove(&index);
-        self.publish();
         for group in &mut self.groups {
             if let Some(bpf) = &mut group.bpf {
                 bpf.remove(index);

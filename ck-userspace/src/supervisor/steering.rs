@@ -1,21 +1,46 @@
-//! Setting up BPF steering: loading the program and its maps for every group on a thread of its
-//! own while the first workers start, then adopting them into the running supervisor: maps
-//! filled (slot records, active set, sockets) before the program is attached, so that its first
-//! run finds a complete picture. Until then the group is a plain `SO_REUSEPORT` group, as it
-//! would be anyway while every worker is still starting.
-use std::time::Instant;
+//! BPF steering: loading the program and its maps for every group on a thread of its own while
+//! the first workers start, adopting them into the running supervisor (maps filled before the
+//! program is attached, so that its first run finds a complete picture), and checking from the
+//! kernel that every group still has the program, re-attaching it where it does not.
+//!
+//! The check is a canary: a loopback SYN from the probe source port of [`CANARY_SLOT`], a slot
+//! that never has a socket. With the program attached, probe steering sends it to that slot,
+//! finds no socket, drops it and counts an error there; without it, the kernel hashes it to a
+//! worker and the handshake completes. So "steering on" in `ck status` is what the kernel did
+//! with the last canary, never a flag ck set when it attached.
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
-use tokio::sync::oneshot;
+use tokio::{net::TcpSocket, sync::oneshot};
 
-use super::Supervisor;
+use super::{Event, Supervisor, scale::CANARY_SLOT};
 use crate::{
     bpf::{BpfGroup, pins},
     config::RunConfig,
+    probe,
 };
+
+/// How long a canary SYN may take to be answered before it counts as dropped.
+const CANARY_WAIT: Duration = Duration::from_millis(50);
+/// How often every group is checked.
+pub(super) const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// A load under way; resolves to the groups' programs in group order.
 pub(super) type Loading = oneshot::Receiver<anyhow::Result<Vec<BpfGroup>>>;
+
+/// The last word from the kernel on one group's program.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct SteeringCheck {
+    /// What the last canary showed (None: no canary has come back yet).
+    pub attached: Option<bool>,
+    /// When that canary came back.
+    pub at: Option<Instant>,
+    /// A canary is out.
+    pub in_flight: bool,
+}
 
 /// Starts loading the program of every group of `cfg` on its own thread.
 pub(super) fn load_in_background(cfg: &RunConfig) -> Loading {
@@ -45,6 +70,7 @@ fn load(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
             &addr.group_name(),
             cfg.policy.code(),
             cfg.health.probe_port_base,
+            cfg.bpf_log,
         ) {
             Ok(bpf) => loaded.push(bpf),
             Err(e) => {
@@ -57,9 +83,25 @@ fn load(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
     Ok(loaded)
 }
 
+/// Sends one canary SYN from `source` to `target`; true when the handshake completed (the
+/// kernel, not the program, chose a socket). Err when the canary could not be sent.
+async fn canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool> {
+    let socket = if target.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(source)?;
+    Ok(matches!(
+        tokio::time::timeout(CANARY_WAIT, socket.connect(target)).await,
+        Ok(Ok(_))
+    ))
+}
+
 impl Supervisor {
     /// Takes the loaded programs into use: maps first (slot records, active set, every open
-    /// socket), then the program is attached to each group.
+    /// socket), then the program is attached to each group, and a canary checks it.
     pub(super) fn adopt_bpf(
         &mut self,
         loaded: Result<anyhow::Result<Vec<BpfGroup>>, oneshot::error::RecvError>,
@@ -91,8 +133,105 @@ impl Supervisor {
         tracing::info!(
             pins = %pins::instance_dir(&self.cfg.name).display(),
             ms = started.elapsed().as_secs_f64() * 1e3,
-            "BPF steering on"
+            "BPF program loaded and attached; checking it with a canary"
         );
+        self.check_steering_soon();
         Ok(())
+    }
+
+    /// Whether every group's program is loaded (steering may still be unverified).
+    pub(super) fn bpf_loaded(&self) -> bool {
+        !self.groups.is_empty() && self.groups.iter().all(|g| g.bpf.is_some())
+    }
+
+    /// Whether the last canary of every group was steered by the program.
+    pub(super) fn steering_verified(&self) -> bool {
+        self.bpf_loaded()
+            && self
+                .groups
+                .iter()
+                .all(|g| g.steering.attached == Some(true))
+    }
+
+    /// Sends a canary to every group that has none out.
+    pub(super) fn check_steering_soon(&mut self) {
+        let base = self.cfg.health.probe_port_base;
+        for (position, group) in self.groups.iter_mut().enumerate() {
+            let Some(bpf) = &group.bpf else { continue };
+            if group.steering.in_flight || base == 0 {
+                continue;
+            }
+            let target = probe::target_of(group.addr.addr);
+            let Some(source) = probe::source_of(target, base, CANARY_SLOT) else {
+                continue;
+            };
+            group.steering.in_flight = true;
+            let before = bpf.stats(CANARY_SLOT).errors;
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                let connected = canary(target, source).await;
+                let _ = events.send(Event::Canary {
+                    group: position,
+                    before,
+                    connected,
+                });
+            });
+        }
+    }
+
+    /// A canary came back: the program steered it if it was dropped and counted. If not, the
+    /// group lost its program (or never had it): attach it again through an open member.
+    pub(super) fn on_canary(
+        &mut self,
+        position: usize,
+        before: u64,
+        connected: std::io::Result<bool>,
+    ) {
+        let member = self
+            .slots
+            .values()
+            .find_map(|s| s.sockets.get(position))
+            .map(|s| s.try_clone());
+        let Some(group) = self.groups.get_mut(position) else {
+            return;
+        };
+        group.steering.in_flight = false;
+        let Some(bpf) = group.bpf.as_mut() else {
+            return;
+        };
+        if member.is_none() || self.stopping {
+            // No member, no group: nothing to steer, nothing to conclude.
+            group.steering.attached = None;
+            return;
+        }
+        let connected = match connected {
+            Ok(connected) => connected,
+            Err(e) => {
+                tracing::debug!(group = %group.name, "steering canary not sent: {e}");
+                return;
+            }
+        };
+        let attached = !connected && bpf.stats(CANARY_SLOT).errors > before;
+        let was = group.steering.attached.replace(attached);
+        group.steering.at = Some(Instant::now());
+        if attached {
+            if was != Some(true) {
+                tracing::info!(group = %group.name, "BPF steering on (checked by the kernel)");
+            }
+            return;
+        }
+        tracing::error!(
+            group = %group.name,
+            "BPF steering is not in effect on the group (a canary connection was not steered): \
+             attaching the program again"
+        );
+        match member {
+            Some(Ok(socket)) => match bpf.attach(&socket) {
+                Ok(()) => self.check_steering_soon(),
+                Err(e) => tracing::error!(group = %group.name, "{e}"),
+            },
+            Some(Err(e)) => tracing::error!(group = %group.name, "{e}"),
+            None => {}
+        }
     }
 }

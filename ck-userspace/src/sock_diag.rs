@@ -1,0 +1,145 @@
+//! Listening TCP sockets on a port, as the kernel reports them (`NETLINK_SOCK_DIAG`,
+//! `inet_diag` dump of sockets in LISTEN): who else listens on a group's port.
+use std::{io, net::SocketAddr, os::fd::AsFd};
+
+use netlink_packet_core::{
+    NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+};
+use netlink_packet_sock_diag::{
+    SockDiagMessage,
+    constants::{AF_INET, AF_INET6, IPPROTO_TCP},
+    inet::{ExtensionFlags, InetRequest, SocketId, StateFlags},
+};
+use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_SOCK_DIAG};
+
+/// One listening socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    /// Its local address.
+    pub addr: SocketAddr,
+    /// Its inode (the number in `/proc/PID/fd/N -> socket:[INODE]`).
+    pub inode: u64,
+    /// Its owner's uid.
+    pub uid: u32,
+}
+
+/// Every TCP socket in LISTEN on `port` in the family of `ipv6`.
+pub fn listeners(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
+    let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
+    socket.bind_auto()?;
+    socket.connect(&NetlinkAddr::new(0, 0))?;
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    let mut request = NetlinkMessage::new(
+        header,
+        SockDiagMessage::InetRequest(InetRequest {
+            family: if ipv6 { AF_INET6 } else { AF_INET },
+            protocol: IPPROTO_TCP,
+            extensions: ExtensionFlags::empty(),
+            states: StateFlags::LISTEN,
+            socket_id: if ipv6 {
+                SocketId::new_v6()
+            } else {
+                SocketId::new_v4()
+            },
+        })
+        .into(),
+    );
+    request.finalize();
+    let mut buf = vec![0; request.buffer_len()];
+    request.serialize(&mut buf);
+    socket.send(&buf, 0)?;
+    let mut found = Vec::new();
+    let mut answer = vec![0u8; 64 * 1024];
+    loop {
+        let size = socket.recv(&mut &mut answer[..], 0)?;
+        let mut offset = 0;
+        while offset < size {
+            let message = NetlinkMessage::<SockDiagMessage>::deserialize(&answer[offset..size])
+                .map_err(|e| io::Error::other(format!("malformed sock_diag answer: {e}")))?;
+            let length = message.header.length as usize;
+            match message.payload {
+                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(response)) => {
+                    let id = &response.header.socket_id;
+                    if id.source_port == port {
+                        found.push(Listener {
+                            addr: SocketAddr::new(id.source_address, id.source_port),
+                            inode: u64::from(response.header.inode),
+                            uid: response.header.uid,
+                        });
+                    }
+                }
+                NetlinkPayload::Done(_) => return Ok(found),
+                NetlinkPayload::Error(e) => {
+                    return Err(io::Error::other(format!("sock_diag: {e:?}")));
+                }
+                _ => {}
+            }
+            if length == 0 {
+                break;
+            }
+            offset += length;
+        }
+    }
+}
+
+/// The inode of an open socket.
+pub fn inode_of(socket: &impl AsFd) -> io::Result<u64> {
+    let stat = nix::sys::stat::fstat(socket.as_fd()).map_err(io::Error::from)?;
+    Ok(stat.st_ino)
+}
+
+/// The pid and command name of a process holding socket `inode` (scans `/proc/*/fd`).
+pub fn holder_of(inode: u64) -> Option<(u32, String)> {
+    let target = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
+        });
+        if holds {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            return Some((pid, comm.trim().to_string()));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_listener_by_port_and_inode() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let inode = inode_of(&listener).unwrap();
+        let found = listeners(port, false).unwrap();
+        assert!(
+            found
+                .iter()
+                .any(|l| l.inode == inode && l.addr.port() == port),
+            "{found:?}"
+        );
+        assert_eq!(
+            holder_of(inode).map(|(pid, _)| pid),
+            Some(std::process::id())
+        );
+        drop(listener);
+        assert!(
+            listeners(port, false)
+                .unwrap()
+                .iter()
+                .all(|l| l.inode != inode)
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! What the lifecycle machine knows of one slot: its [`State`] (one enum, with the worker's run
+//! inside the states that have one), the operator's drain, the roll's standby mark, whether the
+//! supervisor's copy of the slot's sockets is open, and the crash policy's memory.
+use std::time::Instant;
+
+use super::crash::{Breaker, Crash};
+use crate::restart_policy::RestartPolicy;
+
+/// One worker process as the machine sees it (the OS handles live in the supervisor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// The worker's id in this instance (`CK_WORKER_ID`): events and timers carry it.
+    pub id: u64,
+    /// When it was spawned.
+    pub started: Instant,
+    /// When it first became ready, if it did.
+    pub ready_at: Option<Instant>,
+}
+
+/// What a stopping slot becomes when its worker exits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum After {
+    /// Nothing: ck is shutting down.
+    Idle,
+    /// Removed: scaled down, replaced by a rolling restart, or an aborted replacement.
+    Retire,
+    /// Restarted as after a crash that counts (the worker was killed for not becoming ready).
+    Crash,
+}
+
+/// Where a slot's life stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// No worker, no socket: not started yet, or stopped by a shutdown.
+    Idle,
+    /// Worker spawned, not ready: its socket is in the group but not selected.
+    Starting(Run),
+    /// Worker ready: selected unless the slot is drained or a roll's standby.
+    Ready(Run),
+    /// Ready worker failing a health signal: not selected, socket open, still probed.
+    Unhealthy(Run),
+    /// The worker said `STOPPING=1`: not selected, socket open, still serving what it has.
+    Draining(Run),
+    /// ck sent the worker SIGTERM (SIGKILL at the drain timeout): not selected, socket open.
+    Stopping(Run, After),
+    /// No worker; a restart is due (after a backoff). Socket closed.
+    Waiting,
+    /// No worker; a restart is due; the socket is kept open because it is the last one of its
+    /// group: selected only as the last resort, handed to the replacement.
+    Held,
+    /// No worker; the circuit breaker is open: tried again after the cool-down. Socket closed.
+    Broken,
+}
+
+impl State {
+    /// The worker's run, in the states that have a worker.
+    pub fn run(&self) -> Option<Run> {
+        match *self {
+            State::Starting(run)
+            | State::Ready(run)
+            | State::Unhealthy(run)
+            | State::Draining(run)
+            | State::Stopping(run, _) => Some(run),
+            State::Idle | State::Waiting | State::Held | State::Broken => None,
+        }
+    }
+}
+
+/// What `ck status`, the logs and the `slots` map call a slot's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// No worker, nothing due.
+    Stopped,
+    /// Worker not ready yet.
+    Starting,
+    /// A roll's replacement, ready or not, held out until its batch flips in.
+    Standby,
+    /// Selected.
+    Ready,
+    /// Not selected, still serving (`ck drain` or `STOPPING=1`).
+    Draining,
+    /// Not selected, failing health checks.
+    Unhealthy,
+    /// SIGTERM sent.
+    Stopping,
+    /// Waiting to restart, socket closed.
+    Restarting,
+    /// Waiting to restart, the group's last socket kept open.
+    Held,
+    /// Circuit breaker open.
+    Broken,
+}
+
+impl Shown {
+    /// The word shown by `ck status` and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shown::Stopped => "stopped",
+            Shown::Starting => "starting",
+            Shown::Standby => "standby",
+            Shown::Ready => "ready",
+            Shown::Draining => "draining",
+            Shown::Unhealthy => "unhealthy",
+            Shown::Stopping => "stopping",
+            Shown::Restarting => "restarting",
+            Shown::Held => "held",
+            Shown::Broken => "broken",
+        }
+    }
+
+    /// The code written to the `slots` map (see `ck_common::state`).
+    pub fn code(self) -> u32 {
+        use ck_common::state;
+        match self {
+            Shown::Stopped => state::STOPPED,
+            Shown::Starting => state::STARTING,
+            Shown::Standby => state::STANDBY,
+            Shown::Ready => state::READY,
+            Shown::Draining => state::DRAINING,
+            Shown::Unhealthy => state::UNHEALTHY,
+            Shown::Stopping => state::STOPPING,
+            Shown::Restarting => state::RESTARTING,
+            Shown::Held => state::HELD,
+            Shown::Broken => state::BROKEN,
+        }
+    }
+}
+
+/// Everything the lifecycle machine decides on for one slot.
+#[derive(Clone, Debug)]
+pub struct Life {
+    /// The state.
+    pub state: State,
+    /// `ck drain` holds the slot out of the active set (survives the worker's restarts).
+    pub drained: bool,
+    /// A rolling restart's replacement not flipped in yet: never selected, not counted as
+    /// serving, not restarted if it dies.
+    pub standby: bool,
+    /// The supervisor's copy of the slot's sockets is open (the executor keeps the OS true to
+    /// this flag).
+    pub socket_open: bool,
+    /// Backoff and breaker memory.
+    pub crash: Crash,
+    /// Id of the last worker started here: timers armed for an older one are stale.
+    pub epoch: u64,
+    /// Workers started on this slot.
+    pub generation: u32,
+    /// Restarts after an exit.
+    pub restarts: u32,
+}
+
+impl Life {
+    /// A slot that has never run anything.
+    pub fn new(policy: RestartPolicy, standby: bool) -> Life {
+        Life {
+            state: State::Idle,
+            drained: false,
+            standby,
+            socket_open: false,
+            crash: Crash::new(policy),
+            epoch: 0,
+            generation: 0,
+            restarts: 0,
+        }
+    }
+
+    /// In the fleet for good: not leaving, not a roll's standby. Only serving slots count
+    /// when deciding whether a socket is the last of its group or the breaker may open.
+    pub fn serving(&self) -> bool {
+        !self.standby && !matches!(self.state, State::Stopping(_, After::Retire))
+    }
+
+    /// Selected for new connections: a ready worker, not drained, not standby, socket open.
+    pub fn selectable(&self) -> bool {
+        matches!(self.state, State::Ready(_)) && !self.drained && !self.standby && self.socket_open
+    }
+
+    /// Keeps trying to run a worker (its breaker is not open).
+    pub fn trying(&self) -> bool {
+        self.serving() && self.crash.breaker() != Breaker::Open
+    }
+
+    /// The state as shown to people and written to the `slots` map.
+    pub fn shown(&self) -> Shown {
+        match self.state {
+            State::Idle => Shown::Stopped,
+            State::Starting(_) | State::Ready(_) if self.standby => Shown::Standby,
+            State::Starting(_) => Shown::Starting,
+            State::Ready(_) if self.drained => Shown::Draining,
+            State::Ready(_) => Shown::Ready,
+            State::Unhealthy(_) => Shown::Unhealthy,
+            State::Draining(_) => Shown::Draining,
+            State::Stopping(..) => Shown::Stopping,
+            State::Waiting => Shown::Restarting,
+            State::Held => Shown::Held,
+            State::Broken => Shown::Broken,
+        }
+    }
+}
+
+impl Shown {
+    /// Every state, in code order.
+    pub const ALL: [Shown; 10] = [
+        Shown::Stopped,
+        Shown::Starting,
+        Shown::Ready,
+        Shown::Draining,
+        Shown::Unhealthy,
+        Shown::Held,
+        Shown::Stopping,
+        Shown::Restarting,
+        Shown::Broken,
+        Shown::Standby,
+    ];
+
+    /// The state a `slots` map code stands for.
+    pub fn from_code(code: u32) -> Option<Shown> {
+        Shown::ALL.into_iter().find(|s| s.code() == code)
+    }
+}

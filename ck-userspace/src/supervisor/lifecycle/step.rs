@@ -1,0 +1,492 @@
+//! The transition function: `(life, input) -> effects`. It changes only the [`Life`] it is given
+//! and says what must happen in the world as [`Effect`]s, which the supervisor's executor runs in
+//! one fixed order (see [`Effect::rank`]).
+use std::time::{Duration, Instant};
+
+use super::{
+    crash::Verdict,
+    state::{After, Life, Run, State},
+};
+use crate::restart_policy::RestartPolicy;
+
+/// A timer the machine arms; it comes back as [`Input::Timer`] with the epoch it was armed in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// `--ready auto`: a worker silent on `NOTIFY_SOCKET` this long is taken as ready (the
+    /// supervisor checks the silence and answers with [`Input::Ready`]).
+    ReadyGrace,
+    /// A worker not ready by now is killed and its exit counts as a boot crash.
+    ReadyTimeout,
+    /// A stopping worker still alive now gets SIGKILL.
+    Kill,
+    /// Start a worker on the slot (after a backoff or the breaker's cool-down).
+    Restart,
+}
+
+/// Signals the machine sends to the slot's worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sig {
+    /// Stop gracefully.
+    Term,
+    /// Stop now.
+    Kill,
+}
+
+/// Something that happened to a slot, or a decision about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Open the slot: spawn its first worker.
+    Start,
+    /// The executor spawned worker `id` (answer to [`Effect::Spawn`]).
+    Spawned {
+        /// The worker's id.
+        id: u64,
+    },
+    /// Spawning failed; `socket_open` says whether the slot's sockets are open now.
+    SpawnFailed {
+        /// Whether the sockets are open.
+        socket_open: bool,
+    },
+    /// The worker is ready (`READY=1`, the grace, a probe, `--ready spawn`).
+    Ready {
+        /// Why it counts as ready.
+        why: String,
+        /// Whether its health signals are all good now.
+        healthy: bool,
+    },
+    /// The worker said `STOPPING=1`.
+    WorkerDraining,
+    /// The worker's health verdict changed.
+    Health {
+        /// The new verdict.
+        healthy: bool,
+        /// What changed it.
+        why: String,
+    },
+    /// The worker exited; `outside`: killed by a signal only others send (SIGKILL, SIGTERM,
+    /// SIGINT).
+    Exited {
+        /// Killed from outside.
+        outside: bool,
+    },
+    /// `ck drain` (true) or `ck undrain` (false).
+    Drain(bool),
+    /// A roll flips this standby replacement in.
+    FlipIn,
+    /// Leave for good (scale down, replaced by a roll, aborted replacement).
+    Retire(String),
+    /// ck is shutting down.
+    Shutdown(String),
+    /// Kill the worker now (a second SIGINT).
+    KillNow,
+    /// The group needs this slot to keep trying (`--min-workers`, after the fleet shrank):
+    /// an open breaker turns half-open.
+    Needed,
+    /// A timer armed in epoch `.1` fired.
+    Timer(Timer, u64),
+}
+
+/// Why the machine writes a log line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// A worker was started.
+    Started,
+    /// It is ready.
+    Ready(String),
+    /// Out of the active set, socket open (drain, `STOPPING=1`).
+    Draining(String),
+    /// Back in the active set after a drain.
+    Undrained,
+    /// A health signal failed.
+    Unhealthy(String),
+    /// Healthy again.
+    Healthy(String),
+    /// A standby replacement flipped in.
+    FlippedIn,
+    /// SIGTERM sent.
+    Stopping(String),
+    /// Killed: not ready within `--ready-timeout`.
+    NotReadyInTime(Duration),
+    /// Killed: still running at the drain timeout.
+    KilledAtDrainTimeout,
+    /// It had served: replaced at once.
+    RestartNow,
+    /// A boot crash: restart after the backoff.
+    RestartIn(Duration),
+    /// Restarting now (the backoff or cool-down ended).
+    Restarting,
+    /// The breaker opened.
+    BreakerOpen {
+        /// Boot crashes that opened it.
+        crashes: u32,
+        /// The cool-down.
+        cooldown: Duration,
+    },
+    /// The breaker would open but the group needs the slot: kept trying.
+    HalfOpen {
+        /// The delay of every try.
+        every: Duration,
+        /// `--min-workers`.
+        min_workers: u32,
+    },
+    /// The last socket of its group: kept open for the replacement.
+    Held,
+    /// The slot left the fleet.
+    Retired,
+    /// A standby replacement died: not restarted (the roll aborts).
+    StandbyFailed,
+}
+
+/// What the executor must do, in the order of [`Effect::rank`] whatever the order here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Write a log line.
+    Note(Note),
+    /// Write the active set and every slot record to every group's maps.
+    Publish,
+    /// Signal the slot's worker.
+    Signal(Sig),
+    /// Close the supervisor's copy of the slot's sockets (its queue migrates).
+    CloseSockets,
+    /// Forget the slot (record cleared, counters zeroed).
+    Remove,
+    /// Open the slot's sockets if closed, spawn a worker, and answer with
+    /// [`Input::Spawned`] or [`Input::SpawnFailed`].
+    Spawn,
+    /// Arm a timer that answers with [`Input::Timer`] after the delay.
+    Arm(Timer, Duration, u64),
+}
+
+impl Effect {
+    /// The fixed order of effects: publish the maps, then signal, then close sockets, then
+    /// forget, then spawn, then arm timers. Out of the maps before anything is signalled or
+    /// closed holds by this order, not by call sites.
+    pub fn rank(&self) -> u8 {
+        match self {
+            Effect::Note(_) => 0,
+            Effect::Publish => 1,
+            Effect::Signal(_) => 2,
+            Effect::CloseSockets => 3,
+            Effect::Remove => 4,
+            Effect::Spawn => 5,
+            Effect::Arm(..) => 6,
+        }
+    }
+}
+
+/// Puts effects in their fixed order (stable for equal ranks).
+pub fn schedule<T>(effects: &mut [(T, Effect)]) {
+    effects.sort_by_key(|(_, e)| e.rank());
+}
+
+/// The settings the machine decides with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// `--ready spawn`: ready as soon as spawned.
+    pub ready_on_spawn: bool,
+    /// `--ready auto` without probes: the grace after which a silent worker is ready.
+    pub ready_grace: Option<Duration>,
+    /// `--ready-timeout`.
+    pub ready_timeout: Duration,
+    /// `--drain-timeout`.
+    pub drain_timeout: Duration,
+    /// The crash policy.
+    pub restart: RestartPolicy,
+    /// `--min-workers`: serving slots the breaker never takes the group below.
+    pub min_workers: u32,
+}
+
+/// What the machine needs to know of the rest of the fleet (see `Fleet::of`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fleet {
+    /// Now.
+    pub now: Instant,
+    /// A random number in [0, 1) for the backoff's jitter.
+    pub random: f64,
+    /// ck is shutting down.
+    pub stopping: bool,
+    /// Other serving slots with open sockets: 0 means this slot's sockets are the last ones
+    /// that keep the group alive.
+    pub others_open: usize,
+    /// Other serving slots whose breaker is not open.
+    pub others_trying: usize,
+}
+
+/// Feeds `input` to `life` and returns what must happen. Inputs that do not apply to the
+/// current state (a stale timer, a late message) change nothing and return no effect.
+pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -> Vec<Effect> {
+    use Effect::{Arm, CloseSockets, Publish, Remove, Signal, Spawn};
+    let now = fleet.now;
+    let mut out = Vec::new();
+    match (life.state, input) {
+        (State::Idle, Input::Start) => out.push(Spawn),
+        (State::Idle | State::Waiting | State::Held | State::Broken, Input::Spawned { id }) => {
+            life.epoch = id;
+            life.generation += 1;
+            life.socket_open = true;
+            let run = Run {
+                id,
+                started: now,
+                ready_at: settings.ready_on_spawn.then_some(now),
+            };
+            out.push(Effect::Note(Note::Started));
+            out.push(Publish);
+            if settings.ready_on_spawn {
+                life.state = State::Ready(run);
+                out.push(Effect::Note(Note::Ready(
+                    "ready on spawn (--ready spawn)".into(),
+                )));
+            } else {
+                life.state = State::Starting(run);
+                out.push(Arm(Timer::ReadyTimeout, settings.ready_timeout, id));
+                if let Some(grace) = settings.ready_grace {
+                    out.push(Arm(Timer::ReadyGrace, grace, id));
+                }
+            }
+        }
+        (
+            State::Idle | State::Waiting | State::Held | State::Broken,
+            Input::SpawnFailed { socket_open },
+        ) => {
+            life.socket_open = socket_open;
+            exit(life, None, false, fleet, settings, &mut out);
+        }
+        (State::Starting(run) | State::Draining(run), Input::Ready { why, healthy }) => {
+            let run = Run {
+                ready_at: run.ready_at.or(Some(now)),
+                ..run
+            };
+            life.state = if healthy {
+                State::Ready(run)
+            } else {
+                State::Unhealthy(run)
+            };
+            out.extend([Effect::Note(Note::Ready(why)), Publish]);
+        }
+        (
+            State::Starting(run) | State::Ready(run) | State::Unhealthy(run),
+            Input::WorkerDraining,
+        ) => {
+            life.state = State::Draining(run);
+            out.extend([Effect::Note(Note::Draining("STOPPING=1".into())), Publish]);
+        }
+        (
+            State::Ready(run),
+            Input::Health {
+                healthy: false,
+                why,
+            },
+        ) => {
+            life.state = State::Unhealthy(run);
+            out.extend([Effect::Note(Note::Unhealthy(why)), Publish]);
+        }
+        (State::Unhealthy(run), Input::Health { healthy: true, why }) => {
+            life.state = State::Ready(run);
+            out.extend([Effect::Note(Note::Healthy(why)), Publish]);
+        }
+        (_, Input::Drain(drained)) if life.drained != drained => {
+            life.drained = drained;
+            let note = if drained {
+                Note::Draining("ck drain".into())
+            } else {
+                Note::Undrained
+            };
+            out.extend([Effect::Note(note), Publish]);
+        }
+        (_, Input::FlipIn) if life.standby => {
+            life.standby = false;
+            out.extend([Effect::Note(Note::FlippedIn), Publish]);
+        }
+        (State::Stopping(run, _), Input::Retire(_)) => {
+            life.state = State::Stopping(run, After::Retire);
+        }
+        (state, Input::Retire(why)) => match state.run() {
+            Some(run) => stop(life, run, After::Retire, why, settings, &mut out),
+            None => {
+                life.state = State::Idle;
+                out.extend([Effect::Note(Note::Retired), Publish, Remove]);
+                if std::mem::take(&mut life.socket_open) {
+                    out.push(CloseSockets);
+                }
+            }
+        },
+        // Already stopping: only the (now empty) active set changes.
+        (State::Stopping(..), Input::Shutdown(_)) => out.push(Publish),
+        (state, Input::Shutdown(why)) => match state.run() {
+            Some(run) => stop(life, run, After::Idle, why, settings, &mut out),
+            None => {
+                life.state = State::Idle;
+                out.push(Publish);
+                if std::mem::take(&mut life.socket_open) {
+                    out.push(CloseSockets);
+                }
+            }
+        },
+        (state, Input::KillNow) if state.run().is_some() => out.push(Signal(Sig::Kill)),
+        (State::Held | State::Broken, Input::Needed) if !life.trying() && life.serving() => {
+            let every = life.crash.half_open();
+            if life.state == State::Broken {
+                life.state = State::Waiting;
+            }
+            out.extend([
+                Effect::Note(Note::HalfOpen {
+                    every,
+                    min_workers: settings.min_workers,
+                }),
+                Publish,
+                Arm(Timer::Restart, every, life.epoch),
+            ]);
+        }
+        (_, Input::Timer(_, epoch)) if epoch != life.epoch => {}
+        (State::Starting(run), Input::Timer(Timer::ReadyTimeout, _)) => {
+            life.state = State::Stopping(run, After::Crash);
+            out.extend([
+                Effect::Note(Note::NotReadyInTime(settings.ready_timeout)),
+                Publish,
+                Signal(Sig::Kill),
+            ]);
+        }
+        (State::Stopping(..), Input::Timer(Timer::Kill, _)) => {
+            out.extend([Effect::Note(Note::KilledAtDrainTimeout), Signal(Sig::Kill)]);
+        }
+        (State::Waiting | State::Held | State::Broken, Input::Timer(Timer::Restart, _)) => {
+            life.crash.cooled_down();
+            life.restarts += 1;
+            out.extend([Effect::Note(Note::Restarting), Spawn]);
+        }
+        (state, Input::Exited { outside }) => {
+            if let Some(run) = state.run() {
+                exit(
+                    life,
+                    Some((run, outside)),
+                    matches!(state, State::Stopping(..)),
+                    fleet,
+                    settings,
+                    &mut out,
+                );
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Sends the worker SIGTERM (SIGKILL after the drain timeout); the slot stops being selected.
+fn stop(
+    life: &mut Life,
+    run: Run,
+    after: After,
+    why: String,
+    settings: &Settings,
+    out: &mut Vec<Effect>,
+) {
+    life.state = State::Stopping(run, after);
+    out.extend([
+        Effect::Note(Note::Stopping(why)),
+        Effect::Publish,
+        Effect::Signal(Sig::Term),
+        Effect::Arm(Timer::Kill, settings.drain_timeout, run.id),
+    ]);
+}
+
+/// The worker is gone (or never started): decide what the slot becomes. `exited` is the run and
+/// whether it was killed from outside; `asked` whether ck had asked it to stop.
+fn exit(
+    life: &mut Life,
+    exited: Option<(Run, bool)>,
+    asked: bool,
+    fleet: &Fleet,
+    settings: &Settings,
+    out: &mut Vec<Effect>,
+) {
+    out.push(Effect::Publish);
+    let after = match life.state {
+        State::Stopping(_, after) if after != After::Crash => after,
+        _ if fleet.stopping => After::Idle,
+        _ if life.standby => After::Retire,
+        _ => After::Crash,
+    };
+    debug_assert!(asked || after != After::Idle || fleet.stopping);
+    match after {
+        After::Idle => {
+            life.state = State::Idle;
+            close(life, out);
+            return;
+        }
+        After::Retire => {
+            life.state = State::Idle;
+            let note = if asked {
+                Note::Retired
+            } else {
+                Note::StandbyFailed
+            };
+            out.extend([Effect::Note(note), Effect::Remove]);
+            close(life, out);
+            return;
+        }
+        After::Crash => {}
+    }
+    let (ready_for, outside) = match exited {
+        Some((run, outside)) if !asked => (
+            run.ready_at
+                .map(|at| fleet.now.saturating_duration_since(at)),
+            outside,
+        ),
+        _ => (None, false),
+    };
+    let verdict = if life.crash.served(ready_for, outside) {
+        life.crash.on_served_exit()
+    } else {
+        life.crash.on_boot_crash(fleet.now, fleet.random)
+    };
+    // The last open socket of its group is kept: connections queue on it, and the replacement
+    // gets it.
+    let hold = fleet.others_open == 0;
+    life.state = if hold { State::Held } else { State::Waiting };
+    if hold {
+        out.push(Effect::Note(Note::Held));
+    } else {
+        close(life, out);
+    }
+    match verdict {
+        Verdict::Now => {
+            life.restarts += 1;
+            out.extend([Effect::Note(Note::RestartNow), Effect::Spawn]);
+        }
+        Verdict::After(delay) => {
+            out.extend([
+                Effect::Note(Note::RestartIn(delay)),
+                Effect::Arm(Timer::Restart, delay, life.epoch),
+            ]);
+        }
+        Verdict::Open(cooldown) => {
+            let crashes = life.crash.policy().crash_limit;
+            if fleet.others_trying < settings.min_workers as usize {
+                let every = life.crash.half_open();
+                out.extend([
+                    Effect::Note(Note::HalfOpen {
+                        every,
+                        min_workers: settings.min_workers,
+                    }),
+                    Effect::Arm(Timer::Restart, every, life.epoch),
+                ]);
+            } else {
+                life.crash.open();
+                if !hold {
+                    life.state = State::Broken;
+                }
+                out.extend([
+                    Effect::Note(Note::BreakerOpen { crashes, cooldown }),
+                    Effect::Arm(Timer::Restart, cooldown, life.epoch),
+                ]);
+            }
+        }
+    }
+}
+
+/// Marks the sockets closed and asks the executor to close them.
+fn close(life: &mut Life, out: &mut Vec<Effect>) {
+    if std::mem::take(&mut life.socket_open) {
+        out.push(Effect::CloseSockets);
+    }
+}

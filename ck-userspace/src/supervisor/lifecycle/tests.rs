@@ -1,0 +1,350 @@
+//! Unit tests of the transition function, one input at a time (no root needed).
+use std::time::{Duration, Instant};
+
+use super::{crash::Breaker, *};
+use crate::restart_policy::RestartPolicy;
+
+const P: RestartPolicy = RestartPolicy::DEFAULT;
+
+fn settings() -> Settings {
+    Settings {
+        ready_on_spawn: false,
+        ready_grace: Some(Duration::from_secs(1)),
+        ready_timeout: Duration::from_secs(30),
+        drain_timeout: Duration::from_secs(10),
+        restart: P,
+        min_workers: 1,
+    }
+}
+
+/// A fleet view at `now` with `others_open` other open serving slots, all trying.
+fn fleet(now: Instant, others_open: usize) -> Fleet {
+    Fleet {
+        now,
+        random: 0.0,
+        stopping: false,
+        others_open,
+        others_trying: others_open,
+    }
+}
+
+/// A slot with worker `id` ready since `t0`.
+fn ready_slot(t0: Instant, id: u64) -> Life {
+    let mut life = Life::new(P, false);
+    let s = settings();
+    step(&mut life, Input::Start, &fleet(t0, 1), &s);
+    step(&mut life, Input::Spawned { id }, &fleet(t0, 1), &s);
+    let ready = Input::Ready {
+        why: "READY=1".into(),
+        healthy: true,
+    };
+    step(&mut life, ready, &fleet(t0, 1), &s);
+    assert!(matches!(life.state, State::Ready(_)), "{life:?}");
+    life
+}
+
+fn ranks(effects: &[Effect]) -> Vec<Effect> {
+    let mut tagged: Vec<((), Effect)> = effects.iter().cloned().map(|e| ((), e)).collect();
+    schedule(&mut tagged);
+    tagged
+        .into_iter()
+        .map(|(_, e)| e)
+        .filter(|e| !matches!(e, Effect::Note(_)))
+        .collect()
+}
+
+#[test]
+fn start_spawns_then_starting_publishes_and_arms_the_ready_timers() {
+    let t0 = Instant::now();
+    let s = settings();
+    let mut life = Life::new(P, false);
+    assert_eq!(
+        step(&mut life, Input::Start, &fleet(t0, 0), &s),
+        vec![Effect::Spawn]
+    );
+    let effects = ranks(&step(
+        &mut life,
+        Input::Spawned { id: 7 },
+        &fleet(t0, 0),
+        &s,
+    ));
+    assert_eq!(
+        effects,
+        vec![
+            Effect::Publish,
+            Effect::Arm(Timer::ReadyTimeout, s.ready_timeout, 7),
+            Effect::Arm(Timer::ReadyGrace, Duration::from_secs(1), 7),
+        ]
+    );
+    assert!(matches!(life.state, State::Starting(Run { id: 7, .. })));
+    assert!(life.socket_open && life.epoch == 7 && life.generation == 1);
+    assert_eq!(life.shown(), Shown::Starting);
+}
+
+#[test]
+fn a_worker_that_served_and_was_killed_is_replaced_at_once() {
+    let t0 = Instant::now();
+    let mut life = ready_slot(t0, 1);
+    let later = fleet(t0 + Duration::from_millis(300), 3);
+    let effects = ranks(&step(
+        &mut life,
+        Input::Exited { outside: true },
+        &later,
+        &settings(),
+    ));
+    assert_eq!(
+        effects,
+        vec![Effect::Publish, Effect::CloseSockets, Effect::Spawn]
+    );
+    assert_eq!(life.state, State::Waiting);
+    assert!(!life.socket_open);
+    assert_eq!(life.restarts, 1);
+}
+
+#[test]
+fn the_last_socket_of_the_group_is_held_for_the_replacement() {
+    let t0 = Instant::now();
+    let mut life = ready_slot(t0, 1);
+    let alone = fleet(t0 + Duration::from_secs(5), 0);
+    let effects = ranks(&step(
+        &mut life,
+        Input::Exited { outside: true },
+        &alone,
+        &settings(),
+    ));
+    assert_eq!(
+        effects,
+        vec![Effect::Publish, Effect::Spawn],
+        "no close: {effects:?}"
+    );
+    assert_eq!(life.state, State::Held);
+    assert!(life.socket_open);
+    assert_eq!(tier(&life), Tier::Held);
+    assert_eq!(life.shown(), Shown::Held);
+    // The replacement gets the held socket.
+    step(&mut life, Input::Spawned { id: 2 }, &alone, &settings());
+    assert!(life.socket_open && matches!(life.state, State::Starting(_)));
+}
+
+#[test]
+fn a_boot_crash_waits_a_growing_backoff_and_trips_the_breaker() {
+    let t0 = Instant::now();
+    let s = settings();
+    let mut life = Life::new(P, false);
+    step(&mut life, Input::Start, &fleet(t0, 2), &s);
+    let mut delays = Vec::new();
+    for i in 0..P.crash_limit {
+        let now = t0 + Duration::from_millis(u64::from(i) * 10);
+        step(
+            &mut life,
+            Input::Spawned {
+                id: u64::from(i) + 1,
+            },
+            &fleet(now, 2),
+            &s,
+        );
+        let effects = step(
+            &mut life,
+            Input::Exited { outside: false },
+            &fleet(now, 2),
+            &s,
+        );
+        delays.extend(effects.iter().filter_map(|e| match e {
+            Effect::Arm(Timer::Restart, d, _) => Some(*d),
+            _ => None,
+        }));
+    }
+    let n = delays.len();
+    assert_eq!(
+        &delays[..n - 1],
+        &[P.initial, P.initial * 2, P.initial * 4, P.initial * 8]
+    );
+    assert_eq!(
+        delays[n - 1],
+        P.cooldown,
+        "the last crash opens the breaker"
+    );
+    assert_eq!(life.state, State::Broken);
+    assert_eq!(life.crash.breaker(), Breaker::Open);
+    assert!(!life.socket_open);
+}
+
+#[test]
+fn the_breaker_never_takes_the_group_below_min_workers() {
+    let t0 = Instant::now();
+    let s = settings();
+    let mut life = Life::new(P, false);
+    let alone = Fleet {
+        others_trying: 0,
+        ..fleet(t0, 0)
+    };
+    step(&mut life, Input::Start, &alone, &s);
+    let mut last = Vec::new();
+    for i in 0..P.crash_limit + 2 {
+        step(
+            &mut life,
+            Input::Spawned {
+                id: u64::from(i) + 1,
+            },
+            &alone,
+            &s,
+        );
+        last = step(&mut life, Input::Exited { outside: false }, &alone, &s);
+    }
+    assert!(
+        last.contains(&Effect::Arm(Timer::Restart, P.max, life.epoch)),
+        "{last:?}"
+    );
+    assert_eq!(life.crash.breaker(), Breaker::HalfOpen);
+    assert_eq!(life.state, State::Held, "the only slot keeps its socket");
+    assert!(life.trying());
+}
+
+#[test]
+fn a_worker_killed_right_after_ready_by_itself_is_a_boot_crash() {
+    let t0 = Instant::now();
+    let mut life = ready_slot(t0, 1);
+    let soon = fleet(t0 + Duration::from_millis(10), 1);
+    let effects = step(
+        &mut life,
+        Input::Exited { outside: false },
+        &soon,
+        &settings(),
+    );
+    assert!(
+        effects.contains(&Effect::Arm(Timer::Restart, P.initial, 1)),
+        "{effects:?}"
+    );
+}
+
+#[test]
+fn retire_signals_after_publishing_and_removes_after_closing() {
+    let t0 = Instant::now();
+    let s = settings();
+    let mut life = ready_slot(t0, 1);
+    let effects = ranks(&step(
+        &mut life,
+        Input::Retire("scaled down".into()),
+        &fleet(t0, 1),
+        &s,
+    ));
+    assert_eq!(
+        effects,
+        vec![
+            Effect::Publish,
+            Effect::Signal(Sig::Term),
+            Effect::Arm(Timer::Kill, s.drain_timeout, 1)
+        ]
+    );
+    assert!(!life.serving());
+    let effects = ranks(&step(
+        &mut life,
+        Input::Exited { outside: false },
+        &fleet(t0, 1),
+        &s,
+    ));
+    assert_eq!(
+        effects,
+        vec![Effect::Publish, Effect::CloseSockets, Effect::Remove]
+    );
+}
+
+#[test]
+fn a_dead_standby_is_removed_not_restarted() {
+    let t0 = Instant::now();
+    let s = settings();
+    let mut life = Life::new(P, true);
+    step(&mut life, Input::Start, &fleet(t0, 1), &s);
+    step(&mut life, Input::Spawned { id: 3 }, &fleet(t0, 1), &s);
+    assert_eq!(life.shown(), Shown::Standby);
+    let effects = step(
+        &mut life,
+        Input::Exited { outside: false },
+        &fleet(t0, 1),
+        &s,
+    );
+    assert!(effects.contains(&Effect::Note(Note::StandbyFailed)));
+    assert_eq!(
+        ranks(&effects),
+        vec![Effect::Publish, Effect::CloseSockets, Effect::Remove]
+    );
+}
+
+#[test]
+fn stale_timers_and_late_messages_change_nothing() {
+    let t0 = Instant::now();
+    let s = settings();
+    let mut life = ready_slot(t0, 5);
+    let before = life.clone();
+    for input in [
+        Input::Timer(Timer::ReadyTimeout, 4),
+        Input::Timer(Timer::Restart, 5),
+        Input::Timer(Timer::Kill, 5),
+        Input::Ready {
+            why: "again".into(),
+            healthy: true,
+        },
+        Input::Drain(false),
+        Input::FlipIn,
+    ] {
+        assert_eq!(
+            step(&mut life, input.clone(), &fleet(t0, 1), &s),
+            vec![],
+            "{input:?}"
+        );
+    }
+    assert_eq!(life.state, before.state);
+}
+
+#[test]
+fn drain_and_health_move_the_slot_out_of_the_ready_tier_and_back() {
+    let t0 = Instant::now();
+    let s = settings();
+    let mut life = ready_slot(t0, 1);
+    assert_eq!(tier(&life), Tier::Ready);
+    step(&mut life, Input::Drain(true), &fleet(t0, 1), &s);
+    assert_eq!((tier(&life), life.shown()), (Tier::Live, Shown::Draining));
+    step(&mut life, Input::Drain(false), &fleet(t0, 1), &s);
+    let unhealthy = Input::Health {
+        healthy: false,
+        why: "probe".into(),
+    };
+    step(&mut life, unhealthy, &fleet(t0, 1), &s);
+    assert_eq!((tier(&life), life.shown()), (Tier::Live, Shown::Unhealthy));
+    let healthy = Input::Health {
+        healthy: true,
+        why: "probes pass".into(),
+    };
+    step(&mut life, healthy, &fleet(t0, 1), &s);
+    assert_eq!(tier(&life), Tier::Ready);
+}
+
+#[test]
+fn the_active_set_puts_held_sockets_last_and_only_without_live_workers() {
+    let t0 = Instant::now();
+    let s = settings();
+    let ready = ready_slot(t0, 1);
+    let mut starting = Life::new(P, false);
+    step(&mut starting, Input::Start, &fleet(t0, 1), &s);
+    step(&mut starting, Input::Spawned { id: 2 }, &fleet(t0, 1), &s);
+    let mut held = ready_slot(t0, 3);
+    step(
+        &mut held,
+        Input::Exited { outside: true },
+        &fleet(t0, 0),
+        &s,
+    );
+    assert_eq!(held.state, State::Held);
+
+    let set = active_set([(0, &ready), (1, &starting), (2, &held)].into_iter(), false);
+    assert_eq!((set.ready_len, set.live_len), (1, 2));
+    assert_eq!(&set.slots[..2], &[0, 1]);
+    let set = active_set([(2, &held)].into_iter(), false);
+    assert_eq!((set.ready_len, set.live_len, set.slots[0]), (0, 1, 2));
+    let set = active_set([(0, &ready), (2, &held)].into_iter(), true);
+    assert_eq!(
+        (set.ready_len, set.live_len),
+        (0, 0),
+        "empty while stopping"
+    );
+}

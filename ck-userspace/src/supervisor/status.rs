@@ -1,0 +1,151 @@
+//! The report `ck status` prints, read from the kernel where the kernel holds the truth: the
+//! active set and slot records from the maps, counters from `stats`, steering from the last
+//! canary, foreign listeners from sock_diag.
+use ck_common::{MAX_SLOTS, SlotStats};
+
+use super::{
+    Supervisor,
+    lifecycle::{Shown, active_set, crash::Breaker},
+};
+use crate::control::{GroupSteering, SlotReport, StatusReport};
+
+impl Supervisor {
+    pub(super) fn slot_stats(&self, index: u32) -> SlotStats {
+        let mut total = SlotStats::default();
+        for bpf in self.groups.iter().filter_map(|g| g.bpf.as_ref()) {
+            total.add(&bpf.stats(index));
+        }
+        total
+    }
+
+    /// The active set as the kernel holds it (first group), or as ck computes it without BPF.
+    fn active_lists(&self) -> (Vec<u32>, Vec<u32>) {
+        if let Some(lists) = self
+            .groups
+            .first()
+            .and_then(|g| g.bpf.as_ref()?.read_active())
+        {
+            return lists;
+        }
+        let set = active_set(self.lives(), self.stopping);
+        let ready = set.ready_len as usize;
+        (
+            set.slots[..ready].to_vec(),
+            set.slots[ready..set.live_len as usize].to_vec(),
+        )
+    }
+
+    /// The state word of `index`: from its record in the `slots` map when BPF is on.
+    fn state_word(&self, index: u32, shown: Shown) -> String {
+        let kernel = self
+            .groups
+            .first()
+            .and_then(|g| g.bpf.as_ref()?.read_slot(index))
+            .and_then(|info| Shown::from_code(info.state));
+        kernel.unwrap_or(shown).name().to_string()
+    }
+
+    /// Why the fleet is degraded: slots whose breaker is open or held half-open.
+    fn degraded(&self) -> Vec<String> {
+        let policy = &self.cfg.restart;
+        self.slots
+            .values()
+            .filter(|s| s.life.serving())
+            .filter_map(|s| match s.life.crash.breaker() {
+                Breaker::Closed => None,
+                Breaker::Open => Some(format!(
+                    "slot {}: circuit breaker open after {} boot crashes within {:?} (last exit: {}); \
+                     next try after the {:?} cool-down",
+                    s.index,
+                    policy.crash_limit,
+                    policy.window,
+                    s.last_exit.as_deref().unwrap_or("-"),
+                    policy.cooldown
+                )),
+                Breaker::HalfOpen => Some(format!(
+                    "slot {}: keeps crashing at start (last exit: {}); the breaker stays half-open \
+                     to keep --min-workers {} slot(s) trying: retried every {:?}",
+                    s.index,
+                    s.last_exit.as_deref().unwrap_or("-"),
+                    self.settings.min_workers,
+                    policy.max
+                )),
+            })
+            .collect()
+    }
+
+    /// The report `ck status` prints.
+    pub(super) fn status(&self) -> StatusReport {
+        let slots = self
+            .slots
+            .values()
+            .map(|s| {
+                let stats = self.slot_stats(s.index);
+                let worker = s.worker.as_ref();
+                SlotReport {
+                    slot: s.index,
+                    pid: worker.map(|w| w.pid),
+                    state: self.state_word(s.index, s.life.shown()),
+                    drained: s.life.drained,
+                    uptime_ms: worker.map_or(0, |w| w.started.elapsed().as_millis() as u64),
+                    restarts: s.life.restarts,
+                    generation: s.life.generation,
+                    selected: stats.selected,
+                    fallbacks: stats.fallbacks,
+                    migrated: stats.migrated,
+                    last_exit: s.last_exit.clone(),
+                    status: worker.and_then(|w| w.status.clone()),
+                    unhealthy: worker
+                        .filter(|w| !w.health.is_healthy())
+                        .map(|w| w.health.reasons()),
+                    queue_depth: s.queue_depth,
+                    probe_hits: stats.probe_hits,
+                    breaker: s.life.crash.breaker().name().into(),
+                }
+            })
+            .collect();
+        let (active, fallback) = self.active_lists();
+        let steering = self
+            .groups
+            .iter()
+            .filter(|g| g.bpf.is_some())
+            .map(|g| GroupSteering {
+                group: g.name.clone(),
+                attached: g.steering.attached,
+                checked_ms_ago: g.steering.at.map(|at| at.elapsed().as_millis() as u64),
+            })
+            .collect();
+        StatusReport {
+            name: self.cfg.name.clone(),
+            pid: std::process::id(),
+            bpf: self.steering_verified(),
+            steering,
+            policy: self.cfg.policy,
+            groups: self.groups.iter().map(|g| g.name.clone()).collect(),
+            listen: self
+                .groups
+                .iter()
+                .map(|g| g.addr.addr.to_string())
+                .collect(),
+            probe: self.cfg.health.probe.as_ref().map(|p| p.to_string()),
+            probe_port_base: self.cfg.health.probe_port_base,
+            pins: self.bpf_loaded().then(|| {
+                crate::bpf::pins::instance_dir(&self.cfg.name)
+                    .display()
+                    .to_string()
+            }),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            active,
+            fallback,
+            degraded: self.degraded(),
+            foreign: self.foreign_listeners(),
+            min_workers: self.settings.min_workers,
+            dropped: self.slot_stats(MAX_SLOTS).errors,
+            stopping: self.stopping,
+            reloading: self.roll.is_some(),
+            migration: self.bpf_loaded() && crate::bpf::kernel_migrates(),
+            workers: self.cfg.workers,
+            slots,
+        }
+    }
+}
