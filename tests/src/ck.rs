@@ -96,16 +96,26 @@ pub struct Status {
     pub name: String,
     /// Supervisor pid.
     pub pid: u32,
-    /// Whether BPF steering is on.
+    /// Whether BPF steering is on (the kernel steered the last canary of every group).
     pub bpf: bool,
+    /// Each group's steering as the kernel last showed it.
+    pub steering: Vec<GroupSteering>,
     /// `hash`, `round-robin` or `least-queue`.
     pub policy: String,
     /// Listen groups (`tcp4-8080`).
     pub groups: Vec<String>,
     /// Pin directory, when BPF is on.
     pub pins: Option<String>,
-    /// Slots in the active set.
+    /// Slots in the active set (read from the `active` map).
     pub active: Vec<u32>,
+    /// Slots chosen only while the active set is empty.
+    pub fallback: Vec<u32>,
+    /// Why the fleet is degraded (empty when it is not).
+    pub degraded: Vec<String>,
+    /// Listeners on the port that are not ck's.
+    pub foreign: Vec<Foreign>,
+    /// `--min-workers`.
+    pub min_workers: u32,
     /// Connections dropped for want of a slot.
     pub dropped: u64,
     /// Whether ck is stopping.
@@ -120,6 +130,26 @@ pub struct Status {
     pub slots: Vec<SlotStatus>,
 }
 
+/// One group's steering in [`Status`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct GroupSteering {
+    /// The group.
+    pub group: String,
+    /// Whether the last canary was steered by the program.
+    pub attached: Option<bool>,
+}
+
+/// A listener on the port that is not ck's, in [`Status`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct Foreign {
+    /// Its address.
+    pub addr: String,
+    /// Its socket inode.
+    pub inode: u64,
+    /// A process holding it.
+    pub pid: Option<u32>,
+}
+
 /// One slot of [`Status`].
 #[derive(Debug, Clone, Deserialize)]
 pub struct SlotStatus {
@@ -128,7 +158,7 @@ pub struct SlotStatus {
     /// Worker pid.
     pub pid: Option<u32>,
     /// `starting`, `standby`, `ready`, `draining`, `unhealthy`, `stopping`, `restarting`,
-    /// `broken` or `stopped`.
+    /// `held`, `broken` or `stopped`.
     pub state: String,
     /// Held out by `ck drain`.
     pub drained: bool,
@@ -146,7 +176,7 @@ pub struct SlotStatus {
     pub last_exit: Option<String>,
     /// The worker's `STATUS=` text.
     pub status: Option<String>,
-    /// Circuit breaker: `closed` or `open`.
+    /// Circuit breaker: `closed`, `open` or `half-open`.
     pub breaker: String,
     /// Why the worker is unhealthy (`watchdog`, `probe`, `stalled`, joined by `+`), if it is.
     pub unhealthy: Option<String>,

@@ -250,3 +250,34 @@ where
         .with_context(|| format!("map {name} has an unexpected type"))
         .map_err(load_err("taking maps"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runtime map write the kernel refuses is reported as a map-write error, not as a load
+    /// error that tells the user to run as root or with --no-bpf. (Loads the program: root.)
+    #[test]
+    fn a_refused_map_write_has_its_own_message() {
+        let name = format!("unit-mapwrite-{}", std::process::id());
+        let mut group = BpfGroup::load(&name, "tcp4-1", 1, 0, false).expect("loading as root");
+        // A socket that is not in a reuseport group cannot go into a REUSEPORT_SOCKARRAY.
+        let plain = Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let err = group.insert(3, &plain).expect_err("the kernel refuses it");
+        let text = err.to_string();
+        drop(group);
+        pins::remove_instance(&name).unwrap();
+        assert!(
+            matches!(err, BpfError::MapWrite { map: "sockets", .. }),
+            "{err:?}"
+        );
+        assert!(
+            text.contains("updating the BPF map `sockets` failed"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("--no-bpf") && !text.contains("root"),
+            "{text}"
+        );
+    }
+}
