@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """A Python worker for ck: serves HTTP on the socket ck hands it (fd 3, systemd socket
-activation) and tells ck when it is ready (READY=1 on NOTIFY_SOCKET).
+activation), tells ck when it is ready (READY=1 on NOTIFY_SOCKET), and drains gracefully on
+SIGTERM.
 
 Run: ck run --port 8080 -- python3 examples/worker.py
+
+The drain is the pattern to copy: on SIGTERM, answer the next request of every open connection
+with `Connection: close` and close it after that answer; close connections that stay idle for
+IDLE_GRACE seconds; keep accepting what is already queued; exit when no connection is left.
 
 The pieces (sd_notify, inherited_server) can be imported by other workers; ck's tests do.
 """
@@ -11,8 +16,14 @@ import os
 import signal
 import socket
 import threading
+import time
 
 SD_LISTEN_FDS_START = 3
+IDLE_GRACE = 0.5
+
+DRAINING = threading.Event()
+CONNECTIONS = set()
+LOCK = threading.Lock()
 
 
 def sd_notify(message: str) -> None:
@@ -30,13 +41,35 @@ class Handler(http.server.BaseHTTPRequestHandler):
     """Answers every GET with `slot=S pid=P`, like ck's demo worker."""
 
     protocol_version = "HTTP/1.1"
+    # Headers and body are separate writes: without TCP_NODELAY, Nagle's algorithm holds the
+    # body until the client's delayed ACK (~40 ms per keep-alive request).
+    disable_nagle_algorithm = True
+
+    def setup(self):
+        super().setup()
+        self.busy = False
+        self.last = time.monotonic()
+        with LOCK:
+            CONNECTIONS.add(self)
+
+    def finish(self):
+        with LOCK:
+            CONNECTIONS.discard(self)
+        super().finish()
 
     def do_GET(self):
+        self.busy = True
         body = f"slot={os.environ.get('CK_SLOT')} pid={os.getpid()}\n".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
+        if DRAINING.is_set():
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
+        self.wfile.flush()
+        self.last = time.monotonic()
+        self.busy = False
 
     def log_message(self, *args):
         pass
@@ -61,9 +94,30 @@ def inherited_server() -> Server:
     return server
 
 
+def drain(server: Server) -> None:
+    """Closes connections once idle for IDLE_GRACE, then stops the server."""
+    DRAINING.set()
+    started = time.monotonic()
+    while True:
+        now = time.monotonic()
+        with LOCK:
+            open_now = list(CONNECTIONS)
+        for conn in open_now:
+            if not conn.busy and now - conn.last >= IDLE_GRACE:
+                try:
+                    # Its thread, waiting for the next request, reads EOF and ends.
+                    conn.connection.shutdown(socket.SHUT_RD)
+                except OSError:
+                    pass
+        if not open_now and now - started >= IDLE_GRACE:
+            break
+        time.sleep(0.05)
+    server.shutdown()
+
+
 def main() -> None:
     server = inherited_server()
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=drain, args=(server,)).start())
     sd_notify("READY=1\nSTATUS=serving")
     server.serve_forever()
     sd_notify("STOPPING=1")

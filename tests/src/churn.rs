@@ -36,8 +36,19 @@ pub struct Background {
 impl Background {
     /// Starts [`CONNECTIONS`] connections at [`RATE`] requests per second in `mode`.
     pub fn start(port: u16, mode: Mode) -> Background {
+        Background::start_with(port, mode, true)
+    }
+
+    /// Like [`Background::start`], with a keep-alive client that never retries a request
+    /// (`retry: false`): like wrk, every connection the server closes under a request counts.
+    pub fn start_without_retry(port: u16, mode: Mode) -> Background {
+        Background::start_with(port, mode, false)
+    }
+
+    fn start_with(port: u16, mode: Mode, retry: bool) -> Background {
         let mut spec = LoadSpec::for_duration(local(port), mode, CONNECTIONS, LOAD_LIMIT);
         spec.rate = Some(RATE);
+        spec.retry = retry;
         let (started, wall) = (Instant::now(), SystemTime::now());
         Background {
             handle: load::start(spec),
@@ -238,6 +249,12 @@ impl ReloadRun {
 pub fn reload_times(ck: &mut Ck, port: u16, mode: Mode, workers: usize, times: usize) -> ReloadRun {
     ck.wait_ready(workers, crate::READY_TIMEOUT);
     let load = Background::start(port, mode);
+    reload_times_under(ck, load, times)
+}
+
+/// Like [`reload_times`] on a ready fleet, under a load already started (e.g. one that never
+/// retries).
+pub fn reload_times_under(ck: &mut Ck, load: Background, times: usize) -> ReloadRun {
     std::thread::sleep(SETTLE);
     let mut reloads = Vec::new();
     for _ in 0..times {

@@ -22,6 +22,10 @@ pub const DRAIN_QUIET: Duration = Duration::from_millis(10);
 /// After shutdown, how long a connection may take to finish its request (or, when accepted
 /// during the drain, to send its first one) before it is dropped.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// After shutdown, a keep-alive connection between requests is closed once it has been idle
+/// this long; a request that comes sooner is answered (with `Connection: close`) first. A
+/// client that keeps its connection busy never sees it closed under a request in flight.
+pub const IDLE_GRACE: Duration = Duration::from_millis(500);
 /// How long a closing connection reads and discards what the client still sends, so that
 /// unread data does not turn our close into a reset that destroys the last response.
 const LINGER: Duration = Duration::from_millis(500);
@@ -54,8 +58,9 @@ impl Identity {
 
 /// Serves HTTP on `listeners` until `shutdown` becomes `true` (or its sender is dropped), then
 /// drains: each listener keeps accepting until it has been quiet for [`DRAIN_QUIET`] and is
-/// closed; connections finish the request in flight (answered with `Connection: close`), idle
-/// keep-alive connections close at once. Returns when every connection is done.
+/// closed; each connection's next request is answered with `Connection: close` and the
+/// connection closed after it; a connection with no request for [`IDLE_GRACE`] is closed.
+/// Returns when every connection is done.
 ///
 /// `faults` makes it misbehave on purpose: a stall blocks the calling thread (so it should be
 /// a current-thread runtime's, as in [`super::run`]) and goes on until `serve` returns.
@@ -181,6 +186,8 @@ struct Connection {
     shutdown: watch::Receiver<bool>,
     /// Set once shutdown is seen: when the connection must be finished.
     deadline: Option<Instant>,
+    /// When the last response was written (or the connection accepted).
+    last_active: Instant,
 }
 
 /// What reading more from the client gave.
@@ -201,6 +208,7 @@ impl Connection {
             chunk: vec![0; READ_CHUNK].into_boxed_slice(),
             shutdown,
             deadline: None,
+            last_active: Instant::now(),
         }
     }
 
@@ -243,6 +251,7 @@ impl Connection {
             let healthy = server.faults.healthy();
             respond(&mut out, &request, &server.identity, healthy, keep_alive);
             self.write(&out).await?;
+            self.last_active = Instant::now();
             served += 1;
             if !keep_alive {
                 self.linger_close().await;
@@ -274,18 +283,16 @@ impl Connection {
     }
 
     /// Reads more bytes into `buf`. An `idle` connection (between requests, nothing buffered)
-    /// gives up with [`Read::Shutdown`] as soon as shutdown is requested, unless its next
-    /// request has already arrived.
+    /// gives up with [`Read::Shutdown`] once shutdown is requested and it has had no request
+    /// for [`IDLE_GRACE`]: a client that sends its next request sooner gets it answered.
     async fn read_more(&mut self, idle: bool) -> io::Result<Read> {
         let n = if idle {
             loop {
                 if observe(&mut self.shutdown, &mut self.deadline).is_some() {
-                    match self.stream.try_read(&mut self.chunk) {
-                        Ok(n) => break n,
-                        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                            return Ok(Read::Shutdown);
-                        }
-                        Err(err) => return Err(err),
+                    let until = self.last_active + IDLE_GRACE;
+                    match timeout_at(until, self.stream.read(&mut self.chunk)).await {
+                        Ok(read) => break read?,
+                        Err(_) => return Ok(Read::Shutdown),
                     }
                 }
                 tokio::select! {

@@ -270,6 +270,25 @@ async fn shutdown_finishes_requests_in_flight_and_closes_idle_connections() {
     server.finished().await;
 }
 
+/// A keep-alive client that sends its next request shortly after shutdown (within the idle
+/// grace) gets it answered, with `Connection: close`, instead of a close under its request.
+#[tokio::test]
+async fn shutdown_answers_the_next_request_of_a_busy_keep_alive_connection() {
+    let server = Server::start().await;
+    let mut busy = Client::connect(server.addr).await;
+    assert_eq!(busy.get("/").await.status, 200);
+    server.stop.send(true).unwrap();
+    tokio::time::sleep(super::server::IDLE_GRACE / 5).await;
+    busy.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let response = busy.response(false).await;
+    assert_eq!(
+        (response.status, response.header("connection")),
+        (200, Some("close"))
+    );
+    busy.expect_eof().await;
+    server.finished().await;
+}
+
 #[tokio::test]
 async fn shutdown_drains_connections_queued_on_the_listener() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

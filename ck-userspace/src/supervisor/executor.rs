@@ -37,9 +37,15 @@ impl Supervisor {
         }
         lifecycle::schedule(&mut effects);
         let mut published = false;
+        let mut became_ready = Vec::new();
         for (index, effect) in effects {
             match effect {
-                Effect::Note(note) => self.log_note(index, note),
+                Effect::Note(note) => {
+                    if matches!(note, Note::Ready(_)) {
+                        became_ready.push(index);
+                    }
+                    self.log_note(index, note);
+                }
                 Effect::Publish if published => {}
                 Effect::Publish => {
                     self.publish();
@@ -68,6 +74,11 @@ impl Supervisor {
                 }
                 Effect::Arm(timer, delay, epoch) => self.set_timer(index, epoch, timer, delay),
             }
+        }
+        // A roll waiting for a replacement flips its batch once all of it is ready: from the
+        // event loop, not from inside this batch (which a roll may itself have started).
+        for index in became_ready {
+            let _ = self.events.send(super::Event::BecameReady(index));
         }
     }
 

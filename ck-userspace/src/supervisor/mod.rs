@@ -53,6 +53,8 @@ pub(crate) enum Event {
         worker: u64,
         msgs: Vec<NotifyMsg>,
     },
+    /// A slot's worker became ready (a roll may flip its batch).
+    BecameReady(u32),
     /// A timer the lifecycle armed (in epoch `epoch`) fired.
     Timer { slot: u32, epoch: u64, timer: Timer },
     /// A termination signal arrived.
@@ -245,6 +247,7 @@ impl Supervisor {
             } => self.on_exit(slot, worker, status),
             Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),
             Event::Timer { slot, epoch, timer } => self.on_timer(slot, epoch, timer),
+            Event::BecameReady(slot) => self.roll_on_ready(slot),
             Event::Signal(name) => self.on_stop_signal(name),
             Event::Reload => self.begin_reload(None),
             Event::Tick => self.on_tick(),

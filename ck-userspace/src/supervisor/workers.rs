@@ -127,20 +127,14 @@ impl Supervisor {
         Ok(worker_id)
     }
 
-    /// The worker of `index` is ready for `why`; a roll waiting for it may flip.
+    /// The worker of `index` is ready for `why` (a roll waiting for it may flip: see the
+    /// executor).
     pub(super) fn mark_ready(&mut self, index: u32, why: String) {
         let Some(slot) = self.slots.get(&index) else {
             return;
         };
         let healthy = slot.worker.as_ref().is_some_and(|w| w.health.is_healthy());
         self.apply(index, Input::Ready { why, healthy });
-        if self
-            .slots
-            .get(&index)
-            .is_some_and(|s| matches!(s.life.state, State::Ready(_)))
-        {
-            self.roll_on_ready(index);
-        }
     }
 
     /// Looks up the live worker of `index` if it is worker `id`.

@@ -19,7 +19,8 @@
 //! - In [`Mode::KeepAlive`], a request that fails on a reused connection before any byte of
 //!   the response arrived (EOF, reset, broken pipe; the server closed an idle connection) is
 //!   retried once on a new connection, as HTTP clients do, and counted in
-//!   [`LoadReport::retried`] instead of as a failure.
+//!   [`LoadReport::retried`] instead of as a failure; unless [`LoadSpec::retry`] is off, as in
+//!   wrk, which counts it as a failure.
 //!
 //! Only point it at loopback addresses (ck's `--port` groups listen on `0.0.0.0`).
 
@@ -96,6 +97,9 @@ pub struct LoadSpec {
     pub timeout: Duration,
     /// The request target, `/` by default.
     pub path: String,
+    /// Retry once a request that failed early on a reused keep-alive connection (on by
+    /// default; wrk does not).
+    pub retry: bool,
 }
 
 impl LoadSpec {
@@ -116,6 +120,7 @@ impl LoadSpec {
             rate: None,
             timeout: DEFAULT_TIMEOUT,
             path: "/".to_string(),
+            retry: true,
         }
     }
 

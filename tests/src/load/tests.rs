@@ -190,6 +190,20 @@ fn retries_when_the_server_closed_an_idle_connection() {
 }
 
 #[test]
+fn without_retry_a_closed_idle_connection_is_a_failure_like_in_wrk() {
+    let server = Server::start(Behavior::CloseWhenIdle(Duration::from_millis(20)));
+    let spec = LoadSpec {
+        rate: Some(20.0),
+        retry: false,
+        ..LoadSpec::for_requests(server.addr, Mode::KeepAlive, 2, 12)
+    };
+    let report = run(spec);
+    assert_eq!(report.retried, 0, "{}", report.summary());
+    assert!(report.reset >= 6, "{}", report.summary());
+    assert_eq!(report.ok + report.failed(), 12, "{}", report.summary());
+}
+
+#[test]
 fn never_retries_in_new_connection_mode() {
     let report = run(LoadSpec::for_requests(
         closed_port(),

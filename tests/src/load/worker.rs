@@ -179,7 +179,12 @@ impl Conn {
     async fn request_with_retry(&mut self, shared: &Shared) -> Result<Head, Failure> {
         let reused = self.stream.is_some();
         match self.attempt(shared).await {
-            Err(failure) if reused && failure.early && failure.kind == FailureKind::Reset => {
+            Err(failure)
+                if shared.spec.retry
+                    && reused
+                    && failure.early
+                    && failure.kind == FailureKind::Reset =>
+            {
                 self.retried = true;
                 self.attempt(shared).await
             }
