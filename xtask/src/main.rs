@@ -120,7 +120,7 @@ fn privilege(needs_root: bool, why: &str) -> Result<Privilege> {
 }
 
 /// The workspace root: the parent of this crate's directory.
-fn workspace_root() -> Result<&'static Path> {
+pub(crate) fn workspace_root() -> Result<&'static Path> {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .ok_or_else(|| anyhow!("xtask's manifest dir has no parent"))

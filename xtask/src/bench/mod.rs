@@ -7,9 +7,11 @@
 //! starts. Each scenario is bounded in time; `all` takes about five minutes (`stall` alone
 //! about three).
 
+mod chaos;
 mod footprint;
 mod instance;
 mod overhead;
+mod peers;
 mod recovery;
 mod reload;
 mod spread;
@@ -37,6 +39,8 @@ pub enum Scenario {
     Spread,
     /// Latency with one of 4 workers stalling 200 ms every second, per policy.
     Stall,
+    /// A random worker of 4 SIGKILLed every 0.5 s for 60 s: ck, --no-bpf, node:cluster, pm2.
+    Chaos,
     /// Every scenario, in the order above.
     All,
 }
@@ -52,6 +56,7 @@ impl Scenario {
                 Scenario::Footprint,
                 Scenario::Spread,
                 Scenario::Stall,
+                Scenario::Chaos,
             ],
             one => vec![one],
         }
@@ -111,6 +116,7 @@ pub fn run(scenario: Scenario, bin: &Path) -> Result<()> {
             Scenario::Footprint => footprint::run(&bench)?,
             Scenario::Spread => spread::run(&bench)?,
             Scenario::Stall => stall::run(&bench)?,
+            Scenario::Chaos => chaos::run(&bench)?,
             Scenario::All => unreachable!("expand() never yields All"),
         };
         table.note(format!(
@@ -154,7 +160,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 6);
+        assert_eq!(Scenario::All.expand().len(), 7);
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }
 

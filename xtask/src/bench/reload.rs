@@ -1,8 +1,10 @@
-//! The `reload` scenario: 4 workers under two paced loads at once, one keep-alive and one with a
-//! new connection per request. A steady window of [`STEADY`] is measured first; then fresh
-//! loads run from [`LEAD`] before `ck reload` until [`TAIL`] after it exits (the old workers
-//! are still draining when it returns). Compares the p99 latency of the two windows and counts
-//! the failed requests.
+//! The `reload` scenario: 4 workers under three paced loads at once: keep-alive (retrying once
+//! a request its reused connection lost before any answer, as HTTP clients do), keep-alive
+//! that never retries (as wrk), and a new connection per request. A steady window of
+//! [`STEADY`] is measured first; then fresh loads run from [`LEAD`] before the first of
+//! [`RELOADS`] back-to-back `ck reload`s until [`TAIL`] after the last one exits (its old
+//! workers are still draining when it returns). Compares the p99 latency of the two windows
+//! and counts the failed requests.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -26,23 +28,46 @@ const STEADY: Duration = Duration::from_secs(2);
 const LEAD: Duration = Duration::from_millis(100);
 /// Load after `ck reload` exits.
 const TAIL: Duration = Duration::from_millis(500);
+/// Rolling restarts in the reload window, one after the other.
+const RELOADS: usize = 100;
 /// Upper bound of the reload window's loads (they are stopped long before).
-const CAP: Duration = Duration::from_secs(30);
+const CAP: Duration = Duration::from_secs(600);
 /// Limit of one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The two loads of one window.
+/// The three loads of one window.
 struct Window {
     keep_alive: LoadReport,
+    no_retry: LoadReport,
     new_conn: LoadReport,
+}
+
+impl Window {
+    /// Joins the loads of `handles`.
+    fn join(handles: Loads) -> Window {
+        Window {
+            keep_alive: handles.keep_alive.join(),
+            no_retry: handles.no_retry.join(),
+            new_conn: handles.new_conn.join(),
+        }
+    }
+}
+
+/// The three loads under way.
+struct Loads {
+    keep_alive: LoadHandle,
+    no_retry: LoadHandle,
+    new_conn: LoadHandle,
 }
 
 /// What one variant gave.
 struct Outcome {
     steady: Window,
     reload: Window,
-    /// How long `ck reload` ran.
+    /// How long the `ck reload`s ran, one after the other.
     took: Duration,
+    /// Reloads that failed.
+    failed_reloads: usize,
 }
 
 /// Runs the scenario for ck and the baseline and returns the table.
@@ -51,12 +76,14 @@ pub fn run(bench: &Bench) -> Result<Table> {
     let base = measure(bench, Variant::Baseline)?;
 
     let mut t = Table::new(&format!(
-        "reload: {WORKERS} workers, `ck reload` under two loads at once: keep-alive and \
-         new connection per request, each {CONNECTIONS} connections at {RATE:.0} req/s"
+        "reload: {WORKERS} workers, {RELOADS} `ck reload`s in a row under three loads at once: \
+         keep-alive, keep-alive without retries (like wrk) and new connection per request, each \
+         {CONNECTIONS} connections at {RATE:.0} req/s"
     ));
     type Pick = fn(&Window) -> &LoadReport;
-    let modes: [(&str, Pick); 2] = [
+    let modes: [(&str, Pick); 3] = [
         ("keep-alive", |w| &w.keep_alive),
+        ("keep-alive no retry", |w| &w.no_retry),
         ("new-conn", |w| &w.new_conn),
     ];
     for (mode, pick) in modes {
@@ -67,20 +94,20 @@ pub fn run(bench: &Bench) -> Result<Table> {
             Goal::None,
         );
         t.row(
-            &format!("{mode} p99, reload window"),
+            &format!("{mode} p99, during the rolls"),
             Cell::ms(pick(&ck.reload).p99()),
             Cell::ms(pick(&base.reload).p99()),
             Goal::None,
         );
         t.row(
-            &format!("{mode} max, reload window"),
+            &format!("{mode} max, during the rolls"),
             Cell::ms(pick(&ck.reload).quantile(1.0)),
             Cell::ms(pick(&base.reload).quantile(1.0)),
             Goal::None,
         );
         for (window, pick_window) in [
             ("steady", (|o| &o.steady) as fn(&Outcome) -> &Window),
-            ("reload window", |o| &o.reload),
+            ("during the rolls", |o| &o.reload),
         ] {
             t.row(
                 &format!("{mode} failed, {window} (refused/reset/timeout/other)"),
@@ -91,27 +118,33 @@ pub fn run(bench: &Bench) -> Result<Table> {
         }
     }
     t.row(
-        "keep-alive retried, reload window",
+        "keep-alive retried, during the rolls",
         Cell::count(ck.reload.keep_alive.retried),
         Cell::count(base.reload.keep_alive.retried),
         Goal::None,
     );
     t.row(
-        "`ck reload` duration",
-        Cell::ms(ck.took),
-        Cell::ms(base.took),
+        "`ck reload` mean duration",
+        Cell::ms(ck.took / RELOADS as u32),
+        Cell::ms(base.took / RELOADS as u32),
         Goal::None,
     );
+    t.row(
+        "`ck reload`s that failed",
+        Cell::count(ck.failed_reloads as u64),
+        Cell::count(base.failed_reloads as u64),
+        Goal::AtMost(0.0, "0"),
+    );
     t.note(format!(
-        "reload window = from {LEAD:?} before `ck reload` starts until {TAIL:?} after it exits \
-         (the reload itself is short; its old workers drain after it returns)"
+        "during the rolls = from {LEAD:?} before the first `ck reload` until {TAIL:?} after the \
+         last one exits (old workers drain after it returns)"
     ));
     t.note(
         "retried = keep-alive requests whose reused connection was closed by a draining \
          worker before answering, re-sent once on a new connection (as HTTP clients do)",
     );
     for (variant, o) in [("ck", &ck), ("baseline", &base)] {
-        for r in [&o.reload.keep_alive, &o.reload.new_conn] {
+        for r in [&o.reload.keep_alive, &o.reload.no_retry, &o.reload.new_conn] {
             for error in r.errors.iter().take(3) {
                 t.note(format!("{variant} failure: {error}"));
             }
@@ -125,46 +158,49 @@ fn measure(bench: &Bench, variant: Variant) -> Result<Outcome> {
     let mut inst = Instance::start(&bench.bin, &bench.log_dir, "reload", variant, WORKERS, &[])?;
     inst.wait_ready(WORKERS as usize)?;
 
-    let steady = {
-        let (ka, nc) = start_loads(&inst, STEADY);
-        Window {
-            keep_alive: ka.join(),
-            new_conn: nc.join(),
-        }
-    };
+    let steady = Window::join(start_loads(&inst, STEADY));
 
-    let (ka, nc) = start_loads(&inst, CAP);
+    let loads = start_loads(&inst, CAP);
     thread::sleep(LEAD);
     let started = Instant::now();
-    let reloaded = inst.ctl(&["reload"]);
+    let mut failed_reloads = 0;
+    for i in 0..RELOADS {
+        if let Err(e) = inst.ctl(&["reload"]) {
+            failed_reloads += 1;
+            eprintln!("bench: {}: reload {} failed: {e:#}", variant.label(), i + 1);
+        }
+        if (i + 1) % 20 == 0 {
+            eprintln!("bench: {}: {} reloads done", variant.label(), i + 1);
+        }
+    }
     let took = started.elapsed();
     thread::sleep(TAIL);
-    ka.stop();
-    nc.stop();
-    let reload = Window {
-        keep_alive: ka.join(),
-        new_conn: nc.join(),
-    };
+    for handle in [&loads.keep_alive, &loads.no_retry, &loads.new_conn] {
+        handle.stop();
+    }
+    let reload = Window::join(loads);
     bench.report_log(&inst);
-    reloaded?;
     inst.stop()?;
     Ok(Outcome {
         steady,
         reload,
         took,
+        failed_reloads,
     })
 }
 
-/// Starts the keep-alive and the new-connection load on `inst` for at most `duration`.
-fn start_loads(inst: &Instance, duration: Duration) -> (LoadHandle, LoadHandle) {
-    let spec = |mode| {
+/// Starts the three loads on `inst` for at most `duration`.
+fn start_loads(inst: &Instance, duration: Duration) -> Loads {
+    let spec = |mode, retry| {
         let mut spec = LoadSpec::for_duration(inst.addr(), mode, CONNECTIONS, duration);
         spec.rate = Some(RATE);
         spec.timeout = REQUEST_TIMEOUT;
+        spec.retry = retry;
         spec
     };
-    (
-        load::start(spec(Mode::KeepAlive)),
-        load::start(spec(Mode::NewConnection)),
-    )
+    Loads {
+        keep_alive: load::start(spec(Mode::KeepAlive, true)),
+        no_retry: load::start(spec(Mode::KeepAlive, false)),
+        new_conn: load::start(spec(Mode::NewConnection, true)),
+    }
 }

@@ -1,6 +1,6 @@
 //! The result tables of `cargo xtask bench`: one row per metric with the value for ck, for the
-//! `--no-bpf` baseline, their ratio and the goal (with whether ck meets it), rendered as
-//! aligned text.
+//! `--no-bpf` baseline (and, in some scenarios, other supervisors), the ratio of the first two
+//! and the goal (with whether ck meets it), rendered as aligned text.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -116,25 +116,32 @@ impl Goal {
 #[derive(Debug, Clone)]
 struct Row {
     metric: String,
-    ck: String,
-    baseline: String,
+    cells: Vec<String>,
     ratio: String,
     goal: String,
 }
 
-/// A scenario's results: rows of metric | ck | baseline | ratio | goal, and notes below.
+/// A scenario's results: rows of metric | ck | baseline | ratio | goal (or more columns, for
+/// scenarios that compare ck with other supervisors), and notes below.
 #[derive(Debug, Clone)]
 pub struct Table {
     title: String,
+    columns: Vec<String>,
     rows: Vec<Row>,
     notes: Vec<String>,
 }
 
 impl Table {
-    /// An empty table titled `title`.
+    /// An empty table titled `title` with the columns ck and baseline.
     pub fn new(title: &str) -> Table {
+        Table::with_columns(title, &["ck", "baseline"])
+    }
+
+    /// An empty table with these value columns; the ratio is always first / second.
+    pub fn with_columns(title: &str, columns: &[&str]) -> Table {
         Table {
             title: title.to_string(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
             rows: Vec::new(),
             notes: Vec::new(),
         }
@@ -142,16 +149,25 @@ impl Table {
 
     /// Adds a row; the ratio is ck/baseline when both are numbers and the baseline is not 0.
     pub fn row(&mut self, metric: &str, ck: Cell, baseline: Cell, goal: Goal) {
-        let ratio = match (ck.num, baseline.num) {
+        self.row_of(metric, vec![ck, baseline], goal);
+    }
+
+    /// Adds a row with one cell per column; the goal applies to the first, the ratio is the
+    /// first over the second.
+    pub fn row_of(&mut self, metric: &str, cells: Vec<Cell>, goal: Goal) {
+        let ratio = match (
+            cells.first().and_then(|c| c.num),
+            cells.get(1).and_then(|c| c.num),
+        ) {
             (Some(a), Some(b)) if b != 0.0 => Some(a / b),
             _ => None,
         };
+        let first = cells.first().cloned().unwrap_or_else(|| Cell::text("-"));
         self.rows.push(Row {
             metric: metric.to_string(),
-            goal: goal.render(&ck, ratio),
+            goal: goal.render(&first, ratio),
             ratio: ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.2}")),
-            ck: ck.text,
-            baseline: baseline.text,
+            cells: cells.into_iter().map(|c| c.text).collect(),
         });
     }
 
@@ -164,36 +180,34 @@ impl Table {
     pub fn render(&self) -> String {
         let header = Row {
             metric: "metric".into(),
-            ck: "ck".into(),
-            baseline: "baseline".into(),
+            cells: self.columns.clone(),
             ratio: "ratio".into(),
             goal: "goal".into(),
         };
         let all: Vec<&Row> = std::iter::once(&header).chain(&self.rows).collect();
-        let width = |f: fn(&Row) -> &str| all.iter().map(|r| f(r).len()).max().unwrap_or(0);
-        let w = [
-            width(|r| &r.metric),
-            width(|r| &r.ck),
-            width(|r| &r.baseline),
-            width(|r| &r.ratio),
-        ];
+        let n = self.columns.len();
+        let mut widths = vec![all.iter().map(|r| r.metric.len()).max().unwrap_or(0)];
+        for i in 0..n {
+            widths.push(
+                all.iter()
+                    .map(|r| r.cells.get(i).map_or(0, String::len))
+                    .max()
+                    .unwrap_or(0),
+            );
+        }
+        widths.push(all.iter().map(|r| r.ratio.len()).max().unwrap_or(0));
         let mut out = format!("{}\n", self.title);
         for (i, r) in all.iter().enumerate() {
-            let line = format!(
-                "{:<w0$} | {:>w1$} | {:>w2$} | {:>w3$} | {}",
-                r.metric,
-                r.ck,
-                r.baseline,
-                r.ratio,
-                r.goal,
-                w0 = w[0],
-                w1 = w[1],
-                w2 = w[2],
-                w3 = w[3],
-            );
-            let _ = writeln!(out, "{}", line.trim_end());
+            let mut fields = vec![format!("{:<w$}", r.metric, w = widths[0])];
+            for c in 0..n {
+                let cell = r.cells.get(c).map_or("", String::as_str);
+                fields.push(format!("{cell:>w$}", w = widths[c + 1]));
+            }
+            fields.push(format!("{:>w$}", r.ratio, w = widths[n + 1]));
+            fields.push(r.goal.clone());
+            let _ = writeln!(out, "{}", fields.join(" | ").trim_end());
             if i == 0 {
-                let rule = w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>();
+                let rule = widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>();
                 let _ = writeln!(out, "{}-|-{}", rule.join("-|-"), "-".repeat(4));
             }
         }
@@ -243,6 +257,22 @@ mod tests {
         let text = t.render();
         assert!(text.contains("0.99 | ratio >= 0.98: met"), "{text}");
         assert!(text.contains("- | <= 500 ms: NOT met"), "{text}");
+    }
+
+    #[test]
+    fn more_columns() {
+        let mut t = Table::with_columns("t", &["a", "b", "c"]);
+        t.row_of(
+            "n",
+            vec![Cell::count(2), Cell::count(4), Cell::count(8)],
+            Goal::AtMost(3.0, "<= 3"),
+        );
+        let text = t.render();
+        assert!(text.contains("metric | a | b | c | ratio | goal"), "{text}");
+        assert!(
+            text.contains("n      | 2 | 4 | 8 |  0.50 | <= 3: met"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,0 +1,292 @@
+//! The `chaos` scenario: 4 workers of the Node hello app under a new-connection load from 8
+//! clients; every [`EVERY`] for [`CHAOS`], a random worker is SIGKILLed. Run side by side for
+//! ck (`--ready spawn`, Node cannot send READY=1; default crash policy), ck `--no-bpf`,
+//! node:cluster and pm2 (cluster mode). Counts failed requests by kind and per kill, the workers
+//! alive a second after the last kill, and how long after it every worker answered again.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use ck_tests::load::{self, FailureKind, LoadReport, LoadSpec, Mode};
+use nix::sys::signal::Signal;
+
+use super::Bench;
+use super::instance::{Instance, Variant, children_of, free_port, kill};
+use super::peers::{self, NodeCluster, Pm2};
+use super::table::{Cell, Goal, Table};
+
+/// Workers of every fleet.
+const WORKERS: usize = 4;
+/// Load clients, each with one request in flight at a time.
+const CLIENTS: usize = 8;
+/// How long the chaos lasts.
+const CHAOS: Duration = Duration::from_secs(60);
+/// Time between kills.
+const EVERY: Duration = Duration::from_millis(500);
+/// Load before the first kill.
+const LEAD: Duration = Duration::from_secs(2);
+/// Load after the last kill.
+const TAIL: Duration = Duration::from_secs(3);
+/// Limit of one request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A fleet under test.
+enum Fleet {
+    Ck(Instance),
+    Cluster(NodeCluster),
+    Pm2(Pm2),
+}
+
+impl Fleet {
+    fn addr(&self) -> SocketAddr {
+        match self {
+            Fleet::Ck(inst) => inst.addr(),
+            Fleet::Cluster(c) => c.addr,
+            Fleet::Pm2(p) => p.addr,
+        }
+    }
+
+    fn workers(&self) -> Vec<u32> {
+        match self {
+            Fleet::Ck(inst) => children_of(inst.pid()),
+            Fleet::Cluster(c) => c.workers(),
+            Fleet::Pm2(p) => p.workers(),
+        }
+    }
+}
+
+/// What one fleet gave.
+struct Outcome {
+    report: LoadReport,
+    /// Kill times since the load's start.
+    kills: Vec<Duration>,
+    /// Worker processes one second after the last kill.
+    alive_after: usize,
+    /// Last kill -> every worker answered a request.
+    all_serving: Option<Duration>,
+}
+
+impl Outcome {
+    /// Failures in the window after each kill (until the next one).
+    fn per_kill(&self) -> Vec<usize> {
+        let mut ends: Vec<Duration> = self.kills.iter().skip(1).copied().collect();
+        ends.push(Duration::MAX);
+        self.kills
+            .iter()
+            .zip(ends)
+            .map(|(from, to)| self.report.failures_within(*from, to))
+            .collect()
+    }
+}
+
+/// A tiny xorshift: the same victims sequence for every fleet.
+struct Pick(u64);
+
+impl Pick {
+    fn next(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Runs the scenario for every fleet and returns the table.
+pub fn run(bench: &Bench) -> Result<Table> {
+    peers::ensure_node()?;
+    let pm2 = peers::ensure_pm2()?;
+    let worker_js = crate::workspace_root()?.join("examples/worker.js");
+    let worker_js = worker_js.to_string_lossy().to_string();
+    let node_app = ["--ready", "spawn", "--", "node", worker_js.as_str()];
+    let mut outcomes = Vec::new();
+    for label in ["ck", "ck --no-bpf", "node:cluster", "pm2"] {
+        eprintln!("bench: chaos: {label} ...");
+        let fleet = match label {
+            "ck" | "ck --no-bpf" => {
+                let variant = if label == "ck" {
+                    Variant::Ck
+                } else {
+                    Variant::Baseline
+                };
+                let mut inst = Instance::start(
+                    &bench.bin,
+                    &bench.log_dir,
+                    "chaos",
+                    variant,
+                    WORKERS as u32,
+                    &node_app,
+                )?;
+                inst.wait_ready(WORKERS)?;
+                Fleet::Ck(inst)
+            }
+            "node:cluster" => Fleet::Cluster(NodeCluster::start(
+                &bench.log_dir.join("node-cluster.log"),
+                free_port()?,
+                WORKERS,
+            )?),
+            _ => Fleet::Pm2(Pm2::start(
+                &pm2,
+                &bench.log_dir.join("pm2-home"),
+                free_port()?,
+                WORKERS,
+            )?),
+        };
+        let outcome = measure(&fleet)?;
+        if let Fleet::Ck(inst) = fleet {
+            bench.report_log(&inst);
+            inst.stop()?;
+        }
+        outcomes.push(outcome);
+    }
+    Ok(table(&outcomes))
+}
+
+/// Runs the load and the kills on `fleet`.
+fn measure(fleet: &Fleet) -> Result<Outcome> {
+    let mut spec = LoadSpec::for_duration(
+        fleet.addr(),
+        Mode::NewConnection,
+        CLIENTS,
+        LEAD + CHAOS + TAIL,
+    );
+    spec.timeout = REQUEST_TIMEOUT;
+    let started = Instant::now();
+    let handle = load::start(spec);
+    std::thread::sleep(LEAD);
+    let mut pick = Pick(0x0063_6b63_6861_6f73);
+    let mut kills = Vec::new();
+    let mut next = started + LEAD;
+    while next < started + LEAD + CHAOS {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        let mut live = fleet.workers();
+        live.sort_unstable();
+        if !live.is_empty() {
+            let victim = live[pick.next(live.len())];
+            if kill(victim, Signal::SIGKILL).is_ok() {
+                kills.push(started.elapsed());
+            }
+        }
+        next += EVERY;
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let alive_after = fleet.workers().len();
+    let report = handle.join();
+    let last = kills.last().copied().unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    let all_serving = report
+        .answers
+        .iter()
+        .filter(|(at, pid)| *at >= last && *pid != 0)
+        .find_map(|(at, pid)| {
+            seen.insert(*pid);
+            (seen.len() >= WORKERS).then(|| at.saturating_sub(last))
+        });
+    Ok(Outcome {
+        report,
+        kills,
+        alive_after,
+        all_serving,
+    })
+}
+
+fn table(o: &[Outcome]) -> Table {
+    let mut t = Table::with_columns(
+        &format!(
+            "chaos: {WORKERS} workers of the Node hello app, new connection per request from \
+             {CLIENTS} clients; a random worker SIGKILLed every {EVERY:?} for {CHAOS:?}"
+        ),
+        &["ck", "ck --no-bpf", "node:cluster", "pm2"],
+    );
+    let cells = |f: &dyn Fn(&Outcome) -> Cell| o.iter().map(f).collect::<Vec<_>>();
+    let kind = |k: FailureKind| {
+        move |x: &Outcome| {
+            Cell::count(x.report.failures.iter().filter(|(_, f)| *f == k).count() as u64)
+        }
+    };
+    let peers_min = o[2..].iter().map(|x| x.report.failed()).min().unwrap_or(0);
+    t.row_of(
+        "kills",
+        cells(&|x| Cell::count(x.kills.len() as u64)),
+        Goal::None,
+    );
+    t.row_of(
+        "requests answered",
+        cells(&|x| Cell::count(x.report.ok)),
+        Goal::None,
+    );
+    t.row_of(
+        "failed requests (refused/reset/timeout/other)",
+        cells(&|x| Cell::failures(&x.report)),
+        Goal::AtMost(peers_min as f64, "<= node:cluster and pm2"),
+    );
+    t.row_of(
+        "failed, % of requests",
+        cells(&|x| {
+            let total = x.report.ok + x.report.failed();
+            let pct = 100.0 * x.report.failed() as f64 / total.max(1) as f64;
+            Cell {
+                text: format!("{pct:.3} %"),
+                num: Some(pct),
+            }
+        }),
+        Goal::None,
+    );
+    t.row_of(
+        "refused",
+        cells(&kind(FailureKind::Refused)),
+        Goal::AtMost(0.0, "0"),
+    );
+    t.row_of(
+        "timeouts",
+        cells(&kind(FailureKind::Timeout)),
+        Goal::AtMost(0.0, "0"),
+    );
+    t.row_of(
+        "failures after one kill, max",
+        cells(&|x| Cell::count(x.per_kill().into_iter().max().unwrap_or(0) as u64)),
+        Goal::AtMost(CLIENTS as f64, "<= requests in flight (8)"),
+    );
+    t.row_of(
+        "failures after one kill, mean",
+        cells(&|x| {
+            let per = x.per_kill();
+            let mean = per.iter().sum::<usize>() as f64 / per.len().max(1) as f64;
+            Cell {
+                text: format!("{mean:.2}"),
+                num: Some(mean),
+            }
+        }),
+        Goal::None,
+    );
+    t.row_of(
+        "workers alive 1 s after the last kill",
+        cells(&|x| Cell::count(x.alive_after as u64)),
+        Goal::None,
+    );
+    t.row_of(
+        "last kill -> every worker answered",
+        cells(&|x| Cell::ms_or(x.all_serving, "never")),
+        Goal::AtMost(1000.0, "<= 1 s"),
+    );
+    t.row_of(
+        "p99 latency",
+        cells(&|x| Cell::ms(x.report.p99())),
+        Goal::None,
+    );
+    t.note(
+        "ck runs examples/worker.js with --ready spawn (Node cannot send READY=1) and its default \
+         crash policy; node:cluster and pm2 run xtask/bench-apps/hello.js, the same handler \
+         binding the port itself; the same victim sequence (by index in the sorted pids) for all",
+    );
+    t.note(
+        "failures after one kill = failures between that kill and the next; each client has one \
+         request in flight, so a victim can hold at most 8",
+    );
+    for (label, x) in ["ck", "ck --no-bpf", "node:cluster", "pm2"].iter().zip(o) {
+        for error in x.report.errors.iter().take(2) {
+            t.note(format!("{label} failure: {error}"));
+        }
+    }
+    t
+}
