@@ -263,6 +263,11 @@ impl Ck {
         }
     }
 
+    /// Whether it was started with `--no-bpf`.
+    pub fn no_bpf(&self) -> bool {
+        self.no_bpf
+    }
+
     /// The instance name.
     pub fn name(&self) -> &str {
         &self.name

@@ -15,11 +15,12 @@ use ck_tests::sys::{TempDir, instance_processes, kill_hard, port_bindable};
 use ck_tests::{READY_TIMEOUT, Status, burst_pinned, churn::CONNECTIONS, local, start_ready};
 
 /// Waits until `workers` slots have ready workers none of which is in `dead`, with steering
-/// verified by the kernel (or no BPF at all: `--no-bpf` has no pins).
+/// verified by the kernel (unless started with `--no-bpf`).
 fn wait_replaced(ck: &mut ck_tests::Ck, workers: usize, dead: &BTreeSet<u32>) -> Status {
+    let want_bpf = !ck.no_bpf();
     ck.wait_status("every slot replaced and ready", READY_TIMEOUT, |s| {
         s.ready_count() == workers
-            && (s.bpf || s.pins.is_none())
+            && (s.bpf || !want_bpf)
             && s.slots
                 .iter()
                 .all(|slot| slot.pid.is_some_and(|p| !dead.contains(&p)))

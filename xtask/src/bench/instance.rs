@@ -66,6 +66,8 @@ pub struct Slot {
 pub struct Status {
     /// Every slot.
     pub slots: Vec<Slot>,
+    /// BPF steering is on (verified by the kernel).
+    pub bpf: bool,
 }
 
 impl Status {
@@ -82,7 +84,8 @@ impl Status {
                 state: s["state"].as_str().unwrap_or("?").to_string(),
             })
             .collect();
-        Ok(Status { slots })
+        let bpf = value["bpf"].as_bool() == Some(true);
+        Ok(Status { slots, bpf })
     }
 
     /// The slots in state `ready`.
@@ -124,6 +127,7 @@ pub fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output> {
 pub struct Instance {
     bin: PathBuf,
     name: String,
+    variant: Variant,
     port: u16,
     child: Child,
     exited: Option<ExitStatus>,
@@ -164,6 +168,7 @@ impl Instance {
         Ok(Instance {
             bin: bin.to_path_buf(),
             name,
+            variant,
             port,
             child,
             exited: None,
@@ -248,10 +253,11 @@ impl Instance {
         }
     }
 
-    /// Waits until `n` slots are ready (at most 15 s).
+    /// Waits until `n` slots are ready and, with BPF, the program steers (at most 15 s).
     pub fn wait_ready(&mut self, n: usize) -> Result<Status> {
+        let want_bpf = self.variant == Variant::Ck;
         self.wait_status(Duration::from_secs(15), Duration::from_millis(10), |s| {
-            s.ready().count() >= n
+            s.ready().count() >= n && (s.bpf || !want_bpf)
         })
     }
 
