@@ -60,6 +60,22 @@ pub fn start_ready(what: &str, workers: usize, args: &[&str]) -> (Ck, u16, Statu
     (ck, port, status)
 }
 
+/// Starts `-w 1` with `flags` and a demo worker that says READY=1 only after 1.5 s, and waits
+/// until it is spawned and steering is on: while it starts, every connection is a fallback to
+/// it. Returns the instance, its port and that status.
+pub fn start_one_starting(what: &str, flags: &[&str]) -> (Ck, u16, Status) {
+    let bin = ck_bin();
+    let bin = bin.to_str().expect("UTF-8 path");
+    let mut args = vec!["-w", "1"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--", bin, "demo-worker", "--ready-after", "1500ms"]);
+    let (mut ck, port) = start(what, &args);
+    let status = ck.wait_status("the worker is starting", READY_TIMEOUT, |s| {
+        s.bpf && s.slots.len() == 1 && s.slots[0].state == "starting"
+    });
+    (ck, port, status)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

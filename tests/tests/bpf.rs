@@ -117,25 +117,7 @@ fn no_bpf_runs_plain_reuseport() {
 /// that fallback shows up in ck's log; the connection is answered once the worker accepts.
 #[test]
 fn bpf_log_forwards_the_programs_fallback_lines() {
-    let ck_path = ck_tests::ck_bin();
-    let ck_path = ck_path.to_str().expect("utf-8 path");
-    let (mut ck, port) = ck_tests::start(
-        "bpflog",
-        &[
-            "-w",
-            "1",
-            "--bpf-log",
-            "--",
-            ck_path,
-            "demo-worker",
-            "--ready-after",
-            "1500ms",
-        ],
-    );
-    let status = ck.wait_status("the worker is starting", Duration::from_secs(10), |s| {
-        s.bpf && s.slots.len() == 1 && s.slots[0].pid.is_some()
-    });
-    assert_eq!(status.slots[0].state, "starting");
+    let (ck, port, status) = ck_tests::start_one_starting("bpflog", &["--bpf-log"]);
     let answer = ck_tests::get_new_conn(local(port)).expect("the queued connection is answered");
     assert_eq!(Some(answer.pid), status.slots[0].pid);
     let status = ck.status();

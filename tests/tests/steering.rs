@@ -10,7 +10,7 @@ use aya::maps::{Map, MapData, RingBuf};
 use ck_tests::ck::pins_dir;
 use ck_tests::http::burst_without;
 use ck_tests::sys::poll_until;
-use ck_tests::{burst_pinned, ck_bin, get_new_conn, local, start, start_ready};
+use ck_tests::{burst_pinned, get_new_conn, local, start_one_starting, start_ready};
 use socket2::{Domain, Socket, Type};
 
 /// A listener of the test's own on `0.0.0.0:port` with `SO_REUSEPORT`: it joins ck's group.
@@ -131,23 +131,7 @@ fn log_ring(name: &str, group: &str) -> RingBuf<MapData> {
 
 #[test]
 fn the_program_writes_no_log_record_without_bpf_log() {
-    let ck_path = ck_bin();
-    let ck_path = ck_path.to_str().expect("utf-8 path");
-    let (mut ck, port) = start(
-        "nolog",
-        &[
-            "-w",
-            "1",
-            "--",
-            ck_path,
-            "demo-worker",
-            "--ready-after",
-            "1500ms",
-        ],
-    );
-    let status = ck.wait_status("the worker is starting", Duration::from_secs(10), |s| {
-        s.bpf && s.slots.len() == 1 && s.slots[0].state == "starting"
-    });
+    let (ck, port, status) = start_one_starting("nolog", &[]);
     let mut ring = log_ring(ck.name(), &status.groups[0]);
     // Connections while nothing is ready fall back to the starting worker: each one is a
     // fallback the program would log.

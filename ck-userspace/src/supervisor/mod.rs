@@ -106,7 +106,8 @@ pub struct Supervisor {
     roll: Option<roll::Roll>,
     /// Pace of queue sampling (see `health::Pacer`).
     pacer: health::Pacer,
-    /// The first error of a spawn since the last look (callers that start workers check it).
+    /// The first spawn error since a caller that starts a worker cleared it (it checks it
+    /// right after: `open_slot`, the roll).
     spawn_failure: Option<anyhow::Error>,
     /// Inodes of foreign listeners already logged.
     foreign_seen: BTreeSet<u64>,

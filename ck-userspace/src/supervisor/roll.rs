@@ -100,6 +100,7 @@ impl Supervisor {
                 roll.batch.push((old, new));
             }
             tracing::info!(old_slot = old, slot = new, "starting replacement");
+            self.spawn_failure = None;
             self.apply(new, Input::Start);
             if let Some(e) = self.spawn_failure.take() {
                 self.abort_roll(new, format!("could not start: {e:#}"));

@@ -187,19 +187,19 @@ impl Supervisor {
         before: u64,
         connected: std::io::Result<bool>,
     ) {
-        let member = self
+        let has_member = self
             .slots
             .values()
-            .find_map(|s| s.sockets.get(position))
-            .map(|s| s.try_clone());
+            .any(|s| s.sockets.get(position).is_some());
+        let stopping = self.stopping;
         let Some(group) = self.groups.get_mut(position) else {
             return;
         };
         group.steering.in_flight = false;
-        let Some(bpf) = group.bpf.as_mut() else {
+        let Some(bpf) = group.bpf.as_ref() else {
             return;
         };
-        if member.is_none() || self.stopping {
+        if !has_member || stopping {
             // No member, no group: nothing to steer, nothing to conclude.
             group.steering.attached = None;
             return;
@@ -225,13 +225,13 @@ impl Supervisor {
             "BPF steering is not in effect on the group (a canary connection was not steered): \
              attaching the program again"
         );
-        match member {
-            Some(Ok(socket)) => match bpf.attach(&socket) {
-                Ok(()) => self.check_steering_soon(),
-                Err(e) => tracing::error!(group = %group.name, "{e}"),
-            },
-            Some(Err(e)) => tracing::error!(group = %group.name, "{e}"),
-            None => {}
+        let member = self.slots.values().find_map(|s| s.sockets.get(position));
+        let (Some(member), Some(bpf)) = (member, self.groups[position].bpf.as_mut()) else {
+            return;
+        };
+        match bpf.attach(member) {
+            Ok(()) => self.check_steering_soon(),
+            Err(e) => tracing::error!(group = %self.groups[position].name, "{e}"),
         }
     }
 }

@@ -37,8 +37,8 @@ enum Op {
     Flip,
     /// Abort: every standby retires.
     Abort,
-    /// The next spawn fails.
-    FailSpawn,
+    /// The next spawn fails; `true`: before the slot's sockets could be opened.
+    FailSpawn(bool),
     /// Time passes.
     Wait(u64),
     /// Shutdown.
@@ -57,7 +57,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..6usize).prop_map(Op::Roll),
         1 => Just(Op::Flip),
         1 => Just(Op::Abort),
-        1 => Just(Op::FailSpawn),
+        1 => any::<bool>().prop_map(Op::FailSpawn),
         2 => (0..3000u64).prop_map(Op::Wait),
         1 => Just(Op::Shutdown),
     ]
@@ -77,7 +77,8 @@ struct Model {
     roll: Vec<(u32, u32)>,
     now: Instant,
     next_id: u64,
-    fail_next_spawn: bool,
+    /// The next spawn fails (`Some(true)`: while opening the sockets).
+    fail_next_spawn: Option<bool>,
     stopping: bool,
 }
 
@@ -103,7 +104,7 @@ impl Model {
             roll: Vec::new(),
             now: Instant::now(),
             next_id: 1,
-            fail_next_spawn: false,
+            fail_next_spawn: None,
             stopping: false,
         };
         for index in 0..workers {
@@ -201,10 +202,13 @@ impl Model {
                         life.serving() || life.standby,
                         "spawn on retiring slot {index}"
                     );
-                    self.os_open.insert(index, true);
-                    if std::mem::take(&mut self.fail_next_spawn) {
-                        self.apply(vec![(index, Input::SpawnFailed { socket_open: true })]);
+                    let was_open = self.os_open.get(&index) == Some(&true);
+                    if let Some(at_open) = self.fail_next_spawn.take() {
+                        let socket_open = was_open || !at_open;
+                        self.os_open.insert(index, socket_open);
+                        self.apply(vec![(index, Input::SpawnFailed { socket_open })]);
                     } else {
+                        self.os_open.insert(index, true);
                         let id = self.next_id;
                         self.next_id += 1;
                         self.os_worker.insert(index, id);
@@ -313,7 +317,7 @@ impl Model {
                     .collect();
                 self.apply(batch);
             }
-            Op::FailSpawn => self.fail_next_spawn = true,
+            Op::FailSpawn(at_open) => self.fail_next_spawn = Some(at_open),
             Op::Wait(ms) => self.now += Duration::from_millis(ms),
             Op::Shutdown => {
                 self.stopping = true;

@@ -441,7 +441,7 @@ fn exit(
     };
     // The last open socket of its group is kept: connections queue on it, and the replacement
     // gets it.
-    let hold = fleet.others_open == 0;
+    let hold = fleet.others_open == 0 && life.socket_open;
     life.state = if hold { State::Held } else { State::Waiting };
     if hold {
         out.push(Effect::Note(Note::Held));
