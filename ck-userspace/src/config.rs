@@ -164,6 +164,11 @@ pub struct RunConfig {
     pub restart: crate::restart_policy::RestartPolicy,
     /// Serving slots the circuit breaker never takes the group below (`--min-workers`).
     pub min_workers: u32,
+    /// `--adopt`: workers bind the port themselves; ck adopts their listening sockets.
+    pub adopt: bool,
+    /// `--worker-memory-max`: `memory.max` of every worker's cgroup, where the host has the
+    /// memory controller.
+    pub worker_memory_max: Option<u64>,
     /// Health signals.
     pub health: crate::health_config::HealthConfig,
     /// Plain `SO_REUSEPORT`, no steering.

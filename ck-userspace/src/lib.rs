@@ -4,6 +4,7 @@
 //! See `ARCHITECTURE.md` at the repository root for the map of these modules.
 pub mod activation;
 pub mod bpf;
+pub mod cgroup;
 pub mod config;
 pub mod control;
 pub mod demo;
@@ -13,6 +14,7 @@ pub mod instance;
 pub mod notify;
 pub mod probe;
 pub mod restart_policy;
+pub mod size;
 pub mod sizing;
 pub mod sock_diag;
 pub mod sockets;

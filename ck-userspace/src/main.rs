@@ -188,6 +188,15 @@ struct RunArgs {
     /// Replace (gracefully, as a rolling restart of one) a worker unhealthy for this long.
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     unhealthy_replace_after: Option<Duration>,
+    /// Workers bind the port themselves (`app.listen(PORT)`, unmodified): ck runs each in a
+    /// cgroup whose bind hook adds SO_REUSEPORT on the instance's ports, adopts every listening
+    /// socket they open, and steers it like one it made. Workers get PORT (the first port).
+    #[arg(long)]
+    adopt: bool,
+    /// memory.max of every worker's cgroup (e.g. 512M), where the host's cgroup2 has the
+    /// memory controller (ck says so where it does not).
+    #[arg(long, value_parser = ck::size::parse_size, value_name = "SIZE")]
+    worker_memory_max: Option<u64>,
     /// Plain SO_REUSEPORT without the BPF program (the baseline; no readiness or drain steering).
     #[arg(long)]
     no_bpf: bool,
@@ -265,6 +274,8 @@ impl RunArgs {
                 cooldown: self.crash_cooldown,
             },
             min_workers: self.min_workers,
+            adopt: self.adopt,
+            worker_memory_max: self.worker_memory_max,
             no_bpf: self.no_bpf,
             bpf_log: self.bpf_log,
             app,

@@ -4,7 +4,7 @@
 //! that sets `LISTEN_PID` to its own pid and then execs APP, so `LISTEN_PID` is right without
 //! touching the environment between fork and exec. Its sockets are placed at fds 3.. before exec.
 use std::{
-    ffi::OsString,
+    ffi::{CStr, CString, OsString},
     io,
     os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
     os::unix::process::CommandExt as _,
@@ -32,6 +32,12 @@ pub struct SpawnSpec<'a> {
     pub notify_socket: String,
     /// Value of `WATCHDOG_USEC`, when heartbeats are on.
     pub watchdog_usec: Option<u64>,
+    /// The `cgroup.procs` file of the worker's cgroup: the child moves itself there before it
+    /// execs, so the whole tree it starts lives in that cgroup.
+    pub cgroup_procs: Option<CString>,
+    /// `--adopt`: the worker binds the port itself, gets `PORT` instead of inherited sockets,
+    /// and runs APP directly (no `LISTEN_*` variables).
+    pub adopt_port: Option<u16>,
 }
 
 /// A started worker.
@@ -51,14 +57,24 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
             "at most {MAX_GROUPS} listen addresses are supported"
         )));
     }
-    let mut cmd = tokio::process::Command::new("/proc/self/exe");
-    cmd.arg("exec-worker")
-        .arg("--")
-        .arg(&spec.app.program)
-        .args(&spec.app.args)
-        .env("LISTEN_FDS", spec.fds.len().to_string())
-        .env("LISTEN_FDNAMES", spec.fd_names.join(":"))
-        .env_remove("LISTEN_PID")
+    let mut cmd = match spec.adopt_port {
+        Some(port) => {
+            let mut cmd = tokio::process::Command::new(&spec.app.program);
+            cmd.args(&spec.app.args).env("PORT", port.to_string());
+            cmd
+        }
+        None => {
+            let mut cmd = tokio::process::Command::new("/proc/self/exe");
+            cmd.arg("exec-worker")
+                .arg("--")
+                .arg(&spec.app.program)
+                .args(&spec.app.args)
+                .env("LISTEN_FDS", spec.fds.len().to_string())
+                .env("LISTEN_FDNAMES", spec.fd_names.join(":"));
+            cmd
+        }
+    };
+    cmd.env_remove("LISTEN_PID")
         .env("NOTIFY_SOCKET", &spec.notify_socket)
         .env("CK_SLOT", spec.slot.to_string())
         .env("CK_WORKER_ID", spec.worker_id.to_string())
@@ -66,16 +82,25 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
         .env_remove("WATCHDOG_PID")
         .stdin(Stdio::null())
         .process_group(0);
+    if spec.adopt_port.is_some() {
+        cmd.env_remove("LISTEN_FDS").env_remove("LISTEN_FDNAMES");
+    }
     if let Some(usec) = spec.watchdog_usec {
         cmd.env("WATCHDOG_USEC", usec.to_string());
     }
     let fds = spec.fds;
+    let cgroup = spec.cgroup_procs;
     let supervisor = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // system calls (fcntl, dup2, prctl, getppid); it allocates nothing (`fds` was built before
-    // the fork).
+    // system calls (open, write, close, fcntl, dup2, prctl, getppid); it allocates nothing
+    // (`fds` and the cgroup path were built before the fork).
     unsafe {
-        cmd.pre_exec(move || place_fds(&fds, supervisor));
+        cmd.pre_exec(move || {
+            if let Some(procs) = &cgroup {
+                join_cgroup(procs)?;
+            }
+            place_fds(&fds, supervisor)
+        });
     }
     let child = cmd.spawn()?;
     let pid = child
@@ -83,6 +108,25 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
         .ok_or_else(|| io::Error::other("worker exited before its pid was read"))?;
     let pidfd = pidfd_open(pid)?;
     Ok(Spawned { child, pid, pidfd })
+}
+
+/// In a child before exec: moves the calling process into the cgroup whose `cgroup.procs` is
+/// `procs` (writing "0" there moves the writer). Async-signal-safe: open, write, close.
+pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
+    // SAFETY: open with a NUL-terminated path and flags; returns an fd or -1.
+    let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: writes one byte from a static buffer to the fd we just opened.
+    let written = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+    let err = io::Error::last_os_error();
+    // SAFETY: closes the fd we opened.
+    unsafe { libc::close(fd) };
+    if written != 1 {
+        return Err(err);
+    }
+    Ok(())
 }
 
 /// In the child: moves `fds` to 3, 4, ... (clearing close-on-exec there) and asks for SIGTERM

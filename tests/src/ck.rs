@@ -82,8 +82,11 @@ pub fn lock_file(name: &str) -> PathBuf {
     PathBuf::from(format!("/run/ck/{name}.lock"))
 }
 
-/// Removes whatever instance `name` may have left: pins, control socket, lock file.
+/// Removes whatever instance `name` may have left: cgroups, pins, control socket, lock file.
 pub fn remove_leftovers(name: &str) {
+    if let Some(dir) = sys::cgroup_dir(name) {
+        sys::remove_cgroup(&dir);
+    }
     let _ = fs::remove_dir_all(pins_dir(name));
     let _ = fs::remove_file(control_socket(name));
     let _ = fs::remove_file(lock_file(name));
@@ -116,6 +119,10 @@ pub struct Status {
     pub foreign: Vec<Foreign>,
     /// `--min-workers`.
     pub min_workers: u32,
+    /// The instance's cgroup directory.
+    pub cgroup: Option<String>,
+    /// `--worker-memory-max` and whether it is applied.
+    pub memory_limit: Option<String>,
     /// Connections dropped for want of a slot.
     pub dropped: u64,
     /// Whether ck is stopping.
@@ -184,6 +191,10 @@ pub struct SlotStatus {
     pub queue_depth: u32,
     /// Probe connections steered here.
     pub probe_hits: u64,
+    /// Memory of the worker's tree.
+    pub memory_bytes: Option<u64>,
+    /// CPU time of the worker's tree.
+    pub cpu_ms: Option<u64>,
 }
 
 impl Status {

@@ -288,3 +288,39 @@ impl Drop for TempDir {
         let _ = fs::remove_dir_all(&self.path);
     }
 }
+
+/// The cgroup directory `ck run --name NAME` started from this process creates for its workers
+/// (`<cgroup2 mount><our cgroup>/ck-NAME`), if cgroup2 is mounted.
+pub fn cgroup_dir(name: &str) -> Option<std::path::PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = info.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        (after.split_whitespace().next()? == "cgroup2").then(|| before.split_whitespace().nth(4))?
+    })?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))?
+        .trim_start_matches('/')
+        .to_string();
+    Some(
+        std::path::Path::new(mount)
+            .join(own)
+            .join(format!("ck-{name}")),
+    )
+}
+
+/// Kills everything in cgroup `dir` and removes it and its children (test clean-up).
+pub fn remove_cgroup(dir: &std::path::Path) {
+    let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    poll_until(Duration::from_secs(2), Duration::from_millis(5), || {
+        std::fs::read_to_string(dir.join("cgroup.events"))
+            .map_or(true, |e| e.contains("populated 0"))
+    });
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten().filter(|e| e.path().is_dir()) {
+            remove_cgroup(&entry.path());
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}

@@ -83,6 +83,12 @@ pub struct StatusReport {
     pub foreign: Vec<ForeignListener>,
     /// `--min-workers`.
     pub min_workers: u32,
+    /// The instance's cgroup directory (workers each have one under it), if any.
+    pub cgroup: Option<String>,
+    /// `--worker-memory-max` and whether it is applied.
+    pub memory_limit: Option<String>,
+    /// `--adopt`: workers bind the port themselves and ck adopts their sockets.
+    pub adopt: bool,
     /// Connections the program dropped because no slot could take them.
     pub dropped: u64,
     /// Whether the supervisor is stopping.
@@ -162,6 +168,11 @@ pub struct SlotReport {
     pub queue_depth: u32,
     /// Probe connections steered to this slot.
     pub probe_hits: u64,
+    /// Memory of the worker's tree (its cgroup's `memory.current`, else resident memory summed
+    /// over its processes).
+    pub memory_bytes: Option<u64>,
+    /// CPU time of the worker's tree (its cgroup's `cpu.stat`).
+    pub cpu_ms: Option<u64>,
 }
 
 impl StatusReport {
@@ -198,6 +209,9 @@ impl StatusReport {
         for line in &self.degraded {
             let _ = writeln!(out, "DEGRADED: {line}");
         }
+        if let Some(limit) = &self.memory_limit {
+            let _ = writeln!(out, "worker memory limit: {limit}");
+        }
         for s in self.steering.iter().filter(|s| s.attached != Some(true)) {
             let state = match s.attached {
                 None => "not checked yet",
@@ -219,13 +233,22 @@ impl StatusReport {
         }
         let _ = writeln!(
             out,
-            "{:>4}  {:>8}  {:<18}  {:>9}  {:>8}  {:>9}  {:<16}  {:<7}  status",
-            "slot", "pid", "state", "uptime", "restarts", "selected", "last exit", "breaker"
+            "{:>4}  {:>8}  {:<18}  {:>9}  {:>8}  {:>9}  {:>8}  {:>9}  {:<16}  {:<9}  status",
+            "slot",
+            "pid",
+            "state",
+            "uptime",
+            "restarts",
+            "selected",
+            "memory",
+            "cpu",
+            "last exit",
+            "breaker"
         );
         for s in &self.slots {
             let _ = writeln!(
                 out,
-                "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:<16}  {:<7}  {}",
+                "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:>8}  {:>9}  {:<16}  {:<9}  {}",
                 s.slot,
                 s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
                 match &s.unhealthy {
@@ -235,6 +258,10 @@ impl StatusReport {
                 s.uptime_ms as f64 / 1000.0,
                 s.restarts,
                 s.selected,
+                s.memory_bytes
+                    .map_or("-".into(), |b| format!("{:.1}M", b as f64 / 1048576.0)),
+                s.cpu_ms
+                    .map_or("-".into(), |ms| format!("{:.2}s", ms as f64 / 1000.0)),
                 s.last_exit.as_deref().unwrap_or("-"),
                 s.breaker,
                 s.status.as_deref().unwrap_or(""),

@@ -28,12 +28,19 @@ impl Supervisor {
             let Some(slot) = self.slots.get_mut(&index) else {
                 continue;
             };
-            if matches!(input, Input::Exited { .. }) {
-                // The process is gone: drop its handles (the notify reader stops).
-                slot.worker = None;
-            }
+            let exited = matches!(input, Input::Exited { .. });
+            let buried = if exited {
+                // The process is gone: drop its handles (the notify reader stops), and kill
+                // whatever it left in its cgroup.
+                slot.worker.take().and_then(|mut w| w.cgroup.take())
+            } else {
+                None
+            };
             let out = lifecycle::step(&mut slot.life, input, &fleet, &self.settings);
             effects.extend(out.into_iter().map(|effect| (index, effect)));
+            if let Some(cgroup) = buried {
+                self.bury_cgroup(cgroup);
+            }
         }
         lifecycle::schedule(&mut effects);
         let mut published = false;
@@ -95,6 +102,12 @@ impl Supervisor {
             Sig::Term => Signal::SIGTERM,
             Sig::Kill => Signal::SIGKILL,
         };
+        // SIGKILL takes the whole tree the worker started, not only its first process.
+        if let (Sig::Kill, Some(cgroup)) = (sig, &worker.cgroup)
+            && cgroup.kill().is_ok()
+        {
+            return;
+        }
         if let Err(e) = spawn::send_signal(&worker.pidfd, signal) {
             tracing::warn!(
                 slot = index,

@@ -5,6 +5,7 @@
 //! changed only by its event loop, one [`Event`] at a time. Tasks (child waiters, notify readers,
 //! timers, the control server) only send events. A slot's state changes only through the
 //! lifecycle machine ([`lifecycle`]), whose effects the [`executor`] runs.
+mod cgroups;
 mod executor;
 mod foreign;
 mod health;
@@ -111,6 +112,10 @@ pub struct Supervisor {
     spawn_failure: Option<anyhow::Error>,
     /// Inodes of foreign listeners already logged.
     foreign_seen: BTreeSet<u64>,
+    /// The instance's cgroup (workers each get one under it), where the host allows.
+    cgroups: Option<crate::cgroup::InstanceCgroup>,
+    /// Cgroups of exited workers, killed and waiting to be empty to be removed.
+    dead_cgroups: Vec<crate::cgroup::WorkerCgroup>,
 }
 
 /// The lifecycle settings of a run.
@@ -141,6 +146,7 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
     for addr in &cfg.listen {
         sockets::ensure_free(*addr)?;
     }
+    let cgroups = cgroups::create(&cfg)?;
     let bpf_on = !cfg.no_bpf;
     let groups: Vec<Group> = cfg
         .listen
@@ -177,6 +183,8 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         pacer: health::Pacer::new(cfg.health.sample_interval),
         spawn_failure: None,
         foreign_seen: BTreeSet::new(),
+        cgroups,
+        dead_cgroups: Vec::new(),
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
@@ -267,6 +275,7 @@ impl Supervisor {
             Event::SteeringTick => {
                 self.check_steering_soon();
                 self.watch_foreign();
+                self.reap_cgroups();
             }
             Event::Canary {
                 group,
@@ -361,11 +370,15 @@ impl Supervisor {
         self.apply_all(all);
     }
 
-    /// Releases what is left after the last worker exited: sockets, pins.
+    /// Releases what is left after the last worker exited: sockets, cgroups, pins.
     fn finish(&mut self) {
         for slot in self.slots.values_mut() {
             slot.sockets.clear();
         }
+        for cgroup in self.dead_cgroups.drain(..) {
+            cgroup.remove();
+        }
+        self.cgroups = None;
         for group in &mut self.groups {
             group.bpf = None;
         }

@@ -26,6 +26,8 @@ pub struct Worker {
     pub notify_task: JoinHandle<()>,
     /// Health signals.
     pub health: Health,
+    /// Its cgroup (None where the host has no usable cgroup2).
+    pub cgroup: Option<crate::cgroup::WorkerCgroup>,
 }
 
 impl Drop for Worker {

@@ -81,6 +81,7 @@ impl Supervisor {
             .values()
             .map(|s| {
                 let stats = self.slot_stats(s.index);
+                let usage = self.usage(s.index);
                 let worker = s.worker.as_ref();
                 SlotReport {
                     slot: s.index,
@@ -101,6 +102,8 @@ impl Supervisor {
                     queue_depth: s.queue_depth,
                     probe_hits: stats.probe_hits,
                     breaker: s.life.crash.breaker().name().into(),
+                    memory_bytes: usage.map(|u| u.memory_bytes),
+                    cpu_ms: usage.map(|u| u.cpu_usec / 1000),
                 }
             })
             .collect();
@@ -140,6 +143,9 @@ impl Supervisor {
             degraded: self.degraded(),
             foreign: self.foreign_listeners(),
             min_workers: self.settings.min_workers,
+            cgroup: self.cgroups.as_ref().map(|c| c.dir().display().to_string()),
+            memory_limit: self.memory_limit(),
+            adopt: self.cfg.adopt,
             dropped: self.slot_stats(MAX_SLOTS).errors,
             stopping: self.stopping,
             reloading: self.roll.is_some(),

@@ -74,6 +74,8 @@ impl Supervisor {
         }
         let notify = NotifySocket::bind(&self.cfg.name, index, worker_id)
             .context("binding the worker's NOTIFY_SOCKET")?;
+        let cgroup = self.worker_cgroup(worker_id)?;
+        let slot = self.slots.get_mut(&index).context("no such slot")?;
         let spawned = spawn::spawn(SpawnSpec {
             app: &self.cfg.app,
             slot: index,
@@ -82,8 +84,19 @@ impl Supervisor {
             fd_names: self.groups.iter().map(|g| g.name.clone()).collect(),
             notify_socket: notify.env_value.clone(),
             watchdog_usec: self.cfg.health.watchdog.map(|d| d.as_micros() as u64),
-        })
-        .with_context(|| format!("spawning {}", self.cfg.app.program.display()))?;
+            cgroup_procs: cgroup.as_ref().map(|c| c.procs_file().clone()),
+            adopt_port: None,
+        });
+        let spawned = match spawned {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                if let Some(cgroup) = cgroup {
+                    cgroup.remove();
+                }
+                return Err(e)
+                    .with_context(|| format!("spawning {}", self.cfg.app.program.display()));
+            }
+        };
         let pid = spawned.pid;
         let events = self.events.clone();
         let mut child = spawned.child;
@@ -120,6 +133,7 @@ impl Supervisor {
             status: None,
             notify_task,
             health: Default::default(),
+            cgroup,
         });
         if founding && self.bpf_loaded() {
             self.check_steering_soon();

@@ -1,0 +1,328 @@
+//! One cgroup v2 directory per instance (`<ck's own cgroup>/ck-<name>`) and one per worker under
+//! it (`w<id>`): a worker and everything it forks live in its cgroup, so `cgroup.kill` stops the
+//! whole tree (no grandchild outlives its worker) and the cgroup's files give the worker's CPU
+//! time and memory. The cgroup2 mount is found in `/proc/self/mountinfo` (`/sys/fs/cgroup` on
+//! pure-v2 hosts, `/sys/fs/cgroup/unified` beside v1 controllers).
+use std::{
+    ffi::CString,
+    fs, io,
+    os::unix::ffi::OsStrExt as _,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+/// Why worker cgroups cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// No cgroup2 mount.
+    #[error(
+        "no cgroup2 file system is mounted (none in /proc/self/mountinfo): mount one \
+         (`mount -t cgroup2 none /sys/fs/cgroup/unified`), or run without --adopt"
+    )]
+    NotMounted,
+    /// Creating, writing or removing a cgroup file failed.
+    #[error("{what} {}: {source}; ck needs root (or a delegated cgroup subtree) for worker cgroups", path.display())]
+    Io {
+        /// The step.
+        what: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CgroupError + 'a {
+    move |source| CgroupError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The cgroup2 mount point, from `/proc/self/mountinfo`.
+pub fn mount_point() -> Option<PathBuf> {
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    parse_mount_point(&info)
+}
+
+fn parse_mount_point(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        if after.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        before.split_whitespace().nth(4).map(PathBuf::from)
+    })
+}
+
+/// This process's cgroup2 path (`0::/path` in `/proc/self/cgroup`).
+fn own_cgroup() -> String {
+    fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+        })
+        .unwrap_or_else(|| "/".into())
+}
+
+/// CPU time and memory of a worker's cgroup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// `cpu.stat` `usage_usec`: CPU time of every process that ever ran in it.
+    pub cpu_usec: u64,
+    /// `memory.current`, or (without the memory controller) the resident memory of its
+    /// processes summed from `/proc`.
+    pub memory_bytes: u64,
+}
+
+/// The instance's cgroup.
+#[derive(Debug)]
+pub struct InstanceCgroup {
+    dir: PathBuf,
+    memory: bool,
+}
+
+impl InstanceCgroup {
+    /// Creates `ck-<name>` under ck's own cgroup, removing a stale one (and killing what runs
+    /// in it) left by an instance of the same name that did not stop cleanly. The caller holds
+    /// the instance lock. With `want_memory`, enables the memory controller for the workers
+    /// where the host has it.
+    pub fn create(name: &str, want_memory: bool) -> Result<InstanceCgroup, CgroupError> {
+        let mount = mount_point().ok_or(CgroupError::NotMounted)?;
+        let parent = mount.join(own_cgroup().trim_start_matches('/'));
+        let dir = parent.join(format!("ck-{name}"));
+        if dir.exists() {
+            tracing::warn!(dir = %dir.display(), "removing a stale worker cgroup left by an earlier instance");
+            remove_tree(&dir);
+        }
+        fs::create_dir(&dir).map_err(io_err("creating the cgroup", &dir))?;
+        let memory = want_memory && enable_memory(&parent, &dir);
+        Ok(InstanceCgroup { dir, memory })
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether workers' cgroups have the memory controller (`memory.max`, `memory.current`).
+    pub fn memory_controller(&self) -> bool {
+        self.memory
+    }
+
+    /// Creates the cgroup of worker `id`, with `memory.max` when given and available.
+    pub fn worker(&self, id: u64, memory_max: Option<u64>) -> Result<WorkerCgroup, CgroupError> {
+        let dir = self.dir.join(format!("w{id}"));
+        fs::create_dir(&dir).map_err(io_err("creating the cgroup", &dir))?;
+        if let (Some(max), true) = (memory_max, self.memory) {
+            let file = dir.join("memory.max");
+            fs::write(&file, max.to_string()).map_err(io_err("writing", &file))?;
+        }
+        let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+            .map_err(|e| io_err("naming", &dir)(io::Error::other(e)))?;
+        Ok(WorkerCgroup {
+            dir,
+            procs,
+            memory: self.memory,
+        })
+    }
+
+    /// Kills whatever is left in it and removes it with every worker cgroup.
+    pub fn remove(&self) {
+        remove_tree(&self.dir);
+    }
+}
+
+impl Drop for InstanceCgroup {
+    /// Nothing is left behind, whatever path ck leaves by.
+    fn drop(&mut self) {
+        if self.dir.exists() {
+            self.remove();
+        }
+    }
+}
+
+/// Turns on the memory controller for the children of `dir` (and so in `parent` for `dir`)
+/// where the host's cgroup2 has it; false when it does not (v1 holds it, or `parent` has
+/// processes of its own).
+fn enable_memory(parent: &Path, dir: &Path) -> bool {
+    let has = |d: &Path| {
+        fs::read_to_string(d.join("cgroup.controllers"))
+            .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"))
+    };
+    if !has(parent) {
+        return false;
+    }
+    let _ = fs::write(parent.join("cgroup.subtree_control"), "+memory");
+    has(dir) && fs::write(dir.join("cgroup.subtree_control"), "+memory").is_ok()
+}
+
+/// Kills every process under `dir` (`cgroup.kill` is recursive), waits a moment for them to
+/// go, and removes the directories bottom-up.
+fn remove_tree(dir: &Path) {
+    let _ = fs::write(dir.join("cgroup.kill"), "1");
+    wait_unpopulated(dir, Duration::from_secs(2));
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&entry.path());
+            }
+        }
+    }
+    let _ = fs::remove_dir(dir);
+}
+
+/// Whether no process is left in `dir` or below (`cgroup.events` `populated 0`).
+fn unpopulated(dir: &Path) -> bool {
+    fs::read_to_string(dir.join("cgroup.events"))
+        .map_or(true, |e| e.lines().any(|l| l == "populated 0"))
+}
+
+fn wait_unpopulated(dir: &Path, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while !unpopulated(dir) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
+}
+
+/// A worker's cgroup.
+#[derive(Debug)]
+pub struct WorkerCgroup {
+    dir: PathBuf,
+    procs: CString,
+    memory: bool,
+}
+
+impl WorkerCgroup {
+    /// `.../cgroup.procs`, for the child to move itself in before it execs.
+    pub fn procs_file(&self) -> &CString {
+        &self.procs
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// SIGKILLs every process in it (the worker and all it forked).
+    pub fn kill(&self) -> io::Result<()> {
+        fs::write(self.dir.join("cgroup.kill"), "1")
+    }
+
+    /// The processes in it.
+    pub fn pids(&self) -> Vec<u32> {
+        fs::read_to_string(self.dir.join("cgroup.procs"))
+            .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Its CPU time and memory now.
+    pub fn usage(&self) -> Usage {
+        let cpu_usec = fs::read_to_string(self.dir.join("cpu.stat"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
+            })
+            .unwrap_or(0);
+        let memory_bytes = if self.memory {
+            fs::read_to_string(self.dir.join("memory.current"))
+                .ok()
+                .and_then(|m| m.trim().parse().ok())
+                .unwrap_or(0)
+        } else {
+            self.pids().into_iter().map(resident_bytes).sum()
+        };
+        Usage {
+            cpu_usec,
+            memory_bytes,
+        }
+    }
+
+    /// Kills what is left in it and removes it (waiting a moment for the processes to go).
+    pub fn remove(&self) {
+        remove_tree(&self.dir);
+    }
+
+    /// Removes it if no process is left in it (without waiting); true when it is gone.
+    pub fn try_remove(&self) -> bool {
+        unpopulated(&self.dir) && (fs::remove_dir(&self.dir).is_ok() || !self.dir.exists())
+    }
+}
+
+/// A process's resident memory (`/proc/PID/statm`, second field, in pages).
+fn resident_bytes(pid: u32) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    fs::read_to_string(format!("/proc/{pid}/statm"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_cgroup2_mount() {
+        let info = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+                    35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+                    41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            parse_mount_point(info),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let pure = "25 1 0:23 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(
+            parse_mount_point(pure),
+            Some(PathBuf::from("/sys/fs/cgroup"))
+        );
+        assert_eq!(
+            parse_mount_point("1 2 0:1 / / rw - ext4 /dev/vda rw\n"),
+            None
+        );
+    }
+
+    /// A worker cgroup holds a process tree, reports its usage, and `kill` stops all of it.
+    /// (Creates cgroups: root.)
+    #[test]
+    fn a_worker_cgroup_kills_its_whole_tree() {
+        use std::os::unix::process::CommandExt as _;
+        let instance = InstanceCgroup::create(&format!("unit-{}", std::process::id()), false)
+            .expect("creating cgroups as root");
+        let worker = instance.worker(1, None).unwrap();
+        let procs = worker.procs_file().clone();
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "sleep 30 & sleep 30"]);
+        // SAFETY: only open/write/close in the child before exec.
+        unsafe {
+            cmd.pre_exec(move || crate::spawn::join_cgroup(&procs));
+        }
+        let mut child = cmd.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while worker.pids().len() < 3 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            worker.pids().len(),
+            3,
+            "sh and two sleeps: {:?}",
+            worker.pids()
+        );
+        assert!(worker.usage().memory_bytes > 0);
+        worker.kill().unwrap();
+        let _ = child.wait();
+        assert!(wait_unpopulated(worker.dir(), Duration::from_secs(5)));
+        assert!(worker.try_remove());
+        let dir = instance.dir().to_path_buf();
+        drop(instance);
+        assert!(!dir.exists());
+    }
+}
