@@ -135,6 +135,24 @@ impl SlotStats {
     }
 }
 
+/// Ports `--adopt` workers may bind with `SO_REUSEPORT` added: at most this many.
+pub const MAX_ADOPT_PORTS: u32 = 16;
+
+/// What the `sock_ops` program reports when a process of the instance's cgroup starts to
+/// listen (`--adopt`), in the `listens` ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListenEvent {
+    /// The socket's cookie (`SO_COOKIE`; sock_diag reports it too).
+    pub cookie: u64,
+    /// When it started listening (`CLOCK_MONOTONIC`, nanoseconds).
+    pub ktime_ns: u64,
+    /// Its local port (host byte order).
+    pub port: u32,
+    /// `AF_INET` or `AF_INET6`.
+    pub family: u32,
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: each type is `#[repr(C)]`, `Copy`, made only of integers, with no padding bytes
@@ -146,4 +164,6 @@ mod pod {
     unsafe impl aya::Pod for super::Config {}
     // SAFETY: as above: u64 fields only.
     unsafe impl aya::Pod for super::SlotStats {}
+    // SAFETY: as above: two u64 then two u32 fields, 24 bytes, no padding.
+    unsafe impl aya::Pod for super::ListenEvent {}
 }

@@ -6,6 +6,8 @@
 #![no_std]
 #![no_main]
 
+mod adopt;
+
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{

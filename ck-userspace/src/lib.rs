@@ -12,6 +12,7 @@ pub mod duration;
 pub mod health_config;
 pub mod instance;
 pub mod notify;
+pub mod pidfd;
 pub mod probe;
 pub mod restart_policy;
 pub mod size;

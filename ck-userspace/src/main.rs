@@ -222,6 +222,12 @@ impl RunArgs {
         if self.reload_batch == 0 {
             bail!("--reload-batch 0: give at least 1");
         }
+        if self.adopt && self.no_bpf {
+            bail!(
+                "--adopt needs BPF (its bind hook makes the workers' own sockets share the port, \
+                 and its program steers them): drop --no-bpf"
+            );
+        }
         if self.min_workers > config::MAX_WORKERS {
             bail!(
                 "--min-workers {} is out of range: give a number from 0 to {}",

@@ -21,6 +21,8 @@ pub struct Listener {
     pub inode: u64,
     /// Its owner's uid.
     pub uid: u32,
+    /// Its cookie (`SO_COOKIE`).
+    pub cookie: u64,
 }
 
 /// Every TCP socket in LISTEN on `port` in the family of `ipv6`.
@@ -66,6 +68,7 @@ pub fn listeners(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
                             addr: SocketAddr::new(id.source_address, id.source_port),
                             inode: u64::from(response.header.inode),
                             uid: response.header.uid,
+                            cookie: cookie_of(id.cookie),
                         });
                     }
                 }
@@ -81,6 +84,50 @@ pub fn listeners(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
             offset += length;
         }
     }
+}
+
+/// The kernel writes the cookie as two host-order u32 halves, low one first.
+fn cookie_of(raw: [u8; 8]) -> u64 {
+    let low = u32::from_ne_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    let high = u32::from_ne_bytes([raw[4], raw[5], raw[6], raw[7]]);
+    u64::from(low) | (u64::from(high) << 32)
+}
+
+/// The cookie of an open socket (`SO_COOKIE`).
+pub fn cookie(socket: &impl AsFd) -> io::Result<u64> {
+    use std::os::fd::AsRawFd as _;
+    let mut cookie: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` (8) bytes into `cookie`, a live u64, on a socket
+    // we hold.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_COOKIE,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cookie)
+}
+
+/// Which of `pids` holds socket `inode`, and at which fd.
+pub fn fd_of(inode: u64, pids: &[u32]) -> Option<(u32, i32)> {
+    let target = format!("socket:[{inode}]");
+    pids.iter().find_map(|pid| {
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+        fds.flatten().find_map(|fd| {
+            let link = std::fs::read_link(fd.path()).ok()?;
+            (link.as_os_str() == target.as_str())
+                .then(|| fd.file_name().to_str()?.parse().ok())
+                .flatten()
+                .map(|n| (*pid, n))
+        })
+    })
 }
 
 /// The inode of an open socket.

@@ -6,7 +6,7 @@
 use std::{
     ffi::{CStr, CString, OsString},
     io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::fd::{OwnedFd, RawFd},
     os::unix::process::CommandExt as _,
     process::Stdio,
 };
@@ -106,7 +106,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     let pid = child
         .id()
         .ok_or_else(|| io::Error::other("worker exited before its pid was read"))?;
-    let pidfd = pidfd_open(pid)?;
+    let pidfd = crate::pidfd::open(pid)?;
     Ok(Spawned { child, pid, pidfd })
 }
 
@@ -156,38 +156,6 @@ fn place_fds(fds: &[RawFd], supervisor: libc::pid_t) -> io::Result<()> {
     // SAFETY: getppid cannot fail. If the supervisor already died we were re-parented: stop.
     if unsafe { libc::getppid() } != supervisor {
         return Err(io::Error::other("supervisor exited"));
-    }
-    Ok(())
-}
-
-fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    // SAFETY: raw syscall with integer arguments; returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// Sends `signal` to the process behind `pidfd`. A process that is already gone is not an error.
-pub fn send_signal(pidfd: &OwnedFd, signal: nix::sys::signal::Signal) -> io::Result<()> {
-    // SAFETY: raw syscall on a pidfd we own, with a null siginfo, as pidfd_send_signal(2) allows.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            signal as libc::c_int,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if rc < 0 {
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::ESRCH) {
-            return Ok(());
-        }
-        return Err(err);
     }
     Ok(())
 }

@@ -173,6 +173,8 @@ pub struct SlotReport {
     pub memory_bytes: Option<u64>,
     /// CPU time of the worker's tree (its cgroup's `cpu.stat`).
     pub cpu_ms: Option<u64>,
+    /// `--adopt`: time from the worker's `listen()` to ck adopting that socket.
+    pub adopt_latency_us: Option<u64>,
 }
 
 impl StatusReport {

@@ -10,7 +10,7 @@ use super::{
     Supervisor,
     lifecycle::{self, Effect, Fleet, Input, Note, Sig},
 };
-use crate::spawn;
+
 
 impl Supervisor {
     /// Feeds one input to one slot.
@@ -30,8 +30,10 @@ impl Supervisor {
             };
             let exited = matches!(input, Input::Exited { .. });
             let buried = if exited {
-                // The process is gone: drop its handles (the notify reader stops), and kill
-                // whatever it left in its cgroup.
+                // The process is gone: drop its handles (the notify reader stops) and copies
+                // of sockets not adopted yet (never in the maps), and kill whatever it left in
+                // its cgroup.
+                slot.adopting.clear();
                 slot.worker.take().and_then(|mut w| w.cgroup.take())
             } else {
                 None
@@ -62,6 +64,11 @@ impl Supervisor {
                 Effect::CloseSockets => {
                     if let Some(slot) = self.slots.get_mut(&index) {
                         slot.sockets.clear();
+                    }
+                }
+                Effect::CloseReplaced => {
+                    if let Some(slot) = self.slots.get_mut(&index) {
+                        slot.replaced.clear();
                     }
                 }
                 Effect::Remove => self.forget_slot(index),
@@ -108,7 +115,7 @@ impl Supervisor {
         {
             return;
         }
-        if let Err(e) = spawn::send_signal(&worker.pidfd, signal) {
+        if let Err(e) = crate::pidfd::send_signal(&worker.pidfd, signal) {
             tracing::warn!(
                 slot = index,
                 pid = worker.pid,
@@ -217,6 +224,12 @@ impl Supervisor {
                 "last socket of its group kept open: connections queue for the replacement"
             ),
             Note::Retired => tracing::info!(slot = index, pid, "slot retired"),
+            Note::Adopted => tracing::info!(
+                slot = index,
+                pid,
+                listen_to_adopted_us = slot.worker.as_ref().and_then(|w| w.adopt_latency_us),
+                "worker's listening socket adopted"
+            ),
             Note::StandbyFailed => {
                 tracing::warn!(slot = index, pid, "replacement failed: not restarted")
             }

@@ -5,6 +5,7 @@
 //! changed only by its event loop, one [`Event`] at a time. Tasks (child waiters, notify readers,
 //! timers, the control server) only send events. A slot's state changes only through the
 //! lifecycle machine ([`lifecycle`]), whose effects the [`executor`] runs.
+mod adopt;
 mod cgroups;
 mod executor;
 mod foreign;
@@ -76,6 +77,8 @@ pub(crate) enum Event {
     },
     /// Time to check every group's steering and look for foreign listeners.
     SteeringTick,
+    /// `--adopt`: a process of the instance's cgroup started to listen.
+    Listened(ck_common::ListenEvent),
     /// A steering canary came back (`connected`: the kernel, not the program, chose).
     Canary {
         group: usize,
@@ -116,19 +119,23 @@ pub struct Supervisor {
     cgroups: Option<crate::cgroup::InstanceCgroup>,
     /// Cgroups of exited workers, killed and waiting to be empty to be removed.
     dead_cgroups: Vec<crate::cgroup::WorkerCgroup>,
+    /// `--adopt`: the hooks on the instance's cgroup (kept alive: dropping them detaches).
+    _adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
 }
 
 /// The lifecycle settings of a run.
 fn settings(cfg: &RunConfig) -> Settings {
     Settings {
         ready_on_spawn: cfg.ready == ReadyMode::Spawn,
-        // With probes, a silent worker is ready at its first passing probe instead.
-        ready_grace: (cfg.ready == ReadyMode::Auto && cfg.health.probe.is_none())
+        // With probes, a silent worker is ready at its first passing probe instead; adopted,
+        // when its socket is.
+        ready_grace: (cfg.ready == ReadyMode::Auto && cfg.health.probe.is_none() && !cfg.adopt)
             .then_some(cfg.ready_grace),
         ready_timeout: cfg.ready_timeout,
         drain_timeout: cfg.drain_timeout,
         restart: cfg.restart,
         min_workers: cfg.min_workers,
+        adopt: cfg.adopt,
     }
 }
 
@@ -147,6 +154,14 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         sockets::ensure_free(*addr)?;
     }
     let cgroups = cgroups::create(&cfg)?;
+    // The bind hooks must be in place before the first worker binds.
+    let (adopt_hooks, listens) = match cfg.adopt {
+        true => {
+            let (hooks, ring) = adopt::attach(&cfg, cgroups.as_ref())?;
+            (Some(hooks), Some(ring))
+        }
+        false => (None, None),
+    };
     let bpf_on = !cfg.no_bpf;
     let groups: Vec<Group> = cfg
         .listen
@@ -168,6 +183,9 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         );
     }
     let (events_tx, mut events) = mpsc::unbounded_channel();
+    if let Some(ring) = listens {
+        adopt::read_listens(ring, events_tx.clone())?;
+    }
     let (calls_tx, mut calls) = mpsc::unbounded_channel::<ControlCall>();
     let control = control::server::start(&instance::control_path(&cfg.name), calls_tx)?;
     let mut sup = Supervisor {
@@ -185,6 +203,7 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         foreign_seen: BTreeSet::new(),
         cgroups,
         dead_cgroups: Vec::new(),
+        _adopt_hooks: adopt_hooks,
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
@@ -274,9 +293,13 @@ impl Supervisor {
             }
             Event::SteeringTick => {
                 self.check_steering_soon();
+                if self.cfg.adopt && !self.stopping {
+                    self.scan_unadopted();
+                }
                 self.watch_foreign();
                 self.reap_cgroups();
             }
+            Event::Listened(event) => self.on_listened(event),
             Event::Canary {
                 group,
                 before,

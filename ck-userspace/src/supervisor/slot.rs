@@ -28,6 +28,12 @@ pub struct Worker {
     pub health: Health,
     /// Its cgroup (None where the host has no usable cgroup2).
     pub cgroup: Option<crate::cgroup::WorkerCgroup>,
+    /// `--adopt`: its listening sockets are the slot's.
+    pub adopted: bool,
+    /// `--adopt`: it said READY=1 before its sockets were adopted.
+    pub said_ready: bool,
+    /// `--adopt`: time from its `listen()` to the adoption of its (last) socket.
+    pub adopt_latency_us: Option<u64>,
 }
 
 impl Drop for Worker {
@@ -45,6 +51,10 @@ pub struct Slot {
     pub life: Life,
     /// One socket per group, in group order; empty while closed.
     pub sockets: Vec<Socket>,
+    /// `--adopt`: the worker's sockets adopted so far, by group, until every group has one.
+    pub adopting: Vec<Option<Socket>>,
+    /// Sockets an adoption replaced, closed by the machine's `CloseReplaced` after the publish.
+    pub replaced: Vec<Socket>,
     /// The worker, if one runs.
     pub worker: Option<Worker>,
     /// Pid of the last worker (for log lines after it exited).
@@ -64,6 +74,8 @@ impl Slot {
             index,
             life,
             sockets: Vec::new(),
+            adopting: Vec::new(),
+            replaced: Vec::new(),
             worker: None,
             last_pid: 0,
             last_exit: None,

@@ -104,6 +104,7 @@ impl Supervisor {
                     breaker: s.life.crash.breaker().name().into(),
                     memory_bytes: usage.map(|u| u.memory_bytes),
                     cpu_ms: usage.map(|u| u.cpu_usec / 1000),
+                    adopt_latency_us: worker.and_then(|w| w.adopt_latency_us),
                 }
             })
             .collect();

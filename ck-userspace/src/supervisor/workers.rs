@@ -58,7 +58,9 @@ impl Supervisor {
             .values()
             .any(|s| s.index != index && !s.sockets.is_empty());
         let slot = self.slots.get_mut(&index).context("no such slot")?;
-        if slot.sockets.is_empty() {
+        // With --adopt the worker opens its own sockets; the slot gets them when they are
+        // adopted (a held socket stays the slot's until then).
+        if slot.sockets.is_empty() && !self.cfg.adopt {
             for group in &mut self.groups {
                 let socket = sockets::open_member(group.addr)?;
                 if let Some(bpf) = &mut group.bpf {
@@ -80,12 +82,15 @@ impl Supervisor {
             app: &self.cfg.app,
             slot: index,
             worker_id,
-            fds: slot.sockets.iter().map(|s| s.as_raw_fd()).collect(),
+            fds: match self.cfg.adopt {
+                true => Vec::new(),
+                false => slot.sockets.iter().map(|s| s.as_raw_fd()).collect(),
+            },
             fd_names: self.groups.iter().map(|g| g.name.clone()).collect(),
             notify_socket: notify.env_value.clone(),
             watchdog_usec: self.cfg.health.watchdog.map(|d| d.as_micros() as u64),
             cgroup_procs: cgroup.as_ref().map(|c| c.procs_file().clone()),
-            adopt_port: None,
+            adopt_port: self.cfg.adopt.then(|| self.cfg.listen[0].addr.port()),
         });
         let spawned = match spawned {
             Ok(spawned) => spawned,
@@ -134,6 +139,9 @@ impl Supervisor {
             notify_task,
             health: Default::default(),
             cgroup,
+            adopted: false,
+            said_ready: false,
+            adopt_latency_us: None,
         });
         if founding && self.bpf_loaded() {
             self.check_steering_soon();
@@ -144,9 +152,14 @@ impl Supervisor {
     /// The worker of `index` is ready for `why` (a roll waiting for it may flip: see the
     /// executor).
     pub(super) fn mark_ready(&mut self, index: u32, why: String) {
-        let Some(slot) = self.slots.get(&index) else {
+        let Some(slot) = self.slots.get_mut(&index) else {
             return;
         };
+        // --adopt: not before its socket is adopted; adoption asks again.
+        if let Some(worker) = slot.worker.as_mut().filter(|w| self.cfg.adopt && !w.adopted) {
+            worker.said_ready = true;
+            return;
+        }
         let healthy = slot.worker.as_ref().is_some_and(|w| w.health.is_healthy());
         self.apply(index, Input::Ready { why, healthy });
     }

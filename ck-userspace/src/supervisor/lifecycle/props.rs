@@ -43,6 +43,8 @@ enum Op {
     Wait(u64),
     /// Shutdown.
     Shutdown,
+    /// `--adopt`: the n-th slot's worker listens and its socket is adopted.
+    Adopt(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -60,6 +62,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(Op::FailSpawn),
         2 => (0..3000u64).prop_map(Op::Wait),
         1 => Just(Op::Shutdown),
+        3 => (0..6usize).prop_map(Op::Adopt),
     ]
 }
 
@@ -80,10 +83,15 @@ struct Model {
     /// The next spawn fails (`Some(true)`: while opening the sockets).
     fail_next_spawn: Option<bool>,
     stopping: bool,
+    /// Slots whose adoption replaced an open socket, until it is closed.
+    os_replaced: BTreeMap<u32, bool>,
+    /// A serving slot had open sockets at some point (in adopt mode, ck holds the group from
+    /// the first adoption on).
+    opened_once: bool,
 }
 
 impl Model {
-    fn new(workers: u32, min_workers: u32) -> Model {
+    fn new(workers: u32, min_workers: u32, adopt: bool) -> Model {
         let mut m = Model {
             settings: Settings {
                 ready_on_spawn: false,
@@ -95,6 +103,7 @@ impl Model {
                     ..RestartPolicy::DEFAULT
                 },
                 min_workers,
+                adopt,
             },
             lives: BTreeMap::new(),
             os_open: BTreeMap::new(),
@@ -106,6 +115,8 @@ impl Model {
             next_id: 1,
             fail_next_spawn: None,
             stopping: false,
+            os_replaced: BTreeMap::new(),
+            opened_once: false,
         };
         for index in 0..workers {
             m.open_slot(index, false);
@@ -174,6 +185,13 @@ impl Model {
                         "slot {index} signalled while in the ready list"
                     );
                 }
+                Effect::CloseReplaced => {
+                    assert_eq!(
+                        self.os_replaced.remove(&index),
+                        Some(true),
+                        "slot {index}: nothing replaced"
+                    );
+                }
                 Effect::CloseSockets => {
                     assert!(
                         !self.listed(index).1,
@@ -208,7 +226,9 @@ impl Model {
                         self.os_open.insert(index, socket_open);
                         self.apply(vec![(index, Input::SpawnFailed { socket_open })]);
                     } else {
-                        self.os_open.insert(index, true);
+                        if !self.settings.adopt {
+                            self.os_open.insert(index, true);
+                        }
                         let id = self.next_id;
                         self.next_id += 1;
                         self.os_worker.insert(index, id);
@@ -318,6 +338,20 @@ impl Model {
                 self.apply(batch);
             }
             Op::FailSpawn(at_open) => self.fail_next_spawn = Some(at_open),
+            Op::Adopt(n) if self.settings.adopt => {
+                let live: Vec<u32> = self.os_worker.keys().copied().collect();
+                if !live.is_empty() {
+                    let index = live[n % live.len()];
+                    let had = self.os_open.insert(index, true) == Some(true);
+                    self.os_replaced.insert(index, had);
+                    self.apply(vec![(index, Input::Adopted)]);
+                    if !had {
+                        self.os_replaced.remove(&index);
+                    }
+                    assert!(self.os_replaced.is_empty(), "a replaced socket was not closed");
+                }
+            }
+            Op::Adopt(_) => {}
             Op::Wait(ms) => self.now += Duration::from_millis(ms),
             Op::Shutdown => {
                 self.stopping = true;
@@ -338,7 +372,8 @@ impl Model {
     }
 
     /// The invariants of ARCHITECTURE.md, checked after every step.
-    fn check(&self) {
+    fn check(&mut self) {
+        self.opened_once |= self.lives.values().any(|l| l.serving() && l.socket_open);
         let set = &self.published;
         for (position, index) in set.slots[..set.live_len as usize].iter().enumerate() {
             let life = &self.lives[index];
@@ -377,7 +412,7 @@ impl Model {
         let serving: Vec<&Life> = self.lives.values().filter(|l| l.serving()).collect();
         assert!(!serving.is_empty(), "the fleet lost every serving slot");
         assert!(
-            serving.iter().any(|l| l.socket_open),
+            !self.opened_once || serving.iter().any(|l| l.socket_open),
             "the group emptied: {:#?}",
             self.lives
         );
@@ -408,9 +443,10 @@ proptest! {
     fn invariants_hold_for_random_input_sequences(
         workers in 1..4u32,
         min_workers in 0..3u32,
+        adopt in any::<bool>(),
         ops in prop::collection::vec(op(), 1..60),
     ) {
-        let mut model = Model::new(workers, min_workers);
+        let mut model = Model::new(workers, min_workers, adopt);
         model.check();
         for op in ops {
             model.run(op);

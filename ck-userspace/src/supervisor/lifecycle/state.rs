@@ -15,6 +15,9 @@ pub struct Run {
     pub started: Instant,
     /// When it first became ready, if it did.
     pub ready_at: Option<Instant>,
+    /// Its listening sockets are the slot's: always with socket activation (ck made them);
+    /// with `--adopt`, once they are adopted. Only then can it be ready.
+    pub adopted: bool,
 }
 
 /// What a stopping slot becomes when its worker exits.
@@ -62,6 +65,18 @@ impl State {
             | State::Draining(run)
             | State::Stopping(run, _) => Some(run),
             State::Idle | State::Waiting | State::Held | State::Broken => None,
+        }
+    }
+
+    /// The same state with its run replaced (states without a run are returned as they are).
+    pub fn with_run(self, run: Run) -> State {
+        match self {
+            State::Starting(_) => State::Starting(run),
+            State::Ready(_) => State::Ready(run),
+            State::Unhealthy(_) => State::Unhealthy(run),
+            State::Draining(_) => State::Draining(run),
+            State::Stopping(_, after) => State::Stopping(run, after),
+            other => other,
         }
     }
 }

@@ -42,6 +42,10 @@ pub enum Input {
         /// The worker's id.
         id: u64,
     },
+    /// `--adopt`: the worker's own listening sockets (every group's) are now the slot's; any
+    /// the slot held before (a dead worker's) are closed after the publish, so what was queued
+    /// on them migrates.
+    Adopted,
     /// Spawning failed; `socket_open` says whether the slot's sockets are open now.
     SpawnFailed {
         /// Whether the sockets are open.
@@ -131,6 +135,8 @@ pub enum Note {
     },
     /// The last socket of its group: kept open for the replacement.
     Held,
+    /// The worker's own listening socket was adopted.
+    Adopted,
     /// The slot left the fleet.
     Retired,
     /// A standby replacement died: not restarted (the roll aborts).
@@ -148,6 +154,8 @@ pub enum Effect {
     Signal(Sig),
     /// Close the supervisor's copy of the slot's sockets (its queue migrates).
     CloseSockets,
+    /// Close the sockets an adoption replaced (a dead worker's held copies).
+    CloseReplaced,
     /// Forget the slot (record cleared, counters zeroed).
     Remove,
     /// Open the slot's sockets if closed, spawn a worker, and answer with
@@ -166,7 +174,7 @@ impl Effect {
             Effect::Note(_) => 0,
             Effect::Publish => 1,
             Effect::Signal(_) => 2,
-            Effect::CloseSockets => 3,
+            Effect::CloseSockets | Effect::CloseReplaced => 3,
             Effect::Remove => 4,
             Effect::Spawn => 5,
             Effect::Arm(..) => 6,
@@ -194,6 +202,8 @@ pub struct Settings {
     pub restart: RestartPolicy,
     /// `--min-workers`: serving slots the breaker never takes the group below.
     pub min_workers: u32,
+    /// `--adopt`: a spawned worker opens its own sockets; the slot has them once adopted.
+    pub adopt: bool,
 }
 
 /// What the machine needs to know of the rest of the fleet (see `Fleet::of`).
@@ -223,15 +233,18 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
         (State::Idle | State::Waiting | State::Held | State::Broken, Input::Spawned { id }) => {
             life.epoch = id;
             life.generation += 1;
-            life.socket_open = true;
+            // Activation: ck opened the sockets for it. Adopt: they come with `Adopted` (a held
+            // socket stays open meanwhile).
+            life.socket_open |= !settings.adopt;
             let run = Run {
                 id,
                 started: now,
-                ready_at: settings.ready_on_spawn.then_some(now),
+                ready_at: (settings.ready_on_spawn && !settings.adopt).then_some(now),
+                adopted: !settings.adopt,
             };
             out.push(Effect::Note(Note::Started));
             out.push(Publish);
-            if settings.ready_on_spawn {
+            if run.ready_at.is_some() {
                 life.state = State::Ready(run);
                 out.push(Effect::Note(Note::Ready(
                     "ready on spawn (--ready spawn)".into(),
@@ -251,6 +264,19 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
             life.socket_open = socket_open;
             exit(life, None, false, fleet, settings, &mut out);
         }
+        (state, Input::Adopted) if state.run().is_some() => {
+            life.state = state.with_run(Run {
+                adopted: true,
+                ..state.run().expect("guarded")
+            });
+            let replaced = std::mem::replace(&mut life.socket_open, true);
+            out.extend([Effect::Note(Note::Adopted), Publish]);
+            if replaced {
+                out.push(Effect::CloseReplaced);
+            }
+        }
+        // Not ready before its sockets are the slot's (`--adopt`): the supervisor asks again.
+        (State::Starting(run) | State::Draining(run), Input::Ready { .. }) if !run.adopted => {}
         (State::Starting(run) | State::Draining(run), Input::Ready { why, healthy }) => {
             let run = Run {
                 ready_at: run.ready_at.or(Some(now)),

@@ -14,6 +14,7 @@ fn settings() -> Settings {
         drain_timeout: Duration::from_secs(10),
         restart: P,
         min_workers: 1,
+        adopt: false,
     }
 }
 

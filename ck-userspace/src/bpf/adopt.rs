@@ -1,0 +1,137 @@
+//! The `--adopt` hooks on the instance's cgroup: `cgroup/bind4` and `cgroup/bind6` programs that
+//! add `SO_REUSEPORT` to binds to the instance's ports, and a `sock_ops` program that reports
+//! every socket that starts to listen. Attached through bpf links, so they leave with ck.
+use std::{fs::File, path::Path};
+
+use anyhow::Context as _;
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, MapData, RingBuf},
+    programs::{CgroupAttachMode, CgroupSockAddr, SockOps},
+};
+use ck_common::{ListenEvent, MAX_ADOPT_PORTS};
+
+use super::{BPF_OBJECT, BpfError};
+
+/// The loaded and attached hooks.
+pub struct AdoptHooks {
+    /// Keeps the programs (and their links) alive.
+    _ebpf: Ebpf,
+}
+
+fn load_err(what: &'static str) -> impl FnOnce(anyhow::Error) -> BpfError {
+    move |source| BpfError::Load {
+        what: what.to_string(),
+        source,
+    }
+}
+
+impl AdoptHooks {
+    /// Loads the hooks for `ports`, attaches them to the cgroup `dir`, and returns them with the
+    /// ring buffer of listen events.
+    pub fn attach(dir: &Path, ports: &[u16]) -> Result<(AdoptHooks, RingBuf<MapData>), BpfError> {
+        if ports.len() > MAX_ADOPT_PORTS as usize {
+            return Err(load_err("configuring --adopt")(anyhow::anyhow!(
+                "at most {MAX_ADOPT_PORTS} ports can be adopted"
+            )));
+        }
+        let off: u8 = 0;
+        let mut ebpf = EbpfLoader::new()
+            .btf(None)
+            .override_global(aya_log::LEVEL, &off, true)
+            .load(BPF_OBJECT)
+            .context("loading the BPF object")
+            .map_err(load_err("loading the --adopt hooks"))?;
+        {
+            let mut map: HashMap<_, u16, u8> = ebpf
+                .map_mut("adopt_ports")
+                .context("map adopt_ports missing")
+                .and_then(|m| HashMap::try_from(m).context("adopt_ports is not a hash map"))
+                .map_err(load_err("finding the --adopt ports map"))?;
+            for port in ports {
+                map.insert(port, 1, 0)
+                    .map_err(|e| BpfError::MapWrite {
+                        map: "adopt_ports",
+                        source: e.into(),
+                    })?;
+            }
+        }
+        let cgroup = File::open(dir)
+            .with_context(|| format!("opening {}", dir.display()))
+            .map_err(load_err("opening the instance's cgroup"))?;
+        for name in ["ck_bind4", "ck_bind6"] {
+            let program: &mut CgroupSockAddr = ebpf
+                .program_mut(name)
+                .with_context(|| format!("program {name} missing"))
+                .and_then(|p| p.try_into().context("not a cgroup/bind program"))
+                .map_err(load_err("finding the bind hooks"))?;
+            program
+                .load()
+                .context("the kernel refused the bind hook")
+                .map_err(load_err("loading the bind hooks"))?;
+            program
+                .attach(&cgroup, CgroupAttachMode::Single)
+                .context("attaching to the instance's cgroup")
+                .map_err(load_err("attaching the bind hooks"))?;
+        }
+        let listen: &mut SockOps = ebpf
+            .program_mut("ck_listen")
+            .context("program ck_listen missing")
+            .and_then(|p| p.try_into().context("not a sock_ops program"))
+            .map_err(load_err("finding the listen hook"))?;
+        listen
+            .load()
+            .context("the kernel refused the listen hook")
+            .map_err(load_err("loading the listen hook"))?;
+        listen
+            .attach(&cgroup, CgroupAttachMode::Single)
+            .context("attaching to the instance's cgroup")
+            .map_err(load_err("attaching the listen hook"))?;
+        let ring = ebpf
+            .take_map("listens")
+            .context("map listens missing")
+            .and_then(|m| RingBuf::try_from(m).context("listens is not a ring buffer"))
+            .map_err(load_err("taking the listen events"))?;
+        Ok((AdoptHooks { _ebpf: ebpf }, ring))
+    }
+}
+
+/// Decodes one record of the `listens` ring buffer.
+pub fn decode(record: &[u8]) -> Option<ListenEvent> {
+    if record.len() < std::mem::size_of::<ListenEvent>() {
+        return None;
+    }
+    // SAFETY: the record holds at least one ListenEvent (checked above), a plain-data type
+    // of integers, read without alignment assumptions.
+    Some(unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<ListenEvent>()) })
+}
+
+/// Reads `ring` on the runtime and hands every listen event to `send`, until it returns false.
+pub fn forward_listens(
+    ring: RingBuf<MapData>,
+    send: impl Fn(ListenEvent) -> bool + Send + 'static,
+) -> anyhow::Result<()> {
+    // SAFETY: the ring buffer owns its map fd for its whole life and `as_raw_fd` returns that
+    // fd; the AsyncFd owns the ring buffer, so the fd outlives the registration.
+    let mut ring = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| anyhow::anyhow!("watching the listen events: {e}"))?;
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = ring.readable_mut().await else {
+                return;
+            };
+            let ring = guard.get_inner_mut();
+            while let Some(record) = ring.next() {
+                if let Some(event) = decode(&record)
+                    && !send(event)
+                {
+                    return;
+                }
+            }
+            guard.clear_ready();
+        }
+    });
+    Ok(())
+}

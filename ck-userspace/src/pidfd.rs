@@ -1,0 +1,67 @@
+//! Processes by pidfd: opening one, signalling through it (no pid-reuse race), and taking a
+//! copy of one of the process's file descriptors (`pidfd_getfd`, how `--adopt` gets a worker's
+//! listening socket).
+use std::{
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+};
+
+/// A pidfd for `pid`.
+pub fn open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: raw syscall with integer arguments; returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Sends `signal` to the process behind `pidfd`. A process that is already gone is not an error.
+pub fn send_signal(pidfd: &OwnedFd, signal: nix::sys::signal::Signal) -> io::Result<()> {
+    // SAFETY: raw syscall on a pidfd we own, with a null siginfo, as pidfd_send_signal(2) allows.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ESRCH) {
+            return Ok(());
+        }
+        return Err(err);
+    }
+    Ok(())
+}
+
+/// A copy (close-on-exec) of file descriptor `fd` of the process behind `pidfd`: the same open
+/// file, as `dup` would give inside that process. Needs ptrace rights over it (root).
+pub fn get_fd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: raw syscall with a pidfd we own and integer arguments; returns a new fd or -1.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just installed this fd in our table and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_a_descriptor_of_a_process() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let pidfd = open(std::process::id()).unwrap();
+        let copy = get_fd(&pidfd, listener.as_raw_fd()).unwrap();
+        let inode = |fd: RawFd| std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
+        assert_eq!(inode(copy.as_raw_fd()), inode(listener.as_raw_fd()));
+        assert_ne!(copy.as_raw_fd(), listener.as_raw_fd());
+    }
+}
