@@ -195,6 +195,8 @@ pub struct SlotStatus {
     pub memory_bytes: Option<u64>,
     /// CPU time of the worker's tree.
     pub cpu_ms: Option<u64>,
+    /// `--adopt`: time from the worker's `listen()` to ck adopting that socket.
+    pub adopt_latency_us: Option<u64>,
 }
 
 impl Status {

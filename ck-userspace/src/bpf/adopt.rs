@@ -49,11 +49,10 @@ impl AdoptHooks {
                 .and_then(|m| HashMap::try_from(m).context("adopt_ports is not a hash map"))
                 .map_err(load_err("finding the --adopt ports map"))?;
             for port in ports {
-                map.insert(port, 1, 0)
-                    .map_err(|e| BpfError::MapWrite {
-                        map: "adopt_ports",
-                        source: e.into(),
-                    })?;
+                map.insert(port, 1, 0).map_err(|e| BpfError::MapWrite {
+                    map: "adopt_ports",
+                    source: e.into(),
+                })?;
             }
         }
         let cgroup = File::open(dir)

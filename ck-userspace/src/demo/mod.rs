@@ -1,5 +1,6 @@
 //! `ck demo-worker`: a tiny HTTP server that speaks ck's worker protocol, for trying ck out and
-//! for its tests. It takes its listening sockets by socket activation (`LISTEN_FDS`), reports
+//! for its tests. It takes its listening sockets by socket activation (`LISTEN_FDS`), or binds
+//! `$PORT` itself when it has none (as under `ck run --adopt`), reports
 //! `READY=1` over `NOTIFY_SOCKET` (optionally after a delay), answers `GET /` with its slot and
 //! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, drains and exits 0. Fault switches
 //! (`--stall-ms`, `--fail-health-after`, `--slow-ms`, ...) make it misbehave on purpose.
@@ -104,13 +105,15 @@ impl Default for DemoOptions {
 /// when a listener fails beyond repair.
 pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
     let faults = Faults::new(&opts, tokio::time::Instant::now())?;
-    let fds = activation::listen_fds()?;
+    let fds = match activation::listen_fds() {
+        // Not socket-activated: it binds $PORT below.
+        Err(activation::ActivationError::NotActivated) if std::env::var_os("PORT").is_some() => {
+            Vec::new()
+        }
+        other => other?,
+    };
     let notifier = Notifier::from_env().context("NOTIFY_SOCKET is unusable")?;
     report(notifier.status("booting"));
-    ensure!(
-        !fds.is_empty(),
-        "LISTEN_FDS is 0: no sockets were passed, so there is nothing to serve"
-    );
     let mut listeners = Vec::new();
     let mut addrs = Vec::new();
     for (name, fd) in fds {
@@ -118,6 +121,21 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
         listeners.push(listener);
         addrs.push(addr.to_string());
     }
+    if listeners.is_empty() {
+        // Not socket-activated: bind $PORT like any server (under `ck run --adopt`, ck's bind
+        // hook adds SO_REUSEPORT and ck adopts the socket).
+        let port = std::env::var("PORT")
+            .ok()
+            .and_then(|p| p.parse::<u16>().ok());
+        let port = port
+            .context("no sockets were passed (LISTEN_FDS) and PORT is not set: nothing to serve")?;
+        let listener = std::net::TcpListener::bind(("0.0.0.0", port))
+            .with_context(|| format!("binding 0.0.0.0:{port}"))?;
+        listener.set_nonblocking(true)?;
+        addrs.push(listener.local_addr()?.to_string());
+        listeners.push(listener);
+    }
+    ensure!(!listeners.is_empty(), "nothing to serve");
     let identity = Identity::from_env();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

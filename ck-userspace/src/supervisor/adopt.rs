@@ -34,7 +34,9 @@ pub(super) fn read_listens(
     ring: RingBuf<MapData>,
     events: tokio::sync::mpsc::UnboundedSender<Event>,
 ) -> anyhow::Result<()> {
-    adopt::forward_listens(ring, move |event| events.send(Event::Listened(event)).is_ok())
+    adopt::forward_listens(ring, move |event| {
+        events.send(Event::Listened(event)).is_ok()
+    })
 }
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds (the clock of `bpf_ktime_get_ns`).
@@ -119,10 +121,14 @@ impl Supervisor {
         let copy = pidfd::open(pid).and_then(|pidfd| pidfd::get_fd(&pidfd, fd));
         let socket = match copy {
             Ok(fd) => Socket::from(fd),
-            Err(e) => return tracing::warn!(slot = index, pid, "taking the worker's socket failed: {e}"),
+            Err(e) => {
+                return tracing::warn!(slot = index, pid, "taking the worker's socket failed: {e}");
+            }
         };
         let groups = self.groups.len();
-        let Some(slot) = self.slots.get_mut(&index) else { return };
+        let Some(slot) = self.slots.get_mut(&index) else {
+            return;
+        };
         slot.adopting.resize_with(groups, || None);
         if slot.adopting[position].is_some() || slot.worker.as_ref().is_some_and(|w| w.adopted) {
             return tracing::warn!(
@@ -133,7 +139,12 @@ impl Supervisor {
                  first is steered"
             );
         }
-        tracing::debug!(slot = index, pid, fd = socket.as_raw_fd(), "worker socket copied");
+        tracing::debug!(
+            slot = index,
+            pid,
+            fd = socket.as_raw_fd(),
+            "worker socket copied"
+        );
         slot.adopting[position] = Some(socket);
         if slot.adopting.iter().all(Option::is_some) {
             self.commit_adoption(index, latency_us);
@@ -151,7 +162,9 @@ impl Supervisor {
                     .any(|s| s.index != index && s.sockets.get(position).is_some())
             })
             .collect();
-        let Some(slot) = self.slots.get_mut(&index) else { return };
+        let Some(slot) = self.slots.get_mut(&index) else {
+            return;
+        };
         let sockets: Vec<Socket> = slot.adopting.drain(..).flatten().collect();
         for ((group, socket), founds) in self.groups.iter_mut().zip(&sockets).zip(founding) {
             let Some(bpf) = &mut group.bpf else { continue };
@@ -160,7 +173,9 @@ impl Supervisor {
             }
             if founds {
                 match bpf.attach(socket) {
-                    Ok(()) => tracing::info!(group = %group.name, slot = index, "BPF program attached to the group"),
+                    Ok(()) => {
+                        tracing::info!(group = %group.name, slot = index, "BPF program attached to the group")
+                    }
                     Err(e) => tracing::error!(group = %group.name, "{e}"),
                 }
             }

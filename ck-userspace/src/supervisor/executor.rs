@@ -11,7 +11,6 @@ use super::{
     lifecycle::{self, Effect, Fleet, Input, Note, Sig},
 };
 
-
 impl Supervisor {
     /// Feeds one input to one slot.
     pub(super) fn apply(&mut self, index: u32, input: Input) {

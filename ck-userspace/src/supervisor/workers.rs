@@ -156,7 +156,11 @@ impl Supervisor {
             return;
         };
         // --adopt: not before its socket is adopted; adoption asks again.
-        if let Some(worker) = slot.worker.as_mut().filter(|w| self.cfg.adopt && !w.adopted) {
+        if let Some(worker) = slot
+            .worker
+            .as_mut()
+            .filter(|w| self.cfg.adopt && !w.adopted)
+        {
             worker.said_ready = true;
             return;
         }

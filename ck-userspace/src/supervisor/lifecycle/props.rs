@@ -348,7 +348,10 @@ impl Model {
                     if !had {
                         self.os_replaced.remove(&index);
                     }
-                    assert!(self.os_replaced.is_empty(), "a replaced socket was not closed");
+                    assert!(
+                        self.os_replaced.is_empty(),
+                        "a replaced socket was not closed"
+                    );
                 }
             }
             Op::Adopt(_) => {}
