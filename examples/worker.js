@@ -36,8 +36,8 @@ server.on("connection", (socket) => {
 // { fd: 3 } makes Node accept on the inherited listening socket instead of binding a new one.
 server.listen({ fd: 3 }, () => console.error(`node worker slot=${slot} pid=${process.pid} ready`));
 
-// Node has no datagram unix sockets, so this worker does not send READY=1: run ck with
-// --ready spawn (or let --ready auto's grace period take it as ready).
+// Node has no datagram unix sockets, so this worker does not send READY=1: ck's default
+// `--ready auto` sees it accept (its socket in its epoll set) and takes it as ready then.
 process.on("SIGTERM", () => {
   if (draining) return;
   draining = true;

@@ -14,6 +14,7 @@ pub mod instance;
 pub mod notify;
 pub mod pidfd;
 pub mod probe;
+pub mod readiness;
 pub mod restart_policy;
 pub mod size;
 pub mod sizing;

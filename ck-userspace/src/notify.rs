@@ -39,8 +39,15 @@ pub fn parse(datagram: &[u8]) -> Vec<NotifyMsg> {
 pub struct NotifySocket {
     /// The value for the worker's `NOTIFY_SOCKET` (`@` + abstract name).
     pub env_value: String,
-    /// The socket to read.
-    pub socket: UnixDatagram,
+    /// The socket to read (shared: the reader task reads it, the supervisor peeks at it).
+    pub socket: std::sync::Arc<UnixDatagram>,
+}
+
+/// Whether a message waits on `socket`, unread (without reading it).
+pub fn pending(socket: &UnixDatagram) -> bool {
+    let mut byte = [std::mem::MaybeUninit::new(0u8)];
+    // The socket is non-blocking (tokio's): an empty queue answers WouldBlock.
+    socket2::SockRef::from(socket).peek(&mut byte).is_ok()
 }
 
 impl NotifySocket {
@@ -53,7 +60,7 @@ impl NotifySocket {
         std_socket.set_nonblocking(true)?;
         Ok(NotifySocket {
             env_value: format!("@{abstract_name}"),
-            socket: UnixDatagram::from_std(std_socket)?,
+            socket: std::sync::Arc::new(UnixDatagram::from_std(std_socket)?),
         })
     }
 }

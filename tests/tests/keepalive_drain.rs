@@ -44,7 +44,7 @@ fn demo_worker_drains_keep_alive_connections_without_a_failure() {
 #[test]
 fn node_example_drains_keep_alive_connections_without_a_failure() {
     let app = example("worker.js");
-    let (ck, port, _) = start_ready("kadrain-node", 2, &["--ready", "spawn", "--", "node", &app]);
+    let (ck, port, _) = start_ready("kadrain-node", 2, &["--", "node", &app]);
     reloads_fail_nothing("node", ck, port);
 }
 

@@ -27,6 +27,8 @@ const BUSY_HOLD: Duration = Duration::from_secs(1);
 /// While sampling fast, traffic (the program's `selected` counters) is checked every this many
 /// ticks.
 const TRAFFIC_CHECK_EVERY: u32 = 16;
+/// Starting workers are checked for accepting (`detect`) every this many ticks.
+const READY_CHECK_EVERY: u32 = 3;
 
 /// The pace of queue sampling, shared with the sampler task.
 pub(super) struct Pacer {
@@ -194,6 +196,10 @@ impl Supervisor {
         }
         self.write_depths(&depth_changed);
         self.replace_long_unhealthy(now);
+        // Reading /proc costs ~0.1 ms a worker: every few fast ticks is soon enough.
+        if self.pacer.ticks.is_multiple_of(READY_CHECK_EVERY) {
+            self.detect_ready();
+        }
         self.pace_sampling(now);
     }
 
@@ -202,6 +208,7 @@ impl Supervisor {
     /// depths and a stall must be seen within milliseconds. Idle, it samples
     /// [`IDLE_SAMPLING_FACTOR`] times less often, so that an idle supervisor stays idle.
     fn pace_sampling(&mut self, now: Instant) {
+        let watching = self.watching_readiness();
         let pacer = &mut self.pacer;
         pacer.ticks = pacer.ticks.wrapping_add(1);
         let fast = now < pacer.busy_until;
@@ -217,7 +224,7 @@ impl Supervisor {
             pacer.selected_seen = selected;
         }
         let pacer = &mut self.pacer;
-        if busy {
+        if busy || watching {
             pacer.busy_until = now + BUSY_HOLD;
         }
         let interval = self.cfg.health.sample_interval;

@@ -7,6 +7,7 @@
 //! lifecycle machine ([`lifecycle`]), whose effects the [`executor`] runs.
 mod adopt;
 mod cgroups;
+mod detect;
 mod executor;
 mod foreign;
 mod health;

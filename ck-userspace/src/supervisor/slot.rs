@@ -24,6 +24,8 @@ pub struct Worker {
     pub status: Option<String>,
     /// The task reading its notify socket.
     pub notify_task: JoinHandle<()>,
+    /// Its notify socket (to see whether a message waits that the task has not read yet).
+    pub notify: std::sync::Arc<tokio::net::UnixDatagram>,
     /// Health signals.
     pub health: Health,
     /// Its cgroup (None where the host has no usable cgroup2).

@@ -114,6 +114,7 @@ impl Supervisor {
             });
         });
         let events = self.events.clone();
+        let notify_socket = notify.socket.clone();
         let notify_task = tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
             while let Ok(len) = notify.socket.recv(&mut buf).await {
@@ -137,6 +138,7 @@ impl Supervisor {
             spoke_notify: false,
             status: None,
             notify_task,
+            notify: notify_socket,
             health: Default::default(),
             cgroup,
             adopted: false,

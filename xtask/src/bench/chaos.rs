@@ -1,10 +1,9 @@
 //! The `chaos` scenario: 4 workers of the Node hello app under a new-connection load from 8
 //! clients; every [`EVERY`] for [`CHAOS`], a random worker is SIGKILLed. Run side by side for
-//! ck (`--ready spawn`, Node cannot send READY=1; default crash policy), ck `--no-bpf`,
+//! ck (default settings: it sees Node accept, as Node cannot send READY=1), ck `--no-bpf`,
 //! node:cluster and pm2 (cluster mode). Counts failed requests by kind and per kill, the workers
 //! alive a second after the last kill, and how long after it every worker answered again.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -12,8 +11,9 @@ use ck_tests::load::{self, FailureKind, LoadReport, LoadSpec, Mode};
 use nix::sys::signal::Signal;
 
 use super::Bench;
-use super::instance::{Instance, Variant, children_of, free_port, kill};
-use super::peers::{self, NodeCluster, Pm2};
+use super::fleet::{Contender, Fleet, Pick};
+use super::instance::kill;
+use super::peers;
 use super::table::{Cell, Goal, Table};
 
 /// Workers of every fleet.
@@ -30,31 +30,6 @@ const LEAD: Duration = Duration::from_secs(2);
 const TAIL: Duration = Duration::from_secs(3);
 /// Limit of one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A fleet under test.
-enum Fleet {
-    Ck(Instance),
-    Cluster(NodeCluster),
-    Pm2(Pm2),
-}
-
-impl Fleet {
-    fn addr(&self) -> SocketAddr {
-        match self {
-            Fleet::Ck(inst) => inst.addr(),
-            Fleet::Cluster(c) => c.addr,
-            Fleet::Pm2(p) => p.addr,
-        }
-    }
-
-    fn workers(&self) -> Vec<u32> {
-        match self {
-            Fleet::Ck(inst) => children_of(inst.pid()),
-            Fleet::Cluster(c) => c.workers(),
-            Fleet::Pm2(p) => p.workers(),
-        }
-    }
-}
 
 /// What one fleet gave.
 struct Outcome {
@@ -80,64 +55,16 @@ impl Outcome {
     }
 }
 
-/// A tiny xorshift: the same victims sequence for every fleet.
-struct Pick(u64);
-
-impl Pick {
-    fn next(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 /// Runs the scenario for every fleet and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
     peers::ensure_node()?;
     let pm2 = peers::ensure_pm2()?;
-    let worker_js = crate::workspace_root()?.join("examples/worker.js");
-    let worker_js = worker_js.to_string_lossy().to_string();
-    let node_app = ["--ready", "spawn", "--", "node", worker_js.as_str()];
     let mut outcomes = Vec::new();
-    for label in ["ck", "ck --no-bpf", "node:cluster", "pm2"] {
-        eprintln!("bench: chaos: {label} ...");
-        let fleet = match label {
-            "ck" | "ck --no-bpf" => {
-                let variant = if label == "ck" {
-                    Variant::Ck
-                } else {
-                    Variant::Baseline
-                };
-                let mut inst = Instance::start(
-                    &bench.bin,
-                    &bench.log_dir,
-                    "chaos",
-                    variant,
-                    WORKERS as u32,
-                    &node_app,
-                )?;
-                inst.wait_ready(WORKERS)?;
-                Fleet::Ck(inst)
-            }
-            "node:cluster" => Fleet::Cluster(NodeCluster::start(
-                &bench.log_dir.join("node-cluster.log"),
-                free_port()?,
-                WORKERS,
-            )?),
-            _ => Fleet::Pm2(Pm2::start(
-                &pm2,
-                &bench.log_dir.join("pm2-home"),
-                free_port()?,
-                WORKERS,
-            )?),
-        };
-        let outcome = measure(&fleet)?;
-        if let Fleet::Ck(inst) = fleet {
-            bench.report_log(&inst);
-            inst.stop()?;
-        }
-        outcomes.push(outcome);
+    for contender in Contender::ALL {
+        eprintln!("bench: chaos: {} ...", contender.label());
+        let fleet = Fleet::start(bench, contender, "chaos", WORKERS, &pm2)?;
+        outcomes.push(measure(&fleet)?);
+        fleet.stop(bench)?;
     }
     Ok(table(&outcomes))
 }
@@ -196,7 +123,7 @@ fn table(o: &[Outcome]) -> Table {
             "chaos: {WORKERS} workers of the Node hello app, new connection per request from \
              {CLIENTS} clients; a random worker SIGKILLed every {EVERY:?} for {CHAOS:?}"
         ),
-        &["ck", "ck --no-bpf", "node:cluster", "pm2"],
+        &Contender::ALL.map(Contender::label),
     );
     let cells = |f: &dyn Fn(&Outcome) -> Cell| o.iter().map(f).collect::<Vec<_>>();
     let kind = |k: FailureKind| {
@@ -275,15 +202,15 @@ fn table(o: &[Outcome]) -> Table {
         Goal::None,
     );
     t.note(
-        "ck runs examples/worker.js with --ready spawn (Node cannot send READY=1) and its default \
-         crash policy; node:cluster and pm2 run xtask/bench-apps/hello.js, the same handler \
+        "ck runs examples/worker.js with default settings (Node cannot send READY=1: ck sees \
+         it accept); node:cluster and pm2 run xtask/bench-apps/hello.js, the same handler \
          binding the port itself; the same victim sequence (by index in the sorted pids) for all",
     );
     t.note(
         "failures after one kill = failures between that kill and the next; each client has one \
          request in flight, so a victim can hold at most 8",
     );
-    for (label, x) in ["ck", "ck --no-bpf", "node:cluster", "pm2"].iter().zip(o) {
+    for (label, x) in Contender::ALL.map(Contender::label).iter().zip(o) {
         for error in x.report.errors.iter().take(2) {
             t.note(format!("{label} failure: {error}"));
         }

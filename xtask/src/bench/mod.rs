@@ -8,11 +8,13 @@
 //! about three).
 
 mod chaos;
+mod fleet;
 mod footprint;
 mod instance;
 mod overhead;
 mod peers;
 mod recovery;
+mod recovery_node;
 mod reload;
 mod spread;
 mod stall;
@@ -27,7 +29,9 @@ use anyhow::{Context as _, Result};
 /// What to measure.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
-    /// SIGKILL 2 of 3 workers under load: failed requests, time until every slot serves again.
+    /// SIGKILL 2 of 3 workers under load: failed requests, time until every slot serves again;
+    /// with the demo worker (ck vs baseline), then with the Node hello app (ck, --no-bpf,
+    /// node:cluster, pm2).
     Recovery,
     /// `ck reload` under load: p99 latency and failed requests, steady vs during the reload.
     Reload,
@@ -109,8 +113,11 @@ pub fn run(scenario: Scenario, bin: &Path) -> Result<()> {
     for one in scenario.expand() {
         eprintln!("bench: running {one:?} ...");
         let load_before = load_average();
+        if one == Scenario::Recovery {
+            println!("{}", recovery::run(&bench)?.render());
+        }
         let mut table = match one {
-            Scenario::Recovery => recovery::run(&bench)?,
+            Scenario::Recovery => recovery_node::run(&bench)?,
             Scenario::Reload => reload::run(&bench)?,
             Scenario::Overhead => overhead::run(&bench)?,
             Scenario::Footprint => footprint::run(&bench)?,

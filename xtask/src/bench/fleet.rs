@@ -1,0 +1,141 @@
+//! The fleets `cargo xtask bench` compares on the Node hello app: ck (`examples/worker.js` on
+//! the socket ck hands over, default settings), ck `--no-bpf`, node:cluster and pm2 in cluster
+//! mode (`xtask/bench-apps/hello.js`), each started, listed (its worker pids) and stopped the
+//! same way; and the victim picker every scenario shares.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::Result;
+
+use super::Bench;
+use super::instance::{Instance, Variant, children_of, free_port};
+use super::peers::{NodeCluster, Pm2};
+
+/// Who supervises the Node app.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Contender {
+    /// ck with its BPF program.
+    Ck,
+    /// ck `--no-bpf`.
+    CkNoBpf,
+    /// node:cluster.
+    NodeCluster,
+    /// pm2 in cluster mode.
+    Pm2,
+}
+
+impl Contender {
+    /// Every contender, in table order.
+    pub const ALL: [Contender; 4] = [
+        Contender::Ck,
+        Contender::CkNoBpf,
+        Contender::NodeCluster,
+        Contender::Pm2,
+    ];
+
+    /// Its column title.
+    pub fn label(self) -> &'static str {
+        match self {
+            Contender::Ck => "ck",
+            Contender::CkNoBpf => "ck --no-bpf",
+            Contender::NodeCluster => "node:cluster",
+            Contender::Pm2 => "pm2",
+        }
+    }
+}
+
+/// A fleet under test.
+pub enum Fleet {
+    /// ck, with or without its program.
+    Ck(Instance),
+    /// node:cluster.
+    Cluster(NodeCluster),
+    /// pm2.
+    Pm2(Pm2),
+}
+
+impl Fleet {
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            Fleet::Ck(inst) => inst.addr(),
+            Fleet::Cluster(c) => c.addr,
+            Fleet::Pm2(p) => p.addr,
+        }
+    }
+
+    /// Its worker processes.
+    pub fn workers(&self) -> Vec<u32> {
+        match self {
+            Fleet::Ck(inst) => children_of(inst.pid()),
+            Fleet::Cluster(c) => c.workers(),
+            Fleet::Pm2(p) => p.workers(),
+        }
+    }
+
+    /// Starts `contender` with `workers` workers of the Node hello app and waits until they
+    /// serve.
+    pub fn start(
+        bench: &Bench,
+        contender: Contender,
+        what: &str,
+        workers: usize,
+        pm2: &Path,
+    ) -> Result<Fleet> {
+        let worker_js = crate::workspace_root()?.join("examples/worker.js");
+        let worker_js = worker_js.to_string_lossy().to_string();
+        let node_app = ["--", "node", worker_js.as_str()];
+        Ok(match contender {
+            Contender::Ck | Contender::CkNoBpf => {
+                let variant = match contender {
+                    Contender::Ck => Variant::Ck,
+                    _ => Variant::Baseline,
+                };
+                let mut inst = Instance::start(
+                    &bench.bin,
+                    &bench.log_dir,
+                    what,
+                    variant,
+                    workers as u32,
+                    &node_app,
+                )?;
+                inst.wait_ready(workers)?;
+                Fleet::Ck(inst)
+            }
+            Contender::NodeCluster => Fleet::Cluster(NodeCluster::start(
+                &bench.log_dir.join(format!("{what}-node-cluster.log")),
+                free_port()?,
+                workers,
+            )?),
+            Contender::Pm2 => Fleet::Pm2(Pm2::start(
+                pm2,
+                &bench.log_dir.join(format!("{what}-pm2-home")),
+                free_port()?,
+                workers,
+            )?),
+        })
+    }
+
+    /// Stops it (ck: `ck stop`, its log's complaints reported; the others on drop).
+    pub fn stop(self, bench: &Bench) -> Result<()> {
+        if let Fleet::Ck(inst) = self {
+            bench.report_log(&inst);
+            inst.stop()?;
+        }
+        Ok(())
+    }
+}
+
+/// A tiny xorshift: the same victims sequence for every fleet.
+pub struct Pick(pub u64);
+
+impl Pick {
+    /// A number in `0..n`.
+    pub fn next(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}

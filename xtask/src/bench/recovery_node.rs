@@ -1,0 +1,153 @@
+//! The Node part of the `recovery` scenario: 3 workers of the Node hello app, 8 clients making
+//! a new connection per request (closed loop), and at each of [`ROUNDS`] rounds 2 of the 3
+//! workers SIGKILLed at once. Measures, for ck (default settings: it sees Node accept), ck
+//! `--no-bpf`, node:cluster and pm2, the time from the kill until every worker serves again (3
+//! distinct pids, none a victim, answered after the kill) and the failed requests.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use ck_tests::load::{self, LoadReport, LoadSpec, Mode};
+use nix::sys::signal::Signal;
+
+use super::Bench;
+use super::fleet::{Contender, Fleet, Pick};
+use super::instance::kill;
+use super::peers;
+use super::table::{Cell, Goal, Table, median_duration};
+
+/// Workers of every fleet.
+const WORKERS: usize = 3;
+/// Workers killed at once.
+const KILLED: usize = 2;
+/// Load clients.
+const CLIENTS: usize = 8;
+/// Kill rounds per fleet.
+const ROUNDS: usize = 3;
+/// Time between rounds (and before the first).
+const BETWEEN: Duration = Duration::from_secs(2);
+/// Limit of one request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What one fleet gave.
+struct Outcome {
+    report: LoadReport,
+    /// Per round: kill -> every worker served again (None: not within the round).
+    restored: Vec<Option<Duration>>,
+}
+
+/// Runs the rounds for every contender and returns the table.
+pub fn run(bench: &Bench) -> Result<Table> {
+    peers::ensure_node()?;
+    let pm2 = peers::ensure_pm2()?;
+    let mut outcomes = Vec::new();
+    for contender in Contender::ALL {
+        eprintln!("bench: recovery (Node): {} ...", contender.label());
+        let fleet = Fleet::start(bench, contender, "recovery-node", WORKERS, &pm2)?;
+        outcomes.push(measure(&fleet)?);
+        fleet.stop(bench)?;
+    }
+    let mut t = Table::with_columns(
+        &format!(
+            "recovery, Node hello app: {WORKERS} workers, new connection per request from \
+             {CLIENTS} clients; SIGKILL {KILLED} workers at once, {ROUNDS} rounds"
+        ),
+        &Contender::ALL.map(Contender::label),
+    );
+    let median = |o: &Outcome| {
+        let all: Option<Vec<Duration>> = o.restored.iter().copied().collect();
+        all.map_or_else(
+            || Cell::text("not always"),
+            |d| Cell::ms(median_duration(&d)),
+        )
+    };
+    let fastest_peer = outcomes[2..]
+        .iter()
+        .filter_map(|o| o.restored.iter().copied().collect::<Option<Vec<_>>>())
+        .map(|d| median_duration(&d).as_secs_f64() * 1000.0)
+        .fold(f64::INFINITY, f64::min);
+    t.row_of(
+        "kill -> every worker answering, median",
+        outcomes.iter().map(median).collect(),
+        Goal::AtMost(fastest_peer, "faster than node:cluster and pm2"),
+    );
+    t.row_of(
+        "kill -> every worker answering, each round",
+        outcomes
+            .iter()
+            .map(|o| {
+                let rounds: Vec<String> = o
+                    .restored
+                    .iter()
+                    .map(|d| d.map_or("-".into(), |d| format!("{:.0}", d.as_secs_f64() * 1000.0)))
+                    .collect();
+                Cell::text(&format!("{} ms", rounds.join("/")))
+            })
+            .collect(),
+        Goal::None,
+    );
+    t.row_of(
+        "failed requests (refused/reset/timeout/other)",
+        outcomes.iter().map(|o| Cell::failures(&o.report)).collect(),
+        Goal::None,
+    );
+    t.row_of(
+        "requests answered",
+        outcomes.iter().map(|o| Cell::count(o.report.ok)).collect(),
+        Goal::None,
+    );
+    t.note(
+        "every worker answering = answers from 3 distinct pids, none of them a victim, after the \
+         kill (the clients see it, whatever the supervisor reports)",
+    );
+    Ok(t)
+}
+
+/// Runs the load and the rounds on `fleet`.
+fn measure(fleet: &Fleet) -> Result<Outcome> {
+    let total = BETWEEN * (ROUNDS as u32 + 1) + BETWEEN;
+    let mut spec = LoadSpec::for_duration(fleet.addr(), Mode::NewConnection, CLIENTS, total);
+    spec.timeout = REQUEST_TIMEOUT;
+    let started = Instant::now();
+    let handle = load::start(spec);
+    let mut pick = Pick(0x0063_6b72_6563_6f76);
+    let mut kills = Vec::new();
+    for round in 1..=ROUNDS {
+        std::thread::sleep(
+            (started + BETWEEN * round as u32).saturating_duration_since(Instant::now()),
+        );
+        let mut live = fleet.workers();
+        live.sort_unstable();
+        if live.len() < WORKERS {
+            bail!("only {} workers before round {round}", live.len());
+        }
+        let mut victims = BTreeSet::new();
+        while victims.len() < KILLED {
+            victims.insert(live[pick.next(live.len())]);
+        }
+        let at = started.elapsed();
+        for pid in &victims {
+            kill(*pid, Signal::SIGKILL)?;
+        }
+        kills.push((at, victims));
+    }
+    let report = handle.join();
+    let restored = kills
+        .iter()
+        .enumerate()
+        .map(|(i, (at, victims))| {
+            let until = kills.get(i + 1).map_or(Duration::MAX, |(next, _)| *next);
+            let mut seen = BTreeSet::new();
+            report
+                .answers
+                .iter()
+                .filter(|(t, pid)| *t >= *at && *t < until && *pid != 0 && !victims.contains(pid))
+                .find_map(|(t, pid)| {
+                    seen.insert(*pid);
+                    (seen.len() >= WORKERS).then(|| t.saturating_sub(*at))
+                })
+        })
+        .collect();
+    Ok(Outcome { report, restored })
+}
