@@ -169,6 +169,10 @@ pub struct RunConfig {
     /// `--worker-memory-max`: `memory.max` of every worker's cgroup, where the host has the
     /// memory controller.
     pub worker_memory_max: Option<u64>,
+    /// `--max-memory`: recycle a worker whose memory stays above this.
+    pub max_memory: Option<u64>,
+    /// `--max-requests`: recycle a worker after about this many new connections.
+    pub max_requests: Option<u64>,
     /// Health signals.
     pub health: crate::health_config::HealthConfig,
     /// Plain `SO_REUSEPORT`, no steering.

@@ -197,6 +197,14 @@ struct RunArgs {
     /// memory controller (ck says so where it does not).
     #[arg(long, value_parser = ck::size::parse_size, value_name = "SIZE")]
     worker_memory_max: Option<u64>,
+    /// Recycle (replace gracefully) a worker whose memory stays above SIZE (e.g. 512M) for 3
+    /// samples, one a second.
+    #[arg(long, value_parser = ck::size::parse_size, value_name = "SIZE")]
+    max_memory: Option<u64>,
+    /// Recycle (replace gracefully) a worker after about N new connections (each worker's own
+    /// limit within ±10 %, checked every second).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_requests: Option<u64>,
     /// Plain SO_REUSEPORT without the BPF program (the baseline; no readiness or drain steering).
     #[arg(long)]
     no_bpf: bool,
@@ -226,6 +234,12 @@ impl RunArgs {
             bail!(
                 "--adopt needs BPF (its bind hook makes the workers' own sockets share the port, \
                  and its program steers them): drop --no-bpf"
+            );
+        }
+        if self.max_requests.is_some() && self.no_bpf {
+            bail!(
+                "--max-requests counts the connections ck's BPF program sends each worker, and \
+                 --no-bpf has no program: drop one of them"
             );
         }
         if self.min_workers > config::MAX_WORKERS {
@@ -282,6 +296,8 @@ impl RunArgs {
             min_workers: self.min_workers,
             adopt: self.adopt,
             worker_memory_max: self.worker_memory_max,
+            max_memory: self.max_memory,
+            max_requests: self.max_requests,
             no_bpf: self.no_bpf,
             bpf_log: self.bpf_log,
             app,

@@ -1,7 +1,7 @@
 //! Fault switches of the demo worker, for ck's tests and benchmarks: stalling the whole event
-//! loop now and then, failing `/healthz` for a while, and answering `/` slowly. See the
-//! `--stall-ms`, `--stall-every`, `--fail-health-after`, `--recover-health-after` and
-//! `--slow-ms` options of [`DemoOptions`].
+//! loop now and then, failing `/healthz` for a while, answering `/` slowly, and leaking memory
+//! on every request. See the `--stall-ms`, `--stall-every`, `--fail-health-after`,
+//! `--recover-health-after`, `--slow-ms` and `--leak-per-request` options of [`DemoOptions`].
 use std::time::Duration;
 
 use anyhow::ensure;
@@ -22,6 +22,8 @@ pub struct Faults {
     pub recover_health_after: Option<Duration>,
     /// How long every request to `/` waits before it is answered.
     pub slow: Duration,
+    /// Bytes every request to `/` allocates, touches and never frees.
+    pub leak: u64,
 }
 
 impl Default for Faults {
@@ -32,6 +34,7 @@ impl Default for Faults {
             fail_health_after: None,
             recover_health_after: None,
             slow: Duration::ZERO,
+            leak: 0,
         }
     }
 }
@@ -63,6 +66,7 @@ impl Faults {
             fail_health_after: opts.fail_health_after,
             recover_health_after: opts.recover_health_after,
             slow: opts.slow_ms.unwrap_or(Duration::ZERO),
+            leak: opts.leak_per_request.unwrap_or(0),
         })
     }
 
@@ -89,7 +93,19 @@ impl Faults {
         if !self.slow.is_zero() {
             parts.push(format!("/ answers after {:?}", self.slow));
         }
+        if self.leak > 0 {
+            parts.push(format!("/ leaks {} bytes", self.leak));
+        }
         (!parts.is_empty()).then(|| parts.join(", "))
+    }
+}
+
+/// With `--leak-per-request N`: allocates N bytes, writes every page (so they are resident)
+/// and forgets them.
+pub fn leak(faults: &Faults) {
+    if faults.leak > 0 {
+        let bytes = vec![1u8; usize::try_from(faults.leak).unwrap_or(usize::MAX)];
+        std::mem::forget(bytes);
     }
 }
 

@@ -76,6 +76,10 @@ pub struct DemoOptions {
     /// WATCHDOG=1 every half WATCHDOG_USEC when ck sets it, i.e. with `ck run --watchdog`.)
     #[arg(long, value_name = "DUR", value_parser = crate::duration::parse_duration)]
     pub watchdog_stop_after: Option<Duration>,
+    /// Fault: every request to / allocates this much memory (e.g. 64K) and never frees it, for
+    /// testing ck's `--max-memory` recycling.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    pub leak_per_request: Option<u64>,
 }
 
 impl Default for DemoOptions {
@@ -89,6 +93,7 @@ impl Default for DemoOptions {
             recover_health_after: None,
             slow_ms: None,
             watchdog_stop_after: None,
+            leak_per_request: None,
         }
     }
 }

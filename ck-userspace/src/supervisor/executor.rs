@@ -238,7 +238,7 @@ impl Supervisor {
 
 /// Cheap jitter from the clock's nanoseconds: enough to spread restarts of slots that crashed
 /// together, no RNG dependency needed.
-fn jitter() -> f64 {
+pub(super) fn jitter() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| f64::from(d.subsec_nanos() % 1000) / 1000.0)

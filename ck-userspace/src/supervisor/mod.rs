@@ -13,6 +13,7 @@ mod foreign;
 mod health;
 pub mod lifecycle;
 mod publish;
+mod recycle;
 mod roll;
 mod scale;
 mod slot;
@@ -299,6 +300,7 @@ impl Supervisor {
                 }
                 self.watch_foreign();
                 self.reap_cgroups();
+                self.check_recycling();
             }
             Event::Listened(event) => self.on_listened(event),
             Event::Canary {

@@ -36,6 +36,12 @@ pub struct Worker {
     pub said_ready: bool,
     /// `--adopt`: time from its `listen()` to the adoption of its (last) socket.
     pub adopt_latency_us: Option<u64>,
+    /// The slot's `selected` counter when it started (connections it was sent = now - this).
+    pub selected_base: u64,
+    /// `--max-requests`: its own limit.
+    pub requests_limit: Option<u64>,
+    /// `--max-memory`: samples in a row above the limit.
+    pub over_memory: u32,
 }
 
 impl Drop for Worker {

@@ -130,6 +130,9 @@ impl Supervisor {
             }
         });
         slot.last_pid = pid;
+        let selected_base = self.slot_stats(index).selected;
+        let requests_limit = self.requests_limit(super::executor::jitter());
+        let slot = self.slots.get_mut(&index).context("no such slot")?;
         slot.worker = Some(Worker {
             id: worker_id,
             pid,
@@ -144,6 +147,9 @@ impl Supervisor {
             adopted: false,
             said_ready: false,
             adopt_latency_us: None,
+            selected_base,
+            requests_limit,
+            over_memory: 0,
         });
         if founding && self.bpf_loaded() {
             self.check_steering_soon();
