@@ -39,6 +39,18 @@ pub fn send_signal(pidfd: &OwnedFd, signal: nix::sys::signal::Signal) -> io::Res
     Ok(())
 }
 
+/// Resolves when the process behind `pidfd` has exited (a pidfd polls readable then), whether
+/// or not it is our child.
+pub async fn exited(pidfd: OwnedFd) -> io::Result<()> {
+    // SAFETY: the AsyncFd owns the pidfd for its whole life, so the fd it registers stays open
+    // (and is not reused) until the registration is dropped with it.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    }?;
+    let _ = fd.readable().await?;
+    Ok(())
+}
+
 /// A copy (close-on-exec) of file descriptor `fd` of the process behind `pidfd`: the same open
 /// file, as `dup` would give inside that process. Needs ptrace rights over it (root).
 pub fn get_fd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {

@@ -197,6 +197,8 @@ pub struct SlotStatus {
     pub cpu_ms: Option<u64>,
     /// `--adopt`: time from the worker's `listen()` to ck adopting that socket.
     pub adopt_latency_us: Option<u64>,
+    /// `--adopt`: the root slot whose worker's process tree holds this slot's listener.
+    pub member_of: Option<u32>,
 }
 
 impl Status {

@@ -10,6 +10,7 @@
 pub mod app;
 pub mod churn;
 pub mod ck;
+pub mod cserver;
 pub mod http;
 pub mod load;
 pub mod sys;

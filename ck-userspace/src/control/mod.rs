@@ -175,6 +175,8 @@ pub struct SlotReport {
     pub cpu_ms: Option<u64>,
     /// `--adopt`: time from the worker's `listen()` to ck adopting that socket.
     pub adopt_latency_us: Option<u64>,
+    /// `--adopt`: a further listener of this slot's worker's process tree (a forking server).
+    pub member_of: Option<u32>,
 }
 
 impl StatusReport {
@@ -253,9 +255,10 @@ impl StatusReport {
                 "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:>8}  {:>9}  {:<16}  {:<9}  {}",
                 s.slot,
                 s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-                match &s.unhealthy {
-                    Some(why) => format!("unhealthy:{why}"),
-                    None => s.state.clone(),
+                match (&s.unhealthy, s.member_of) {
+                    (Some(why), _) => format!("unhealthy:{why}"),
+                    (None, Some(root)) => format!("{} (of {root})", s.state),
+                    (None, None) => s.state.clone(),
                 },
                 s.uptime_ms as f64 / 1000.0,
                 s.restarts,

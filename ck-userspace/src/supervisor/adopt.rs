@@ -131,12 +131,15 @@ impl Supervisor {
         };
         slot.adopting.resize_with(groups, || None);
         if slot.adopting[position].is_some() || slot.worker.as_ref().is_some_and(|w| w.adopted) {
+            if groups == 1 {
+                return self.adopt_member(index, pid, socket, latency_us);
+            }
             return tracing::warn!(
                 slot = index,
                 pid,
                 group = %self.groups[position].name,
-                "a second listening socket on the port in one worker's process tree: only the \
-                 first is steered"
+                "a second listening socket on the port in one worker's process tree: with \
+                 several groups only the first of each is steered"
             );
         }
         tracing::debug!(
@@ -147,13 +150,13 @@ impl Supervisor {
         );
         slot.adopting[position] = Some(socket);
         if slot.adopting.iter().all(Option::is_some) {
-            self.commit_adoption(index, latency_us);
+            self.commit_adoption(index, latency_us, pid);
         }
     }
 
     /// Every group has the worker's socket: into the maps (the program attached through it if
     /// it founds its group), then the slot's sockets, then the worker's readiness.
-    fn commit_adoption(&mut self, index: u32, latency_us: Option<u64>) {
+    fn commit_adoption(&mut self, index: u32, latency_us: Option<u64>, holder: u32) {
         let founding: Vec<bool> = (0..self.groups.len())
             .map(|position| {
                 !self
@@ -190,6 +193,9 @@ impl Supervisor {
             None => false,
         };
         self.apply(index, Input::Adopted);
+        if self.groups.len() == 1 {
+            self.watch_holder(index, holder);
+        }
         self.check_steering_soon();
         match self.cfg.ready {
             ReadyMode::Notify if !said_ready => {}

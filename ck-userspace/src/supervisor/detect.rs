@@ -45,7 +45,8 @@ impl Supervisor {
 fn silent_starter(slot: &super::slot::Slot) -> Option<Vec<u32>> {
     let worker = slot.worker.as_ref()?;
     let starting = matches!(slot.life.state, State::Starting(_));
-    if !starting || worker.spoke_notify || notify::pending(&worker.notify) {
+    let pending = worker.notify.as_deref().is_some_and(notify::pending);
+    if !starting || worker.spoke_notify || pending {
         return None;
     }
     Some(

@@ -46,11 +46,15 @@ impl Supervisor {
         lifecycle::schedule(&mut effects);
         let mut published = false;
         let mut became_ready = Vec::new();
+        let mut stopping = Vec::new();
         for (index, effect) in effects {
             match effect {
                 Effect::Note(note) => {
                     if matches!(note, Note::Ready(_)) {
                         became_ready.push(index);
+                    }
+                    if matches!(note, Note::Stopping(_)) {
+                        stopping.push(index);
                     }
                     self.log_note(index, note);
                 }
@@ -87,6 +91,10 @@ impl Supervisor {
                 }
                 Effect::Arm(timer, delay, epoch) => self.set_timer(index, epoch, timer, delay),
             }
+        }
+        // A stopping worker's further listeners (--adopt, forking servers) stop with it.
+        if !stopping.is_empty() {
+            self.retire_members(&stopping);
         }
         // A roll waiting for a replacement flips its batch once all of it is ready: from the
         // event loop, not from inside this batch (which a roll may itself have started).

@@ -12,6 +12,7 @@ mod executor;
 mod foreign;
 mod health;
 pub mod lifecycle;
+mod members;
 mod publish;
 mod recycle;
 mod roll;
@@ -81,6 +82,10 @@ pub(crate) enum Event {
     SteeringTick,
     /// `--adopt`: a process of the instance's cgroup started to listen.
     Listened(ck_common::ListenEvent),
+    /// `--adopt`: the process of a member slot exited.
+    MemberExited { slot: u32, worker: u64 },
+    /// `--adopt`: the process holding a root slot's socket (not the worker) exited.
+    HolderExited { slot: u32, worker: u64 },
     /// A steering canary came back (`connected`: the kernel, not the program, chose).
     Canary {
         group: usize,
@@ -303,6 +308,8 @@ impl Supervisor {
                 self.check_recycling();
             }
             Event::Listened(event) => self.on_listened(event),
+            Event::MemberExited { slot, worker } => self.on_member_exit(slot, worker),
+            Event::HolderExited { slot, worker } => self.on_holder_exit(slot, worker),
             Event::Canary {
                 group,
                 before,

@@ -22,10 +22,11 @@ pub struct Worker {
     pub spoke_notify: bool,
     /// Its last `STATUS=` text.
     pub status: Option<String>,
-    /// The task reading its notify socket.
-    pub notify_task: JoinHandle<()>,
-    /// Its notify socket (to see whether a message waits that the task has not read yet).
-    pub notify: std::sync::Arc<tokio::net::UnixDatagram>,
+    /// Tasks that watch it (its notify reader; for a member, its exit): stopped with it.
+    pub tasks: Vec<JoinHandle<()>>,
+    /// Its notify socket (to see whether a message waits that the task has not read yet); none
+    /// for a member, which ck did not start.
+    pub notify: Option<std::sync::Arc<tokio::net::UnixDatagram>>,
     /// Health signals.
     pub health: Health,
     /// Its cgroup (None where the host has no usable cgroup2).
@@ -46,7 +47,9 @@ pub struct Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        self.notify_task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
@@ -63,6 +66,9 @@ pub struct Slot {
     pub adopting: Vec<Option<Socket>>,
     /// Sockets an adoption replaced, closed by the machine's `CloseReplaced` after the publish.
     pub replaced: Vec<Socket>,
+    /// `--adopt`: the slot is a member of this root slot's process tree (a further listener
+    /// of a forking server), tied to the process holding its socket.
+    pub member_of: Option<u32>,
     /// The worker, if one runs.
     pub worker: Option<Worker>,
     /// Pid of the last worker (for log lines after it exited).
@@ -84,6 +90,7 @@ impl Slot {
             sockets: Vec::new(),
             adopting: Vec::new(),
             replaced: Vec::new(),
+            member_of: None,
             worker: None,
             last_pid: 0,
             last_exit: None,

@@ -105,6 +105,7 @@ impl Supervisor {
                     memory_bytes: usage.map(|u| u.memory_bytes),
                     cpu_ms: usage.map(|u| u.cpu_usec / 1000),
                     adopt_latency_us: worker.and_then(|w| w.adopt_latency_us),
+                    member_of: s.member_of,
                 }
             })
             .collect();

@@ -151,6 +151,10 @@ pub struct Life {
     /// A rolling restart's replacement not flipped in yet: never selected, not counted as
     /// serving, not restarted if it dies.
     pub standby: bool,
+    /// `--adopt`: a further listener of a worker's process tree (a forking server), tied to
+    /// the process holding it: selected like any slot, but not counted as serving and never
+    /// restarted (its process is the worker's business); removed when it exits.
+    pub member: bool,
     /// The supervisor's copy of the slot's sockets is open (the executor keeps the OS true to
     /// this flag).
     pub socket_open: bool,
@@ -171,6 +175,7 @@ impl Life {
             state: State::Idle,
             drained: false,
             standby,
+            member: false,
             socket_open: false,
             crash: Crash::new(policy),
             epoch: 0,
@@ -179,10 +184,18 @@ impl Life {
         }
     }
 
+    /// A member slot (see [`Life::member`]).
+    pub fn member(policy: RestartPolicy) -> Life {
+        Life {
+            member: true,
+            ..Life::new(policy, false)
+        }
+    }
+
     /// In the fleet for good: not leaving, not a roll's standby. Only serving slots count
     /// when deciding whether a socket is the last of its group or the breaker may open.
     pub fn serving(&self) -> bool {
-        !self.standby && !matches!(self.state, State::Stopping(_, After::Retire))
+        !self.standby && !self.member && !matches!(self.state, State::Stopping(_, After::Retire))
     }
 
     /// Selected for new connections: a ready worker, not drained, not standby, socket open.

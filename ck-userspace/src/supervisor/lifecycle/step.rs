@@ -46,6 +46,9 @@ pub enum Input {
     /// the slot held before (a dead worker's) are closed after the publish, so what was queued
     /// on them migrates.
     Adopted,
+    /// `--adopt`: the process holding the slot's adopted socket (a child of the worker, not the
+    /// worker) exited: the slot gives the socket up and waits for the tree's next listener.
+    Unadopted,
     /// Spawning failed; `socket_open` says whether the slot's sockets are open now.
     SpawnFailed {
         /// Whether the sockets are open.
@@ -276,6 +279,21 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
             }
         }
         // Not ready before its sockets are the slot's (`--adopt`): the supervisor asks again.
+        (state, Input::Unadopted) if state.run().is_some_and(|r| r.adopted) => {
+            let run = Run {
+                adopted: false,
+                ..state.run().expect("guarded")
+            };
+            life.state = match state {
+                State::Stopping(_, after) => State::Stopping(run, after),
+                _ => State::Starting(run),
+            };
+            out.push(Publish);
+            // The group's last open socket is kept until the next listener replaces it.
+            if fleet.others_open > 0 {
+                close(life, &mut out);
+            }
+        }
         (State::Starting(run) | State::Draining(run), Input::Ready { .. }) if !run.adopted => {}
         (State::Starting(run) | State::Draining(run), Input::Ready { why, healthy }) => {
             let run = Run {
@@ -429,7 +447,7 @@ fn exit(
     let after = match life.state {
         State::Stopping(_, after) if after != After::Crash => after,
         _ if fleet.stopping => After::Idle,
-        _ if life.standby => After::Retire,
+        _ if life.standby || life.member => After::Retire,
         _ => After::Crash,
     };
     debug_assert!(asked || after != After::Idle || fleet.stopping);
@@ -441,7 +459,7 @@ fn exit(
         }
         After::Retire => {
             life.state = State::Idle;
-            let note = if asked {
+            let note = if asked || life.member {
                 Note::Retired
             } else {
                 Note::StandbyFailed

@@ -1,0 +1,169 @@
+//! Forking servers under `--adopt`: every listener a worker's process tree opens on the port is
+//! steered, each as a slot of its own tied to the process holding it. The first one is the root
+//! slot's (the slot whose worker ck spawned); further ones become *members* of that root: selected
+//! like any slot, removed when their process exits, retired with their root. If the process
+//! holding the root slot's socket is not the worker itself (a forked child) and exits, the root
+//! slot gives that socket up (`Unadopted`) and adopts the tree's next listener.
+use std::time::Instant;
+
+use socket2::Socket;
+
+use super::{
+    Event, Supervisor,
+    lifecycle::{Input, Life},
+    slot::{Slot, Worker},
+};
+use crate::pidfd;
+
+impl Supervisor {
+    /// Steers `socket`, held by `pid` in `root`'s process tree, as a member slot of `root`.
+    pub(super) fn adopt_member(
+        &mut self,
+        root: u32,
+        pid: u32,
+        socket: Socket,
+        latency_us: Option<u64>,
+    ) {
+        let Some(index) = self.free_slot() else {
+            return tracing::warn!(
+                slot = root,
+                pid,
+                "no free slot for a further listener: not steered"
+            );
+        };
+        let (pidfd, watcher) = match pidfd::open(pid).and_then(|fd| Ok((fd.try_clone()?, fd))) {
+            Ok(fds) => fds,
+            Err(e) => {
+                return tracing::warn!(
+                    slot = root,
+                    pid,
+                    "watching a further listener's process: {e}"
+                );
+            }
+        };
+        for group in &mut self.groups {
+            if let Some(bpf) = &mut group.bpf
+                && let Err(e) = bpf.insert(index, &socket)
+            {
+                tracing::error!(group = %group.name, "{e}");
+            }
+        }
+        let id = self.next_worker_id;
+        self.next_worker_id += 1;
+        let events = self.events.clone();
+        let task = tokio::spawn(async move {
+            let _ = pidfd::exited(watcher).await;
+            let _ = events.send(Event::MemberExited {
+                slot: index,
+                worker: id,
+            });
+        });
+        let selected_base = self.slot_stats(index).selected;
+        let mut slot = Slot::new(index, Life::member(self.cfg.restart));
+        slot.member_of = Some(root);
+        slot.sockets = vec![socket];
+        slot.last_pid = pid;
+        slot.worker = Some(Worker {
+            pid,
+            pidfd,
+            id,
+            started: Instant::now(),
+            spoke_notify: false,
+            status: None,
+            tasks: vec![task],
+            notify: None,
+            health: Default::default(),
+            cgroup: None,
+            adopted: true,
+            said_ready: false,
+            adopt_latency_us: latency_us,
+            selected_base,
+            requests_limit: None,
+            over_memory: 0,
+        });
+        self.slots.insert(index, slot);
+        tracing::info!(
+            slot = index,
+            pid,
+            root,
+            "a further listener in a worker's process tree: steered as a slot of its own"
+        );
+        self.apply(index, Input::Spawned { id });
+        self.apply(index, Input::Adopted);
+        self.mark_ready(index, format!("a listener of slot {root}'s process tree"));
+    }
+
+    /// Watches `holder`, the process holding root slot `index`'s adopted socket, when it is
+    /// not the worker itself.
+    pub(super) fn watch_holder(&mut self, index: u32, holder: u32) {
+        let Some(worker) = self.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
+            return;
+        };
+        if worker.pid == holder {
+            return;
+        }
+        let Ok(watcher) = pidfd::open(holder) else {
+            return;
+        };
+        let (events, id) = (self.events.clone(), worker.id);
+        let task = tokio::spawn(async move {
+            let _ = pidfd::exited(watcher).await;
+            let _ = events.send(Event::HolderExited {
+                slot: index,
+                worker: id,
+            });
+        });
+        if let Some(worker) = self.slots.get_mut(&index).and_then(|s| s.worker.as_mut()) {
+            worker.tasks.push(task);
+        }
+    }
+
+    /// A member's process exited: the slot leaves (its socket closes after the publish).
+    pub(super) fn on_member_exit(&mut self, index: u32, id: u64) {
+        let Some(slot) = self.slots.get_mut(&index) else {
+            return;
+        };
+        if slot.worker.as_ref().is_none_or(|w| w.id != id) {
+            return;
+        }
+        slot.last_exit = Some("exited".into());
+        tracing::info!(
+            slot = index,
+            pid = slot.pid(),
+            "member listener's process exited"
+        );
+        self.apply(index, Input::Exited { outside: false });
+    }
+
+    /// The process holding the root slot's socket exited while the worker lives: the slot gives
+    /// the socket up and waits for the tree's next listener.
+    pub(super) fn on_holder_exit(&mut self, index: u32, id: u64) {
+        let Some(worker) = self.slots.get_mut(&index).and_then(|s| s.worker.as_mut()) else {
+            return;
+        };
+        if worker.id != id || !worker.adopted {
+            return;
+        }
+        worker.adopted = false;
+        worker.said_ready = false;
+        tracing::info!(
+            slot = index,
+            pid = worker.pid,
+            "the process holding the slot's socket exited: waiting for the tree's next listener"
+        );
+        self.apply(index, Input::Unadopted);
+    }
+
+    /// Retires the members of every root in `roots` (their root is stopping).
+    pub(super) fn retire_members(&mut self, roots: &[u32]) {
+        let members: Vec<(u32, Input)> = self
+            .slots
+            .values()
+            .filter(|s| s.member_of.is_some_and(|root| roots.contains(&root)))
+            .map(|s| (s.index, Input::Retire("its worker is stopping".into())))
+            .collect();
+        if !members.is_empty() {
+            self.apply_all(members);
+        }
+    }
+}
