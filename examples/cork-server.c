@@ -5,7 +5,8 @@
  *     until the client closes it, then accept the next;
  *   - every response is four small write()s (status line, headers, blank line, body), the
  *     pattern that meets Nagle's algorithm; with CORK=1 they are corked (TCP_CORK) and leave
- *     as one segment when the cork is pulled;
+ *     as one segment when the cork is pulled; with NODELAY=1 Nagle is off (TCP_NODELAY) and
+ *     each write leaves at once as a segment of its own;
  *   - its socket: fd 3 when started by `ck run` (socket activation, LISTEN_FDS), else it binds
  *     PORT itself (as under `ck run --adopt`);
  *   - FORK=N: the process forks N children that each serve (each binds its own socket when it
@@ -25,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int cork;
+static int cork, nodelay;
 
 static int open_listener(void) {
     const char *fds = getenv("LISTEN_FDS");
@@ -74,6 +75,10 @@ static void serve(int listener) {
     for (;;) {
         int conn = accept(listener, NULL, NULL);
         if (conn < 0) continue;
+        if (nodelay) {
+            int one = 1;
+            setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        }
         while (read_request(conn)) {
             set_cork(conn, 1);
             if (write(conn, "HTTP/1.1 200 OK\r\n", 17) < 0 ||
@@ -89,6 +94,7 @@ static void serve(int listener) {
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     cork = getenv("CORK") && atoi(getenv("CORK"));
+    nodelay = getenv("NODELAY") && atoi(getenv("NODELAY"));
     int children = getenv("FORK") ? atoi(getenv("FORK")) : 0;
     if (children <= 0) {
         serve(open_listener());

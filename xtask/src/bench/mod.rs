@@ -8,6 +8,7 @@
 //! about three).
 
 mod chaos;
+mod cork;
 mod fleet;
 mod footprint;
 mod instance;
@@ -45,6 +46,8 @@ pub enum Scenario {
     Stall,
     /// A random worker of 4 SIGKILLed every 0.5 s for 60 s: ck, --no-bpf, node:cluster, pm2.
     Chaos,
+    /// The SO_REUSEPORT + TCP_CORK article's matrix with its kind of C server under ck.
+    Cork,
     /// Every scenario, in the order above.
     All,
 }
@@ -61,6 +64,7 @@ impl Scenario {
                 Scenario::Spread,
                 Scenario::Stall,
                 Scenario::Chaos,
+                Scenario::Cork,
             ],
             one => vec![one],
         }
@@ -124,6 +128,7 @@ pub fn run(scenario: Scenario, bin: &Path) -> Result<()> {
             Scenario::Spread => spread::run(&bench)?,
             Scenario::Stall => stall::run(&bench)?,
             Scenario::Chaos => chaos::run(&bench)?,
+            Scenario::Cork => cork::run(&bench)?,
             Scenario::All => unreachable!("expand() never yields All"),
         };
         table.note(format!(
@@ -167,7 +172,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 7);
+        assert_eq!(Scenario::All.expand().len(), 8);
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }
 
