@@ -38,6 +38,9 @@ pub struct SpawnSpec<'a> {
     /// `--adopt`: the worker binds the port itself, gets `PORT` instead of inherited sockets,
     /// and runs APP directly (no `LISTEN_*` variables).
     pub adopt_port: Option<u16>,
+    /// `--adopt`: every listen address of the instance (`CK_LISTEN`, space-separated), for apps
+    /// that serve several groups.
+    pub adopt_listen: Vec<std::net::SocketAddr>,
 }
 
 /// A started worker.
@@ -60,7 +63,10 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     let mut cmd = match spec.adopt_port {
         Some(port) => {
             let mut cmd = tokio::process::Command::new(&spec.app.program);
-            cmd.args(&spec.app.args).env("PORT", port.to_string());
+            let listen: Vec<String> = spec.adopt_listen.iter().map(|a| a.to_string()).collect();
+            cmd.args(&spec.app.args)
+                .env("PORT", port.to_string())
+                .env("CK_LISTEN", listen.join(" "));
             cmd
         }
         None => {

@@ -36,18 +36,20 @@ pub struct Background {
 impl Background {
     /// Starts [`CONNECTIONS`] connections at [`RATE`] requests per second in `mode`.
     pub fn start(port: u16, mode: Mode) -> Background {
-        Background::start_with(port, mode, true)
+        Background::start_with(port, mode, true, RATE)
     }
 
     /// Like [`Background::start`], with a keep-alive client that never retries a request
     /// (`retry: false`): like wrk, every connection the server closes under a request counts.
     pub fn start_without_retry(port: u16, mode: Mode) -> Background {
-        Background::start_with(port, mode, false)
+        Background::start_with(port, mode, false, RATE)
     }
 
-    fn start_with(port: u16, mode: Mode, retry: bool) -> Background {
+    /// [`CONNECTIONS`] connections at `rate` requests per second in `mode`, retrying (as HTTP
+    /// clients do) or not (as wrk).
+    pub fn start_with(port: u16, mode: Mode, retry: bool, rate: f64) -> Background {
         let mut spec = LoadSpec::for_duration(local(port), mode, CONNECTIONS, LOAD_LIMIT);
-        spec.rate = Some(RATE);
+        spec.rate = Some(rate);
         spec.retry = retry;
         let (started, wall) = (Instant::now(), SystemTime::now());
         Background {

@@ -13,6 +13,7 @@ pub mod ck;
 pub mod cserver;
 pub mod http;
 pub mod load;
+pub mod pyservers;
 pub mod sys;
 
 use std::time::Duration;

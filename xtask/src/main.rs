@@ -7,6 +7,7 @@
 mod bench;
 mod cmd;
 mod tally;
+mod test_deps;
 mod toolchain;
 
 use std::env;
@@ -202,6 +203,7 @@ fn test(args: Vec<OsString>) -> Result<()> {
          run `cargo xtask test` as root, or install sudo",
     )?;
     toolchain::ensure(Bpffs::Required)?;
+    test_deps::ensure(workspace_root()?)?;
     build(false)?;
 
     let mut cargo = workspace_cargo()?;

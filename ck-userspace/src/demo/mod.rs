@@ -127,18 +127,14 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
         addrs.push(addr.to_string());
     }
     if listeners.is_empty() {
-        // Not socket-activated: bind $PORT like any server (under `ck run --adopt`, ck's bind
-        // hook adds SO_REUSEPORT and ck adopts the socket).
-        let port = std::env::var("PORT")
-            .ok()
-            .and_then(|p| p.parse::<u16>().ok());
-        let port = port
-            .context("no sockets were passed (LISTEN_FDS) and PORT is not set: nothing to serve")?;
-        let listener = std::net::TcpListener::bind(("0.0.0.0", port))
-            .with_context(|| format!("binding 0.0.0.0:{port}"))?;
-        listener.set_nonblocking(true)?;
-        addrs.push(listener.local_addr()?.to_string());
-        listeners.push(listener);
+        // Not socket-activated: bind like any server, every address of $CK_LISTEN, else
+        // 0.0.0.0:$PORT (under `ck run --adopt`, ck's bind hook adds SO_REUSEPORT and ck
+        // adopts the sockets).
+        for addr in bind_addresses()? {
+            let listener = bind(addr)?;
+            addrs.push(listener.local_addr()?.to_string());
+            listeners.push(listener);
+        }
     }
     ensure!(!listeners.is_empty(), "nothing to serve");
     let identity = Identity::from_env();
@@ -198,6 +194,43 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
         });
         serve(listeners, identity, faults, stop_rx).await
     })
+}
+
+/// The addresses to bind when not socket-activated: `$CK_LISTEN`, else `0.0.0.0:$PORT`.
+fn bind_addresses() -> anyhow::Result<Vec<SocketAddr>> {
+    if let Ok(list) = std::env::var("CK_LISTEN")
+        && !list.trim().is_empty()
+    {
+        return list
+            .split_whitespace()
+            .map(|a| {
+                a.parse()
+                    .with_context(|| format!("CK_LISTEN has a bad address {a:?}"))
+            })
+            .collect();
+    }
+    let port = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse::<u16>().ok());
+    let port =
+        port.context("no sockets were passed (LISTEN_FDS) and PORT is not set: nothing to serve")?;
+    Ok(vec![SocketAddr::from(([0, 0, 0, 0], port))])
+}
+
+/// Binds and listens on `addr` (IPv6 only for an IPv6 address, as ck's own sockets).
+fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket
+        .bind(&addr.into())
+        .with_context(|| format!("binding {addr}"))?;
+    socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
 }
 
 /// Half of `WATCHDOG_USEC`, the heartbeat period systemd recommends, when it is set.

@@ -91,6 +91,10 @@ impl Supervisor {
             watchdog_usec: self.cfg.health.watchdog.map(|d| d.as_micros() as u64),
             cgroup_procs: cgroup.as_ref().map(|c| c.procs_file().clone()),
             adopt_port: self.cfg.adopt.then(|| self.cfg.listen[0].addr.port()),
+            adopt_listen: match self.cfg.adopt {
+                true => self.cfg.listen.iter().map(|a| a.addr).collect(),
+                false => Vec::new(),
+            },
         });
         let spawned = match spawned {
             Ok(spawned) => spawned,

@@ -29,12 +29,42 @@ struct Setup {
 }
 
 const SETUPS: [Setup; 6] = [
-    Setup { workers: 1, option: "no cork", env: "CORK=0", article: Some(22.46) },
-    Setup { workers: 4, option: "no cork", env: "CORK=0", article: Some(88.77) },
-    Setup { workers: 1, option: "TCP_CORK", env: "CORK=1", article: Some(44_645.9) },
-    Setup { workers: 4, option: "TCP_CORK", env: "CORK=1", article: Some(143_654.0) },
-    Setup { workers: 1, option: "TCP_NODELAY", env: "NODELAY=1", article: None },
-    Setup { workers: 4, option: "TCP_NODELAY", env: "NODELAY=1", article: None },
+    Setup {
+        workers: 1,
+        option: "no cork",
+        env: "CORK=0",
+        article: Some(22.46),
+    },
+    Setup {
+        workers: 4,
+        option: "no cork",
+        env: "CORK=0",
+        article: Some(88.77),
+    },
+    Setup {
+        workers: 1,
+        option: "TCP_CORK",
+        env: "CORK=1",
+        article: Some(44_645.9),
+    },
+    Setup {
+        workers: 4,
+        option: "TCP_CORK",
+        env: "CORK=1",
+        article: Some(143_654.0),
+    },
+    Setup {
+        workers: 1,
+        option: "TCP_NODELAY",
+        env: "NODELAY=1",
+        article: None,
+    },
+    Setup {
+        workers: 4,
+        option: "TCP_NODELAY",
+        env: "NODELAY=1",
+        article: None,
+    },
 ];
 
 /// Runs the matrix and returns the table.
@@ -50,10 +80,19 @@ pub fn run(bench: &Bench) -> Result<Table> {
         &["ck, this machine", "the article"],
     );
     for setup in &SETUPS {
-        eprintln!("bench: cork: {} worker(s), {} ...", setup.workers, setup.option);
+        eprintln!(
+            "bench: cork: {} worker(s), {} ...",
+            setup.workers, setup.option
+        );
         let args = ["--", "env", setup.env, server.as_str()];
-        let mut inst =
-            Instance::start(&bench.bin, &bench.log_dir, "cork", Variant::Ck, setup.workers, &args)?;
+        let mut inst = Instance::start(
+            &bench.bin,
+            &bench.log_dir,
+            "cork",
+            Variant::Ck,
+            setup.workers,
+            &args,
+        )?;
         inst.wait_ready(setup.workers as usize)?;
         let report = measure(&inst);
         bench.report_log(&inst);
@@ -63,13 +102,18 @@ pub fn run(bench: &Bench) -> Result<Table> {
             &format!("{name}: req/s"),
             vec![
                 Cell::rate(report.rps(), "req/s"),
-                setup.article.map_or_else(|| Cell::text("-"), |r| Cell::rate(r, "req/s")),
+                setup
+                    .article
+                    .map_or_else(|| Cell::text("-"), |r| Cell::rate(r, "req/s")),
             ],
             Goal::None,
         );
         t.row_of(
             &format!("{name}: mean latency of answered requests"),
-            vec![Cell::ms(Duration::from_micros(report.latency.mean() as u64)), Cell::text("-")],
+            vec![
+                Cell::ms(Duration::from_micros(report.latency.mean() as u64)),
+                Cell::text("-"),
+            ],
             Goal::None,
         );
         t.row_of(
