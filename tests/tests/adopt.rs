@@ -160,7 +160,7 @@ fn adopted_workers_roll_under_a_keep_alive_client_that_never_retries() {
 #[test]
 fn a_worker_that_listens_elsewhere_is_named_and_replaced() {
     let body = format!(
-        "PORT=$(( PORT + 1 )) exec '{}' demo-worker",
+        "PORT=$(( PORT + 1 )) exec env -u CK_LISTEN '{}' demo-worker",
         ck_bin().display()
     );
     let dir = ck_tests::sys::TempDir::new("adopt-elsewhere");

@@ -1,5 +1,5 @@
-//! The worker examples, each run under ck and counted per worker: the Rust activation module
-//! (ck's demo worker is built on it), Node (`examples/worker.js` on ck's socket, and the
+//! The worker examples, each run under ck and counted per worker: Rust on the activation module
+//! (`ck-userspace/examples/activation.rs`, and ck's demo worker), Node (`examples/worker.js` on ck's socket, and the
 //! unmodified `examples/listen.js` under `--adopt`), Python (`examples/worker.py`, and the
 //! unmodified `python3 -m http.server` under `--adopt`: see `adopt.rs`), and the C server of
 //! the TCP_CORK article (`examples/cork-server.c`, built here with `cc`): socket-activated,
@@ -37,9 +37,23 @@ fn spreads_evenly(what: &str, extra: &[&str], app: &[&str]) {
 }
 
 #[test]
+fn rust_worker_on_the_activation_module() {
+    // Built next to ck by `cargo xtask test` (`--examples`).
+    let example = ck_tests::ck_bin()
+        .with_file_name("examples")
+        .join("activation");
+    assert!(
+        example.is_file(),
+        "{} is missing: run `cargo xtask test`",
+        example.display()
+    );
+    spreads_evenly("ex-rust", &[], &[example.to_str().unwrap()]);
+}
+
+#[test]
 fn rust_demo_worker_on_the_activation_module() {
     spreads_evenly(
-        "ex-rust",
+        "ex-rust-demo",
         &[],
         &[ck_tests::ck_bin().to_str().unwrap(), "demo-worker"],
     );

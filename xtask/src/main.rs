@@ -160,7 +160,7 @@ fn build(release: bool) -> Result<PathBuf> {
     if release {
         cargo.arg("--release");
     }
-    cargo.args(["-p", "ck-userspace", "--bin", "ck"]);
+    cargo.args(["-p", "ck-userspace", "--bin", "ck", "--examples"]);
     cmd::run(
         &mut cargo,
         "see the compiler output above; `cargo xtask build` sets up nightly, rust-src, \

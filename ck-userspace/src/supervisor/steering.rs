@@ -5,8 +5,8 @@
 //!
 //! The check is a canary: a loopback SYN from the probe source port of [`CANARY_SLOT`], a slot
 //! that never has a socket. With the program attached, probe steering sends it to that slot,
-//! finds no socket, drops it and counts an error there; without it, the kernel hashes it to a
-//! worker and the handshake completes. So "steering on" in `ck status` is what the kernel did
+//! finds no socket, drops it (the kernel answers with a reset) and counts an error there;
+//! without it, the kernel hashes it to a worker and the handshake completes. So "steering on" in `ck status` is what the kernel did
 //! with the last canary, never a flag ck set when it attached.
 use std::{
     net::SocketAddr,
@@ -83,8 +83,10 @@ fn load(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
     Ok(loaded)
 }
 
-/// Sends one canary SYN from `source` to `target`; true when the handshake completed (the
-/// kernel, not the program, chose a socket). Err when the canary could not be sent.
+/// Sends one canary SYN from `source` to `target`: `Ok(true)` when the handshake completed
+/// (the kernel, not the program, chose a socket), `Ok(false)` when it was refused or not
+/// answered (the program's `SK_DROP` makes the kernel answer the SYN with a reset), `Err` when
+/// it could not be sent (nothing to conclude).
 async fn canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool> {
     let socket = if target.is_ipv4() {
         TcpSocket::new_v4()?
@@ -93,10 +95,12 @@ async fn canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool>
     };
     socket.set_reuseaddr(true)?;
     socket.bind(source)?;
-    Ok(matches!(
-        tokio::time::timeout(CANARY_WAIT, socket.connect(target)).await,
-        Ok(Ok(_))
-    ))
+    match tokio::time::timeout(CANARY_WAIT, socket.connect(target)).await {
+        Ok(Ok(_)) => Ok(true),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(false),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Ok(false),
+    }
 }
 
 impl Supervisor {
@@ -229,9 +233,9 @@ impl Supervisor {
         let (Some(member), Some(bpf)) = (member, self.groups[position].bpf.as_mut()) else {
             return;
         };
-        match bpf.attach(member) {
-            Ok(()) => self.check_steering_soon(),
-            Err(e) => tracing::error!(group = %self.groups[position].name, "{e}"),
+        // The next tick's canary checks it (no immediate re-check: no loop if it keeps failing).
+        if let Err(e) = bpf.attach(member) {
+            tracing::error!(group = %self.groups[position].name, "{e}");
         }
     }
 }

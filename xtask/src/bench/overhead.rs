@@ -1,7 +1,8 @@
-//! The `overhead` scenario: the throughput cost of ck's steering. One ck and one baseline
-//! instance (4 workers each) run side by side; unpaced loads go to one at a time, alternating
-//! ck, baseline, ck, ... ([`RUNS`] each): keep-alive requests/s, then new connections/s.
-//! Reports the medians and the ratio ck/baseline.
+//! The `overhead` scenario: the throughput cost of ck's steering, and of `--adopt`. One ck, one
+//! baseline and one `ck --adopt` instance (4 demo workers each; the adopted ones bind the port
+//! themselves) run side by side; unpaced loads go to one at a time, in turn ([`RUNS`] each):
+//! keep-alive requests/s, then new connections/s. Reports the medians, the ratio ck/baseline
+//! and the ratio `--adopt`/ck.
 
 use std::thread;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use super::table::{Cell, Goal, Table, median, median_duration};
 /// Workers of each instance.
 const WORKERS: u32 = 4;
 /// Runs per variant and mode.
-const RUNS: usize = 3;
+const RUNS: usize = 5;
 /// Length of one run.
 const DURATION: Duration = Duration::from_secs(5);
 /// Pause between runs.
@@ -68,28 +69,37 @@ pub fn run(bench: &Bench) -> Result<Table> {
         WORKERS,
         &[],
     )?;
+    let mut adopt = Instance::start(
+        &bench.bin,
+        &bench.log_dir,
+        "overhead-adopt",
+        Variant::Ck,
+        WORKERS,
+        &["--adopt"],
+    )?;
     ck.wait_ready(WORKERS as usize)?;
     base.wait_ready(WORKERS as usize)?;
+    adopt.wait_ready(WORKERS as usize)?;
+    let adopt_latencies = adopt_latencies(&adopt)?;
 
-    let mut t = Table::new(&format!(
-        "overhead: {WORKERS} workers, unpaced load for {DURATION:?} per run, \
-         runs alternate ck/baseline, {RUNS} each, median shown"
-    ));
-    let mut failed = [0u64; 2];
+    let mut t = Table::with_columns(
+        &format!(
+            "overhead: {WORKERS} workers, unpaced load for {DURATION:?} per run, \
+             runs take turns ck/baseline/--adopt, {RUNS} each, median shown"
+        ),
+        &["ck", "baseline", "ck --adopt"],
+    );
+    let labels = ["ck", "baseline", "ck --adopt"];
+    let mut failed = [0u64; 3];
     for spec in &LOADS {
-        let mut runs: [Vec<LoadReport>; 2] = [Vec::new(), Vec::new()];
+        let mut runs: [Vec<LoadReport>; 3] = [Vec::new(), Vec::new(), Vec::new()];
         for _ in 0..RUNS {
-            for (i, inst) in [&ck, &base].into_iter().enumerate() {
+            for (i, inst) in [&ck, &base, &adopt].into_iter().enumerate() {
                 let mut load =
                     LoadSpec::for_duration(inst.addr(), spec.mode, spec.connections, DURATION);
                 load.timeout = REQUEST_TIMEOUT;
                 let report = load::run(load);
-                eprintln!(
-                    "bench: {} {} {}",
-                    spec.name,
-                    Variant::BOTH[i].label(),
-                    report.summary()
-                );
+                eprintln!("bench: {} {} {}", spec.name, labels[i], report.summary());
                 failed[i] += report.failed();
                 runs[i].push(report);
                 thread::sleep(PAUSE);
@@ -98,19 +108,27 @@ pub fn run(bench: &Bench) -> Result<Table> {
         let rates = |r: &[LoadReport]| r.iter().map(LoadReport::rps).collect::<Vec<_>>();
         let p99s =
             |r: &[LoadReport]| median_duration(&r.iter().map(|r| r.p99()).collect::<Vec<_>>());
-        t.row(
+        let medians = runs.each_ref().map(|r| median(&rates(r)));
+        t.row_of(
             &format!(
                 "{} {}, {} connections",
                 spec.name, spec.unit, spec.connections
             ),
-            Cell::rate(median(&rates(&runs[0])), spec.unit),
-            Cell::rate(median(&rates(&runs[1])), spec.unit),
+            medians.iter().map(|m| Cell::rate(*m, spec.unit)).collect(),
             Goal::RatioAtLeast(0.98),
         );
-        t.row(
+        let adopt_ratio = medians[2] / medians[0];
+        t.row_of(
+            &format!("{}: --adopt / ck (socket activation)", spec.name),
+            vec![Cell {
+                text: format!("{adopt_ratio:.2}"),
+                num: Some(adopt_ratio),
+            }],
+            Goal::AtLeast(0.98, ">= 0.98"),
+        );
+        t.row_of(
             &format!("{} p99", spec.name),
-            Cell::ms(p99s(&runs[0])),
-            Cell::ms(p99s(&runs[1])),
+            runs.iter().map(|r| Cell::ms(p99s(r))).collect(),
             Goal::None,
         );
         let list = |r: &[LoadReport]| {
@@ -121,27 +139,96 @@ pub fn run(bench: &Bench) -> Result<Table> {
                 .join(", ")
         };
         t.note(format!(
-            "{} runs ({}): ck {}; baseline {}",
+            "{} runs ({}): ck {}; baseline {}; --adopt {}",
             spec.name,
             spec.unit,
             list(&runs[0]),
-            list(&runs[1])
+            list(&runs[1]),
+            list(&runs[2])
         ));
     }
-    t.row(
+    let restarted = restart_latencies(&mut adopt)?;
+    for (what, latencies) in [
+        ("the 4 at start", &adopt_latencies),
+        ("a replacement after a kill, 5 times", &restarted),
+    ] {
+        t.row_of(
+            &format!("--adopt: listen() -> socket adopted, {what}, median"),
+            vec![
+                Cell::ms(median_duration(latencies)),
+                Cell::text("-"),
+                Cell::text("-"),
+            ],
+            Goal::AtMost(10.0, "< 10 ms"),
+        );
+        t.note(format!(
+            "--adopt: listen() -> adopted, {what} (from ck status): {}",
+            latencies
+                .iter()
+                .map(|d| format!("{:.2} ms", d.as_secs_f64() * 1000.0))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    t.row_of(
         "failed requests, all runs",
-        Cell::count(failed[0]),
-        Cell::count(failed[1]),
+        failed.iter().map(|f| Cell::count(*f)).collect(),
         Goal::None,
     );
     t.note(
         "the load client runs in this process (2 threads) on the same CPUs as the workers: \
          these are rates of the whole machine, client included, not of ck alone",
     );
-    for inst in [&ck, &base] {
+    for inst in [&ck, &base, &adopt] {
         bench.report_log(inst);
     }
     ck.stop()?;
     base.stop()?;
+    adopt.stop()?;
     Ok(t)
+}
+
+/// Each adopted worker's time from `listen()` to ck adopting its socket (`ck status`).
+fn adopt_latencies(inst: &Instance) -> Result<Vec<Duration>> {
+    let json: serde_json::Value = serde_json::from_str(&inst.ctl(&["status", "--json"])?)?;
+    Ok(json["slots"]
+        .as_array()
+        .map(|slots| {
+            slots
+                .iter()
+                .filter_map(|s| s["adopt_latency_us"].as_u64())
+                .map(Duration::from_micros)
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// SIGKILLs slot 0's adopted worker five times and returns each replacement's time from
+/// `listen()` to adoption.
+fn restart_latencies(inst: &mut Instance) -> Result<Vec<Duration>> {
+    let mut latencies = Vec::new();
+    for _ in 0..5 {
+        let json: serde_json::Value = serde_json::from_str(&inst.ctl(&["status", "--json"])?)?;
+        let Some(pid) = json["slots"][0]["pid"].as_u64() else {
+            break;
+        };
+        super::instance::kill(pid as u32, nix::sys::signal::Signal::SIGKILL)?;
+        let replaced = |s: &serde_json::Value| {
+            s["slots"][0]["pid"].as_u64().is_some_and(|p| p != pid)
+                && s["slots"][0]["state"] == "ready"
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            let json: serde_json::Value = serde_json::from_str(&inst.ctl(&["status", "--json"])?)?;
+            if replaced(&json) {
+                if let Some(us) = json["slots"][0]["adopt_latency_us"].as_u64() {
+                    latencies.push(Duration::from_micros(us));
+                }
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        thread::sleep(PAUSE);
+    }
+    Ok(latencies)
 }

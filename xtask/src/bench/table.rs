@@ -92,6 +92,8 @@ pub enum Goal {
     None,
     /// ck's value is at most this (in the cell's unit).
     AtMost(f64, &'static str),
+    /// The first column's value is at least this (in the cell's unit).
+    AtLeast(f64, &'static str),
     /// The ratio ck/baseline is at least this.
     RatioAtLeast(f64),
 }
@@ -102,6 +104,7 @@ impl Goal {
         let (wanted, met) = match self {
             Goal::None => return String::new(),
             Goal::AtMost(max, text) => ((*text).to_string(), ck.num.map(|v| v <= *max)),
+            Goal::AtLeast(min, text) => ((*text).to_string(), ck.num.map(|v| v >= *min)),
             Goal::RatioAtLeast(min) => (format!("ratio >= {min}"), ratio.map(|r| r >= *min)),
         };
         match met {
