@@ -14,14 +14,17 @@ const BACKLOG: i32 = 4096;
 pub enum SocketError {
     /// The address is in use by a socket that is not ours.
     #[error(
-        "{addr} is already in use by another socket (another server, or a ck instance with another name); \
-         stop it (`ss -ltnp 'sport = :{port}'` shows who holds it) or choose another port"
+        "{addr} is already in use by another socket{holder} (another server, or a ck instance with \
+         another name); stop it (`ss -ltnp 'sport = :{port}'` shows who holds it) or choose \
+         another port"
     )]
     InUse {
         /// The address.
         addr: ListenAddr,
         /// Its port, for the hint.
         port: u16,
+        /// Who holds it (` of pid P (command)`), when the kernel says.
+        holder: String,
     },
     /// Binding needs privileges.
     #[error("{addr}: permission denied; ports below 1024 need root or CAP_NET_BIND_SERVICE")]
@@ -52,11 +55,22 @@ fn classify(addr: ListenAddr, err: io::Error) -> SocketError {
         Some(libc::EADDRINUSE) => SocketError::InUse {
             addr,
             port: addr.addr.port(),
+            holder: holder_of_port(addr),
         },
         Some(libc::EACCES) | Some(libc::EPERM) => SocketError::Permission { addr },
         Some(libc::EADDRNOTAVAIL) => SocketError::NotLocal { addr },
         _ => SocketError::Other { addr, source: err },
     }
+}
+
+/// ` of pid P (command)` for a listener on `addr`'s port, from sock_diag and `/proc`.
+fn holder_of_port(addr: ListenAddr) -> String {
+    let port = addr.addr.port();
+    let listeners = crate::sock_diag::listeners(port, addr.addr.is_ipv6()).unwrap_or_default();
+    listeners
+        .iter()
+        .find_map(|l| crate::sock_diag::holder_of(l.inode))
+        .map_or_else(String::new, |(pid, comm)| format!(" of pid {pid} ({comm})"))
 }
 
 fn new_socket(addr: SocketAddr) -> io::Result<Socket> {

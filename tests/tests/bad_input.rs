@@ -7,7 +7,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::Output;
 use std::time::Duration;
 
-use ck_tests::ck::{ck_output, control_socket, lock_file, pins_dir};
+use ck_tests::ck::{ck_output, control_socket, lock_file, pins_dir, said};
 use ck_tests::sys::{TempDir, free_port, instance_processes, poll_until, port_bindable};
 use ck_tests::{burst, instance_name, local, start_ready};
 
@@ -51,6 +51,8 @@ fn assert_refused(out: &Output, phrase: &str, name: &str) {
         pins_dir(name).display()
     );
     assert!(!control_socket(name).exists(), "control socket left");
+    let cgroup = ck_tests::sys::cgroup_dir(name);
+    assert!(cgroup.as_ref().is_none_or(|d| !d.exists()), "cgroup left: {cgroup:?}");
     assert!(!lock_file(name).exists(), "lock file left");
     assert_eq!(
         instance_processes(name),
@@ -109,6 +111,12 @@ fn port_already_in_use() {
     });
     let name = instance_name("bad-inuse", port);
     let out = run(&name, port, &["-w", "2"]);
+    assert_refused(&out, "already in use", &name);
+    // The holder is named: this test process.
+    let me = format!("pid {}", std::process::id());
+    assert!(said(&out).contains(&me), "{}", said(&out));
+    // The same with --adopt (ck checks the port before any worker binds it).
+    let out = run(&name, port, &["-w", "2", "--adopt"]);
     assert_refused(&out, "already in use", &name);
     // The holder's socket is untouched: it still accepts.
     let client = TcpStream::connect(local(port)).expect("connect to the holder");
