@@ -1,5 +1,6 @@
 //! The Node part of the `recovery` scenario: 3 workers of the Node hello app, 8 clients making
-//! a new connection per request (closed loop), and at each of [`ROUNDS`] rounds 2 of the 3
+//! a new connection per request at [`RATE`] requests/s in total (the same offered load for
+//! every supervisor), and at each of [`ROUNDS`] rounds 2 of the 3
 //! workers SIGKILLed at once. Measures, for ck (default settings: it sees Node accept), ck
 //! `--no-bpf`, node:cluster and pm2, the time from the kill until every worker serves again (3
 //! distinct pids, none a victim, answered after the kill) and the failed requests.
@@ -23,6 +24,9 @@ const WORKERS: usize = 3;
 const KILLED: usize = 2;
 /// Load clients.
 const CLIENTS: usize = 8;
+/// Requests per second of the load, in total: the same offered load for every supervisor,
+/// below what the slowest one serves (an unpaced load would load each differently).
+const RATE: f64 = 1500.0;
 /// Kill rounds per fleet.
 const ROUNDS: usize = 3;
 /// Time between rounds (and before the first).
@@ -51,7 +55,8 @@ pub fn run(bench: &Bench) -> Result<Table> {
     let mut t = Table::with_columns(
         &format!(
             "recovery, Node hello app: {WORKERS} workers, new connection per request from \
-             {CLIENTS} clients; SIGKILL {KILLED} workers at once, {ROUNDS} rounds"
+             {CLIENTS} clients at {RATE:.0} req/s in total; SIGKILL {KILLED} workers at once, \
+             {ROUNDS} rounds"
         ),
         &Contender::ALL.map(Contender::label),
     );
@@ -109,6 +114,7 @@ fn measure(fleet: &Fleet) -> Result<Outcome> {
     let total = BETWEEN * (ROUNDS as u32 + 1) + BETWEEN;
     let mut spec = LoadSpec::for_duration(fleet.addr(), Mode::NewConnection, CLIENTS, total);
     spec.timeout = REQUEST_TIMEOUT;
+    spec.rate = Some(RATE);
     let started = Instant::now();
     let handle = load::start(spec);
     let mut pick = Pick(0x0063_6b72_6563_6f76);
