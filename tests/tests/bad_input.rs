@@ -52,7 +52,10 @@ fn assert_refused(out: &Output, phrase: &str, name: &str) {
     );
     assert!(!control_socket(name).exists(), "control socket left");
     let cgroup = ck_tests::sys::cgroup_dir(name);
-    assert!(cgroup.as_ref().is_none_or(|d| !d.exists()), "cgroup left: {cgroup:?}");
+    assert!(
+        cgroup.as_ref().is_none_or(|d| !d.exists()),
+        "cgroup left: {cgroup:?}"
+    );
     assert!(!lock_file(name).exists(), "lock file left");
     assert_eq!(
         instance_processes(name),

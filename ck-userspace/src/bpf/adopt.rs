@@ -110,27 +110,14 @@ pub fn forward_listens(
     ring: RingBuf<MapData>,
     send: impl Fn(ListenEvent) -> bool + Send + 'static,
 ) -> anyhow::Result<()> {
-    // SAFETY: the ring buffer owns its map fd for its whole life and `as_raw_fd` returns that
-    // fd; the AsyncFd owns the ring buffer, so the fd outlives the registration.
-    let mut ring = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE)
-    }
-    .map_err(|e| anyhow::anyhow!("watching the listen events: {e}"))?;
-    tokio::spawn(async move {
-        loop {
-            let Ok(mut guard) = ring.readable_mut().await else {
-                return;
-            };
-            let ring = guard.get_inner_mut();
-            while let Some(record) = ring.next() {
-                if let Some(event) = decode(&record)
-                    && !send(event)
-                {
-                    return;
-                }
+    super::read_when_ready(ring, move |ring| {
+        while let Some(record) = ring.next() {
+            if let Some(event) = decode(&record)
+                && !send(event)
+            {
+                return false;
             }
-            guard.clear_ready();
         }
-    });
-    Ok(())
+        true
+    })
 }

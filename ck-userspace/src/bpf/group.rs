@@ -132,22 +132,10 @@ impl BpfGroup {
     /// Starts forwarding the program's aya-log records to the `log` crate (and so to tracing).
     pub fn forward_logs(&mut self) -> anyhow::Result<()> {
         let logger = aya_log::EbpfLogger::init(&mut self.ebpf).context("starting aya-log")?;
-        // SAFETY: the logger owns its ring-buffer fd for its whole life and `as_raw_fd` always
-        // returns that fd; the AsyncFd owns the logger, so the fd outlives the registration.
-        let mut logger = unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(logger, tokio::io::Interest::READABLE)
-        }
-        .map_err(|e| anyhow::anyhow!("watching the BPF log buffer: {e}"))?;
-        tokio::spawn(async move {
-            loop {
-                let Ok(mut guard) = logger.readable_mut().await else {
-                    return;
-                };
-                guard.get_inner_mut().flush();
-                guard.clear_ready();
-            }
-        });
-        Ok(())
+        super::read_when_ready(logger, |logger| {
+            logger.flush();
+            true
+        })
     }
 
     /// Attaches the program to the group `socket` belongs to (`SO_ATTACH_REUSEPORT_EBPF`): from

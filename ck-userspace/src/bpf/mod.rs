@@ -9,6 +9,35 @@ pub use group::BpfGroup;
 /// The compiled `ck-ebpf` object, embedded at build time by `build.rs`.
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ck"));
 
+/// Watches `source` (a ring buffer, aya-log's logger) on the runtime and calls `drain` each
+/// time it is readable, until `drain` returns false.
+pub(crate) fn read_when_ready<T>(
+    source: T,
+    mut drain: impl FnMut(&mut T) -> bool + Send + 'static,
+) -> anyhow::Result<()>
+where
+    T: std::os::fd::AsRawFd + Send + 'static,
+{
+    // SAFETY: `source` owns its fd for its whole life and `as_raw_fd` always returns that fd;
+    // the AsyncFd owns `source`, so the fd outlives the registration.
+    let mut fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(source, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| anyhow::anyhow!("watching a BPF buffer: {e}"))?;
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = fd.readable_mut().await else {
+                return;
+            };
+            if !drain(guard.get_inner_mut()) {
+                return;
+            }
+            guard.clear_ready();
+        }
+    });
+    Ok(())
+}
+
 /// Whether this kernel can run the program as `sk_reuseport/migrate` (Linux >= 5.14), so that a
 /// closing listener's queue is re-homed instead of reset.
 pub fn kernel_migrates() -> bool {

@@ -11,9 +11,8 @@ use ck_tests::load::{self, FailureKind, LoadReport, LoadSpec, Mode};
 use nix::sys::signal::Signal;
 
 use super::Bench;
-use super::fleet::{Contender, Fleet, Pick};
+use super::fleet::{self, Contender, Fleet, Pick};
 use super::instance::kill;
-use super::peers;
 use super::table::{Cell, Goal, Table};
 
 /// Workers of every fleet.
@@ -57,15 +56,7 @@ impl Outcome {
 
 /// Runs the scenario for every fleet and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
-    peers::ensure_node()?;
-    let pm2 = peers::ensure_pm2()?;
-    let mut outcomes = Vec::new();
-    for contender in Contender::ALL {
-        eprintln!("bench: chaos: {} ...", contender.label());
-        let fleet = Fleet::start(bench, contender, "chaos", WORKERS, &pm2)?;
-        outcomes.push(measure(&fleet)?);
-        fleet.stop(bench)?;
-    }
+    let outcomes = fleet::each(bench, "chaos", WORKERS, measure)?;
     Ok(table(&outcomes))
 }
 

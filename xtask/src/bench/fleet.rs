@@ -127,6 +127,26 @@ impl Fleet {
     }
 }
 
+/// Runs `measure` on a fleet of each contender in turn (`what` names the scenario in logs and
+/// instance names), stopping each before the next starts.
+pub fn each<T>(
+    bench: &Bench,
+    what: &str,
+    workers: usize,
+    mut measure: impl FnMut(&Fleet) -> Result<T>,
+) -> Result<Vec<T>> {
+    super::peers::ensure_node()?;
+    let pm2 = super::peers::ensure_pm2()?;
+    let mut outcomes = Vec::new();
+    for contender in Contender::ALL {
+        eprintln!("bench: {what}: {} ...", contender.label());
+        let fleet = Fleet::start(bench, contender, what, workers, &pm2)?;
+        outcomes.push(measure(&fleet)?);
+        fleet.stop(bench)?;
+    }
+    Ok(outcomes)
+}
+
 /// A tiny xorshift: the same victims sequence for every fleet.
 pub struct Pick(pub u64);
 

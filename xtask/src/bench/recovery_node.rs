@@ -13,9 +13,8 @@ use ck_tests::load::{self, LoadReport, LoadSpec, Mode};
 use nix::sys::signal::Signal;
 
 use super::Bench;
-use super::fleet::{Contender, Fleet, Pick};
+use super::fleet::{self, Contender, Fleet, Pick};
 use super::instance::kill;
-use super::peers;
 use super::table::{Cell, Goal, Table, median_duration};
 
 /// Workers of every fleet.
@@ -43,15 +42,7 @@ struct Outcome {
 
 /// Runs the rounds for every contender and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
-    peers::ensure_node()?;
-    let pm2 = peers::ensure_pm2()?;
-    let mut outcomes = Vec::new();
-    for contender in Contender::ALL {
-        eprintln!("bench: recovery (Node): {} ...", contender.label());
-        let fleet = Fleet::start(bench, contender, "recovery-node", WORKERS, &pm2)?;
-        outcomes.push(measure(&fleet)?);
-        fleet.stop(bench)?;
-    }
+    let outcomes = fleet::each(bench, "recovery-node", WORKERS, measure)?;
     let mut t = Table::with_columns(
         &format!(
             "recovery, Node hello app: {WORKERS} workers, new connection per request from \
