@@ -45,6 +45,8 @@ enum Op {
     Shutdown,
     /// `--adopt`: the n-th slot's worker listens and its socket is adopted.
     Adopt(usize),
+    /// `--adopt`: the child holding the n-th slot's adopted socket exits.
+    Unadopt(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -63,6 +65,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..3000u64).prop_map(Op::Wait),
         1 => Just(Op::Shutdown),
         3 => (0..6usize).prop_map(Op::Adopt),
+        1 => (0..6usize).prop_map(Op::Unadopt),
     ]
 }
 
@@ -355,6 +358,8 @@ impl Model {
                 }
             }
             Op::Adopt(_) => {}
+            Op::Unadopt(n) if self.settings.adopt => self.on_nth(n, Input::Unadopted),
+            Op::Unadopt(_) => {}
             Op::Wait(ms) => self.now += Duration::from_millis(ms),
             Op::Shutdown => {
                 self.stopping = true;
