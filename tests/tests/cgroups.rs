@@ -130,3 +130,57 @@ fn a_stale_instance_cgroup_is_cleaned_up_at_start() {
         ck.log()
     );
 }
+
+/// The cgroup2 mount point of this host.
+fn cgroup2_mount() -> String {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .find_map(|line| {
+            let (before, after) = line.split_once(" - ")?;
+            (after.split_whitespace().next()? == "cgroup2")
+                .then(|| before.split_whitespace().nth(4).map(str::to_string))?
+        })
+        .expect("cgroup2 is mounted on this host")
+}
+
+/// Runs `script` (sh) in a mount namespace of its own where cgroup2 is not mounted.
+fn without_cgroup2(script: &str) -> std::process::Output {
+    let body = format!("umount -l '{}' || exit 99\n{script}", cgroup2_mount());
+    ck_tests::sys::output_within(
+        std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &body])
+            .env("NO_COLOR", "1"),
+        Duration::from_secs(20),
+    )
+    .expect("unshare finished in time")
+}
+
+#[test]
+fn without_cgroup2_adopt_is_refused_and_activation_runs_without_cgroups() {
+    let ck = ck_bin().display().to_string();
+    let port = ck_tests::sys::free_port();
+    let name = ck_tests::instance_name("nocgroup", port);
+    let out = without_cgroup2(&format!(
+        "exec '{ck}' run --adopt --name {name} -p {port} -w 1"
+    ));
+    let said = ck_tests::ck::said(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("no cgroup2 file system is mounted"), "{said}");
+    assert!(!ck_tests::ck::pins_dir(&name).exists());
+    assert!(!ck_tests::ck::control_socket(&name).exists());
+
+    let out = without_cgroup2(&format!(
+        "'{ck}' run --name {name} -p {port} -w 1 &\n\
+         i=0; until '{ck}' status --name {name} 2>/dev/null | grep -q ready; do \
+           i=$((i+1)); [ $i -gt 200 ] && break; sleep 0.05; done\n\
+         '{ck}' stop --name {name}\nwait"
+    ));
+    let said = ck_tests::ck::said(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("workers run without a cgroup of their own"),
+        "{said}"
+    );
+    assert!(said.contains("worker ready"), "{said}");
+    assert!(said.contains("ck stopped"), "{said}");
+}
