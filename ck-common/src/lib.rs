@@ -35,7 +35,7 @@ pub mod state {
     pub const RESTARTING: u32 = 7;
     /// No worker; circuit breaker open; socket closed.
     pub const BROKEN: u32 = 8;
-    /// A rolling restart's replacement, not flipped in yet: not selected.
+    /// Ready but held out: a rolling restart's replacement not flipped in yet, or a hot spare.
     pub const STANDBY: u32 = 9;
 }
 

@@ -173,6 +173,8 @@ pub struct RunConfig {
     pub max_memory: Option<u64>,
     /// `--max-requests`: recycle a worker after about this many new connections.
     pub max_requests: Option<u64>,
+    /// `--spares`: hot spares booted beside the workers, taking a dead worker's place at once.
+    pub spares: u32,
     /// Health signals.
     pub health: crate::health_config::HealthConfig,
     /// Plain `SO_REUSEPORT`, no steering.

@@ -205,6 +205,10 @@ struct RunArgs {
     /// limit within ±10 %, checked every second).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     max_requests: Option<u64>,
+    /// Hot spares: N extra workers booted and ready but not selected; when a worker dies, a
+    /// spare takes its place at once (and a new spare boots).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    spares: u32,
     /// Plain SO_REUSEPORT without the BPF program (the baseline; no readiness or drain steering).
     #[arg(long)]
     no_bpf: bool,
@@ -234,6 +238,13 @@ impl RunArgs {
             bail!(
                 "--adopt needs BPF (its bind hook makes the workers' own sockets share the port, \
                  and its program steers them): drop --no-bpf"
+            );
+        }
+        if self.spares > config::MAX_WORKERS {
+            bail!(
+                "--spares {} is out of range: give a number from 0 to {}",
+                self.spares,
+                config::MAX_WORKERS
             );
         }
         if self.max_requests.is_some() && self.no_bpf {
@@ -298,6 +309,7 @@ impl RunArgs {
             worker_memory_max: self.worker_memory_max,
             max_memory: self.max_memory,
             max_requests: self.max_requests,
+            spares: self.spares,
             no_bpf: self.no_bpf,
             bpf_log: self.bpf_log,
             app,

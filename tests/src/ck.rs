@@ -199,6 +199,8 @@ pub struct SlotStatus {
     pub adopt_latency_us: Option<u64>,
     /// `--adopt`: the root slot whose worker's process tree holds this slot's listener.
     pub member_of: Option<u32>,
+    /// A hot spare (`--spares`).
+    pub spare: bool,
 }
 
 impl Status {

@@ -177,6 +177,8 @@ pub struct SlotReport {
     pub adopt_latency_us: Option<u64>,
     /// `--adopt`: a further listener of this slot's worker's process tree (a forking server).
     pub member_of: Option<u32>,
+    /// A hot spare (`--spares`), not selected until it takes a dead worker's place.
+    pub spare: bool,
 }
 
 impl StatusReport {
@@ -255,10 +257,11 @@ impl StatusReport {
                 "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:>8}  {:>9}  {:<16}  {:<9}  {}",
                 s.slot,
                 s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-                match (&s.unhealthy, s.member_of) {
-                    (Some(why), _) => format!("unhealthy:{why}"),
-                    (None, Some(root)) => format!("{} (of {root})", s.state),
-                    (None, None) => s.state.clone(),
+                match (&s.unhealthy, s.member_of, s.spare) {
+                    (Some(why), _, _) => format!("unhealthy:{why}"),
+                    (None, Some(root), _) => format!("{} (of {root})", s.state),
+                    (None, None, true) => format!("{} (spare)", s.state),
+                    (None, None, false) => s.state.clone(),
                 },
                 s.uptime_ms as f64 / 1000.0,
                 s.restarts,

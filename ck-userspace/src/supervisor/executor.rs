@@ -27,7 +27,7 @@ impl Supervisor {
             let Some(slot) = self.slots.get_mut(&index) else {
                 continue;
             };
-            let exited = matches!(input, Input::Exited { .. });
+            let exited = matches!(input, Input::Exited { .. } | Input::Superseded);
             let buried = if exited {
                 // The process is gone: drop its handles (the notify reader stops) and copies
                 // of sockets not adopted yet (never in the maps), and kill whatever it left in

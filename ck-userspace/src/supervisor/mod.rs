@@ -18,6 +18,7 @@ mod recycle;
 mod roll;
 mod scale;
 mod slot;
+mod spares;
 mod status;
 mod steering;
 mod tasks;
@@ -60,6 +61,8 @@ pub(crate) enum Event {
     },
     /// A slot's worker became ready (a roll may flip its batch).
     BecameReady(u32),
+    /// `--spares`: time to boot spares again after one died unused.
+    SpareDue,
     /// A timer the lifecycle armed (in epoch `epoch`) fired.
     Timer { slot: u32, epoch: u64, timer: Timer },
     /// A termination signal arrived.
@@ -128,6 +131,9 @@ pub struct Supervisor {
     dead_cgroups: Vec<crate::cgroup::WorkerCgroup>,
     /// `--adopt`: the hooks on the instance's cgroup (kept alive: dropping them detaches).
     _adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
+    /// `--spares`: spares that died unused in a row, and when the next may start.
+    spare_failures: u32,
+    spare_due: Option<Instant>,
 }
 
 /// The lifecycle settings of a run.
@@ -211,6 +217,8 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         cgroups,
         dead_cgroups: Vec::new(),
         _adopt_hooks: adopt_hooks,
+        spare_failures: 0,
+        spare_due: None,
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
@@ -265,11 +273,12 @@ impl Supervisor {
         self.slots.values().all(|s| s.worker.is_none())
     }
 
-    /// Opens slots 0..workers and starts a worker on each.
+    /// Opens slots 0..workers and starts a worker on each, then the spares.
     fn start_fleet(&mut self) -> anyhow::Result<()> {
         for _ in 0..self.cfg.workers {
             self.open_slot().map_err(anyhow::Error::msg)?;
         }
+        self.replenish_spares();
         Ok(())
     }
 
@@ -282,7 +291,11 @@ impl Supervisor {
             } => self.on_exit(slot, worker, status),
             Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),
             Event::Timer { slot, epoch, timer } => self.on_timer(slot, epoch, timer),
-            Event::BecameReady(slot) => self.roll_on_ready(slot),
+            Event::BecameReady(slot) => {
+                self.spare_ready(slot);
+                self.roll_on_ready(slot);
+            }
+            Event::SpareDue => self.replenish_spares(),
             Event::Signal(name) => self.on_stop_signal(name),
             Event::Reload => self.begin_reload(None),
             Event::Tick => self.on_tick(),

@@ -64,6 +64,8 @@ impl Supervisor {
             batch = self.cfg.reload_batch,
             "rolling restart started"
         );
+        // Spares run the old app: they go now, and new ones boot when the roll ends.
+        self.retire_spares();
         self.roll = Some(Roll {
             pending,
             batch: Vec::new(),
@@ -178,6 +180,7 @@ impl Supervisor {
         let Some(roll) = self.roll.take() else {
             return;
         };
+        self.replenish_spares();
         match &result {
             Ok(msg) => tracing::info!("rolling restart done: {msg}"),
             Err(msg) => tracing::error!("{msg}"),

@@ -69,6 +69,8 @@ pub struct Slot {
     /// `--adopt`: the slot is a member of this root slot's process tree (a further listener
     /// of a forking server), tied to the process holding its socket.
     pub member_of: Option<u32>,
+    /// A hot spare (`--spares`): a standby that takes a dead worker's place.
+    pub spare: bool,
     /// The worker, if one runs.
     pub worker: Option<Worker>,
     /// Pid of the last worker (for log lines after it exited).
@@ -91,6 +93,7 @@ impl Slot {
             adopting: Vec::new(),
             replaced: Vec::new(),
             member_of: None,
+            spare: false,
             worker: None,
             last_pid: 0,
             last_exit: None,

@@ -106,6 +106,7 @@ impl Supervisor {
                     cpu_ms: usage.map(|u| u.cpu_usec / 1000),
                     adopt_latency_us: worker.and_then(|w| w.adopt_latency_us),
                     member_of: s.member_of,
+                    spare: s.spare,
                 }
             })
             .collect();

@@ -247,9 +247,16 @@ impl Supervisor {
             ran_ms = ran.as_millis() as u64,
             "worker exited"
         );
+        let spare = slot.spare;
         let replacement = self.is_replacement(index);
         let outside = killed_from_outside(&status);
+        if self.take_over(index) {
+            return;
+        }
         self.apply(index, Input::Exited { outside });
+        if spare {
+            self.spare_failed();
+        }
         if replacement {
             let why = if never_ready {
                 format!(

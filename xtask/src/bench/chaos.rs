@@ -56,7 +56,7 @@ impl Outcome {
 
 /// Runs the scenario for every fleet and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
-    let outcomes = fleet::each(bench, "chaos", WORKERS, measure)?;
+    let outcomes = fleet::each(bench, "chaos", WORKERS, &Contender::ALL, measure)?;
     Ok(table(&outcomes))
 }
 

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Result;
 
@@ -17,6 +18,8 @@ use super::peers::{NodeCluster, Pm2};
 pub enum Contender {
     /// ck with its BPF program.
     Ck,
+    /// ck with two hot spares (`--spares 2`).
+    CkSpares,
     /// ck `--no-bpf`.
     CkNoBpf,
     /// node:cluster.
@@ -26,9 +29,18 @@ pub enum Contender {
 }
 
 impl Contender {
-    /// Every contender, in table order.
+    /// ck (default settings), its baseline, and the two peers, in table order.
     pub const ALL: [Contender; 4] = [
         Contender::Ck,
+        Contender::CkNoBpf,
+        Contender::NodeCluster,
+        Contender::Pm2,
+    ];
+
+    /// [`Contender::ALL`] with ck's hot spares beside ck.
+    pub const WITH_SPARES: [Contender; 5] = [
+        Contender::Ck,
+        Contender::CkSpares,
         Contender::CkNoBpf,
         Contender::NodeCluster,
         Contender::Pm2,
@@ -38,6 +50,7 @@ impl Contender {
     pub fn label(self) -> &'static str {
         match self {
             Contender::Ck => "ck",
+            Contender::CkSpares => "ck --spares 2",
             Contender::CkNoBpf => "ck --no-bpf",
             Contender::NodeCluster => "node:cluster",
             Contender::Pm2 => "pm2",
@@ -65,10 +78,12 @@ impl Fleet {
         }
     }
 
-    /// Its worker processes.
+    /// Its worker processes (for ck, the serving ones: not its spares).
     pub fn workers(&self) -> Vec<u32> {
         match self {
-            Fleet::Ck(inst) => children_of(inst.pid()),
+            Fleet::Ck(inst) => inst
+                .serving_pids()
+                .unwrap_or_else(|_| children_of(inst.pid())),
             Fleet::Cluster(c) => c.workers(),
             Fleet::Pm2(p) => p.workers(),
         }
@@ -87,20 +102,34 @@ impl Fleet {
         let worker_js = worker_js.to_string_lossy().to_string();
         let node_app = ["--", "node", worker_js.as_str()];
         Ok(match contender {
-            Contender::Ck | Contender::CkNoBpf => {
+            Contender::Ck | Contender::CkSpares | Contender::CkNoBpf => {
                 let variant = match contender {
-                    Contender::Ck => Variant::Ck,
-                    _ => Variant::Baseline,
+                    Contender::CkNoBpf => Variant::Baseline,
+                    _ => Variant::Ck,
                 };
+                let mut args = Vec::new();
+                if contender == Contender::CkSpares {
+                    args.extend(["--spares", "2"]);
+                }
+                args.extend(node_app);
                 let mut inst = Instance::start(
                     &bench.bin,
                     &bench.log_dir,
                     what,
                     variant,
                     workers as u32,
-                    &node_app,
+                    &args,
                 )?;
                 inst.wait_ready(workers)?;
+                if contender == Contender::CkSpares {
+                    inst.wait_status(Duration::from_secs(15), Duration::from_millis(10), |s| {
+                        s.slots
+                            .iter()
+                            .filter(|slot| slot.state == "standby")
+                            .count()
+                            == 2
+                    })?;
+                }
                 Fleet::Ck(inst)
             }
             Contender::NodeCluster => Fleet::Cluster(NodeCluster::start(
@@ -127,18 +156,19 @@ impl Fleet {
     }
 }
 
-/// Runs `measure` on a fleet of each contender in turn (`what` names the scenario in logs and
+/// Runs `measure` on a fleet of each of `contenders` in turn (`what` names the scenario in logs and
 /// instance names), stopping each before the next starts.
 pub fn each<T>(
     bench: &Bench,
     what: &str,
     workers: usize,
+    contenders: &[Contender],
     mut measure: impl FnMut(&Fleet) -> Result<T>,
 ) -> Result<Vec<T>> {
     super::peers::ensure_node()?;
     let pm2 = super::peers::ensure_pm2()?;
     let mut outcomes = Vec::new();
-    for contender in Contender::ALL {
+    for contender in contenders.iter().copied() {
         eprintln!("bench: {what}: {} ...", contender.label());
         let fleet = Fleet::start(bench, contender, what, workers, &pm2)?;
         outcomes.push(measure(&fleet)?);

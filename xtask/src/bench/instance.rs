@@ -253,6 +253,21 @@ impl Instance {
         }
     }
 
+    /// The pids of the workers that serve (not hot spares), from `ck status --json`.
+    pub fn serving_pids(&self) -> Result<Vec<u32>> {
+        let json: Value = serde_json::from_str(&self.ctl(&["status", "--json"])?)?;
+        Ok(json["slots"]
+            .as_array()
+            .map(|slots| {
+                slots
+                    .iter()
+                    .filter(|s| s["spare"] != true)
+                    .filter_map(|s| s["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     /// Waits until `n` slots are ready and, with BPF, the program steers (at most 15 s).
     pub fn wait_ready(&mut self, n: usize) -> Result<Status> {
         let want_bpf = self.variant == Variant::Ck;

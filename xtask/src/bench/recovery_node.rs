@@ -1,8 +1,8 @@
 //! The Node part of the `recovery` scenario: 3 workers of the Node hello app, 8 clients making
 //! a new connection per request at [`RATE`] requests/s in total (the same offered load for
 //! every supervisor), and at each of [`ROUNDS`] rounds 2 of the 3
-//! workers SIGKILLed at once. Measures, for ck (default settings: it sees Node accept), ck
-//! `--no-bpf`, node:cluster and pm2, the time from the kill until every worker serves again (3
+//! workers SIGKILLed at once. Measures, for ck (default settings: it sees Node accept), ck with
+//! two hot spares, ck `--no-bpf`, node:cluster and pm2, the time from the kill until every worker serves again (3
 //! distinct pids, none a victim, answered after the kill) and the failed requests.
 
 use std::collections::BTreeSet;
@@ -42,14 +42,15 @@ struct Outcome {
 
 /// Runs the rounds for every contender and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
-    let outcomes = fleet::each(bench, "recovery-node", WORKERS, measure)?;
+    let contenders = Contender::WITH_SPARES;
+    let outcomes = fleet::each(bench, "recovery-node", WORKERS, &contenders, measure)?;
     let mut t = Table::with_columns(
         &format!(
             "recovery, Node hello app: {WORKERS} workers, new connection per request from \
              {CLIENTS} clients at {RATE:.0} req/s in total; SIGKILL {KILLED} workers at once, \
              {ROUNDS} rounds"
         ),
-        &Contender::ALL.map(Contender::label),
+        &contenders.map(Contender::label),
     );
     let median = |o: &Outcome| {
         let all: Option<Vec<Duration>> = o.restored.iter().copied().collect();
@@ -58,7 +59,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             |d| Cell::ms(median_duration(&d)),
         )
     };
-    let fastest_peer = outcomes[2..]
+    let fastest_peer = outcomes[3..]
         .iter()
         .filter_map(|o| o.restored.iter().copied().collect::<Option<Vec<_>>>())
         .map(|d| median_duration(&d).as_secs_f64() * 1000.0)

@@ -88,7 +88,7 @@ pub enum Shown {
     Stopped,
     /// Worker not ready yet.
     Starting,
-    /// A roll's replacement, ready or not, held out until its batch flips in.
+    /// Ready, but held out: a roll's replacement until its batch flips in, or a hot spare.
     Standby,
     /// Selected.
     Ready,
@@ -212,7 +212,7 @@ impl Life {
     pub fn shown(&self) -> Shown {
         match self.state {
             State::Idle => Shown::Stopped,
-            State::Starting(_) | State::Ready(_) if self.standby => Shown::Standby,
+            State::Ready(_) if self.standby => Shown::Standby,
             State::Starting(_) => Shown::Starting,
             State::Ready(_) if self.drained => Shown::Draining,
             State::Ready(_) => Shown::Ready,

@@ -76,6 +76,9 @@ pub enum Input {
         /// Killed from outside.
         outside: bool,
     },
+    /// The worker died and a ready spare took the slot's place (flipped in in the same batch):
+    /// the slot leaves instead of restarting.
+    Superseded,
     /// `ck drain` (true) or `ck undrain` (false).
     Drain(bool),
     /// A roll flips this standby replacement in.
@@ -397,6 +400,12 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
             life.crash.cooled_down();
             life.restarts += 1;
             out.extend([Effect::Note(Note::Restarting), Spawn]);
+        }
+        (state, Input::Superseded) => {
+            if let Some(run) = state.run() {
+                life.state = State::Stopping(run, After::Retire);
+                exit(life, Some((run, false)), true, fleet, settings, &mut out);
+            }
         }
         (state, Input::Exited { outside }) => {
             if let Some(run) = state.run() {

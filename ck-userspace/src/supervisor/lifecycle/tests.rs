@@ -257,7 +257,7 @@ fn a_dead_standby_is_removed_not_restarted() {
     let mut life = Life::new(P, true);
     step(&mut life, Input::Start, &fleet(t0, 1), &s);
     step(&mut life, Input::Spawned { id: 3 }, &fleet(t0, 1), &s);
-    assert_eq!(life.shown(), Shown::Standby);
+    assert_eq!(life.shown(), Shown::Starting);
     let effects = step(
         &mut life,
         Input::Exited { outside: false },
@@ -446,4 +446,17 @@ fn unadopted_gives_the_socket_up_unless_it_is_the_groups_last() {
         "the last socket stays: {effects:?}"
     );
     assert!(alone.socket_open);
+}
+
+#[test]
+fn a_superseded_slot_leaves_instead_of_restarting() {
+    let t0 = Instant::now();
+    let s = settings();
+    let mut life = ready_slot(t0, 1);
+    let effects = ranks(&step(&mut life, Input::Superseded, &fleet(t0, 1), &s));
+    assert_eq!(
+        effects,
+        vec![Effect::Publish, Effect::CloseSockets, Effect::Remove]
+    );
+    assert_eq!(life.restarts, 0);
 }
