@@ -202,9 +202,7 @@ fn table(o: &[Outcome]) -> Table {
          request in flight, so a victim can hold at most 8",
     );
     for (label, x) in Contender::ALL.map(Contender::label).iter().zip(o) {
-        for error in x.report.errors.iter().take(2) {
-            t.note(format!("{label} failure: {error}"));
-        }
+        t.failure_notes(label, &x.report, 2);
     }
     t
 }

@@ -90,9 +90,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
          so the recovery time is late by up to ~7 ms"
     ));
     for (variant, o) in [("ck", &ck), ("baseline", &base)] {
-        for error in o.report.errors.iter().take(3) {
-            t.note(format!("{variant} failure: {error}"));
-        }
+        t.failure_notes(variant, &o.report, 3);
     }
     Ok(t)
 }

@@ -145,9 +145,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
     );
     for (variant, o) in [("ck", &ck), ("baseline", &base)] {
         for r in [&o.reload.keep_alive, &o.reload.no_retry, &o.reload.new_conn] {
-            for error in r.errors.iter().take(3) {
-                t.note(format!("{variant} failure: {error}"));
-            }
+            t.failure_notes(variant, r, 3);
         }
     }
     Ok(t)

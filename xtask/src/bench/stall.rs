@@ -188,9 +188,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
          connection stuck behind the stall also delays the sends it missed meanwhile",
     );
     for o in [&first].into_iter().chain(&ck).chain([&last]) {
-        for error in o.report.errors.iter().take(3) {
-            t.note(format!("{} failure: {error}", o.label));
-        }
+        t.failure_notes(o.label, &o.report, 3);
     }
     Ok(t)
 }

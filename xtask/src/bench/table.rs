@@ -130,6 +130,8 @@ struct Row {
 pub struct Table {
     title: String,
     columns: Vec<String>,
+    /// The column the first is divided by in the ratio column.
+    ratio_against: usize,
     rows: Vec<Row>,
     notes: Vec<String>,
 }
@@ -140,11 +142,13 @@ impl Table {
         Table::with_columns(title, &["ck", "baseline"])
     }
 
-    /// An empty table with these value columns; the ratio is always first / second.
+    /// An empty table with these value columns; the ratio is first / second unless
+    /// [`Table::ratio_against`] says otherwise.
     pub fn with_columns(title: &str, columns: &[&str]) -> Table {
         Table {
             title: title.to_string(),
             columns: columns.iter().map(|c| c.to_string()).collect(),
+            ratio_against: 1,
             rows: Vec::new(),
             notes: Vec::new(),
         }
@@ -155,12 +159,21 @@ impl Table {
         self.row_of(metric, vec![ck, baseline], goal);
     }
 
+    /// Makes the ratio column the first column over column `index` (0-based), for rows added
+    /// from now on, and says so in a note.
+    pub fn ratio_against(&mut self, index: usize) {
+        self.ratio_against = index;
+        if let (Some(first), Some(other)) = (self.columns.first(), self.columns.get(index)) {
+            self.notes.push(format!("ratio = {first} / {other}"));
+        }
+    }
+
     /// Adds a row with one cell per column; the goal applies to the first, the ratio is the
-    /// first over the second.
+    /// first over the second (or the column set with [`Table::ratio_against`]).
     pub fn row_of(&mut self, metric: &str, cells: Vec<Cell>, goal: Goal) {
         let ratio = match (
             cells.first().and_then(|c| c.num),
-            cells.get(1).and_then(|c| c.num),
+            cells.get(self.ratio_against).and_then(|c| c.num),
         ) {
             (Some(a), Some(b)) if b != 0.0 => Some(a / b),
             _ => None,
@@ -177,6 +190,13 @@ impl Table {
     /// Adds a line printed under the table.
     pub fn note(&mut self, note: impl Into<String>) {
         self.notes.push(note.into());
+    }
+
+    /// Adds a note for each of the first `max` failed requests of `report`, named by `label`.
+    pub fn failure_notes(&mut self, label: &str, report: &LoadReport, max: usize) {
+        for error in report.errors.iter().take(max) {
+            self.notes.push(format!("{label} failure: {error}"));
+        }
     }
 
     /// The table as aligned text, title first, notes last.
