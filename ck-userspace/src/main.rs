@@ -4,13 +4,18 @@ use std::{ffi::OsString, process::ExitCode, time::Duration};
 
 use anyhow::bail;
 use ck::{
-    config::{self, ListenAddr, Policy, ReadyMode, RunConfig},
     control::{Request, Response, client},
     duration::parse_duration,
-    health_config::{DEFAULT_PROBE_PORT_BASE, HealthConfig, ProbeKind},
-    restart_policy::{Backoff, RestartPolicy, parse_backoff},
+    health_config::ProbeKind,
 };
 use clap::{Args, Parser, Subcommand};
+
+mod cli;
+
+use cli::{
+    control::{answer, probe_slot, simple},
+    run_args::RunArgs,
+};
 
 #[derive(Parser)]
 #[command(
@@ -100,235 +105,6 @@ struct Target {
     name: Option<String>,
 }
 
-#[derive(Args)]
-struct RunArgs {
-    /// TCP port to listen on, on 0.0.0.0 (repeatable; default 8080 when no --listen either).
-    #[arg(short, long = "port", value_name = "PORT")]
-    ports: Vec<u16>,
-    /// Listen address such as tcp://[::]:8080 or tcp://127.0.0.1:8080 (repeatable).
-    #[arg(long = "listen", value_name = "ADDR")]
-    listen: Vec<ListenAddr>,
-    /// Number of workers (default: $WEB_CONCURRENCY, else the CPUs this process may use).
-    #[arg(short, long)]
-    workers: Option<u32>,
-    /// Instance name, for the control socket and pins (default: ck-<first port>).
-    #[arg(long)]
-    name: Option<String>,
-    /// How new connections are spread over ready workers.
-    #[arg(long, value_enum, default_value = "round-robin")]
-    policy: Policy,
-    /// When a worker counts as ready: READY=1 (auto also takes a worker that is silent on
-    /// NOTIFY_SOCKET for --ready-grace as ready), or at spawn.
-    #[arg(long, value_enum, default_value = "auto")]
-    ready: ReadyMode,
-    /// Time a worker has to become ready before it is replaced.
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
-    ready_timeout: Duration,
-    /// With --ready auto: time after which a worker that said nothing on NOTIFY_SOCKET is ready.
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
-    ready_grace: Duration,
-    /// Time a stopping worker gets to finish before SIGKILL.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    drain_timeout: Duration,
-    /// Workers a rolling restart (SIGHUP, `ck reload`) replaces at a time.
-    #[arg(long, default_value_t = 1)]
-    reload_batch: u32,
-    /// Restart backoff after a crash: INITIAL[,MAX[,MULTIPLIER[,JITTER]]].
-    #[arg(long, value_parser = parse_backoff, default_value = "100ms,10s,2,0.1")]
-    restart_backoff: Backoff,
-    /// A worker ready this long has served: its exit restarts it at once and resets the backoff
-    /// (so does a ready worker killed from outside: SIGKILL, SIGTERM, SIGINT). Earlier exits are
-    /// boot crashes: they wait the backoff and count towards the breaker.
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
-    restart_stable: Duration,
-    /// The circuit breaker never takes the group below this many slots that keep trying: the
-    /// slot that would stays half-open, retried at the maximum backoff (0: no floor).
-    #[arg(long, default_value_t = 1)]
-    min_workers: u32,
-    /// Boot crashes within --crash-window that open a slot's circuit breaker.
-    #[arg(long, default_value_t = 5)]
-    crash_limit: u32,
-    /// The circuit breaker's window.
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
-    crash_window: Duration,
-    /// How long an open breaker waits before trying the slot again.
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
-    crash_cooldown: Duration,
-    /// Heartbeat timeout: sets WATCHDOG_USEC; a worker that sent WATCHDOG=1 and then stays
-    /// silent this long is taken out of the active set until it sends it again.
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
-    watchdog: Option<Duration>,
-    /// Probe every worker through its own socket: `tcp`, `http` or `http:/PATH` (2xx passes).
-    #[arg(long, value_name = "KIND")]
-    probe: Option<ProbeKind>,
-    /// Time between probes of a worker.
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
-    probe_interval: Duration,
-    /// Time a probe may take.
-    #[arg(long, value_parser = parse_duration, default_value = "500ms")]
-    probe_timeout: Duration,
-    /// Failed probes in a row that make a worker unhealthy.
-    #[arg(long, default_value_t = 3)]
-    probe_fails: u32,
-    /// Passed probes in a row that make it healthy again.
-    #[arg(long, default_value_t = 2)]
-    probe_passes: u32,
-    /// Probe source ports: slot S is probed from port BASE+S (the BPF program steers those
-    /// loopback connections to slot S).
-    #[arg(long, default_value_t = DEFAULT_PROBE_PORT_BASE)]
-    probe_port_base: u16,
-    /// A worker whose accept queue stays non-empty without shrinking this long is taken out of
-    /// the active set until it moves again (0: off).
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
-    stall_timeout: Duration,
-    /// How often accept queues are sampled while there is traffic (queue depth for
-    /// least-queue, stall detection); 50 times less often when idle.
-    #[arg(long, value_parser = parse_duration, default_value = "1ms")]
-    sample_interval: Duration,
-    /// Replace (gracefully, as a rolling restart of one) a worker unhealthy for this long.
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
-    unhealthy_replace_after: Option<Duration>,
-    /// Workers bind the port themselves (`app.listen(PORT)`, unmodified): ck runs each in a
-    /// cgroup whose bind hook adds SO_REUSEPORT on the instance's ports, adopts every listening
-    /// socket they open, and steers it like one it made. Workers get PORT (the first port).
-    #[arg(long)]
-    adopt: bool,
-    /// memory.max of every worker's cgroup (e.g. 512M), where the host's cgroup2 has the
-    /// memory controller (ck says so where it does not).
-    #[arg(long, value_parser = ck::size::parse_size, value_name = "SIZE")]
-    worker_memory_max: Option<u64>,
-    /// Recycle (replace gracefully) a worker whose memory stays above SIZE (e.g. 512M) for 3
-    /// samples, one a second.
-    #[arg(long, value_parser = ck::size::parse_size, value_name = "SIZE")]
-    max_memory: Option<u64>,
-    /// Recycle (replace gracefully) a worker after about N new connections (each worker's own
-    /// limit within ±10 %, checked every second).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    max_requests: Option<u64>,
-    /// Hot spares: N extra workers booted and ready but not selected; when a worker dies, a
-    /// spare takes its place at once (and a new spare boots).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    spares: u32,
-    /// Plain SO_REUSEPORT without the BPF program (the baseline; no readiness or drain steering).
-    #[arg(long)]
-    no_bpf: bool,
-    /// Forward the BPF program's log lines (fallbacks, drops) to ck's log.
-    #[arg(long)]
-    bpf_log: bool,
-    /// The worker program and its arguments (default: the built-in demo worker).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "APP"
-    )]
-    app: Vec<String>,
-}
-
-impl RunArgs {
-    fn into_config(self) -> anyhow::Result<RunConfig> {
-        let listen = config::listen_addrs(&self.ports, &self.listen)?;
-        let name = self
-            .name
-            .unwrap_or_else(|| format!("ck-{}", listen[0].addr.port()));
-        config::validate_name(&name)?;
-        if self.reload_batch == 0 {
-            bail!("--reload-batch 0: give at least 1");
-        }
-        if self.adopt && self.no_bpf {
-            bail!(
-                "--adopt needs BPF (its bind hook makes the workers' own sockets share the port, \
-                 and its program steers them): drop --no-bpf"
-            );
-        }
-        if self.spares > config::MAX_WORKERS {
-            bail!(
-                "--spares {} is out of range: give a number from 0 to {}",
-                self.spares,
-                config::MAX_WORKERS
-            );
-        }
-        if self.max_requests.is_some() && self.no_bpf {
-            bail!(
-                "--max-requests counts the connections ck's BPF program sends each worker, and \
-                 --no-bpf has no program: drop one of them"
-            );
-        }
-        if self.min_workers > config::MAX_WORKERS {
-            bail!(
-                "--min-workers {} is out of range: give a number from 0 to {}",
-                self.min_workers,
-                config::MAX_WORKERS
-            );
-        }
-        if self.crash_limit == 0 {
-            bail!("--crash-limit 0: give at least 1 (crashes that open the breaker)");
-        }
-        let workers =
-            config::validate_workers(self.workers.unwrap_or_else(ck::sizing::default_workers))?;
-        let app = match self.app.split_first() {
-            Some((program, args)) => config::resolve_app(program, args.to_vec())?,
-            None => config::AppSpec {
-                program: std::env::current_exe()?,
-                args: vec!["demo-worker".to_string()],
-            },
-        };
-        Ok(RunConfig {
-            name,
-            listen,
-            workers,
-            policy: self.policy,
-            ready: self.ready,
-            ready_timeout: self.ready_timeout,
-            ready_grace: self.ready_grace,
-            drain_timeout: self.drain_timeout,
-            health: HealthConfig {
-                watchdog: self.watchdog,
-                probe: self.probe,
-                probe_interval: self.probe_interval,
-                probe_timeout: self.probe_timeout,
-                probe_fails: self.probe_fails.max(1),
-                probe_passes: self.probe_passes.max(1),
-                probe_port_base: self.probe_port_base,
-                stall_timeout: (!self.stall_timeout.is_zero()).then_some(self.stall_timeout),
-                sample_interval: self.sample_interval.max(Duration::from_millis(1)),
-                unhealthy_replace_after: self.unhealthy_replace_after,
-            },
-            reload_batch: self.reload_batch,
-            restart: RestartPolicy {
-                initial: self.restart_backoff.initial,
-                max: self.restart_backoff.max,
-                multiplier: self.restart_backoff.multiplier,
-                jitter: self.restart_backoff.jitter,
-                stable_after: self.restart_stable,
-                crash_limit: self.crash_limit,
-                window: self.crash_window,
-                cooldown: self.crash_cooldown,
-            },
-            min_workers: self.min_workers,
-            adopt: self.adopt,
-            worker_memory_max: self.worker_memory_max,
-            max_memory: self.max_memory,
-            max_requests: self.max_requests,
-            spares: self.spares,
-            no_bpf: self.no_bpf,
-            bpf_log: self.bpf_log,
-            app,
-        })
-    }
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CK_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal as _;
-    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colour)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
@@ -343,7 +119,7 @@ fn main() -> ExitCode {
 fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run(args) => {
-            init_logging();
+            cli::logging::init();
             let cfg = args.into_config()?;
             ck::supervisor::run(cfg)?;
             Ok(ExitCode::SUCCESS)
@@ -359,17 +135,17 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Drain { slot, target } => simple(target, Request::Drain { slot }),
-        Command::Undrain { slot, target } => simple(target, Request::Undrain { slot }),
-        Command::Stop { target } => simple(target, Request::Stop),
+        Command::Drain { slot, target } => simple(target.name, Request::Drain { slot }),
+        Command::Undrain { slot, target } => simple(target.name, Request::Undrain { slot }),
+        Command::Stop { target } => simple(target.name, Request::Stop),
         Command::Probe {
             slot,
             kind,
             timeout,
             target,
-        } => probe_slot(target, slot, kind, timeout),
-        Command::Reload { target } => simple(target, Request::Reload),
-        Command::Scale { workers, target } => simple(target, Request::Scale { workers }),
+        } => probe_slot(target.name, slot, kind, timeout),
+        Command::Reload { target } => simple(target.name, Request::Reload),
+        Command::Scale { workers, target } => simple(target.name, Request::Scale { workers }),
         Command::DemoWorker(opts) => {
             ck::demo::run(opts)?;
             Ok(ExitCode::SUCCESS)
@@ -383,81 +159,5 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             eprintln!("ck: worker: {err}");
             Ok(ExitCode::from(127))
         }
-    }
-}
-
-fn status_of(name: &str) -> anyhow::Result<Box<ck::control::StatusReport>> {
-    match client::request(name, &Request::Status)? {
-        Response::Status(report) => Ok(report),
-        Response::Error(msg) => bail!("{msg}"),
-        Response::Ok(_) => bail!("unexpected answer to a status request"),
-    }
-}
-
-fn probe_slot(
-    target: Target,
-    slot: u32,
-    kind: Option<ProbeKind>,
-    timeout: Duration,
-) -> anyhow::Result<ExitCode> {
-    use anyhow::Context as _;
-    let name = client::resolve_name(target.name)?;
-    let report = status_of(&name)?;
-    let Some(worker) = report.slots.iter().find(|s| s.slot == slot) else {
-        let known: Vec<u32> = report.slots.iter().map(|s| s.slot).collect();
-        bail!("no slot {slot}; slots in use: {known:?} (see `ck status`)");
-    };
-    if !report.bpf {
-        bail!("probe steering needs BPF, which is off (--no-bpf): a probe could reach any worker");
-    }
-    let kind = match kind {
-        Some(kind) => kind,
-        None => report
-            .probe
-            .as_deref()
-            .unwrap_or("http:/")
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!(e))?,
-    };
-    let bound: std::net::SocketAddr = report.listen[0].parse().context("listen address")?;
-    let to = ck::probe::target_of(bound);
-    let from = ck::probe::source_of(to, report.probe_port_base, slot)
-        .context("probe source port out of range")?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let pid = worker.pid.map_or("-".to_string(), |p| p.to_string());
-    match runtime.block_on(ck::probe::probe(to, from, &kind, timeout)) {
-        Ok(answer) => {
-            let status = answer
-                .status
-                .map_or("connected".into(), |s| format!("HTTP {s}"));
-            println!(
-                "slot {slot} (pid {pid}, {}): {kind} {status} {}",
-                worker.state,
-                answer.body.trim_end()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(why) => bail!(
-            "slot {slot} (pid {pid}, {}): {kind} failed: {why}",
-            worker.state
-        ),
-    }
-}
-
-fn simple(target: Target, req: Request) -> anyhow::Result<ExitCode> {
-    let name = client::resolve_name(target.name)?;
-    answer(client::request(&name, &req)?)
-}
-
-fn answer(response: Response) -> anyhow::Result<ExitCode> {
-    match response {
-        Response::Ok(msg) => {
-            println!("{msg}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Response::Error(msg) => bail!("{msg}"),
-        Response::Status(_) => bail!("unexpected status answer"),
     }
 }

@@ -1,0 +1,88 @@
+//! The commands that talk to a running instance over its control socket.
+use std::{process::ExitCode, time::Duration};
+
+use anyhow::bail;
+use ck::{
+    control::{Request, Response, client},
+    health_config::ProbeKind,
+};
+
+/// The status report of instance `name`.
+pub fn status_of(name: &str) -> anyhow::Result<Box<ck::control::StatusReport>> {
+    match client::request(name, &Request::Status)? {
+        Response::Status(report) => Ok(report),
+        Response::Error(msg) => bail!("{msg}"),
+        Response::Ok(_) => bail!("unexpected answer to a status request"),
+    }
+}
+
+/// `ck probe`: probes `slot` of instance `name` (or the only one) through its own socket.
+pub fn probe_slot(
+    name: Option<String>,
+    slot: u32,
+    kind: Option<ProbeKind>,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    let name = client::resolve_name(name)?;
+    let report = status_of(&name)?;
+    let Some(worker) = report.slots.iter().find(|s| s.slot == slot) else {
+        let known: Vec<u32> = report.slots.iter().map(|s| s.slot).collect();
+        bail!("no slot {slot}; slots in use: {known:?} (see `ck status`)");
+    };
+    if !report.bpf {
+        bail!("probe steering needs BPF, which is off (--no-bpf): a probe could reach any worker");
+    }
+    let kind = match kind {
+        Some(kind) => kind,
+        None => report
+            .probe
+            .as_deref()
+            .unwrap_or("http:/")
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!(e))?,
+    };
+    let bound: std::net::SocketAddr = report.listen[0].parse().context("listen address")?;
+    let to = ck::probe::target_of(bound);
+    let from = ck::probe::source_of(to, report.probe_port_base, slot)
+        .context("probe source port out of range")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let pid = worker.pid.map_or("-".to_string(), |p| p.to_string());
+    match runtime.block_on(ck::probe::probe(to, from, &kind, timeout)) {
+        Ok(answer) => {
+            let status = answer
+                .status
+                .map_or("connected".into(), |s| format!("HTTP {s}"));
+            println!(
+                "slot {slot} (pid {pid}, {}): {kind} {status} {}",
+                worker.state,
+                answer.body.trim_end()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(why) => bail!(
+            "slot {slot} (pid {pid}, {}): {kind} failed: {why}",
+            worker.state
+        ),
+    }
+}
+
+/// Sends `req` to instance `name` (or the only one) and prints its answer.
+pub fn simple(name: Option<String>, req: Request) -> anyhow::Result<ExitCode> {
+    let name = client::resolve_name(name)?;
+    answer(client::request(&name, &req)?)
+}
+
+/// Prints an `Ok` answer; an error answer becomes the command's error.
+pub fn answer(response: Response) -> anyhow::Result<ExitCode> {
+    match response {
+        Response::Ok(msg) => {
+            println!("{msg}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Response::Error(msg) => bail!("{msg}"),
+        Response::Status(_) => bail!("unexpected status answer"),
+    }
+}
