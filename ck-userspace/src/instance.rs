@@ -20,10 +20,6 @@ pub fn control_path(name: &str) -> PathBuf {
     run_dir().join(format!("{name}.sock"))
 }
 
-fn lock_path(name: &str) -> PathBuf {
-    run_dir().join(format!("{name}.lock"))
-}
-
 /// Why an instance could not claim its name.
 #[derive(Debug, thiserror::Error)]
 pub enum InstanceError {
@@ -49,14 +45,24 @@ pub enum InstanceError {
 /// The claim on a name, held for the instance's lifetime; released (and its files removed) on
 /// drop. The kernel drops the lock when the process dies, so a crash leaves no live claim.
 pub struct InstanceLock {
-    name: String,
+    lock_file: PathBuf,
+    control: PathBuf,
     _lock: Flock<File>,
 }
 
 impl InstanceLock {
     /// Claims `name`, or fails when a live instance holds it.
+    ///
+    /// The lock is taken on the file the path names *now*: an instance that exits unlinks its
+    /// lock file while it still holds the lock, so a starter that opened that file just before
+    /// could lock an unlinked inode while a third locks the new file. Such a lock is dropped
+    /// and taken again on the file at the path.
     pub fn acquire(name: &str) -> Result<InstanceLock, InstanceError> {
-        let dir = run_dir();
+        Self::acquire_in(&run_dir(), name)
+    }
+
+    /// [`InstanceLock::acquire`] with the run directory `dir`.
+    fn acquire_in(dir: &std::path::Path, name: &str) -> Result<InstanceLock, InstanceError> {
         let io_err = |source| InstanceError::RunDir {
             path: dir.display().to_string(),
             source,
@@ -64,30 +70,117 @@ impl InstanceLock {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o755)
-            .create(&dir)
+            .create(dir)
             .map_err(io_err)?;
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(lock_path(name))
-            .map_err(io_err)?;
-        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| {
-            InstanceError::AlreadyRunning {
-                name: name.to_string(),
+        let path = dir.join(format!("{name}.lock"));
+        loop {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(io_err)?;
+            let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| {
+                InstanceError::AlreadyRunning {
+                    name: name.to_string(),
+                }
+            })?;
+            if still_at(&lock, &path).map_err(io_err)? {
+                return Ok(InstanceLock {
+                    lock_file: path,
+                    control: dir.join(format!("{name}.sock")),
+                    _lock: lock,
+                });
             }
-        })?;
-        Ok(InstanceLock {
-            name: name.to_string(),
-            _lock: lock,
-        })
+        }
+    }
+}
+
+/// Whether the locked `file` is still the one at `path` (not unlinked or replaced meanwhile).
+fn still_at(file: &File, path: &std::path::Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt as _;
+    let held = file.metadata()?;
+    match fs::metadata(path) {
+        Ok(now) => Ok(now.dev() == held.dev() && now.ino() == held.ino()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
 impl Drop for InstanceLock {
     fn drop(&mut self) {
-        let _ = fs::remove_file(control_path(&self.name));
-        let _ = fs::remove_file(lock_path(&self.name));
+        // Both go while the lock is still held (it is released when `_lock` drops, after this).
+        let _ = fs::remove_file(&self.control);
+        let _ = fs::remove_file(&self.lock_file);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn temp_dir(what: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ck-instance-{what}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn a_second_claim_fails_while_the_first_lives_and_succeeds_after() {
+        let dir = temp_dir("second");
+        let first = InstanceLock::acquire_in(&dir, "web").unwrap();
+        assert!(matches!(
+            InstanceLock::acquire_in(&dir, "web"),
+            Err(InstanceError::AlreadyRunning { .. })
+        ));
+        drop(first);
+        assert!(!dir.join("web.lock").exists(), "the lock file is removed");
+        let again = InstanceLock::acquire_in(&dir, "web").unwrap();
+        drop(again);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Threads claim and release one name as fast as they can; with the lock-then-unlink race,
+    /// two of them would hold it at once now and then.
+    #[test]
+    fn never_two_holders_while_claims_and_releases_race() {
+        let dir = temp_dir("race");
+        let holders = AtomicUsize::new(0);
+        let claims = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        if let Ok(lock) = InstanceLock::acquire_in(&dir, "race") {
+                            let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                            assert_eq!(now, 1, "two instances hold the name at once");
+                            claims.fetch_add(1, Ordering::Relaxed);
+                            // Hold it a moment, so a second holder would overlap.
+                            std::thread::sleep(std::time::Duration::from_micros(20));
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                            drop(lock);
+                        }
+                    }
+                });
+            }
+        });
+        assert!(claims.load(Ordering::Relaxed) > 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_lock_on_an_unlinked_file_is_not_the_file_at_the_path() {
+        let dir = temp_dir("unlinked");
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.lock");
+        let file = File::create(&path).unwrap();
+        assert!(still_at(&file, &path).unwrap());
+        fs::remove_file(&path).unwrap();
+        assert!(!still_at(&file, &path).unwrap());
+        File::create(&path).unwrap();
+        assert!(!still_at(&file, &path).unwrap());
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

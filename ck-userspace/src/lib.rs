@@ -9,6 +9,7 @@ pub mod config;
 pub mod control;
 pub mod demo;
 pub mod duration;
+pub mod fd_limit;
 pub mod health_config;
 pub mod instance;
 pub mod notify;

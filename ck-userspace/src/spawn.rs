@@ -41,6 +41,8 @@ pub struct SpawnSpec<'a> {
     /// `--adopt`: every listen address of the instance (`CK_LISTEN`, space-separated), for apps
     /// that serve several groups.
     pub adopt_listen: Vec<std::net::SocketAddr>,
+    /// The open-file limit ck was started with, given back to the worker (ck raised its own).
+    pub fd_limit: Option<crate::fd_limit::FdLimit>,
 }
 
 /// A started worker.
@@ -96,14 +98,18 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     }
     let fds = spec.fds;
     let cgroup = spec.cgroup_procs;
+    let fd_limit = spec.fd_limit;
     let supervisor = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // system calls (open, write, close, fcntl, dup2, prctl, getppid); it allocates nothing
-    // (`fds` and the cgroup path were built before the fork).
+    // system calls (open, write, close, fcntl, dup2, prctl, getppid, setrlimit); it allocates
+    // nothing (`fds` and the cgroup path were built before the fork).
     unsafe {
         cmd.pre_exec(move || {
             if let Some(procs) = &cgroup {
                 join_cgroup(procs)?;
+            }
+            if let Some(limit) = fd_limit {
+                crate::fd_limit::restore_in_child(limit)?;
             }
             place_fds(&fds, supervisor)
         });

@@ -1,15 +1,56 @@
 //! The server side of the control socket: accepts connections, checks the peer's uid, and hands
 //! each request to the supervisor's event loop, writing back its answer.
-use std::{os::unix::fs::PermissionsExt as _, path::Path};
+//!
+//! A client is untrusted input even when it is root's: one that sends nothing, a request without
+//! an end, bytes that are not JSON, or a thousand connections at once costs ck a bounded amount
+//! (see [`limits`]) and gets an answer or a close with the reason, while every other client and
+//! the workers are served as usual.
+use std::{
+    os::unix::fs::PermissionsExt as _,
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use tokio::{
     io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader},
-    net::{UnixListener, UnixStream},
+    net::{
+        UnixListener, UnixStream,
+        unix::{OwnedReadHalf, OwnedWriteHalf},
+    },
     sync::{mpsc, oneshot},
+    time::Instant,
 };
 
 use super::{Request, Response};
+
+/// What one client may cost.
+pub mod limits {
+    use std::time::Duration;
+
+    /// Longest request line, newline included.
+    pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+    /// Connections served at once; one more is answered "busy" and closed.
+    pub const MAX_CLIENTS: usize = 4096;
+    /// Above this many open connections, or while `accept` fails (out of file descriptors), a
+    /// client is given [`CROWDED_IDLE`] (not [`IDLE`]) to send its request, so idle connections
+    /// cannot crowd out the clients that talk.
+    pub const CROWDED: usize = 64;
+    /// Time a client has to send a whole request line.
+    pub const IDLE: Duration = Duration::from_secs(10);
+    /// That time while more than [`CROWDED`] connections are open (ck's own commands send their
+    /// request as soon as they connect).
+    pub const CROWDED_IDLE: Duration = Duration::from_millis(200);
+    /// First pause after a failed `accept` (doubling up to [`ACCEPT_PAUSE_MAX`]): a persistent
+    /// error such as EMFILE must not spin the loop.
+    pub const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
+    /// Longest pause after failed `accept`s.
+    pub const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
+}
 
 /// A request with the channel its answer goes back on.
 pub type ControlCall = (Request, oneshot::Sender<Response>);
@@ -25,7 +66,7 @@ pub struct ControlServer {
 impl ControlServer {
     /// Stops accepting, then waits (at most `within`) until every answer already given has
     /// been written to its client, so that no client sees its connection closed unanswered.
-    pub async fn flush(self, within: std::time::Duration) {
+    pub async fn flush(self, within: Duration) {
         self.accept.abort();
         drop(self.busy);
         let mut idle = self.idle;
@@ -45,30 +86,196 @@ pub fn start(
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("chmod 0600 {}", path.display()))?;
     let (busy, idle) = mpsc::channel(1);
-    let busy_for_clients = busy.downgrade();
-    let accept = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(serve(stream, calls.clone(), busy_for_clients.clone()));
-        }
-    });
+    let accept = tokio::spawn(accept_loop(listener, calls, busy.downgrade()));
     Ok(ControlServer { accept, busy, idle })
 }
 
+/// Accepts clients until aborted, one task each.
+async fn accept_loop(
+    listener: UnixListener,
+    calls: mpsc::UnboundedSender<ControlCall>,
+    busy: mpsc::WeakSender<()>,
+) {
+    let load = Arc::new(Load::default());
+    let mut pause = limits::ACCEPT_PAUSE;
+    let mut failures = 0u64;
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                if failures > 0 {
+                    tracing::info!(failures, "control socket: accept works again");
+                }
+                failures = 0;
+                pause = limits::ACCEPT_PAUSE;
+                load.starved.store(false, Ordering::Relaxed);
+                stream
+            }
+            Err(e) => {
+                load.starved.store(true, Ordering::Relaxed);
+                if failures == 0 {
+                    tracing::warn!(
+                        error = %e,
+                        "control socket: accept failed; retrying after a pause that doubles up to {:?}, \
+                         and giving silent clients less time",
+                        limits::ACCEPT_PAUSE_MAX
+                    );
+                }
+                failures += 1;
+                // EMFILE, ENFILE, ENOBUFS...: the error stays until something is released, so
+                // wait instead of retrying at once.
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(limits::ACCEPT_PAUSE_MAX);
+                continue;
+            }
+        };
+        if load.open.load(Ordering::Relaxed) >= limits::MAX_CLIENTS {
+            refuse(
+                &stream,
+                "busy: too many control connections are open; try again",
+            );
+            continue;
+        }
+        let guard = OpenClient::new(&load);
+        tokio::spawn(serve(stream, calls.clone(), busy.clone(), guard));
+    }
+}
+
+/// How loaded the server is, shared by the accept loop and the clients.
+#[derive(Default)]
+struct Load {
+    /// Clients open.
+    open: AtomicUsize,
+    /// Whether the last `accept` failed (out of file descriptors, most likely).
+    starved: AtomicBool,
+}
+
+/// Counts an open client while it lives.
+struct OpenClient(Arc<Load>);
+
+impl OpenClient {
+    fn new(load: &Arc<Load>) -> OpenClient {
+        load.open.fetch_add(1, Ordering::Relaxed);
+        OpenClient(load.clone())
+    }
+
+    /// Time this client has to send its request, given the load now.
+    fn idle_limit(&self) -> Duration {
+        let crowded = self.0.open.load(Ordering::Relaxed) > limits::CROWDED;
+        if crowded || self.0.starved.load(Ordering::Relaxed) {
+            limits::CROWDED_IDLE
+        } else {
+            limits::IDLE
+        }
+    }
+}
+
+impl Drop for OpenClient {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Writes `why` as an error answer if it fits in the socket buffer now, then drops the stream.
+fn refuse(stream: &UnixStream, why: &str) {
+    tracing::debug!("control socket: closing a client: {why}");
+    if let Ok(text) = answer_line(&Response::Error(why.to_string())) {
+        let _ = stream.try_write(text.as_bytes());
+    }
+}
+
+fn answer_line(response: &Response) -> serde_json::Result<String> {
+    let mut text = serde_json::to_string(response)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// What reading one request gave.
+enum Read {
+    /// A request line (possibly without its newline, at the end of the stream).
+    Line,
+    /// The client closed the connection between requests.
+    Closed,
+    /// Longer than [`limits::MAX_REQUEST_BYTES`] without a newline.
+    TooLong,
+    /// No whole request within the idle limit.
+    TimedOut(Duration),
+}
+
+/// Reads one request line into `line`, bounded in size and time. The time allowed shrinks while
+/// the server is crowded, also for a client that was already waiting.
+async fn read_request(
+    reader: &mut BufReader<OwnedReadHalf>,
+    line: &mut Vec<u8>,
+    client: &OpenClient,
+) -> Read {
+    const SLICE: Duration = Duration::from_millis(100);
+    let started = Instant::now();
+    loop {
+        let allowed = client.idle_limit();
+        let left = allowed.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Read::TimedOut(allowed);
+        }
+        // `fill_buf` consumes nothing, so a timed-out wait loses no byte.
+        let data = match tokio::time::timeout(left.min(SLICE), reader.fill_buf()).await {
+            Err(_) => continue,
+            Ok(Err(_)) => return Read::Closed,
+            Ok(Ok(data)) => data,
+        };
+        if data.is_empty() {
+            return if line.is_empty() {
+                Read::Closed
+            } else {
+                Read::Line
+            };
+        }
+        let (used, done) = match data.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (data.len(), false),
+        };
+        line.extend_from_slice(&data[..used]);
+        reader.consume(used);
+        if line.len() > limits::MAX_REQUEST_BYTES {
+            return Read::TooLong;
+        }
+        if done {
+            return Read::Line;
+        }
+    }
+}
+
+/// Serves one client: requests and answers, one line each, until it closes or misbehaves.
 async fn serve(
     stream: UnixStream,
     calls: mpsc::UnboundedSender<ControlCall>,
     busy: mpsc::WeakSender<()>,
+    client: OpenClient,
 ) {
     let allowed = match stream.peer_cred() {
         Ok(cred) => cred.uid() == 0 || cred.uid() == nix::unistd::geteuid().as_raw(),
         Err(_) => false,
     };
     let (read, mut write) = stream.into_split();
-    let mut lines = BufReader::new(read).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut reader = BufReader::new(read);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let last_words = match read_request(&mut reader, &mut line, &client).await {
+            Read::Line => None,
+            Read::Closed => return,
+            Read::TooLong => Some(format!(
+                "request too long (over {} bytes without a newline): send one JSON request per line",
+                limits::MAX_REQUEST_BYTES
+            )),
+            Read::TimedOut(after) => Some(format!(
+                "no request within {after:?}: send one JSON request per line right after connecting"
+            )),
+        };
+        if let Some(why) = last_words {
+            tracing::debug!("control socket: closing a client: {why}");
+            let _ = reply(&mut write, &Response::Error(why)).await;
+            return;
+        }
         // Held until the answer is written (see `ControlServer::flush`).
         let Some(_answering) = busy.upgrade() else {
             return;
@@ -76,7 +283,7 @@ async fn serve(
         let response = if !allowed {
             Response::Error("permission denied: only root or ck's own user may control it".into())
         } else {
-            match serde_json::from_str::<Request>(&line) {
+            match serde_json::from_slice::<Request>(&line) {
                 Ok(req) => {
                     let (tx, rx) = oneshot::channel();
                     if calls.send((req, tx)).is_err() {
@@ -87,15 +294,22 @@ async fn serve(
                         Err(_) => Response::Error("ck is shutting down".into()),
                     }
                 }
-                Err(e) => Response::Error(format!("malformed request: {e}")),
+                Err(e) => Response::Error(format!(
+                    "malformed request: {e}; send one JSON request per line (what `ck` itself sends)"
+                )),
             }
         };
-        let Ok(mut text) = serde_json::to_string(&response) else {
-            return;
-        };
-        text.push('\n');
-        if write.write_all(text.as_bytes()).await.is_err() {
+        if reply(&mut write, &response).await.is_err() {
             return;
         }
     }
+}
+
+/// Writes one answer line, giving up on a client that does not read it within
+/// [`limits::IDLE`].
+async fn reply(write: &mut OwnedWriteHalf, response: &Response) -> std::io::Result<()> {
+    let text = answer_line(response).map_err(std::io::Error::other)?;
+    tokio::time::timeout(limits::IDLE, write.write_all(text.as_bytes()))
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
 }

@@ -134,6 +134,8 @@ pub struct Supervisor {
     /// `--spares`: spares that died unused in a row, and when the next may start.
     spare_failures: u32,
     spare_due: Option<Instant>,
+    /// The open-file limit ck was started with (the workers get it back; ck raised its own).
+    fd_limit: Option<crate::fd_limit::FdLimit>,
 }
 
 /// The lifecycle settings of a run.
@@ -163,6 +165,7 @@ pub fn run(cfg: RunConfig) -> anyhow::Result<()> {
 
 async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
     let lock = InstanceLock::acquire(&cfg.name)?;
+    let fd_limit = crate::fd_limit::raise();
     for addr in &cfg.listen {
         sockets::ensure_free(*addr)?;
     }
@@ -219,6 +222,7 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         _adopt_hooks: adopt_hooks,
         spare_failures: 0,
         spare_due: None,
+        fd_limit,
         cfg,
     };
     tasks::watch_signals(&sup.events)?;

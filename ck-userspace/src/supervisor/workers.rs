@@ -95,6 +95,7 @@ impl Supervisor {
                 true => self.cfg.listen.iter().map(|a| a.addr).collect(),
                 false => Vec::new(),
             },
+            fd_limit: self.fd_limit,
         });
         let spawned = match spawned {
             Ok(spawned) => spawned,
