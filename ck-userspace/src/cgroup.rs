@@ -217,9 +217,7 @@ impl WorkerCgroup {
 
     /// The processes in it.
     pub fn pids(&self) -> Vec<u32> {
-        fs::read_to_string(self.dir.join("cgroup.procs"))
-            .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
-            .unwrap_or_default()
+        pids_in(&self.dir)
     }
 
     /// Its CPU time and memory now.
@@ -254,6 +252,13 @@ impl WorkerCgroup {
     pub fn try_remove(&self) -> bool {
         unpopulated(&self.dir) && (fs::remove_dir(&self.dir).is_ok() || !self.dir.exists())
     }
+}
+
+/// The processes in the cgroup at `dir` (its `cgroup.procs`; none if it cannot be read).
+pub fn pids_in(dir: &Path) -> Vec<u32> {
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// A process's resident memory (`/proc/PID/statm`, second field, in pages).

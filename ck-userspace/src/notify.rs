@@ -1,8 +1,17 @@
 //! The supervisor's end of `NOTIFY_SOCKET`: one datagram socket per worker (abstract address, so
-//! nothing is left on disk), so a message is attributed to its worker whatever process sent it.
-use std::{io, os::linux::net::SocketAddrExt, os::unix::net::SocketAddr};
+//! nothing is left on disk), so a message is attributed to its worker by the socket it came in
+//! on. An abstract name can be guessed by any process in the network namespace, so the socket
+//! asks the kernel for each sender's credentials (`SO_PASSCRED`) and a message counts only when
+//! its sender is the worker or a process of the worker's tree ([`Speakers`]).
+use std::{
+    io, os::fd::AsRawFd as _, os::linux::net::SocketAddrExt, os::unix::net::SocketAddr,
+    path::PathBuf,
+};
 
-use tokio::net::UnixDatagram;
+use nix::sys::socket::{
+    ControlMessageOwned, MsgFlags, UnixCredentials, recvmsg, setsockopt, sockopt,
+};
+use tokio::{io::Interest, net::UnixDatagram};
 
 /// A message a worker sent (one datagram can carry several, one per line).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,11 +67,83 @@ impl NotifySocket {
         let addr = SocketAddr::from_abstract_name(abstract_name.as_bytes())?;
         let std_socket = std::os::unix::net::UnixDatagram::bind_addr(&addr)?;
         std_socket.set_nonblocking(true)?;
+        setsockopt(&std_socket, sockopt::PassCred, &true)?;
         Ok(NotifySocket {
             env_value: format!("@{abstract_name}"),
             socket: std::sync::Arc::new(UnixDatagram::from_std(std_socket)?),
         })
     }
+}
+
+/// Receives one datagram into `buf`: its length and the pid of the process that sent it (as the
+/// kernel tells, `SCM_CREDENTIALS`; None if it did not).
+pub async fn recv(socket: &UnixDatagram, buf: &mut [u8]) -> io::Result<(usize, Option<u32>)> {
+    socket
+        .async_io(Interest::READABLE, || {
+            let mut iov = [io::IoSliceMut::new(buf)];
+            // Room for the credentials only: descriptors a sender passes do not fit and are
+            // closed by the kernel.
+            let mut space = nix::cmsg_space!(UnixCredentials);
+            let msg = recvmsg::<()>(
+                socket.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+            )?;
+            let pid = msg.cmsgs()?.find_map(|c| match c {
+                ControlMessageOwned::ScmCredentials(cred) => u32::try_from(cred.pid()).ok(),
+                _ => None,
+            });
+            Ok((msg.bytes, pid))
+        })
+        .await
+}
+
+/// The processes that may speak for one worker on its notify socket: the worker, and every
+/// process of its tree (in its cgroup, or descended from it).
+#[derive(Clone, Debug)]
+pub struct Speakers {
+    /// The worker's pid.
+    pub worker: u32,
+    /// Its cgroup's directory, where it has one.
+    pub cgroup: Option<PathBuf>,
+}
+
+impl Speakers {
+    /// Whether a message from `sender` counts.
+    pub fn allow(&self, sender: Option<u32>) -> bool {
+        let Some(pid) = sender else {
+            return false;
+        };
+        pid == self.worker
+            || self
+                .cgroup
+                .as_ref()
+                .is_some_and(|dir| crate::cgroup::pids_in(dir).contains(&pid))
+            || descends_from(pid, self.worker)
+    }
+}
+
+/// Whether process `pid` is a descendant of `ancestor` (walking `/proc/PID/stat`'s parent
+/// field up to init). False when `pid` is gone.
+fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let mut pid = pid;
+    for _ in 0..64 {
+        match parent_of(pid) {
+            Some(parent) if parent == ancestor => return true,
+            Some(parent) if parent > 1 => pid = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// The parent of `pid` (`/proc/PID/stat`, the field after the command name, which may hold
+/// spaces and parentheses: the last `)` ends it).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -91,7 +172,43 @@ mod tests {
         let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
         client.send_to_addr(b"READY=1", &addr).unwrap();
         let mut buf = [0u8; 64];
-        let len = n.socket.recv(&mut buf).await.unwrap();
+        let (len, sender) = recv(&n.socket, &mut buf).await.unwrap();
         assert_eq!(parse(&buf[..len]), vec![NotifyMsg::Ready]);
+        assert_eq!(
+            sender,
+            Some(std::process::id()),
+            "the kernel names the sender"
+        );
+    }
+
+    #[test]
+    fn speakers_are_the_worker_and_its_descendants() {
+        let me = std::process::id();
+        let parent = parent_of(me).unwrap();
+        let only_me = Speakers {
+            worker: me,
+            cgroup: None,
+        };
+        assert!(only_me.allow(Some(me)));
+        assert!(
+            !only_me.allow(Some(parent)),
+            "an ancestor is not the worker's tree"
+        );
+        assert!(!only_me.allow(None), "no credentials, no trust");
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert!(
+            only_me.allow(Some(child.id())),
+            "a child speaks for its worker"
+        );
+        let parents = Speakers {
+            worker: parent,
+            cgroup: None,
+        };
+        assert!(parents.allow(Some(child.id())), "so does a grandchild");
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }

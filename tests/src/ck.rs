@@ -201,6 +201,8 @@ pub struct SlotStatus {
     pub member_of: Option<u32>,
     /// A hot spare (`--spares`).
     pub spare: bool,
+    /// Notify messages ck ignored because their sender was not of the worker's tree.
+    pub notify_refused: u64,
 }
 
 impl Status {

@@ -179,6 +179,9 @@ pub struct SlotReport {
     pub member_of: Option<u32>,
     /// A hot spare (`--spares`), not selected until it takes a dead worker's place.
     pub spare: bool,
+    /// Notify messages ignored because their sender was not the worker or of its tree.
+    #[serde(default)]
+    pub notify_refused: u64,
 }
 
 impl StatusReport {

@@ -80,6 +80,7 @@ impl Supervisor {
             selected_base,
             requests_limit: None,
             over_memory: 0,
+            notify_refused: Default::default(),
         });
         self.slots.insert(index, slot);
         tracing::info!(

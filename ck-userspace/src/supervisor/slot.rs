@@ -43,6 +43,9 @@ pub struct Worker {
     pub requests_limit: Option<u64>,
     /// `--max-memory`: samples in a row above the limit.
     pub over_memory: u32,
+    /// Notify messages ignored because their sender was not of its tree (counted by its
+    /// notify reader).
+    pub notify_refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Drop for Worker {

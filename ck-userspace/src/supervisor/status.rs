@@ -107,6 +107,9 @@ impl Supervisor {
                     adopt_latency_us: worker.and_then(|w| w.adopt_latency_us),
                     member_of: s.member_of,
                     spare: s.spare,
+                    notify_refused: worker.map_or(0, |w| {
+                        w.notify_refused.load(std::sync::atomic::Ordering::Relaxed)
+                    }),
                 }
             })
             .collect();

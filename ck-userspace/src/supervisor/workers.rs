@@ -120,9 +120,19 @@ impl Supervisor {
         });
         let events = self.events.clone();
         let notify_socket = notify.socket.clone();
+        let speakers = notify::Speakers {
+            worker: pid,
+            cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
+        };
+        let refused = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let refused_count = refused.clone();
         let notify_task = tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
-            while let Ok(len) = notify.socket.recv(&mut buf).await {
+            while let Ok((len, sender)) = notify::recv(&notify.socket, &mut buf).await {
+                if !speakers.allow(sender) {
+                    refuse_notify(index, pid, sender, &refused_count);
+                    continue;
+                }
                 let msgs = notify::parse(&buf[..len]);
                 let event = Event::Notify {
                     slot: index,
@@ -155,6 +165,7 @@ impl Supervisor {
             selected_base,
             requests_limit,
             over_memory: 0,
+            notify_refused: refused,
         });
         if founding && self.bpf_loaded() {
             self.check_steering_soon();
@@ -275,5 +286,20 @@ impl Supervisor {
     pub(super) fn kill_all(&mut self) {
         let all = self.slots.keys().map(|i| (*i, Input::KillNow)).collect();
         self.apply_all(all);
+    }
+}
+
+/// Counts a notify message from outside worker `pid`'s tree, and logs the first of them and
+/// then every power of two (a flood must not flood the log).
+fn refuse_notify(slot: u32, pid: u32, sender: Option<u32>, refused: &std::sync::atomic::AtomicU64) {
+    let n = refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        tracing::warn!(
+            slot,
+            pid,
+            sender = sender.map_or("unknown".into(), |p| p.to_string()),
+            refused = n,
+            "notify message ignored: its sender is not the worker or a process of its tree"
+        );
     }
 }
