@@ -181,6 +181,8 @@ pub struct RunConfig {
     pub no_bpf: bool,
     /// Forward the program's log lines to ck's log.
     pub bpf_log: bool,
+    /// `--metrics`: where to serve `/metrics`, `/healthz` and `/readyz`.
+    pub metrics: Option<SocketAddr>,
     /// The worker command.
     pub app: AppSpec,
 }

@@ -12,6 +12,7 @@ pub mod duration;
 pub mod fd_limit;
 pub mod health_config;
 pub mod instance;
+pub mod metrics;
 pub mod notify;
 pub mod pidfd;
 pub mod probe;

@@ -1,6 +1,6 @@
-//! Listening TCP sockets on a port, as the kernel reports them (`NETLINK_SOCK_DIAG`,
-//! `inet_diag` dump of sockets in LISTEN): who else listens on a group's port.
-use std::{io, net::SocketAddr, os::fd::AsFd};
+//! TCP sockets as the kernel reports them (`NETLINK_SOCK_DIAG`, `inet_diag` dumps): who else
+//! listens on a group's port, and which established connections were accepted on it.
+use std::{collections::HashSet, io, net::SocketAddr, os::fd::AsFd};
 
 use netlink_packet_core::{
     NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
@@ -8,7 +8,7 @@ use netlink_packet_core::{
 use netlink_packet_sock_diag::{
     SockDiagMessage,
     constants::{AF_INET, AF_INET6, IPPROTO_TCP},
-    inet::{ExtensionFlags, InetRequest, SocketId, StateFlags},
+    inet::{ExtensionFlags, InetRequest, InetResponse, SocketId, StateFlags},
 };
 use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_SOCK_DIAG};
 
@@ -27,6 +27,39 @@ pub struct Listener {
 
 /// Every TCP socket in LISTEN on `port` in the family of `ipv6`.
 pub fn listeners(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
+    let mut found = Vec::new();
+    dump(ipv6, StateFlags::LISTEN, |response| {
+        let id = &response.header.socket_id;
+        if id.source_port == port {
+            found.push(Listener {
+                addr: SocketAddr::new(id.source_address, id.source_port),
+                inode: u64::from(response.header.inode),
+                uid: response.header.uid,
+                cookie: cookie_of(id.cookie),
+            });
+        }
+    })?;
+    Ok(found)
+}
+
+/// The inodes of every established TCP socket (both families) whose local port is one of
+/// `ports`: the connections accepted on those ports. A connection still waiting in an accept
+/// queue has no file yet (inode 0) and is left out.
+pub fn established_inodes(ports: &[u16]) -> io::Result<HashSet<u64>> {
+    let mut found = HashSet::new();
+    for ipv6 in [false, true] {
+        dump(ipv6, StateFlags::ESTABLISHED, |response| {
+            let inode = u64::from(response.header.inode);
+            if inode != 0 && ports.contains(&response.header.socket_id.source_port) {
+                found.insert(inode);
+            }
+        })?;
+    }
+    Ok(found)
+}
+
+/// Dumps the TCP sockets of one family in `states`, calling `visit` for each.
+fn dump(ipv6: bool, states: StateFlags, mut visit: impl FnMut(&InetResponse)) -> io::Result<()> {
     let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
     socket.bind_auto()?;
     socket.connect(&NetlinkAddr::new(0, 0))?;
@@ -38,7 +71,7 @@ pub fn listeners(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
             family: if ipv6 { AF_INET6 } else { AF_INET },
             protocol: IPPROTO_TCP,
             extensions: ExtensionFlags::empty(),
-            states: StateFlags::LISTEN,
+            states,
             socket_id: if ipv6 {
                 SocketId::new_v6()
             } else {
@@ -51,7 +84,6 @@ pub fn listeners(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
     let mut buf = vec![0; request.buffer_len()];
     request.serialize(&mut buf);
     socket.send(&buf, 0)?;
-    let mut found = Vec::new();
     let mut answer = vec![0u8; 64 * 1024];
     loop {
         let size = socket.recv(&mut &mut answer[..], 0)?;
@@ -62,17 +94,9 @@ pub fn listeners(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
             let length = message.header.length as usize;
             match message.payload {
                 NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(response)) => {
-                    let id = &response.header.socket_id;
-                    if id.source_port == port {
-                        found.push(Listener {
-                            addr: SocketAddr::new(id.source_address, id.source_port),
-                            inode: u64::from(response.header.inode),
-                            uid: response.header.uid,
-                            cookie: cookie_of(id.cookie),
-                        });
-                    }
+                    visit(&response)
                 }
-                NetlinkPayload::Done(_) => return Ok(found),
+                NetlinkPayload::Done(_) => return Ok(()),
                 NetlinkPayload::Error(e) => {
                     return Err(io::Error::other(format!("sock_diag: {e:?}")));
                 }
@@ -128,6 +152,23 @@ pub fn fd_of(inode: u64, pids: &[u32]) -> Option<(u32, i32)> {
                 .map(|n| (*pid, n))
         })
     })
+}
+
+/// The inodes of the sockets process `pid` holds (its `/proc/PID/fd` links `socket:[INODE]`).
+pub fn socket_inodes(pid: u32) -> Vec<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| {
+            let link = std::fs::read_link(fd.path()).ok()?;
+            link.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
 }
 
 /// The inode of an open socket.

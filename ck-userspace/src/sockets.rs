@@ -55,7 +55,7 @@ fn classify(addr: ListenAddr, err: io::Error) -> SocketError {
         Some(libc::EADDRINUSE) => SocketError::InUse {
             addr,
             port: addr.addr.port(),
-            holder: holder_of_port(addr),
+            holder: holder_of_port(addr.addr),
         },
         Some(libc::EACCES) | Some(libc::EPERM) => SocketError::Permission { addr },
         Some(libc::EADDRNOTAVAIL) => SocketError::NotLocal { addr },
@@ -63,10 +63,10 @@ fn classify(addr: ListenAddr, err: io::Error) -> SocketError {
     }
 }
 
-/// ` of pid P (command)` for a listener on `addr`'s port, from sock_diag and `/proc`.
-fn holder_of_port(addr: ListenAddr) -> String {
-    let port = addr.addr.port();
-    let listeners = crate::sock_diag::listeners(port, addr.addr.is_ipv6()).unwrap_or_default();
+/// ` of pid P (command)` for a listener on `addr`'s port, from sock_diag and `/proc`; empty
+/// when none is found.
+pub fn holder_of_port(addr: SocketAddr) -> String {
+    let listeners = crate::sock_diag::listeners(addr.port(), addr.is_ipv6()).unwrap_or_default();
     listeners
         .iter()
         .find_map(|l| crate::sock_diag::holder_of(l.inode))

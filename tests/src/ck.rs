@@ -133,6 +133,8 @@ pub struct Status {
     pub migration: bool,
     /// Target worker count.
     pub workers: u32,
+    /// Where `--metrics` listens (`127.0.0.1:PORT`), if it does.
+    pub metrics: Option<String>,
     /// Every slot.
     pub slots: Vec<SlotStatus>,
 }

@@ -139,6 +139,25 @@ fn port_already_in_use() {
     assert!(free, "port {port} still bound:\n{}", sockets_on(port));
 }
 
+/// `--metrics` on an address something already listens on: refused before any worker starts,
+/// naming the flag, the address and its holder.
+#[test]
+fn metrics_address_in_use() {
+    let holder = TcpListener::bind("127.0.0.1:0").expect("binding a listener");
+    let taken = holder.local_addr().expect("its address").to_string();
+    let port = free_port();
+    let name = instance_name("bad-metrics", port);
+    let out = run(&name, port, &["-w", "2", "--metrics", &taken]);
+    assert_refused(
+        &out,
+        &format!("--metrics {taken}: the address is already in use"),
+        &name,
+    );
+    let me = format!("pid {}", std::process::id());
+    assert!(said(&out).contains(&me), "{}", said(&out));
+    assert!(port_bindable(port), "port {port} left bound");
+}
+
 #[test]
 fn second_instance_with_the_same_name() {
     let (first, first_port, status) = start_ready("bad-twice", 2, &[]);

@@ -127,6 +127,11 @@ pub struct RunArgs {
     /// Forward the BPF program's log lines (fallbacks, drops) to ck's log.
     #[arg(long)]
     bpf_log: bool,
+    /// Serve Prometheus metrics (GET /metrics) and health endpoints for probes and load
+    /// balancers (GET /healthz, GET /readyz) on ADDR, e.g. 127.0.0.1:9100 (a port alone:
+    /// 127.0.0.1; port 0: any free port, shown by `ck status`).
+    #[arg(long, value_name = "ADDR", value_parser = ck::metrics::server::parse_addr)]
+    metrics: Option<std::net::SocketAddr>,
     /// The worker program and its arguments (default: the built-in demo worker).
     #[arg(
         trailing_var_arg = true,
@@ -225,6 +230,7 @@ impl RunArgs {
             spares: self.spares,
             no_bpf: self.no_bpf,
             bpf_log: self.bpf_log,
+            metrics: self.metrics,
             app,
         })
     }

@@ -99,6 +99,10 @@ pub struct StatusReport {
     pub migration: bool,
     /// Target worker count.
     pub workers: u32,
+    /// Where `--metrics` serves `/metrics`, `/healthz` and `/readyz` (`127.0.0.1:9100`), if
+    /// it does.
+    #[serde(default)]
+    pub metrics: Option<String>,
     /// Every slot in use.
     pub slots: Vec<SlotReport>,
 }
@@ -217,6 +221,9 @@ impl StatusReport {
         );
         for line in &self.degraded {
             let _ = writeln!(out, "DEGRADED: {line}");
+        }
+        if let Some(addr) = &self.metrics {
+            let _ = writeln!(out, "metrics: http://{addr}/metrics (/healthz, /readyz)");
         }
         if let Some(limit) = &self.memory_limit {
             let _ = writeln!(out, "worker memory limit: {limit}");

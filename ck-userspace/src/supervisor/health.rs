@@ -257,7 +257,7 @@ impl Supervisor {
         if let Some(slot) = overdue {
             let index = slot.index;
             tracing::warn!(slot = index, after = ?after, "worker unhealthy too long: replacing it");
-            self.begin_roll([index].into(), None);
+            self.begin_roll([index].into(), None, false);
         }
     }
 
@@ -342,6 +342,10 @@ impl Supervisor {
                 }
             }
             Err(why) => {
+                // A starting worker's failed probe only says it is not up yet.
+                if !starting {
+                    slot.probe_failures += 1;
+                }
                 health.probe_passes = 0;
                 health.probe_fails += 1;
                 if !health.probe && health.probe_fails >= fails && !starting {

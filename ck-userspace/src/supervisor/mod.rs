@@ -17,6 +17,7 @@ mod publish;
 mod recycle;
 mod roll;
 mod scale;
+mod scrape;
 mod slot;
 mod spares;
 mod status;
@@ -40,6 +41,7 @@ use crate::{
     config::{ListenAddr, ReadyMode, RunConfig},
     control::{self, Request, Response, server::ControlCall},
     instance::{self, InstanceLock},
+    metrics,
     notify::NotifyMsg,
     sockets,
 };
@@ -136,6 +138,10 @@ pub struct Supervisor {
     spare_due: Option<Instant>,
     /// The open-file limit ck was started with (the workers get it back; ck raised its own).
     fd_limit: Option<crate::fd_limit::FdLimit>,
+    /// Rolling restarts that ended, by result (for `/metrics`).
+    reloads: metrics::ReloadCounts,
+    /// Where `--metrics` listens (for `ck status`).
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// The lifecycle settings of a run.
@@ -169,6 +175,12 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
     for addr in &cfg.listen {
         sockets::ensure_free(*addr)?;
     }
+    // Bound before any worker starts: a taken address fails here, leaving nothing behind.
+    let (metrics_tx, mut metrics_calls) = mpsc::unbounded_channel::<metrics::Call>();
+    let metrics_server = cfg
+        .metrics
+        .map(|addr| metrics::server::start(addr, metrics_tx))
+        .transpose()?;
     let cgroups = cgroups::create(&cfg)?;
     // The bind hooks must be in place before the first worker binds.
     let (adopt_hooks, listens) = match cfg.adopt {
@@ -223,6 +235,8 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         spare_failures: 0,
         spare_due: None,
         fd_limit,
+        reloads: metrics::ReloadCounts::default(),
+        metrics_addr: metrics_server.as_ref().map(|m| m.local_addr()),
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
@@ -259,8 +273,10 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
             }
             Some(event) = events.recv() => sup.handle(event),
             Some((req, reply)) = calls.recv() => sup.control(req, reply),
+            Some(call) = metrics_calls.recv() => sup.metrics_call(call),
         }
     }
+    drop(metrics_server);
     sup.finish();
     // Answers already given (`ck stop` to a fleet with no worker) reach their clients.
     control.flush(Duration::from_millis(500)).await;

@@ -76,6 +76,6 @@ impl Supervisor {
             reason = why.as_str(),
             "recycling worker: replacing it gracefully"
         );
-        self.begin_roll([index].into(), None);
+        self.begin_roll([index].into(), None, false);
     }
 }

@@ -23,6 +23,9 @@ pub(super) struct Roll {
     replaced: u32,
     /// Who asked (`ck reload`); `None` for SIGHUP.
     reply: Option<oneshot::Sender<Response>>,
+    /// A reload of the fleet (`ck reload`, SIGHUP), counted in `ck_reloads_total`; not the
+    /// replacement of one worker (health, recycling).
+    reload: bool,
 }
 
 impl Supervisor {
@@ -35,14 +38,16 @@ impl Supervisor {
             .filter(|s| s.life.serving() && s.worker.is_some())
             .map(|s| s.index)
             .collect();
-        self.begin_roll(all, reply);
+        self.begin_roll(all, reply, true);
     }
 
-    /// Starts a rolling restart of the workers of `pending` slots.
+    /// Starts a rolling restart of the workers of `pending` slots (`reload`: of the whole
+    /// fleet, by `ck reload` or SIGHUP).
     pub(super) fn begin_roll(
         &mut self,
         pending: VecDeque<u32>,
         reply: Option<oneshot::Sender<Response>>,
+        reload: bool,
     ) {
         let refuse = |reply: Option<oneshot::Sender<Response>>, why: &str| {
             tracing::warn!("reload refused: {why}");
@@ -71,6 +76,7 @@ impl Supervisor {
             batch: Vec::new(),
             replaced: 0,
             reply,
+            reload,
         });
         self.next_batch();
     }
@@ -181,6 +187,12 @@ impl Supervisor {
             return;
         };
         self.replenish_spares();
+        if roll.reload {
+            match result {
+                Ok(_) => self.reloads.ok += 1,
+                Err(_) => self.reloads.aborted += 1,
+            }
+        }
         match &result {
             Ok(msg) => tracing::info!("rolling restart done: {msg}"),
             Err(msg) => tracing::error!("{msg}"),

@@ -84,6 +84,9 @@ pub struct Slot {
     pub queue_depth: u32,
     /// Since when the queue has been non-empty and not shrinking.
     pub queue_rising_since: Option<Instant>,
+    /// Probes of its workers that failed once they were past starting
+    /// (`ck_probe_failures_total`).
+    pub probe_failures: u64,
 }
 
 impl Slot {
@@ -102,6 +105,7 @@ impl Slot {
             last_exit: None,
             queue_depth: 0,
             queue_rising_since: None,
+            probe_failures: 0,
         }
     }
 

@@ -19,7 +19,7 @@ impl Supervisor {
     }
 
     /// The active set as the kernel holds it (first group), or as ck computes it without BPF.
-    fn active_lists(&self) -> (Vec<u32>, Vec<u32>) {
+    pub(super) fn active_lists(&self) -> (Vec<u32>, Vec<u32>) {
         if let Some(lists) = self
             .groups
             .first()
@@ -36,7 +36,7 @@ impl Supervisor {
     }
 
     /// The state word of `index`: from its record in the `slots` map when BPF is on.
-    fn state_word(&self, index: u32, shown: Shown) -> String {
+    pub(super) fn state_word(&self, index: u32, shown: Shown) -> String {
         let kernel = self
             .groups
             .first()
@@ -157,6 +157,7 @@ impl Supervisor {
             reloading: self.roll.is_some(),
             migration: self.bpf_loaded() && crate::bpf::kernel_migrates(),
             workers: self.cfg.workers,
+            metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
         }
     }

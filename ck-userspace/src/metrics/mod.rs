@@ -1,0 +1,94 @@
+//! `--metrics ADDR`: Prometheus metrics (`GET /metrics`) and health endpoints for probes and
+//! load balancers (`GET /healthz`, `GET /readyz`) on one small HTTP listener.
+//!
+//! The event loop answers every request ([`Call`]): a scrape is a [`Scrape`] of what the
+//! kernel and the BPF maps hold at that moment (counters, active set, slot records, queue
+//! depths) plus what the supervisor counts itself (restarts, reloads, probe failures). The
+//! slower reads (sock_diag and `/proc` for open connections, ck's own process) then run off
+//! the loop, and [`families`] encodes it all with `prometheus-client`.
+pub mod connections;
+pub mod families;
+pub mod process;
+pub mod server;
+
+use ck_common::SlotStats;
+use tokio::sync::oneshot;
+
+/// A question for the event loop from the metrics listener.
+#[derive(Debug)]
+pub enum Call {
+    /// `/metrics`: everything the loop reads for a scrape.
+    Scrape(oneshot::Sender<Scrape>),
+    /// `/healthz`: answered by the loop itself, so an answer proves it turns.
+    Alive(oneshot::Sender<()>),
+    /// `/readyz`: `Ok(why)` while every group has a worker in its active set, else
+    /// `Err(reason)`.
+    Ready(oneshot::Sender<Result<String, String>>),
+}
+
+/// What the event loop reads for one scrape.
+#[derive(Clone, Debug, Default)]
+pub struct Scrape {
+    /// Every listen group.
+    pub groups: Vec<GroupScrape>,
+    /// Every slot in use.
+    pub slots: Vec<SlotScrape>,
+    /// Rolling restarts (`ck reload`, SIGHUP) that ended, by result.
+    pub reloads: ReloadCounts,
+    /// The groups' ports (connections accepted on them count in `ck_worker_connections`).
+    pub ports: Vec<u16>,
+}
+
+/// One group in a [`Scrape`].
+#[derive(Clone, Debug, Default)]
+pub struct GroupScrape {
+    /// Its name (`tcp4-8080`).
+    pub name: String,
+    /// Connections its program dropped for want of a slot (None: no program loaded).
+    pub dropped: Option<u64>,
+    /// Its slots' counters and queues.
+    pub slots: Vec<GroupSlot>,
+}
+
+/// One slot of one group in a [`Scrape`].
+#[derive(Clone, Debug, Default)]
+pub struct GroupSlot {
+    /// Slot index.
+    pub slot: u32,
+    /// The program's counters for the slot in this group, summed over CPUs (None: no program).
+    pub stats: Option<SlotStats>,
+    /// Connections waiting in the slot's accept queue in this group (None: socket closed).
+    pub queue_depth: Option<u32>,
+}
+
+/// One slot in a [`Scrape`].
+#[derive(Clone, Debug, Default)]
+pub struct SlotScrape {
+    /// Slot index.
+    pub slot: u32,
+    /// Its state word, as `ck status` shows it.
+    pub state: String,
+    /// In the active set (selected for new connections).
+    pub ready: bool,
+    /// Its circuit breaker is open or held half-open.
+    pub breaker_open: bool,
+    /// Times its worker was restarted.
+    pub restarts: u32,
+    /// Probes of its workers that failed (not counting those of a starting worker).
+    pub probe_failures: u64,
+    /// Memory of its worker's tree, when it has a cgroup.
+    pub memory_bytes: Option<u64>,
+    /// CPU time of its worker's tree in microseconds, when it has a cgroup.
+    pub cpu_usec: Option<u64>,
+    /// The processes of its worker's tree (empty: no worker).
+    pub pids: Vec<u32>,
+}
+
+/// Rolling restarts that ended, by result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReloadCounts {
+    /// Every worker replaced.
+    pub ok: u64,
+    /// Aborted: a replacement failed, or ck began to stop.
+    pub aborted: u64,
+}
