@@ -10,7 +10,7 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use super::{Scrape, process::ProcessStats};
+use super::{Scrape, SlotScrape, process::ProcessStats};
 use crate::supervisor::lifecycle::Shown;
 
 /// Everything one scrape shows.
@@ -39,268 +39,228 @@ impl Exposition {
 /// A series' labels.
 type Labels = Vec<(&'static str, String)>;
 
+/// A family's name (without the `_total` of counters and the unit suffix, which the encoder
+/// adds), help text, unit and type.
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+    kind: MetricType,
+}
+
+const fn counter(name: &'static str, help: &'static str, unit: Option<Unit>) -> Family {
+    Family {
+        name,
+        help,
+        unit,
+        kind: MetricType::Counter,
+    }
+}
+
+const fn gauge(name: &'static str, help: &'static str, unit: Option<Unit>) -> Family {
+    Family {
+        name,
+        help,
+        unit,
+        kind: MetricType::Gauge,
+    }
+}
+
+const SELECTED: Family = counter(
+    "ck_connections_selected",
+    "New connections (and migrated requests) the BPF program sent to the slot",
+    None,
+);
+const MIGRATED: Family = counter(
+    "ck_connections_migrated",
+    "Requests re-homed to the slot from a closing listener",
+    None,
+);
+const FALLBACK: Family = counter(
+    "ck_connections_fallback",
+    "Connections sent to the slot (live, not ready) while no slot was ready",
+    None,
+);
+const DROPPED: Family = counter(
+    "ck_connections_dropped",
+    "Connections the BPF program dropped because no slot could take them",
+    None,
+);
+const QUEUE: Family = gauge(
+    "ck_accept_queue_depth",
+    "Connections waiting in the slot's accept queue",
+    None,
+);
+const RESTARTS: Family = counter(
+    "ck_worker_restarts",
+    "Times the slot's worker was restarted",
+    None,
+);
+const STATE: Family = gauge(
+    "ck_worker_state",
+    "1 for the slot's current state (as `ck status` shows it), 0 for the others",
+    None,
+);
+const READY: Family = gauge(
+    "ck_worker_ready",
+    "1 while the slot is in the active set (selected for new connections)",
+    None,
+);
+const BREAKER: Family = gauge(
+    "ck_breaker_open",
+    "1 while the slot's circuit breaker is open or held half-open (crash loop)",
+    None,
+);
+const MEMORY: Family = gauge(
+    "ck_worker_memory",
+    "Memory of the worker's process tree (its cgroup)",
+    Some(Unit::Bytes),
+);
+const CPU: Family = counter(
+    "ck_worker_cpu",
+    "CPU time of the worker's process tree (its cgroup)",
+    Some(Unit::Seconds),
+);
+const PROBE_FAILURES: Family = counter(
+    "ck_probe_failures",
+    "Failed probes of the slot's workers (not counting a starting worker's)",
+    None,
+);
+const CONNECTIONS: Family = gauge(
+    "ck_worker_connections",
+    "Established connections on the groups' ports that the worker's process tree holds",
+    None,
+);
+const RELOADS: Family = counter(
+    "ck_reloads",
+    "Rolling restarts of the fleet (ck reload, SIGHUP) that ended, by result",
+    None,
+);
+const PROCESS_CPU: Family = counter(
+    "process_cpu",
+    "User and system CPU time of ck",
+    Some(Unit::Seconds),
+);
+const PROCESS_RESIDENT: Family = gauge(
+    "process_resident_memory",
+    "Resident memory of ck",
+    Some(Unit::Bytes),
+);
+const PROCESS_VIRTUAL: Family = gauge(
+    "process_virtual_memory",
+    "Virtual memory of ck",
+    Some(Unit::Bytes),
+);
+const PROCESS_FDS: Family = gauge("process_open_fds", "Open file descriptors of ck", None);
+const PROCESS_MAX_FDS: Family = gauge(
+    "process_max_fds",
+    "ck's limit on open file descriptors",
+    None,
+);
+const PROCESS_THREADS: Family = gauge("process_threads", "Threads of ck", None);
+const PROCESS_START: Family = gauge(
+    "process_start_time",
+    "Start time of ck since the Unix epoch",
+    Some(Unit::Seconds),
+);
+
+impl Family {
+    /// The descriptor, then one sample per series.
+    fn encode<V>(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        series: impl IntoIterator<Item = (Labels, V)>,
+    ) -> fmt::Result
+    where
+        V: EncodeCounterValue + EncodeGaugeValue,
+    {
+        let mut metric =
+            encoder.encode_descriptor(self.name, self.help, self.unit.as_ref(), self.kind)?;
+        for (labels, value) in series {
+            let mut sample = metric.encode_family(&labels)?;
+            match self.kind {
+                MetricType::Counter => sample.encode_counter::<NoLabelSet, _, u64>(&value, None)?,
+                _ => sample.encode_gauge(&value)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The descriptor and its one sample, without labels.
+    fn encode_one<V>(&self, encoder: &mut DescriptorEncoder, value: V) -> fmt::Result
+    where
+        V: EncodeCounterValue + EncodeGaugeValue,
+    {
+        let mut metric =
+            encoder.encode_descriptor(self.name, self.help, self.unit.as_ref(), self.kind)?;
+        match self.kind {
+            MetricType::Counter => metric.encode_counter::<NoLabelSet, _, u64>(&value, None),
+            _ => metric.encode_gauge(&value),
+        }
+    }
+}
+
 fn slot_label(slot: u32) -> Labels {
     vec![("slot", slot.to_string())]
 }
 
-fn group_slot_labels(group: &str, slot: u32) -> Labels {
-    vec![("group", group.to_string()), ("slot", slot.to_string())]
-}
-
-/// One family: its descriptor, then a sample per series.
-fn family<V>(
-    encoder: &mut DescriptorEncoder,
-    (name, help, unit): (&str, &str, Option<Unit>),
-    kind: MetricType,
-    series: impl IntoIterator<Item = (Labels, V)>,
-) -> fmt::Result
-where
-    V: EncodeCounterValue + EncodeGaugeValue,
-{
-    let mut metric = encoder.encode_descriptor(name, help, unit.as_ref(), kind)?;
-    for (labels, value) in series {
-        let mut sample = metric.encode_family(&labels)?;
-        match kind {
-            MetricType::Counter => sample.encode_counter::<NoLabelSet, _, u64>(&value, None)?,
-            _ => sample.encode_gauge(&value)?,
-        }
-    }
-    Ok(())
-}
-
-/// One family of one sample without labels.
-fn single<V>(
-    encoder: &mut DescriptorEncoder,
-    (name, help, unit): (&str, &str, Option<Unit>),
-    kind: MetricType,
-    value: V,
-) -> fmt::Result
-where
-    V: EncodeCounterValue + EncodeGaugeValue,
-{
-    let mut metric = encoder.encode_descriptor(name, help, unit.as_ref(), kind)?;
-    match kind {
-        MetricType::Counter => metric.encode_counter::<NoLabelSet, _, u64>(&value, None),
-        _ => metric.encode_gauge(&value),
-    }
-}
-
-/// `(name, help, unit)` of a family.
-type Describe<'a> = (&'a str, &'a str, Option<Unit>);
-
-/// A per-group, per-slot counter read from the program's `stats` map.
-fn group_counter(
-    encoder: &mut DescriptorEncoder,
-    scrape: &Scrape,
-    describe: Describe,
-    pick: fn(&ck_common::SlotStats) -> u64,
-) -> fmt::Result {
-    let series = scrape.groups.iter().flat_map(|g| {
-        g.slots.iter().filter_map(move |s| {
-            let stats = s.stats.as_ref()?;
-            Some((group_slot_labels(&g.name, s.slot), pick(stats)))
-        })
-    });
-    family(encoder, describe, MetricType::Counter, series)
-}
-
-/// A per-slot value of [`super::SlotScrape`].
-fn slot_family<V>(
-    encoder: &mut DescriptorEncoder,
-    scrape: &Scrape,
-    describe: Describe,
-    kind: MetricType,
-    pick: fn(&super::SlotScrape) -> Option<V>,
-) -> fmt::Result
-where
-    V: EncodeCounterValue + EncodeGaugeValue,
-{
-    let series = scrape
-        .slots
-        .iter()
-        .filter_map(|s| Some((slot_label(s.slot), pick(s)?)));
-    family(encoder, describe, kind, series)
-}
-
 impl Exposition {
-    fn encode_traffic(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
-        let scrape = &self.scrape;
-        group_counter(
-            encoder,
-            scrape,
-            (
-                "ck_connections_selected",
-                "New connections (and migrated requests) the BPF program sent to the slot",
-                None,
-            ),
-            |s| s.selected,
-        )?;
-        group_counter(
-            encoder,
-            scrape,
-            (
-                "ck_connections_migrated",
-                "Requests re-homed to the slot from a closing listener",
-                None,
-            ),
-            |s| s.migrated,
-        )?;
-        group_counter(
-            encoder,
-            scrape,
-            (
-                "ck_connections_fallback",
-                "Connections sent to the slot while no slot was ready (it was live but not ready)",
-                None,
-            ),
-            |s| s.fallbacks,
-        )?;
-        let dropped = scrape
-            .groups
+    /// `{group, slot}` series of `pick` over every group's slots.
+    fn per_group_slot<V>(
+        &self,
+        pick: fn(&super::GroupSlot) -> Option<V>,
+    ) -> impl Iterator<Item = (Labels, V)> {
+        self.scrape.groups.iter().flat_map(move |g| {
+            g.slots.iter().filter_map(move |s| {
+                let labels = vec![("group", g.name.clone()), ("slot", s.slot.to_string())];
+                Some((labels, pick(s)?))
+            })
+        })
+    }
+
+    /// `{slot}` series of `pick` over every slot.
+    fn per_slot<V>(&self, pick: fn(&SlotScrape) -> Option<V>) -> impl Iterator<Item = (Labels, V)> {
+        self.scrape
+            .slots
             .iter()
-            .filter_map(|g| Some((vec![("group", g.name.clone())], g.dropped?)));
-        family(
+            .filter_map(move |s| Some((slot_label(s.slot), pick(s)?)))
+    }
+
+    fn encode_traffic(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        SELECTED.encode(encoder, self.per_group_slot(|s| Some(s.stats?.selected)))?;
+        MIGRATED.encode(encoder, self.per_group_slot(|s| Some(s.stats?.migrated)))?;
+        FALLBACK.encode(encoder, self.per_group_slot(|s| Some(s.stats?.fallbacks)))?;
+        let dropped = self.scrape.groups.iter();
+        DROPPED.encode(
             encoder,
-            (
-                "ck_connections_dropped",
-                "Connections the BPF program dropped because no slot could take them",
-                None,
-            ),
-            MetricType::Counter,
-            dropped,
+            dropped.filter_map(|g| Some((vec![("group", g.name.clone())], g.dropped?))),
         )?;
-        let depths = scrape.groups.iter().flat_map(|g| {
-            g.slots
-                .iter()
-                .filter_map(move |s| Some((group_slot_labels(&g.name, s.slot), s.queue_depth?)))
-        });
-        family(
-            encoder,
-            (
-                "ck_accept_queue_depth",
-                "Connections waiting in the slot's accept queue",
-                None,
-            ),
-            MetricType::Gauge,
-            depths,
-        )
+        QUEUE.encode(encoder, self.per_group_slot(|s| s.queue_depth))
     }
 
     fn encode_workers(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
-        let scrape = &self.scrape;
-        slot_family(
-            encoder,
-            scrape,
-            (
-                "ck_worker_restarts",
-                "Times the slot's worker was restarted",
-                None,
-            ),
-            MetricType::Counter,
-            |s| Some(u64::from(s.restarts)),
-        )?;
-        let states = scrape.slots.iter().flat_map(|s| {
+        let states = self.scrape.slots.iter().flat_map(|s| {
             Shown::ALL.iter().map(|state| {
-                let labels = vec![
-                    ("slot", s.slot.to_string()),
-                    ("state", state.name().to_string()),
-                ];
+                let labels = vec![("slot", s.slot.to_string()), ("state", state.name().into())];
                 (labels, u64::from(s.state == state.name()))
             })
         });
-        family(
-            encoder,
-            (
-                "ck_worker_state",
-                "1 for the slot's current state (as `ck status` shows it), 0 for the others",
-                None,
-            ),
-            MetricType::Gauge,
-            states,
-        )?;
-        slot_family(
-            encoder,
-            scrape,
-            (
-                "ck_worker_ready",
-                "1 while the slot is in the active set (selected for new connections)",
-                None,
-            ),
-            MetricType::Gauge,
-            |s| Some(u64::from(s.ready)),
-        )?;
-        slot_family(
-            encoder,
-            scrape,
-            (
-                "ck_breaker_open",
-                "1 while the slot's circuit breaker is open or held half-open (crash loop)",
-                None,
-            ),
-            MetricType::Gauge,
-            |s| Some(u64::from(s.breaker_open)),
-        )?;
-        slot_family(
-            encoder,
-            scrape,
-            (
-                "ck_worker_memory",
-                "Memory of the worker's process tree (its cgroup)",
-                Some(Unit::Bytes),
-            ),
-            MetricType::Gauge,
-            |s| s.memory_bytes,
-        )?;
-        slot_family(
-            encoder,
-            scrape,
-            (
-                "ck_worker_cpu",
-                "CPU time of the worker's process tree (its cgroup)",
-                Some(Unit::Seconds),
-            ),
-            MetricType::Counter,
-            |s| Some(s.cpu_usec? as f64 / 1e6),
-        )?;
-        slot_family(
-            encoder,
-            scrape,
-            (
-                "ck_probe_failures",
-                "Failed probes of the slot's workers",
-                None,
-            ),
-            MetricType::Counter,
-            |s| Some(s.probe_failures),
-        )?;
-        let connections = self
-            .connections
-            .iter()
-            .map(|(slot, count)| (slot_label(*slot), *count));
-        family(
-            encoder,
-            (
-                "ck_worker_connections",
-                "Established connections the worker's process tree holds (sock_diag)",
-                None,
-            ),
-            MetricType::Gauge,
-            connections,
-        )?;
+        STATE.encode(encoder, states)?;
+        READY.encode(encoder, self.per_slot(|s| Some(u64::from(s.ready))))?;
+        RESTARTS.encode(encoder, self.per_slot(|s| Some(u64::from(s.restarts))))?;
+        BREAKER.encode(encoder, self.per_slot(|s| Some(u64::from(s.breaker_open))))?;
+        MEMORY.encode(encoder, self.per_slot(|s| s.memory_bytes))?;
+        CPU.encode(encoder, self.per_slot(|s| Some(s.cpu_usec? as f64 / 1e6)))?;
+        PROBE_FAILURES.encode(encoder, self.per_slot(|s| Some(s.probe_failures)))?;
+        let connections = self.connections.iter();
+        CONNECTIONS.encode(encoder, connections.map(|(s, n)| (slot_label(*s), *n)))?;
         let reloads = [
-            ("ok", scrape.reloads.ok),
-            ("aborted", scrape.reloads.aborted),
-        ]
-        .map(|(result, n)| (vec![("result", result.to_string())], n));
-        family(
+            ("ok", self.scrape.reloads.ok),
+            ("aborted", self.scrape.reloads.aborted),
+        ];
+        RELOADS.encode(
             encoder,
-            (
-                "ck_reloads",
-                "Rolling restarts (ck reload, SIGHUP) that ended, by result",
-                None,
-            ),
-            MetricType::Counter,
-            reloads,
+            reloads.map(|(r, n)| (vec![("result", r.into())], n)),
         )
     }
 
@@ -308,71 +268,15 @@ impl Exposition {
         let Some(p) = self.process else {
             return Ok(());
         };
-        let gauge = MetricType::Gauge;
-        single(
-            encoder,
-            (
-                "process_cpu",
-                "Total user and system CPU time spent by ck",
-                Some(Unit::Seconds),
-            ),
-            MetricType::Counter,
-            p.cpu_seconds,
-        )?;
-        single(
-            encoder,
-            (
-                "process_resident_memory",
-                "Resident memory of ck",
-                Some(Unit::Bytes),
-            ),
-            gauge,
-            p.resident_bytes,
-        )?;
-        single(
-            encoder,
-            (
-                "process_virtual_memory",
-                "Virtual memory of ck",
-                Some(Unit::Bytes),
-            ),
-            gauge,
-            p.virtual_bytes,
-        )?;
-        single(
-            encoder,
-            ("process_open_fds", "Open file descriptors of ck", None),
-            gauge,
-            p.open_fds,
-        )?;
+        PROCESS_CPU.encode_one(encoder, p.cpu_seconds)?;
+        PROCESS_RESIDENT.encode_one(encoder, p.resident_bytes)?;
+        PROCESS_VIRTUAL.encode_one(encoder, p.virtual_bytes)?;
+        PROCESS_FDS.encode_one(encoder, p.open_fds)?;
         if let Some(max) = p.max_fds {
-            single(
-                encoder,
-                (
-                    "process_max_fds",
-                    "ck's limit on open file descriptors",
-                    None,
-                ),
-                gauge,
-                max,
-            )?;
+            PROCESS_MAX_FDS.encode_one(encoder, max)?;
         }
-        single(
-            encoder,
-            ("process_threads", "Threads of ck", None),
-            gauge,
-            p.threads,
-        )?;
-        single(
-            encoder,
-            (
-                "process_start_time",
-                "Start time of ck since the Unix epoch",
-                Some(Unit::Seconds),
-            ),
-            gauge,
-            p.start_time_seconds,
-        )
+        PROCESS_THREADS.encode_one(encoder, p.threads)?;
+        PROCESS_START.encode_one(encoder, p.start_time_seconds)
     }
 }
 
@@ -381,5 +285,60 @@ impl Collector for Exposition {
         self.encode_traffic(&mut encoder)?;
         self.encode_workers(&mut encoder)?;
         self.encode_process(&mut encoder)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{GroupScrape, GroupSlot};
+
+    /// Counters get `_total`, units their suffix; every state of a slot is a series.
+    #[test]
+    fn encodes_the_families() {
+        let stats = ck_common::SlotStats {
+            selected: 7,
+            ..Default::default()
+        };
+        let scrape = Scrape {
+            groups: vec![GroupScrape {
+                name: "tcp4-8080".into(),
+                dropped: Some(2),
+                slots: vec![GroupSlot {
+                    slot: 3,
+                    stats: Some(stats),
+                    queue_depth: Some(1),
+                }],
+            }],
+            slots: vec![SlotScrape {
+                slot: 3,
+                state: "ready".into(),
+                ready: true,
+                cpu_usec: Some(1_500_000),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let text = Exposition {
+            scrape,
+            connections: [(3, 4)].into(),
+            process: None,
+        }
+        .encode();
+        for line in [
+            "ck_connections_selected_total{group=\"tcp4-8080\",slot=\"3\"} 7\n",
+            "ck_connections_dropped_total{group=\"tcp4-8080\"} 2\n",
+            "ck_accept_queue_depth{group=\"tcp4-8080\",slot=\"3\"} 1\n",
+            "ck_worker_state{slot=\"3\",state=\"ready\"} 1\n",
+            "ck_worker_state{slot=\"3\",state=\"draining\"} 0\n",
+            "ck_worker_ready{slot=\"3\"} 1\n",
+            "ck_worker_cpu_seconds_total{slot=\"3\"} 1.5\n",
+            "ck_worker_connections{slot=\"3\"} 4\n",
+            "ck_reloads_total{result=\"ok\"} 0\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in\n{text}");
+        }
+        assert!(!text.contains("ck_worker_memory_bytes{"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

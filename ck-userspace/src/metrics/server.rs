@@ -25,9 +25,9 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 pub enum MetricsError {
     /// Something listens there already.
     #[error(
-        "--metrics {addr}: the address is already in use by another socket{holder}; stop it (`ss -ltnp 'sport = \
-         :{port}'` shows who holds it) or give --metrics another address (port 0 takes any free \
-         port; `ck status` shows which)",
+        "--metrics {addr}: the address is already in use by another socket{holder}; stop it \
+         (`ss -ltnp 'sport = :{port}'` shows who holds it) or give --metrics another address \
+         (port 0 takes any free port; `ck status` shows which)",
         port = addr.port()
     )]
     InUse {
