@@ -140,7 +140,7 @@ fn port_already_in_use() {
 }
 
 /// `--metrics` on an address something already listens on: refused before any worker starts,
-/// naming the flag, the address and its holder.
+/// naming the flag, the address and its holder; on the listen port itself: refused too.
 #[test]
 fn metrics_address_in_use() {
     let holder = TcpListener::bind("127.0.0.1:0").expect("binding a listener");
@@ -155,6 +155,10 @@ fn metrics_address_in_use() {
     );
     let me = format!("pid {}", std::process::id());
     assert!(said(&out).contains(&me), "{}", said(&out));
+    assert!(port_bindable(port), "port {port} left bound");
+    // The listen port itself.
+    let out = run(&name, port, &["--metrics", &port.to_string()]);
+    assert_refused(&out, "overlaps the listen address", &name);
     assert!(port_bindable(port), "port {port} left bound");
 }
 

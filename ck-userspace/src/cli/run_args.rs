@@ -178,6 +178,20 @@ impl RunArgs {
                 config::MAX_WORKERS
             );
         }
+        if let Some(metrics) = self.metrics
+            && let Some(clash) = listen.iter().find(|l| {
+                l.addr.port() == metrics.port()
+                    && l.addr.is_ipv4() == metrics.is_ipv4()
+                    && (l.addr.ip().is_unspecified()
+                        || metrics.ip().is_unspecified()
+                        || l.addr.ip() == metrics.ip())
+            })
+        {
+            bail!(
+                "--metrics {metrics} overlaps the listen address {clash}: give --metrics another \
+                 port"
+            );
+        }
         if self.crash_limit == 0 {
             bail!("--crash-limit 0: give at least 1 (crashes that open the breaker)");
         }

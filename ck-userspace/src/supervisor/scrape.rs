@@ -55,13 +55,7 @@ impl Supervisor {
             .values()
             .map(|s| {
                 let usage = self.usage(s.index);
-                let pids = s.worker.as_ref().map_or_else(Vec::new, |w| {
-                    w.cgroup
-                        .as_ref()
-                        .map(|c| c.pids())
-                        .filter(|pids| !pids.is_empty())
-                        .unwrap_or_else(|| vec![w.pid])
-                });
+                let pids = self.tree_pids(s.index);
                 SlotScrape {
                     slot: s.index,
                     state: self.state_word(s.index, s.life.shown()),
@@ -81,6 +75,28 @@ impl Supervisor {
             reloads: self.reloads,
             ports: self.groups.iter().map(|g| g.addr.addr.port()).collect(),
         }
+    }
+
+    /// The processes whose connections count as slot `index`'s: its worker's cgroup (else its
+    /// pid), less the processes that hold member slots of its tree (`--adopt`, forking
+    /// servers), whose connections count as theirs.
+    fn tree_pids(&self, index: u32) -> Vec<u32> {
+        let Some(worker) = self.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
+            return Vec::new();
+        };
+        let members: Vec<u32> = self
+            .slots
+            .values()
+            .filter(|m| m.member_of == Some(index))
+            .filter_map(|m| Some(m.worker.as_ref()?.pid))
+            .collect();
+        let tree = worker
+            .cgroup
+            .as_ref()
+            .map(|c| c.pids())
+            .filter(|pids| !pids.is_empty())
+            .unwrap_or_else(|| vec![worker.pid]);
+        tree.into_iter().filter(|p| !members.contains(p)).collect()
     }
 
     /// `/readyz`: ready while every group has at least one worker in its active set (read
