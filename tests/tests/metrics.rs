@@ -211,9 +211,10 @@ fn selected_counters_grow_by_the_connections_each_worker_answered() {
 
 /// `ck_worker_connections` counts the keep-alive connections the test holds open to each
 /// worker, and falls back to 0 when the test closes them.
-#[test]
-fn worker_connections_count_the_open_keep_alive_connections() {
-    let (ck, port, status) = start_ready("metrics-conns", 2, &METRICS);
+fn worker_connections_count(what: &str, extra: &[&str]) {
+    let mut args = METRICS.to_vec();
+    args.extend_from_slice(extra);
+    let (ck, port, status) = start_ready(what, 2, &args);
     let addr = metrics_addr(&status);
     let mut held = Vec::new();
     let mut per_slot = [0.0; 2];
@@ -237,6 +238,17 @@ fn worker_connections_count_the_open_keep_alive_connections() {
     wait_metrics(&ck, addr, "no open connection left", |m| {
         m.sum("ck_worker_connections", &[]) == 0.0
     });
+}
+
+#[test]
+fn worker_connections_count_the_open_keep_alive_connections() {
+    worker_connections_count("metrics-conns", &[]);
+}
+
+/// The same with workers that bind the port themselves (their own listeners, adopted).
+#[test]
+fn worker_connections_count_the_connections_of_adopted_workers() {
+    worker_connections_count("metrics-conns-adopt", &["--adopt"]);
 }
 
 /// A SIGKILLed worker counts as a restart, `ck reload` as a successful reload, and failing
