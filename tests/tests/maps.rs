@@ -88,7 +88,8 @@ fn maps_decode_every_slot_and_count_what_clients_saw() {
 
 #[test]
 fn maps_say_why_there_are_none() {
-    let (ck, _, _) = start_ready("maps-nobpf", 1, &["--no-bpf"]);
+    let (ck, _, status) = start_ready("maps-nobpf", 1, &["--no-bpf"]);
+    assert!(status.no_bpf && status.pins.is_none(), "{status:#?}");
     let out = ck.ctl(&["maps"]);
     let text = said(&out);
     assert!(!out.status.success(), "{text}");
