@@ -78,15 +78,16 @@ fn top_once_shows_every_slot_with_its_rate_under_traffic() {
     assert!(text.contains("rates over the last"), "{text}");
 }
 
-/// `ck top` of `ck` in a 120 x 40 terminal; after it exits, the terminal's modes go to the
-/// file returned (`stty -a`) and the pane's exit status is ck top's.
+/// `ck top` of `ck` in a 120 x 40 terminal; after it exits, its exit status and the
+/// terminal's modes (`stty -a`) go to files `code` and `stty` of the directory returned.
 fn top_in_tmux(ck: &Ck) -> (Tmux, TempDir) {
     let dir = TempDir::new(ck.name());
     let command = format!(
-        "{} top --name {}; code=$?; stty -a > {}; exit $code",
+        "{} top --name {}; code=$?; stty -a > {}; echo $code > {}",
         ck_bin().display(),
         ck.name(),
-        dir.path().join("stty").display()
+        dir.path().join("stty").display(),
+        dir.path().join("code").display()
     );
     (Tmux::start(ck.name(), 120, 40, &command), dir)
 }
@@ -94,15 +95,16 @@ fn top_in_tmux(ck: &Ck) -> (Tmux, TempDir) {
 /// Waits for ck top to exit with `code` and checks that it gave the terminal back: the main
 /// screen again, and line editing, echo and signal keys on (`stty`, run after it).
 fn assert_exits_restoring_the_terminal(tmux: &Tmux, dir: &TempDir, code: i32) {
-    let exit = tmux.wait_exit(WAIT);
+    tmux.wait_exit(WAIT);
+    let read = |file: &str| std::fs::read_to_string(dir.path().join(file)).expect(file);
     assert_eq!(
-        exit,
-        code,
+        read("code").trim(),
+        code.to_string(),
         "ck top's exit status; screen:\n{}",
         tmux.screen()
     );
     assert_eq!(tmux.pane("alternate_on"), "0", "alternate screen left");
-    let modes = std::fs::read_to_string(dir.path().join("stty")).expect("stty's output");
+    let modes = read("stty");
     let flags: Vec<&str> = modes.split([' ', ';', '\n']).collect();
     for mode in ["icanon", "echo", "isig"] {
         assert!(flags.contains(&mode), "{mode} not restored: {modes}");
