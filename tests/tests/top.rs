@@ -1,7 +1,8 @@
 //! `ck top`: `--once` prints every slot with its pid, state and the new connections per second
 //! it got while clients connected; the live view runs in a real terminal (tmux), shows every
-//! slot, drains the selected one with `d`, says so when the instance goes away, and `q` (or
-//! SIGTERM) leaves the terminal as it found it (main screen, cooked mode).
+//! slot, drains the selected one with `d`, undrains it with `u`, reloads with `r`, says so when
+//! the instance goes away, and `q` (or SIGTERM) leaves the terminal as it found it (main screen,
+//! cooked mode).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -112,7 +113,7 @@ fn assert_exits_restoring_the_terminal(tmux: &Tmux, dir: &TempDir, code: i32) {
 }
 
 #[test]
-fn top_in_a_terminal_drains_a_slot_reports_a_lost_instance_and_quits_cleanly() {
+fn top_in_a_terminal_drains_undrains_reloads_reports_a_lost_instance_and_quits_cleanly() {
     let (mut ck, _port, status) = start_ready("top-tty", 3, &[]);
     let (tmux, dir) = top_in_tmux(&ck);
     tmux.wait_screen("every slot on screen", WAIT, |screen| {
@@ -132,6 +133,25 @@ fn top_in_a_terminal_drains_a_slot_reports_a_lost_instance_and_quits_cleanly() {
     let pid1 = status.worker_pid(1);
     tmux.wait_screen("slot 1 shown drained", WAIT, |screen| {
         slot_row(screen, 1, pid1).is_some_and(|f| f[2] == "drained")
+    });
+    // `u` puts it back.
+    tmux.keys(&["u"]);
+    ck.wait_status("slot 1 undrained from ck top", WAIT, |s| {
+        !s.slot(1).drained && s.active.contains(&1)
+    });
+
+    // `r` reloads: the answer shows at the bottom, and new workers in the table.
+    tmux.keys(&["r"]);
+    tmux.wait_screen("the reload's answer", Duration::from_secs(30), |screen| {
+        screen.contains("reload: reloaded 3 worker(s)")
+    });
+    let reloaded = ck.status();
+    assert!(
+        reloaded.worker_pids().is_disjoint(&status.worker_pids()),
+        "{reloaded:#?}"
+    );
+    tmux.wait_screen("the new workers on screen", WAIT, |screen| {
+        shows_every_slot(screen, &reloaded)
     });
 
     // The instance goes away: ck top says so and keeps trying.
