@@ -116,6 +116,22 @@ impl Policy {
             Policy::LeastQueue => ck_common::policy::LEAST_QUEUE,
         }
     }
+
+    /// The policy a `config` map code stands for.
+    pub fn from_code(code: u32) -> Option<Policy> {
+        [Policy::Hash, Policy::RoundRobin, Policy::LeastQueue]
+            .into_iter()
+            .find(|p| p.code() == code)
+    }
+
+    /// Its word, as `--policy` takes it (`round-robin`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Hash => "hash",
+            Policy::RoundRobin => "round-robin",
+            Policy::LeastQueue => "least-queue",
+        }
+    }
 }
 
 /// When a worker counts as ready.
@@ -281,6 +297,18 @@ pub fn resolve_app(app: &str, args: Vec<String>) -> Result<AppSpec, ConfigError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policy_words_and_codes_agree_with_the_flag_and_the_map() {
+        use clap::ValueEnum as _;
+        for policy in Policy::value_variants() {
+            let flag = policy.to_possible_value().unwrap();
+            assert_eq!(policy.name(), flag.get_name());
+            assert_eq!(serde_json::to_value(policy).unwrap(), policy.name());
+            assert_eq!(Policy::from_code(policy.code()), Some(*policy));
+        }
+        assert_eq!(Policy::from_code(99), None);
+    }
 
     #[test]
     fn parses_listen_addresses() {

@@ -1,5 +1,6 @@
-//! The `ck` command line: `ck run` starts a supervisor; `status`, `drain`, `undrain` and `stop`
-//! talk to a running one over its control socket; `demo-worker` is the built-in worker.
+//! The `ck` command line: `ck run` starts a supervisor; `status`, `drain`, `undrain`, `top`,
+//! `stop`, ... talk to a running one over its control socket, `maps` reads its pinned maps;
+//! `demo-worker` is the built-in worker.
 use std::{ffi::OsString, process::ExitCode, time::Duration};
 
 use anyhow::bail;
@@ -83,6 +84,23 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Live view of the slots (pid, state, new connections per second, accept queue, memory,
+    /// CPU, restarts) refreshed every second; keys drain (d), undrain (u), reload (r), quit (q).
+    Top {
+        #[command(flatten)]
+        target: Target,
+        /// Print one frame as text and exit (rates over one second between two reports).
+        #[arg(long)]
+        once: bool,
+    },
+    /// Every BPF map of every group, decoded (slot states as words, per-CPU counters summed).
+    Maps {
+        #[command(flatten)]
+        target: Target,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Drain and stop every worker, then exit.
     Stop {
         #[command(flatten)]
@@ -138,6 +156,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Drain { slot, target } => simple(target.name, Request::Drain { slot }),
         Command::Undrain { slot, target } => simple(target.name, Request::Undrain { slot }),
         Command::Stop { target } => simple(target.name, Request::Stop),
+        Command::Top { target, once } => cli::top::run(target.name, once),
+        Command::Maps { target, json } => cli::maps::run(target.name, json),
         Command::Probe {
             slot,
             kind,

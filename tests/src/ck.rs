@@ -101,6 +101,9 @@ pub struct Status {
     pub pid: u32,
     /// Whether BPF steering is on (the kernel steered the last canary of every group).
     pub bpf: bool,
+    /// Started with `--no-bpf`: no program, no maps.
+    #[serde(default)]
+    pub no_bpf: bool,
     /// Each group's steering as the kernel last showed it.
     pub steering: Vec<GroupSteering>,
     /// `hash`, `round-robin` or `least-queue`.

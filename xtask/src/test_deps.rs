@@ -1,7 +1,8 @@
-//! What the integration tests run besides ck: Node.js, Python 3, a C compiler (Debian packages,
-//! installed when missing), and the real Python servers gunicorn and uvicorn from PyPI, in a
-//! virtualenv of the workspace (`target/py-servers`). [`ensure`] is idempotent and prints one
-//! `xtask: ...` line per thing it does.
+//! What the integration tests run besides ck: Node.js, Python 3, a C compiler and tmux (the
+//! terminal `ck top` is tested in), Debian packages installed when missing, and the real Python
+//! servers gunicorn and uvicorn from PyPI, in a virtualenv of the workspace
+//! (`target/py-servers`). [`ensure`] is idempotent and prints one `xtask: ...` line per thing it
+//! does.
 
 use std::path::Path;
 
@@ -10,7 +11,12 @@ use anyhow::{Result, bail};
 use crate::cmd::{self, command};
 
 /// Programs the tests start, and the Debian package that has each.
-const PROGRAMS: [(&str, &str); 3] = [("node", "nodejs"), ("python3", "python3"), ("cc", "gcc")];
+const PROGRAMS: [(&str, &str); 4] = [
+    ("node", "nodejs"),
+    ("python3", "python3"),
+    ("cc", "gcc"),
+    ("tmux", "tmux"),
+];
 
 /// PyPI packages the tests run, and a binary each installs.
 const PY_SERVERS: [(&str, &str); 2] = [("gunicorn", "gunicorn"), ("uvicorn", "uvicorn")];

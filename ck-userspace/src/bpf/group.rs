@@ -14,7 +14,8 @@ use socket2::Socket;
 use super::{BPF_OBJECT, BpfError, pins};
 
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`).
-const PINNED_MAPS: [&str; 6] = ["sockets", "slots", "active", "config", "stats", "cursor"];
+pub(crate) const PINNED_MAPS: [&str; 6] =
+    ["sockets", "slots", "active", "config", "stats", "cursor"];
 
 /// The program and maps of one group.
 pub struct BpfGroup {

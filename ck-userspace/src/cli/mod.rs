@@ -1,4 +1,7 @@
-//! The parts of the `ck` command line: `ck run`'s options, the control commands and logging.
+//! The parts of the `ck` command line: `ck run`'s options, the control commands, `ck top`,
+//! `ck maps` and logging.
 pub mod control;
 pub mod logging;
+pub mod maps;
 pub mod run_args;
+pub mod top;

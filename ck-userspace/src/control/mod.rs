@@ -55,6 +55,9 @@ pub struct StatusReport {
     /// Whether BPF steering is on: the last canary of every group was steered by the program
     /// (read from the kernel, see `steering`).
     pub bpf: bool,
+    /// Started with `--no-bpf`: no program, no maps.
+    #[serde(default)]
+    pub no_bpf: bool,
     /// Each group's steering as the kernel last showed it.
     pub steering: Vec<GroupSteering>,
     /// Selection policy.

@@ -128,6 +128,7 @@ impl Supervisor {
             name: self.cfg.name.clone(),
             pid: std::process::id(),
             bpf: self.steering_verified(),
+            no_bpf: self.cfg.no_bpf,
             steering,
             policy: self.cfg.policy,
             groups: self.groups.iter().map(|g| g.name.clone()).collect(),

@@ -1,0 +1,107 @@
+//! `ck maps`: every pinned map of every group of an instance, decoded by name (see
+//! `ck::bpf::dump`), as text or JSON, for people without bpftool.
+use std::{fmt::Write as _, process::ExitCode};
+
+use anyhow::bail;
+use ck::{
+    bpf::dump::{self, GroupMaps, InstanceMaps},
+    control::client,
+};
+
+use super::control::status_of;
+
+/// `ck maps [--json]` of instance `name` (or the only one running).
+pub fn run(name: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    let name = client::resolve_name(name)?;
+    let report = status_of(&name)?;
+    if report.no_bpf {
+        bail!(
+            "instance {name} runs without BPF (--no-bpf): it has no maps; `ck status` shows its slots"
+        );
+    }
+    if report.pins.is_none() {
+        bail!(
+            "instance {name} has not pinned its maps yet (its BPF program is still loading); \
+             try again in a moment"
+        );
+    }
+    let maps = dump::read_instance(&name, &report.groups)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&maps)?);
+    } else {
+        print!("{}", render(&maps));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The maps as text: one block per group, one section per map.
+pub fn render(maps: &InstanceMaps) -> String {
+    let mut out = format!("ck maps of {} (pins {})\n", maps.instance, maps.pins);
+    for group in &maps.groups {
+        render_group(&mut out, group);
+    }
+    out
+}
+
+fn render_group(out: &mut String, g: &GroupMaps) {
+    let _ = writeln!(out, "\ngroup {} ({})", g.group, g.dir);
+    for m in &g.maps {
+        let _ = writeln!(
+            out,
+            "  {:<8} {} id {}: {} entries, key {} B, value {} B",
+            m.name, m.kind, m.id, m.max_entries, m.key_size, m.value_size
+        );
+    }
+    let c = &g.config;
+    let _ = writeln!(
+        out,
+        "config:   policy {}, live half {}, probe base {}, flags {}",
+        c.policy, c.live_half, c.probe_base, c.flags
+    );
+    let a = &g.active;
+    let _ = writeln!(
+        out,
+        "active:   live half {}: ready {:?} fallback {:?}; idle half {}: ready {:?} fallback {:?}",
+        a.live_half,
+        a.live.ready,
+        a.live.fallback,
+        a.live_half ^ 1,
+        a.idle.ready,
+        a.idle.fallback
+    );
+    let _ = writeln!(out, "slots:    {} record(s) in use", g.slots.len());
+    let _ = writeln!(
+        out,
+        "  {:>4}  {:<12}  {:>8}  {:>10}  {:>6}  {:>5}  {:>5}",
+        "slot", "state", "pid", "generation", "weight", "queue", "flags"
+    );
+    for s in &g.slots {
+        let _ = writeln!(
+            out,
+            "  {:>4}  {:<12}  {:>8}  {:>10}  {:>6}  {:>5}  {:>5}",
+            s.slot, s.state, s.pid, s.generation, s.weight, s.queue_depth, s.flags
+        );
+    }
+    let _ = writeln!(out, "stats:    summed over {} CPUs", g.cursor.len());
+    let _ = writeln!(
+        out,
+        "  {:>4}  {:>10}  {:>8}  {:>9}  {:>6}  {:>10}",
+        "slot", "selected", "migrated", "fallbacks", "errors", "probe_hits"
+    );
+    for s in &g.stats {
+        let c = &s.counters;
+        let _ = writeln!(
+            out,
+            "  {:>4}  {:>10}  {:>8}  {:>9}  {:>6}  {:>10}",
+            s.slot, c.selected, c.migrated, c.fallbacks, c.errors, c.probe_hits
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  no slot (index {}): {} connection(s) dropped",
+        ck_common::STATS_NO_SLOT,
+        g.no_slot.errors
+    );
+    let _ = writeln!(out, "cursor:   per CPU {:?}", g.cursor);
+    let _ = writeln!(out, "sockets:  {}", g.sockets);
+}
