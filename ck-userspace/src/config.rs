@@ -130,8 +130,18 @@ pub enum ReadyMode {
     Spawn,
 }
 
+/// How ck writes its own log lines (`--log-format`); workers' output passes through unchanged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line: timestamp, level, message and the event's fields.
+    Json,
+}
+
 /// The command a worker runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AppSpec {
     /// Resolved path of the program.
     pub program: PathBuf,
@@ -181,6 +191,8 @@ pub struct RunConfig {
     pub no_bpf: bool,
     /// Forward the program's log lines to ck's log.
     pub bpf_log: bool,
+    /// How ck's own log lines are written (set up by the binary before the supervisor starts).
+    pub log_format: LogFormat,
     /// The worker command.
     pub app: AppSpec,
 }
