@@ -150,7 +150,7 @@ pub struct AppSpec {
 }
 
 /// Everything `ck run` needs, validated.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
     /// Instance name: control socket and pin directory.
     pub name: String,

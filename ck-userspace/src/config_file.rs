@@ -27,12 +27,12 @@ pub const APP_KEY: &str = "app";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
     /// The file cannot be read.
-    #[error("cannot read the config file {}: {source}; check the path given to --config", path.display())]
+    #[error("cannot read the config file {}: {error}; check the path given to --config", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (part of the message, not a separate cause).
+        error: std::io::Error,
     },
     /// The file is not TOML.
     #[error("the config file {} is not valid TOML: {message}", path.display())]
@@ -131,9 +131,7 @@ fn options(cmd: &Command) -> Vec<(String, &Arg)> {
         .filter_map(|arg| match arg.get_long() {
             Some(long) if NOT_KEYS.contains(&long) => None,
             Some(long) => Some((long.to_string(), arg)),
-            None if arg.is_positional() => {
-                Some((arg.get_id().as_str().replace('_', "-"), arg))
-            }
+            None if arg.is_positional() => Some((arg.get_id().as_str().replace('_', "-"), arg)),
             None => None,
         })
         .collect()
@@ -146,9 +144,9 @@ impl ConfigFile {
     /// When the file cannot be read, is not TOML, or has a key `cmd` does not know or a value
     /// its option refuses (every such line is named).
     pub fn load(path: &Path, cmd: &Command) -> Result<ConfigFile, ConfigFileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigFileError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         ConfigFile::parse(path, &text, cmd)
     }
@@ -235,8 +233,8 @@ impl ConfigFile {
 
     /// Which lines of the file an error message of `ck run`'s checks is about: the settings
     /// (not overridden, per `on_command_line`) whose option it names (`--workers 0 is out of
-    /// range`), or whose program it names (`cannot run "node"`); e.g. `workers = 0 (ck.toml
-    /// line 3)`. `None` when it names none.
+    /// range`), or whose program it names (`cannot run "node"`); e.g. `` `workers = 0` at
+    /// ck.toml line 3 ``. `None` when it names none.
     pub fn blame(&self, message: &str, on_command_line: impl Fn(&str) -> bool) -> Option<String> {
         let named: Vec<String> = self
             .settings
@@ -246,7 +244,7 @@ impl ConfigFile {
                 SettingValue::App(app) => message.contains(&format!("{:?}", app[0])),
                 _ => names_option(message, &s.key),
             })
-            .map(|s| format!("{} ({} line {})", s.text, self.path.display(), s.line))
+            .map(|s| format!("`{}` at {} line {}", s.text, self.path.display(), s.line))
             .collect();
         (!named.is_empty()).then(|| named.join(", "))
     }

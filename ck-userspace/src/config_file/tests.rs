@@ -129,13 +129,19 @@ fn the_command_line_wins() {
 #[test]
 fn unknown_key_names_line_and_nearest_key() {
     let err = refusal("# a comment\nport = 8080\nwokers = 4\n");
-    assert!(err.starts_with("ck.toml line 3: unknown key `wokers`"), "{err}");
+    assert!(
+        err.starts_with("ck.toml line 3: unknown key `wokers`"),
+        "{err}"
+    );
     assert!(err.contains("did you mean `workers`?"), "{err}");
     let err = refusal("zzzzzz = 1\n");
     assert!(!err.contains("did you mean"), "{err}");
     assert!(err.contains("ck run --help"), "{err}");
     let err = refusal("config = \"other.toml\"\n");
-    assert!(err.contains("`config` cannot be set in a config file"), "{err}");
+    assert!(
+        err.contains("`config` cannot be set in a config file"),
+        "{err}"
+    );
     let err = refusal("\n[run]\nworkers = 2\n");
     assert!(err.contains("line 2: unknown section"), "{err}");
 }
@@ -150,7 +156,9 @@ fn bad_values_name_key_line_and_what_is_accepted() {
     assert!(err.contains("expected a whole number"), "{err}");
     let err = refusal("\npolicy = \"fastest\"\n");
     assert!(
-        err.contains("line 2: `policy = \"fastest\"`: expected one of: hash, round-robin, least-queue"),
+        err.contains(
+            "line 2: `policy = \"fastest\"`: expected one of: hash, round-robin, least-queue"
+        ),
         "{err}"
     );
     let err = refusal("ready-timeout = \"soon\"\n");
@@ -160,14 +168,24 @@ fn bad_values_name_key_line_and_what_is_accepted() {
     let err = refusal("listen = [\"udp://x:1\"]\n");
     assert!(err.contains("expected tcp://HOST:PORT"), "{err}");
     let err = refusal("adopt = \"yes\"\n");
-    assert!(err.contains("`adopt = \"yes\"`: expected true or false"), "{err}");
+    assert!(
+        err.contains("`adopt = \"yes\"`: expected true or false"),
+        "{err}"
+    );
     let err = refusal("workers = true\n");
     assert!(err.contains("on/off options only (adopt)"), "{err}");
     let err = refusal("workers = [1, 2]\n");
     assert!(err.contains("takes one value, not a list"), "{err}");
     let err = refusal("port = [8080, \"x\"]\n");
-    assert!(err.contains("`port = [8080, \"x\"]`: invalid digit"), "{err}");
-    for app in ["app = \"node server.js\"", "app = []", "app = [\"node\", 1]"] {
+    assert!(
+        err.contains("`port = [8080, \"x\"]`: invalid digit"),
+        "{err}"
+    );
+    for app in [
+        "app = \"node server.js\"",
+        "app = []",
+        "app = [\"node\", 1]",
+    ] {
         let err = refusal(app);
         assert!(err.contains("list of strings"), "{app}: {err}");
     }
@@ -178,8 +196,13 @@ fn every_problem_is_reported_in_file_order() {
     let found = problems("workers = \"x\"\nwokers = 1\npolicy = \"no\"\nport = 1\n");
     let lines: Vec<(usize, &str)> = found.iter().map(|p| (p.line, p.key.as_str())).collect();
     assert_eq!(lines, [(1, "workers"), (2, "wokers"), (3, "policy")]);
-    let err = parse("workers = \"x\"\nwokers = 1\n").unwrap_err().to_string();
-    assert!(err.starts_with("ck.toml has 2 errors:\n  line 1: "), "{err}");
+    let err = parse("workers = \"x\"\nwokers = 1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("ck.toml has 2 errors:\n  line 1: "),
+        "{err}"
+    );
 }
 
 #[test]
@@ -187,7 +210,10 @@ fn not_toml_and_unreadable_files_are_named() {
     let err = parse("workers = \n").unwrap_err();
     assert!(matches!(err, ConfigFileError::NotToml { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.starts_with("the config file ck.toml is not valid TOML:"), "{text}");
+    assert!(
+        text.starts_with("the config file ck.toml is not valid TOML:"),
+        "{text}"
+    );
     assert!(text.contains("line 1"), "{text}");
     let err = parse("workers = 1\nworkers = 2\n").unwrap_err();
     assert!(err.to_string().contains("duplicate key"), "{err}");
@@ -205,7 +231,7 @@ fn not_toml_and_unreadable_files_are_named() {
 fn blame_points_at_the_lines_a_message_names() {
     let file = parse("workers = 0\nmax-requests = 5\napp = [\"nodee\", \"x\"]\n").unwrap();
     let blame = file.blame("--workers 0 is out of range", |_| false);
-    assert_eq!(blame.as_deref(), Some("workers = 0 (ck.toml line 1)"));
+    assert_eq!(blame.as_deref(), Some("`workers = 0` at ck.toml line 1"));
     // Overridden on the command line: the file is not to blame.
     assert_eq!(
         file.blame("--workers 0 is out of range", |id| id == "workers"),
@@ -216,7 +242,7 @@ fn blame_points_at_the_lines_a_message_names() {
     let blame = file.blame("cannot run \"nodee\": not found in PATH", |_| false);
     assert_eq!(
         blame.as_deref(),
-        Some("app = [\"nodee\", \"x\"] (ck.toml line 3)")
+        Some("`app = [\"nodee\", \"x\"]` at ck.toml line 3")
     );
     assert_eq!(file.blame("something else", |_| false), None);
 }

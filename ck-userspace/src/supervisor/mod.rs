@@ -14,6 +14,7 @@ mod health;
 pub mod lifecycle;
 mod members;
 mod publish;
+mod reconfigure;
 mod recycle;
 mod roll;
 mod scale;
@@ -34,6 +35,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use lifecycle::{Input, Settings, Timer};
 use slot::Slot;
+
+pub use reconfigure::ConfigReader;
 
 use crate::{
     bpf::{BpfGroup, pins},
@@ -67,7 +70,7 @@ pub(crate) enum Event {
     Timer { slot: u32, epoch: u64, timer: Timer },
     /// A termination signal arrived.
     Signal(&'static str),
-    /// SIGHUP: rolling restart.
+    /// SIGHUP: rolling restart (with `--config`, after reading the file again).
     Reload,
     /// SIGTTIN (+1) or SIGTTOU (-1): change the worker count by one.
     ScaleBy(i32),
@@ -136,6 +139,10 @@ pub struct Supervisor {
     spare_due: Option<Instant>,
     /// The open-file limit ck was started with (the workers get it back; ck raised its own).
     fd_limit: Option<crate::fd_limit::FdLimit>,
+    /// `--config`: the file `ck reload` reads again.
+    config: Option<reconfigure::ConfigSource>,
+    /// The task that sends `ProbeTick`s, while probes are on.
+    probe_ticker: Option<tokio::task::AbortHandle>,
 }
 
 /// The lifecycle settings of a run.
@@ -156,14 +163,20 @@ fn settings(cfg: &RunConfig) -> Settings {
 
 /// Runs `ck run` to completion: returns after a clean shutdown.
 pub fn run(cfg: RunConfig) -> anyhow::Result<()> {
+    run_with(cfg, None)
+}
+
+/// Runs `ck run` to completion like [`run`]; with a `reader` (`--config`), reloads read the
+/// configuration again and apply what changed.
+pub fn run_with(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run_async(cfg))
+    runtime.block_on(run_async(cfg, reader))
 }
 
-async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
+async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<()> {
     let lock = InstanceLock::acquire(&cfg.name)?;
     let fd_limit = crate::fd_limit::raise();
     for addr in &cfg.listen {
@@ -223,15 +236,13 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         spare_failures: 0,
         spare_due: None,
         fd_limit,
+        config: reader.map(|reader| reconfigure::ConfigSource::new(reader, &cfg)),
+        probe_ticker: None,
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
     tasks::start_sampler(&sup.events, sup.pacer.period.clone());
-    if sup.cfg.health.probe.is_some() {
-        tasks::start_ticker(&sup.events, sup.cfg.health.probe_interval, || {
-            Event::ProbeTick
-        });
-    }
+    sup.start_probe_ticker();
     tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::SteeringTick);
     tracing::info!(
         name = %sup.cfg.name,
@@ -301,7 +312,7 @@ impl Supervisor {
             }
             Event::SpareDue => self.replenish_spares(),
             Event::Signal(name) => self.on_stop_signal(name),
-            Event::Reload => self.begin_reload(None),
+            Event::Reload => self.reload(None),
             Event::Tick => self.on_tick(),
             Event::ProbeTick => self.on_probe_tick(),
             Event::ProbeResult {
@@ -366,7 +377,7 @@ impl Supervisor {
                 Err(msg) => Response::Error(msg),
             },
             // Answered when the roll ends.
-            Request::Reload => return self.begin_reload(Some(reply)),
+            Request::Reload => return self.reload(Some(reply)),
         };
         let _ = reply.send(response);
     }
