@@ -216,3 +216,29 @@ fn reload_applies_the_edited_file_and_refuses_a_broken_one() {
     assert_eq!(third.worker_pids(), second.worker_pids());
     assert_eq!(third.ready_count(), 3);
 }
+
+#[test]
+fn reload_turns_probes_on() {
+    // A worker whose /healthz fails from its start: healthy as long as nothing probes it.
+    let ck_path = ck_bin();
+    let app = format!(
+        "app = [{:?}, \"demo-worker\", \"--fail-health-after\", \"0s\"]\n",
+        ck_path.to_str().expect("UTF-8 path")
+    );
+    let (mut ck, dir) = start_with_file("cfg-probe", &format!("workers = 1\n{app}"), &[]);
+    let first = wait_exactly(&mut ck, 1);
+    assert_eq!(first.slots[0].unhealthy, None);
+    let probes = "probe = \"http:/healthz\"\nprobe-interval = \"100ms\"\nprobe-fails = 2\n";
+    std::fs::write(config_path(&dir), format!("workers = 1\n{probes}{app}")).unwrap();
+    let said = ck.ctl_ok(&["reload"]);
+    assert!(
+        said.contains("probe off -> http:/healthz; probe-interval 1s -> 100ms; probe-fails 3 -> 2"),
+        "{said}"
+    );
+    // The replacement is probed from now on, fails, and leaves the active set.
+    let probed = ck.wait_status("the worker unhealthy by probe", READY_TIMEOUT, |s| {
+        s.slots.len() == 1 && s.slots[0].unhealthy.as_deref() == Some("probe")
+    });
+    assert!(probed.active.is_empty(), "{probed:#?}");
+    assert!(probed.slots[0].probe_hits >= 2, "{probed:#?}");
+}

@@ -102,7 +102,7 @@ impl RunCommandLine {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::{path::Path, time::Duration};
 
     use ck::{config::Policy, config_file};
 
@@ -189,6 +189,16 @@ mod tests {
         assert_eq!(cfg.workers, 7);
         assert_eq!(cfg.health.probe_interval, Duration::from_secs(1));
         assert_eq!(cfg.app.args, ["-c", "sleep 1"]);
+    }
+
+    #[test]
+    fn the_readme_example_is_a_valid_file() {
+        let readme = include_str!("../../../README.md");
+        let (_, rest) = readme.split_once("```toml\n").expect("a TOML example");
+        let (example, _) = rest.split_once("```").expect("its end");
+        let file = ConfigFile::parse(Path::new("ck.toml"), example, &run_command())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(file.settings().len() > 15);
     }
 
     #[test]
