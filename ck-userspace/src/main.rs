@@ -122,9 +122,16 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
         Command::Run(args) => {
             let run_matches = matches.subcommand_matches("run").expect("`run` was parsed");
             let (cfg, reader) = cli::config_layers::configure(*args, run_matches)?;
-            cli::logging::init(cfg.log_format);
-            ck::supervisor::run_with(cfg, reader)?;
-            Ok(ExitCode::SUCCESS)
+            let format = cfg.log_format;
+            cli::logging::init(format);
+            match ck::supervisor::run_with(cfg, reader) {
+                // A JSON log stays JSON to its last line.
+                Err(e) if format == ck::config::LogFormat::Json => {
+                    tracing::error!(error = format!("{e:#}"), "ck run failed");
+                    Ok(ExitCode::FAILURE)
+                }
+                result => result.map(|()| ExitCode::SUCCESS),
+            }
         }
         Command::Status { target, json } => {
             let name = client::resolve_name(target.name)?;

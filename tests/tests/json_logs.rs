@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use ck_tests::start_ready;
+use ck_tests::ck::ck_output;
+use ck_tests::sys::free_port;
+use ck_tests::{instance_name, start_ready};
 use serde_json::Value;
 
 /// The demo worker's own lines (it writes them to the stderr it shares with ck).
@@ -61,4 +63,34 @@ fn every_line_of_ck_is_a_json_object_with_level_message_and_fields() {
         assert!(line["slot"].is_u64() && line["pid"].is_u64(), "{line}");
         assert_eq!(line["reason"], "exit 0", "{line}");
     }
+}
+
+#[test]
+fn a_failure_after_start_is_a_json_line_too() {
+    let port = free_port();
+    let _holder = std::net::TcpListener::bind(("0.0.0.0", port)).expect("holding the port");
+    let name = instance_name("json-fail", port);
+    let port_text = port.to_string();
+    let out = ck_output(&[
+        "run",
+        "--name",
+        &name,
+        "--port",
+        &port_text,
+        "--log-format",
+        "json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let lines: Vec<Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let last = lines
+        .last()
+        .unwrap_or_else(|| panic!("nothing logged: {err}"));
+    assert_eq!(last["level"], "ERROR", "{last}");
+    assert_eq!(last["message"], "ck run failed", "{last}");
+    let error = last["error"].as_str().unwrap_or_default();
+    assert!(error.contains("already in use"), "{last}");
 }
