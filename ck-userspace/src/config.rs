@@ -146,8 +146,18 @@ pub enum ReadyMode {
     Spawn,
 }
 
+/// How ck writes its own log lines (`--log-format`); workers' output passes through unchanged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line: timestamp, level, message and the event's fields.
+    Json,
+}
+
 /// The command a worker runs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AppSpec {
     /// Resolved path of the program.
     pub program: PathBuf,
@@ -156,7 +166,7 @@ pub struct AppSpec {
 }
 
 /// Everything `ck run` needs, validated.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunConfig {
     /// Instance name: control socket and pin directory.
     pub name: String,
@@ -199,6 +209,8 @@ pub struct RunConfig {
     pub bpf_log: bool,
     /// `--metrics`: where to serve `/metrics`, `/healthz` and `/readyz`.
     pub metrics: Option<SocketAddr>,
+    /// How ck's own log lines are written (set up by the binary before the supervisor starts).
+    pub log_format: LogFormat,
     /// The worker command.
     pub app: AppSpec,
 }

@@ -6,6 +6,8 @@ pub mod activation;
 pub mod bpf;
 pub mod cgroup;
 pub mod config;
+pub mod config_diff;
+pub mod config_file;
 pub mod control;
 pub mod demo;
 pub mod duration;

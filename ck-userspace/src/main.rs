@@ -9,7 +9,7 @@ use ck::{
     duration::parse_duration,
     health_config::ProbeKind,
 };
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 mod cli;
 
@@ -124,8 +124,9 @@ struct Target {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli.command) {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match run(cli.command, &matches) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("ck: error: {e:#}");
@@ -134,13 +135,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: Command) -> anyhow::Result<ExitCode> {
+fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run(args) => {
-            cli::logging::init();
-            let cfg = args.into_config()?;
-            ck::supervisor::run(cfg)?;
-            Ok(ExitCode::SUCCESS)
+            let run_matches = matches.subcommand_matches("run").expect("`run` was parsed");
+            let (cfg, reader) = cli::config_layers::configure(*args, run_matches)?;
+            let format = cfg.log_format;
+            cli::logging::init(format);
+            match ck::supervisor::run_with(cfg, reader) {
+                // A JSON log stays JSON to its last line.
+                Err(e) if format == ck::config::LogFormat::Json => {
+                    tracing::error!(error = format!("{e:#}"), "ck run failed");
+                    Ok(ExitCode::FAILURE)
+                }
+                result => result.map(|()| ExitCode::SUCCESS),
+            }
         }
         Command::Status { target, json } => {
             let name = client::resolve_name(target.name)?;

@@ -1,5 +1,6 @@
-//! The parts of the `ck` command line: `ck run`'s options, the control commands, `ck top`,
-//! `ck maps` and logging.
+//! The parts of the `ck` command line: `ck run`'s options, its config file under them, the
+//! control commands, `ck top`, `ck maps` and logging.
+pub mod config_layers;
 pub mod control;
 pub mod logging;
 pub mod maps;

@@ -1,10 +1,10 @@
 //! The options of `ck run` and their checks: what the command line says, turned into a
 //! [`RunConfig`] or an error that names the option and the fix.
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use anyhow::bail;
 use ck::{
-    config::{self, ListenAddr, Policy, ReadyMode, RunConfig},
+    config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
     duration::parse_duration,
     health_config::{DEFAULT_PROBE_PORT_BASE, HealthConfig, ProbeKind},
     restart_policy::{Backoff, RestartPolicy, parse_backoff},
@@ -14,6 +14,11 @@ use clap::Args;
 /// The options of `ck run`.
 #[derive(Args)]
 pub struct RunArgs {
+    /// Read options from this TOML file: every long option is a key (`workers = 4`,
+    /// `ready-timeout = "30s"`, `port = [8080, 8081]`, `adopt = true`) and `app = ["node",
+    /// "server.js"]`; options given on the command line win. `ck reload` reads it again.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// TCP port to listen on, on 0.0.0.0 (repeatable; default 8080 when no --listen either).
     #[arg(short, long = "port", value_name = "PORT")]
     ports: Vec<u16>,
@@ -132,6 +137,10 @@ pub struct RunArgs {
     /// 127.0.0.1; port 0: any free port, shown by `ck status`).
     #[arg(long, value_name = "ADDR", value_parser = ck::metrics::server::parse_addr)]
     metrics: Option<std::net::SocketAddr>,
+    /// ck's own log lines on stderr: text, or json (one object per line: timestamp, level,
+    /// message and the event's fields). Workers' output passes through unchanged.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
     /// The worker program and its arguments (default: the built-in demo worker).
     #[arg(
         trailing_var_arg = true,
@@ -245,6 +254,7 @@ impl RunArgs {
             no_bpf: self.no_bpf,
             bpf_log: self.bpf_log,
             metrics: self.metrics,
+            log_format: self.log_format,
             app,
         })
     }

@@ -14,6 +14,7 @@ mod health;
 pub mod lifecycle;
 mod members;
 mod publish;
+mod reconfigure;
 mod recycle;
 mod roll;
 mod scale;
@@ -35,6 +36,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use lifecycle::{Input, Settings, Timer};
 use slot::Slot;
+
+pub use reconfigure::ConfigReader;
 
 use crate::{
     bpf::{BpfGroup, pins},
@@ -69,7 +72,7 @@ pub(crate) enum Event {
     Timer { slot: u32, epoch: u64, timer: Timer },
     /// A termination signal arrived.
     Signal(&'static str),
-    /// SIGHUP: rolling restart.
+    /// SIGHUP: rolling restart (with `--config`, after reading the file again).
     Reload,
     /// SIGTTIN (+1) or SIGTTOU (-1): change the worker count by one.
     ScaleBy(i32),
@@ -142,6 +145,10 @@ pub struct Supervisor {
     reloads: metrics::ReloadCounts,
     /// Where `--metrics` listens (for `ck status`).
     metrics_addr: Option<std::net::SocketAddr>,
+    /// `--config`: the file `ck reload` reads again.
+    config: Option<reconfigure::ConfigSource>,
+    /// The task that sends `ProbeTick`s, while probes are on.
+    probe_ticker: Option<tokio::task::AbortHandle>,
 }
 
 /// The lifecycle settings of a run.
@@ -162,14 +169,20 @@ fn settings(cfg: &RunConfig) -> Settings {
 
 /// Runs `ck run` to completion: returns after a clean shutdown.
 pub fn run(cfg: RunConfig) -> anyhow::Result<()> {
+    run_with(cfg, None)
+}
+
+/// Runs `ck run` to completion like [`run`]; with a `reader` (`--config`), reloads read the
+/// configuration again and apply what changed.
+pub fn run_with(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run_async(cfg))
+    runtime.block_on(run_async(cfg, reader))
 }
 
-async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
+async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<()> {
     let lock = InstanceLock::acquire(&cfg.name)?;
     let fd_limit = crate::fd_limit::raise();
     for addr in &cfg.listen {
@@ -237,15 +250,13 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         fd_limit,
         reloads: metrics::ReloadCounts::default(),
         metrics_addr: metrics_server.as_ref().map(|m| m.local_addr()),
+        config: reader.map(|reader| reconfigure::ConfigSource::new(reader, &cfg)),
+        probe_ticker: None,
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
     tasks::start_sampler(&sup.events, sup.pacer.period.clone());
-    if sup.cfg.health.probe.is_some() {
-        tasks::start_ticker(&sup.events, sup.cfg.health.probe_interval, || {
-            Event::ProbeTick
-        });
-    }
+    sup.start_probe_ticker();
     tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::SteeringTick);
     tracing::info!(
         name = %sup.cfg.name,
@@ -317,7 +328,7 @@ impl Supervisor {
             }
             Event::SpareDue => self.replenish_spares(),
             Event::Signal(name) => self.on_stop_signal(name),
-            Event::Reload => self.begin_reload(None),
+            Event::Reload => self.reload(None),
             Event::Tick => self.on_tick(),
             Event::ProbeTick => self.on_probe_tick(),
             Event::ProbeResult {
@@ -382,7 +393,7 @@ impl Supervisor {
                 Err(msg) => Response::Error(msg),
             },
             // Answered when the roll ends.
-            Request::Reload => return self.begin_reload(Some(reply)),
+            Request::Reload => return self.reload(Some(reply)),
         };
         let _ = reply.send(response);
     }

@@ -30,14 +30,15 @@ pub(super) fn start_sampler(events: &mpsc::UnboundedSender<Event>, period: Arc<A
     });
 }
 
-/// Sends `event()` every `period` until the event loop is gone.
+/// Sends `event()` every `period` until the event loop is gone or the returned handle aborts
+/// it.
 pub(super) fn start_ticker(
     events: &mpsc::UnboundedSender<Event>,
     period: Duration,
     event: fn() -> Event,
-) {
+) -> tokio::task::AbortHandle {
     let events = events.clone();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let mut interval = tokio::time::interval(period);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -47,6 +48,7 @@ pub(super) fn start_ticker(
             }
         }
     });
+    task.abort_handle()
 }
 
 /// Sends `event` once after `delay`.

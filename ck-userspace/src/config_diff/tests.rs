@@ -1,0 +1,126 @@
+//! Changes between configurations: what a reload applies, what it keeps for a restart, and how
+//! the answer of `ck reload` shows them.
+use std::path::PathBuf;
+
+use super::*;
+use crate::{
+    config::{AppSpec, ListenAddr, LogFormat, Policy, ReadyMode},
+    health_config::ProbeKind,
+};
+
+fn base() -> RunConfig {
+    RunConfig {
+        name: "web".into(),
+        listen: vec![ListenAddr::tcp4_any(8080)],
+        workers: 2,
+        policy: Policy::RoundRobin,
+        ready: ReadyMode::Auto,
+        ready_timeout: Duration::from_secs(30),
+        ready_grace: Duration::from_secs(1),
+        drain_timeout: Duration::from_secs(10),
+        reload_batch: 1,
+        restart: RestartPolicy::DEFAULT,
+        min_workers: 1,
+        adopt: false,
+        worker_memory_max: None,
+        max_memory: None,
+        max_requests: None,
+        spares: 0,
+        health: HealthConfig::default(),
+        no_bpf: false,
+        bpf_log: false,
+        metrics: None,
+        log_format: LogFormat::Text,
+        app: AppSpec {
+            program: PathBuf::from("/bin/app"),
+            args: vec!["--mode".into(), "a".into()],
+        },
+    }
+}
+
+fn shown(changes: &[Change]) -> Vec<String> {
+    changes.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn nothing_changed() {
+    let (next, changes) = compare(&base(), &base());
+    assert!(changes.is_empty(), "{changes:?}");
+    assert_eq!(next, base());
+}
+
+#[test]
+fn live_changes_are_taken() {
+    let mut new = base();
+    new.workers = 3;
+    new.app.args[1] = "b".into();
+    new.health.probe = Some(ProbeKind::Http("/healthz".into()));
+    new.health.probe_interval = Duration::from_secs(2);
+    new.health.stall_timeout = None;
+    new.restart.initial = Duration::from_millis(200);
+    new.max_requests = Some(1000);
+    let (next, changes) = compare(&base(), &new);
+    assert_eq!(next, new);
+    assert_eq!(
+        shown(&changes),
+        [
+            "workers 2 -> 3",
+            "app: /bin/app --mode a -> /bin/app --mode b",
+            "probe off -> http:/healthz",
+            "probe-interval 1s -> 2s",
+            "stall-timeout 1s -> off",
+            "restart-backoff 100ms,10s,2,0.1 -> 200ms,10s,2,0.1",
+            "max-requests off -> 1000",
+        ]
+    );
+    assert!(changes.iter().all(|c| c.needs_restart.is_none()));
+}
+
+#[test]
+fn fixed_options_keep_their_value_until_a_restart() {
+    let mut new = base();
+    new.name = "api".into();
+    new.listen = vec![ListenAddr::tcp4_any(8081)];
+    new.policy = Policy::LeastQueue;
+    new.health.probe_port_base = 20000;
+    new.log_format = LogFormat::Json;
+    new.workers = 4;
+    let (next, changes) = compare(&base(), &new);
+    // Only the worker count moves.
+    assert_eq!(
+        next,
+        RunConfig {
+            workers: 4,
+            ..base()
+        }
+    );
+    let fixed: Vec<&str> = changes
+        .iter()
+        .filter(|c| c.needs_restart.is_some())
+        .map(|c| c.key)
+        .collect();
+    assert_eq!(
+        fixed,
+        [
+            "probe-port-base",
+            "name",
+            "port/listen",
+            "policy",
+            "log-format"
+        ]
+    );
+    let policy = changes.iter().find(|c| c.key == "policy").unwrap();
+    assert_eq!(
+        policy.to_string(),
+        "policy round-robin -> least-queue (set in the BPF program when it loads)"
+    );
+    let listen = changes.iter().find(|c| c.key == "port/listen").unwrap();
+    assert_eq!(
+        listen.to_string(),
+        "port/listen tcp://0.0.0.0:8080 -> tcp://0.0.0.0:8081 (the listening sockets are \
+         opened at start)"
+    );
+    // Read again unchanged, the file still differs from what runs: reported again.
+    let (_, again) = compare(&next, &new);
+    assert_eq!(again.len(), fixed.len());
+}
