@@ -21,6 +21,7 @@ mod slot;
 mod spares;
 mod status;
 mod steering;
+mod systemd;
 mod tasks;
 mod workers;
 
@@ -89,6 +90,9 @@ pub(crate) enum Event {
     MemberExited { slot: u32, worker: u64 },
     /// `--adopt`: the process holding a root slot's socket (not the worker) exited.
     HolderExited { slot: u32, worker: u64 },
+    /// Time to send the service manager `WATCHDOG=1` (from the event loop: a stuck loop
+    /// misses it).
+    SystemdWatchdog,
     /// A steering canary came back (`connected`: the kernel, not the program, chose).
     Canary {
         group: usize,
@@ -136,6 +140,11 @@ pub struct Supervisor {
     spare_due: Option<Instant>,
     /// The open-file limit ck was started with (the workers get it back; ck raised its own).
     fd_limit: Option<crate::fd_limit::FdLimit>,
+    /// The service manager ck tells its state (`NOTIFY_SOCKET`), if any.
+    systemd: Option<systemd::Notifier>,
+    /// The fleet may have changed since the service manager was last told (set by every
+    /// publish and canary; the state itself is read from the kernel when telling).
+    systemd_due: bool,
 }
 
 /// The lifecycle settings of a run.
@@ -223,6 +232,8 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         spare_failures: 0,
         spare_due: None,
         fd_limit,
+        systemd: systemd::Notifier::from_env(),
+        systemd_due: true,
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
@@ -233,6 +244,9 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
         });
     }
     tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::SteeringTick);
+    if let Some(period) = sup.systemd.as_ref().and_then(|s| s.watchdog_period()) {
+        tasks::start_ticker(&sup.events, period, || Event::SystemdWatchdog);
+    }
     tracing::info!(
         name = %sup.cfg.name,
         groups = %sup.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(","),
@@ -260,6 +274,7 @@ async fn run_async(cfg: RunConfig) -> anyhow::Result<()> {
             Some(event) = events.recv() => sup.handle(event),
             Some((req, reply)) = calls.recv() => sup.control(req, reply),
         }
+        sup.tell_systemd();
     }
     sup.finish();
     // Answers already given (`ck stop` to a fleet with no worker) reach their clients.
@@ -331,7 +346,15 @@ impl Supervisor {
                 group,
                 before,
                 connected,
-            } => self.on_canary(group, before, connected),
+            } => {
+                self.on_canary(group, before, connected);
+                self.systemd_due = true;
+            }
+            Event::SystemdWatchdog => {
+                if let Some(systemd) = &self.systemd {
+                    systemd.watchdog();
+                }
+            }
         }
     }
 

@@ -23,6 +23,8 @@ pub(super) struct Roll {
     replaced: u32,
     /// Who asked (`ck reload`); `None` for SIGHUP.
     reply: Option<oneshot::Sender<Response>>,
+    /// A reload of the whole fleet (`ck reload`, SIGHUP), not a recycle of one worker.
+    reload: bool,
 }
 
 impl Supervisor {
@@ -36,6 +38,16 @@ impl Supervisor {
             .map(|s| s.index)
             .collect();
         self.begin_roll(all, reply);
+        if let Some(roll) = self.roll.as_mut() {
+            roll.reload = true;
+        }
+    }
+
+    /// A reload in progress: workers replaced so far, and in all (recycles are not reloads).
+    pub(super) fn reload_progress(&self) -> Option<(u32, u32)> {
+        let roll = self.roll.as_ref().filter(|r| r.reload)?;
+        let total = roll.replaced as usize + roll.batch.len() + roll.pending.len();
+        Some((roll.replaced, total as u32))
     }
 
     /// Starts a rolling restart of the workers of `pending` slots.
@@ -71,6 +83,7 @@ impl Supervisor {
             batch: Vec::new(),
             replaced: 0,
             reply,
+            reload: false,
         });
         self.next_batch();
     }
