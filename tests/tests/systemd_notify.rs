@@ -1,8 +1,9 @@
 //! ck under a service manager (`Type=notify`, as `deploy/ck.service` runs it): the test plays
 //! systemd, binding the datagram socket that ck's `NOTIFY_SOCKET` names, and checks what ck tells
 //! it, in order: nothing is `READY=1` while the workers boot (they say `READY=1` only after
-//! 1.5 s), `READY=1` (with `MAINPID=` ck) once one is ready, `STATUS=` with the worker count, a
-//! `DEGRADED` status when a slot's circuit breaker opens, `WATCHDOG=1` about every half
+//! 1.5 s), `READY=1` (with `MAINPID=` ck) once one is ready, `STATUS=` with the worker count,
+//! `RELOADING=1` with `MONOTONIC_USEC=` during `ck reload` and `READY=1` after it, a `DEGRADED`
+//! status when a slot's circuit breaker opens, `WATCHDOG=1` about every half
 //! `WATCHDOG_USEC` throughout, and `STOPPING=1` on `ck stop`. Workers never see ck's
 //! `NOTIFY_SOCKET` or watchdog variables.
 
@@ -95,14 +96,14 @@ fn ck_tells_the_service_manager_ready_status_degraded_watchdog_and_stopping() {
     let notify_path = dir.path().join("notify.sock");
     let mut manager = ServiceManager::bind(&notify_path);
     let marker = dir.path().join("crash");
-    // Every worker writes its environment to env.<worker id>; while `marker` exists, slot 1's
-    // worker exits at once (a boot crash); the others say READY=1 after 1.5 s.
+    // Every worker writes its environment to env.<worker id>; the worker of the slot named in
+    // `marker` exits at once (a boot crash); the others say READY=1 after 1.5 s.
     let app = script(
         &dir,
         "app.sh",
         &format!(
             "env > '{dir}/env.'\"$CK_WORKER_ID\"\n\
-             [ \"$CK_SLOT\" = 1 ] && [ -e '{marker}' ] && exit 1\n\
+             [ -e '{marker}' ] && [ \"$CK_SLOT\" = \"$(cat '{marker}')\" ] && exit 1\n\
              exec '{ck}' demo-worker --ready-after 1500ms",
             dir = dir.path().display(),
             marker = marker.display(),
@@ -133,6 +134,8 @@ fn ck_tells_the_service_manager_ready_status_degraded_watchdog_and_stopping() {
             "60s",
             "--restart-backoff",
             "50ms,200ms",
+            "--reload-batch",
+            "2",
             "--",
             app.to_str().expect("UTF-8 temp path"),
         ],
@@ -180,19 +183,46 @@ fn ck_tells_the_service_manager_ready_status_degraded_watchdog_and_stopping() {
         status_of(d) == Some("2/2 workers ready, steering on")
     });
 
-    // Slot 1's worker is killed and its replacements crash at start: its breaker opens, and
+    // `ck reload`: RELOADING=1 with the time, the progress, then READY=1 when it is done.
+    ck.ctl_ok(&["reload"]);
+    let reloading = manager.wait_for(&mut ck, "RELOADING=1", READY_TIMEOUT, |d| {
+        has_line(d, "RELOADING=1")
+    });
+    assert!(
+        reloading.lines().any(|l| l.starts_with("MONOTONIC_USEC="))
+            && status_of(&reloading).is_some_and(|s| s.starts_with("reloading 0/2;")),
+        "{reloading:?}"
+    );
+    let reloaded = manager.wait_for(&mut ck, "READY=1 after the reload", READY_TIMEOUT, |d| {
+        has_line(d, "READY=1")
+    });
+    assert_eq!(
+        status_of(&reloaded),
+        Some("2/2 workers ready, steering on"),
+        "{reloaded:?}"
+    );
+
+    // A worker is killed and its replacements crash at start: its slot's breaker opens, and
     // ck says the fleet is degraded.
-    std::fs::write(&marker, "").expect("creating the crash marker");
-    kill_hard(status.worker_pid(1));
+    let status = ck.status();
+    let victim = status
+        .slots
+        .iter()
+        .rfind(|s| s.state == "ready")
+        .unwrap_or_else(|| panic!("no ready worker after the reload: {status:#?}"))
+        .slot;
+    std::fs::write(&marker, victim.to_string()).expect("writing the crash marker");
+    kill_hard(status.worker_pid(victim));
     let degraded = manager.wait_for(&mut ck, "a DEGRADED status", READY_TIMEOUT, |d| {
-        status_of(d).is_some_and(|s| s.starts_with("DEGRADED: slot 1 breaker open;"))
+        status_of(d)
+            .is_some_and(|s| s.starts_with(&format!("DEGRADED: slot {victim} breaker open;")))
     });
     assert!(
         status_of(&degraded).is_some_and(|s| s.ends_with("1/2 workers ready, steering on")),
         "{degraded:?}"
     );
     let status = ck.status();
-    assert_eq!(status.slot(1).breaker, "open", "{status:#?}");
+    assert_eq!(status.slot(victim).breaker, "open", "{status:#?}");
 
     // `ck stop`: STOPPING=1, then a clean exit.
     ck.ctl_ok(&["stop"]);
@@ -222,8 +252,8 @@ fn ck_tells_the_service_manager_ready_status_degraded_watchdog_and_stopping() {
         .map(|e| std::fs::read_to_string(e.path()).expect("reading a worker's env"))
         .collect();
     assert!(
-        envs.len() >= 4,
-        "expected the envs of 2 workers and slot 1's replacements, found {}",
+        envs.len() >= 6,
+        "expected the envs of 2 workers, 2 replacements and a crashing one's, found {}",
         envs.len()
     );
     let own_socket = format!("NOTIFY_SOCKET=@ck/{}/", ck.name());
