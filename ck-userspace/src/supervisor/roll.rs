@@ -37,8 +37,10 @@ impl Supervisor {
             .filter(|s| s.life.serving() && s.worker.is_some())
             .map(|s| s.index)
             .collect();
+        // A roll already under way (refused below) keeps what it is.
+        let idle = self.roll.is_none();
         self.begin_roll(all, reply);
-        if let Some(roll) = self.roll.as_mut() {
+        if let Some(roll) = self.roll.as_mut().filter(|_| idle) {
             roll.reload = true;
         }
     }

@@ -22,7 +22,10 @@ use std::{
 
 use sd_notify::NotifyState;
 
-use super::{Supervisor, lifecycle::active_set};
+use super::{
+    Supervisor,
+    lifecycle::{active_set, crash::Breaker},
+};
 
 /// How long one message may wait for room in the service manager's queue before it is dropped
 /// (the event loop must not stall behind a busy systemd).
@@ -312,7 +315,7 @@ impl Supervisor {
             .values()
             .filter(|s| s.life.serving())
             .map(|s| (s.index, s.life.crash.breaker()))
-            .filter(|(_, breaker)| *breaker != super::lifecycle::crash::Breaker::Closed)
+            .filter(|(_, breaker)| *breaker != Breaker::Closed)
             .map(|(index, breaker)| (index, breaker.name()))
             .collect();
         let running = self.slots.values().filter(|s| s.worker.is_some()).count() as u32;
