@@ -264,22 +264,37 @@ pub struct Ck {
 impl Ck {
     /// Starts `ck run --name NAME ARGS...` with stdout and stderr going to a log file.
     pub fn start(name: &str, args: &[&str]) -> Ck {
+        Ck::start_with_env(name, args, &[])
+    }
+
+    /// Like [`Ck::start`], with `env` (name, value) added to ck's environment.
+    pub fn start_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Ck {
+        let mut cmd = ck_command();
+        cmd.arg("run")
+            .args(["--name", name])
+            .args(args)
+            .envs(env.iter().copied());
+        Ck::spawn(name, cmd)
+    }
+
+    /// Runs `cmd`, a command line that starts instance `name` (`ck run --name NAME ...`,
+    /// possibly behind an init such as `tini --`), with stdout and stderr going to a log file.
+    /// The instance is `--no-bpf` when `cmd` says so.
+    pub fn spawn(name: &str, mut cmd: Command) -> Ck {
         let dir = TempDir::new(name);
         let log = dir.path().join("ck.log");
         let file = File::create(&log).expect("creating the ck log file");
         let file2 = file.try_clone().expect("cloning the log file handle");
-        let child = ck_command()
-            .arg("run")
-            .args(["--name", name])
-            .args(args)
+        let no_bpf = cmd.get_args().any(|a| a == "--no-bpf");
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(file2)
             .stderr(file)
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", ck_bin().display()));
+            .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
         Ck {
             name: name.to_string(),
-            no_bpf: args.contains(&"--no-bpf"),
+            no_bpf,
             child,
             exited: None,
             log,
@@ -297,7 +312,7 @@ impl Ck {
         &self.name
     }
 
-    /// The supervisor's pid.
+    /// The supervisor's pid (or, started by [`Ck::spawn`] behind an init, the init's).
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

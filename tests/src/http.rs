@@ -88,6 +88,22 @@ pub fn get_new_conn(addr: SocketAddr) -> Result<Answer, Failure> {
     send_new_conn(addr)?.finish()
 }
 
+/// Opens a fresh connection, sends `GET path` with `Connection: close` and returns the answer's
+/// status code (for endpoints other than the demo worker's `GET /`).
+pub fn get_status(addr: SocketAddr, path: &str) -> Result<u16, Failure> {
+    let mut stream = connect(addr)?;
+    stream.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: ck-test\r\nConnection: close\r\n\r\n").as_bytes(),
+    )?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    let head = String::from_utf8_lossy(&answer);
+    head.strip_prefix("HTTP/1.1 ")
+        .or_else(|| head.strip_prefix("HTTP/1.0 "))
+        .and_then(|rest| rest.get(..3)?.parse().ok())
+        .ok_or_else(|| Failure::Other(format!("not an HTTP answer: {head:?}")))
+}
+
 /// A connection on which one `GET /` was sent and whose answer is not read yet.
 #[derive(Debug)]
 pub struct Pending {

@@ -1,7 +1,8 @@
 //! Harness for ck's integration tests (`tests/tests/*.rs`): start a `ck run` instance on a free
 //! port under a name of its own ([`ck::Ck`]), give it a wrapper app ([`app`]), talk HTTP to its
 //! demo workers ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect
-//! processes, ports and CPUs ([`sys`]); run a program in a real terminal ([`tmux`]).
+//! processes, ports and CPUs ([`sys`]); run a program in a real terminal ([`tmux`]), and read
+//! the files of `deploy/` ([`deploy`]).
 //!
 //! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
 //! BPF programs and pin maps under `/sys/fs/bpf/ck/`. `cargo xtask test` builds ck and runs
@@ -11,6 +12,7 @@ pub mod app;
 pub mod churn;
 pub mod ck;
 pub mod cserver;
+pub mod deploy;
 pub mod http;
 pub mod load;
 pub mod pyservers;

@@ -1,8 +1,9 @@
-//! What the integration tests run besides ck: Node.js, Python 3, a C compiler and tmux (the
-//! terminal `ck top` is tested in), Debian packages installed when missing, and the real Python
-//! servers gunicorn and uvicorn from PyPI, in a virtualenv of the workspace
-//! (`target/py-servers`). [`ensure`] is idempotent and prints one `xtask: ...` line per thing it
-//! does.
+//! What the integration tests run besides ck: Node.js, Python 3, a C compiler, tmux (the
+//! terminal `ck top` is tested in), tini and `systemd-analyze` (Debian packages, installed when
+//! missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
+//! workspace (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate`
+//! from PyPI (`target/k8s-validate`). [`ensure`] is idempotent and prints one `xtask: ...` line
+//! per thing it does.
 
 use std::path::Path;
 
@@ -10,16 +11,24 @@ use anyhow::{Result, bail};
 
 use crate::cmd::{self, command};
 
-/// Programs the tests start, and the Debian package that has each.
-const PROGRAMS: [(&str, &str); 4] = [
+/// Programs the tests start, and the Debian package that has each: tmux is the terminal `ck top`
+/// is tested in, tini runs ck in the container image (`deploy/Dockerfile`), `systemd-analyze
+/// verify` checks `deploy/ck.service`.
+const PROGRAMS: [(&str, &str); 6] = [
     ("node", "nodejs"),
     ("python3", "python3"),
     ("cc", "gcc"),
     ("tmux", "tmux"),
+    ("tini", "tini"),
+    ("systemd-analyze", "systemd"),
 ];
 
 /// PyPI packages the tests run, and a binary each installs.
 const PY_SERVERS: [(&str, &str); 2] = [("gunicorn", "gunicorn"), ("uvicorn", "uvicorn")];
+
+/// The Kubernetes manifests' validator (it bundles the API schemas, so it works offline); the
+/// version is pinned so that the schemas checked against do not change under the tests.
+const K8S_VALIDATE: [(&str, &str); 1] = [("kubernetes-validate==1.37.0", "kubernetes-validate")];
 
 /// Installs whatever of the above is missing (Debian packages need root).
 pub fn ensure(workspace: &Path) -> Result<()> {
@@ -35,18 +44,26 @@ pub fn ensure(workspace: &Path) -> Result<()> {
                 "the tests run {packages}: install them with `sudo apt-get install -y {packages}`"
             );
         }
-        eprintln!("xtask: installing {packages} for the tests (apt-get install)");
+        eprintln!("xtask: installing {packages} for the tests (apt-get update && apt-get install)");
+        let hint = format!("run `apt-get update && apt-get install -y {packages}` by hand");
+        cmd::run(command("apt-get").arg("update"), &hint)?;
         cmd::run(
             command("apt-get")
                 .env("DEBIAN_FRONTEND", "noninteractive")
                 .args(["install", "-y"])
                 .args(&missing),
-            &format!("run `apt-get update && apt-get install -y {packages}` by hand"),
+            &hint,
         )?;
     }
-    let venv = workspace.join("target/py-servers");
+    ensure_venv(&workspace.join("target/py-servers"), &PY_SERVERS)?;
+    ensure_venv(&workspace.join("target/k8s-validate"), &K8S_VALIDATE)
+}
+
+/// Installs `packages` (pip requirement, a binary it installs) whose binary is missing into the
+/// virtualenv `venv`, creating it first if needed.
+fn ensure_venv(venv: &Path, packages: &[(&str, &str)]) -> Result<()> {
     let bin = venv.join("bin");
-    let absent: Vec<&str> = PY_SERVERS
+    let absent: Vec<&str> = packages
         .iter()
         .filter(|(_, binary)| !bin.join(binary).is_file())
         .map(|(package, _)| *package)
@@ -61,7 +78,7 @@ pub fn ensure(workspace: &Path) -> Result<()> {
     );
     if !bin.join("pip").is_file() {
         cmd::run(
-            command("python3").args(["-m", "venv"]).arg(&venv),
+            command("python3").args(["-m", "venv"]).arg(venv),
             "python3 -m venv failed: install the venv module (`apt-get install -y python3-venv`)",
         )?;
     }
@@ -69,6 +86,9 @@ pub fn ensure(workspace: &Path) -> Result<()> {
         command(bin.join("pip"))
             .args(["install", "--quiet", "--disable-pip-version-check"])
             .args(&absent),
-        "check access to PyPI, or install them by hand into target/py-servers",
+        &format!(
+            "check access to PyPI, or install them by hand into {}",
+            venv.display()
+        ),
     )
 }

@@ -23,6 +23,7 @@ mod slot;
 mod spares;
 mod status;
 mod steering;
+mod systemd;
 mod tasks;
 mod workers;
 
@@ -94,6 +95,9 @@ pub(crate) enum Event {
     MemberExited { slot: u32, worker: u64 },
     /// `--adopt`: the process holding a root slot's socket (not the worker) exited.
     HolderExited { slot: u32, worker: u64 },
+    /// Time to send the service manager `WATCHDOG=1` (from the event loop: a stuck loop
+    /// misses it).
+    SystemdWatchdog,
     /// A steering canary came back (`connected`: the kernel, not the program, chose).
     Canary {
         group: usize,
@@ -149,6 +153,11 @@ pub struct Supervisor {
     config: Option<reconfigure::ConfigSource>,
     /// The task that sends `ProbeTick`s, while probes are on.
     probe_ticker: Option<tokio::task::AbortHandle>,
+    /// The service manager ck tells its state (`NOTIFY_SOCKET`), if any.
+    systemd: Option<systemd::Notifier>,
+    /// The fleet may have changed since the service manager was last told (set by every
+    /// publish and canary; the state itself is read from the kernel when telling).
+    systemd_due: bool,
 }
 
 /// The lifecycle settings of a run.
@@ -252,12 +261,17 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         metrics_addr: metrics_server.as_ref().map(|m| m.local_addr()),
         config: reader.map(|reader| reconfigure::ConfigSource::new(reader, &cfg)),
         probe_ticker: None,
+        systemd: systemd::Notifier::from_env(),
+        systemd_due: true,
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
     tasks::start_sampler(&sup.events, sup.pacer.period.clone());
     sup.start_probe_ticker();
     tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::SteeringTick);
+    if let Some(period) = sup.systemd.as_ref().and_then(|s| s.watchdog_period()) {
+        tasks::start_ticker(&sup.events, period, || Event::SystemdWatchdog);
+    }
     tracing::info!(
         name = %sup.cfg.name,
         groups = %sup.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(","),
@@ -286,6 +300,7 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
             Some((req, reply)) = calls.recv() => sup.control(req, reply),
             Some(call) = metrics_calls.recv() => sup.metrics_call(call),
         }
+        sup.tell_systemd();
     }
     drop(metrics_server);
     sup.finish();
@@ -358,7 +373,15 @@ impl Supervisor {
                 group,
                 before,
                 connected,
-            } => self.on_canary(group, before, connected),
+            } => {
+                self.on_canary(group, before, connected);
+                self.systemd_due = true;
+            }
+            Event::SystemdWatchdog => {
+                if let Some(systemd) = &self.systemd {
+                    systemd.watchdog();
+                }
+            }
         }
     }
 

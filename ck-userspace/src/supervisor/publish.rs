@@ -20,6 +20,7 @@ impl Supervisor {
             tracing::debug!(active = ?ready, fallback = ?&set.slots[ready.len()..set.live_len as usize], "active set");
             self.last_ready = ready;
         }
+        self.systemd_due = true;
         let records: Vec<(u32, SlotInfo)> =
             self.slots.values().map(|s| (s.index, s.info())).collect();
         for group in &mut self.groups {

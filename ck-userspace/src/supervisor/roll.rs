@@ -41,6 +41,13 @@ impl Supervisor {
         self.begin_roll(all, reply, true);
     }
 
+    /// A reload in progress: workers replaced so far, and in all (recycles are not reloads).
+    pub(super) fn reload_progress(&self) -> Option<(u32, u32)> {
+        let roll = self.roll.as_ref().filter(|r| r.reload)?;
+        let total = roll.replaced as usize + roll.batch.len() + roll.pending.len();
+        Some((roll.replaced, total as u32))
+    }
+
     /// Starts a rolling restart of the workers of `pending` slots (`reload`: of the whole
     /// fleet, by `ck reload` or SIGHUP).
     pub(super) fn begin_roll(
