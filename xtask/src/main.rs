@@ -1,4 +1,4 @@
-//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test` and `bench`.
+//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench` and `fuzz`.
 //!
 //! Every task first runs [`toolchain::ensure`], which installs what building the BPF program
 //! needs (nightly + rust-src, LLVM 22, bpf-linker, bpftool) and mounts the bpffs, printing one
@@ -6,6 +6,7 @@
 
 mod bench;
 mod cmd;
+mod fuzz;
 mod tally;
 mod test_deps;
 mod toolchain;
@@ -54,7 +55,8 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// Build `ck` and run `cargo test --workspace --exclude ck-ebpf ARGS...` as root.
+    /// Build `ck` and run `cargo test --workspace --exclude ck-ebpf --exclude ck-fuzz ARGS...`
+    /// as root, then each fuzz target for a few seconds.
     Test {
         /// Extra arguments for `cargo test` (put them after `--`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -65,6 +67,14 @@ enum Task {
         /// What to measure.
         #[arg(value_enum)]
         scenario: bench::Scenario,
+    },
+    /// Fuzz ck's parsers of untrusted input (cargo-fuzz, nightly): every target, or TARGET.
+    Fuzz {
+        /// One target (default: all of them, one after the other).
+        target: Option<String>,
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        secs: u64,
     },
 }
 
@@ -96,6 +106,14 @@ fn dispatch(task: Task) -> Result<()> {
             toolchain::ensure(Bpffs::Required)?;
             let bin = build(true)?;
             bench::run(scenario, &bin)
+        }
+        Task::Fuzz { target, secs } => {
+            toolchain::ensure(Bpffs::Optional)?;
+            let targets = match target {
+                Some(name) => vec![fuzz::target(&name)?],
+                None => fuzz::TARGETS.to_vec(),
+            };
+            fuzz::run(workspace_root()?, &targets, secs).map(drop)
         }
     }
 }
@@ -213,12 +231,21 @@ fn test(args: Vec<OsString>) -> Result<()> {
         cargo.args(["--config", r#"target.'cfg(all())'.runner = ["sudo", "-E"]"#]);
     }
     cargo
-        .args(["--workspace", "--exclude", "ck-ebpf"])
+        .args(["--workspace", "--exclude", "ck-ebpf", "--exclude", "ck-fuzz"])
         .args(&args);
     let (status, tally) =
         tally::run(&mut cargo).with_context(|| format!("running `{}`", cmd::describe(&cargo)))?;
+    // A short run of every fuzz target (only when the tests passed and none was filtered out).
+    let fuzzed = match status.success() && args.is_empty() {
+        true => Some(fuzz::smoke(workspace_root()?)),
+        false => None,
+    };
     // One closing line for the whole run (cargo's own last line is only its last binary's).
     println!("tests: {} passed, {} failed", tally.passed, tally.failed);
+    if let Some(Err(e)) = fuzzed {
+        eprintln!("error: fuzzing: {e:#}");
+        process::exit(1);
+    }
     process::exit(cmd::exit_code(status))
 }
 
@@ -277,6 +304,19 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["xtask", "bench"]).is_err());
         assert!(Cli::try_parse_from(["xtask", "bench", "nope"]).is_err());
+    }
+
+    #[test]
+    fn fuzz_takes_an_optional_target_and_seconds() {
+        let cli = Cli::try_parse_from(["xtask", "fuzz", "notify_message", "--secs", "3"]).unwrap();
+        match cli.task {
+            Task::Fuzz { target, secs } => {
+                assert_eq!(target.as_deref(), Some("notify_message"));
+                assert_eq!(secs, 3);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(fuzz::target("nope").is_err());
     }
 
     #[test]

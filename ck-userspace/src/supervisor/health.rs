@@ -342,13 +342,15 @@ impl Supervisor {
                 }
             }
             Err(why) => {
-                // A starting worker's failed probe only says it is not up yet.
-                if !starting {
-                    slot.probe_failures += 1;
-                }
                 health.probe_passes = 0;
+                // A starting worker's failed probe only says it is not up yet: it counts
+                // neither in the metric nor in the streak that makes a worker unhealthy.
+                if starting {
+                    return;
+                }
+                slot.probe_failures += 1;
                 health.probe_fails += 1;
-                if !health.probe && health.probe_fails >= fails && !starting {
+                if !health.probe && health.probe_fails >= fails {
                     let detail = format!("{fails} probe(s) failed in a row; last: {why}");
                     self.set_health(index, Signal::Probe, true, &detail);
                 }
