@@ -231,7 +231,13 @@ fn test(args: Vec<OsString>) -> Result<()> {
         cargo.args(["--config", r#"target.'cfg(all())'.runner = ["sudo", "-E"]"#]);
     }
     cargo
-        .args(["--workspace", "--exclude", "ck-ebpf", "--exclude", "ck-fuzz"])
+        .args([
+            "--workspace",
+            "--exclude",
+            "ck-ebpf",
+            "--exclude",
+            "ck-fuzz",
+        ])
         .args(&args);
     let (status, tally) =
         tally::run(&mut cargo).with_context(|| format!("running `{}`", cmd::describe(&cargo)))?;
