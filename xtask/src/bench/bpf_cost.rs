@@ -27,11 +27,12 @@ const POLICIES: [&str; 3] = ["round-robin", "hash", "least-queue"];
 /// The worker counts (64 is `--workers`' maximum).
 const WORKERS: [u32; 3] = [2, 16, 64];
 /// New connections per round and instance.
-const CONNECTIONS: u64 = 10_000;
+const CONNECTIONS: u64 = 3_000;
 /// Concurrent load connections.
 const CLIENTS: usize = 16;
-/// Rounds per instance.
-const ROUNDS: usize = 5;
+/// Rounds per instance. Many short rounds and their median: a round during which other work
+/// on the machine evicted the maps and sockets from the caches is an outlier, not a shift.
+const ROUNDS: usize = 15;
 
 /// One policy of one build at one worker count: ns per selection and runs counted, per round.
 #[derive(Debug, Default, Clone)]
@@ -126,6 +127,9 @@ fn table(costs: &Costs, labels: &[&str]) -> Table {
         "runs = selections the kernel counted in the round: the load's new connections plus \
          ck's canary (one a second); the time includes the kernel's own timing of each run",
     );
+    if costs.len() > 1 {
+        t.note("ck / --against = the median of the rounds' ratios (each round measures both)");
+    }
     t
 }
 
@@ -167,9 +171,11 @@ fn plot(costs: &Costs, labels: &[&str]) -> Bars {
 /// Starts one instance per policy of each of `bins` with `workers` workers and measures them
 /// in turn; returns `[bin][policy]`.
 fn measure(bench: &Bench, bins: &[&Path], workers: u32) -> Result<Vec<Vec<Cost>>> {
+    // Policy by policy, the builds one after the other: a build's round and the other's of the
+    // same policy are measured back to back.
     let mut instances = Vec::new();
-    for (b, bin) in bins.iter().enumerate() {
-        for (p, policy) in POLICIES.iter().enumerate() {
+    for (p, policy) in POLICIES.iter().enumerate() {
+        for (b, bin) in bins.iter().enumerate() {
             let inst = Instance::start(
                 bin,
                 &bench.log_dir,
