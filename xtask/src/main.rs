@@ -62,11 +62,24 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// Build the release `ck` and benchmark it against `ck run --no-bpf` (needs root).
+    /// Build the release `ck` and benchmark it against `ck run --no-bpf` (needs root); plots
+    /// go to `target/bench/`.
     Bench {
         /// What to measure.
         #[arg(value_enum)]
         scenario: bench::Scenario,
+        /// Also copy the plots into DIR (relative to the workspace root), e.g. `docs/bench`,
+        /// the folder BENCHMARKS.md shows.
+        #[arg(long, value_name = "DIR")]
+        save: Option<PathBuf>,
+        /// Measure this ck binary (relative to the workspace root) instead of the release build
+        /// (still built: the benches use its examples), e.g. a copy of an earlier build.
+        #[arg(long, value_name = "PATH")]
+        ck: Option<PathBuf>,
+        /// `bpf-cost` (and `overhead`): also measure the BPF program of this ck binary (relative
+        /// to the workspace root), in the same rounds, e.g. a copy of the build before a change.
+        #[arg(long, value_name = "PATH")]
+        against: Option<PathBuf>,
     },
     /// Fuzz ck's parsers of untrusted input (cargo-fuzz, nightly): every target, or TARGET.
     Fuzz {
@@ -96,7 +109,12 @@ fn dispatch(task: Task) -> Result<()> {
         }
         Task::Run { release, args } => run(release, args),
         Task::Test { args } => test(args),
-        Task::Bench { scenario } => {
+        Task::Bench {
+            scenario,
+            save,
+            ck,
+            against,
+        } => {
             if !cmd::is_root() {
                 bail!(
                     "the benchmarks load ck's BPF program and need root \
@@ -104,8 +122,14 @@ fn dispatch(task: Task) -> Result<()> {
                 );
             }
             toolchain::ensure(Bpffs::Required)?;
-            let bin = build(true)?;
-            bench::run(scenario, &bin)
+            let built = build(true)?;
+            let root = workspace_root()?;
+            let output = bench::Options {
+                results: target_dir()?.join("bench"),
+                save: save.map(|dir| root.join(dir)),
+                against: against.map(|bin| root.join(bin)),
+            };
+            bench::run(scenario, &ck.map_or(built, |bin| root.join(bin)), &output)
         }
         Task::Fuzz { target, secs } => {
             toolchain::ensure(Bpffs::Optional)?;
@@ -305,7 +329,24 @@ mod tests {
     fn bench_takes_a_scenario() {
         let cli = Cli::try_parse_from(["xtask", "bench", "all"]).unwrap();
         match cli.task {
-            Task::Bench { scenario } => assert_eq!(scenario, bench::Scenario::All),
+            Task::Bench {
+                scenario,
+                save,
+                ck,
+                against,
+            } => assert_eq!(
+                (scenario, save, ck, against),
+                (bench::Scenario::All, None, None, None)
+            ),
+            other => panic!("parsed as {other:?}"),
+        }
+        let cli =
+            Cli::try_parse_from(["xtask", "bench", "bpf-cost", "--save", "docs/bench"]).unwrap();
+        match cli.task {
+            Task::Bench { scenario, save, .. } => assert_eq!(
+                (scenario, save),
+                (bench::Scenario::BpfCost, Some("docs/bench".into()))
+            ),
             other => panic!("parsed as {other:?}"),
         }
         assert!(Cli::try_parse_from(["xtask", "bench"]).is_err());

@@ -39,7 +39,7 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
-pub use report::LoadReport;
+pub use report::{LoadReport, Sample};
 
 /// Default [`LoadSpec::timeout`].
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1,5 +1,6 @@
 //! The outcome of a load: [`LoadReport`] (counts per outcome, who answered, latency histogram,
-//! timelines of answers and failures) and the per-connection recorder that fills one.
+//! timelines of answers, of their latencies and of failures) and the per-connection recorder
+//! that fills one.
 //!
 //! Each connection records into a report of its own, without locks; the reports are merged at
 //! the end. Only the caps of the bounded lists are shared (atomic counters).
@@ -51,6 +52,40 @@ pub struct LoadReport {
     /// Time since the start and pid (0 when the body had none) of every answer (up to
     /// [`MAX_TIMELINE`]), in time order.
     pub answers: Vec<(Duration, u32)>,
+    /// When every answer arrived and how long it took (up to [`MAX_TIMELINE`]), in time
+    /// order: for latency-over-time plots.
+    pub samples: Vec<Sample>,
+}
+
+/// One answered request, in 8 bytes (a load of 2 M answers keeps 16 MB of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// When the answer was complete, in microseconds since the load's start (saturating: a
+    /// load of more than 71 minutes ends at `u32::MAX`).
+    pub at_us: u32,
+    /// Its latency in microseconds (as in [`LoadReport::latency`]; saturating at 71 minutes).
+    pub latency_us: u32,
+}
+
+impl Sample {
+    /// A sample of an answer `at` since the start that took `latency`.
+    fn new(at: Duration, latency: Duration) -> Sample {
+        let micros = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+        Sample {
+            at_us: micros(at),
+            latency_us: micros(latency),
+        }
+    }
+
+    /// When the answer was complete, since the load's start.
+    pub fn at(self) -> Duration {
+        Duration::from_micros(u64::from(self.at_us))
+    }
+
+    /// Its latency.
+    pub fn latency(self) -> Duration {
+        Duration::from_micros(u64::from(self.latency_us))
+    }
 }
 
 impl LoadReport {
@@ -70,6 +105,7 @@ impl LoadReport {
             errors: Vec::new(),
             failures: Vec::new(),
             answers: Vec::new(),
+            samples: Vec::new(),
         }
     }
 
@@ -158,6 +194,7 @@ impl LoadReport {
             .expect("auto-resizing histograms add up");
         self.failures.extend(report.failures);
         self.answers.extend(report.answers);
+        self.samples.extend(report.samples);
         errors.extend(e);
     }
 
@@ -166,6 +203,7 @@ impl LoadReport {
         self.elapsed = elapsed;
         self.failures.sort_by_key(|&(at, _)| at);
         self.answers.sort_by_key(|&(at, _)| at);
+        self.samples.sort_unstable_by_key(|s| s.at_us);
         errors.sort_by_key(|(at, _)| *at);
         self.errors = errors
             .into_iter()
@@ -233,6 +271,7 @@ impl Recorder {
         }
         if take(&caps.answers, MAX_TIMELINE) {
             r.answers.push((at, pid.unwrap_or(0)));
+            r.samples.push(Sample::new(at, latency));
         }
     }
 

@@ -143,6 +143,16 @@ fn counts_answers_on_keep_alive_connections() {
     assert_eq!(report.answers.len(), 200);
     assert!(report.answers.iter().all(|&(_, pid)| pid == 42));
     assert!(report.answers.is_sorted_by_key(|&(at, _)| at));
+    assert_eq!(report.samples.len(), 200);
+    assert!(report.samples.is_sorted_by_key(|s| s.at_us));
+    assert!(
+        report
+            .samples
+            .iter()
+            .all(|s| s.latency() > Duration::ZERO && s.latency() <= s.at()),
+        "{:?}",
+        report.samples
+    );
     assert_eq!(report.latency.len(), 200);
     assert!(report.p50() > Duration::ZERO);
     assert!(report.p50() <= report.p99() && report.p99() <= report.p999());

@@ -13,6 +13,7 @@ use nix::sys::signal::Signal;
 use super::Bench;
 use super::fleet::{self, Contender, Fleet, Pick};
 use super::instance::kill;
+use super::plot::timeline::{self, Panel, Series, Timeline};
 use super::table::{Cell, Goal, Table};
 
 /// Workers of every fleet.
@@ -56,12 +57,35 @@ impl Outcome {
 
 /// Runs the scenario for every fleet and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
-    let outcomes = fleet::each(bench, "chaos", WORKERS, &Contender::ALL, measure)?;
-    Ok(table(&outcomes))
+    let outcomes = fleet::each(bench, "chaos", WORKERS, &Contender::ALL, |fleet| {
+        measure(bench, fleet)
+    })?;
+    let mut t = table(&outcomes);
+    let plot = Timeline {
+        title: format!(
+            "chaos: latency per 100 ms, {WORKERS} workers of the Node hello app, a random one \
+             SIGKILLed every {EVERY:?}"
+        ),
+        event: "SIGKILL",
+        bucket: Duration::from_millis(100),
+        panels: Contender::ALL
+            .iter()
+            .zip(&outcomes)
+            .map(|(c, o)| Panel {
+                title: c.label().to_string(),
+                series: vec![Series::of("new-conn", &o.report)],
+                events: o.kills.clone(),
+            })
+            .collect(),
+    };
+    t.plot_with(bench.plot_path("chaos-latency"), |path| {
+        timeline::draw(path, &plot)
+    });
+    Ok(t)
 }
 
 /// Runs the load and the kills on `fleet`.
-fn measure(fleet: &Fleet) -> Result<Outcome> {
+fn measure(bench: &Bench, fleet: &Fleet) -> Result<Outcome> {
     let mut spec = LoadSpec::for_duration(
         fleet.addr(),
         Mode::NewConnection,
@@ -83,6 +107,9 @@ fn measure(fleet: &Fleet) -> Result<Outcome> {
             let victim = live[pick.next(live.len())];
             if kill(victim, Signal::SIGKILL).is_ok() {
                 kills.push(started.elapsed());
+                if kills.len() % 20 == 0 {
+                    bench.progress(format_args!("chaos: {} kills", kills.len()));
+                }
             }
         }
         next += EVERY;

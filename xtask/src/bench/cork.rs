@@ -79,11 +79,14 @@ pub fn run(bench: &Bench) -> Result<Table> {
         ),
         &["ck, this machine", "the article"],
     );
-    for setup in &SETUPS {
-        eprintln!(
-            "bench: cork: {} worker(s), {} ...",
-            setup.workers, setup.option
-        );
+    for (n, setup) in SETUPS.iter().enumerate() {
+        bench.progress(format_args!(
+            "cork: {} worker(s), {} ({}/{})",
+            setup.workers,
+            setup.option,
+            n + 1,
+            SETUPS.len()
+        ));
         let args = ["--", "env", setup.env, server.as_str()];
         let mut inst = Instance::start(
             &bench.bin,

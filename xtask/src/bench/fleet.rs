@@ -169,7 +169,7 @@ pub fn each<T>(
     let pm2 = super::peers::ensure_pm2()?;
     let mut outcomes = Vec::new();
     for contender in contenders.iter().copied() {
-        eprintln!("bench: {what}: {} ...", contender.label());
+        bench.progress(format_args!("{what}: {} ...", contender.label()));
         let fleet = Fleet::start(bench, contender, what, workers, &pm2)?;
         outcomes.push(measure(&fleet)?);
         fleet.stop(bench)?;

@@ -40,8 +40,12 @@ struct Sample {
 /// Runs the scenario for ck and the baseline and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
     let mut samples: [Vec<Sample>; 2] = [Vec::new(), Vec::new()];
-    for _ in 0..RUNS {
+    for run in 1..=RUNS {
         for (i, variant) in Variant::BOTH.into_iter().enumerate() {
+            bench.progress(format_args!(
+                "footprint: {} run {run}/{RUNS}",
+                variant.label()
+            ));
             samples[i].push(measure(bench, variant)?);
         }
     }

@@ -182,6 +182,11 @@ impl Instance {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
     }
 
+    /// Its `--name` (its pins are under `/sys/fs/bpf/ck/<name>/`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The supervisor's pid.
     pub fn pid(&self) -> u32 {
         self.child.id()

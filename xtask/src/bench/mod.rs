@@ -1,12 +1,15 @@
 //! `cargo xtask bench <scenario>`: measures ck (with its BPF program) against the plain
 //! `SO_REUSEPORT` baseline (`ck run --no-bpf`) with the built-in demo worker, driving load with
-//! the in-repo load client (`ck_tests::load`), and prints one table per scenario.
+//! the in-repo load client (`ck_tests::load`), and prints one table per scenario, with the
+//! paths of its SVG plots (written under `target/bench/`, and copied to `--save DIR`).
 //!
 //! Every instance gets its own `--name` and port on 127.0.0.1, its log goes to a file under
 //! one directory per invocation, and it is stopped (killed, if need be) before the next one
-//! starts. Each scenario is bounded in time; `all` takes about five minutes (`stall` alone
-//! about three).
+//! starts. Each scenario is bounded in time; `all` takes about 16 minutes. Long steps print a
+//! progress line on stderr ([`Bench::progress`]).
 
+mod bpf_cost;
+mod bpf_stats;
 mod chaos;
 mod cork;
 mod fleet;
@@ -14,6 +17,7 @@ mod footprint;
 mod instance;
 mod overhead;
 mod peers;
+mod plot;
 mod recovery;
 mod recovery_node;
 mod reload;
@@ -21,11 +25,14 @@ mod spread;
 mod stall;
 mod table;
 
+use std::fmt::Display;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result};
+
+use table::Table;
 
 /// What to measure.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,8 +43,12 @@ pub enum Scenario {
     Recovery,
     /// `ck reload` under load: p99 latency and failed requests, steady vs during the reload.
     Reload,
-    /// Keep-alive requests/s and new connections/s, ck vs baseline, alternating runs.
+    /// Keep-alive requests/s and new connections/s, ck vs baseline, alternating runs; first the
+    /// BPF program's cost per selection (the `bpf-cost` table).
     Overhead,
+    /// Only the BPF program's cost per selection, from the kernel's own accounting, per policy
+    /// and worker count (part of `overhead`).
+    BpfCost,
     /// Supervisor RSS, start to first answer, idle shutdown time.
     Footprint,
     /// Share of new connections per worker (3 workers), per policy.
@@ -71,16 +82,34 @@ impl Scenario {
     }
 }
 
-/// What every scenario needs: the ck binary and where instance logs go.
+/// What every scenario needs: the ck binary, where instance logs and plots go, the clock of
+/// the progress lines.
 #[derive(Debug, Clone)]
 pub struct Bench {
     /// The release `ck` binary.
     pub bin: PathBuf,
     /// Directory of this invocation's ck logs.
     pub log_dir: PathBuf,
+    /// Another ck binary whose BPF program `bpf-cost` measures beside `bin`'s (`--against`).
+    pub against: Option<PathBuf>,
+    /// Directory the plots are written to.
+    results: PathBuf,
+    /// When the invocation started.
+    started: Instant,
 }
 
 impl Bench {
+    /// Where the plot `name` (e.g. `reload-latency`) goes: `<results>/<name>.svg`.
+    pub fn plot_path(&self, name: &str) -> PathBuf {
+        self.results.join(format!("{name}.svg"))
+    }
+
+    /// Prints one progress line on stderr: the time since the invocation started and `what`
+    /// (scenario, contender, run n of m), so that a long bench shows it is alive.
+    pub fn progress(&self, what: impl Display) {
+        eprintln!("{}", progress_line(self.started.elapsed(), what));
+    }
+
     /// Prints the complaints (WARN/ERROR lines) in an instance's log, if any.
     fn report_log(&self, inst: &instance::Instance) {
         let complaints = inst.complaints();
@@ -98,47 +127,91 @@ impl Bench {
     }
 }
 
-/// Runs `scenario` with the ck binary `bin` and prints the machine, then each table.
-pub fn run(scenario: Scenario, bin: &Path) -> Result<()> {
+/// Where `cargo xtask bench` puts its output, and what else it compares.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Directory of this run's plots (`target/bench`).
+    pub results: PathBuf,
+    /// A directory to copy the plots to as well (`--save`), e.g. `docs/bench`.
+    pub save: Option<PathBuf>,
+    /// Another ck binary for `bpf-cost` to measure side by side (`--against`).
+    pub against: Option<PathBuf>,
+}
+
+/// Runs `scenario` with the ck binary `bin` and prints the machine, then each table with the
+/// paths of its plots.
+pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
+    let started = Instant::now();
     let stamp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_secs();
     let log_dir = std::env::temp_dir().join(format!("ck-bench-{stamp}"));
-    fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
+    for dir in [Some(&log_dir), Some(&output.results), output.save.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let bench = Bench {
         bin: bin.to_path_buf(),
         log_dir,
+        against: output.against.clone(),
+        results: output.results.clone(),
+        started,
     };
 
     println!("{}", machine());
     println!("ck: {}", bench.bin.display());
-    println!("ck logs: {}\n", bench.log_dir.display());
+    println!("ck logs: {}", bench.log_dir.display());
+    println!("plots: {}\n", bench.results.display());
     for one in scenario.expand() {
-        eprintln!("bench: running {one:?} ...");
+        bench.progress(format_args!("{one:?} ..."));
         let load_before = load_average();
-        if one == Scenario::Recovery {
-            println!("{}", recovery::run(&bench)?.render());
-        }
-        let mut table = match one {
-            Scenario::Recovery => recovery_node::run(&bench)?,
-            Scenario::Reload => reload::run(&bench)?,
-            Scenario::Overhead => overhead::run(&bench)?,
-            Scenario::Footprint => footprint::run(&bench)?,
-            Scenario::Spread => spread::run(&bench)?,
-            Scenario::Stall => stall::run(&bench)?,
-            Scenario::Chaos => chaos::run(&bench)?,
-            Scenario::Cork => cork::run(&bench)?,
+        let mut tables = match one {
+            Scenario::Recovery => vec![recovery::run(&bench)?, recovery_node::run(&bench)?],
+            Scenario::Reload => vec![reload::run(&bench)?],
+            Scenario::Overhead => vec![bpf_cost::run(&bench)?, overhead::run(&bench)?],
+            Scenario::BpfCost => vec![bpf_cost::run(&bench)?],
+            Scenario::Footprint => vec![footprint::run(&bench)?],
+            Scenario::Spread => vec![spread::run(&bench)?],
+            Scenario::Stall => vec![stall::run(&bench)?],
+            Scenario::Chaos => vec![chaos::run(&bench)?],
+            Scenario::Cork => vec![cork::run(&bench)?],
             Scenario::All => unreachable!("expand() never yields All"),
         };
-        table.note(format!(
-            "1-min load average before -> after: {load_before} -> {} (other processes on the \
-             machine compete for its CPUs)",
-            load_average()
-        ));
-        println!("{}", table.render());
+        if let Some(last) = tables.last_mut() {
+            last.note(format!(
+                "1-min load average before -> after: {load_before} -> {} (other processes on \
+                 the machine compete for its CPUs)",
+                load_average()
+            ));
+        }
+        for table in &tables {
+            println!("{}", table.render());
+            if let Some(save) = &output.save {
+                save_plots(table, save)?;
+            }
+        }
+    }
+    bench.progress("done");
+    Ok(())
+}
+
+/// Copies the plots of `table` into `dir`.
+fn save_plots(table: &Table, dir: &Path) -> Result<()> {
+    for plot in table.plots() {
+        let to = dir.join(plot.file_name().unwrap_or_default());
+        fs::copy(plot, &to)
+            .with_context(|| format!("copying {} to {}", plot.display(), to.display()))?;
+        eprintln!("bench: saved {}", to.display());
     }
     Ok(())
+}
+
+/// `bench [  12.3 s] what`.
+fn progress_line(elapsed: Duration, what: impl Display) -> String {
+    format!("bench [{:>7.1} s] {what}", elapsed.as_secs_f64())
 }
 
 /// The 1-minute load average, from `/proc/loadavg`.
@@ -173,7 +246,16 @@ mod tests {
     #[test]
     fn all_expands_to_every_scenario() {
         assert_eq!(Scenario::All.expand().len(), 8);
+        assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
+    }
+
+    #[test]
+    fn progress_lines_show_the_elapsed_time() {
+        assert_eq!(
+            progress_line(Duration::from_millis(12_345), "overhead: ck run 2/5"),
+            "bench [   12.3 s] overhead: ck run 2/5"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use ck_tests::load::{self, LoadReport, LoadSpec, Mode};
 
 use super::Bench;
 use super::instance::{Instance, Variant};
+use super::plot::bars::{self, Bars, Group};
 use super::table::{Cell, Goal, Table, median, median_duration};
 
 /// Workers of each instance.
@@ -91,15 +92,21 @@ pub fn run(bench: &Bench) -> Result<Table> {
     );
     let labels = ["ck", "baseline", "ck --adopt"];
     let mut failed = [0u64; 3];
+    let mut groups = Vec::new();
     for spec in &LOADS {
         let mut runs: [Vec<LoadReport>; 3] = [Vec::new(), Vec::new(), Vec::new()];
-        for _ in 0..RUNS {
+        for run in 1..=RUNS {
             for (i, inst) in [&ck, &base, &adopt].into_iter().enumerate() {
                 let mut load =
                     LoadSpec::for_duration(inst.addr(), spec.mode, spec.connections, DURATION);
                 load.timeout = REQUEST_TIMEOUT;
                 let report = load::run(load);
-                eprintln!("bench: {} {} {}", spec.name, labels[i], report.summary());
+                bench.progress(format_args!(
+                    "overhead: {} {} run {run}/{RUNS}: {}",
+                    spec.name,
+                    labels[i],
+                    report.summary()
+                ));
                 failed[i] += report.failed();
                 runs[i].push(report);
                 thread::sleep(PAUSE);
@@ -109,6 +116,11 @@ pub fn run(bench: &Bench) -> Result<Table> {
         let p99s =
             |r: &[LoadReport]| median_duration(&r.iter().map(|r| r.p99()).collect::<Vec<_>>());
         let medians = runs.each_ref().map(|r| median(&rates(r)));
+        groups.push(Group {
+            label: format!("{} ({})", spec.name, spec.unit),
+            values: medians.to_vec(),
+            runs: runs.iter().map(|r| rates(r)).collect(),
+        });
         t.row_of(
             &format!(
                 "{} {}, {} connections",
@@ -179,6 +191,19 @@ pub fn run(bench: &Bench) -> Result<Table> {
         "the load client runs in this process (2 threads) on the same CPUs as the workers: \
          these are rates of the whole machine, client included, not of ck alone",
     );
+    let plot = Bars {
+        title: format!(
+            "overhead: throughput, {WORKERS} workers, median of {RUNS} runs (dots: each run)"
+        ),
+        y_desc: "answered requests (keep-alive) or connections per second".into(),
+        keys: labels.iter().map(|l| l.to_string()).collect(),
+        groups,
+        lines: Vec::new(),
+        decimals: 0,
+    };
+    t.plot_with(bench.plot_path("overhead-throughput"), |path| {
+        bars::draw(path, &plot)
+    });
     for inst in [&ck, &base, &adopt] {
         bench.report_log(inst);
     }

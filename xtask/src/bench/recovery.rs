@@ -12,6 +12,7 @@ use nix::sys::signal::Signal;
 
 use super::Bench;
 use super::instance::{Instance, Variant, kill};
+use super::plot::timeline::{self, Panel, Series, Timeline};
 use super::table::{Cell, Goal, Table};
 
 /// Workers of the instance.
@@ -40,6 +41,8 @@ struct Outcome {
     recovered: Option<Duration>,
     /// Kill → the last of the new workers answered its first request.
     answering: Option<Duration>,
+    /// When the workers were killed, since the load's start.
+    killed_at: Duration,
 }
 
 /// Runs the scenario for ck and the baseline and returns the table.
@@ -92,6 +95,24 @@ pub fn run(bench: &Bench) -> Result<Table> {
     for (variant, o) in [("ck", &ck), ("baseline", &base)] {
         t.failure_notes(variant, &o.report, 3);
     }
+    let plot = Timeline {
+        title: format!(
+            "recovery: latency per 100 ms, {WORKERS} workers, SIGKILL {KILLED} at {KILL_AT:?}"
+        ),
+        event: "SIGKILL",
+        bucket: Duration::from_millis(100),
+        panels: [("ck", &ck), ("baseline (--no-bpf)", &base)]
+            .into_iter()
+            .map(|(title, o)| Panel {
+                title: title.to_string(),
+                series: vec![Series::of("new-conn", &o.report)],
+                events: vec![o.killed_at],
+            })
+            .collect(),
+    };
+    t.plot_with(bench.plot_path("recovery-latency"), |path| {
+        timeline::draw(path, &plot)
+    });
     Ok(t)
 }
 
@@ -107,6 +128,10 @@ fn measure(bench: &Bench, variant: Variant) -> Result<Outcome> {
     )?;
     inst.wait_ready(WORKERS as usize)?;
 
+    bench.progress(format_args!(
+        "recovery: {}: load for {DURATION:?}, SIGKILL at {KILL_AT:?}",
+        variant.label()
+    ));
     let mut spec = LoadSpec::for_duration(inst.addr(), Mode::NewConnection, CONNECTIONS, DURATION);
     spec.rate = Some(RATE);
     spec.timeout = REQUEST_TIMEOUT;
@@ -166,6 +191,7 @@ fn measure(bench: &Bench, variant: Variant) -> Result<Outcome> {
         report,
         recovered,
         answering,
+        killed_at: kill_offset,
     })
 }
 

@@ -15,6 +15,7 @@ use nix::sys::signal::Signal;
 use super::Bench;
 use super::fleet::{self, Contender, Fleet, Pick};
 use super::instance::kill;
+use super::plot::timeline::{self, Panel, Series, Timeline};
 use super::table::{Cell, Goal, Table, median_duration};
 
 /// Workers of every fleet.
@@ -38,6 +39,8 @@ struct Outcome {
     report: LoadReport,
     /// Per round: kill -> every worker served again (None: not within the round).
     restored: Vec<Option<Duration>>,
+    /// When each round's kill happened, since the load's start.
+    kills: Vec<Duration>,
 }
 
 /// Runs the rounds for every contender and returns the table.
@@ -109,6 +112,26 @@ pub fn run(bench: &Bench) -> Result<Table> {
         "every worker answering = answers from 3 distinct pids, none of them a victim, after the \
          kill (the clients see it, whatever the supervisor reports)",
     );
+    let plot = Timeline {
+        title: format!(
+            "recovery, Node hello app: latency per 100 ms, {WORKERS} workers, SIGKILL {KILLED} \
+             at once in each of {ROUNDS} rounds"
+        ),
+        event: "SIGKILL",
+        bucket: Duration::from_millis(100),
+        panels: contenders
+            .iter()
+            .zip(&outcomes)
+            .map(|(c, o)| Panel {
+                title: c.label().to_string(),
+                series: vec![Series::of("new-conn", &o.report)],
+                events: o.kills.clone(),
+            })
+            .collect(),
+    };
+    t.plot_with(bench.plot_path("recovery-node-latency"), |path| {
+        timeline::draw(path, &plot)
+    });
     Ok(t)
 }
 
@@ -158,5 +181,10 @@ fn measure(fleet: &Fleet) -> Result<Outcome> {
                 })
         })
         .collect();
-    Ok(Outcome { report, restored })
+    let kills = kills.into_iter().map(|(at, _)| at).collect();
+    Ok(Outcome {
+        report,
+        restored,
+        kills,
+    })
 }

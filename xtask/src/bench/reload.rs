@@ -14,6 +14,7 @@ use ck_tests::load::{self, LoadHandle, LoadReport, LoadSpec, Mode};
 
 use super::Bench;
 use super::instance::{Instance, Variant};
+use super::plot::timeline::{self, Panel, Series, Timeline};
 use super::table::{Cell, Goal, Table};
 
 /// Workers of the instance.
@@ -66,6 +67,8 @@ struct Outcome {
     reload: Window,
     /// How long the `ck reload`s ran, one after the other.
     took: Duration,
+    /// When each `ck reload` started, since the reload window's loads started.
+    reloads: Vec<Duration>,
     /// Reloads that failed.
     failed_reloads: usize,
 }
@@ -148,6 +151,27 @@ pub fn run(bench: &Bench) -> Result<Table> {
             t.failure_notes(variant, r, 3);
         }
     }
+    let plot = Timeline {
+        title: format!(
+            "reload: latency per 100 ms during {RELOADS} `ck reload`s in a row, {WORKERS} workers"
+        ),
+        event: "ck reload",
+        bucket: Duration::from_millis(100),
+        panels: [("ck", &ck), ("baseline (--no-bpf)", &base)]
+            .into_iter()
+            .map(|(title, o)| Panel {
+                title: title.to_string(),
+                series: modes
+                    .iter()
+                    .map(|(mode, pick)| Series::of(*mode, pick(&o.reload)))
+                    .collect(),
+                events: o.reloads.clone(),
+            })
+            .collect(),
+    };
+    t.plot_with(bench.plot_path("reload-latency"), |path| {
+        timeline::draw(path, &plot)
+    });
     Ok(t)
 }
 
@@ -156,19 +180,31 @@ fn measure(bench: &Bench, variant: Variant) -> Result<Outcome> {
     let mut inst = Instance::start(&bench.bin, &bench.log_dir, "reload", variant, WORKERS, &[])?;
     inst.wait_ready(WORKERS as usize)?;
 
+    bench.progress(format_args!(
+        "reload: {}: steady window ({STEADY:?})",
+        variant.label()
+    ));
     let steady = Window::join(start_loads(&inst, STEADY));
 
+    // The loads' clocks start within microseconds of this.
+    let loads_started = Instant::now();
     let loads = start_loads(&inst, CAP);
     thread::sleep(LEAD);
     let started = Instant::now();
     let mut failed_reloads = 0;
+    let mut reloads = Vec::with_capacity(RELOADS);
     for i in 0..RELOADS {
+        reloads.push(loads_started.elapsed());
         if let Err(e) = inst.ctl(&["reload"]) {
             failed_reloads += 1;
             eprintln!("bench: {}: reload {} failed: {e:#}", variant.label(), i + 1);
         }
-        if (i + 1) % 20 == 0 {
-            eprintln!("bench: {}: {} reloads done", variant.label(), i + 1);
+        if (i + 1) % 10 == 0 {
+            bench.progress(format_args!(
+                "reload: {}: {}/{RELOADS} reloads done",
+                variant.label(),
+                i + 1
+            ));
         }
     }
     let took = started.elapsed();
@@ -183,6 +219,7 @@ fn measure(bench: &Bench, variant: Variant) -> Result<Outcome> {
         steady,
         reload,
         took,
+        reloads,
         failed_reloads,
     })
 }

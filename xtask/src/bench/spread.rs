@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::Bench;
 use super::instance::{Instance, Variant};
+use super::plot::bars::{self, Bars, Group};
 use super::table::{Cell, Goal, Table};
 
 /// Workers of each instance.
@@ -101,12 +102,12 @@ pub fn run(bench: &Bench) -> Result<Table> {
                     ));
                 }
             }
-            eprintln!(
-                "bench: spread {} round {}: {}",
+            bench.progress(format_args!(
+                "spread: {} round {}/{ROUNDS}: {}",
                 m.label,
                 round + 1,
                 counts(&slots)
-            );
+            ));
             m.rounds.push(slots);
             thread::sleep(PAUSE);
         }
@@ -149,11 +150,50 @@ pub fn run(bench: &Bench) -> Result<Table> {
         "round-robin and least-queue use a per-CPU cursor: connections opened from different \
          CPUs each advance their own CPU's cursor",
     );
+    let plot = share_plot(all.iter().chain([&base]));
+    t.plot_with(bench.plot_path("spread-shares"), |path| {
+        bars::draw(path, &plot)
+    });
     for m in all.into_iter().chain([base]) {
         bench.report_log(&m.inst);
         m.inst.stop()?;
     }
     Ok(t)
+}
+
+/// Each slot's share of the connections, one group of bars per instance and round.
+fn share_plot<'a>(measured: impl Iterator<Item = &'a Measured>) -> Bars {
+    let groups = measured
+        .flat_map(|m| {
+            m.rounds.iter().enumerate().map(|(r, slots)| {
+                let total: u64 = slots.values().sum();
+                Group {
+                    label: format!("{} {}", m.label, r + 1),
+                    values: (0..WORKERS)
+                        .map(|s| {
+                            let n = slots.get(&s.to_string()).copied().unwrap_or(0);
+                            100.0 * n as f64 / total.max(1) as f64
+                        })
+                        .collect(),
+                    runs: Vec::new(),
+                }
+            })
+        })
+        .collect();
+    Bars {
+        title: format!(
+            "spread: share of {CONNECTIONS} connections opened at once per worker, each policy \
+             and round"
+        ),
+        y_desc: "% of the connections".into(),
+        keys: (0..WORKERS).map(|s| format!("slot {s}")).collect(),
+        groups,
+        lines: vec![
+            (100.0 / f64::from(WORKERS), "even share".into()),
+            (GOAL_SHARE, format!("goal: largest <= {GOAL_SHARE} %")),
+        ],
+        decimals: 0,
+    }
 }
 
 impl Measured {

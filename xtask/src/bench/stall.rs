@@ -212,8 +212,9 @@ fn measure(bench: &Bench, app: &Path, setup: &Setup) -> Result<Outcome> {
     let mut spec = LoadSpec::for_duration(inst.addr(), Mode::NewConnection, CONNECTIONS, DURATION);
     spec.rate = Some(RATE);
     spec.timeout = REQUEST_TIMEOUT;
+    bench.progress(format_args!("stall: {} for {DURATION:?} ...", setup.label));
     let report = load::run(spec);
-    eprintln!("bench: stall {}: {}", setup.label, report.summary());
+    bench.progress(format_args!("stall: {}: {}", setup.label, report.summary()));
 
     let marked = inst
         .complaints()

@@ -3,6 +3,7 @@
 //! and the goal (with whether ck meets it), rendered as aligned text.
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ck_tests::load::LoadReport;
@@ -130,10 +131,12 @@ struct Row {
 pub struct Table {
     title: String,
     columns: Vec<String>,
-    /// The column the first is divided by in the ratio column.
-    ratio_against: usize,
+    /// The columns divided in the ratio column: numerator, denominator.
+    ratio_of: (usize, usize),
     rows: Vec<Row>,
     notes: Vec<String>,
+    /// SVG plots of the same results.
+    plots: Vec<PathBuf>,
 }
 
 impl Table {
@@ -148,9 +151,10 @@ impl Table {
         Table {
             title: title.to_string(),
             columns: columns.iter().map(|c| c.to_string()).collect(),
-            ratio_against: 1,
+            ratio_of: (0, 1),
             rows: Vec::new(),
             notes: Vec::new(),
+            plots: Vec::new(),
         }
     }
 
@@ -162,18 +166,25 @@ impl Table {
     /// Makes the ratio column the first column over column `index` (0-based), for rows added
     /// from now on, and says so in a note.
     pub fn ratio_against(&mut self, index: usize) {
-        self.ratio_against = index;
-        if let (Some(first), Some(other)) = (self.columns.first(), self.columns.get(index)) {
-            self.notes.push(format!("ratio = {first} / {other}"));
+        self.ratio_between(0, index);
+    }
+
+    /// Makes the ratio column column `over` divided by column `under` (0-based), for rows
+    /// added from now on, and says so in a note.
+    pub fn ratio_between(&mut self, over: usize, under: usize) {
+        self.ratio_of = (over, under);
+        if let (Some(a), Some(b)) = (self.columns.get(over), self.columns.get(under)) {
+            self.notes.push(format!("ratio = {a} / {b}"));
         }
     }
 
     /// Adds a row with one cell per column; the goal applies to the first, the ratio is the
-    /// first over the second (or the column set with [`Table::ratio_against`]).
+    /// first over the second (or the columns set with [`Table::ratio_between`]).
     pub fn row_of(&mut self, metric: &str, cells: Vec<Cell>, goal: Goal) {
+        let (over, under) = self.ratio_of;
         let ratio = match (
-            cells.first().and_then(|c| c.num),
-            cells.get(self.ratio_against).and_then(|c| c.num),
+            cells.get(over).and_then(|c| c.num),
+            cells.get(under).and_then(|c| c.num),
         ) {
             (Some(a), Some(b)) if b != 0.0 => Some(a / b),
             _ => None,
@@ -190,6 +201,20 @@ impl Table {
     /// Adds a line printed under the table.
     pub fn note(&mut self, note: impl Into<String>) {
         self.notes.push(note.into());
+    }
+
+    /// The plots listed under the table.
+    pub fn plots(&self) -> &[PathBuf] {
+        &self.plots
+    }
+
+    /// Draws a plot with `draw` into `path` and lists it under the table; a plot that cannot be
+    /// drawn is reported on stderr and left out (the table matters more).
+    pub fn plot_with(&mut self, path: PathBuf, draw: impl FnOnce(&Path) -> anyhow::Result<()>) {
+        match draw(&path) {
+            Ok(()) => self.plots.push(path),
+            Err(e) => eprintln!("bench: no plot {}: {e:#}", path.display()),
+        }
     }
 
     /// Adds a note for each of the first `max` failed requests of `report`, named by `label`.
@@ -236,6 +261,9 @@ impl Table {
         }
         for note in &self.notes {
             let _ = writeln!(out, "  {note}");
+        }
+        for plot in &self.plots {
+            let _ = writeln!(out, "  plot: {}", plot.display());
         }
         out
     }
@@ -296,6 +324,20 @@ mod tests {
             text.contains("n      | 2 | 4 | 8 |  0.50 | <= 3: met"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn ratio_of_other_columns() {
+        let mut t = Table::with_columns("t", &["2", "16", "64"]);
+        t.ratio_between(2, 0);
+        t.row_of(
+            "ns",
+            vec![Cell::count(200), Cell::count(250), Cell::count(300)],
+            Goal::None,
+        );
+        let text = t.render();
+        assert!(text.contains("| 300 |  1.50 |"), "{text}");
+        assert!(text.contains("ratio = 64 / 2"), "{text}");
     }
 
     #[test]
