@@ -48,7 +48,16 @@ fn gunicorn_runs_under_ck_with_socket_activation_and_ready() {
     let (ck, port, status) = start_ready(
         "gunicorn",
         2,
-        &["--policy", "round-robin", "--", app.to_str().unwrap()],
+        // gunicorn sends READY=1; waiting for it (not auto's 1 s of silence, which a loaded
+        // machine can outlast) makes "ready" mean gunicorn said so.
+        &[
+            "--policy",
+            "round-robin",
+            "--ready",
+            "notify",
+            "--",
+            app.to_str().unwrap(),
+        ],
     );
     assert!(
         ck.log().contains("reason=\"READY=1\""),
