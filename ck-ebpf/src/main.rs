@@ -15,7 +15,7 @@ use aya_ebpf::{
         sk_action::{SK_DROP, SK_PASS},
     },
     btf_maps::{Array, PerCpuArray, ReusePortSockArray},
-    helpers::{bpf_get_prandom_u32, bpf_skb_load_bytes_relative},
+    helpers::bpf_skb_load_bytes_relative,
     macros::{btf_map, sk_reuseport},
     programs::SkReuseportContext,
 };
@@ -90,10 +90,12 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     }
     // `len` is deliberately not clamped to MAX_SLOTS here: the compiler would then prove
     // `pos < SLOTS` and drop the bounds checks below, which the verifier needs to see.
+    // No division on this path (a `%` is a 64-bit divide, tens of cycles on x86): positions
+    // come from a cursor kept below `len`, a multiply-shift of the hash, and one subtraction.
     let first = match config.policy {
-        policy::ROUND_ROBIN => next_cursor() % len,
-        policy::LEAST_QUEUE => least_queue(set, len),
-        _ => ctx.hash() % len,
+        policy::ROUND_ROBIN => next_cursor(len),
+        policy::LEAST_QUEUE => least_queue(ctx, set, len),
+        _ => scale(ctx.hash(), len),
     };
     let tries = if len < MAX_SELECT_TRIES {
         len
@@ -102,7 +104,12 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     };
     let mut i = 0;
     while i < tries {
-        let pos = ((first + i) % len) as usize;
+        // first < len and i < len: one subtraction wraps it.
+        let mut pos = first + i;
+        if pos >= len {
+            pos -= len;
+        }
+        let pos = pos as usize;
         if pos >= SLOTS {
             break;
         }
@@ -133,16 +140,19 @@ fn select(ctx: &SkReuseportContext) -> u32 {
 }
 
 /// Position (in `set.slots[..len]`) chosen by power of two choices on queue depth: the
-/// round-robin candidate, unless a random second candidate has a shorter queue.
+/// round-robin candidate, unless a second candidate picked by the connection's hash (as good as
+/// random across connections, and free: no helper call) has a shorter queue.
 #[inline(always)]
-fn least_queue(set: &ActiveSet, len: u32) -> u32 {
-    let first = next_cursor() % len;
+fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32) -> u32 {
+    let first = next_cursor(len);
     if len < 2 {
         return first;
     }
-    // SAFETY: helper call without arguments.
-    let random = unsafe { bpf_get_prandom_u32() } % (len - 1);
-    let second = (first + 1 + random) % len;
+    // first + 1 + [0, len - 1) < 2 * len: one subtraction wraps it, never onto `first`.
+    let mut second = first + 1 + scale(ctx.hash(), len - 1);
+    if second >= len {
+        second -= len;
+    }
     // Masks, not comparisons: each index register must be bounded on its own for the verifier
     // (the compiler merges `a >= N || b >= N` into one test on `a | b`). Both are < len <= SLOTS
     // for any set the supervisor writes, so the masks change nothing there.
@@ -152,6 +162,13 @@ fn least_queue(set: &ActiveSet, len: u32) -> u32 {
     } else {
         first
     }
+}
+
+/// `value` scaled onto `[0, n)` by a multiply and a shift (Lemire's "fast range"): uniform for a
+/// uniform 32-bit value, and no divide.
+#[inline(always)]
+fn scale(value: u32, n: u32) -> u32 {
+    ((u64::from(value) * u64::from(n)) >> 32) as u32
 }
 
 #[inline(always)]
@@ -220,14 +237,19 @@ fn load_net<const N: usize>(ctx: &SkReuseportContext, offset: u32, buf: &mut [u8
     }
 }
 
+/// This CPU's round-robin position in `[0, len)`, advanced by one. The cursor is kept below
+/// `len` (reset to 0 when the set shrank under it) instead of taken modulo `len`.
 #[inline(always)]
-fn next_cursor() -> u32 {
+fn next_cursor(len: u32) -> u32 {
     match CURSOR.get_ptr_mut(0) {
         Some(cursor) => {
             // SAFETY: per-CPU value of this CPU; a BPF program is not preempted on its CPU.
             unsafe {
-                let value = *cursor;
-                *cursor = value.wrapping_add(1);
+                let mut value = *cursor;
+                if value >= len {
+                    value = 0;
+                }
+                *cursor = value + 1;
                 value
             }
         }
