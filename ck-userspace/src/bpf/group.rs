@@ -32,7 +32,10 @@ fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
     move |source| BpfError::Load {
         what: what.to_string(),
         source,
-        advice: super::load_advice(&crate::capabilities::needed_for_bpf(false)),
+        advice: super::load_advice(
+            &crate::capabilities::needed_for_bpf(false),
+            "run with --no-bpf",
+        ),
     }
 }
 

@@ -67,12 +67,13 @@ mod tests {
 }
 
 /// What to do when loading fails: the capabilities of `needed` that ck lacks and how to grant
-/// them, else the requirements (the cause is elsewhere: the kernel, the verifier).
-pub fn load_advice(needed: &[crate::capabilities::Cap]) -> String {
+/// them, else the requirements (the cause is elsewhere: the kernel, the verifier); `otherwise`
+/// is the way out without them (`run with --no-bpf`).
+pub fn load_advice(needed: &[crate::capabilities::Cap], otherwise: &str) -> String {
     match crate::capabilities::lacking(needed) {
-        Some(lacking) => format!("{lacking}; or run with --no-bpf"),
+        Some(lacking) => format!("{lacking}; or {otherwise}"),
         None => format!(
-            "ck needs {} and Linux >= 5.14, or run with --no-bpf",
+            "ck needs {} and Linux >= 5.14, or {otherwise}",
             crate::capabilities::names(needed)
         ),
     }
