@@ -1,6 +1,6 @@
 //! `ck run --user USER[:GROUP]`: ck (root) opens the sockets, so workers running as `nobody`
-//! with no capability serve a port below 1024; a restarted worker is `nobody` too; the option
-//! works from a `--config` file; a user or group that does not exist, or a ck that cannot switch
+//! with no capability serve a port below 1024; a restarted worker is `nobody` too; `--adopt`
+//! adopts the sockets of `nobody`'s workers; the option works from a `--config` file; a user or group that does not exist, or a ck that cannot switch
 //! users, is refused at start with the fix, leaving nothing behind.
 
 use std::process::Output;
@@ -68,6 +68,39 @@ fn workers_run_as_nobody_on_a_low_port_with_no_capability() {
     ck.ctl_ok(&["stop"]);
     ck.wait_clean_exit();
     assert!(port_bindable(port), "port {port} left bound");
+}
+
+#[test]
+fn adopted_workers_run_as_nobody_and_are_adopted() {
+    // With --adopt the app binds the port itself, so a high port: nobody has no capability.
+    let port = free_port();
+    let (mut ck, status) = start_on(
+        "user-adopt",
+        port,
+        2,
+        &[
+            "--adopt",
+            "--user",
+            "nobody",
+            "--",
+            "sh",
+            "-c",
+            "exec python3 -m http.server $PORT",
+        ],
+    );
+    for slot in &status.slots {
+        assert!(slot.adopt_latency_us.is_some(), "not adopted: {status:#?}");
+        assert_nobody_without_capabilities(slot.pid.expect("a worker"));
+    }
+    let old = status.worker_pid(0);
+    ck_tests::sys::kill_hard(old);
+    let after = ck.wait_status("slot 0 adopted again", READY_TIMEOUT, |s| {
+        let slot = s.slot(0);
+        slot.pid.is_some_and(|p| p != old) && slot.state == "ready" && slot.restarts == 1
+    });
+    assert_nobody_without_capabilities(after.worker_pid(0));
+    ck.ctl_ok(&["stop"]);
+    ck.wait_clean_exit();
 }
 
 #[test]
