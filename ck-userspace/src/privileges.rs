@@ -5,7 +5,7 @@
 //!
 //! Names are resolved in ck before the fork (NSS lookups allocate); the child only makes
 //! system calls ([`switch_in_child`]).
-use std::io;
+use std::{io, os::unix::fs::MetadataExt as _, path::Path};
 
 use nix::unistd::{Gid, Group, Uid, User};
 
@@ -160,6 +160,61 @@ impl WorkerUser {
     }
 }
 
+impl WorkerUser {
+    /// Refuses, with the path at fault and the fix, when this user cannot execute `program`
+    /// (every directory above it searchable, the file executable, by mode bits), or, when
+    /// given, `trampoline`: ck's own binary, which the worker runs first through
+    /// `/proc/self/exe` (a link the kernel follows without searching its directories).
+    pub fn check_can_run(&self, program: &Path, trampoline: Option<&Path>) -> Result<(), String> {
+        let mut steps: Vec<(&Path, &str)> = program
+            .ancestors()
+            .skip(1)
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(|d| (d, "searchable"))
+            .collect();
+        steps.reverse();
+        steps.push((program, "executable"));
+        if let Some(ck) = trampoline {
+            steps.push((ck, "executable"));
+        }
+        for (path, what) in steps {
+            let Ok(meta) = std::fs::metadata(path) else {
+                continue;
+            };
+            if !self.may_execute(&meta) {
+                return Err(format!(
+                    "--user {}: {} (mode {:o}, owner uid {} gid {}) is not {what} by uid {}, so \
+                     the workers could not start {}: put it where that user can reach it, or \
+                     let the user in (chmod o+x, or a group it has)",
+                    self.spec,
+                    path.display(),
+                    meta.mode() & 0o7777,
+                    meta.uid(),
+                    meta.gid(),
+                    self.uid,
+                    program.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the mode bits of `meta` let this user (with no capability) execute or search it.
+    fn may_execute(&self, meta: &std::fs::Metadata) -> bool {
+        let mode = meta.mode();
+        let bits = if meta.uid() == self.uid.as_raw() {
+            mode >> 6
+        } else if meta.gid() == self.gid.as_raw()
+            || self.groups.iter().any(|g| g.as_raw() == meta.gid())
+        {
+            mode >> 3
+        } else {
+            mode
+        };
+        bits & 0o1 != 0
+    }
+}
+
 fn why(cap: Cap) -> &'static str {
     match cap.bit {
         b if b == capabilities::SETUID.bit => "CAP_SETUID to set the uid",
@@ -272,6 +327,40 @@ mod tests {
             parse_user("4000000"),
             Err(UserError::NoGroup(4000000))
         ));
+    }
+
+    #[test]
+    fn a_program_behind_a_private_directory_is_named() {
+        let dir = std::env::temp_dir().join(format!("ck-privileges-{}", std::process::id()));
+        let private = dir.join("private");
+        std::fs::create_dir_all(&private).unwrap();
+        let program = private.join("app");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        let set_mode = |p: &Path, mode| {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        set_mode(&dir, 0o755);
+        set_mode(&program, 0o755);
+        let nobody = WorkerUser {
+            spec: "nobody".into(),
+            uid: Uid::from_raw(65534),
+            gid: Gid::from_raw(65534),
+            groups: vec![Gid::from_raw(65534)],
+        };
+        set_mode(&private, 0o700);
+        let err = nobody.check_can_run(&program, None).unwrap_err();
+        assert!(
+            err.contains(&format!("{} (mode 700", private.display())),
+            "{err}"
+        );
+        assert!(err.contains("is not searchable by uid 65534"), "{err}");
+        set_mode(&private, 0o755);
+        assert_eq!(nobody.check_can_run(&program, None), Ok(()));
+        set_mode(&program, 0o750);
+        let err = nobody.check_can_run(&program, None).unwrap_err();
+        assert!(err.contains("is not executable by uid 65534"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -124,7 +124,17 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
             place_fds(&fds, supervisor)
         });
     }
-    let child = cmd.spawn()?;
+    let child = cmd.spawn().map_err(|e| match (spec.user, e.kind()) {
+        (Some(user), io::ErrorKind::PermissionDenied) => io::Error::new(
+            e.kind(),
+            format!(
+                "{e} (as --user {}: the app, and ck's own binary that starts it, must be \
+                 executable by that user, and their directories searchable)",
+                user.spec
+            ),
+        ),
+        _ => e,
+    })?;
     let pid = child
         .id()
         .ok_or_else(|| io::Error::other("worker exited before its pid was read"))?;

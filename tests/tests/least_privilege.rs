@@ -5,6 +5,7 @@
 //! it lacks and how to grant it. A non-root ck needs a run directory and a pin directory of its
 //! own (`CK_RUN_DIR`, `CK_PIN_DIR`), lent to `nobody` by the test.
 
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::time::Duration;
 
 use ck_tests::ck::{Ck, said};
@@ -70,6 +71,12 @@ fn core_scenario_as_nobody_with_only_cap_bpf_and_cap_perfmon() {
     assert!(me.uids.iter().all(|u| *u == who.uid), "{me:?}");
     assert_eq!(me.effective, cap_bit(BPF) | cap_bit(PERFMON), "{me:?}");
     assert_eq!(me.ambient, cap_bit(BPF) | cap_bit(PERFMON), "{me:?}");
+
+    // Its control socket: 0600, nobody's (root may still use it: the test's `ck status`).
+    let socket = dirs.run.path().join(format!("{name}.sock"));
+    let meta = std::fs::metadata(&socket).expect("the control socket");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{socket:?}");
+    assert_eq!(meta.uid(), who.uid, "{socket:?}");
 
     // Counted connections, spread exactly by round-robin.
     let addr = local(port);

@@ -1,7 +1,8 @@
 //! `ck run --user USER[:GROUP]`: ck (root) opens the sockets, so workers running as `nobody`
 //! with no capability serve a port below 1024; a restarted worker is `nobody` too; `--adopt`
-//! adopts the sockets of `nobody`'s workers; the option works from a `--config` file; a user or group that does not exist, or a ck that cannot switch
-//! users, is refused at start with the fix, leaving nothing behind.
+//! adopts the sockets of `nobody`'s workers; the option works from a `--config` file; a user or
+//! group that does not exist, an app that user cannot reach, or a ck that cannot switch users is
+//! refused at start with the fix, leaving nothing behind.
 
 use std::process::Output;
 use std::time::Duration;
@@ -45,6 +46,16 @@ fn workers_run_as_nobody_on_a_low_port_with_no_capability() {
     for pid in status.worker_pids() {
         assert_nobody_without_capabilities(pid);
     }
+    // Their notify messages still count: the demo worker's STATUS= reaches ck, none refused.
+    let status = ck.wait_status("STATUS=serving from both workers", READY_TIMEOUT, |s| {
+        s.slots
+            .iter()
+            .all(|slot| slot.status.as_deref() == Some("serving"))
+    });
+    assert!(
+        status.slots.iter().all(|s| s.notify_refused == 0),
+        "{status:#?}"
+    );
     // ck itself stays root.
     assert_eq!(creds(status.pid).expect("ck").uids[0], 0);
 
@@ -153,23 +164,45 @@ fn unknown_user_or_group_is_refused_with_the_fix() {
         port,
     );
     assert_refused(&run("nobody:"), &["USER:GROUP"], &name, port);
+
+    // An app the user cannot reach: named, with its directory, before anything starts.
+    let dir = TempDir::new("user-private");
+    let app = dir.write("app", "#!/bin/sh\nexec sleep 60\n", true);
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod 700");
+    let app = app.to_str().expect("UTF-8 path");
+    let out = ck_output(&[
+        "run", "--name", &name, "--port", &p, "--user", "nobody", "--", app,
+    ]);
+    let private = format!("{} (mode 700", dir.path().display());
+    assert_refused(&out, &[&private, "is not searchable by uid"], &name, port);
+}
+
+/// Runs `ck run --user nobody` as root with only `caps` in its bounding set, to completion.
+fn run_root_with(caps: &str, name: &str, port: u16) -> Output {
+    let p = port.to_string();
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args([
+        "--inh-caps=-all",
+        &format!("--bounding-set=-all,{caps}"),
+        "--",
+    ])
+    .arg(ck_bin())
+    .args(["run", "--name", name, "--port", &p, "--user", "nobody"])
+    .env("NO_COLOR", "1");
+    output_within(&mut cmd, Duration::from_secs(20)).expect("ck exits")
 }
 
 #[test]
 fn a_ck_that_cannot_switch_users_refuses_user() {
     let port = free_port();
     let name = instance_name("user-nocap", port);
-    let p = port.to_string();
-    // Root, but with only the capabilities BPF steering needs: no CAP_SETUID, CAP_SETGID or
-    // CAP_KILL.
-    let mut cmd = std::process::Command::new("setpriv");
-    cmd.args(["--inh-caps=-all", "--bounding-set=-all,+bpf,+perfmon", "--"])
-        .arg(ck_bin())
-        .args(["run", "--name", &name, "--port", &p, "--user", "nobody"])
-        .env("NO_COLOR", "1");
-    let out = output_within(&mut cmd, Duration::from_secs(20)).expect("ck exits");
+    // Root, but with only the capabilities BPF steering needs.
     assert_refused(
-        &out,
+        &run_root_with("+bpf,+perfmon", &name, port),
         &[
             "--user nobody: ck runs as uid 0 without CAP_SETUID, CAP_SETGID and CAP_KILL",
             "setcap cap_setuid,cap_setgid,cap_kill+ep",
@@ -178,4 +211,16 @@ fn a_ck_that_cannot_switch_users_refuses_user() {
         &name,
         port,
     );
+    // Each of the three alone is named.
+    let all = ["setuid", "setgid", "kill"];
+    for missing in all {
+        let caps: String = ["bpf", "perfmon"]
+            .iter()
+            .chain(all.iter().filter(|c| **c != missing))
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let want = format!("without CAP_{}, so", missing.to_uppercase());
+        assert_refused(&run_root_with(&caps, &name, port), &[&want], &name, port);
+    }
 }

@@ -221,6 +221,12 @@ impl RunArgs {
                 args: vec!["demo-worker".to_string()],
             },
         };
+        if let Some(user) = &self.user {
+            // Without --adopt the worker first runs ck's own `exec-worker`.
+            let ck = (!self.adopt).then(std::env::current_exe).transpose()?;
+            user.check_can_run(&app.program, ck.as_deref())
+                .map_err(anyhow::Error::msg)?;
+        }
         Ok(RunConfig {
             name,
             listen,
