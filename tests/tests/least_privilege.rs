@@ -2,8 +2,9 @@
 //! `CAP_BPF` and `CAP_PERFMON` as its inheritable, ambient and bounding sets: the core scenario
 //! works (steering on, counted connections, a drained slot gets none, a SIGKILLed worker is
 //! restarted, `ck stop`), and without either capability ck refuses to start and says which one
-//! it lacks and how to grant it. A non-root ck needs a run directory and a pin directory of its
-//! own (`CK_RUN_DIR`, `CK_PIN_DIR`), lent to `nobody` by the test.
+//! it lacks and how to grant it; with `--user` of its own user, its workers hold none of its
+//! capabilities. A non-root ck needs a run directory and a pin directory of its own
+//! (`CK_RUN_DIR`, `CK_PIN_DIR`), lent to `nobody` by the test.
 
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::time::Duration;
@@ -105,6 +106,8 @@ fn core_scenario_as_nobody_with_only_cap_bpf_and_cap_perfmon() {
     let new = after.worker_pid(0);
     let worker = creds(new).expect("the new worker's /proc status");
     assert!(worker.uids.iter().all(|u| *u == who.uid), "{worker:?}");
+    // Without --user, a worker inherits ck's ambient capabilities (see the next test).
+    assert_eq!(worker.effective, me.effective, "{worker:?}");
     let again = burst_pinned(addr, 20);
     assert_eq!(again.pid(new), 10, "the new worker serves: {again:?}");
 
@@ -122,6 +125,28 @@ fn core_scenario_as_nobody_with_only_cap_bpf_and_cap_perfmon() {
         dirs.run.entries()
     );
     assert!(instance_processes(&name).is_empty(), "workers left");
+}
+
+#[test]
+fn a_non_root_ck_runs_workers_without_its_capabilities_with_user_of_its_own() {
+    let port = free_port();
+    let name = instance_name("lp-user", port);
+    let dirs = Dirs::new(&name);
+    let (port_text, base) = (port.to_string(), probe_base_for(port).to_string());
+    let mut cmd = as_nobody(&["bpf", "perfmon"], &ck_bin());
+    cmd.args(["run", "--name", &name, "--port", &port_text])
+        .args(["--probe-port-base", &base, "-w", "1", "--user", "nobody"])
+        .envs(dirs.env());
+    let mut ck = Ck::spawn(&name, cmd).with_ctl_env(&dirs.env());
+    let status = ck.wait_ready(1, READY_TIMEOUT);
+    // No CAP_SETUID needed: the user is ck's own; only the capabilities are dropped.
+    let worker = creds(status.worker_pid(0)).expect("the worker's /proc status");
+    assert!(worker.uids.iter().all(|u| *u == nobody().uid), "{worker:?}");
+    assert!(worker.no_capability(), "{worker:?}");
+    let served = burst_pinned(local(port), 5);
+    assert_eq!(served.ok, 5, "{served:?}");
+    ck.ctl_ok(&["stop"]);
+    ck.wait_clean_exit();
 }
 
 /// Runs ck as nobody with `caps` to completion and returns what it said (it must fail).
