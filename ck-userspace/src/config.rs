@@ -213,6 +213,8 @@ pub struct RunConfig {
     pub log_format: LogFormat,
     /// The worker command.
     pub app: AppSpec,
+    /// `--user`: the user workers run as (with no capability), when not ck's own.
+    pub user: Option<crate::privileges::WorkerUser>,
 }
 
 /// Checks an instance name: it becomes a file name under `/run/ck` and a bpffs directory.

@@ -72,6 +72,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         metrics,
         log_format,
         app,
+        user,
     } = &mut next;
     diff.live("workers", &old.workers, workers, u32::to_string);
     diff.live("app", &old.app, app, show_app);
@@ -145,6 +146,13 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         worker_memory_max,
         "the workers' cgroups are set up at start",
         show_bytes,
+    );
+    diff.fixed(
+        "user",
+        &old.user,
+        user,
+        "ck checks at start that it can run workers as that user",
+        |u| u.as_ref().map_or("ck's own".into(), |u| u.spec.clone()),
     );
     diff.fixed(
         "log-format",

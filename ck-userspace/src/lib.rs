@@ -4,6 +4,7 @@
 //! See `ARCHITECTURE.md` at the repository root for the map of these modules.
 pub mod activation;
 pub mod bpf;
+pub mod capabilities;
 pub mod cgroup;
 pub mod config;
 pub mod config_diff;
@@ -17,6 +18,7 @@ pub mod instance;
 pub mod metrics;
 pub mod notify;
 pub mod pidfd;
+pub mod privileges;
 pub mod probe;
 pub mod readiness;
 pub mod restart_policy;

@@ -43,6 +43,9 @@ pub struct SpawnSpec<'a> {
     pub adopt_listen: Vec<std::net::SocketAddr>,
     /// The open-file limit ck was started with, given back to the worker (ck raised its own).
     pub fd_limit: Option<crate::fd_limit::FdLimit>,
+    /// `--user`: the worker takes this user's groups, group and uid and drops every capability
+    /// before exec (after joining its cgroup, which is ck's).
+    pub user: Option<&'a crate::privileges::WorkerUser>,
 }
 
 /// A started worker.
@@ -99,10 +102,13 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     let fds = spec.fds;
     let cgroup = spec.cgroup_procs;
     let fd_limit = spec.fd_limit;
+    // Decided here: the comparison reads ck's groups, which allocates.
+    let user = spec.user.map(|u| (u.clone(), !u.is_ck_itself()));
     let supervisor = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // system calls (open, write, close, fcntl, dup2, prctl, getppid, setrlimit); it allocates
-    // nothing (`fds` and the cgroup path were built before the fork).
+    // system calls (open, write, close, fcntl, dup2, prctl, getppid, setrlimit, setgroups,
+    // setgid, setuid, capset); it allocates nothing (`fds`, the cgroup path and the user were
+    // built before the fork).
     unsafe {
         cmd.pre_exec(move || {
             if let Some(procs) = &cgroup {
@@ -111,10 +117,24 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
             if let Some(limit) = fd_limit {
                 crate::fd_limit::restore_in_child(limit)?;
             }
+            // Before `place_fds`: a change of credentials clears the parent-death signal.
+            if let Some((user, switch_ids)) = &user {
+                crate::privileges::switch_in_child(user, *switch_ids)?;
+            }
             place_fds(&fds, supervisor)
         });
     }
-    let child = cmd.spawn()?;
+    let child = cmd.spawn().map_err(|e| match (spec.user, e.kind()) {
+        (Some(user), io::ErrorKind::PermissionDenied) => io::Error::new(
+            e.kind(),
+            format!(
+                "{e} (as --user {}: the app, and ck's own binary that starts it, must be \
+                 executable by that user, and their directories searchable)",
+                user.spec
+            ),
+        ),
+        _ => e,
+    })?;
     let pid = child
         .id()
         .ok_or_else(|| io::Error::other("worker exited before its pid was read"))?;

@@ -258,6 +258,9 @@ pub struct Ck {
     child: Child,
     exited: Option<ExitStatus>,
     log: PathBuf,
+    /// Environment of the control commands (`CK_RUN_DIR`, `CK_PIN_DIR` of an instance started
+    /// with its own).
+    ctl_env: Vec<(String, String)>,
     _dir: TempDir,
 }
 
@@ -298,8 +301,26 @@ impl Ck {
             child,
             exited: None,
             log,
+            ctl_env: Vec::new(),
             _dir: dir,
         }
+    }
+
+    /// Gives the control commands (`status`, `drain`, ...) `env` too: for an instance started
+    /// with a `CK_RUN_DIR` or `CK_PIN_DIR` of its own.
+    pub fn with_ctl_env(mut self, env: &[(&str, &str)]) -> Ck {
+        self.ctl_env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self
+    }
+
+    /// A `ck` command with the control environment of this instance.
+    fn ctl_command(&self) -> Command {
+        let mut cmd = ck_command();
+        cmd.envs(self.ctl_env.iter().map(|(k, v)| (k, v)));
+        cmd
     }
 
     /// Whether it was started with `--no-bpf`.
@@ -333,7 +354,8 @@ impl Ck {
     /// `ck status --name NAME --json`, or the reason it failed.
     pub fn try_status(&self) -> Result<Status, String> {
         let out = sys::output_within(
-            ck_command().args(["status", "--name", &self.name, "--json"]),
+            self.ctl_command()
+                .args(["status", "--name", &self.name, "--json"]),
             CTL_TIMEOUT,
         )
         .ok_or_else(|| "`ck status` timed out".to_string())?;
@@ -410,7 +432,7 @@ impl Ck {
     /// Runs `ck ARGS... --name NAME` (e.g. `&["drain", "1"]`) and returns its output.
     pub fn ctl(&self, args: &[&str]) -> Output {
         sys::output_within(
-            ck_command().args(args).args(["--name", &self.name]),
+            self.ctl_command().args(args).args(["--name", &self.name]),
             CTL_TIMEOUT,
         )
         .unwrap_or_else(|| panic!("`ck {}` timed out", args.join(" ")))

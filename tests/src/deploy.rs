@@ -158,6 +158,35 @@ pub fn option_value<'a>(args: &'a [String], option: &str) -> Option<&'a str> {
         .map(|pair| pair[1].as_str())
 }
 
+/// The capabilities (`BPF`, as Kubernetes spells them) that `ck run ARGS` needs, as
+/// `deploy/README.md` lists them: `BPF` and `PERFMON`; with `--adopt` `NET_ADMIN`; with `--user`
+/// `SETUID`, `SETGID` and `KILL` (and `SYS_PTRACE` with both); `NET_BIND_SERVICE` for a port
+/// below 1024. Sorted.
+pub fn needed_caps(args: &[String]) -> Vec<&'static str> {
+    let ck_args = args.split(|a| a == "--").next().unwrap_or(args);
+    let adopt = ck_args.iter().any(|a| a == "--adopt");
+    let user = option_value(args, "--user").is_some();
+    let low_port = ck_args
+        .windows(2)
+        .filter(|pair| pair[0] == "--port" || pair[0] == "-p")
+        .any(|pair| pair[1].parse::<u16>().is_ok_and(|p| p < 1024));
+    let mut caps = vec!["BPF", "PERFMON"];
+    if adopt {
+        caps.push("NET_ADMIN");
+    }
+    if user {
+        caps.extend(["SETUID", "SETGID", "KILL"]);
+        if adopt {
+            caps.push("SYS_PTRACE");
+        }
+    }
+    if low_port {
+        caps.push("NET_BIND_SERVICE");
+    }
+    caps.sort_unstable();
+    caps
+}
+
 /// Seconds in a duration as ck (`10s`, `500ms`, `1m`) or systemd (`20s`, `2min`, `90`) writes
 /// it, for the forms the deploy files use.
 ///

@@ -15,6 +15,7 @@ pub mod cserver;
 pub mod deploy;
 pub mod http;
 pub mod load;
+pub mod privs;
 pub mod pyservers;
 pub mod sys;
 pub mod tmux;

@@ -1,5 +1,5 @@
 //! What the integration tests run besides ck: Node.js, Python 3, a C compiler, tmux (the
-//! terminal `ck top` is tested in), tini and `systemd-analyze` (Debian packages, installed when
+//! terminal `ck top` is tested in), tini, `systemd-analyze` and setpriv (Debian packages, installed when
 //! missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
 //! workspace (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate`
 //! from PyPI (`target/k8s-validate`). [`ensure`] is idempotent and prints one `xtask: ...` line
@@ -13,14 +13,16 @@ use crate::cmd::{self, command};
 
 /// Programs the tests start, and the Debian package that has each: tmux is the terminal `ck top`
 /// is tested in, tini runs ck in the container image (`deploy/Dockerfile`), `systemd-analyze
-/// verify` checks `deploy/ck.service`.
-const PROGRAMS: [(&str, &str); 6] = [
+/// verify` checks `deploy/ck.service`, setpriv runs ck and its clients as `nobody` with chosen
+/// capabilities (`least_privilege.rs`, `control_peer.rs`).
+const PROGRAMS: [(&str, &str); 7] = [
     ("node", "nodejs"),
     ("python3", "python3"),
     ("cc", "gcc"),
     ("tmux", "tmux"),
     ("tini", "tini"),
     ("systemd-analyze", "systemd"),
+    ("setpriv", "util-linux"),
 ];
 
 /// PyPI packages the tests run, and a binary each installs.

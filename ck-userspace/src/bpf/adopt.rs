@@ -23,6 +23,10 @@ fn load_err(what: &'static str) -> impl FnOnce(anyhow::Error) -> BpfError {
     move |source| BpfError::Load {
         what: what.to_string(),
         source,
+        advice: super::load_advice(
+            &crate::capabilities::needed_for_bpf(true),
+            "drop --adopt (workers then get their sockets from ck)",
+        ),
     }
 }
 

@@ -32,6 +32,10 @@ fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
     move |source| BpfError::Load {
         what: what.to_string(),
         source,
+        advice: super::load_advice(
+            &crate::capabilities::needed_for_bpf(false),
+            "run with --no-bpf",
+        ),
     }
 }
 
@@ -97,10 +101,8 @@ impl BpfGroup {
                 .with_context(|| format!("map {map_name} missing from the object"))
                 .map_err(load_err("finding maps"))?;
             let path = pin_dir.join(map_name);
-            map.pin(&path).map_err(|e| BpfError::Pin {
-                what: "pinning map",
-                path: path.display().to_string(),
-                source: std::io::Error::other(e.to_string()),
+            map.pin(&path).map_err(|e| {
+                pins::error("pinning map", &path, std::io::Error::other(e.to_string()))
             })?;
         }
         let sockets = take(&mut ebpf, "sockets")?;

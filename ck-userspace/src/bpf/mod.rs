@@ -66,6 +66,19 @@ mod tests {
     }
 }
 
+/// What to do when loading fails: the capabilities of `needed` that ck lacks and how to grant
+/// them, else the requirements (the cause is elsewhere: the kernel, the verifier); `otherwise`
+/// is the way out without them (`run with --no-bpf`).
+pub fn load_advice(needed: &[crate::capabilities::Cap], otherwise: &str) -> String {
+    match crate::capabilities::lacking(needed) {
+        Some(lacking) => format!("{lacking}; or {otherwise}"),
+        None => format!(
+            "ck needs {} and Linux >= 5.14, or {otherwise}",
+            crate::capabilities::names(needed)
+        ),
+    }
+}
+
 /// Why BPF steering could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {
@@ -75,14 +88,14 @@ pub enum BpfError {
     )]
     NoBpffs(String),
     /// Loading or attaching failed (permissions, old kernel, verifier).
-    #[error(
-        "{what}: {source}; ck needs root (CAP_BPF and CAP_NET_ADMIN) and Linux >= 5.14, or run with --no-bpf"
-    )]
+    #[error("{what}: {source}; {advice}")]
     Load {
         /// The step that failed.
         what: String,
         /// The underlying error.
         source: anyhow::Error,
+        /// What to do: the capabilities ck lacks and how to grant them, or what it needs.
+        advice: String,
     },
     /// Writing a map failed while ck runs (the program is loaded; the kernel refused one
     /// update): steering may lag behind the fleet until the next update succeeds.
@@ -98,13 +111,15 @@ pub enum BpfError {
         source: anyhow::Error,
     },
     /// A pin could not be created or removed.
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {path}: {error}{advice}")]
     Pin {
         /// The step that failed.
         what: &'static str,
         /// The pin path.
         path: String,
         /// The underlying error.
-        source: std::io::Error,
+        error: std::io::Error,
+        /// What to do (`; ...`), when ck knows.
+        advice: String,
     },
 }

@@ -12,9 +12,33 @@ use super::BpfError;
 /// The bpffs mount point.
 pub const BPFFS: &str = "/sys/fs/bpf";
 
-/// Root of every ck pin.
+/// Root of every ck pin: `$CK_PIN_DIR` (a directory on a bpffs), else `/sys/fs/bpf/ck`.
 pub fn root() -> PathBuf {
-    Path::new(BPFFS).join("ck")
+    std::env::var_os("CK_PIN_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(BPFFS).join("ck"))
+}
+
+/// A pin error for `path`; when ck may not write there (not root), it says how to let it.
+pub fn error(what: &'static str, path: &Path, error: io::Error) -> BpfError {
+    let advice = if error.kind() == io::ErrorKind::PermissionDenied {
+        format!(
+            "; ck runs as uid {uid} and may not write under {root}: create that directory for \
+             ck's user as root (`install -d -o {uid} {root}`), or set CK_PIN_DIR to a directory \
+             on the bpffs that ck's user owns",
+            uid = nix::unistd::geteuid(),
+            root = root().display()
+        )
+    } else {
+        String::new()
+    };
+    BpfError::Pin {
+        what,
+        path: path.display().to_string(),
+        error,
+        advice,
+    }
 }
 
 /// Directory of one instance's pins.
@@ -72,20 +96,12 @@ pub fn remove_instance(name: &str) -> Result<(), BpfError> {
 }
 
 fn remove(dir: &Path) -> Result<(), BpfError> {
-    fs::remove_dir_all(dir).map_err(|source| BpfError::Pin {
-        what: "removing pins",
-        path: dir.display().to_string(),
-        source,
-    })
+    fs::remove_dir_all(dir).map_err(|e| error("removing pins", dir, e))
 }
 
 /// Creates a group's pin directory.
 pub fn create_group_dir(dir: &Path) -> Result<(), BpfError> {
-    fs::create_dir_all(dir).map_err(|source: io::Error| BpfError::Pin {
-        what: "creating pin directory",
-        path: dir.display().to_string(),
-        source,
-    })
+    fs::create_dir_all(dir).map_err(|e| error("creating pin directory", dir, e))
 }
 
 #[cfg(test)]

@@ -141,6 +141,11 @@ pub struct RunArgs {
     /// message and the event's fields). Workers' output passes through unchanged.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Run the workers as USER (and GROUP, else USER's groups) with no capability; ck opens
+    /// the sockets, so they can serve a port below 1024. ck needs root (or CAP_SETUID,
+    /// CAP_SETGID and CAP_KILL).
+    #[arg(long, value_name = "USER[:GROUP]", value_parser = ck::privileges::parse_user)]
+    user: Option<ck::privileges::WorkerUser>,
     /// The worker program and its arguments (default: the built-in demo worker).
     #[arg(
         trailing_var_arg = true,
@@ -201,6 +206,9 @@ impl RunArgs {
                  port"
             );
         }
+        if let Some(user) = &self.user {
+            user.check(self.adopt).map_err(anyhow::Error::msg)?;
+        }
         if self.crash_limit == 0 {
             bail!("--crash-limit 0: give at least 1 (crashes that open the breaker)");
         }
@@ -213,6 +221,12 @@ impl RunArgs {
                 args: vec!["demo-worker".to_string()],
             },
         };
+        if let Some(user) = &self.user {
+            // Without --adopt the worker first runs ck's own `exec-worker`.
+            let ck = (!self.adopt).then(std::env::current_exe).transpose()?;
+            user.check_can_run(&app.program, ck.as_deref())
+                .map_err(anyhow::Error::msg)?;
+        }
         Ok(RunConfig {
             name,
             listen,
@@ -256,6 +270,7 @@ impl RunArgs {
             metrics: self.metrics,
             log_format: self.log_format,
             app,
+            user: self.user,
         })
     }
 }

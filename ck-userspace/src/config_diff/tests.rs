@@ -35,6 +35,7 @@ fn base() -> RunConfig {
             program: PathBuf::from("/bin/app"),
             args: vec!["--mode".into(), "a".into()],
         },
+        user: None,
     }
 }
 

@@ -44,12 +44,28 @@ pub fn resolve_name(name: Option<String>) -> anyhow::Result<String> {
 /// Sends one request to instance `name` and returns its response.
 pub fn request(name: &str, req: &Request) -> anyhow::Result<Response> {
     let path = instance::control_path(name);
-    let mut stream = UnixStream::connect(&path).with_context(|| {
-        format!(
-            "no ck instance named {name:?} is running (cannot connect to {}); check `--name`",
-            path.display()
-        )
-    })?;
+    let mut stream = match UnixStream::connect(&path) {
+        Ok(stream) => stream,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            use std::os::unix::fs::MetadataExt as _;
+            let owner = std::fs::metadata(&path)
+                .map_or("ck's user".to_string(), |m| format!("uid {}", m.uid()));
+            bail!(
+                "permission denied connecting to {}: the control socket is mode 0600, owned by \
+                 {owner}, which ck runs as; run this command as root or as that user",
+                path.display()
+            )
+        }
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!(
+                    "no ck instance named {name:?} is running (cannot connect to {}); check \
+                     `--name`",
+                    path.display()
+                )
+            });
+        }
+    };
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut line = serde_json::to_string(req)?;
     line.push('\n');

@@ -244,6 +244,36 @@ async fn read_request(
     }
 }
 
+/// Why a client with credentials `peer` (`SO_PEERCRED`, taken when it connected) may not
+/// control ck, or `None` when it may: root and ck's own user may. The socket's mode (0600,
+/// ck's user) already keeps others from connecting; this is the second layer, for a socket
+/// whose mode or directory was opened up. A refusal is logged as a warning.
+fn refusal(peer: Option<tokio::net::unix::UCred>) -> Option<String> {
+    let ck_uid = nix::unistd::geteuid().as_raw();
+    let why = match peer {
+        Some(cred) if cred.uid() == 0 || cred.uid() == ck_uid => return None,
+        Some(cred) => {
+            tracing::warn!(
+                uid = cred.uid(),
+                pid = ?cred.pid(),
+                "control socket: refusing a client that is neither root nor ck's user (uid {ck_uid})"
+            );
+            format!(
+                "permission denied: uid {} may not control this ck, which only root and its own \
+                 user (uid {ck_uid}) may: run the command as one of them (e.g. with sudo)",
+                cred.uid()
+            )
+        }
+        None => {
+            tracing::warn!(
+                "control socket: refusing a client whose credentials the kernel did not give"
+            );
+            "permission denied: the kernel did not give this client's credentials".to_string()
+        }
+    };
+    Some(why)
+}
+
 /// Serves one client: requests and answers, one line each, until it closes or misbehaves.
 async fn serve(
     stream: UnixStream,
@@ -251,10 +281,7 @@ async fn serve(
     busy: mpsc::WeakSender<()>,
     client: OpenClient,
 ) {
-    let allowed = match stream.peer_cred() {
-        Ok(cred) => cred.uid() == 0 || cred.uid() == nix::unistd::geteuid().as_raw(),
-        Err(_) => false,
-    };
+    let refusal = refusal(stream.peer_cred().ok());
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     let mut line = Vec::new();
@@ -280,8 +307,8 @@ async fn serve(
         let Some(_answering) = busy.upgrade() else {
             return;
         };
-        let response = if !allowed {
-            Response::Error("permission denied: only root or ck's own user may control it".into())
+        let response = if let Some(why) = &refusal {
+            Response::Error(why.clone())
         } else {
             match serde_json::from_slice::<Request>(&line) {
                 Ok(req) => {

@@ -96,6 +96,7 @@ impl Supervisor {
                 false => Vec::new(),
             },
             fd_limit: self.fd_limit,
+            user: self.cfg.user.as_ref(),
         });
         let spawned = match spawned {
             Ok(spawned) => spawned,

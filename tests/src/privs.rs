@@ -1,0 +1,194 @@
+//! Least-privilege tests' helpers: the unprivileged user they run things as (`nobody`), `ck`
+//! started through `setpriv` as that user with only given capabilities, a process's ids and
+//! capability sets from `/proc/PID/status`, and directories lent to that user for a test.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::ck::ck_bin;
+
+/// The unprivileged user the tests use: `nobody`, with its uid and primary gid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nobody {
+    /// Its uid.
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
+}
+
+/// `nobody` from the user database.
+///
+/// # Panics
+/// When there is no such user.
+pub fn nobody() -> Nobody {
+    let user = nix::unistd::User::from_name("nobody")
+        .ok()
+        .flatten()
+        .expect("the tests need the user `nobody` (see /etc/passwd)");
+    Nobody {
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+    }
+}
+
+/// A command that runs `program ARGS...` as `nobody` (its groups from the user database) with
+/// exactly `caps` (e.g. `["bpf", "perfmon"]`) as its inheritable, ambient and bounding sets, so
+/// it cannot gain any other; `caps` empty: none at all.
+///
+/// # Panics
+/// When `ck`'s binary is not reachable by `nobody` (a target directory under a private home).
+pub fn as_nobody(caps: &[&str], program: &Path) -> Command {
+    assert_reachable_by_nobody(&ck_bin());
+    let who = nobody();
+    let set: String = std::iter::once("-all".to_string())
+        .chain(caps.iter().map(|c| format!("+{c}")))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={}", who.uid))
+        .arg(format!("--regid={}", who.gid))
+        .arg("--init-groups")
+        .arg(format!("--inh-caps={set}"))
+        .arg(format!("--ambient-caps={set}"))
+        .arg(format!("--bounding-set={set}"))
+        .arg("--")
+        .arg(program)
+        // Plain log lines, as `ck::ck_command` gives.
+        .env_remove("CK_LOG")
+        .env_remove("CK_RUN_DIR")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+/// Panics with the fix unless `nobody` can execute `path` (every directory above it searchable).
+pub fn assert_reachable_by_nobody(path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    for dir in path.ancestors().skip(1) {
+        let mode = fs::metadata(dir)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0);
+        assert!(
+            mode & 0o001 != 0,
+            "{} is not searchable by others (mode {mode:o}), so `nobody` cannot run {}: build \
+             into a target directory outside a private home (CARGO_TARGET_DIR) or set CK_BIN",
+            dir.display(),
+            path.display()
+        );
+    }
+}
+
+/// Ids and capability sets of a process, from `/proc/PID/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Creds {
+    /// Real, effective, saved and filesystem uid.
+    pub uids: Vec<u32>,
+    /// Real, effective, saved and filesystem gid.
+    pub gids: Vec<u32>,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+    /// `CapInh`.
+    pub inheritable: u64,
+    /// `CapPrm`.
+    pub permitted: u64,
+    /// `CapEff`.
+    pub effective: u64,
+    /// `CapAmb`.
+    pub ambient: u64,
+}
+
+impl Creds {
+    /// Whether every set is empty.
+    pub fn no_capability(&self) -> bool {
+        self.inheritable == 0 && self.permitted == 0 && self.effective == 0 && self.ambient == 0
+    }
+}
+
+/// The credentials of `pid`, or `None` when it is gone.
+pub fn creds(pid: u32) -> Option<Creds> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<&str> {
+        status.lines().find_map(|l| {
+            l.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .map(str::trim)
+        })
+    };
+    let ids = |name: &str| -> Option<Vec<u32>> {
+        field(name)?
+            .split_whitespace()
+            .map(|n| n.parse().ok())
+            .collect()
+    };
+    let set = |name: &str| u64::from_str_radix(field(name)?, 16).ok();
+    Some(Creds {
+        uids: ids("Uid")?,
+        gids: ids("Gid")?,
+        groups: ids("Groups")?,
+        inheritable: set("CapInh")?,
+        permitted: set("CapPrm")?,
+        effective: set("CapEff")?,
+        ambient: set("CapAmb")?,
+    })
+}
+
+/// The bit of capability number `n` in a set (`CAP_BPF` is 39, `CAP_PERFMON` 38).
+pub fn cap_bit(n: u32) -> u64 {
+    1u64 << n
+}
+
+/// A directory owned by `nobody` for the duration of a test (removed with its contents on drop).
+#[derive(Debug)]
+pub struct LentDir {
+    path: PathBuf,
+}
+
+impl LentDir {
+    /// Creates `path` (fresh) with mode 0755 and gives it to `nobody`.
+    pub fn new(path: impl Into<PathBuf>) -> LentDir {
+        let path = path.into();
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+        let who = nobody();
+        std::os::unix::fs::chown(&path, Some(who.uid), Some(who.gid))
+            .unwrap_or_else(|e| panic!("chown {}: {e}", path.display()));
+        LentDir { path }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its path as text (for environment variables).
+    pub fn text(&self) -> &str {
+        self.path.to_str().expect("UTF-8 path")
+    }
+
+    /// The names in it now.
+    pub fn entries(&self) -> Vec<String> {
+        fs::read_dir(&self.path)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for LentDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A port below 1024 that can be bound now, from `from` up (tests pick distinct `from`s).
+///
+/// # Panics
+/// When none is free up to 1023.
+pub fn free_low_port(from: u16) -> u16 {
+    (from..1024)
+        .find(|p| crate::sys::port_bindable(*p))
+        .unwrap_or_else(|| panic!("no free port from {from} to 1023"))
+}
