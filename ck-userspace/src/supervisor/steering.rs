@@ -47,7 +47,13 @@ pub(super) fn load_in_background(cfg: &RunConfig) -> Loading {
     let (tx, rx) = oneshot::channel();
     let cfg = cfg.clone();
     std::thread::spawn(move || {
-        let _ = tx.send(load(&cfg));
+        let loaded = load(&cfg);
+        // Parsing the object and the kernel's BTF takes a few MiB of this thread's malloc
+        // arena, freed by now but kept by glibc: give it back, so that ck's resident memory
+        // is what it runs with, not what it loaded with.
+        // SAFETY: malloc_trim has no preconditions; it only returns free memory to the kernel.
+        unsafe { libc::malloc_trim(0) };
+        let _ = tx.send(loaded);
     });
     rx
 }
