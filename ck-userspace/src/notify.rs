@@ -75,6 +75,14 @@ impl NotifySocket {
     }
 }
 
+/// A worker's notify socket inherited from the image `ck upgrade` replaced (bound, with
+/// `SO_PASSCRED` set, messages queued meanwhile still in it).
+pub fn inherit(fd: std::os::fd::OwnedFd) -> io::Result<std::sync::Arc<UnixDatagram>> {
+    let std_socket = std::os::unix::net::UnixDatagram::from(fd);
+    std_socket.set_nonblocking(true)?;
+    Ok(std::sync::Arc::new(UnixDatagram::from_std(std_socket)?))
+}
+
 /// Receives one datagram into `buf`: its length and the pid of the process that sent it (as the
 /// kernel tells, `SCM_CREDENTIALS`; None if it did not).
 pub async fn recv(socket: &UnixDatagram, buf: &mut [u8]) -> io::Result<(usize, Option<u32>)> {

@@ -51,6 +51,23 @@ pub async fn exited(pidfd: OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Waits for child `pid` (behind `pidfd`) to exit and reaps it: its exit status. For workers
+/// an earlier image of ck spawned (`ck upgrade`), which this image's runtime does not know.
+pub async fn wait_child(pidfd: OwnedFd, pid: u32) -> io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt as _;
+    exited(pidfd).await?;
+    let mut status: libc::c_int = 0;
+    // SAFETY: waitpid on our own child with a pointer to a local int; the child has exited
+    // (its pidfd polled readable), so this does not block.
+    let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+    if rc <= 0 {
+        return Err(io::Error::other(
+            "exited while ck re-executed itself; its exit status is unknown",
+        ));
+    }
+    Ok(std::process::ExitStatus::from_raw(status))
+}
+
 /// A copy (close-on-exec) of file descriptor `fd` of the process behind `pidfd`: the same open
 /// file, as `dup` would give inside that process. Needs ptrace rights over it (root).
 pub fn get_fd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {

@@ -52,6 +52,30 @@ impl BpfGroup {
         probe_base: u16,
         log: bool,
     ) -> Result<BpfGroup, BpfError> {
+        Self::load_with(name, group, policy, probe_base, log, false)
+    }
+
+    /// Loads the program for group `group` of instance `name` on the maps an earlier image of
+    /// ck pinned (`ck upgrade`): counters, slot records, the active set and its live half are
+    /// kept as they are; only the policy and probe base are written.
+    pub fn resume(
+        name: &str,
+        group: &str,
+        policy: u32,
+        probe_base: u16,
+        log: bool,
+    ) -> Result<BpfGroup, BpfError> {
+        Self::load_with(name, group, policy, probe_base, log, true)
+    }
+
+    fn load_with(
+        name: &str,
+        group: &str,
+        policy: u32,
+        probe_base: u16,
+        log: bool,
+        reuse: bool,
+    ) -> Result<BpfGroup, BpfError> {
         let pin_dir = pins::group_dir(name, group);
         let started = std::time::Instant::now();
         // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
@@ -60,9 +84,25 @@ impl BpfGroup {
         // aya-log's level lives in the object's read-only data: 0 turns every log statement off
         // (the verifier then drops them), so the program writes no record without --bpf-log.
         let level: u8 = if log { u8::MAX } else { 0 };
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .btf(None)
-            .override_global(aya_log::LEVEL, &level, true)
+            .override_global(aya_log::LEVEL, &level, true);
+        let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
+        if reuse {
+            // aya opens a map pinned at the path instead of creating one.
+            for (map, path) in &paths {
+                if !path.exists() {
+                    return Err(BpfError::Pin {
+                        what: "finding the pinned map",
+                        path: path.display().to_string(),
+                        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                    });
+                }
+                loader.map_pin_path(map, path.as_path());
+            }
+        }
+        let mut ebpf = loader
             .load(BPF_OBJECT)
             .context("loading the BPF object")
             .map_err(load_err("loading the BPF program"))?;
@@ -90,8 +130,10 @@ impl BpfGroup {
             ms = started.elapsed().as_secs_f64() * 1e3,
             "BPF object and program loaded"
         );
-        pins::create_group_dir(&pin_dir)?;
-        for map_name in PINNED_MAPS {
+        if !reuse {
+            pins::create_group_dir(&pin_dir)?;
+        }
+        for map_name in PINNED_MAPS.iter().filter(|_| !reuse) {
             let map = ebpf
                 .map(map_name)
                 .with_context(|| format!("map {map_name} missing from the object"))
@@ -121,6 +163,11 @@ impl BpfGroup {
                 ..Config::default()
             },
         };
+        if reuse {
+            // The program reads the live half of `active` from `config`: keep it.
+            let live = group.config_map.get(&0, 0).map_err(write_err("config"))?;
+            group.config.live_half = live.live_half;
+        }
         group.write_config()?;
         tracing::debug!(
             group = name,

@@ -225,7 +225,7 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         .collect();
     // The program loads on a thread of its own (aya parses the kernel's BTF, ~20 ms) while the
     // workers start; it is attached as soon as it is ready (see `steering`).
-    let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg));
+    let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg, false));
     if !bpf_on {
         tracing::warn!(
             "BPF steering is off (--no-bpf): plain SO_REUSEPORT; the kernel hashes connections over \

@@ -42,14 +42,33 @@ pub(super) struct SteeringCheck {
     pub in_flight: bool,
 }
 
-/// Starts loading the program of every group of `cfg` on its own thread.
-pub(super) fn load_in_background(cfg: &RunConfig) -> Loading {
+/// Starts loading the program of every group of `cfg` on its own thread: on fresh maps, or
+/// (`resume`, after `ck upgrade`) on the maps the earlier image pinned, which keep steering
+/// with the program it attached meanwhile.
+pub(super) fn load_in_background(cfg: &RunConfig, resume: bool) -> Loading {
     let (tx, rx) = oneshot::channel();
     let cfg = cfg.clone();
     std::thread::spawn(move || {
-        let _ = tx.send(load(&cfg));
+        let _ = tx.send(if resume { reload(&cfg) } else { load(&cfg) });
     });
     rx
+}
+
+/// Loads one program per group on the maps pinned by the image ck re-executed from.
+fn reload(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
+    cfg.listen
+        .iter()
+        .map(|addr| {
+            BpfGroup::resume(
+                &cfg.name,
+                &addr.group_name(),
+                cfg.policy.code(),
+                cfg.health.probe_port_base,
+                cfg.bpf_log,
+            )
+            .map_err(anyhow::Error::from)
+        })
+        .collect()
 }
 
 /// Mounts bpffs if needed, removes stale pins of the same name, and loads and pins one program

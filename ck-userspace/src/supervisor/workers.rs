@@ -118,32 +118,20 @@ impl Supervisor {
                 status,
             });
         });
-        let events = self.events.clone();
         let notify_socket = notify.socket.clone();
+        let refused = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let speakers = notify::Speakers {
             worker: pid,
             cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
         };
-        let refused = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let refused_count = refused.clone();
-        let notify_task = tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            while let Ok((len, sender)) = notify::recv(&notify.socket, &mut buf).await {
-                if !speakers.allow(sender) {
-                    refuse_notify(index, pid, sender, &refused_count);
-                    continue;
-                }
-                let msgs = notify::parse(&buf[..len]);
-                let event = Event::Notify {
-                    slot: index,
-                    worker: worker_id,
-                    msgs,
-                };
-                if events.send(event).is_err() {
-                    return;
-                }
-            }
-        });
+        let notify_task = watch_notify(
+            &self.events,
+            index,
+            worker_id,
+            speakers,
+            notify.socket.clone(),
+            refused.clone(),
+        );
         slot.last_pid = pid;
         let selected_base = self.slot_stats(index).selected;
         let requests_limit = self.requests_limit(super::executor::jitter());
@@ -302,4 +290,35 @@ fn refuse_notify(slot: u32, pid: u32, sender: Option<u32>, refused: &std::sync::
             "notify message ignored: its sender is not the worker or a process of its tree"
         );
     }
+}
+
+/// Starts the task that reads worker `worker_id`'s notify socket and turns what its tree
+/// sends into [`Event::Notify`] (counting in `refused` what others send).
+pub(super) fn watch_notify(
+    events: &tokio::sync::mpsc::UnboundedSender<Event>,
+    index: u32,
+    worker_id: u64,
+    speakers: notify::Speakers,
+    socket: std::sync::Arc<tokio::net::UnixDatagram>,
+    refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    let events = events.clone();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        while let Ok((len, sender)) = notify::recv(&socket, &mut buf).await {
+            if !speakers.allow(sender) {
+                refuse_notify(index, speakers.worker, sender, &refused);
+                continue;
+            }
+            let msgs = notify::parse(&buf[..len]);
+            let event = Event::Notify {
+                slot: index,
+                worker: worker_id,
+                msgs,
+            };
+            if events.send(event).is_err() {
+                return;
+            }
+        }
+    })
 }
