@@ -56,6 +56,23 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Re-execute ck in place (same pid; workers, sockets and steering kept) from the binary
+    /// it was started from (as that file is now) or from --binary; exits non-zero, with the
+    /// old ck still running, if the new binary cannot take over. SIGUSR2 does the same.
+    Upgrade {
+        /// The new ck binary.
+        #[arg(long, value_name = "PATH")]
+        binary: Option<std::path::PathBuf>,
+        /// How long to wait for the new image to report back.
+        #[arg(long, value_parser = parse_duration, default_value = "30s")]
+        timeout: Duration,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Prints what this binary needs to take over a running ck (handover format, map layout):
+    /// asked by `ck upgrade` of the new binary before it is exec'd.
+    #[command(hide = true)]
+    UpgradeCheck,
     /// Rolling restart: replace every worker, one batch at a time, without dropping a
     /// connection; exits non-zero if the roll is aborted.
     Reload {
@@ -174,6 +191,18 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             target,
         } => probe_slot(target.name, slot, kind, timeout),
         Command::Reload { target } => simple(target.name, Request::Reload),
+        Command::Upgrade {
+            binary,
+            timeout,
+            target,
+        } => cli::control::upgrade(target.name, binary, timeout),
+        Command::UpgradeCheck => {
+            println!(
+                "{}",
+                serde_json::to_string(&ck::supervisor::Compat::this())?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Scale { workers, target } => simple(target.name, Request::Scale { workers }),
         Command::DemoWorker(opts) => {
             ck::demo::run(opts)?;

@@ -88,6 +88,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
         .env("CK_WORKER_ID", spec.worker_id.to_string())
         .env_remove("WATCHDOG_USEC")
         .env_remove("WATCHDOG_PID")
+        .env_remove(crate::reexec::HANDOVER_ENV)
         .stdin(Stdio::null())
         .process_group(0);
     if spec.adopt_port.is_some() {

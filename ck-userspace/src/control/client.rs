@@ -41,15 +41,39 @@ pub fn resolve_name(name: Option<String>) -> anyhow::Result<String> {
     }
 }
 
-/// Sends one request to instance `name` and returns its response.
+/// Sends one request to instance `name` and returns its response. A status request that the
+/// instance dropped unanswered (ck re-executing itself: `ck upgrade`; clients already queued on
+/// the control socket are answered by the new image) is asked again.
 pub fn request(name: &str, req: &Request) -> anyhow::Result<Response> {
-    let path = instance::control_path(name);
-    let mut stream = UnixStream::connect(&path).with_context(|| {
-        format!(
-            "no ck instance named {name:?} is running (cannot connect to {}); check `--name`",
-            path.display()
-        )
-    })?;
+    let mut tries = 0;
+    loop {
+        let path = instance::control_path(name);
+        let mut stream = UnixStream::connect(&path).with_context(|| {
+            format!(
+                "no ck instance named {name:?} is running (cannot connect to {}); check `--name`",
+                path.display()
+            )
+        })?;
+        let answer = exchange(&mut stream, req);
+        match answer {
+            Ok(answer) if !answer.is_empty() => {
+                return serde_json::from_str(&answer)
+                    .context("malformed answer on the control socket");
+            }
+            _ if *req == Request::Status && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(_) => {
+                bail!("ck instance {name:?} closed the control connection without answering")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes `req` and reads one answer line (empty if the connection closed first).
+fn exchange(stream: &mut UnixStream, req: &Request) -> anyhow::Result<String> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut line = serde_json::to_string(req)?;
     line.push('\n');
@@ -59,8 +83,5 @@ pub fn request(name: &str, req: &Request) -> anyhow::Result<Response> {
     reader
         .read_line(&mut answer)
         .context("reading the answer from the control socket")?;
-    if answer.is_empty() {
-        bail!("ck instance {name:?} closed the control connection without answering");
-    }
-    serde_json::from_str(&answer).context("malformed answer on the control socket")
+    Ok(answer)
 }

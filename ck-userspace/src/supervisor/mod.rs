@@ -10,12 +10,14 @@ mod cgroups;
 mod detect;
 mod executor;
 mod foreign;
+mod handover;
 mod health;
 pub mod lifecycle;
 mod members;
 mod publish;
 mod reconfigure;
 mod recycle;
+mod resume;
 mod roll;
 mod scale;
 mod scrape;
@@ -25,6 +27,7 @@ mod status;
 mod steering;
 mod systemd;
 mod tasks;
+mod upgrade;
 mod workers;
 
 use std::{
@@ -38,6 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use lifecycle::{Input, Settings, Timer};
 use slot::Slot;
 
+pub use handover::Compat;
 pub use reconfigure::ConfigReader;
 
 use crate::{
@@ -47,7 +51,7 @@ use crate::{
     instance::{self, InstanceLock},
     metrics,
     notify::NotifyMsg,
-    sockets,
+    reexec, sockets,
 };
 
 /// Something that happened, for the event loop.
@@ -98,6 +102,10 @@ pub(crate) enum Event {
     /// Time to send the service manager `WATCHDOG=1` (from the event loop: a stuck loop
     /// misses it).
     SystemdWatchdog,
+    /// `ck upgrade` without a client: SIGUSR2.
+    Upgrade,
+    /// The candidate binary of an upgrade answered its check.
+    UpgradeChecked(Result<handover::Compat, String>),
     /// A steering canary came back (`connected`: the kernel, not the program, chose).
     Canary {
         group: usize,
@@ -158,6 +166,18 @@ pub struct Supervisor {
     /// The fleet may have changed since the service manager was last told (set by every
     /// publish and canary; the state itself is read from the kernel when telling).
     systemd_due: bool,
+    /// The binary ck was first started from (the default of `ck upgrade`).
+    exe: std::path::PathBuf,
+    /// Upgrades in place so far.
+    upgrades: u32,
+    /// The upgrade under way.
+    upgrade: Option<upgrade::Upgrade>,
+    /// How the last upgrade went (for `ck status`).
+    last_upgrade: Option<String>,
+    /// Lifecycle timers armed and not fired yet (handed over by an upgrade).
+    timers: Vec<handover::Armed>,
+    /// The program being loaded is for maps an earlier image pinned and filled (`ck upgrade`).
+    bpf_resumed: bool,
 }
 
 /// The lifecycle settings of a run.
@@ -192,18 +212,43 @@ pub fn run_with(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<
 }
 
 async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<()> {
-    let lock = InstanceLock::acquire(&cfg.name)?;
-    let fd_limit = crate::fd_limit::raise();
-    for addr in &cfg.listen {
-        sockets::ensure_free(*addr)?;
+    // After `ck upgrade`, this image takes over what the one before it handed over.
+    let handover = resume::take_handover()?;
+    let lock = match &handover {
+        Some(h) => InstanceLock::inherit(&cfg.name, reexec::inherited(h.lock_fd)?)?,
+        None => InstanceLock::acquire(&cfg.name)?,
+    };
+    let fd_limit = match &handover {
+        Some(h) => h.fd_limit,
+        None => crate::fd_limit::raise(),
+    };
+    if handover.is_none() {
+        for addr in &cfg.listen {
+            sockets::ensure_free(*addr)?;
+        }
     }
     // Bound before any worker starts: a taken address fails here, leaving nothing behind.
     let (metrics_tx, mut metrics_calls) = mpsc::unbounded_channel::<metrics::Call>();
-    let metrics_server = cfg
-        .metrics
-        .map(|addr| metrics::server::start(addr, metrics_tx))
-        .transpose()?;
-    let cgroups = cgroups::create(&cfg)?;
+    let metrics_server = match &handover {
+        Some(h) => h
+            .metrics_fd
+            .map(|fd| -> anyhow::Result<_> {
+                let listener = std::net::TcpListener::from(reexec::inherited(fd)?);
+                Ok(metrics::server::serve(listener, metrics_tx)?)
+            })
+            .transpose()?,
+        None => cfg
+            .metrics
+            .map(|addr| metrics::server::start(addr, metrics_tx))
+            .transpose()?,
+    };
+    let cgroups = match &handover {
+        Some(h) => h
+            .cgroup
+            .clone()
+            .map(|(dir, memory)| crate::cgroup::InstanceCgroup::resume(dir, memory)),
+        None => cgroups::create(&cfg)?,
+    };
     // The bind hooks must be in place before the first worker binds.
     let (adopt_hooks, listens) = match cfg.adopt {
         true => {
@@ -224,9 +269,10 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         })
         .collect();
     // The program loads on a thread of its own (aya parses the kernel's BTF, ~20 ms) while the
-    // workers start; it is attached as soon as it is ready (see `steering`).
-    let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg, false));
-    if !bpf_on {
+    // workers start; it is attached as soon as it is ready (see `steering`). After an upgrade
+    // it loads on the pinned maps, and the program attached before keeps steering meanwhile.
+    let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg, handover.is_some()));
+    if !bpf_on && handover.is_none() {
         tracing::warn!(
             "BPF steering is off (--no-bpf): plain SO_REUSEPORT; the kernel hashes connections over \
              every worker, including starting and draining ones, and a closing socket resets its queue"
@@ -237,70 +283,117 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         adopt::read_listens(ring, events_tx.clone())?;
     }
     let (calls_tx, mut calls) = mpsc::unbounded_channel::<ControlCall>();
-    let control = control::server::start(&instance::control_path(&cfg.name), calls_tx)?;
+    let control = match &handover {
+        Some(h) => control::server::serve_listener(
+            std::os::unix::net::UnixListener::from(reexec::inherited(h.control_fd)?),
+            calls_tx,
+        )?,
+        None => control::server::start(&instance::control_path(&cfg.name), calls_tx)?,
+    };
     let mut sup = Supervisor {
         settings: settings(&cfg),
         groups,
         slots: BTreeMap::new(),
         events: events_tx,
-        started: Instant::now(),
+        started: handover.as_ref().map_or_else(Instant::now, |h| h.started),
         stopping: false,
-        next_worker_id: 0,
+        next_worker_id: handover.as_ref().map_or(0, |h| h.next_worker_id),
         last_ready: Vec::new(),
         roll: None,
         pacer: health::Pacer::new(cfg.health.sample_interval),
         spawn_failure: None,
         foreign_seen: BTreeSet::new(),
         cgroups,
-        dead_cgroups: Vec::new(),
+        dead_cgroups: handover.as_ref().map_or_else(Vec::new, |h| {
+            h.dead_cgroups
+                .iter()
+                .filter_map(|(dir, memory)| {
+                    crate::cgroup::WorkerCgroup::resume(dir.clone(), *memory).ok()
+                })
+                .collect()
+        }),
         _adopt_hooks: adopt_hooks,
-        spare_failures: 0,
+        spare_failures: handover.as_ref().map_or(0, |h| h.spare_failures),
         spare_due: None,
         fd_limit,
-        reloads: metrics::ReloadCounts::default(),
+        reloads: handover
+            .as_ref()
+            .map_or_else(Default::default, |h| metrics::ReloadCounts {
+                ok: h.reloads.0,
+                aborted: h.reloads.1,
+            }),
         metrics_addr: metrics_server.as_ref().map(|m| m.local_addr()),
         config: reader.map(|reader| reconfigure::ConfigSource::new(reader, &cfg)),
         probe_ticker: None,
         systemd: systemd::Notifier::from_env(),
         systemd_due: true,
+        exe: handover
+            .as_ref()
+            .map_or_else(upgrade::own_binary, |h| h.exe.clone()),
+        upgrades: handover.as_ref().map_or(0, |h| h.upgrades),
+        upgrade: None,
+        last_upgrade: None,
+        timers: Vec::new(),
+        bpf_resumed: handover.is_some(),
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
+    // An upgrade blocked these across the exec: the handlers are in place now.
+    reexec::unblock_handled().context("unblocking signals")?;
     tasks::start_sampler(&sup.events, sup.pacer.period.clone());
     sup.start_probe_ticker();
     tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::SteeringTick);
     if let Some(period) = sup.systemd.as_ref().and_then(|s| s.watchdog_period()) {
         tasks::start_ticker(&sup.events, period, || Event::SystemdWatchdog);
     }
-    tracing::info!(
-        name = %sup.cfg.name,
-        groups = %sup.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(","),
-        workers = sup.cfg.workers,
-        policy = ?sup.cfg.policy,
-        bpf = bpf_on,
-        "ck started"
-    );
-    let result = sup.start_fleet();
+    let resumed = handover.is_some();
+    let result = match handover {
+        Some(handover) => sup.resume(handover),
+        None => {
+            tracing::info!(
+                name = %sup.cfg.name,
+                groups = %sup.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(","),
+                workers = sup.cfg.workers,
+                policy = ?sup.cfg.policy,
+                bpf = bpf_on,
+                "ck started"
+            );
+            sup.start_fleet()
+        }
+    };
     if let Err(e) = &result {
-        tracing::error!("starting the fleet failed: {e:#}");
+        tracing::error!(resumed, "starting the fleet failed: {e:#}");
         sup.begin_shutdown("startup failure");
     }
     let mut failure = None;
-    while !(sup.stopping && sup.all_stopped() && bpf_loading.is_none()) {
-        tokio::select! {
-            loaded = async { bpf_loading.as_mut().expect("guarded").await }, if bpf_loading.is_some() => {
-                bpf_loading = None;
-                if let Err(e) = sup.adopt_bpf(loaded) {
-                    tracing::error!("{e:#}");
-                    failure = Some(e);
-                    sup.begin_shutdown("BPF set-up failure");
+    loop {
+        while !(sup.stopping && sup.all_stopped() && bpf_loading.is_none()) && !sup.exec_due() {
+            tokio::select! {
+                loaded = async { bpf_loading.as_mut().expect("guarded").await }, if bpf_loading.is_some() => {
+                    bpf_loading = None;
+                    if let Err(e) = sup.adopt_bpf(loaded) {
+                        tracing::error!("{e:#}");
+                        failure = Some(e);
+                        sup.begin_shutdown("BPF set-up failure");
+                    }
                 }
+                Some(event) = events.recv() => sup.handle(event),
+                Some((req, reply)) = calls.recv() => sup.control(req, reply),
+                Some(call) = metrics_calls.recv() => sup.metrics_call(call),
             }
-            Some(event) = events.recv() => sup.handle(event),
-            Some((req, reply)) = calls.recv() => sup.control(req, reply),
-            Some(call) = metrics_calls.recv() => sup.metrics_call(call),
+            sup.tell_systemd();
         }
-        sup.tell_systemd();
+        if !sup.exec_due() {
+            break;
+        }
+        // `ck upgrade`: from here, on the main thread, with the answers given written.
+        sup.settle(&mut events, &mut calls).await;
+        sup.reexec(
+            lock.fd(),
+            control.listener(),
+            metrics_server.as_ref().map(|m| m.listener()),
+        );
+        // Still here: the exec failed and this image carries on.
     }
     drop(metrics_server);
     sup.finish();
@@ -336,7 +429,12 @@ impl Supervisor {
                 status,
             } => self.on_exit(slot, worker, status),
             Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),
-            Event::Timer { slot, epoch, timer } => self.on_timer(slot, epoch, timer),
+            Event::Timer { slot, epoch, timer } => {
+                self.timer_fired(slot, epoch, timer);
+                self.on_timer(slot, epoch, timer)
+            }
+            Event::Upgrade => self.upgrade(None, None),
+            Event::UpgradeChecked(result) => self.on_upgrade_checked(result),
             Event::BecameReady(slot) => {
                 self.spare_ready(slot);
                 self.roll_on_ready(slot);
@@ -417,6 +515,8 @@ impl Supervisor {
             },
             // Answered when the roll ends.
             Request::Reload => return self.reload(Some(reply)),
+            // Answered once the new binary is checked.
+            Request::Upgrade { binary } => return self.upgrade(binary, Some(reply)),
         };
         let _ = reply.send(response);
     }
@@ -450,7 +550,8 @@ impl Supervisor {
     }
 
     /// Sends a timer event for `slot` after `delay`, tagged with the slot's epoch.
-    fn set_timer(&self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
+    fn set_timer(&mut self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
+        self.note_timer(slot, epoch, timer, delay);
         tasks::send_after(&self.events, delay, Event::Timer { slot, epoch, timer });
     }
 

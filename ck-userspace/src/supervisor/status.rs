@@ -160,6 +160,9 @@ impl Supervisor {
             workers: self.cfg.workers,
             metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            upgrades: self.upgrades,
+            last_upgrade: self.last_upgrade.clone(),
         }
     }
 }

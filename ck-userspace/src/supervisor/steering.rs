@@ -145,7 +145,11 @@ impl Supervisor {
             let mut first = None;
             for slot in self.slots.values() {
                 if let Some(socket) = slot.sockets.get(position) {
-                    bpf.insert(slot.index, socket)?;
+                    // After an upgrade the pinned `sockets` map holds them already (the
+                    // kernel refuses a socket that is in a map with EBUSY).
+                    if !self.bpf_resumed {
+                        bpf.insert(slot.index, socket)?;
+                    }
                     first.get_or_insert(socket);
                 }
             }
@@ -153,6 +157,7 @@ impl Supervisor {
                 bpf.attach(socket)?;
             }
         }
+        self.bpf_resumed = false;
         tracing::info!(
             pins = %pins::instance_dir(&self.cfg.name).display(),
             ms = started.elapsed().as_secs_f64() * 1e3,
