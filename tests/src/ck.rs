@@ -140,6 +140,15 @@ pub struct Status {
     pub metrics: Option<String>,
     /// Every slot.
     pub slots: Vec<SlotStatus>,
+    /// The running binary's version.
+    #[serde(default)]
+    pub version: String,
+    /// Upgrades in place (`ck upgrade`, SIGUSR2) since the instance started.
+    #[serde(default)]
+    pub upgrades: u32,
+    /// How the last upgrade went (`ok: ...`, `refused: ...`, `failed: ...`).
+    #[serde(default)]
+    pub last_upgrade: Option<String>,
 }
 
 /// One group's steering in [`Status`].

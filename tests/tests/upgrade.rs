@@ -1,0 +1,250 @@
+//! `ck upgrade` and SIGUSR2: ck re-executes itself in place (same pid) and carries on with the
+//! same workers, sockets, counters and steering. Ten upgrades of a 4-worker fleet under load
+//! (new connections, keep-alive connections) fail no request; a binary that cannot take over
+//! is refused with the reason and the old ck carries on; SIGUSR2 upgrades too; `-w 1`, a
+//! worker still starting, and an upgrade asked in ck's first milliseconds work or are refused
+//! clearly.
+
+use std::time::Duration;
+
+use ck_tests::churn::{self, Background, SETTLE};
+use ck_tests::ck::{control_socket, pins_dir};
+use ck_tests::load::Mode;
+use ck_tests::sys::{self, TempDir};
+use ck_tests::{Ck, READY_TIMEOUT, Status, burst, local, start, start_one_starting, start_ready};
+use nix::sys::signal::Signal;
+
+/// Upgrades in a row under load.
+const UPGRADES: u32 = 10;
+
+/// Waits until the new image has reported upgrade number `n` and its steering is checked.
+fn wait_upgraded(ck: &mut Ck, n: u32) -> Status {
+    ck.wait_status(&format!("upgrade {n} done"), READY_TIMEOUT, |s| {
+        s.upgrades == n && s.bpf
+    })
+}
+
+/// The same supervisor and the same workers, with counters that went on from `was`: no
+/// restart, no new generation, selections only grew.
+fn assert_continuous(ck: &Ck, was: &Status, now: &Status) {
+    assert_eq!(now.pid, ck.pid(), "ck's pid changed: {now:#?}");
+    assert_eq!(
+        now.worker_pids(),
+        was.worker_pids(),
+        "the workers changed: {was:#?}\n{now:#?}"
+    );
+    assert_eq!(now.slots.len(), was.slots.len(), "{now:#?}");
+    for slot in &now.slots {
+        let before = was.slot(slot.slot);
+        assert_eq!(slot.state, "ready", "{now:#?}");
+        assert_eq!(
+            slot.restarts, before.restarts,
+            "slot {}: {now:#?}",
+            slot.slot
+        );
+        assert_eq!(
+            slot.generation, before.generation,
+            "slot {}: {now:#?}",
+            slot.slot
+        );
+        assert!(
+            slot.selected >= before.selected,
+            "slot {}: selected went back from {} to {}",
+            slot.slot,
+            before.selected,
+            slot.selected
+        );
+    }
+}
+
+/// Stops ck and checks that nothing is left: no control socket, no pins.
+fn stop_clean(mut ck: Ck) {
+    ck.ctl_ok(&["stop"]);
+    ck.wait_clean_exit();
+    assert!(!control_socket(ck.name()).exists(), "control socket left");
+    assert!(!pins_dir(ck.name()).exists(), "pins left");
+}
+
+fn upgrades_under_load(what: &str, mode: Mode) {
+    let (mut ck, port, first) = start_ready(what, 4, &[]);
+    let load = Background::start_without_retry(port, mode);
+    std::thread::sleep(SETTLE);
+    let mut was = ck.status();
+    for n in 1..=UPGRADES {
+        let said = ck.ctl_ok(&["upgrade"]);
+        assert!(said.contains("upgraded:"), "upgrade {n}: {said}");
+        let now = wait_upgraded(&mut ck, n);
+        assert_continuous(&ck, &was, &now);
+        assert!(
+            now.last_upgrade
+                .as_deref()
+                .is_some_and(|u| u.starts_with("ok")),
+            "{now:#?}"
+        );
+        was = now;
+        std::thread::sleep(SETTLE / 4);
+    }
+    std::thread::sleep(SETTLE);
+    let report = load.finish_and_print(what);
+    churn::assert_served(&report);
+    let after = ck.status();
+    assert_continuous(&ck, &first, &after);
+    assert_eq!(after.upgrades, UPGRADES);
+    let selected = |s: &Status| s.slots.iter().map(|s| s.selected).sum::<u64>();
+    assert!(
+        selected(&after) > selected(&first),
+        "the kernel's counters did not go on: {first:#?}\n{after:#?}"
+    );
+    // Only the first workers answered, and each of them did (round-robin steering went on).
+    let pids = after.worker_pids();
+    assert!(
+        report.by_pid.keys().all(|pid| pids.contains(pid)),
+        "answers from other pids than {pids:?}: {:?}",
+        report.by_pid
+    );
+    for pid in &pids {
+        assert!(
+            report.by_pid.get(pid).is_some_and(|n| *n > 0),
+            "worker {pid} answered nothing: {:?}",
+            report.by_pid
+        );
+    }
+    assert_eq!(
+        ck.log().matches("ck upgraded in place").count(),
+        UPGRADES as usize,
+        "{}",
+        ck.log()
+    );
+    stop_clean(ck);
+}
+
+#[test]
+fn ten_upgrades_under_load_new_connections() {
+    upgrades_under_load("up-nc", Mode::NewConnection);
+}
+
+#[test]
+fn ten_upgrades_under_load_keep_alive() {
+    upgrades_under_load("up-ka", Mode::KeepAlive);
+}
+
+#[test]
+fn a_binary_that_cannot_take_over_is_refused_and_ck_carries_on() {
+    let (mut ck, port, before) = start_ready("up-bad", 2, &[]);
+    let dir = TempDir::new("up-bad");
+    let not_executable = dir.write("ck-not-executable", "#!/bin/sh\nexit 0\n", false);
+    let not_ck = dir.write("not-ck", "#!/bin/sh\necho hello\n", true);
+    let other_format = dir.write(
+        "ck-other-format",
+        "#!/bin/sh\necho '{\"ck\":\"9.0.0\",\"format\":999,\"maps\":\"x\"}'\n",
+        true,
+    );
+    let other_maps = dir.write(
+        "ck-other-maps",
+        "#!/bin/sh\necho '{\"ck\":\"9.0.0\",\"format\":1,\"maps\":\"slots=64\"}'\n",
+        true,
+    );
+    let missing = dir.path().join("no-such-ck");
+    let cases = [
+        ("/bin/false".into(), "upgrade-check failed (exit 1)"),
+        (missing, "does not exist"),
+        (not_executable, "cannot be executed (permission denied)"),
+        (not_ck, "did not answer `upgrade-check`"),
+        (other_format, "handover format 999"),
+        (other_maps, "map layout"),
+    ];
+    for (binary, problem) in cases {
+        let binary = binary.to_str().expect("UTF-8 path").to_string();
+        let out = ck.ctl(&["upgrade", "--binary", &binary]);
+        let said = sys_said(&out);
+        assert!(!out.status.success(), "{binary}: {said}");
+        assert!(said.contains(problem), "{binary}: {said}");
+        assert!(
+            said.contains("--binary") || said.contains("ck stop"),
+            "{binary}: no fix named: {said}"
+        );
+        // The old ck carries on: same pid, same workers, still serving, no upgrade counted.
+        let now = ck.status();
+        assert_eq!(now.pid, ck.pid());
+        assert_eq!(now.worker_pids(), before.worker_pids(), "{now:#?}");
+        assert_eq!(now.upgrades, 0, "{now:#?}");
+        assert!(
+            now.last_upgrade
+                .as_deref()
+                .is_some_and(|u| u.contains(problem)),
+            "{now:#?}"
+        );
+        let tally = burst(local(port), 20);
+        assert_eq!(tally.failed(), 0, "{binary}: {tally:?}");
+    }
+    // And a good one still works afterwards.
+    let bin = ck_tests::ck_bin();
+    ck.ctl_ok(&["upgrade", "--binary", bin.to_str().expect("UTF-8 path")]);
+    let now = wait_upgraded(&mut ck, 1);
+    assert_eq!(now.worker_pids(), before.worker_pids());
+    stop_clean(ck);
+}
+
+fn sys_said(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn sigusr2_upgrades_in_place() {
+    let (mut ck, port, before) = start_ready("up-usr2", 2, &[]);
+    sys::signal(ck.pid(), Signal::SIGUSR2);
+    let now = wait_upgraded(&mut ck, 1);
+    assert_continuous(&ck, &before, &now);
+    let tally = burst(local(port), 40);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    assert!(tally.only_from(&before.worker_pids()), "{tally:?}");
+    stop_clean(ck);
+}
+
+#[test]
+fn one_worker_still_starting_becomes_ready_after_an_upgrade() {
+    // The worker says READY=1 1.5 s after it starts: on the notify socket the new image took
+    // over, with the ready timeout armed again from the handed-over timers.
+    let (mut ck, port, starting) = start_one_starting("up-start", &[]);
+    let pid = starting.worker_pid(0);
+    let out = ck.ctl_ok(&["upgrade"]);
+    assert!(out.contains("upgraded:"), "{out}");
+    let ready = ck.wait_ready(1, READY_TIMEOUT);
+    assert_eq!(ready.worker_pid(0), pid, "{ready:#?}");
+    assert_eq!(ready.slot(0).restarts, 0, "{ready:#?}");
+    assert_eq!(ready.slot(0).generation, starting.slot(0).generation);
+    let tally = burst(local(port), 20);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    stop_clean(ck);
+}
+
+#[test]
+fn an_upgrade_in_the_first_milliseconds_works_or_is_refused_clearly() {
+    let (mut ck, port) = start("up-early", &["-w", "1"]);
+    // As soon as the control socket answers.
+    assert!(sys::poll_until(
+        READY_TIMEOUT,
+        Duration::from_millis(1),
+        || { control_socket(ck.name()).exists() }
+    ));
+    let out = ck.ctl(&["upgrade"]);
+    let said = sys_said(&out);
+    if out.status.success() {
+        assert!(said.contains("upgraded:"), "{said}");
+    } else {
+        assert!(said.contains("upgrade refused:"), "{said}");
+        assert!(said.contains("try again"), "{said}");
+    }
+    let ready = ck.wait_ready(1, READY_TIMEOUT);
+    let again = ck.status().upgrades + 1;
+    ck.ctl_ok(&["upgrade"]);
+    let now = wait_upgraded(&mut ck, again);
+    assert_eq!(now.worker_pids(), ready.worker_pids(), "{now:#?}");
+    let tally = burst(local(port), 20);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    stop_clean(ck);
+}
