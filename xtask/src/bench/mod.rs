@@ -24,6 +24,7 @@ mod reload;
 mod spread;
 mod stall;
 mod table;
+mod upgrade;
 
 use std::fmt::Display;
 use std::fs;
@@ -43,6 +44,9 @@ pub enum Scenario {
     Recovery,
     /// `ck reload` under load: p99 latency and failed requests, steady vs during the reload.
     Reload,
+    /// `ck upgrade` under load: failed requests, p99 steady vs during upgrades, how long the
+    /// control socket is unavailable per upgrade.
+    Upgrade,
     /// Keep-alive requests/s and new connections/s, ck vs baseline, alternating runs; first the
     /// BPF program's cost per selection (the `bpf-cost` table).
     Overhead,
@@ -70,6 +74,7 @@ impl Scenario {
             Scenario::All => vec![
                 Scenario::Recovery,
                 Scenario::Reload,
+                Scenario::Upgrade,
                 Scenario::Overhead,
                 Scenario::Footprint,
                 Scenario::Spread,
@@ -171,6 +176,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
         let mut tables = match one {
             Scenario::Recovery => vec![recovery::run(&bench)?, recovery_node::run(&bench)?],
             Scenario::Reload => vec![reload::run(&bench)?],
+            Scenario::Upgrade => vec![upgrade::run(&bench)?],
             Scenario::Overhead => vec![bpf_cost::run(&bench)?, overhead::run(&bench)?],
             Scenario::BpfCost => vec![bpf_cost::run(&bench)?],
             Scenario::Footprint => vec![footprint::run(&bench)?],
