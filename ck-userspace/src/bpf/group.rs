@@ -287,6 +287,38 @@ where
         .map_err(load_err("taking maps"))
 }
 
+/// A group's pinned `stats` map opened on its own (`ck upgrade`: the counters the new image
+/// reports while it loads its program, so they go on from the old image's).
+pub struct PinnedStats(PerCpuArray<MapData, SlotStats>);
+
+impl PinnedStats {
+    /// Opens the `stats` map pinned for group `group` of instance `name`.
+    pub fn open(name: &str, group: &str) -> Result<PinnedStats, BpfError> {
+        let path = pins::group_dir(name, group).join("stats");
+        let pin_err = |e: &dyn std::fmt::Display| BpfError::Pin {
+            what: "opening the pinned map",
+            path: path.display().to_string(),
+            source: std::io::Error::other(e.to_string()),
+        };
+        let data = MapData::from_pin(&path).map_err(|e| pin_err(&e))?;
+        let map = aya::maps::Map::PerCpuArray(data);
+        PerCpuArray::try_from(map)
+            .map(PinnedStats)
+            .map_err(|e| pin_err(&e))
+    }
+
+    /// A slot's counters summed over CPUs.
+    pub fn stats(&self, slot: u32) -> SlotStats {
+        let mut total = SlotStats::default();
+        if let Ok(values) = self.0.get(&slot, 0) {
+            for v in values.iter() {
+                total.add(v);
+            }
+        }
+        total
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

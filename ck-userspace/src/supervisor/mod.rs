@@ -119,6 +119,8 @@ pub(crate) struct Group {
     addr: ListenAddr,
     name: String,
     bpf: Option<BpfGroup>,
+    /// After an upgrade, until `bpf` is loaded: the pinned counters (see `status`).
+    pinned_stats: Option<crate::bpf::PinnedStats>,
     steering: steering::SteeringCheck,
 }
 
@@ -265,6 +267,12 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
             addr: *addr,
             name: addr.group_name(),
             bpf: None,
+            pinned_stats: match (&handover, bpf_on) {
+                (Some(_), true) => crate::bpf::PinnedStats::open(&cfg.name, &addr.group_name())
+                    .inspect_err(|e| tracing::warn!("{e}"))
+                    .ok(),
+                _ => None,
+            },
             steering: Default::default(),
         })
         .collect();
@@ -367,7 +375,11 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
     }
     let mut failure = None;
     loop {
-        while !(sup.stopping && sup.all_stopped() && bpf_loading.is_none()) && !sup.exec_due() {
+        // Until ck has stopped, or a checked upgrade is due (then exec from here).
+        let done = |sup: &Supervisor, loading: bool| {
+            sup.exec_due() || (sup.stopping && sup.all_stopped() && !loading)
+        };
+        while !done(&sup, bpf_loading.is_some()) {
             tokio::select! {
                 loaded = async { bpf_loading.as_mut().expect("guarded").await }, if bpf_loading.is_some() => {
                     bpf_loading = None;

@@ -12,8 +12,13 @@ use crate::control::{GroupSteering, SlotReport, StatusReport};
 impl Supervisor {
     pub(super) fn slot_stats(&self, index: u32) -> SlotStats {
         let mut total = SlotStats::default();
-        for bpf in self.groups.iter().filter_map(|g| g.bpf.as_ref()) {
-            total.add(&bpf.stats(index));
+        for group in &self.groups {
+            match (&group.bpf, &group.pinned_stats) {
+                (Some(bpf), _) => total.add(&bpf.stats(index)),
+                // After an upgrade, until the program is loaded: the pinned counters.
+                (None, Some(pinned)) => total.add(&pinned.stats(index)),
+                (None, None) => {}
+            }
         }
         total
     }

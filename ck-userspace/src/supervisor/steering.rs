@@ -136,6 +136,7 @@ impl Supervisor {
                 bpf.forward_logs()?;
             }
             group.bpf = Some(bpf);
+            group.pinned_stats = None;
         }
         self.publish();
         for (position, group) in self.groups.iter_mut().enumerate() {
