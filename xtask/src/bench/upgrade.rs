@@ -127,7 +127,7 @@ fn ask_status(path: &PathBuf) -> bool {
         return false;
     }
     let mut line = String::new();
-    BufReader::new(stream).read_line(&mut line).is_ok() && line.contains("\"Status\"")
+    BufReader::new(stream).read_line(&mut line).is_ok() && line.starts_with("{\"status\"")
 }
 
 /// The longest time between two answers within `[from, to]` (the answers just outside count
