@@ -17,6 +17,7 @@ pub mod instance;
 pub mod instant_age;
 pub mod metrics;
 pub mod notify;
+pub mod orphan_guard;
 pub mod pidfd;
 pub mod probe;
 pub mod readiness;

@@ -73,6 +73,23 @@ enum Command {
     /// asked by `ck upgrade` of the new binary before it is exec'd.
     #[command(hide = true)]
     UpgradeCheck,
+    /// With --survive-supervisor: stops the workers of instance NAME if its ck (SUPERVISOR)
+    /// dies and no new ck takes them back within TIMEOUT. Started by `ck run`.
+    #[command(hide = true)]
+    OrphanGuard {
+        /// The instance.
+        #[arg(long)]
+        name: String,
+        /// How long the workers wait for a new ck.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Duration,
+        /// How long a worker may drain after SIGTERM.
+        #[arg(long, value_parser = parse_duration)]
+        drain_timeout: Duration,
+        /// The pid of the ck to watch.
+        #[arg(long)]
+        supervisor: u32,
+    },
     /// Rolling restart: replace every worker, one batch at a time, without dropping a
     /// connection; exits non-zero if the roll is aborted.
     Reload {
@@ -196,6 +213,20 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             timeout,
             target,
         } => cli::control::upgrade(target.name, binary, timeout),
+        Command::OrphanGuard {
+            name,
+            timeout,
+            drain_timeout,
+            supervisor,
+        } => {
+            ck::orphan_guard::run(ck::orphan_guard::GuardSpec {
+                name,
+                timeout,
+                drain_timeout,
+                supervisor,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::UpgradeCheck => {
             println!(
                 "{}",

@@ -64,6 +64,19 @@ impl NotifySocket {
     /// instance `name`.
     pub fn bind(name: &str, slot: u32, worker: u64) -> io::Result<NotifySocket> {
         let abstract_name = format!("ck/{name}/{}/{slot}/{worker}", std::process::id());
+        Self::bind_abstract(abstract_name)
+    }
+
+    /// Binds the socket a worker's `NOTIFY_SOCKET` (`env_value`, `@` + abstract name) names
+    /// again: a ck that takes back the workers of one that died (`--survive-supervisor`).
+    pub fn rebind(env_value: &str) -> io::Result<NotifySocket> {
+        let name = env_value
+            .strip_prefix('@')
+            .ok_or_else(|| io::Error::other(format!("{env_value} is not an abstract address")))?;
+        Self::bind_abstract(name.to_string())
+    }
+
+    fn bind_abstract(abstract_name: String) -> io::Result<NotifySocket> {
         let addr = SocketAddr::from_abstract_name(abstract_name.as_bytes())?;
         let std_socket = std::os::unix::net::UnixDatagram::bind_addr(&addr)?;
         std_socket.set_nonblocking(true)?;

@@ -68,6 +68,26 @@ pub async fn wait_child(pidfd: OwnedFd, pid: u32) -> io::Result<std::process::Ex
     Ok(std::process::ExitStatus::from_raw(status))
 }
 
+/// Whether the process behind `pidfd` has exited (its pidfd polls readable then, zombie or
+/// reaped), without waiting.
+pub fn has_exited(pidfd: &OwnedFd) -> bool {
+    use std::os::fd::AsFd as _;
+    let mut fds = [nix::poll::PollFd::new(
+        pidfd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0)
+}
+
+/// When process `pid` started, in clock ticks since boot (`/proc/PID/stat` field 22): with the
+/// pid, it names one process for good (a reused pid has another start time).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields go on after the last `)`.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// A copy (close-on-exec) of file descriptor `fd` of the process behind `pidfd`: the same open
 /// file, as `dup` would give inside that process. Needs ptrace rights over it (root).
 pub fn get_fd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
@@ -83,6 +103,21 @@ pub fn get_fd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_ticks_name_a_process() {
+        let mine = start_ticks(std::process::id()).unwrap();
+        assert_eq!(start_ticks(std::process::id()), Some(mine));
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let theirs = start_ticks(child.id()).unwrap();
+        assert!(theirs >= mine);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(start_ticks(child.id()), None, "a reaped process has none");
+    }
 
     #[test]
     fn copies_a_descriptor_of_a_process() {

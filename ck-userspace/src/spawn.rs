@@ -43,6 +43,8 @@ pub struct SpawnSpec<'a> {
     pub adopt_listen: Vec<std::net::SocketAddr>,
     /// The open-file limit ck was started with, given back to the worker (ck raised its own).
     pub fd_limit: Option<crate::fd_limit::FdLimit>,
+    /// SIGTERM the worker when ck dies (`PR_SET_PDEATHSIG`); off with `--survive-supervisor`.
+    pub pdeathsig: bool,
 }
 
 /// A started worker.
@@ -100,6 +102,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     let fds = spec.fds;
     let cgroup = spec.cgroup_procs;
     let fd_limit = spec.fd_limit;
+    let pdeathsig = spec.pdeathsig;
     let supervisor = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
     // system calls (open, write, close, fcntl, dup2, prctl, getppid, setrlimit); it allocates
@@ -112,7 +115,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
             if let Some(limit) = fd_limit {
                 crate::fd_limit::restore_in_child(limit)?;
             }
-            place_fds(&fds, supervisor)
+            place_fds(&fds, supervisor, pdeathsig)
         });
     }
     let child = cmd.spawn()?;
@@ -142,9 +145,9 @@ pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
     Ok(())
 }
 
-/// In the child: moves `fds` to 3, 4, ... (clearing close-on-exec there) and asks for SIGTERM
-/// should the supervisor die, so no worker outlives it.
-fn place_fds(fds: &[RawFd], supervisor: libc::pid_t) -> io::Result<()> {
+/// In the child: moves `fds` to 3, 4, ... (clearing close-on-exec there) and, with `pdeathsig`,
+/// asks for SIGTERM should the supervisor die, so no worker outlives it.
+fn place_fds(fds: &[RawFd], supervisor: libc::pid_t, pdeathsig: bool) -> io::Result<()> {
     let n = fds.len() as libc::c_int;
     let mut tmp: [RawFd; MAX_GROUPS] = [-1; MAX_GROUPS];
     // First copy every fd above the target range so dup2 never overwrites a source.
@@ -163,7 +166,7 @@ fn place_fds(fds: &[RawFd], supervisor: libc::pid_t) -> io::Result<()> {
         }
     }
     // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) } < 0 {
+    if pdeathsig && unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: getppid cannot fail. If the supervisor already died we were re-parented: stop.

@@ -210,6 +210,20 @@ impl BpfGroup {
             .map_err(write_err("sockets"))
     }
 
+    /// Puts `socket` in the `sockets` map at `slot` unless it is in the map already (the
+    /// kernel answers EBUSY then): after an upgrade or a take-over, the pinned map holds the
+    /// sockets the earlier ck put there.
+    pub fn insert_if_absent(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
+        match self.sockets.set(slot, &socket.as_raw_fd(), 0) {
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::EBUSY) =>
+            {
+                Ok(())
+            }
+            other => other.map_err(write_err("sockets")),
+        }
+    }
+
     /// Removes `slot` from the `sockets` map (closing the socket does this too).
     pub fn remove(&mut self, slot: u32) {
         // A socket that already closed has left the map by itself; nothing to report then.

@@ -163,6 +163,12 @@ pub struct WorkerHandover {
     pub over_memory: u32,
     /// Notify messages refused so far.
     pub notify_refused: u64,
+    /// When it started (`pidfd::start_ticks`).
+    #[serde(default)]
+    pub start_ticks: Option<u64>,
+    /// Its `NOTIFY_SOCKET` value.
+    #[serde(default)]
+    pub notify_name: Option<String>,
 }
 
 /// A lifecycle timer that had not fired, in a [`Handover`].
@@ -201,15 +207,15 @@ pub(super) struct Prepared<'a> {
 
 impl Supervisor {
     /// The state to hand over, with the descriptors it names. `lock`, `control` and
-    /// `metrics` are the run's own (held by the event loop, not by the supervisor).
+    /// `metrics` are the run's own (held by the event loop, not by the supervisor); without
+    /// them (the `--survive-supervisor` state file) their numbers are -1.
     pub(super) fn prepare_handover<'a>(
         &'a self,
-        lock: BorrowedFd<'a>,
-        control: BorrowedFd<'a>,
+        lock: Option<BorrowedFd<'a>>,
+        control: Option<BorrowedFd<'a>>,
         metrics: Option<BorrowedFd<'a>>,
     ) -> Prepared<'a> {
-        let mut fds = vec![lock, control];
-        fds.extend(metrics);
+        let mut fds: Vec<BorrowedFd<'a>> = [lock, control, metrics].into_iter().flatten().collect();
         let cgroup_of =
             |c: &crate::cgroup::WorkerCgroup| (c.dir().to_path_buf(), c.memory_controller());
         let mut slots = Vec::new();
@@ -236,6 +242,8 @@ impl Supervisor {
                     requests_limit: w.requests_limit,
                     over_memory: w.over_memory,
                     notify_refused: w.notify_refused.load(std::sync::atomic::Ordering::Relaxed),
+                    start_ticks: w.start_ticks,
+                    notify_name: w.notify_name.clone(),
                 }
             });
             fds.extend(slot.sockets.iter().map(|s| s.as_fd()));
@@ -254,8 +262,8 @@ impl Supervisor {
             compat: Compat::this(),
             exe: self.exe.clone(),
             exec_at: SystemTime::now(),
-            lock_fd: lock.as_raw_fd(),
-            control_fd: control.as_raw_fd(),
+            lock_fd: lock.map_or(-1, |fd| fd.as_raw_fd()),
+            control_fd: control.map_or(-1, |fd| fd.as_raw_fd()),
             metrics_fd: metrics.map(|m| m.as_raw_fd()),
             started: self.started,
             next_worker_id: self.next_worker_id,

@@ -25,6 +25,7 @@ mod slot;
 mod spares;
 mod status;
 mod steering;
+mod survive;
 mod systemd;
 mod tasks;
 mod upgrade;
@@ -43,6 +44,7 @@ use slot::Slot;
 
 pub use handover::Compat;
 pub use reconfigure::ConfigReader;
+pub use survive::state_path;
 
 use crate::{
     bpf::{BpfGroup, pins},
@@ -178,8 +180,11 @@ pub struct Supervisor {
     last_upgrade: Option<String>,
     /// Lifecycle timers armed and not fired yet (handed over by an upgrade).
     timers: Vec<handover::Armed>,
-    /// The program being loaded is for maps an earlier image pinned and filled (`ck upgrade`).
+    /// The program being loaded is for maps an earlier image pinned and filled (`ck upgrade`,
+    /// or a ck that died, with `--survive-supervisor`).
     bpf_resumed: bool,
+    /// The state changed since the state file was last written (`--survive-supervisor`).
+    state_dirty: bool,
 }
 
 /// The lifecycle settings of a run.
@@ -220,11 +225,21 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         Some(h) => InstanceLock::inherit(&cfg.name, reexec::inherited(h.lock_fd)?)?,
         None => InstanceLock::acquire(&cfg.name)?,
     };
-    let fd_limit = match &handover {
-        Some(h) => h.fd_limit,
-        None => crate::fd_limit::raise(),
+    // A ck of this name that died with `--survive-supervisor` left its fleet running.
+    let orphans = match handover {
+        Some(_) => None,
+        None => survive::read_state(&cfg.name)?,
     };
-    if handover.is_none() {
+    let raised = crate::fd_limit::raise();
+    let fd_limit = match (&handover, &orphans) {
+        (Some(h), _) | (None, Some(h)) => h.fd_limit,
+        (None, None) => raised,
+    };
+    // What an earlier ck left: its counters go on.
+    let prior = handover.as_ref().or(orphans.as_ref());
+    let pinned = pins::instance_dir(&cfg.name).exists();
+    let reuse_maps = handover.is_some() || (orphans.is_some() && pinned);
+    if prior.is_none() {
         for addr in &cfg.listen {
             sockets::ensure_free(*addr)?;
         }
@@ -244,12 +259,11 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
             .map(|addr| metrics::server::start(addr, metrics_tx))
             .transpose()?,
     };
-    let cgroups = match &handover {
-        Some(h) => h
-            .cgroup
-            .clone()
-            .map(|(dir, memory)| crate::cgroup::InstanceCgroup::resume(dir, memory)),
-        None => cgroups::create(&cfg)?,
+    let cgroups = match prior.and_then(|p| p.cgroup.clone()) {
+        Some((dir, memory)) if dir.exists() => {
+            Some(crate::cgroup::InstanceCgroup::resume(dir, memory))
+        }
+        _ => cgroups::create(&cfg)?,
     };
     // The bind hooks must be in place before the first worker binds.
     let (adopt_hooks, listens) = match cfg.adopt {
@@ -267,8 +281,8 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
             addr: *addr,
             name: addr.group_name(),
             bpf: None,
-            pinned_stats: match (&handover, bpf_on) {
-                (Some(_), true) => crate::bpf::PinnedStats::open(&cfg.name, &addr.group_name())
+            pinned_stats: match (reuse_maps, bpf_on) {
+                (true, true) => crate::bpf::PinnedStats::open(&cfg.name, &addr.group_name())
                     .inspect_err(|e| tracing::warn!("{e}"))
                     .ok(),
                 _ => None,
@@ -279,7 +293,7 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
     // The program loads on a thread of its own (aya parses the kernel's BTF, ~20 ms) while the
     // workers start; it is attached as soon as it is ready (see `steering`). After an upgrade
     // it loads on the pinned maps, and the program attached before keeps steering meanwhile.
-    let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg, handover.is_some()));
+    let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg, reuse_maps));
     if !bpf_on && handover.is_none() {
         tracing::warn!(
             "BPF steering is off (--no-bpf): plain SO_REUSEPORT; the kernel hashes connections over \
@@ -303,16 +317,16 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         groups,
         slots: BTreeMap::new(),
         events: events_tx,
-        started: handover.as_ref().map_or_else(Instant::now, |h| h.started),
+        started: prior.map_or_else(Instant::now, |h| h.started),
         stopping: false,
-        next_worker_id: handover.as_ref().map_or(0, |h| h.next_worker_id),
+        next_worker_id: prior.map_or(0, |h| h.next_worker_id),
         last_ready: Vec::new(),
         roll: None,
         pacer: health::Pacer::new(cfg.health.sample_interval),
         spawn_failure: None,
         foreign_seen: BTreeSet::new(),
         cgroups,
-        dead_cgroups: handover.as_ref().map_or_else(Vec::new, |h| {
+        dead_cgroups: prior.map_or_else(Vec::new, |h| {
             h.dead_cgroups
                 .iter()
                 .filter_map(|(dir, memory)| {
@@ -321,15 +335,13 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
                 .collect()
         }),
         _adopt_hooks: adopt_hooks,
-        spare_failures: handover.as_ref().map_or(0, |h| h.spare_failures),
+        spare_failures: prior.map_or(0, |h| h.spare_failures),
         spare_due: None,
         fd_limit,
-        reloads: handover
-            .as_ref()
-            .map_or_else(Default::default, |h| metrics::ReloadCounts {
-                ok: h.reloads.0,
-                aborted: h.reloads.1,
-            }),
+        reloads: prior.map_or_else(Default::default, |h| metrics::ReloadCounts {
+            ok: h.reloads.0,
+            aborted: h.reloads.1,
+        }),
         metrics_addr: metrics_server.as_ref().map(|m| m.local_addr()),
         config: reader.map(|reader| reconfigure::ConfigSource::new(reader, &cfg)),
         probe_ticker: None,
@@ -338,11 +350,12 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         exe: handover
             .as_ref()
             .map_or_else(upgrade::own_binary, |h| h.exe.clone()),
-        upgrades: handover.as_ref().map_or(0, |h| h.upgrades),
+        upgrades: prior.map_or(0, |h| h.upgrades),
         upgrade: None,
         last_upgrade: None,
         timers: Vec::new(),
-        bpf_resumed: handover.is_some(),
+        bpf_resumed: reuse_maps,
+        state_dirty: true,
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
@@ -355,9 +368,16 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         tasks::start_ticker(&sup.events, period, || Event::SystemdWatchdog);
     }
     let resumed = handover.is_some();
-    let result = match handover {
-        Some(handover) => sup.resume(handover),
-        None => {
+    if sup.cfg.survive_supervisor
+        && !resumed
+        && let Err(e) = survive::start_guard(&sup.cfg)
+    {
+        tracing::warn!("{e:#}; workers left by a ck that dies will not be stopped");
+    }
+    let result = match (handover, orphans) {
+        (Some(handover), _) => sup.resume(handover),
+        (None, Some(orphans)) => sup.take_fleet_back(orphans),
+        (None, None) => {
             tracing::info!(
                 name = %sup.cfg.name,
                 groups = %sup.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(","),
@@ -394,6 +414,7 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
                 Some(call) = metrics_calls.recv() => sup.metrics_call(call),
             }
             sup.tell_systemd();
+            sup.save_state();
         }
         if !sup.exec_due() {
             break;
@@ -585,6 +606,7 @@ impl Supervisor {
 
     /// Releases what is left after the last worker exited: sockets, cgroups, pins.
     fn finish(&mut self) {
+        self.remove_state();
         for slot in self.slots.values_mut() {
             slot.sockets.clear();
         }

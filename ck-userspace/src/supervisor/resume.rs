@@ -119,6 +119,8 @@ impl Supervisor {
                     requests_limit: w.requests_limit,
                     over_memory: w.over_memory,
                     notify_refused: refused,
+                    start_ticks: w.start_ticks,
+                    notify_name: w.notify_name,
                 });
                 workers += 1;
             }

@@ -146,10 +146,11 @@ impl Supervisor {
             let mut first = None;
             for slot in self.slots.values() {
                 if let Some(socket) = slot.sockets.get(position) {
-                    // After an upgrade the pinned `sockets` map holds them already (the
-                    // kernel refuses a socket that is in a map with EBUSY).
-                    if !self.bpf_resumed {
-                        bpf.insert(slot.index, socket)?;
+                    // After an upgrade or a take-over the pinned `sockets` map holds the
+                    // earlier ck's already.
+                    match self.bpf_resumed {
+                        true => bpf.insert_if_absent(slot.index, socket)?,
+                        false => bpf.insert(slot.index, socket)?,
                     }
                     first.get_or_insert(socket);
                 }

@@ -96,6 +96,7 @@ impl Supervisor {
                 false => Vec::new(),
             },
             fd_limit: self.fd_limit,
+            pdeathsig: !self.cfg.survive_supervisor,
         });
         let spawned = match spawned {
             Ok(spawned) => spawned,
@@ -119,6 +120,7 @@ impl Supervisor {
             });
         });
         let notify_socket = notify.socket.clone();
+        let notify_name = notify.env_value.clone();
         let refused = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let speakers = notify::Speakers {
             worker: pid,
@@ -154,7 +156,10 @@ impl Supervisor {
             requests_limit,
             over_memory: 0,
             notify_refused: refused,
+            start_ticks: crate::pidfd::start_ticks(pid),
+            notify_name: Some(notify_name),
         });
+        self.state_dirty = true;
         if founding && self.bpf_loaded() {
             self.check_steering_soon();
         }
