@@ -90,6 +90,12 @@ pub fn remove_leftovers(name: &str) {
     let _ = fs::remove_dir_all(pins_dir(name));
     let _ = fs::remove_file(control_socket(name));
     let _ = fs::remove_file(lock_file(name));
+    let _ = fs::remove_file(state_file(name));
+}
+
+/// The `--survive-supervisor` state file of instance `name`.
+pub fn state_file(name: &str) -> PathBuf {
+    control_socket(name).with_extension("state")
 }
 
 /// `ck status --json`.
@@ -267,6 +273,8 @@ pub struct Ck {
     child: Child,
     exited: Option<ExitStatus>,
     log: PathBuf,
+    /// Dead, and its instance taken over by another `Ck`: dropping it kills nothing.
+    abandoned: bool,
     _dir: TempDir,
 }
 
@@ -307,6 +315,7 @@ impl Ck {
             child,
             exited: None,
             log,
+            abandoned: false,
             _dir: dir,
         }
     }
@@ -507,8 +516,20 @@ impl Ck {
     }
 }
 
+impl Ck {
+    /// Leaves the instance of this dead supervisor (killed by [`Ck::kill_supervisor`]) to
+    /// whoever takes it over: dropping it then kills and removes nothing.
+    pub fn abandon(mut self) {
+        assert!(self.try_exit().is_some(), "abandoning a live ck");
+        self.abandoned = true;
+    }
+}
+
 impl Drop for Ck {
     fn drop(&mut self) {
+        if self.abandoned {
+            return;
+        }
         self.kill_everything();
         remove_leftovers(&self.name);
         if std::thread::panicking() {
