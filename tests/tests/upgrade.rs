@@ -248,3 +248,43 @@ fn an_upgrade_in_the_first_milliseconds_works_or_is_refused_clearly() {
     assert_eq!(tally.failed(), 0, "{tally:?}");
     stop_clean(ck);
 }
+
+/// `GET /metrics` on `addr`: the body of a 200 answer.
+fn metrics(addr: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr)
+        .unwrap_or_else(|e| panic!("connecting to the metrics listener {addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: ck\r\nConnection: close\r\n\r\n"
+    )
+    .expect("sending the request");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("reading /metrics");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text
+}
+
+#[test]
+fn the_metrics_listener_and_its_counters_go_on_after_an_upgrade() {
+    let (mut ck, port, before) = start_ready("up-metrics", 2, &["--metrics", "127.0.0.1:0"]);
+    let addr = before.metrics.clone().expect("a metrics address");
+    burst(local(port), 20);
+    assert!(metrics(&addr).contains("ck_upgrades_total 0"));
+    ck.ctl_ok(&["upgrade"]);
+    let now = wait_upgraded(&mut ck, 1);
+    assert_eq!(now.metrics.as_deref(), Some(addr.as_str()), "same listener");
+    let text = metrics(&addr);
+    assert!(text.contains("ck_upgrades_total 1"), "{text}");
+    // The selections counted before the upgrade are still there.
+    let selected: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("ck_connections_selected_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    assert!(selected >= 20.0, "{text}");
+    stop_clean(ck);
+}

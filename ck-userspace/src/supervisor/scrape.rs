@@ -73,6 +73,7 @@ impl Supervisor {
             groups,
             slots,
             reloads: self.reloads,
+            upgrades: u64::from(self.upgrades),
             ports: self.groups.iter().map(|g| g.addr.addr.port()).collect(),
         }
     }
