@@ -88,6 +88,18 @@ pub(super) fn start_guard(cfg: &RunConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A worker that could not be taken back but still runs (the same process): SIGTERM, so it
+/// does not serve on unmanaged while a new worker takes its slot.
+fn stop_stray(w: &WorkerHandover) {
+    if w.start_ticks.is_some()
+        && pidfd::start_ticks(w.pid) == w.start_ticks
+        && let Ok(fd) = pidfd::open(w.pid)
+    {
+        tracing::warn!(pid = w.pid, "stopping it (SIGTERM): ck cannot manage it");
+        let _ = pidfd::send_signal(&fd, nix::sys::signal::Signal::SIGTERM);
+    }
+}
+
 impl Supervisor {
     /// Writes the state file if anything changed since the last write (only with
     /// `--survive-supervisor`).
@@ -132,6 +144,7 @@ impl Supervisor {
                 self.take_back(index, w)
                     .inspect_err(|e| {
                         tracing::warn!(slot = index, pid = w.pid, "not taken back: {e:#}");
+                        stop_stray(w);
                     })
                     .ok()
             });
