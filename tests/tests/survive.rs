@@ -181,3 +181,40 @@ fn orphans_stop_when_no_ck_comes_back() {
     }
     ck.abandon();
 }
+
+#[test]
+fn a_worker_that_died_while_ck_was_down_is_replaced_on_take_back() {
+    let flags = ["--survive-supervisor"];
+    let (mut first, port, before) = start_ready("sv-gone", 2, &flags);
+    let name = first.name().to_string();
+    first.kill_supervisor();
+    first.abandon();
+    let (kept, gone) = (before.worker_pid(0), before.worker_pid(1));
+    sys::kill_hard(gone);
+    assert!(wait_all_dead(&[gone].into(), Duration::from_secs(10)).is_empty());
+    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
+    let mut args = vec![
+        "-w",
+        "2",
+        "--port",
+        port_text.as_str(),
+        "--probe-port-base",
+        base_text.as_str(),
+    ];
+    args.extend_from_slice(&flags);
+    let mut second = Ck::start(&name, &args);
+    let now = second.wait_ready(2, READY_TIMEOUT);
+    assert_eq!(now.worker_pid(0), kept, "slot 0 taken back: {now:#?}");
+    assert_ne!(now.worker_pid(1), gone, "slot 1 has a new worker: {now:#?}");
+    assert_eq!(
+        now.slot(1).generation,
+        before.slot(1).generation + 1,
+        "{now:#?}"
+    );
+    let tally = burst(local(port), 40);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    assert!(tally.only_from(&now.worker_pids()), "{tally:?}");
+    second.ctl_ok(&["stop"]);
+    second.wait_clean_exit();
+    assert_guards_gone(&name);
+}

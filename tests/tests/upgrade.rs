@@ -233,6 +233,7 @@ fn an_upgrade_in_the_first_milliseconds_works_or_is_refused_clearly() {
     ));
     let out = ck.ctl(&["upgrade"]);
     let said = sys_said(&out);
+    eprintln!("upgrade asked as soon as the control socket existed: {said}");
     if out.status.success() {
         assert!(said.contains("upgraded:"), "{said}");
     } else {
@@ -286,5 +287,46 @@ fn the_metrics_listener_and_its_counters_go_on_after_an_upgrade() {
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum();
     assert!(selected >= 20.0, "{text}");
+    stop_clean(ck);
+}
+
+#[test]
+fn a_broken_slots_cool_down_goes_on_across_an_upgrade() {
+    // Slot 1's worker exits at once: two boot crashes open its breaker for 2 s. The cool-down
+    // timer is handed over: after the upgrade, the slot is tried again (without it, the slot
+    // would stay broken for good).
+    let dir = TempDir::new("up-broken");
+    let body = format!(
+        "if [ \"$CK_SLOT\" = 1 ]; then exit 3; fi\nexec '{}' demo-worker",
+        ck_tests::ck_bin().display()
+    );
+    let app = ck_tests::app::script(&dir, "app.sh", &body);
+    let app = app.to_str().expect("UTF-8 path");
+    let (mut ck, _port) = start(
+        "up-broken",
+        &[
+            "-w",
+            "2",
+            "--crash-limit",
+            "2",
+            "--crash-cooldown",
+            "2s",
+            "--",
+            app,
+        ],
+    );
+    let broken = ck.wait_status("slot 1 broken", READY_TIMEOUT, |s| {
+        s.bpf && s.slots.len() == 2 && s.slot(0).state == "ready" && s.slot(1).state == "broken"
+    });
+    let out = ck.ctl_ok(&["upgrade"]);
+    assert!(out.contains("upgraded:"), "{out}");
+    let was = broken.slot(1).restarts;
+    let after = ck.wait_status(
+        "slot 1 tried again after its cool-down",
+        READY_TIMEOUT,
+        |s| s.slot(1).restarts > was,
+    );
+    assert_eq!(after.upgrades, 1, "{after:#?}");
+    assert_eq!(after.worker_pid(0), broken.worker_pid(0), "{after:#?}");
     stop_clean(ck);
 }
