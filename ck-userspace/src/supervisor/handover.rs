@@ -187,9 +187,13 @@ pub struct TimerHandover {
 /// A lifecycle timer armed and not fired yet (so that a handover can arm it again).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Armed {
+    /// The slot.
     pub slot: u32,
+    /// The epoch it was armed in.
     pub epoch: u64,
+    /// Which timer.
     pub timer: Timer,
+    /// When it fires.
     pub at: Instant,
 }
 

@@ -14,6 +14,7 @@ mod handover;
 mod health;
 pub mod lifecycle;
 mod members;
+mod origin;
 mod publish;
 mod reconfigure;
 mod recycle;
@@ -40,6 +41,7 @@ use anyhow::Context as _;
 use tokio::sync::{mpsc, oneshot};
 
 use lifecycle::{Input, Settings, Timer};
+use origin::Origin;
 use slot::Slot;
 
 pub use handover::Compat;
@@ -49,11 +51,10 @@ pub use survive::state_path;
 use crate::{
     bpf::{BpfGroup, pins},
     config::{ListenAddr, ReadyMode, RunConfig},
-    control::{self, Request, Response, server::ControlCall},
-    instance::{self, InstanceLock},
+    control::{Request, Response, server::ControlCall},
     metrics,
     notify::NotifyMsg,
-    reexec, sockets,
+    reexec,
 };
 
 /// Something that happened, for the event loop.
@@ -219,52 +220,17 @@ pub fn run_with(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<
 }
 
 async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<()> {
-    // After `ck upgrade`, this image takes over what the one before it handed over.
-    let handover = resume::take_handover()?;
-    let lock = match &handover {
-        Some(h) => InstanceLock::inherit(&cfg.name, reexec::inherited(h.lock_fd)?)?,
-        None => InstanceLock::acquire(&cfg.name)?,
-    };
-    // A ck of this name that died with `--survive-supervisor` left its fleet running.
-    let orphans = match handover {
-        Some(_) => None,
-        None => survive::read_state(&cfg.name)?,
-    };
-    let raised = crate::fd_limit::raise();
-    let fd_limit = match (&handover, &orphans) {
-        (Some(h), _) | (None, Some(h)) => h.fd_limit,
-        (None, None) => raised,
-    };
-    // What an earlier ck left: its counters go on.
-    let prior = handover.as_ref().or(orphans.as_ref());
-    let pinned = pins::instance_dir(&cfg.name).exists();
-    let reuse_maps = handover.is_some() || (orphans.is_some() && pinned);
-    if prior.is_none() {
-        for addr in &cfg.listen {
-            sockets::ensure_free(*addr)?;
-        }
-    }
+    // After `ck upgrade`, this image takes over what the one before it handed over; after a
+    // crash with `--survive-supervisor`, what the ck that died left running.
+    let (origin, lock) = Origin::find(&cfg)?;
+    let fd_limit = origin.fd_limit();
+    let prior = origin.prior();
+    let reuse_maps = origin.reuse_maps(&cfg.name);
+    origin.check_ports(&cfg)?;
     // Bound before any worker starts: a taken address fails here, leaving nothing behind.
     let (metrics_tx, mut metrics_calls) = mpsc::unbounded_channel::<metrics::Call>();
-    let metrics_server = match &handover {
-        Some(h) => h
-            .metrics_fd
-            .map(|fd| -> anyhow::Result<_> {
-                let listener = std::net::TcpListener::from(reexec::inherited(fd)?);
-                Ok(metrics::server::serve(listener, metrics_tx)?)
-            })
-            .transpose()?,
-        None => cfg
-            .metrics
-            .map(|addr| metrics::server::start(addr, metrics_tx))
-            .transpose()?,
-    };
-    let cgroups = match prior.and_then(|p| p.cgroup.clone()) {
-        Some((dir, memory)) if dir.exists() => {
-            Some(crate::cgroup::InstanceCgroup::resume(dir, memory))
-        }
-        _ => cgroups::create(&cfg)?,
-    };
+    let metrics_server = origin.metrics(&cfg, metrics_tx)?;
+    let cgroups = origin.cgroups(&cfg)?;
     // The bind hooks must be in place before the first worker binds.
     let (adopt_hooks, listens) = match cfg.adopt {
         true => {
@@ -294,7 +260,7 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
     // workers start; it is attached as soon as it is ready (see `steering`). After an upgrade
     // it loads on the pinned maps, and the program attached before keeps steering meanwhile.
     let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg, reuse_maps));
-    if !bpf_on && handover.is_none() {
+    if !bpf_on && !origin.upgraded() {
         tracing::warn!(
             "BPF steering is off (--no-bpf): plain SO_REUSEPORT; the kernel hashes connections over \
              every worker, including starting and draining ones, and a closing socket resets its queue"
@@ -305,13 +271,7 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         adopt::read_listens(ring, events_tx.clone())?;
     }
     let (calls_tx, mut calls) = mpsc::unbounded_channel::<ControlCall>();
-    let control = match &handover {
-        Some(h) => control::server::serve_listener(
-            std::os::unix::net::UnixListener::from(reexec::inherited(h.control_fd)?),
-            calls_tx,
-        )?,
-        None => control::server::start(&instance::control_path(&cfg.name), calls_tx)?,
-    };
+    let control = origin.control(&cfg, calls_tx)?;
     let mut sup = Supervisor {
         settings: settings(&cfg),
         groups,
@@ -347,9 +307,10 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         probe_ticker: None,
         systemd: systemd::Notifier::from_env(),
         systemd_due: true,
-        exe: handover
-            .as_ref()
-            .map_or_else(upgrade::own_binary, |h| h.exe.clone()),
+        exe: match &origin {
+            Origin::Upgrade(h) => h.exe.clone(),
+            _ => upgrade::own_binary(),
+        },
         upgrades: prior.map_or(0, |h| h.upgrades),
         upgrade: None,
         last_upgrade: None,
@@ -367,17 +328,17 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
     if let Some(period) = sup.systemd.as_ref().and_then(|s| s.watchdog_period()) {
         tasks::start_ticker(&sup.events, period, || Event::SystemdWatchdog);
     }
-    let resumed = handover.is_some();
+    let resumed = origin.upgraded();
     if sup.cfg.survive_supervisor
         && !resumed
         && let Err(e) = survive::start_guard(&sup.cfg)
     {
         tracing::warn!("{e:#}; workers left by a ck that dies will not be stopped");
     }
-    let result = match (handover, orphans) {
-        (Some(handover), _) => sup.resume(handover),
-        (None, Some(orphans)) => sup.take_fleet_back(orphans),
-        (None, None) => {
+    let result = match origin {
+        Origin::Upgrade(handover) => sup.resume(handover),
+        Origin::Orphans(state) => sup.take_fleet_back(state),
+        Origin::Fresh => {
             tracing::info!(
                 name = %sup.cfg.name,
                 groups = %sup.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(","),
