@@ -195,10 +195,14 @@ fn sys_said(out: &std::process::Output) -> String {
 
 #[test]
 fn sigusr2_upgrades_in_place() {
-    let (mut ck, port, before) = start_ready("up-usr2", 2, &[]);
+    let (mut ck, port, _) = start_ready("up-usr2", 2, &[]);
+    // A worker count changed at run time is kept (not the command line's).
+    ck.ctl_ok(&["scale", "3"]);
+    let before = ck.wait_ready(3, READY_TIMEOUT);
     sys::signal(ck.pid(), Signal::SIGUSR2);
     let now = wait_upgraded(&mut ck, 1);
     assert_continuous(&ck, &before, &now);
+    assert_eq!(now.workers, 3, "{now:#?}");
     let tally = burst(local(port), 40);
     assert_eq!(tally.failed(), 0, "{tally:?}");
     assert!(tally.only_from(&before.worker_pids()), "{tally:?}");

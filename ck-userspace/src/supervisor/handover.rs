@@ -92,6 +92,9 @@ pub struct Handover {
     pub started: Instant,
     /// The next worker id.
     pub next_worker_id: u64,
+    /// The target worker count (`ck scale` changes it at run time; 0: none recorded).
+    #[serde(default)]
+    pub workers: u32,
     /// Upgrades done so far (this one included).
     pub upgrades: u32,
     /// Rolling restarts that ended well, and aborted.
@@ -271,6 +274,7 @@ impl Supervisor {
             metrics_fd: metrics.map(|m| m.as_raw_fd()),
             started: self.started,
             next_worker_id: self.next_worker_id,
+            workers: self.cfg.workers,
             upgrades: self.upgrades + 1,
             reloads: (self.reloads.ok, self.reloads.aborted),
             spare_failures: self.spare_failures,

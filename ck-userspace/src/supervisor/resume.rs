@@ -48,6 +48,10 @@ pub(super) fn take_handover() -> anyhow::Result<Option<Handover>> {
 impl Supervisor {
     /// Rebuilds the slots, workers and timers of `handover`, in place of starting a fleet.
     pub(super) fn resume(&mut self, handover: Handover) -> anyhow::Result<()> {
+        // `ck scale` may have changed the count since the command line was written.
+        if handover.workers > 0 {
+            self.cfg.workers = handover.workers;
+        }
         let mut workers = 0;
         for saved in handover.slots {
             let index = saved.index;

@@ -132,6 +132,10 @@ impl Supervisor {
     /// pid and start time) with its sockets and notify socket; slots whose worker is gone
     /// start a new one.
     pub(super) fn take_fleet_back(&mut self, state: Handover) -> anyhow::Result<()> {
+        // `ck scale` may have changed the count since the command line was written.
+        if state.workers > 0 {
+            self.cfg.workers = state.workers;
+        }
         let saved_ago = state.exec_at.elapsed().unwrap_or_default();
         let mut kept = Vec::new();
         let mut renew = Vec::new();
