@@ -325,6 +325,64 @@ impl Supervisor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::supervisor::lifecycle::{After, Run, State};
+
+    #[test]
+    fn a_slot_and_its_timers_come_back_as_they_were() {
+        let started = Instant::now() - Duration::from_secs(5);
+        let run = Run {
+            id: 7,
+            started,
+            ready_at: Some(started + Duration::from_secs(1)),
+            adopted: true,
+        };
+        let mut life = Life::new(crate::restart_policy::RestartPolicy::DEFAULT, false);
+        life.state = State::Stopping(run, After::Retire);
+        life.socket_open = true;
+        life.drained = true;
+        life.generation = 3;
+        life.restarts = 2;
+        let slot = SlotHandover {
+            index: 4,
+            life: life.clone(),
+            sockets: vec![12],
+            spare: false,
+            last_pid: 99,
+            last_exit: Some("exit 3".into()),
+            probe_failures: 5,
+            worker: None,
+        };
+        let timer = TimerHandover {
+            slot: 4,
+            epoch: 7,
+            timer: Timer::Kill,
+            left_us: 1_500,
+        };
+        let text = serde_json::to_string(&(slot, timer)).unwrap();
+        let (slot, timer): (SlotHandover, TimerHandover) = serde_json::from_str(&text).unwrap();
+        let State::Stopping(back, After::Retire) = slot.life.state else {
+            panic!("{:?}", slot.life.state);
+        };
+        assert_eq!(back.id, 7);
+        assert!(back.adopted);
+        let drift = back.started.max(started) - back.started.min(started);
+        assert!(drift < Duration::from_millis(5), "{drift:?}");
+        assert_eq!(
+            (
+                slot.life.drained,
+                slot.life.socket_open,
+                slot.life.generation,
+                slot.life.restarts
+            ),
+            (true, true, 3, 2)
+        );
+        assert_eq!(slot.life.crash.breaker(), life.crash.breaker());
+        assert_eq!((slot.sockets, slot.probe_failures), (vec![12], 5));
+        assert_eq!(
+            (timer.timer, timer.epoch, timer.left_us),
+            (Timer::Kill, 7, 1_500)
+        );
+    }
 
     #[test]
     fn a_binary_with_another_format_or_map_layout_is_refused() {
