@@ -70,9 +70,14 @@ enum Command {
         target: Target,
     },
     /// Prints what this binary needs to take over a running ck (handover format, map layout):
-    /// asked by `ck upgrade` of the new binary before it is exec'd.
+    /// asked by `ck upgrade` of the new binary before it is exec'd. With the running ck's
+    /// command line after `--`, first checks that this binary accepts it (options, --config).
     #[command(hide = true)]
-    UpgradeCheck,
+    UpgradeCheck {
+        /// The running ck's arguments (`run --name ...`).
+        #[arg(last = true)]
+        args: Vec<OsString>,
+    },
     /// With --survive-supervisor: stops the workers of instance NAME if its ck (SUPERVISOR)
     /// dies and no new ck takes them back within TIMEOUT. Started by `ck run`.
     #[command(hide = true)]
@@ -227,7 +232,10 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::UpgradeCheck => {
+        Command::UpgradeCheck { args } => {
+            if !args.is_empty() {
+                check_run_args(args)?;
+            }
             println!(
                 "{}",
                 serde_json::to_string(&ck::supervisor::Compat::this())?
@@ -249,4 +257,25 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             Ok(ExitCode::from(127))
         }
     }
+}
+
+/// `upgrade-check -- ARGS`: whether this binary accepts the running ck's command line (the new
+/// image parses it again after the exec, and could not start the fleet otherwise).
+fn check_run_args(args: Vec<OsString>) -> anyhow::Result<()> {
+    let argv = std::iter::once(OsString::from("ck")).chain(args);
+    let matches = Cli::command().try_get_matches_from(argv).map_err(|e| {
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or("");
+        anyhow::anyhow!(
+            "the instance's command line: {}",
+            first.trim_start_matches("error: ")
+        )
+    })?;
+    let Command::Run(run_args) = Cli::from_arg_matches(&matches)?.command else {
+        bail!("the instance's command line is not `ck run ...`");
+    };
+    let run_matches = matches.subcommand_matches("run").expect("`run` was parsed");
+    cli::config_layers::configure(*run_args, run_matches)
+        .map(drop)
+        .map_err(|e| e.context("the instance's command line"))
 }

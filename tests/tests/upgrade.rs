@@ -144,6 +144,15 @@ fn a_binary_that_cannot_take_over_is_refused_and_ck_carries_on() {
         "#!/bin/sh\necho '{\"ck\":\"9.0.0\",\"format\":1,\"maps\":\"slots=64\"}'\n",
         true,
     );
+    // A ck that does not accept the instance's command line (here: one more argument).
+    let other_args = dir.write(
+        "ck-other-args",
+        &format!(
+            "#!/bin/sh\nexec '{}' \"$@\" --no-such-option\n",
+            ck_tests::ck_bin().display()
+        ),
+        true,
+    );
     let missing = dir.path().join("no-such-ck");
     let cases = [
         ("/bin/false".into(), "upgrade-check failed (exit 1)"),
@@ -152,6 +161,7 @@ fn a_binary_that_cannot_take_over_is_refused_and_ck_carries_on() {
         (not_ck, "did not answer `upgrade-check`"),
         (other_format, "handover format 999"),
         (other_maps, "map layout"),
+        (other_args, "the instance's command line"),
     ];
     for (binary, problem) in cases {
         let binary = binary.to_str().expect("UTF-8 path").to_string();

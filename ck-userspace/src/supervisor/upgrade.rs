@@ -52,6 +52,8 @@ async fn check(binary: PathBuf) -> Result<Compat, String> {
     let fix = "pass --binary with the path of a ck binary built from this project";
     let child = tokio::process::Command::new(&binary)
         .arg("upgrade-check")
+        .arg("--")
+        .args(std::env::args_os().skip(1))
         .env_remove(reexec::HANDOVER_ENV)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -76,7 +78,8 @@ async fn check(binary: PathBuf) -> Result<Compat, String> {
     let said = said.lines().next().unwrap_or("").trim();
     if !out.status.success() {
         return Err(format!(
-            "{shown} upgrade-check failed ({}{}): it is not a ck binary that can take over; {fix}",
+            "{shown} upgrade-check failed ({}{}): it cannot take over this instance (not ck, or \
+             a ck that does not accept its command line); {fix}",
             super::workers::describe_exit(&Ok(out.status)),
             if said.is_empty() {
                 String::new()
