@@ -5,7 +5,7 @@
 //!
 //! Every instance gets its own `--name` and port on 127.0.0.1, its log goes to a file under
 //! one directory per invocation, and it is stopped (killed, if need be) before the next one
-//! starts. Each scenario is bounded in time; `all` takes about 16 minutes. Long steps print a
+//! starts. Each scenario is bounded in time; `all` takes about 16 minutes (`upgrade` about 10 s). Long steps print a
 //! progress line on stderr ([`Bench::progress`]).
 
 mod bpf_cost;
@@ -251,7 +251,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 8);
+        assert_eq!(Scenario::All.expand().len(), 9);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }
