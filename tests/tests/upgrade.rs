@@ -344,3 +344,36 @@ fn a_broken_slots_cool_down_goes_on_across_an_upgrade() {
     assert_eq!(after.worker_pid(0), broken.worker_pid(0), "{after:#?}");
     stop_clean(ck);
 }
+
+#[test]
+fn an_upgrade_during_a_rolling_restart_is_refused_and_the_roll_goes_on() {
+    // Workers that take 1 s to be ready: the roll of 2 lasts a few seconds.
+    let bin = ck_tests::ck_bin();
+    let bin = bin.to_str().expect("UTF-8 path");
+    let (mut ck, port, _) = start_ready(
+        "up-roll",
+        2,
+        &["--", bin, "demo-worker", "--ready-after", "1s"],
+    );
+    let reload = ck_tests::ck::ck_command()
+        .args(["reload", "--name", ck.name()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting ck reload");
+    ck.wait_status("the roll under way", READY_TIMEOUT, |s| s.reloading);
+    let out = ck.ctl(&["upgrade"]);
+    let said = sys_said(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("rolling restart is in progress"), "{said}");
+    let reload = reload.wait_with_output().expect("ck reload");
+    assert!(reload.status.success(), "{}", sys_said(&reload));
+    let now = ck.wait_ready(2, READY_TIMEOUT);
+    assert_eq!(now.upgrades, 0, "{now:#?}");
+    // Once the roll is done, the upgrade goes through.
+    ck.ctl_ok(&["upgrade"]);
+    wait_upgraded(&mut ck, 1);
+    let tally = burst(local(port), 20);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    stop_clean(ck);
+}
