@@ -218,3 +218,37 @@ fn a_worker_that_died_while_ck_was_down_is_replaced_on_take_back() {
     second.wait_clean_exit();
     assert_guards_gone(&name);
 }
+
+#[test]
+fn a_fleet_upgraded_in_place_is_taken_back_after_a_kill() {
+    let flags = ["--survive-supervisor"];
+    let (mut first, port, before) = start_ready("sv-upgraded", 2, &flags);
+    let name = first.name().to_string();
+    first.ctl_ok(&["upgrade"]);
+    first.wait_status("the upgrade done", READY_TIMEOUT, |s| {
+        s.upgrades == 1 && s.bpf
+    });
+    // The guard watches the same pid across the upgrade: still one.
+    assert_eq!(guards(&name).len(), 1, "{:?}", guards(&name));
+    first.kill_supervisor();
+    first.abandon();
+    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
+    let mut args = vec![
+        "-w",
+        "2",
+        "--port",
+        port_text.as_str(),
+        "--probe-port-base",
+        base_text.as_str(),
+    ];
+    args.extend_from_slice(&flags);
+    let mut second = Ck::start(&name, &args);
+    let now = second.wait_ready(2, READY_TIMEOUT);
+    assert_eq!(now.worker_pids(), before.worker_pids(), "{now:#?}");
+    assert_eq!(now.upgrades, 1, "the count goes on: {now:#?}");
+    let tally = burst(local(port), 20);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    second.ctl_ok(&["stop"]);
+    second.wait_clean_exit();
+    assert_guards_gone(&name);
+}

@@ -95,7 +95,7 @@ pub struct Handover {
     /// The target worker count (`ck scale` changes it at run time; 0: none recorded).
     #[serde(default)]
     pub workers: u32,
-    /// Upgrades done so far (this one included).
+    /// Upgrades done so far (an upgrade's handover counts itself).
     pub upgrades: u32,
     /// Rolling restarts that ended well, and aborted.
     pub reloads: (u64, u64),
@@ -275,7 +275,7 @@ impl Supervisor {
             started: self.started,
             next_worker_id: self.next_worker_id,
             workers: self.cfg.workers,
-            upgrades: self.upgrades + 1,
+            upgrades: self.upgrades,
             reloads: (self.reloads.ok, self.reloads.aborted),
             spare_failures: self.spare_failures,
             spare_due_us: self.spare_due.map(left_us),

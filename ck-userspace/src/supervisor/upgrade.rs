@@ -268,7 +268,8 @@ impl Supervisor {
         metrics: Option<BorrowedFd<'_>>,
     ) -> anyhow::Result<std::convert::Infallible> {
         use anyhow::Context as _;
-        let prepared = self.prepare_handover(Some(lock), Some(control), metrics);
+        let mut prepared = self.prepare_handover(Some(lock), Some(control), metrics);
+        prepared.handover.upgrades += 1;
         let state = serde_json::to_vec(&prepared.handover).context("serializing the state")?;
         let memfd = reexec::state_memfd(&state).context("writing the state to a memfd")?;
         let keep = |keep: bool| {
