@@ -252,3 +252,55 @@ fn a_fleet_upgraded_in_place_is_taken_back_after_a_kill() {
     second.wait_clean_exit();
     assert_guards_gone(&name);
 }
+
+#[test]
+fn a_pid_that_names_another_process_now_is_neither_taken_back_nor_signalled() {
+    // What pid reuse looks like to the next ck: the state names pid P started at tick T, and
+    // the process with pid P now started at another tick. Here the state file is edited so
+    // that slot 1's record has another start time than its (live) worker.
+    let flags = ["--survive-supervisor"];
+    let (mut first, port, before) = start_ready("sv-reuse", 2, &flags);
+    let name = first.name().to_string();
+    first.kill_supervisor();
+    first.abandon();
+    let path = state_file(&name);
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("the state file")).expect("JSON");
+    let other = before.worker_pid(1);
+    for slot in state["slots"].as_array_mut().expect("slots") {
+        if slot["worker"]["pid"].as_u64() == Some(u64::from(other)) {
+            let ticks = slot["worker"]["start_ticks"].as_u64().expect("start ticks");
+            slot["worker"]["start_ticks"] = (ticks + 1).into();
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec(&state).unwrap()).expect("writing the state");
+    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
+    let mut args = vec![
+        "-w",
+        "2",
+        "--port",
+        port_text.as_str(),
+        "--probe-port-base",
+        base_text.as_str(),
+    ];
+    args.extend_from_slice(&flags);
+    let mut second = Ck::start(&name, &args);
+    let now = second.wait_ready(2, READY_TIMEOUT);
+    assert_eq!(now.worker_pid(0), before.worker_pid(0), "{now:#?}");
+    assert_ne!(now.worker_pid(1), other, "{now:#?}");
+    assert!(
+        second.log().contains("is another process now"),
+        "{}",
+        second.log()
+    );
+    // ck left that process alone: it is not its worker.
+    assert!(pid_alive(other), "pid {other} was signalled");
+    // New connections go to ck's workers only.
+    let tally = burst(local(port), 40);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    assert!(tally.only_from(&now.worker_pids()), "{tally:?}");
+    sys::kill_hard(other);
+    second.ctl_ok(&["stop"]);
+    second.wait_clean_exit();
+    assert_guards_gone(&name);
+}
