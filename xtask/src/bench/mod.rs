@@ -23,6 +23,7 @@ mod recovery_node;
 mod reload;
 mod spread;
 mod stall;
+mod survive;
 mod table;
 mod upgrade;
 
@@ -45,7 +46,8 @@ pub enum Scenario {
     /// `ck reload` under load: p99 latency and failed requests, steady vs during the reload.
     Reload,
     /// `ck upgrade` under load: failed requests, p99 steady vs during upgrades, how long the
-    /// control socket is unavailable per upgrade.
+    /// control socket is unavailable per upgrade; then `--survive-supervisor`: kill -9 and
+    /// take-back under load.
     Upgrade,
     /// Keep-alive requests/s and new connections/s, ck vs baseline, alternating runs; first the
     /// BPF program's cost per selection (the `bpf-cost` table).
@@ -176,7 +178,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
         let mut tables = match one {
             Scenario::Recovery => vec![recovery::run(&bench)?, recovery_node::run(&bench)?],
             Scenario::Reload => vec![reload::run(&bench)?],
-            Scenario::Upgrade => vec![upgrade::run(&bench)?],
+            Scenario::Upgrade => vec![upgrade::run(&bench)?, survive::run(&bench)?],
             Scenario::Overhead => vec![bpf_cost::run(&bench)?, overhead::run(&bench)?],
             Scenario::BpfCost => vec![bpf_cost::run(&bench)?],
             Scenario::Footprint => vec![footprint::run(&bench)?],

@@ -43,21 +43,22 @@ const CAP: Duration = Duration::from_secs(300);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The three loads of one window.
-struct Window {
-    keep_alive: LoadReport,
-    no_retry: LoadReport,
-    new_conn: LoadReport,
+pub(super) struct Window {
+    pub(super) keep_alive: LoadReport,
+    pub(super) no_retry: LoadReport,
+    pub(super) new_conn: LoadReport,
 }
 
 /// The three loads under way.
-struct Loads {
+pub(super) struct Loads {
     keep_alive: LoadHandle,
     no_retry: LoadHandle,
     new_conn: LoadHandle,
 }
 
 impl Loads {
-    fn start(inst: &Instance, duration: Duration) -> Loads {
+    /// Starts the three loads on `inst` for at most `duration`.
+    pub(super) fn start(inst: &Instance, duration: Duration) -> Loads {
         let spec = |mode, retry| {
             let mut spec = LoadSpec::for_duration(inst.addr(), mode, CONNECTIONS, duration);
             spec.rate = Some(RATE);
@@ -72,7 +73,8 @@ impl Loads {
         }
     }
 
-    fn join(self) -> Window {
+    /// Waits for the loads to end.
+    pub(super) fn join(self) -> Window {
         Window {
             keep_alive: self.keep_alive.join(),
             no_retry: self.no_retry.join(),
@@ -80,7 +82,8 @@ impl Loads {
         }
     }
 
-    fn stop(&self) {
+    /// Stops the loads.
+    pub(super) fn stop(&self) {
         for handle in [&self.keep_alive, &self.no_retry, &self.new_conn] {
             handle.stop();
         }
