@@ -354,6 +354,8 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         tracing::error!(resumed, "starting the fleet failed: {e:#}");
         sup.begin_shutdown("startup failure");
     }
+    // `--survive-supervisor`: the workers just started are on record before anything else.
+    sup.save_state();
     let mut failure = None;
     loop {
         // Until ck has stopped, or a checked upgrade is due (then exec from here).
