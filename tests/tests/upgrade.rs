@@ -264,6 +264,21 @@ fn an_upgrade_in_the_first_milliseconds_works_or_is_refused_clearly() {
     stop_clean(ck);
 }
 
+/// `GET path` on `addr`: the status code, or None when the connection gave no answer.
+fn http_code(addr: &str, path: &str) -> Option<u16> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: ck\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// `GET /metrics` on `addr`: the body of a 200 answer.
 fn metrics(addr: &str) -> String {
     use std::io::{Read as _, Write as _};
@@ -289,8 +304,33 @@ fn the_metrics_listener_and_its_counters_go_on_after_an_upgrade() {
     let addr = before.metrics.clone().expect("a metrics address");
     burst(local(port), 20);
     assert!(metrics(&addr).contains("ck_upgrades_total 0"));
+    // /readyz asked in a loop across the upgrade never says "not ready": the old program
+    // steers with the pinned maps while the new image loads it again.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (stop, addr) = (stop.clone(), addr.clone());
+        std::thread::spawn(move || {
+            let (mut codes, mut unanswered) = (std::collections::BTreeMap::new(), 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match http_code(&addr, "/readyz") {
+                    Some(code) => *codes.entry(code).or_insert(0u32) += 1,
+                    None => unanswered += 1,
+                }
+            }
+            (codes, unanswered)
+        })
+    };
     ck.ctl_ok(&["upgrade"]);
     let now = wait_upgraded(&mut ck, 1);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (codes, unanswered) = poller.join().expect("the /readyz poller");
+    eprintln!("/readyz across the upgrade: {codes:?}, {unanswered} unanswered");
+    assert!(codes.get(&200).is_some_and(|n| *n > 0), "{codes:?}");
+    assert_eq!(
+        codes.len(),
+        1,
+        "/readyz said something else than 200: {codes:?}"
+    );
     assert_eq!(now.metrics.as_deref(), Some(addr.as_str()), "same listener");
     let text = metrics(&addr);
     assert!(text.contains("ck_upgrades_total 1"), "{text}");

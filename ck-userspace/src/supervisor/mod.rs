@@ -383,7 +383,8 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
             break;
         }
         // `ck upgrade`: from here, on the main thread, with the answers given written.
-        sup.settle(&mut events, &mut calls).await;
+        sup.settle(&mut events, &mut calls, &mut metrics_calls)
+            .await;
         sup.reexec(
             lock.fd(),
             control.listener(),

@@ -211,12 +211,13 @@ impl Supervisor {
     }
 
     /// Lets the connection tasks write the answers already given (the upgrade's own among
-    /// them), and handles what is already queued (events, control calls) so that the state
-    /// handed over is current.
+    /// them), and handles what is already queued (events, control and metrics calls) so that
+    /// the state handed over is current.
     pub(super) async fn settle(
         &mut self,
         events: &mut mpsc::UnboundedReceiver<Event>,
         calls: &mut mpsc::UnboundedReceiver<ControlCall>,
+        metrics_calls: &mut mpsc::UnboundedReceiver<crate::metrics::Call>,
     ) {
         for _ in 0..5 {
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -227,6 +228,10 @@ impl Supervisor {
             }
             while let Ok((req, reply)) = calls.try_recv() {
                 self.control(req, reply);
+                handled = true;
+            }
+            while let Ok(call) = metrics_calls.try_recv() {
+                self.metrics_call(call);
                 handled = true;
             }
             if !handled {
