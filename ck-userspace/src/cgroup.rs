@@ -102,6 +102,11 @@ impl InstanceCgroup {
         Ok(InstanceCgroup { dir, memory })
     }
 
+    /// The cgroup an earlier image of ck created (`ck upgrade`), taken over as it is.
+    pub fn resume(dir: PathBuf, memory: bool) -> InstanceCgroup {
+        InstanceCgroup { dir, memory }
+    }
+
     /// Its directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -200,6 +205,18 @@ pub struct WorkerCgroup {
 }
 
 impl WorkerCgroup {
+    /// A worker's cgroup an earlier image of ck created (`ck upgrade`), taken over as it is.
+    pub fn resume(dir: PathBuf, memory: bool) -> io::Result<WorkerCgroup> {
+        let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+            .map_err(io::Error::other)?;
+        Ok(WorkerCgroup { dir, procs, memory })
+    }
+
+    /// Whether it has the memory controller.
+    pub fn memory_controller(&self) -> bool {
+        self.memory
+    }
+
     /// `.../cgroup.procs`, for the child to move itself in before it execs.
     pub fn procs_file(&self) -> &CString {
         &self.procs

@@ -201,6 +201,12 @@ pub struct RunConfig {
     pub max_requests: Option<u64>,
     /// `--spares`: hot spares booted beside the workers, taking a dead worker's place at once.
     pub spares: u32,
+    /// `--survive-supervisor`: workers keep serving when ck dies (no `PR_SET_PDEATHSIG`); the
+    /// next `ck run` of the same name takes the running fleet back.
+    pub survive_supervisor: bool,
+    /// `--orphan-timeout`: with `--survive-supervisor`, how long workers wait for a new ck
+    /// before they are stopped.
+    pub orphan_timeout: Duration,
     /// Health signals.
     pub health: crate::health_config::HealthConfig,
     /// Plain `SO_REUSEPORT`, no steering.

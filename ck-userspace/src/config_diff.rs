@@ -66,6 +66,8 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         max_memory,
         max_requests,
         spares,
+        survive_supervisor,
+        orphan_timeout,
         health,
         no_bpf,
         bpf_log,
@@ -104,6 +106,19 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         n.map_or("off".into(), |n| n.to_string())
     });
     diff.live("spares", &old.spares, spares, u32::to_string);
+    diff.live(
+        "orphan-timeout",
+        &old.orphan_timeout,
+        orphan_timeout,
+        show_duration,
+    );
+    diff.fixed(
+        "survive-supervisor",
+        &old.survive_supervisor,
+        survive_supervisor,
+        "workers get PR_SET_PDEATHSIG (or not) when they start",
+        bool::to_string,
+    );
     let sockets = "the listening sockets are opened at start";
     diff.fixed(
         "name",

@@ -4,7 +4,7 @@
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 /// The open-file limit ck was started with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FdLimit {
     /// Soft limit.
     pub soft: u64,

@@ -108,6 +108,31 @@ fn still_at(file: &File, path: &std::path::Path) -> std::io::Result<bool> {
     }
 }
 
+impl InstanceLock {
+    /// The lock file's descriptor (the lock belongs to its open file), for `ck upgrade` to
+    /// hand over.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd as _;
+        self._lock.as_fd()
+    }
+
+    /// Takes the lock on `name` back from `fd`, inherited from the image `ck upgrade`
+    /// replaced: the lock is that open file's, so locking it again succeeds at once.
+    pub fn inherit(name: &str, fd: std::os::fd::OwnedFd) -> Result<InstanceLock, InstanceError> {
+        let dir = run_dir();
+        let lock = Flock::lock(File::from(fd), FlockArg::LockExclusiveNonblock).map_err(|_| {
+            InstanceError::AlreadyRunning {
+                name: name.to_string(),
+            }
+        })?;
+        Ok(InstanceLock {
+            lock_file: dir.join(format!("{name}.lock")),
+            control: dir.join(format!("{name}.sock")),
+            _lock: lock,
+        })
+    }
+}
+
 impl Drop for InstanceLock {
     fn drop(&mut self) {
         // Both go while the lock is still held (it is released when `_lock` drops, after this).

@@ -56,6 +56,45 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Re-execute ck in place (same pid; workers, sockets and steering kept) from the binary
+    /// it was started from (as that file is now) or from --binary; exits non-zero, with the
+    /// old ck still running, if the new binary cannot take over. SIGUSR2 does the same.
+    Upgrade {
+        /// The new ck binary.
+        #[arg(long, value_name = "PATH")]
+        binary: Option<std::path::PathBuf>,
+        /// How long to wait for the new image to report back.
+        #[arg(long, value_parser = parse_duration, default_value = "30s")]
+        timeout: Duration,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Prints what this binary needs to take over a running ck (handover format, map layout):
+    /// asked by `ck upgrade` of the new binary before it is exec'd. With the running ck's
+    /// command line after `--`, first checks that this binary accepts it (options, --config).
+    #[command(hide = true)]
+    UpgradeCheck {
+        /// The running ck's arguments (`run --name ...`).
+        #[arg(last = true)]
+        args: Vec<OsString>,
+    },
+    /// With --survive-supervisor: stops the workers of instance NAME if its ck (SUPERVISOR)
+    /// dies and no new ck takes them back within TIMEOUT. Started by `ck run`.
+    #[command(hide = true)]
+    OrphanGuard {
+        /// The instance.
+        #[arg(long)]
+        name: String,
+        /// How long the workers wait for a new ck.
+        #[arg(long, value_parser = parse_duration)]
+        timeout: Duration,
+        /// How long a worker may drain after SIGTERM.
+        #[arg(long, value_parser = parse_duration)]
+        drain_timeout: Duration,
+        /// The pid of the ck to watch.
+        #[arg(long)]
+        supervisor: u32,
+    },
     /// Rolling restart: replace every worker, one batch at a time, without dropping a
     /// connection; exits non-zero if the roll is aborted.
     Reload {
@@ -174,6 +213,35 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             target,
         } => probe_slot(target.name, slot, kind, timeout),
         Command::Reload { target } => simple(target.name, Request::Reload),
+        Command::Upgrade {
+            binary,
+            timeout,
+            target,
+        } => cli::control::upgrade(target.name, binary, timeout),
+        Command::OrphanGuard {
+            name,
+            timeout,
+            drain_timeout,
+            supervisor,
+        } => {
+            ck::orphan_guard::run(ck::orphan_guard::GuardSpec {
+                name,
+                timeout,
+                drain_timeout,
+                supervisor,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::UpgradeCheck { args } => {
+            if !args.is_empty() {
+                check_run_args(args)?;
+            }
+            println!(
+                "{}",
+                serde_json::to_string(&ck::supervisor::Compat::this())?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Scale { workers, target } => simple(target.name, Request::Scale { workers }),
         Command::DemoWorker(opts) => {
             ck::demo::run(opts)?;
@@ -189,4 +257,25 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             Ok(ExitCode::from(127))
         }
     }
+}
+
+/// `upgrade-check -- ARGS`: whether this binary accepts the running ck's command line (the new
+/// image parses it again after the exec, and could not start the fleet otherwise).
+fn check_run_args(args: Vec<OsString>) -> anyhow::Result<()> {
+    let argv = std::iter::once(OsString::from("ck")).chain(args);
+    let matches = Cli::command().try_get_matches_from(argv).map_err(|e| {
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or("");
+        anyhow::anyhow!(
+            "the instance's command line: {}",
+            first.trim_start_matches("error: ")
+        )
+    })?;
+    let Command::Run(run_args) = Cli::from_arg_matches(&matches)?.command else {
+        bail!("the instance's command line is not `ck run ...`");
+    };
+    let run_matches = matches.subcommand_matches("run").expect("`run` was parsed");
+    cli::config_layers::configure(*run_args, run_matches)
+        .map(drop)
+        .map_err(|e| e.context("the instance's command line"))
 }

@@ -64,6 +64,19 @@ impl NotifySocket {
     /// instance `name`.
     pub fn bind(name: &str, slot: u32, worker: u64) -> io::Result<NotifySocket> {
         let abstract_name = format!("ck/{name}/{}/{slot}/{worker}", std::process::id());
+        Self::bind_abstract(abstract_name)
+    }
+
+    /// Binds the socket a worker's `NOTIFY_SOCKET` (`env_value`, `@` + abstract name) names
+    /// again: a ck that takes back the workers of one that died (`--survive-supervisor`).
+    pub fn rebind(env_value: &str) -> io::Result<NotifySocket> {
+        let name = env_value
+            .strip_prefix('@')
+            .ok_or_else(|| io::Error::other(format!("{env_value} is not an abstract address")))?;
+        Self::bind_abstract(name.to_string())
+    }
+
+    fn bind_abstract(abstract_name: String) -> io::Result<NotifySocket> {
         let addr = SocketAddr::from_abstract_name(abstract_name.as_bytes())?;
         let std_socket = std::os::unix::net::UnixDatagram::bind_addr(&addr)?;
         std_socket.set_nonblocking(true)?;
@@ -73,6 +86,14 @@ impl NotifySocket {
             socket: std::sync::Arc::new(UnixDatagram::from_std(std_socket)?),
         })
     }
+}
+
+/// A worker's notify socket inherited from the image `ck upgrade` replaced (bound, with
+/// `SO_PASSCRED` set, messages queued meanwhile still in it).
+pub fn inherit(fd: std::os::fd::OwnedFd) -> io::Result<std::sync::Arc<UnixDatagram>> {
+    let std_socket = std::os::unix::net::UnixDatagram::from(fd);
+    std_socket.set_nonblocking(true)?;
+    Ok(std::sync::Arc::new(UnixDatagram::from_std(std_socket)?))
 }
 
 /// Receives one datagram into `buf`: its length and the pid of the process that sent it (as the

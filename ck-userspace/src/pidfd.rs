@@ -51,6 +51,43 @@ pub async fn exited(pidfd: OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Waits for child `pid` (behind `pidfd`) to exit and reaps it: its exit status. For workers
+/// an earlier image of ck spawned (`ck upgrade`), which this image's runtime does not know.
+pub async fn wait_child(pidfd: OwnedFd, pid: u32) -> io::Result<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt as _;
+    exited(pidfd).await?;
+    let mut status: libc::c_int = 0;
+    // SAFETY: waitpid on our own child with a pointer to a local int; the child has exited
+    // (its pidfd polled readable), so this does not block.
+    let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+    if rc <= 0 {
+        return Err(io::Error::other(
+            "exited while ck re-executed itself; its exit status is unknown",
+        ));
+    }
+    Ok(std::process::ExitStatus::from_raw(status))
+}
+
+/// Whether the process behind `pidfd` has exited (its pidfd polls readable then, zombie or
+/// reaped), without waiting.
+pub fn has_exited(pidfd: &OwnedFd) -> bool {
+    use std::os::fd::AsFd as _;
+    let mut fds = [nix::poll::PollFd::new(
+        pidfd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0)
+}
+
+/// When process `pid` started, in clock ticks since boot (`/proc/PID/stat` field 22): with the
+/// pid, it names one process for good (a reused pid has another start time).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields go on after the last `)`.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// A copy (close-on-exec) of file descriptor `fd` of the process behind `pidfd`: the same open
 /// file, as `dup` would give inside that process. Needs ptrace rights over it (root).
 pub fn get_fd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
@@ -66,6 +103,21 @@ pub fn get_fd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_ticks_name_a_process() {
+        let mine = start_ticks(std::process::id()).unwrap();
+        assert_eq!(start_ticks(std::process::id()), Some(mine));
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let theirs = start_ticks(child.id()).unwrap();
+        assert!(theirs >= mine);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(start_ticks(child.id()), None, "a reaped process has none");
+    }
 
     #[test]
     fn copies_a_descriptor_of_a_process() {

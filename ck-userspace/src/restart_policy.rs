@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::duration::parse_duration;
 
 /// How a slot's crashes are handled.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RestartPolicy {
     /// Delay before the first restart.
     pub initial: Duration,

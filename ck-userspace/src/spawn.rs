@@ -46,6 +46,8 @@ pub struct SpawnSpec<'a> {
     /// `--user`: the worker takes this user's groups, group and uid and drops every capability
     /// before exec (after joining its cgroup, which is ck's).
     pub user: Option<&'a crate::privileges::WorkerUser>,
+    /// SIGTERM the worker when ck dies (`PR_SET_PDEATHSIG`); off with `--survive-supervisor`.
+    pub pdeathsig: bool,
 }
 
 /// A started worker.
@@ -91,6 +93,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
         .env("CK_WORKER_ID", spec.worker_id.to_string())
         .env_remove("WATCHDOG_USEC")
         .env_remove("WATCHDOG_PID")
+        .env_remove(crate::reexec::HANDOVER_ENV)
         .stdin(Stdio::null())
         .process_group(0);
     if spec.adopt_port.is_some() {
@@ -104,6 +107,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     let fd_limit = spec.fd_limit;
     // Decided here: the comparison reads ck's groups, which allocates.
     let user = spec.user.map(|u| (u.clone(), !u.is_ck_itself()));
+    let pdeathsig = spec.pdeathsig;
     let supervisor = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
     // system calls (open, write, close, fcntl, dup2, prctl, getppid, setrlimit, setgroups,
@@ -121,7 +125,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
             if let Some((user, switch_ids)) = &user {
                 crate::privileges::switch_in_child(user, *switch_ids)?;
             }
-            place_fds(&fds, supervisor)
+            place_fds(&fds, supervisor, pdeathsig)
         });
     }
     let child = cmd.spawn().map_err(|e| match (spec.user, e.kind()) {
@@ -161,9 +165,9 @@ pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
     Ok(())
 }
 
-/// In the child: moves `fds` to 3, 4, ... (clearing close-on-exec there) and asks for SIGTERM
-/// should the supervisor die, so no worker outlives it.
-fn place_fds(fds: &[RawFd], supervisor: libc::pid_t) -> io::Result<()> {
+/// In the child: moves `fds` to 3, 4, ... (clearing close-on-exec there) and, with `pdeathsig`,
+/// asks for SIGTERM should the supervisor die, so no worker outlives it.
+fn place_fds(fds: &[RawFd], supervisor: libc::pid_t, pdeathsig: bool) -> io::Result<()> {
     let n = fds.len() as libc::c_int;
     let mut tmp: [RawFd; MAX_GROUPS] = [-1; MAX_GROUPS];
     // First copy every fd above the target range so dup2 never overwrites a source.
@@ -182,7 +186,7 @@ fn place_fds(fds: &[RawFd], supervisor: libc::pid_t) -> io::Result<()> {
         }
     }
     // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) } < 0 {
+    if pdeathsig && unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: getppid cannot fail. If the supervisor already died we were re-parented: stop.

@@ -90,6 +90,12 @@ pub fn remove_leftovers(name: &str) {
     let _ = fs::remove_dir_all(pins_dir(name));
     let _ = fs::remove_file(control_socket(name));
     let _ = fs::remove_file(lock_file(name));
+    let _ = fs::remove_file(state_file(name));
+}
+
+/// The `--survive-supervisor` state file of instance `name`.
+pub fn state_file(name: &str) -> PathBuf {
+    control_socket(name).with_extension("state")
 }
 
 /// `ck status --json`.
@@ -140,6 +146,15 @@ pub struct Status {
     pub metrics: Option<String>,
     /// Every slot.
     pub slots: Vec<SlotStatus>,
+    /// The running binary's version.
+    #[serde(default)]
+    pub version: String,
+    /// Upgrades in place (`ck upgrade`, SIGUSR2) since the instance started.
+    #[serde(default)]
+    pub upgrades: u32,
+    /// How the last upgrade went (`ok: ...`, `refused: ...`, `failed: ...`).
+    #[serde(default)]
+    pub last_upgrade: Option<String>,
 }
 
 /// One group's steering in [`Status`].
@@ -261,6 +276,8 @@ pub struct Ck {
     /// Environment of the control commands (`CK_RUN_DIR`, `CK_PIN_DIR` of an instance started
     /// with its own).
     ctl_env: Vec<(String, String)>,
+    /// Dead, and its instance taken over by another `Ck`: dropping it kills nothing.
+    abandoned: bool,
     _dir: TempDir,
 }
 
@@ -302,6 +319,7 @@ impl Ck {
             exited: None,
             log,
             ctl_env: Vec::new(),
+            abandoned: false,
             _dir: dir,
         }
     }
@@ -520,8 +538,20 @@ impl Ck {
     }
 }
 
+impl Ck {
+    /// Leaves the instance of this dead supervisor (killed by [`Ck::kill_supervisor`]) to
+    /// whoever takes it over: dropping it then kills and removes nothing.
+    pub fn abandon(mut self) {
+        assert!(self.try_exit().is_some(), "abandoning a live ck");
+        self.abandoned = true;
+    }
+}
+
 impl Drop for Ck {
     fn drop(&mut self) {
+        if self.abandoned {
+            return;
+        }
         self.kill_everything();
         remove_leftovers(&self.name);
         if std::thread::panicking() {

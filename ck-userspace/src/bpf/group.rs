@@ -56,6 +56,30 @@ impl BpfGroup {
         probe_base: u16,
         log: bool,
     ) -> Result<BpfGroup, BpfError> {
+        Self::load_with(name, group, policy, probe_base, log, false)
+    }
+
+    /// Loads the program for group `group` of instance `name` on the maps an earlier image of
+    /// ck pinned (`ck upgrade`): counters, slot records, the active set and its live half are
+    /// kept as they are; only the policy and probe base are written.
+    pub fn resume(
+        name: &str,
+        group: &str,
+        policy: u32,
+        probe_base: u16,
+        log: bool,
+    ) -> Result<BpfGroup, BpfError> {
+        Self::load_with(name, group, policy, probe_base, log, true)
+    }
+
+    fn load_with(
+        name: &str,
+        group: &str,
+        policy: u32,
+        probe_base: u16,
+        log: bool,
+        reuse: bool,
+    ) -> Result<BpfGroup, BpfError> {
         let pin_dir = pins::group_dir(name, group);
         let started = std::time::Instant::now();
         // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
@@ -64,9 +88,26 @@ impl BpfGroup {
         // aya-log's level lives in the object's read-only data: 0 turns every log statement off
         // (the verifier then drops them), so the program writes no record without --bpf-log.
         let level: u8 = if log { u8::MAX } else { 0 };
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .btf(None)
-            .override_global(aya_log::LEVEL, &level, true)
+            .override_global(aya_log::LEVEL, &level, true);
+        let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
+        if reuse {
+            // aya opens a map pinned at the path instead of creating one.
+            for (map, path) in &paths {
+                if !path.exists() {
+                    return Err(BpfError::Pin {
+                        what: "finding the pinned map",
+                        path: path.display().to_string(),
+                        error: std::io::Error::from(std::io::ErrorKind::NotFound),
+                        advice: String::new(),
+                    });
+                }
+                loader.map_pin_path(map, path.as_path());
+            }
+        }
+        let mut ebpf = loader
             .load(BPF_OBJECT)
             .context("loading the BPF object")
             .map_err(load_err("loading the BPF program"))?;
@@ -94,8 +135,10 @@ impl BpfGroup {
             ms = started.elapsed().as_secs_f64() * 1e3,
             "BPF object and program loaded"
         );
-        pins::create_group_dir(&pin_dir)?;
-        for map_name in PINNED_MAPS {
+        if !reuse {
+            pins::create_group_dir(&pin_dir)?;
+        }
+        for map_name in PINNED_MAPS.iter().filter(|_| !reuse) {
             let map = ebpf
                 .map(map_name)
                 .with_context(|| format!("map {map_name} missing from the object"))
@@ -123,6 +166,11 @@ impl BpfGroup {
                 ..Config::default()
             },
         };
+        if reuse {
+            // The program reads the live half of `active` from `config`: keep it.
+            let live = group.config_map.get(&0, 0).map_err(write_err("config"))?;
+            group.config.live_half = live.live_half;
+        }
         group.write_config()?;
         tracing::debug!(
             group = name,
@@ -163,6 +211,20 @@ impl BpfGroup {
         self.sockets
             .set(slot, &socket.as_raw_fd(), 0)
             .map_err(write_err("sockets"))
+    }
+
+    /// Puts `socket` in the `sockets` map at `slot` unless it is in the map already (the
+    /// kernel answers EBUSY then): after an upgrade or a take-over, the pinned map holds the
+    /// sockets the earlier ck put there.
+    pub fn insert_if_absent(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
+        match self.sockets.set(slot, &socket.as_raw_fd(), 0) {
+            Err(aya::maps::MapError::SyscallError(e))
+                if e.io_error.raw_os_error() == Some(libc::EBUSY) =>
+            {
+                Ok(())
+            }
+            other => other.map_err(write_err("sockets")),
+        }
     }
 
     /// Removes `slot` from the `sockets` map (closing the socket does this too).
@@ -240,6 +302,39 @@ where
     T::try_from(map)
         .with_context(|| format!("map {name} has an unexpected type"))
         .map_err(load_err("taking maps"))
+}
+
+/// A group's pinned `stats` map opened on its own (`ck upgrade`: the counters the new image
+/// reports while it loads its program, so they go on from the old image's).
+pub struct PinnedStats(PerCpuArray<MapData, SlotStats>);
+
+impl PinnedStats {
+    /// Opens the `stats` map pinned for group `group` of instance `name`.
+    pub fn open(name: &str, group: &str) -> Result<PinnedStats, BpfError> {
+        let path = pins::group_dir(name, group).join("stats");
+        let pin_err = |e: &dyn std::fmt::Display| BpfError::Pin {
+            what: "opening the pinned map",
+            path: path.display().to_string(),
+            error: std::io::Error::other(e.to_string()),
+            advice: String::new(),
+        };
+        let data = MapData::from_pin(&path).map_err(|e| pin_err(&e))?;
+        let map = aya::maps::Map::PerCpuArray(data);
+        PerCpuArray::try_from(map)
+            .map(PinnedStats)
+            .map_err(|e| pin_err(&e))
+    }
+
+    /// A slot's counters summed over CPUs.
+    pub fn stats(&self, slot: u32) -> SlotStats {
+        let mut total = SlotStats::default();
+        if let Ok(values) = self.0.get(&slot, 0) {
+            for v in values.iter() {
+                total.add(v);
+            }
+        }
+        total
+    }
 }
 
 #[cfg(test)]

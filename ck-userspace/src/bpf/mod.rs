@@ -5,7 +5,8 @@ pub mod dump;
 mod group;
 pub mod pins;
 
-pub use group::BpfGroup;
+pub(crate) use group::PINNED_MAPS;
+pub use group::{BpfGroup, PinnedStats};
 
 /// The compiled `ck-ebpf` object, embedded at build time by `build.rs`.
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ck"));

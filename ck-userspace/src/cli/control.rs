@@ -86,3 +86,52 @@ pub fn answer(response: Response) -> anyhow::Result<ExitCode> {
         Response::Status(_) => bail!("unexpected status answer"),
     }
 }
+
+/// `ck upgrade`: asks for the upgrade (refused at once if the new binary cannot take over),
+/// then waits until the new image reports one more upgrade done and its steering checked.
+pub fn upgrade(
+    name: Option<String>,
+    binary: Option<std::path::PathBuf>,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    let name = client::resolve_name(name)?;
+    // ck's working directory is not this command's.
+    let binary = binary
+        .map(|b| std::path::absolute(&b).with_context(|| format!("resolving {}", b.display())))
+        .transpose()?;
+    let before = status_of(&name)?;
+    let asked = std::time::Instant::now();
+    match client::request(&name, &Request::Upgrade { binary })? {
+        Response::Ok(msg) => println!("{msg}"),
+        Response::Error(msg) => bail!("{msg}"),
+        Response::Status(_) => bail!("unexpected status answer"),
+    }
+    loop {
+        if let Ok(now) = status_of(&name) {
+            if now.upgrades > before.upgrades && (now.bpf || now.no_bpf) {
+                let workers = now.slots.iter().filter(|s| s.pid.is_some()).count();
+                println!(
+                    "upgraded: ck {} -> {} (pid {}), {workers} worker(s) kept, {} ms",
+                    before.version,
+                    now.version,
+                    now.pid,
+                    asked.elapsed().as_millis()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            if now.upgrades == before.upgrades
+                && now.last_upgrade != before.last_upgrade
+                && let Some(why) = now.last_upgrade.as_deref()
+            {
+                bail!("upgrade {why}");
+            }
+        }
+        if asked.elapsed() > timeout {
+            bail!(
+                "ck did not report the upgrade done within {timeout:?}; see its log and `ck status`"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -126,6 +126,14 @@ pub struct RunArgs {
     /// spare takes its place at once (and a new spare boots).
     #[arg(long, value_name = "N", default_value_t = 0)]
     spares: u32,
+    /// Workers keep serving if ck dies (kill -9, a crash); the next `ck run` with the same
+    /// name takes the running fleet back (same workers) instead of starting a new one.
+    #[arg(long)]
+    survive_supervisor: bool,
+    /// With --survive-supervisor: workers whose ck does not come back within DUR are stopped
+    /// (SIGTERM, SIGKILL after --drain-timeout), and the instance's pins are removed.
+    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
+    orphan_timeout: Duration,
     /// Plain SO_REUSEPORT without the BPF program (the baseline; no readiness or drain steering).
     #[arg(long)]
     no_bpf: bool,
@@ -170,6 +178,12 @@ impl RunArgs {
             bail!(
                 "--adopt needs BPF (its bind hook makes the workers' own sockets share the port, \
                  and its program steers them): drop --no-bpf"
+            );
+        }
+        if self.survive_supervisor && self.adopt {
+            bail!(
+                "--survive-supervisor does not support --adopt yet (a new ck could not find the \
+                 sockets the workers opened themselves): drop one of them"
             );
         }
         if self.spares > config::MAX_WORKERS {
@@ -265,6 +279,8 @@ impl RunArgs {
             max_memory: self.max_memory,
             max_requests: self.max_requests,
             spares: self.spares,
+            survive_supervisor: self.survive_supervisor,
+            orphan_timeout: self.orphan_timeout,
             no_bpf: self.no_bpf,
             bpf_log: self.bpf_log,
             metrics: self.metrics,

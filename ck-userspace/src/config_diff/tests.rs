@@ -26,6 +26,8 @@ fn base() -> RunConfig {
         max_memory: None,
         max_requests: None,
         spares: 0,
+        survive_supervisor: false,
+        orphan_timeout: std::time::Duration::from_secs(30),
         health: HealthConfig::default(),
         no_bpf: false,
         bpf_log: false,

@@ -41,11 +41,36 @@ pub fn resolve_name(name: Option<String>) -> anyhow::Result<String> {
     }
 }
 
-/// Sends one request to instance `name` and returns its response.
+/// Sends one request to instance `name` and returns its response. A status request that the
+/// instance dropped unanswered (ck re-executing itself: `ck upgrade`; clients already queued on
+/// the control socket are answered by the new image) is asked again.
 pub fn request(name: &str, req: &Request) -> anyhow::Result<Response> {
+    let mut tries = 0;
+    loop {
+        let mut stream = connect(name)?;
+        let answer = exchange(&mut stream, req);
+        match answer {
+            Ok(answer) if !answer.is_empty() => {
+                return serde_json::from_str(&answer)
+                    .context("malformed answer on the control socket");
+            }
+            _ if *req == Request::Status && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(_) => {
+                bail!("ck instance {name:?} closed the control connection without answering")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Connects to instance `name`'s control socket; a refusal by the socket's mode is named as such.
+fn connect(name: &str) -> anyhow::Result<UnixStream> {
     let path = instance::control_path(name);
-    let mut stream = match UnixStream::connect(&path) {
-        Ok(stream) => stream,
+    match UnixStream::connect(&path) {
+        Ok(stream) => Ok(stream),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             use std::os::unix::fs::MetadataExt as _;
             let owner = std::fs::metadata(&path)
@@ -56,16 +81,17 @@ pub fn request(name: &str, req: &Request) -> anyhow::Result<Response> {
                 path.display()
             )
         }
-        Err(e) => {
-            return Err(e).with_context(|| {
-                format!(
-                    "no ck instance named {name:?} is running (cannot connect to {}); check \
-                     `--name`",
-                    path.display()
-                )
-            });
-        }
-    };
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "no ck instance named {name:?} is running (cannot connect to {}); check `--name`",
+                path.display()
+            )
+        }),
+    }
+}
+
+/// Writes `req` and reads one answer line (empty if the connection closed first).
+fn exchange(stream: &mut UnixStream, req: &Request) -> anyhow::Result<String> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut line = serde_json::to_string(req)?;
     line.push('\n');
@@ -75,8 +101,5 @@ pub fn request(name: &str, req: &Request) -> anyhow::Result<Response> {
     reader
         .read_line(&mut answer)
         .context("reading the answer from the control socket")?;
-    if answer.is_empty() {
-        bail!("ck instance {name:?} closed the control connection without answering");
-    }
-    serde_json::from_str(&answer).context("malformed answer on the control socket")
+    Ok(answer)
 }

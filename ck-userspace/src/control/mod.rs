@@ -31,6 +31,13 @@ pub enum Request {
         /// The new worker count.
         workers: u32,
     },
+    /// Re-execute ck in place (same pid, workers kept) from `binary`, or from the binary it
+    /// was started from; answered once the new binary is checked.
+    Upgrade {
+        /// The new binary (an absolute path).
+        #[serde(default)]
+        binary: Option<std::path::PathBuf>,
+    },
 }
 
 /// The answer to a [`Request`].
@@ -108,6 +115,15 @@ pub struct StatusReport {
     pub metrics: Option<String>,
     /// Every slot in use.
     pub slots: Vec<SlotReport>,
+    /// The running binary's version.
+    #[serde(default)]
+    pub version: String,
+    /// Upgrades in place (`ck upgrade`, SIGUSR2) since the instance started.
+    #[serde(default)]
+    pub upgrades: u32,
+    /// How the last upgrade went (`ok: ...`, `refused: ...`, `failed: ...`), if there was one.
+    #[serde(default)]
+    pub last_upgrade: Option<String>,
 }
 
 /// One group's steering in [`StatusReport`].

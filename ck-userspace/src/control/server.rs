@@ -61,9 +61,18 @@ pub struct ControlServer {
     /// Every request being answered holds a clone; `flush` waits until none is left.
     busy: mpsc::Sender<()>,
     idle: mpsc::Receiver<()>,
+    /// A copy of the listening socket, handed to the new image by `ck upgrade`: clients that
+    /// connect while ck re-executes wait in its backlog.
+    listener: std::os::fd::OwnedFd,
 }
 
 impl ControlServer {
+    /// The listening socket (a copy), for `ck upgrade` to hand over.
+    pub fn listener(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd as _;
+        self.listener.as_fd()
+    }
+
     /// Stops accepting, then waits (at most `within`) until every answer already given has
     /// been written to its client, so that no client sees its connection closed unanswered.
     pub async fn flush(self, within: Duration) {
@@ -81,13 +90,32 @@ pub fn start(
     calls: mpsc::UnboundedSender<ControlCall>,
 ) -> anyhow::Result<ControlServer> {
     let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path)
+    let listener = std::os::unix::net::UnixListener::bind(path)
         .with_context(|| format!("binding the control socket {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("chmod 0600 {}", path.display()))?;
+    serve_listener(listener, calls)
+}
+
+/// Serves `listener` (bound by [`start`], or inherited from the image `ck upgrade` replaced)
+/// until [`ControlServer::flush`].
+pub fn serve_listener(
+    listener: std::os::unix::net::UnixListener,
+    calls: mpsc::UnboundedSender<ControlCall>,
+) -> anyhow::Result<ControlServer> {
+    listener
+        .set_nonblocking(true)
+        .context("control socket: non-blocking")?;
+    let copy = std::os::fd::OwnedFd::from(listener.try_clone().context("control socket: dup")?);
+    let listener = UnixListener::from_std(listener).context("control socket: registering")?;
     let (busy, idle) = mpsc::channel(1);
     let accept = tokio::spawn(accept_loop(listener, calls, busy.downgrade()));
-    Ok(ControlServer { accept, busy, idle })
+    Ok(ControlServer {
+        accept,
+        busy,
+        idle,
+        listener: copy,
+    })
 }
 
 /// Accepts clients until aborted, one task each.

@@ -136,6 +136,11 @@ const RELOADS: Family = counter(
     "Rolling restarts of the fleet (ck reload, SIGHUP) that ended, by result",
     None,
 );
+const UPGRADES: Family = counter(
+    "ck_upgrades",
+    "Upgrades of ck in place (ck upgrade, SIGUSR2) since the instance started",
+    None,
+);
 const PROCESS_CPU: Family = counter(
     "process_cpu",
     "User and system CPU time of ck",
@@ -261,7 +266,8 @@ impl Exposition {
         RELOADS.encode(
             encoder,
             reloads.map(|(r, n)| (vec![("result", r.into())], n)),
-        )
+        )?;
+        UPGRADES.encode_one(encoder, self.scrape.upgrades)
     }
 
     fn encode_process(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {

@@ -35,6 +35,8 @@ pub struct Scrape {
     pub slots: Vec<SlotScrape>,
     /// Rolling restarts (`ck reload`, SIGHUP) that ended, by result.
     pub reloads: ReloadCounts,
+    /// Upgrades in place (`ck upgrade`, SIGUSR2) since the instance started.
+    pub upgrades: u64,
     /// The groups' ports (connections accepted on them count in `ck_worker_connections`).
     pub ports: Vec<u16>,
 }

@@ -94,12 +94,20 @@ pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
 pub struct MetricsServer {
     addr: SocketAddr,
     accept: tokio::task::JoinHandle<()>,
+    /// A copy of the listening socket, handed to the new image by `ck upgrade`.
+    listener: std::os::fd::OwnedFd,
 }
 
 impl MetricsServer {
     /// The address it listens on (the port the kernel chose, for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The listening socket (a copy), for `ck upgrade` to hand over.
+    pub fn listener(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd as _;
+        self.listener.as_fd()
     }
 }
 
@@ -116,9 +124,22 @@ pub fn start(
     calls: mpsc::UnboundedSender<Call>,
 ) -> Result<MetricsServer, MetricsError> {
     let listener = std::net::TcpListener::bind(addr).map_err(|e| classify(addr, e))?;
+    serve(listener, calls)
+}
+
+/// Serves `listener` (bound by [`start`], or inherited from the image `ck upgrade` replaced)
+/// on the current tokio runtime.
+pub fn serve(
+    listener: std::net::TcpListener,
+    calls: mpsc::UnboundedSender<Call>,
+) -> Result<MetricsServer, MetricsError> {
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let other = |source| MetricsError::Other { addr, source };
     listener.set_nonblocking(true).map_err(other)?;
     let bound = listener.local_addr().map_err(other)?;
+    let copy = std::os::fd::OwnedFd::from(listener.try_clone().map_err(other)?);
     let listener = tokio::net::TcpListener::from_std(listener).map_err(other)?;
     let accept = tokio::spawn(async move {
         loop {
@@ -141,6 +162,7 @@ pub fn start(
     Ok(MetricsServer {
         addr: bound,
         accept,
+        listener: copy,
     })
 }
 

@@ -44,6 +44,7 @@ impl Supervisor {
             }
         }
         lifecycle::schedule(&mut effects);
+        self.state_dirty = true;
         let mut published = false;
         let mut became_ready = Vec::new();
         let mut stopping = Vec::new();

@@ -52,7 +52,7 @@ impl Pacer {
 }
 
 /// A worker's health as the supervisor sees it.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Health {
     /// Missed its watchdog heartbeat.
     pub watchdog: bool,
@@ -61,8 +61,10 @@ pub struct Health {
     /// Its accept queue stopped moving.
     pub stalled: bool,
     /// When it became unhealthy.
+    #[serde(with = "crate::instant_age::option")]
     pub since: Option<Instant>,
     /// Last `WATCHDOG=1`.
+    #[serde(with = "crate::instant_age::option")]
     pub last_watchdog: Option<Instant>,
     /// Consecutive failed probes.
     pub probe_fails: u32,

@@ -81,6 +81,8 @@ impl Supervisor {
             requests_limit: None,
             over_memory: 0,
             notify_refused: Default::default(),
+            start_ticks: None,
+            notify_name: None,
         });
         self.slots.insert(index, slot);
         tracing::info!(

@@ -10,12 +10,15 @@ mod cgroups;
 mod detect;
 mod executor;
 mod foreign;
+mod handover;
 mod health;
 pub mod lifecycle;
 mod members;
+mod origin;
 mod publish;
 mod reconfigure;
 mod recycle;
+mod resume;
 mod roll;
 mod scale;
 mod scrape;
@@ -23,8 +26,10 @@ mod slot;
 mod spares;
 mod status;
 mod steering;
+mod survive;
 mod systemd;
 mod tasks;
+mod upgrade;
 mod workers;
 
 use std::{
@@ -36,18 +41,20 @@ use anyhow::Context as _;
 use tokio::sync::{mpsc, oneshot};
 
 use lifecycle::{Input, Settings, Timer};
+use origin::Origin;
 use slot::Slot;
 
+pub use handover::Compat;
 pub use reconfigure::ConfigReader;
+pub use survive::state_path;
 
 use crate::{
     bpf::{BpfGroup, pins},
     config::{ListenAddr, ReadyMode, RunConfig},
-    control::{self, Request, Response, server::ControlCall},
-    instance::{self, InstanceLock},
+    control::{Request, Response, server::ControlCall},
     metrics,
     notify::NotifyMsg,
-    sockets,
+    reexec,
 };
 
 /// Something that happened, for the event loop.
@@ -98,6 +105,10 @@ pub(crate) enum Event {
     /// Time to send the service manager `WATCHDOG=1` (from the event loop: a stuck loop
     /// misses it).
     SystemdWatchdog,
+    /// `ck upgrade` without a client: SIGUSR2.
+    Upgrade,
+    /// The candidate binary of an upgrade answered its check.
+    UpgradeChecked(Result<handover::Compat, String>),
     /// A steering canary came back (`connected`: the kernel, not the program, chose).
     Canary {
         group: usize,
@@ -111,6 +122,8 @@ pub(crate) struct Group {
     addr: ListenAddr,
     name: String,
     bpf: Option<BpfGroup>,
+    /// After an upgrade, until `bpf` is loaded: the pinned counters (see `status`).
+    pinned_stats: Option<crate::bpf::PinnedStats>,
     steering: steering::SteeringCheck,
 }
 
@@ -158,6 +171,21 @@ pub struct Supervisor {
     /// The fleet may have changed since the service manager was last told (set by every
     /// publish and canary; the state itself is read from the kernel when telling).
     systemd_due: bool,
+    /// The binary ck was first started from (the default of `ck upgrade`).
+    exe: std::path::PathBuf,
+    /// Upgrades in place so far.
+    upgrades: u32,
+    /// The upgrade under way.
+    upgrade: Option<upgrade::Upgrade>,
+    /// How the last upgrade went (for `ck status`).
+    last_upgrade: Option<String>,
+    /// Lifecycle timers armed and not fired yet (handed over by an upgrade).
+    timers: Vec<handover::Armed>,
+    /// The program being loaded is for maps an earlier image pinned and filled (`ck upgrade`,
+    /// or a ck that died, with `--survive-supervisor`).
+    bpf_resumed: bool,
+    /// The state changed since the state file was last written (`--survive-supervisor`).
+    state_dirty: bool,
 }
 
 /// The lifecycle settings of a run.
@@ -192,18 +220,17 @@ pub fn run_with(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<
 }
 
 async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<()> {
-    let lock = InstanceLock::acquire(&cfg.name)?;
-    let fd_limit = crate::fd_limit::raise();
-    for addr in &cfg.listen {
-        sockets::ensure_free(*addr)?;
-    }
+    // After `ck upgrade`, this image takes over what the one before it handed over; after a
+    // crash with `--survive-supervisor`, what the ck that died left running.
+    let (origin, lock) = Origin::find(&cfg)?;
+    let fd_limit = origin.fd_limit();
+    let prior = origin.prior();
+    let reuse_maps = origin.reuse_maps(&cfg.name);
+    origin.check_ports(&cfg)?;
     // Bound before any worker starts: a taken address fails here, leaving nothing behind.
     let (metrics_tx, mut metrics_calls) = mpsc::unbounded_channel::<metrics::Call>();
-    let metrics_server = cfg
-        .metrics
-        .map(|addr| metrics::server::start(addr, metrics_tx))
-        .transpose()?;
-    let cgroups = cgroups::create(&cfg)?;
+    let metrics_server = origin.metrics(&cfg, metrics_tx)?;
+    let cgroups = origin.cgroups(&cfg)?;
     // The bind hooks must be in place before the first worker binds.
     let (adopt_hooks, listens) = match cfg.adopt {
         true => {
@@ -220,13 +247,20 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
             addr: *addr,
             name: addr.group_name(),
             bpf: None,
+            pinned_stats: match (reuse_maps, bpf_on) {
+                (true, true) => crate::bpf::PinnedStats::open(&cfg.name, &addr.group_name())
+                    .inspect_err(|e| tracing::warn!("{e}"))
+                    .ok(),
+                _ => None,
+            },
             steering: Default::default(),
         })
         .collect();
     // The program loads on a thread of its own (aya parses the kernel's BTF, ~20 ms) while the
-    // workers start; it is attached as soon as it is ready (see `steering`).
-    let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg));
-    if !bpf_on {
+    // workers start; it is attached as soon as it is ready (see `steering`). After an upgrade
+    // it loads on the pinned maps, and the program attached before keeps steering meanwhile.
+    let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg, reuse_maps));
+    if !bpf_on && !origin.upgraded() {
         tracing::warn!(
             "BPF steering is off (--no-bpf): plain SO_REUSEPORT; the kernel hashes connections over \
              every worker, including starting and draining ones, and a closing socket resets its queue"
@@ -237,70 +271,126 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         adopt::read_listens(ring, events_tx.clone())?;
     }
     let (calls_tx, mut calls) = mpsc::unbounded_channel::<ControlCall>();
-    let control = control::server::start(&instance::control_path(&cfg.name), calls_tx)?;
+    let control = origin.control(&cfg, calls_tx)?;
     let mut sup = Supervisor {
         settings: settings(&cfg),
         groups,
         slots: BTreeMap::new(),
         events: events_tx,
-        started: Instant::now(),
+        started: prior.map_or_else(Instant::now, |h| h.started),
         stopping: false,
-        next_worker_id: 0,
+        next_worker_id: prior.map_or(0, |h| h.next_worker_id),
         last_ready: Vec::new(),
         roll: None,
         pacer: health::Pacer::new(cfg.health.sample_interval),
         spawn_failure: None,
         foreign_seen: BTreeSet::new(),
         cgroups,
-        dead_cgroups: Vec::new(),
+        dead_cgroups: prior.map_or_else(Vec::new, |h| {
+            h.dead_cgroups
+                .iter()
+                .filter_map(|(dir, memory)| {
+                    crate::cgroup::WorkerCgroup::resume(dir.clone(), *memory).ok()
+                })
+                .collect()
+        }),
         _adopt_hooks: adopt_hooks,
-        spare_failures: 0,
+        spare_failures: prior.map_or(0, |h| h.spare_failures),
         spare_due: None,
         fd_limit,
-        reloads: metrics::ReloadCounts::default(),
+        reloads: prior.map_or_else(Default::default, |h| metrics::ReloadCounts {
+            ok: h.reloads.0,
+            aborted: h.reloads.1,
+        }),
         metrics_addr: metrics_server.as_ref().map(|m| m.local_addr()),
         config: reader.map(|reader| reconfigure::ConfigSource::new(reader, &cfg)),
         probe_ticker: None,
         systemd: systemd::Notifier::from_env(),
         systemd_due: true,
+        exe: match &origin {
+            Origin::Upgrade(h) => h.exe.clone(),
+            _ => upgrade::own_binary(),
+        },
+        upgrades: prior.map_or(0, |h| h.upgrades),
+        upgrade: None,
+        last_upgrade: None,
+        timers: Vec::new(),
+        bpf_resumed: reuse_maps,
+        state_dirty: true,
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
+    // An upgrade blocked these across the exec: the handlers are in place now.
+    reexec::unblock_handled().context("unblocking signals")?;
     tasks::start_sampler(&sup.events, sup.pacer.period.clone());
     sup.start_probe_ticker();
     tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::SteeringTick);
     if let Some(period) = sup.systemd.as_ref().and_then(|s| s.watchdog_period()) {
         tasks::start_ticker(&sup.events, period, || Event::SystemdWatchdog);
     }
-    tracing::info!(
-        name = %sup.cfg.name,
-        groups = %sup.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(","),
-        workers = sup.cfg.workers,
-        policy = ?sup.cfg.policy,
-        bpf = bpf_on,
-        "ck started"
-    );
-    let result = sup.start_fleet();
+    let resumed = origin.upgraded();
+    if sup.cfg.survive_supervisor
+        && !resumed
+        && let Err(e) = survive::start_guard(&sup.cfg)
+    {
+        tracing::warn!("{e:#}; workers left by a ck that dies will not be stopped");
+    }
+    let result = match origin {
+        Origin::Upgrade(handover) => sup.resume(handover),
+        Origin::Orphans(state) => sup.take_fleet_back(state),
+        Origin::Fresh => {
+            tracing::info!(
+                name = %sup.cfg.name,
+                groups = %sup.groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(","),
+                workers = sup.cfg.workers,
+                policy = ?sup.cfg.policy,
+                bpf = bpf_on,
+                "ck started"
+            );
+            sup.start_fleet()
+        }
+    };
     if let Err(e) = &result {
-        tracing::error!("starting the fleet failed: {e:#}");
+        tracing::error!(resumed, "starting the fleet failed: {e:#}");
         sup.begin_shutdown("startup failure");
     }
+    // `--survive-supervisor`: the workers just started are on record before anything else.
+    sup.save_state();
     let mut failure = None;
-    while !(sup.stopping && sup.all_stopped() && bpf_loading.is_none()) {
-        tokio::select! {
-            loaded = async { bpf_loading.as_mut().expect("guarded").await }, if bpf_loading.is_some() => {
-                bpf_loading = None;
-                if let Err(e) = sup.adopt_bpf(loaded) {
-                    tracing::error!("{e:#}");
-                    failure = Some(e);
-                    sup.begin_shutdown("BPF set-up failure");
+    loop {
+        // Until ck has stopped, or a checked upgrade is due (then exec from here).
+        let done = |sup: &Supervisor, loading: bool| {
+            sup.exec_due() || (sup.stopping && sup.all_stopped() && !loading)
+        };
+        while !done(&sup, bpf_loading.is_some()) {
+            tokio::select! {
+                loaded = async { bpf_loading.as_mut().expect("guarded").await }, if bpf_loading.is_some() => {
+                    bpf_loading = None;
+                    if let Err(e) = sup.adopt_bpf(loaded) {
+                        tracing::error!("{e:#}");
+                        failure = Some(e);
+                        sup.begin_shutdown("BPF set-up failure");
+                    }
                 }
+                Some(event) = events.recv() => sup.handle(event),
+                Some((req, reply)) = calls.recv() => sup.control(req, reply),
+                Some(call) = metrics_calls.recv() => sup.metrics_call(call),
             }
-            Some(event) = events.recv() => sup.handle(event),
-            Some((req, reply)) = calls.recv() => sup.control(req, reply),
-            Some(call) = metrics_calls.recv() => sup.metrics_call(call),
+            sup.tell_systemd();
+            sup.save_state();
         }
-        sup.tell_systemd();
+        if !sup.exec_due() {
+            break;
+        }
+        // `ck upgrade`: from here, on the main thread, with the answers given written.
+        sup.settle(&mut events, &mut calls, &mut metrics_calls)
+            .await;
+        sup.reexec(
+            lock.fd(),
+            control.listener(),
+            metrics_server.as_ref().map(|m| m.listener()),
+        );
+        // Still here: the exec failed and this image carries on.
     }
     drop(metrics_server);
     sup.finish();
@@ -336,7 +426,12 @@ impl Supervisor {
                 status,
             } => self.on_exit(slot, worker, status),
             Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),
-            Event::Timer { slot, epoch, timer } => self.on_timer(slot, epoch, timer),
+            Event::Timer { slot, epoch, timer } => {
+                self.timer_fired(slot, epoch, timer);
+                self.on_timer(slot, epoch, timer)
+            }
+            Event::Upgrade => self.upgrade(None, None),
+            Event::UpgradeChecked(result) => self.on_upgrade_checked(result),
             Event::BecameReady(slot) => {
                 self.spare_ready(slot);
                 self.roll_on_ready(slot);
@@ -417,6 +512,8 @@ impl Supervisor {
             },
             // Answered when the roll ends.
             Request::Reload => return self.reload(Some(reply)),
+            // Answered once the new binary is checked.
+            Request::Upgrade { binary } => return self.upgrade(binary, Some(reply)),
         };
         let _ = reply.send(response);
     }
@@ -450,7 +547,8 @@ impl Supervisor {
     }
 
     /// Sends a timer event for `slot` after `delay`, tagged with the slot's epoch.
-    fn set_timer(&self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
+    fn set_timer(&mut self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
+        self.note_timer(slot, epoch, timer, delay);
         tasks::send_after(&self.events, delay, Event::Timer { slot, epoch, timer });
     }
 
@@ -472,6 +570,7 @@ impl Supervisor {
 
     /// Releases what is left after the last worker exited: sockets, cgroups, pins.
     fn finish(&mut self) {
+        self.remove_state();
         for slot in self.slots.values_mut() {
             slot.sockets.clear();
         }

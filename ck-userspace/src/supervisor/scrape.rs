@@ -73,6 +73,7 @@ impl Supervisor {
             groups,
             slots,
             reloads: self.reloads,
+            upgrades: u64::from(self.upgrades),
             ports: self.groups.iter().map(|g| g.addr.addr.port()).collect(),
         }
     }
@@ -110,7 +111,9 @@ impl Supervisor {
         for group in &self.groups {
             let listed = match &group.bpf {
                 Some(bpf) => bpf.read_active().map(|(ready, _)| ready),
-                None if self.cfg.no_bpf => {
+                // With no map (`--no-bpf`), or while an upgraded or taking-over ck loads the
+                // program again (the pinned maps hold the set it computes), the computed set.
+                None if self.cfg.no_bpf || self.bpf_resumed => {
                     let set = active_set(self.lives(), self.stopping);
                     Some(set.slots[..set.ready_len as usize].to_vec())
                 }

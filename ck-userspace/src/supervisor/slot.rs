@@ -46,6 +46,11 @@ pub struct Worker {
     /// Notify messages ignored because their sender was not of its tree (counted by its
     /// notify reader).
     pub notify_refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// When it started (`pidfd::start_ticks`): a ck that takes it back after a crash checks the
+    /// pid still names it.
+    pub start_ticks: Option<u64>,
+    /// Its `NOTIFY_SOCKET` (`@` + abstract name): a ck that takes it back binds it again.
+    pub notify_name: Option<String>,
 }
 
 impl Drop for Worker {

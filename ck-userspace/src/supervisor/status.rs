@@ -12,8 +12,13 @@ use crate::control::{GroupSteering, SlotReport, StatusReport};
 impl Supervisor {
     pub(super) fn slot_stats(&self, index: u32) -> SlotStats {
         let mut total = SlotStats::default();
-        for bpf in self.groups.iter().filter_map(|g| g.bpf.as_ref()) {
-            total.add(&bpf.stats(index));
+        for group in &self.groups {
+            match (&group.bpf, &group.pinned_stats) {
+                (Some(bpf), _) => total.add(&bpf.stats(index)),
+                // After an upgrade, until the program is loaded: the pinned counters.
+                (None, Some(pinned)) => total.add(&pinned.stats(index)),
+                (None, None) => {}
+            }
         }
         total
     }
@@ -160,6 +165,9 @@ impl Supervisor {
             workers: self.cfg.workers,
             metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            upgrades: self.upgrades,
+            last_upgrade: self.last_upgrade.clone(),
         }
     }
 }

@@ -42,12 +42,14 @@ pub(super) struct SteeringCheck {
     pub in_flight: bool,
 }
 
-/// Starts loading the program of every group of `cfg` on its own thread.
-pub(super) fn load_in_background(cfg: &RunConfig) -> Loading {
+/// Starts loading the program of every group of `cfg` on its own thread: on fresh maps, or
+/// (`resume`, after `ck upgrade`) on the maps the earlier image pinned, which keep steering
+/// with the program it attached meanwhile.
+pub(super) fn load_in_background(cfg: &RunConfig, resume: bool) -> Loading {
     let (tx, rx) = oneshot::channel();
     let cfg = cfg.clone();
     std::thread::spawn(move || {
-        let loaded = load(&cfg);
+        let loaded = if resume { reload(&cfg) } else { load(&cfg) };
         // Parsing the object and the kernel's BTF takes a few MiB of this thread's malloc
         // arena, freed by now but kept by glibc: give it back, so that ck's resident memory
         // is what it runs with, not what it loaded with.
@@ -56,6 +58,23 @@ pub(super) fn load_in_background(cfg: &RunConfig) -> Loading {
         let _ = tx.send(loaded);
     });
     rx
+}
+
+/// Loads one program per group on the maps pinned by the image ck re-executed from.
+fn reload(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
+    cfg.listen
+        .iter()
+        .map(|addr| {
+            BpfGroup::resume(
+                &cfg.name,
+                &addr.group_name(),
+                cfg.policy.code(),
+                cfg.health.probe_port_base,
+                cfg.bpf_log,
+            )
+            .map_err(anyhow::Error::from)
+        })
+        .collect()
 }
 
 /// Mounts bpffs if needed, removes stale pins of the same name, and loads and pins one program
@@ -123,6 +142,7 @@ impl Supervisor {
                 bpf.forward_logs()?;
             }
             group.bpf = Some(bpf);
+            group.pinned_stats = None;
         }
         self.publish();
         for (position, group) in self.groups.iter_mut().enumerate() {
@@ -132,7 +152,12 @@ impl Supervisor {
             let mut first = None;
             for slot in self.slots.values() {
                 if let Some(socket) = slot.sockets.get(position) {
-                    bpf.insert(slot.index, socket)?;
+                    // After an upgrade or a take-over the pinned `sockets` map holds the
+                    // earlier ck's already.
+                    match self.bpf_resumed {
+                        true => bpf.insert_if_absent(slot.index, socket)?,
+                        false => bpf.insert(slot.index, socket)?,
+                    }
                     first.get_or_insert(socket);
                 }
             }
@@ -140,6 +165,7 @@ impl Supervisor {
                 bpf.attach(socket)?;
             }
         }
+        self.bpf_resumed = false;
         tracing::info!(
             pins = %pins::instance_dir(&self.cfg.name).display(),
             ms = started.elapsed().as_secs_f64() * 1e3,

@@ -267,6 +267,11 @@ impl Supervisor {
     /// Tells the service manager what changed, if ck has one and something may have changed
     /// since the last call (a publish, a canary, a roll's step).
     pub(super) fn tell_systemd(&mut self) {
+        // After `ck upgrade` or a take-over, until the program is loaded again, the service
+        // manager keeps what it was told last (the old program steers meanwhile).
+        if self.bpf_resumed {
+            return;
+        }
         if self.systemd.is_none() || !std::mem::take(&mut self.systemd_due) {
             return;
         }

@@ -64,7 +64,7 @@ pub(super) fn send_after(events: &mpsc::UnboundedSender<Event>, delay: Duration,
 pub(super) fn watch_signals(events: &mpsc::UnboundedSender<Event>) -> anyhow::Result<()> {
     /// A signal, its name, and the event it becomes.
     type Watched = (SignalKind, &'static str, fn() -> Event);
-    let signals: [Watched; 5] = [
+    let signals: [Watched; 6] = [
         (SignalKind::terminate(), "SIGTERM", || {
             Event::Signal("SIGTERM")
         }),
@@ -72,6 +72,7 @@ pub(super) fn watch_signals(events: &mpsc::UnboundedSender<Event>) -> anyhow::Re
             Event::Signal("SIGINT")
         }),
         (SignalKind::hangup(), "SIGHUP", || Event::Reload),
+        (SignalKind::user_defined2(), "SIGUSR2", || Event::Upgrade),
         (SignalKind::from_raw(libc::SIGTTIN), "SIGTTIN", || {
             Event::ScaleBy(1)
         }),

@@ -97,6 +97,7 @@ impl Supervisor {
             },
             fd_limit: self.fd_limit,
             user: self.cfg.user.as_ref(),
+            pdeathsig: !self.cfg.survive_supervisor,
         });
         let spawned = match spawned {
             Ok(spawned) => spawned,
@@ -119,32 +120,21 @@ impl Supervisor {
                 status,
             });
         });
-        let events = self.events.clone();
         let notify_socket = notify.socket.clone();
+        let notify_name = notify.env_value.clone();
+        let refused = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let speakers = notify::Speakers {
             worker: pid,
             cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
         };
-        let refused = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let refused_count = refused.clone();
-        let notify_task = tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            while let Ok((len, sender)) = notify::recv(&notify.socket, &mut buf).await {
-                if !speakers.allow(sender) {
-                    refuse_notify(index, pid, sender, &refused_count);
-                    continue;
-                }
-                let msgs = notify::parse(&buf[..len]);
-                let event = Event::Notify {
-                    slot: index,
-                    worker: worker_id,
-                    msgs,
-                };
-                if events.send(event).is_err() {
-                    return;
-                }
-            }
-        });
+        let notify_task = watch_notify(
+            &self.events,
+            index,
+            worker_id,
+            speakers,
+            notify.socket.clone(),
+            refused.clone(),
+        );
         slot.last_pid = pid;
         let selected_base = self.slot_stats(index).selected;
         let requests_limit = self.requests_limit(super::executor::jitter());
@@ -167,7 +157,10 @@ impl Supervisor {
             requests_limit,
             over_memory: 0,
             notify_refused: refused,
+            start_ticks: crate::pidfd::start_ticks(pid),
+            notify_name: Some(notify_name),
         });
+        self.state_dirty = true;
         if founding && self.bpf_loaded() {
             self.check_steering_soon();
         }
@@ -303,4 +296,35 @@ fn refuse_notify(slot: u32, pid: u32, sender: Option<u32>, refused: &std::sync::
             "notify message ignored: its sender is not the worker or a process of its tree"
         );
     }
+}
+
+/// Starts the task that reads worker `worker_id`'s notify socket and turns what its tree
+/// sends into [`Event::Notify`] (counting in `refused` what others send).
+pub(super) fn watch_notify(
+    events: &tokio::sync::mpsc::UnboundedSender<Event>,
+    index: u32,
+    worker_id: u64,
+    speakers: notify::Speakers,
+    socket: std::sync::Arc<tokio::net::UnixDatagram>,
+    refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    let events = events.clone();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        while let Ok((len, sender)) = notify::recv(&socket, &mut buf).await {
+            if !speakers.allow(sender) {
+                refuse_notify(index, speakers.worker, sender, &refused);
+                continue;
+            }
+            let msgs = notify::parse(&buf[..len]);
+            let event = Event::Notify {
+                slot: index,
+                worker: worker_id,
+                msgs,
+            };
+            if events.send(event).is_err() {
+                return;
+            }
+        }
+    })
 }

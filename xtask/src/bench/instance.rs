@@ -132,6 +132,8 @@ pub struct Instance {
     child: Child,
     exited: Option<ExitStatus>,
     log: PathBuf,
+    /// The arguments of its `ck run`.
+    args: Vec<String>,
     /// When `ck run` was spawned.
     pub spawned: Instant,
 }
@@ -150,21 +152,20 @@ impl Instance {
         let port = free_port()?;
         let name = format!("bench-{what}-{}-{port}", variant.label());
         let log = log_dir.join(format!("{name}.log"));
-        let file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let mut cmd = ck_command(bin);
-        cmd.arg("run")
-            .args(["--name", &name])
-            .args(["--listen", &format!("tcp://127.0.0.1:{port}")])
-            .args(["-w", &workers.to_string()])
-            .args(variant.flags())
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file);
+        File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            "--name".into(),
+            name.clone(),
+            "--listen".into(),
+            format!("tcp://127.0.0.1:{port}"),
+            "-w".into(),
+            workers.to_string(),
+        ];
+        args.extend(variant.flags().iter().map(|s| s.to_string()));
+        args.extend(extra.iter().map(|s| s.to_string()));
         let spawned = Instant::now();
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("could not start `{}`", crate::cmd::describe(&cmd)))?;
+        let child = spawn_run(bin, &args, &log)?;
         Ok(Instance {
             bin: bin.to_path_buf(),
             name,
@@ -173,8 +174,21 @@ impl Instance {
             child,
             exited: None,
             log,
+            args,
             spawned,
         })
+    }
+
+    /// Runs the same `ck run` again (same name, port and flags; the log goes on) once the
+    /// supervisor has exited: with `--survive-supervisor`, the new one takes the fleet back.
+    pub fn respawn(&mut self) -> Result<()> {
+        if self.try_exit()?.is_none() {
+            bail!("{} is still running", self.name);
+        }
+        self.spawned = Instant::now();
+        self.child = spawn_run(&self.bin, &self.args, &self.log)?;
+        self.exited = None;
+        Ok(())
     }
 
     /// Where it listens.
@@ -341,6 +355,7 @@ impl Instance {
         let _ = fs::remove_dir_all(format!("/sys/fs/bpf/ck/{}", self.name));
         let _ = fs::remove_file(format!("/run/ck/{}.sock", self.name));
         let _ = fs::remove_file(format!("/run/ck/{}.lock", self.name));
+        let _ = fs::remove_file(format!("/run/ck/{}.state", self.name));
     }
 }
 
@@ -348,6 +363,21 @@ impl Drop for Instance {
     fn drop(&mut self) {
         self.shut_down();
     }
+}
+
+/// Spawns `ck ARGS...` with stdout and stderr appended to `log`.
+fn spawn_run(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
+    let file = fs::OpenOptions::new()
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    let mut cmd = ck_command(bin);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file);
+    cmd.spawn()
+        .with_context(|| format!("could not start `{}`", crate::cmd::describe(&cmd)))
 }
 
 /// A `ck` command with plain (uncoloured) log lines.

@@ -5,7 +5,7 @@
 //!
 //! Every instance gets its own `--name` and port on 127.0.0.1, its log goes to a file under
 //! one directory per invocation, and it is stopped (killed, if need be) before the next one
-//! starts. Each scenario is bounded in time; `all` takes about 16 minutes. Long steps print a
+//! starts. Each scenario is bounded in time; `all` takes about 16 minutes (`upgrade` about 10 s). Long steps print a
 //! progress line on stderr ([`Bench::progress`]).
 
 mod bpf_cost;
@@ -23,7 +23,9 @@ mod recovery_node;
 mod reload;
 mod spread;
 mod stall;
+mod survive;
 mod table;
+mod upgrade;
 
 use std::fmt::Display;
 use std::fs;
@@ -43,6 +45,10 @@ pub enum Scenario {
     Recovery,
     /// `ck reload` under load: p99 latency and failed requests, steady vs during the reload.
     Reload,
+    /// `ck upgrade` under load: failed requests, p99 steady vs during upgrades, how long the
+    /// control socket is unavailable per upgrade; then `--survive-supervisor`: kill -9 and
+    /// take-back under load.
+    Upgrade,
     /// Keep-alive requests/s and new connections/s, ck vs baseline, alternating runs; first the
     /// BPF program's cost per selection (the `bpf-cost` table).
     Overhead,
@@ -70,6 +76,7 @@ impl Scenario {
             Scenario::All => vec![
                 Scenario::Recovery,
                 Scenario::Reload,
+                Scenario::Upgrade,
                 Scenario::Overhead,
                 Scenario::Footprint,
                 Scenario::Spread,
@@ -171,6 +178,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
         let mut tables = match one {
             Scenario::Recovery => vec![recovery::run(&bench)?, recovery_node::run(&bench)?],
             Scenario::Reload => vec![reload::run(&bench)?],
+            Scenario::Upgrade => vec![upgrade::run(&bench)?, survive::run(&bench)?],
             Scenario::Overhead => vec![bpf_cost::run(&bench)?, overhead::run(&bench)?],
             Scenario::BpfCost => vec![bpf_cost::run(&bench)?],
             Scenario::Footprint => vec![footprint::run(&bench)?],
@@ -245,7 +253,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 8);
+        assert_eq!(Scenario::All.expand().len(), 9);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }

@@ -97,6 +97,8 @@ pub enum Goal {
     AtLeast(f64, &'static str),
     /// The ratio ck/baseline is at least this.
     RatioAtLeast(f64),
+    /// The ratio of the first two columns is at most this.
+    RatioAtMost(f64),
 }
 
 impl Goal {
@@ -107,6 +109,7 @@ impl Goal {
             Goal::AtMost(max, text) => ((*text).to_string(), ck.num.map(|v| v <= *max)),
             Goal::AtLeast(min, text) => ((*text).to_string(), ck.num.map(|v| v >= *min)),
             Goal::RatioAtLeast(min) => (format!("ratio >= {min}"), ratio.map(|r| r >= *min)),
+            Goal::RatioAtMost(max) => (format!("ratio <= {max}"), ratio.map(|r| r <= *max)),
         };
         match met {
             Some(true) => format!("{wanted}: met"),

@@ -10,10 +10,12 @@
 //!   (`--min-workers`) is the lifecycle's decision, not this module's.
 use std::{collections::VecDeque, time::Duration, time::Instant};
 
+use serde::{Deserialize, Serialize};
+
 use crate::restart_policy::RestartPolicy;
 
 /// A slot's circuit breaker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Breaker {
     /// Restarts allowed.
     Closed,
@@ -47,10 +49,11 @@ pub enum Verdict {
 }
 
 /// Backoff and breaker memory of one slot.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Crash {
     policy: RestartPolicy,
     next_delay: Duration,
+    #[serde(with = "crate::instant_age::deque")]
     recent: VecDeque<Instant>,
     breaker: Breaker,
 }

@@ -3,17 +3,21 @@
 //! supervisor's copy of the slot's sockets is open, and the crash policy's memory.
 use std::time::Instant;
 
+use serde::{Deserialize, Serialize};
+
 use super::crash::{Breaker, Crash};
 use crate::restart_policy::RestartPolicy;
 
 /// One worker process as the machine sees it (the OS handles live in the supervisor).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Run {
     /// The worker's id in this instance (`CK_WORKER_ID`): events and timers carry it.
     pub id: u64,
     /// When it was spawned.
+    #[serde(with = "crate::instant_age")]
     pub started: Instant,
     /// When it first became ready, if it did.
+    #[serde(with = "crate::instant_age::option")]
     pub ready_at: Option<Instant>,
     /// Its listening sockets are the slot's: always with socket activation (ck made them);
     /// with `--adopt`, once they are adopted. Only then can it be ready.
@@ -21,7 +25,7 @@ pub struct Run {
 }
 
 /// What a stopping slot becomes when its worker exits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum After {
     /// Nothing: ck is shutting down.
     Idle,
@@ -32,7 +36,7 @@ pub enum After {
 }
 
 /// Where a slot's life stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum State {
     /// No worker, no socket: not started yet, or stopped by a shutdown.
     Idle,
@@ -142,7 +146,7 @@ impl Shown {
 }
 
 /// Everything the lifecycle machine decides on for one slot.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Life {
     /// The state.
     pub state: State,

@@ -10,7 +10,7 @@ use super::{
 use crate::restart_policy::RestartPolicy;
 
 /// A timer the machine arms; it comes back as [`Input::Timer`] with the epoch it was armed in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Timer {
     /// `--ready auto`: a worker silent on `NOTIFY_SOCKET` this long is taken as ready (the
     /// supervisor checks the silence and answers with [`Input::Ready`]).

@@ -1,0 +1,111 @@
+//! `ck orphan-guard`: with `--survive-supervisor`, a small process per instance that outlives
+//! ck. It waits on ck's pidfd; if ck dies and no new ck of the same name takes the fleet back
+//! within `--orphan-timeout` (a live ck answers on the control socket), it takes the instance
+//! lock, stops the workers recorded in the state file (SIGTERM, SIGKILL after the drain
+//! timeout; only processes whose start time matches), kills what is left in the instance's
+//! cgroup, and removes the pins, the state file and the run-time files. A clean stop of ck
+//! removes the state file: the guard then just exits.
+use std::{
+    os::fd::AsFd as _,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use nix::sys::signal::Signal;
+
+use crate::{bpf::pins, instance, pidfd};
+
+/// What the guard watches.
+#[derive(Debug, Clone)]
+pub struct GuardSpec {
+    /// The instance.
+    pub name: String,
+    /// How long the workers wait for a new ck.
+    pub timeout: Duration,
+    /// How long a worker may drain after SIGTERM.
+    pub drain_timeout: Duration,
+    /// The ck it guards.
+    pub supervisor: u32,
+}
+
+/// Detaches (a child of init, in a session of its own) and guards the instance; returns when
+/// ck stopped cleanly, a new ck took over, or the orphans are stopped.
+pub fn run(spec: GuardSpec) -> anyhow::Result<()> {
+    // Returns in the detached grandchild only; ck waits for the first process.
+    nix::unistd::daemon(true, true).context("detaching")?;
+    if let Ok(ck) = pidfd::open(spec.supervisor) {
+        let mut fds = [nix::poll::PollFd::new(
+            ck.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        while nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE).is_err() {}
+    }
+    let state = crate::supervisor::state_path(&spec.name);
+    let deadline = Instant::now() + spec.timeout;
+    loop {
+        if !state.exists() || answers(&spec.name) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Nobody came back: hold the name while the fleet stops.
+    let Ok(lock) = instance::InstanceLock::acquire(&spec.name) else {
+        return Ok(());
+    };
+    eprintln!(
+        "ck orphan-guard: no ck took instance {:?} back within {:?}: stopping its workers",
+        spec.name, spec.timeout
+    );
+    stop_workers(&state, spec.drain_timeout);
+    let _ = std::fs::remove_file(&state);
+    let _ = pins::remove_instance(&spec.name);
+    drop(lock);
+    Ok(())
+}
+
+/// Whether a ck answers on the instance's control socket.
+fn answers(name: &str) -> bool {
+    std::os::unix::net::UnixStream::connect(instance::control_path(name)).is_ok()
+}
+
+/// SIGTERMs the workers the state names (those still the same process), SIGKILLs them after
+/// `drain`, then kills and removes the instance's cgroup.
+fn stop_workers(state: &Path, drain: Duration) {
+    let Ok(text) = std::fs::read(state) else {
+        return;
+    };
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(&text) else {
+        return;
+    };
+    let empty = Vec::new();
+    let slots = value["slots"].as_array().unwrap_or(&empty);
+    let mut live = Vec::new();
+    for worker in slots.iter().map(|s| &s["worker"]) {
+        let (Some(pid), Some(ticks)) = (worker["pid"].as_u64(), worker["start_ticks"].as_u64())
+        else {
+            continue;
+        };
+        let pid = pid as u32;
+        if pidfd::start_ticks(pid) != Some(ticks) {
+            continue;
+        }
+        if let Ok(fd) = pidfd::open(pid) {
+            let _ = pidfd::send_signal(&fd, Signal::SIGTERM);
+            live.push((pid, fd));
+        }
+    }
+    let deadline = Instant::now() + drain;
+    while Instant::now() < deadline && live.iter().any(|(_, fd)| !pidfd::has_exited(fd)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (_, fd) in &live {
+        let _ = pidfd::send_signal(fd, Signal::SIGKILL);
+    }
+    if let Some(dir) = value["cgroup"][0].as_str() {
+        crate::cgroup::InstanceCgroup::resume(dir.into(), false).remove();
+    }
+}

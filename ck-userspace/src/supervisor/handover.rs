@@ -1,0 +1,411 @@
+//! The state a running ck hands to the image it re-executes (`ck upgrade`): a versioned,
+//! serialized [`Handover`] (slots with their lifecycle, workers with pid, pidfd and notify
+//! socket, pending timers, counters) naming the descriptors kept open across `execve`, and
+//! the [`Compat`] answer a candidate binary gives before ck agrees to exec it.
+use std::{
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, RawFd},
+    path::PathBuf,
+    time::{Duration, Instant, SystemTime},
+};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Supervisor, health::Health, lifecycle::Life, lifecycle::Timer};
+use crate::fd_limit::FdLimit;
+
+/// Version of the [`Handover`] format; a new image takes over only the format it knows.
+pub const FORMAT: u32 = 1;
+
+/// What a binary must share with the running ck to take over from it: the handover format
+/// and the layout of the pinned maps (the program keeps reading them across the exec). A ck
+/// binary prints its own with `ck upgrade-check`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compat {
+    /// The binary's version (`ck --version`).
+    pub ck: String,
+    /// Its [`FORMAT`].
+    pub format: u32,
+    /// Its map layout ([`map_layout`]).
+    pub maps: String,
+}
+
+impl Compat {
+    /// This binary's.
+    pub fn this() -> Compat {
+        Compat {
+            ck: env!("CARGO_PKG_VERSION").to_string(),
+            format: FORMAT,
+            maps: map_layout(),
+        }
+    }
+
+    /// Why `other` (a candidate binary's answer) cannot take over from this binary, if it
+    /// cannot.
+    pub fn refuses(&self, other: &Compat) -> Option<String> {
+        if other.format != self.format {
+            return Some(format!(
+                "it reads handover format {} and this ck writes format {}",
+                other.format, self.format
+            ));
+        }
+        if other.maps != self.maps {
+            return Some(format!(
+                "its BPF map layout ({}) differs from the pinned maps' ({})",
+                other.maps, self.maps
+            ));
+        }
+        None
+    }
+}
+
+/// The layout of the pinned maps as one line: slot count and value sizes, map names.
+pub fn map_layout() -> String {
+    use std::mem::size_of;
+    format!(
+        "slots={} slot={}B active={}B config={}B stats={}B maps={}",
+        ck_common::MAX_SLOTS,
+        size_of::<ck_common::SlotInfo>(),
+        size_of::<ck_common::ActiveSet>(),
+        size_of::<ck_common::Config>(),
+        size_of::<ck_common::SlotStats>(),
+        crate::bpf::PINNED_MAPS.join(",")
+    )
+}
+
+/// Everything the new image needs to carry on where the old one stopped.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Handover {
+    /// The writer's compatibility (the reader checks the format again).
+    pub compat: Compat,
+    /// The binary ck was first started from (the default of the next `ck upgrade`).
+    pub exe: PathBuf,
+    /// When the old image called `execve` (wall clock: to log how long the exec took).
+    pub exec_at: SystemTime,
+    /// The instance lock's file.
+    pub lock_fd: RawFd,
+    /// The control socket's listener.
+    pub control_fd: RawFd,
+    /// `--metrics`' listener.
+    pub metrics_fd: Option<RawFd>,
+    /// When the instance started.
+    #[serde(with = "crate::instant_age")]
+    pub started: Instant,
+    /// The next worker id.
+    pub next_worker_id: u64,
+    /// The target worker count (`ck scale` changes it at run time; 0: none recorded).
+    #[serde(default)]
+    pub workers: u32,
+    /// Upgrades done so far (an upgrade's handover counts itself).
+    pub upgrades: u32,
+    /// Rolling restarts that ended well, and aborted.
+    pub reloads: (u64, u64),
+    /// `--spares`: spares that died unused in a row, and in how long the next may start.
+    pub spare_failures: u32,
+    /// Microseconds until the next spare may start.
+    pub spare_due_us: Option<u64>,
+    /// The open-file limit ck was first started with (for the workers).
+    pub fd_limit: Option<FdLimit>,
+    /// The instance's cgroup, and whether it has the memory controller.
+    pub cgroup: Option<(PathBuf, bool)>,
+    /// Cgroups of exited workers waiting to be empty.
+    pub dead_cgroups: Vec<(PathBuf, bool)>,
+    /// Every slot.
+    pub slots: Vec<SlotHandover>,
+    /// The lifecycle's timers that had not fired.
+    pub timers: Vec<TimerHandover>,
+}
+
+/// One slot in a [`Handover`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SlotHandover {
+    /// Its index.
+    pub index: u32,
+    /// Its lifecycle.
+    pub life: Life,
+    /// Its sockets, in group order (empty while closed).
+    pub sockets: Vec<RawFd>,
+    /// A hot spare.
+    pub spare: bool,
+    /// Pid of the last worker.
+    pub last_pid: u32,
+    /// How the last worker ended.
+    pub last_exit: Option<String>,
+    /// Failed probes (`ck_probe_failures_total`).
+    pub probe_failures: u64,
+    /// Its worker, if one runs.
+    pub worker: Option<WorkerHandover>,
+}
+
+/// One worker in a [`Handover`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkerHandover {
+    /// Its id (`CK_WORKER_ID`).
+    pub id: u64,
+    /// Its pid.
+    pub pid: u32,
+    /// Its pidfd.
+    pub pidfd: RawFd,
+    /// Its notify socket.
+    pub notify: Option<RawFd>,
+    /// When it was spawned.
+    #[serde(with = "crate::instant_age")]
+    pub started: Instant,
+    /// It spoke on `NOTIFY_SOCKET`.
+    pub spoke_notify: bool,
+    /// Its last `STATUS=`.
+    pub status: Option<String>,
+    /// Its health signals.
+    pub health: Health,
+    /// Its cgroup, and whether that has the memory controller.
+    pub cgroup: Option<(PathBuf, bool)>,
+    /// The slot's `selected` counter when it started.
+    pub selected_base: u64,
+    /// `--max-requests`: its own limit.
+    pub requests_limit: Option<u64>,
+    /// `--max-memory`: samples in a row above the limit.
+    pub over_memory: u32,
+    /// Notify messages refused so far.
+    pub notify_refused: u64,
+    /// When it started (`pidfd::start_ticks`).
+    #[serde(default)]
+    pub start_ticks: Option<u64>,
+    /// Its `NOTIFY_SOCKET` value.
+    #[serde(default)]
+    pub notify_name: Option<String>,
+}
+
+/// A lifecycle timer that had not fired, in a [`Handover`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TimerHandover {
+    /// The slot.
+    pub slot: u32,
+    /// The epoch it was armed in.
+    pub epoch: u64,
+    /// Which timer.
+    pub timer: Timer,
+    /// Microseconds left.
+    pub left_us: u64,
+}
+
+/// A lifecycle timer armed and not fired yet (so that a handover can arm it again).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Armed {
+    /// The slot.
+    pub slot: u32,
+    /// The epoch it was armed in.
+    pub epoch: u64,
+    /// Which timer.
+    pub timer: Timer,
+    /// When it fires.
+    pub at: Instant,
+}
+
+fn left_us(at: Instant) -> u64 {
+    at.saturating_duration_since(Instant::now()).as_micros() as u64
+}
+
+/// The handover with the descriptors it names, which must stay open across the exec.
+pub(super) struct Prepared<'a> {
+    /// The state.
+    pub handover: Handover,
+    /// Every descriptor the state names.
+    pub fds: Vec<BorrowedFd<'a>>,
+}
+
+impl Supervisor {
+    /// The state to hand over, with the descriptors it names. `lock`, `control` and
+    /// `metrics` are the run's own (held by the event loop, not by the supervisor); without
+    /// them (the `--survive-supervisor` state file) their numbers are -1.
+    pub(super) fn prepare_handover<'a>(
+        &'a self,
+        lock: Option<BorrowedFd<'a>>,
+        control: Option<BorrowedFd<'a>>,
+        metrics: Option<BorrowedFd<'a>>,
+    ) -> Prepared<'a> {
+        let mut fds: Vec<BorrowedFd<'a>> = [lock, control, metrics].into_iter().flatten().collect();
+        let cgroup_of =
+            |c: &crate::cgroup::WorkerCgroup| (c.dir().to_path_buf(), c.memory_controller());
+        let mut slots = Vec::new();
+        for slot in self.slots.values() {
+            let worker = slot.worker.as_ref().map(|w| {
+                fds.push(w.pidfd.as_fd());
+                if let Some(n) = &w.notify {
+                    fds.push(n.as_fd());
+                }
+                WorkerHandover {
+                    id: w.id,
+                    pid: w.pid,
+                    pidfd: w.pidfd.as_raw_fd(),
+                    notify: w.notify.as_ref().map(|n| n.as_raw_fd()),
+                    started: w.started,
+                    spoke_notify: w.spoke_notify,
+                    status: w.status.clone(),
+                    health: Health {
+                        probing: false,
+                        ..w.health
+                    },
+                    cgroup: w.cgroup.as_ref().map(cgroup_of),
+                    selected_base: w.selected_base,
+                    requests_limit: w.requests_limit,
+                    over_memory: w.over_memory,
+                    notify_refused: w.notify_refused.load(std::sync::atomic::Ordering::Relaxed),
+                    start_ticks: w.start_ticks,
+                    notify_name: w.notify_name.clone(),
+                }
+            });
+            fds.extend(slot.sockets.iter().map(|s| s.as_fd()));
+            slots.push(SlotHandover {
+                index: slot.index,
+                life: slot.life.clone(),
+                sockets: slot.sockets.iter().map(|s| s.as_raw_fd()).collect(),
+                spare: slot.spare,
+                last_pid: slot.last_pid,
+                last_exit: slot.last_exit.clone(),
+                probe_failures: slot.probe_failures,
+                worker,
+            });
+        }
+        let handover = Handover {
+            compat: Compat::this(),
+            exe: self.exe.clone(),
+            exec_at: SystemTime::now(),
+            lock_fd: lock.map_or(-1, |fd| fd.as_raw_fd()),
+            control_fd: control.map_or(-1, |fd| fd.as_raw_fd()),
+            metrics_fd: metrics.map(|m| m.as_raw_fd()),
+            started: self.started,
+            next_worker_id: self.next_worker_id,
+            workers: self.cfg.workers,
+            upgrades: self.upgrades,
+            reloads: (self.reloads.ok, self.reloads.aborted),
+            spare_failures: self.spare_failures,
+            spare_due_us: self.spare_due.map(left_us),
+            fd_limit: self.fd_limit,
+            cgroup: self
+                .cgroups
+                .as_ref()
+                .map(|c| (c.dir().to_path_buf(), c.memory_controller())),
+            dead_cgroups: self.dead_cgroups.iter().map(cgroup_of).collect(),
+            slots,
+            timers: self
+                .timers
+                .iter()
+                .map(|a| TimerHandover {
+                    slot: a.slot,
+                    epoch: a.epoch,
+                    timer: a.timer,
+                    left_us: left_us(a.at),
+                })
+                .collect(),
+        };
+        Prepared { handover, fds }
+    }
+
+    /// Notes a lifecycle timer armed for `delay` (see [`Armed`]).
+    pub(super) fn note_timer(&mut self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
+        self.timers.push(Armed {
+            slot,
+            epoch,
+            timer,
+            at: Instant::now() + delay,
+        });
+    }
+
+    /// Forgets a timer that fired.
+    pub(super) fn timer_fired(&mut self, slot: u32, epoch: u64, timer: Timer) {
+        if let Some(i) = self
+            .timers
+            .iter()
+            .position(|a| a.slot == slot && a.epoch == epoch && a.timer == timer)
+        {
+            self.timers.swap_remove(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor::lifecycle::{After, Run, State};
+
+    #[test]
+    fn a_slot_and_its_timers_come_back_as_they_were() {
+        let started = Instant::now() - Duration::from_secs(5);
+        let run = Run {
+            id: 7,
+            started,
+            ready_at: Some(started + Duration::from_secs(1)),
+            adopted: true,
+        };
+        let mut life = Life::new(crate::restart_policy::RestartPolicy::DEFAULT, false);
+        life.state = State::Stopping(run, After::Retire);
+        life.socket_open = true;
+        life.drained = true;
+        life.generation = 3;
+        life.restarts = 2;
+        let slot = SlotHandover {
+            index: 4,
+            life: life.clone(),
+            sockets: vec![12],
+            spare: false,
+            last_pid: 99,
+            last_exit: Some("exit 3".into()),
+            probe_failures: 5,
+            worker: None,
+        };
+        let timer = TimerHandover {
+            slot: 4,
+            epoch: 7,
+            timer: Timer::Kill,
+            left_us: 1_500,
+        };
+        let text = serde_json::to_string(&(slot, timer)).unwrap();
+        let (slot, timer): (SlotHandover, TimerHandover) = serde_json::from_str(&text).unwrap();
+        let State::Stopping(back, After::Retire) = slot.life.state else {
+            panic!("{:?}", slot.life.state);
+        };
+        assert_eq!(back.id, 7);
+        assert!(back.adopted);
+        let drift = back.started.max(started) - back.started.min(started);
+        assert!(drift < Duration::from_millis(5), "{drift:?}");
+        assert_eq!(
+            (
+                slot.life.drained,
+                slot.life.socket_open,
+                slot.life.generation,
+                slot.life.restarts
+            ),
+            (true, true, 3, 2)
+        );
+        assert_eq!(slot.life.crash.breaker(), life.crash.breaker());
+        assert_eq!((slot.sockets, slot.probe_failures), (vec![12], 5));
+        assert_eq!(
+            (timer.timer, timer.epoch, timer.left_us),
+            (Timer::Kill, 7, 1_500)
+        );
+    }
+
+    #[test]
+    fn a_binary_with_another_format_or_map_layout_is_refused() {
+        let this = Compat::this();
+        assert_eq!(this.refuses(&this.clone()), None);
+        let newer = Compat {
+            ck: "9.9.9".into(),
+            ..this.clone()
+        };
+        assert_eq!(
+            this.refuses(&newer),
+            None,
+            "the version alone does not matter"
+        );
+        let format = Compat {
+            format: FORMAT + 1,
+            ..this.clone()
+        };
+        assert!(this.refuses(&format).unwrap().contains("handover format"));
+        let maps = Compat {
+            maps: "slots=64".into(),
+            ..this.clone()
+        };
+        assert!(this.refuses(&maps).unwrap().contains("map layout"));
+    }
+}

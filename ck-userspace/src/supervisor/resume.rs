@@ -1,0 +1,161 @@
+//! The new image's side of `ck upgrade`: reading the [`Handover`] the old image left in the
+//! memfd named by `CK_HANDOVER_FD`, and rebuilding the slots from it (sockets, workers watched
+//! again by pidfd, notify readers, pending timers) so the event loop carries on where the old
+//! image stopped. The program and pinned maps kept steering meanwhile.
+use std::{
+    os::fd::RawFd,
+    sync::{Arc, atomic::AtomicU64},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use socket2::Socket;
+
+use super::{
+    Event, Supervisor,
+    handover::{FORMAT, Handover},
+    slot::{Slot, Worker},
+    tasks,
+    workers::watch_notify,
+};
+use crate::{cgroup::WorkerCgroup, notify, reexec};
+
+/// The handover left by the image ck re-executed from, if this image is one (`ck upgrade`).
+pub(super) fn take_handover() -> anyhow::Result<Option<Handover>> {
+    let Some(value) = std::env::var_os(reexec::HANDOVER_ENV) else {
+        return Ok(None);
+    };
+    let fd: RawFd = value
+        .to_str()
+        .and_then(|v| v.parse().ok())
+        .with_context(|| {
+            format!(
+                "{} is not a descriptor number: {value:?}",
+                reexec::HANDOVER_ENV
+            )
+        })?;
+    let state = reexec::read_state(reexec::inherited(fd)?).context("reading the handover")?;
+    let handover: Handover =
+        serde_json::from_slice(&state).context("decoding the handover state")?;
+    anyhow::ensure!(
+        handover.compat.format == FORMAT,
+        "the handover is format {}, this ck reads format {FORMAT}",
+        handover.compat.format
+    );
+    Ok(Some(handover))
+}
+
+impl Supervisor {
+    /// Rebuilds the slots, workers and timers of `handover`, in place of starting a fleet.
+    pub(super) fn resume(&mut self, handover: Handover) -> anyhow::Result<()> {
+        // `ck scale` may have changed the count since the command line was written.
+        if handover.workers > 0 {
+            self.cfg.workers = handover.workers;
+        }
+        let mut workers = 0;
+        for saved in handover.slots {
+            let index = saved.index;
+            let sockets = saved
+                .sockets
+                .iter()
+                .map(|fd| reexec::inherited(*fd).map(Socket::from))
+                .collect::<std::io::Result<Vec<_>>>()
+                .with_context(|| format!("slot {index}: taking its sockets back"))?;
+            let mut slot = Slot::new(index, saved.life);
+            slot.sockets = sockets;
+            slot.spare = saved.spare;
+            slot.last_pid = saved.last_pid;
+            slot.last_exit = saved.last_exit;
+            slot.probe_failures = saved.probe_failures;
+            if let Some(w) = saved.worker {
+                let pidfd = reexec::inherited(w.pidfd)
+                    .with_context(|| format!("slot {index}: taking the pidfd of {} back", w.pid))?;
+                let notify = w
+                    .notify
+                    .map(|fd| reexec::inherited(fd).and_then(notify::inherit))
+                    .transpose()
+                    .with_context(|| format!("slot {index}: taking the notify socket back"))?;
+                let cgroup = w
+                    .cgroup
+                    .map(|(dir, memory)| WorkerCgroup::resume(dir, memory))
+                    .transpose()?;
+                let refused = Arc::new(AtomicU64::new(w.notify_refused));
+                let mut watchers = Vec::new();
+                if let Some(socket) = &notify {
+                    let speakers = notify::Speakers {
+                        worker: w.pid,
+                        cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
+                    };
+                    watchers.push(watch_notify(
+                        &self.events,
+                        index,
+                        w.id,
+                        speakers,
+                        socket.clone(),
+                        refused.clone(),
+                    ));
+                }
+                let waiter = pidfd.try_clone().context("duplicating a pidfd")?;
+                let (events, id, pid) = (self.events.clone(), w.id, w.pid);
+                tokio::spawn(async move {
+                    let status = crate::pidfd::wait_child(waiter, pid).await;
+                    let _ = events.send(Event::Exited {
+                        slot: index,
+                        worker: id,
+                        status,
+                    });
+                });
+                slot.worker = Some(Worker {
+                    id: w.id,
+                    pid: w.pid,
+                    pidfd,
+                    started: w.started,
+                    spoke_notify: w.spoke_notify,
+                    status: w.status,
+                    tasks: watchers,
+                    notify,
+                    health: w.health,
+                    cgroup,
+                    adopted: false,
+                    said_ready: false,
+                    adopt_latency_us: None,
+                    selected_base: w.selected_base,
+                    requests_limit: w.requests_limit,
+                    over_memory: w.over_memory,
+                    notify_refused: refused,
+                    start_ticks: w.start_ticks,
+                    notify_name: w.notify_name,
+                });
+                workers += 1;
+            }
+            self.slots.insert(index, slot);
+        }
+        for t in handover.timers {
+            self.set_timer(t.slot, t.epoch, t.timer, Duration::from_micros(t.left_us));
+        }
+        if let Some(us) = handover.spare_due_us {
+            let delay = Duration::from_micros(us);
+            self.spare_due = Some(Instant::now() + delay);
+            tasks::send_after(&self.events, delay, Event::SpareDue);
+        }
+        let exec_ms = handover
+            .exec_at
+            .elapsed()
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3);
+        tracing::info!(
+            from = %handover.compat.ck,
+            to = env!("CARGO_PKG_VERSION"),
+            workers,
+            slots = self.slots.len(),
+            upgrades = self.upgrades,
+            exec_to_resumed_ms = exec_ms,
+            "ck upgraded in place: workers kept, steering kept"
+        );
+        self.last_upgrade = Some(format!(
+            "ok: ck {} -> {} ({workers} worker(s) kept, resumed {exec_ms:.1} ms after the exec)",
+            handover.compat.ck,
+            env!("CARGO_PKG_VERSION")
+        ));
+        Ok(())
+    }
+}

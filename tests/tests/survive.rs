@@ -1,0 +1,306 @@
+//! `--survive-supervisor`: when ck is killed (SIGKILL, no chance to clean up) its workers keep
+//! serving, and the next `ck run` of the same name takes the running fleet back (same worker
+//! pids, counters going on) with no failed request; if no ck comes back within
+//! `--orphan-timeout`, the orphan guard stops the workers and nothing is left.
+
+use std::time::Duration;
+
+use ck_tests::churn::{self, Background, SETTLE};
+use ck_tests::ck::{control_socket, lock_file, pins_dir, state_file};
+use ck_tests::load::Mode;
+use ck_tests::sys::{self, pid_alive, wait_all_dead};
+use ck_tests::{Ck, READY_TIMEOUT, Status, burst, local, probe_base_for, start_ready};
+
+/// Pids of the orphan guards of instance `name`.
+fn guards(name: &str) -> Vec<u32> {
+    let needle = format!("orphan-guard\0--name\0{name}\0");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+        })
+        .filter(|pid| pid_alive(*pid))
+        .collect()
+}
+
+/// Waits until instance `name` has no orphan guard left.
+fn assert_guards_gone(name: &str) {
+    let mut left = Vec::new();
+    sys::poll_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        left = guards(name);
+        left.is_empty()
+    });
+    assert!(left.is_empty(), "orphan guard(s) {left:?} of {name} left");
+}
+
+fn take_back_under_load(what: &str, mode: Mode) {
+    let flags = ["--survive-supervisor", "--policy", "round-robin"];
+    let (mut first, port, _) = start_ready(what, 4, &flags);
+    let name = first.name().to_string();
+    assert_eq!(guards(&name).len(), 1, "one orphan guard per instance");
+    let load = Background::start_without_retry(port, mode);
+    std::thread::sleep(SETTLE);
+    let was = first.status();
+    first.kill_supervisor();
+    first.abandon();
+    // The workers serve on without a supervisor (the program keeps steering).
+    std::thread::sleep(SETTLE / 2);
+    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
+    let mut args = vec![
+        "-w",
+        "4",
+        "--port",
+        port_text.as_str(),
+        "--probe-port-base",
+        base_text.as_str(),
+    ];
+    args.extend_from_slice(&flags);
+    let mut second = Ck::start(&name, &args);
+    let now = second.wait_ready(4, READY_TIMEOUT);
+    assert_ne!(now.pid, was.pid, "a new ck: {now:#?}");
+    assert_eq!(
+        now.worker_pids(),
+        was.worker_pids(),
+        "the same workers: {was:#?}\n{now:#?}"
+    );
+    assert_continuous(&was, &now);
+    assert!(
+        second
+            .log()
+            .contains("took back the fleet of a ck that died"),
+        "{}",
+        second.log()
+    );
+    std::thread::sleep(SETTLE);
+    let report = load.finish_and_print(what);
+    churn::assert_served(&report);
+    let after = second.status();
+    assert_eq!(after.worker_pids(), was.worker_pids(), "{after:#?}");
+    // Every worker answered, and only they.
+    for pid in &after.worker_pids() {
+        assert!(
+            report.by_pid.get(pid).is_some_and(|n| *n > 0),
+            "{pid}: {:?}",
+            report.by_pid
+        );
+    }
+    assert!(
+        report
+            .by_pid
+            .keys()
+            .all(|p| after.worker_pids().contains(p))
+    );
+    // The first guard left once the new ck answered; the new ck has its own.
+    sys::poll_until(Duration::from_secs(5), Duration::from_millis(20), || {
+        guards(&name).len() == 1
+    });
+    assert_eq!(guards(&name).len(), 1, "{:?}", guards(&name));
+    // Counters went on: selections only grew, no restart was counted.
+    second.ctl_ok(&["stop"]);
+    second.wait_clean_exit();
+    assert!(!state_file(&name).exists(), "state file left");
+    assert!(!pins_dir(&name).exists(), "pins left");
+    assert_guards_gone(&name);
+}
+
+/// Restarts and generations unchanged, selections only grew.
+fn assert_continuous(was: &Status, now: &Status) {
+    for slot in &now.slots {
+        let before = was.slot(slot.slot);
+        assert_eq!(slot.state, "ready", "{now:#?}");
+        assert_eq!(slot.restarts, before.restarts, "{now:#?}");
+        assert_eq!(slot.generation, before.generation, "{now:#?}");
+        assert!(slot.selected >= before.selected, "{was:#?}\n{now:#?}");
+    }
+}
+
+#[test]
+fn kill_9_then_run_again_takes_the_fleet_back_new_connections() {
+    take_back_under_load("sv-nc", Mode::NewConnection);
+}
+
+#[test]
+fn kill_9_then_run_again_takes_the_fleet_back_keep_alive() {
+    take_back_under_load("sv-ka", Mode::KeepAlive);
+}
+
+#[test]
+fn orphans_stop_when_no_ck_comes_back() {
+    let (mut ck, port, before) = start_ready(
+        "sv-orphan",
+        2,
+        &[
+            "--survive-supervisor",
+            "--orphan-timeout",
+            "2s",
+            "--drain-timeout",
+            "2s",
+        ],
+    );
+    let name = ck.name().to_string();
+    let pids = before.worker_pids();
+    ck.kill_supervisor();
+    // Right after ck died, its workers still serve.
+    let tally = burst(local(port), 10);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    assert!(tally.only_from(&pids), "{tally:?}");
+    // Then the guard stops them and removes everything.
+    let left = wait_all_dead(&pids, Duration::from_secs(20));
+    assert!(
+        left.is_empty(),
+        "workers {left:?} still alive\n{}",
+        ck.log()
+    );
+    let gone = sys::poll_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        !pins_dir(&name).exists()
+            && !state_file(&name).exists()
+            && !control_socket(&name).exists()
+            && !lock_file(&name).exists()
+    });
+    assert!(
+        gone,
+        "left behind: pins {}, state {}, socket {}, lock {}\n{}",
+        pins_dir(&name).exists(),
+        state_file(&name).exists(),
+        control_socket(&name).exists(),
+        lock_file(&name).exists(),
+        ck.log()
+    );
+    assert_guards_gone(&name);
+    assert!(
+        ck.log().contains("no ck took instance"),
+        "the guard says what it did: {}",
+        ck.log()
+    );
+    for pid in &pids {
+        assert!(!pid_alive(*pid));
+    }
+    ck.abandon();
+}
+
+#[test]
+fn a_worker_that_died_while_ck_was_down_is_replaced_on_take_back() {
+    let flags = ["--survive-supervisor"];
+    let (mut first, port, before) = start_ready("sv-gone", 2, &flags);
+    let name = first.name().to_string();
+    first.kill_supervisor();
+    first.abandon();
+    let (kept, gone) = (before.worker_pid(0), before.worker_pid(1));
+    sys::kill_hard(gone);
+    assert!(wait_all_dead(&[gone].into(), Duration::from_secs(10)).is_empty());
+    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
+    let mut args = vec![
+        "-w",
+        "2",
+        "--port",
+        port_text.as_str(),
+        "--probe-port-base",
+        base_text.as_str(),
+    ];
+    args.extend_from_slice(&flags);
+    let mut second = Ck::start(&name, &args);
+    let now = second.wait_ready(2, READY_TIMEOUT);
+    assert_eq!(now.worker_pid(0), kept, "slot 0 taken back: {now:#?}");
+    assert_ne!(now.worker_pid(1), gone, "slot 1 has a new worker: {now:#?}");
+    assert_eq!(
+        now.slot(1).generation,
+        before.slot(1).generation + 1,
+        "{now:#?}"
+    );
+    let tally = burst(local(port), 40);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    assert!(tally.only_from(&now.worker_pids()), "{tally:?}");
+    second.ctl_ok(&["stop"]);
+    second.wait_clean_exit();
+    assert_guards_gone(&name);
+}
+
+#[test]
+fn a_fleet_upgraded_in_place_is_taken_back_after_a_kill() {
+    let flags = ["--survive-supervisor"];
+    let (mut first, port, before) = start_ready("sv-upgraded", 2, &flags);
+    let name = first.name().to_string();
+    first.ctl_ok(&["upgrade"]);
+    first.wait_status("the upgrade done", READY_TIMEOUT, |s| {
+        s.upgrades == 1 && s.bpf
+    });
+    // The guard watches the same pid across the upgrade: still one.
+    assert_eq!(guards(&name).len(), 1, "{:?}", guards(&name));
+    first.kill_supervisor();
+    first.abandon();
+    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
+    let mut args = vec![
+        "-w",
+        "2",
+        "--port",
+        port_text.as_str(),
+        "--probe-port-base",
+        base_text.as_str(),
+    ];
+    args.extend_from_slice(&flags);
+    let mut second = Ck::start(&name, &args);
+    let now = second.wait_ready(2, READY_TIMEOUT);
+    assert_eq!(now.worker_pids(), before.worker_pids(), "{now:#?}");
+    assert_eq!(now.upgrades, 1, "the count goes on: {now:#?}");
+    let tally = burst(local(port), 20);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    second.ctl_ok(&["stop"]);
+    second.wait_clean_exit();
+    assert_guards_gone(&name);
+}
+
+#[test]
+fn a_pid_that_names_another_process_now_is_neither_taken_back_nor_signalled() {
+    // What pid reuse looks like to the next ck: the state names pid P started at tick T, and
+    // the process with pid P now started at another tick. Here the state file is edited so
+    // that slot 1's record has another start time than its (live) worker.
+    let flags = ["--survive-supervisor"];
+    let (mut first, port, before) = start_ready("sv-reuse", 2, &flags);
+    let name = first.name().to_string();
+    first.kill_supervisor();
+    first.abandon();
+    let path = state_file(&name);
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("the state file")).expect("JSON");
+    let other = before.worker_pid(1);
+    for slot in state["slots"].as_array_mut().expect("slots") {
+        if slot["worker"]["pid"].as_u64() == Some(u64::from(other)) {
+            let ticks = slot["worker"]["start_ticks"].as_u64().expect("start ticks");
+            slot["worker"]["start_ticks"] = (ticks + 1).into();
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec(&state).unwrap()).expect("writing the state");
+    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
+    let mut args = vec![
+        "-w",
+        "2",
+        "--port",
+        port_text.as_str(),
+        "--probe-port-base",
+        base_text.as_str(),
+    ];
+    args.extend_from_slice(&flags);
+    let mut second = Ck::start(&name, &args);
+    let now = second.wait_ready(2, READY_TIMEOUT);
+    assert_eq!(now.worker_pid(0), before.worker_pid(0), "{now:#?}");
+    assert_ne!(now.worker_pid(1), other, "{now:#?}");
+    assert!(
+        second.log().contains("is another process now"),
+        "{}",
+        second.log()
+    );
+    // ck left that process alone: it is not its worker.
+    assert!(pid_alive(other), "pid {other} was signalled");
+    // New connections go to ck's workers only.
+    let tally = burst(local(port), 40);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    assert!(tally.only_from(&now.worker_pids()), "{tally:?}");
+    sys::kill_hard(other);
+    second.ctl_ok(&["stop"]);
+    second.wait_clean_exit();
+    assert_guards_gone(&name);
+}
