@@ -3,17 +3,18 @@
 //! again by pidfd, notify readers, pending timers) so the event loop carries on where the old
 //! image stopped. The program and pinned maps kept steering meanwhile.
 use std::{
-    os::fd::RawFd,
+    os::fd::{OwnedFd, RawFd},
     sync::{Arc, atomic::AtomicU64},
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
 use socket2::Socket;
+use tokio::net::UnixDatagram;
 
 use super::{
     Event, Supervisor,
-    handover::{FORMAT, Handover},
+    handover::{FORMAT, Handover, WorkerHandover},
     slot::{Slot, Worker},
     tasks,
     workers::watch_notify,
@@ -77,55 +78,11 @@ impl Supervisor {
                     .with_context(|| format!("slot {index}: taking the notify socket back"))?;
                 let cgroup = w
                     .cgroup
+                    .clone()
                     .map(|(dir, memory)| WorkerCgroup::resume(dir, memory))
                     .transpose()?;
-                let refused = Arc::new(AtomicU64::new(w.notify_refused));
-                let mut watchers = Vec::new();
-                if let Some(socket) = &notify {
-                    let speakers = notify::Speakers {
-                        worker: w.pid,
-                        cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
-                    };
-                    watchers.push(watch_notify(
-                        &self.events,
-                        index,
-                        w.id,
-                        speakers,
-                        socket.clone(),
-                        refused.clone(),
-                    ));
-                }
-                let waiter = pidfd.try_clone().context("duplicating a pidfd")?;
-                let (events, id, pid) = (self.events.clone(), w.id, w.pid);
-                tokio::spawn(async move {
-                    let status = crate::pidfd::wait_child(waiter, pid).await;
-                    let _ = events.send(Event::Exited {
-                        slot: index,
-                        worker: id,
-                        status,
-                    });
-                });
-                slot.worker = Some(Worker {
-                    id: w.id,
-                    pid: w.pid,
-                    pidfd,
-                    started: w.started,
-                    spoke_notify: w.spoke_notify,
-                    status: w.status,
-                    tasks: watchers,
-                    notify,
-                    health: w.health,
-                    cgroup,
-                    adopted: false,
-                    said_ready: false,
-                    adopt_latency_us: None,
-                    selected_base: w.selected_base,
-                    requests_limit: w.requests_limit,
-                    over_memory: w.over_memory,
-                    notify_refused: refused,
-                    start_ticks: w.start_ticks,
-                    notify_name: w.notify_name,
-                });
+                let worker = self.watch_again(index, &w, pidfd, notify, cgroup, ExitSeen::Child)?;
+                slot.worker = Some(worker);
                 workers += 1;
             }
             self.slots.insert(index, slot);
@@ -157,5 +114,83 @@ impl Supervisor {
             env!("CARGO_PKG_VERSION")
         ));
         Ok(())
+    }
+}
+
+/// How the exit of a worker watched again is seen.
+pub(super) enum ExitSeen {
+    /// Still ck's child (an upgrade): its status is reaped with `waitpid`.
+    Child,
+    /// Taken back from a ck that died: its exit shows on the pidfd; its status is init's.
+    Adopted,
+}
+
+impl Supervisor {
+    /// The [`Worker`] of a handed-over record `w` on slot `index`, watched again: its notify
+    /// socket read (messages checked against its pid and cgroup), its exit sent as an event.
+    pub(super) fn watch_again(
+        &self,
+        index: u32,
+        w: &WorkerHandover,
+        pidfd: OwnedFd,
+        notify: Option<Arc<UnixDatagram>>,
+        cgroup: Option<WorkerCgroup>,
+        exit: ExitSeen,
+    ) -> anyhow::Result<Worker> {
+        let refused = Arc::new(AtomicU64::new(w.notify_refused));
+        let mut tasks = Vec::new();
+        if let Some(socket) = &notify {
+            let speakers = notify::Speakers {
+                worker: w.pid,
+                cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
+            };
+            tasks.push(watch_notify(
+                &self.events,
+                index,
+                w.id,
+                speakers,
+                socket.clone(),
+                refused.clone(),
+            ));
+        }
+        let waiter = pidfd.try_clone().context("duplicating a pidfd")?;
+        let (events, id, pid) = (self.events.clone(), w.id, w.pid);
+        tokio::spawn(async move {
+            let status = match exit {
+                ExitSeen::Child => crate::pidfd::wait_child(waiter, pid).await,
+                ExitSeen::Adopted => crate::pidfd::exited(waiter).await.and_then(|()| {
+                    Err(std::io::Error::other(
+                        "exited; taken back from a ck that died, so its exit status is not \
+                         ck's to read",
+                    ))
+                }),
+            };
+            let _ = events.send(Event::Exited {
+                slot: index,
+                worker: id,
+                status,
+            });
+        });
+        Ok(Worker {
+            id: w.id,
+            pid: w.pid,
+            pidfd,
+            started: w.started,
+            spoke_notify: w.spoke_notify,
+            status: w.status.clone(),
+            tasks,
+            notify,
+            health: w.health,
+            cgroup,
+            adopted: false,
+            said_ready: false,
+            adopt_latency_us: None,
+            selected_base: w.selected_base,
+            requests_limit: w.requests_limit,
+            over_memory: w.over_memory,
+            notify_refused: refused,
+            start_ticks: w.start_ticks,
+            notify_name: w.notify_name.clone(),
+        })
     }
 }

@@ -5,31 +5,19 @@
 //! same name reads it and takes the fleet back: each worker's pid is checked against its start
 //! time, its sockets copied back with `pidfd_getfd`, its notify socket bound again. An orphan
 //! guard process (`ck orphan-guard`) stops the workers if no ck comes back in time.
-use std::{
-    io::Write as _,
-    os::fd::AsRawFd as _,
-    path::PathBuf,
-    sync::{Arc, atomic::AtomicU64},
-    time::Duration,
-};
+use std::{io::Write as _, os::fd::AsRawFd as _, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use socket2::Socket;
 
 use super::{
-    Event, Supervisor,
+    Supervisor,
     handover::{FORMAT, Handover, WorkerHandover},
     lifecycle::{Input, Life},
+    resume::ExitSeen,
     slot::{Slot, Worker},
-    workers::watch_notify,
 };
-use crate::{
-    cgroup::WorkerCgroup,
-    config::RunConfig,
-    instance,
-    notify::{self, NotifySocket},
-    pidfd,
-};
+use crate::{cgroup::WorkerCgroup, config::RunConfig, instance, notify::NotifySocket, pidfd};
 
 /// Where an instance's state is kept for the ck that takes over after a crash.
 pub fn state_path(name: &str) -> PathBuf {
@@ -229,61 +217,20 @@ impl Supervisor {
         let notify_name = w.notify_name.clone().context("no notify socket recorded")?;
         let notify = NotifySocket::rebind(&notify_name)
             .with_context(|| format!("binding {notify_name} again"))?;
-        let refused = Arc::new(AtomicU64::new(w.notify_refused));
-        let speakers = notify::Speakers {
-            worker: w.pid,
-            cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
-        };
-        let reader = watch_notify(
-            &self.events,
-            index,
-            w.id,
-            speakers,
-            notify.socket.clone(),
-            refused.clone(),
-        );
-        // Not ck's child any more: its exit is seen on the pidfd, its status is init's.
-        let waiter = pidfd.try_clone()?;
-        let (events, id) = (self.events.clone(), w.id);
-        tokio::spawn(async move {
-            let status = pidfd::exited(waiter).await.and_then(|()| {
-                Err(std::io::Error::other(
-                    "exited; taken back from a ck that died, so its exit status is not ck's to read",
-                ))
-            });
-            let _ = events.send(Event::Exited {
-                slot: index,
-                worker: id,
-                status,
-            });
-        });
         tracing::info!(
             slot = index,
             pid = w.pid,
             fd = pidfd.as_raw_fd(),
             "worker taken back"
         );
-        let worker = Worker {
-            id: w.id,
-            pid: w.pid,
+        let worker = self.watch_again(
+            index,
+            w,
             pidfd,
-            started: w.started,
-            spoke_notify: w.spoke_notify,
-            status: w.status.clone(),
-            tasks: vec![reader],
-            notify: Some(notify.socket),
-            health: w.health,
+            Some(notify.socket),
             cgroup,
-            adopted: false,
-            said_ready: false,
-            adopt_latency_us: None,
-            selected_base: w.selected_base,
-            requests_limit: w.requests_limit,
-            over_memory: w.over_memory,
-            notify_refused: refused,
-            start_ticks: w.start_ticks,
-            notify_name: w.notify_name.clone(),
-        };
+            ExitSeen::Adopted,
+        )?;
         Ok((worker, sockets))
     }
 }
