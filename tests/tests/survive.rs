@@ -11,6 +11,26 @@ use ck_tests::load::Mode;
 use ck_tests::sys::{self, pid_alive, wait_all_dead};
 use ck_tests::{Ck, READY_TIMEOUT, Status, burst, local, probe_base_for, start_ready};
 
+/// The same `ck run` as the first instance's (`start_ready`'s port and probe ports, `workers`,
+/// `flags`), started again to take its fleet back.
+fn run_again(name: &str, port: u16, workers: u32, flags: &[&str]) -> Ck {
+    let (workers, port_text, base_text) = (
+        workers.to_string(),
+        port.to_string(),
+        probe_base_for(port).to_string(),
+    );
+    let mut args = vec![
+        "-w",
+        workers.as_str(),
+        "--port",
+        port_text.as_str(),
+        "--probe-port-base",
+        base_text.as_str(),
+    ];
+    args.extend_from_slice(flags);
+    Ck::start(name, &args)
+}
+
 /// Pids of the orphan guards of instance `name`.
 fn guards(name: &str) -> Vec<u32> {
     let needle = format!("orphan-guard\0--name\0{name}\0");
@@ -49,17 +69,7 @@ fn take_back_under_load(what: &str, mode: Mode) {
     first.abandon();
     // The workers serve on without a supervisor (the program keeps steering).
     std::thread::sleep(SETTLE / 2);
-    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
-    let mut args = vec![
-        "-w",
-        "4",
-        "--port",
-        port_text.as_str(),
-        "--probe-port-base",
-        base_text.as_str(),
-    ];
-    args.extend_from_slice(&flags);
-    let mut second = Ck::start(&name, &args);
+    let mut second = run_again(&name, port, 4, &flags);
     let now = second.wait_ready(4, READY_TIMEOUT);
     assert_ne!(now.pid, was.pid, "a new ck: {now:#?}");
     assert_eq!(
@@ -192,17 +202,7 @@ fn a_worker_that_died_while_ck_was_down_is_replaced_on_take_back() {
     let (kept, gone) = (before.worker_pid(0), before.worker_pid(1));
     sys::kill_hard(gone);
     assert!(wait_all_dead(&[gone].into(), Duration::from_secs(10)).is_empty());
-    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
-    let mut args = vec![
-        "-w",
-        "2",
-        "--port",
-        port_text.as_str(),
-        "--probe-port-base",
-        base_text.as_str(),
-    ];
-    args.extend_from_slice(&flags);
-    let mut second = Ck::start(&name, &args);
+    let mut second = run_again(&name, port, 2, &flags);
     let now = second.wait_ready(2, READY_TIMEOUT);
     assert_eq!(now.worker_pid(0), kept, "slot 0 taken back: {now:#?}");
     assert_ne!(now.worker_pid(1), gone, "slot 1 has a new worker: {now:#?}");
@@ -232,17 +232,7 @@ fn a_fleet_upgraded_in_place_is_taken_back_after_a_kill() {
     assert_eq!(guards(&name).len(), 1, "{:?}", guards(&name));
     first.kill_supervisor();
     first.abandon();
-    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
-    let mut args = vec![
-        "-w",
-        "2",
-        "--port",
-        port_text.as_str(),
-        "--probe-port-base",
-        base_text.as_str(),
-    ];
-    args.extend_from_slice(&flags);
-    let mut second = Ck::start(&name, &args);
+    let mut second = run_again(&name, port, 2, &flags);
     let now = second.wait_ready(2, READY_TIMEOUT);
     assert_eq!(now.worker_pids(), before.worker_pids(), "{now:#?}");
     assert_eq!(now.upgrades, 1, "the count goes on: {now:#?}");
@@ -274,17 +264,7 @@ fn a_pid_that_names_another_process_now_is_neither_taken_back_nor_signalled() {
         }
     }
     std::fs::write(&path, serde_json::to_vec(&state).unwrap()).expect("writing the state");
-    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
-    let mut args = vec![
-        "-w",
-        "2",
-        "--port",
-        port_text.as_str(),
-        "--probe-port-base",
-        base_text.as_str(),
-    ];
-    args.extend_from_slice(&flags);
-    let mut second = Ck::start(&name, &args);
+    let mut second = run_again(&name, port, 2, &flags);
     let now = second.wait_ready(2, READY_TIMEOUT);
     assert_eq!(now.worker_pid(0), before.worker_pid(0), "{now:#?}");
     assert_ne!(now.worker_pid(1), other, "{now:#?}");
