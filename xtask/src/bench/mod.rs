@@ -25,6 +25,7 @@ mod spread;
 mod stall;
 mod survive;
 mod table;
+mod three_loads;
 mod upgrade;
 
 use std::fmt::Display;

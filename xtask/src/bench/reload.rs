@@ -10,19 +10,16 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use ck_tests::load::{self, LoadHandle, LoadReport, LoadSpec, Mode};
+use ck_tests::load::LoadReport;
 
 use super::Bench;
 use super::instance::{Instance, Variant};
 use super::plot::timeline::{self, Panel, Series, Timeline};
 use super::table::{Cell, Goal, Table};
+use super::three_loads::{CONNECTIONS, Loads, RATE, Window};
 
 /// Workers of the instance.
 const WORKERS: u32 = 4;
-/// Connections of each load.
-const CONNECTIONS: usize = 16;
-/// Requests per second of each load.
-const RATE: f64 = 1000.0;
 /// The steady window.
 const STEADY: Duration = Duration::from_secs(2);
 /// Load before `ck reload` starts (keep-alive connections are open on the old workers).
@@ -33,33 +30,6 @@ const TAIL: Duration = Duration::from_millis(500);
 const RELOADS: usize = 100;
 /// Upper bound of the reload window's loads (they are stopped long before).
 const CAP: Duration = Duration::from_secs(600);
-/// Limit of one request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The three loads of one window.
-struct Window {
-    keep_alive: LoadReport,
-    no_retry: LoadReport,
-    new_conn: LoadReport,
-}
-
-impl Window {
-    /// Joins the loads of `handles`.
-    fn join(handles: Loads) -> Window {
-        Window {
-            keep_alive: handles.keep_alive.join(),
-            no_retry: handles.no_retry.join(),
-            new_conn: handles.new_conn.join(),
-        }
-    }
-}
-
-/// The three loads under way.
-struct Loads {
-    keep_alive: LoadHandle,
-    no_retry: LoadHandle,
-    new_conn: LoadHandle,
-}
 
 /// What one variant gave.
 struct Outcome {
@@ -184,11 +154,11 @@ fn measure(bench: &Bench, variant: Variant) -> Result<Outcome> {
         "reload: {}: steady window ({STEADY:?})",
         variant.label()
     ));
-    let steady = Window::join(start_loads(&inst, STEADY));
+    let steady = Loads::start(&inst, STEADY).join();
 
     // The loads' clocks start within microseconds of this.
     let loads_started = Instant::now();
-    let loads = start_loads(&inst, CAP);
+    let loads = Loads::start(&inst, CAP);
     thread::sleep(LEAD);
     let started = Instant::now();
     let mut failed_reloads = 0;
@@ -209,10 +179,8 @@ fn measure(bench: &Bench, variant: Variant) -> Result<Outcome> {
     }
     let took = started.elapsed();
     thread::sleep(TAIL);
-    for handle in [&loads.keep_alive, &loads.no_retry, &loads.new_conn] {
-        handle.stop();
-    }
-    let reload = Window::join(loads);
+    loads.stop();
+    let reload = loads.join();
     bench.report_log(&inst);
     inst.stop()?;
     Ok(Outcome {
@@ -222,20 +190,4 @@ fn measure(bench: &Bench, variant: Variant) -> Result<Outcome> {
         reloads,
         failed_reloads,
     })
-}
-
-/// Starts the three loads on `inst` for at most `duration`.
-fn start_loads(inst: &Instance, duration: Duration) -> Loads {
-    let spec = |mode, retry| {
-        let mut spec = LoadSpec::for_duration(inst.addr(), mode, CONNECTIONS, duration);
-        spec.rate = Some(RATE);
-        spec.timeout = REQUEST_TIMEOUT;
-        spec.retry = retry;
-        spec
-    };
-    Loads {
-        keep_alive: load::start(spec(Mode::KeepAlive, true)),
-        no_retry: load::start(spec(Mode::KeepAlive, false)),
-        new_conn: load::start(spec(Mode::NewConnection, true)),
-    }
 }

@@ -13,7 +13,7 @@ use nix::sys::signal::Signal;
 use super::Bench;
 use super::instance::{Instance, Variant};
 use super::table::{Cell, Goal, Table};
-use super::upgrade::{Loads, Window};
+use super::three_loads::{Loads, Window};
 use ck_tests::load::LoadReport;
 
 /// Workers of the instance.

@@ -15,18 +15,15 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use ck_tests::load::{self, LoadHandle, LoadReport, LoadSpec, Mode};
+use ck_tests::load::LoadReport;
 
 use super::Bench;
 use super::instance::{Instance, Variant};
 use super::table::{Cell, Goal, Table, median_duration};
+use super::three_loads::{CONNECTIONS, Loads, RATE, Window};
 
 /// Workers of the instance.
 const WORKERS: u32 = 4;
-/// Connections of each load.
-const CONNECTIONS: usize = 16;
-/// Requests per second of each load.
-const RATE: f64 = 1000.0;
 /// The steady window.
 const STEADY: Duration = Duration::from_secs(3);
 /// Load before the first `ck upgrade`.
@@ -39,56 +36,6 @@ const PAUSE: Duration = Duration::from_millis(200);
 const UPGRADES: usize = 10;
 /// Upper bound of the upgrade window's loads (they are stopped long before).
 const CAP: Duration = Duration::from_secs(300);
-/// Limit of one request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The three loads of one window.
-pub(super) struct Window {
-    pub(super) keep_alive: LoadReport,
-    pub(super) no_retry: LoadReport,
-    pub(super) new_conn: LoadReport,
-}
-
-/// The three loads under way.
-pub(super) struct Loads {
-    keep_alive: LoadHandle,
-    no_retry: LoadHandle,
-    new_conn: LoadHandle,
-}
-
-impl Loads {
-    /// Starts the three loads on `inst` for at most `duration`.
-    pub(super) fn start(inst: &Instance, duration: Duration) -> Loads {
-        let spec = |mode, retry| {
-            let mut spec = LoadSpec::for_duration(inst.addr(), mode, CONNECTIONS, duration);
-            spec.rate = Some(RATE);
-            spec.timeout = REQUEST_TIMEOUT;
-            spec.retry = retry;
-            spec
-        };
-        Loads {
-            keep_alive: load::start(spec(Mode::KeepAlive, true)),
-            no_retry: load::start(spec(Mode::KeepAlive, false)),
-            new_conn: load::start(spec(Mode::NewConnection, true)),
-        }
-    }
-
-    /// Waits for the loads to end.
-    pub(super) fn join(self) -> Window {
-        Window {
-            keep_alive: self.keep_alive.join(),
-            no_retry: self.no_retry.join(),
-            new_conn: self.new_conn.join(),
-        }
-    }
-
-    /// Stops the loads.
-    pub(super) fn stop(&self) {
-        for handle in [&self.keep_alive, &self.no_retry, &self.new_conn] {
-            handle.stop();
-        }
-    }
-}
 
 /// Answers to `status` on the control socket, asked one after the other.
 struct Poller {
