@@ -15,28 +15,73 @@ pub const MAX_SELECT_TRIES: u32 = 4;
 /// Index in `stats` that counts connections for which no slot could be selected.
 pub const STATS_NO_SLOT: u32 = MAX_SLOTS;
 
-/// Worker states as stored in [`SlotInfo::state`].
-pub mod state {
-    /// No worker on this slot.
-    pub const STOPPED: u32 = 0;
+/// A slot's state as stored in [`SlotInfo::state`] (its code) and shown by `ck status`, `ck maps`
+/// and the metrics (its name): one type for the supervisor, the map dump and the program's maps.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// No worker on this slot, nothing due.
+    Stopped = 0,
     /// Worker spawned, socket in the group, not selected yet.
-    pub const STARTING: u32 = 1;
+    Starting = 1,
     /// Worker selected for new connections (in the active set).
-    pub const READY: u32 = 2;
-    /// Not selected; socket open; worker finishing its work.
-    pub const DRAINING: u32 = 3;
+    Ready = 2,
+    /// Not selected; socket open; worker finishing its work (`ck drain` or `STOPPING=1`).
+    Draining = 3,
     /// Not selected; socket open; failing health checks.
-    pub const UNHEALTHY: u32 = 4;
+    Unhealthy = 4,
     /// No worker; the group's last socket kept open for the replacement (last resort).
-    pub const HELD: u32 = 5;
-    /// Not selected; socket open; the supervisor sent the worker SIGTERM.
-    pub const STOPPING: u32 = 6;
+    Held = 5,
+    /// Not selected; socket open; the supervisor sent the worker its stop signal.
+    Stopping = 6,
     /// No worker; a restart is due after a backoff; socket closed.
-    pub const RESTARTING: u32 = 7;
+    Restarting = 7,
     /// No worker; circuit breaker open; socket closed.
-    pub const BROKEN: u32 = 8;
+    Broken = 8,
     /// Ready but held out: a rolling restart's replacement not flipped in yet, or a hot spare.
-    pub const STANDBY: u32 = 9;
+    Standby = 9,
+}
+
+impl SlotState {
+    /// Every state, in code order.
+    pub const ALL: [SlotState; 10] = [
+        SlotState::Stopped,
+        SlotState::Starting,
+        SlotState::Ready,
+        SlotState::Draining,
+        SlotState::Unhealthy,
+        SlotState::Held,
+        SlotState::Stopping,
+        SlotState::Restarting,
+        SlotState::Broken,
+        SlotState::Standby,
+    ];
+
+    /// The code written to the `slots` map.
+    pub const fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The state a `slots` map code stands for.
+    pub fn from_code(code: u32) -> Option<SlotState> {
+        SlotState::ALL.get(code as usize).copied()
+    }
+
+    /// The word shown by `ck status`, `ck maps`, the logs and the metrics.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SlotState::Stopped => "stopped",
+            SlotState::Starting => "starting",
+            SlotState::Standby => "standby",
+            SlotState::Ready => "ready",
+            SlotState::Draining => "draining",
+            SlotState::Unhealthy => "unhealthy",
+            SlotState::Stopping => "stopping",
+            SlotState::Restarting => "restarting",
+            SlotState::Held => "held",
+            SlotState::Broken => "broken",
+        }
+    }
 }
 
 /// Selection policies as stored in [`Config::policy`].
@@ -54,7 +99,7 @@ pub mod policy {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SlotInfo {
-    /// One of [`state`].
+    /// A [`SlotState`] code.
     pub state: u32,
     /// Worker process id (0 when none).
     pub pid: u32,

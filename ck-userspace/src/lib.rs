@@ -1,33 +1,17 @@
 //! ck: a supervisor for multi-process network servers on Linux in which the kernel dispatches
 //! connections (`SO_REUSEPORT`) and an eBPF program chooses the worker for each one.
 //!
-//! See `ARCHITECTURE.md` at the repository root for the map of these modules.
+//! See `ARCHITECTURE.md` at the repository root for the map of these modules. `unsafe` is
+//! allowed only at the operating system's edges ([`os`]) and in the BPF loader ([`bpf`]).
+#![deny(unsafe_code)]
+#[allow(unsafe_code)] // the worker side of socket activation takes fds from the environment
 pub mod activation;
+#[allow(unsafe_code)]
 pub mod bpf;
-pub mod capabilities;
-pub mod cgroup;
-pub mod config;
-pub mod config_diff;
-pub mod config_file;
 pub mod control;
 pub mod demo;
-pub mod duration;
-pub mod fd_limit;
-pub mod health_config;
-pub mod instance;
-pub mod instant_age;
 pub mod metrics;
-pub mod notify;
-pub mod orphan_guard;
-pub mod pidfd;
-pub mod privileges;
-pub mod probe;
-pub mod readiness;
-pub mod reexec;
-pub mod restart_policy;
-pub mod size;
-pub mod sizing;
-pub mod sock_diag;
-pub mod sockets;
-pub mod spawn;
+#[allow(unsafe_code)]
+pub mod os;
+pub mod settings;
 pub mod supervisor;

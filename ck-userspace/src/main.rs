@@ -6,8 +6,8 @@ use std::{ffi::OsString, process::ExitCode, time::Duration};
 use anyhow::bail;
 use ck::{
     control::{Request, Response, client},
-    duration::parse_duration,
-    health_config::ProbeKind,
+    settings::duration::parse_duration,
+    settings::health::ProbeKind,
 };
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
@@ -183,7 +183,7 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             cli::logging::init(format);
             match ck::supervisor::run_with(cfg, reader) {
                 // A JSON log stays JSON to its last line.
-                Err(e) if format == ck::config::LogFormat::Json => {
+                Err(e) if format == ck::settings::run_config::LogFormat::Json => {
                     tracing::error!(error = format!("{e:#}"), "ck run failed");
                     Ok(ExitCode::FAILURE)
                 }
@@ -224,12 +224,14 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             drain_timeout,
             supervisor,
         } => {
-            ck::orphan_guard::run(ck::orphan_guard::GuardSpec {
-                name,
-                timeout,
-                drain_timeout,
-                supervisor,
-            })?;
+            ck::supervisor::continuity::orphan_guard::run(
+                ck::supervisor::continuity::orphan_guard::GuardSpec {
+                    name,
+                    timeout,
+                    drain_timeout,
+                    supervisor,
+                },
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::UpgradeCheck { args } => {
@@ -252,7 +254,7 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             let Some(program) = argv.next() else {
                 bail!("exec-worker needs a program");
             };
-            let err = ck::spawn::exec_worker(program, argv.collect());
+            let err = ck::os::spawn::exec_worker(program, argv.collect());
             eprintln!("ck: worker: {err}");
             Ok(ExitCode::from(127))
         }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use ck::config_file::{ConfigFile, ConfigFileError};
+use ck::settings::config_file::{ConfigFile, ConfigFileError};
 use clap::{Arg, ArgAction, Command, value_parser};
 use libfuzzer_sys::fuzz_target;
 
@@ -34,13 +34,13 @@ fn command() -> Command {
         .arg(
             Arg::new("ready_timeout")
                 .long("ready-timeout")
-                .value_parser(ck::duration::parse_duration),
+                .value_parser(ck::settings::duration::parse_duration),
         )
         .arg(
             Arg::new("listen")
                 .long("listen")
                 .action(ArgAction::Append)
-                .value_parser(|s: &str| s.parse::<ck::config::ListenAddr>()),
+                .value_parser(|s: &str| s.parse::<ck::settings::run_config::ListenAddr>()),
         )
         .arg(Arg::new("adopt").long("adopt").action(ArgAction::SetTrue))
         .arg(Arg::new("config").long("config"))

@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let messages = ck::notify::parse(data);
+    let messages = ck::os::notify::parse(data);
     let lines = String::from_utf8_lossy(data)
         .lines()
         .filter(|l| !l.is_empty())

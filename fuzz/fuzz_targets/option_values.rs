@@ -5,7 +5,7 @@
 
 use std::str::FromStr as _;
 
-use ck::config::ListenAddr;
+use ck::settings::run_config::ListenAddr;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,13 +17,13 @@ fuzz_target!(|data: &[u8]| {
     };
     match which % 5 {
         0 => {
-            let _ = ck::duration::parse_duration(text);
+            let _ = ck::settings::duration::parse_duration(text);
         }
         1 => {
-            let _ = ck::restart_policy::parse_backoff(text);
+            let _ = ck::settings::restart_policy::parse_backoff(text);
         }
         2 => {
-            let _ = ck::size::parse_size(text);
+            let _ = ck::settings::size::parse_size(text);
         }
         3 => {
             if let Ok(addr) = ListenAddr::from_str(text) {
@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         _ => {
-            let _ = ck::health_config::ProbeKind::from_str(text);
+            let _ = ck::settings::health::ProbeKind::from_str(text);
         }
     }
 });

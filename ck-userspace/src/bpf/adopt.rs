@@ -24,7 +24,7 @@ fn load_err(what: &'static str) -> impl FnOnce(anyhow::Error) -> BpfError {
         what: what.to_string(),
         source,
         advice: super::load_advice(
-            &crate::capabilities::needed_for_bpf(true),
+            &crate::os::capabilities::needed_for_bpf(true),
             "drop --adopt (workers then get their sockets from ck)",
         ),
     }

@@ -33,7 +33,7 @@ fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
         what: what.to_string(),
         source,
         advice: super::load_advice(
-            &crate::capabilities::needed_for_bpf(false),
+            &crate::os::capabilities::needed_for_bpf(false),
             "run with --no-bpf",
         ),
     }

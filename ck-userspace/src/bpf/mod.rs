@@ -70,12 +70,12 @@ mod tests {
 /// What to do when loading fails: the capabilities of `needed` that ck lacks and how to grant
 /// them, else the requirements (the cause is elsewhere: the kernel, the verifier); `otherwise`
 /// is the way out without them (`run with --no-bpf`).
-pub fn load_advice(needed: &[crate::capabilities::Cap], otherwise: &str) -> String {
-    match crate::capabilities::lacking(needed) {
+pub fn load_advice(needed: &[crate::os::capabilities::Cap], otherwise: &str) -> String {
+    match crate::os::capabilities::lacking(needed) {
         Some(lacking) => format!("{lacking}; or {otherwise}"),
         None => format!(
             "ck needs {} and Linux >= 5.14, or {otherwise}",
-            crate::capabilities::names(needed)
+            crate::os::capabilities::names(needed)
         ),
     }
 }

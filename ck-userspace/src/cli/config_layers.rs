@@ -5,7 +5,9 @@
 use std::{collections::BTreeSet, ffi::OsString, path::PathBuf};
 
 use anyhow::{anyhow, bail};
-use ck::{config::RunConfig, config_file::ConfigFile, supervisor::ConfigReader};
+use ck::{
+    settings::config_file::ConfigFile, settings::run_config::RunConfig, supervisor::ConfigReader,
+};
 use clap::{ArgMatches, Args as _, Command, FromArgMatches as _, parser::ValueSource};
 
 use super::run_args::RunArgs;
@@ -104,7 +106,7 @@ impl RunCommandLine {
 mod tests {
     use std::{path::Path, time::Duration};
 
-    use ck::{config::Policy, config_file};
+    use ck::{settings::config_file, settings::run_config::Policy};
 
     use super::*;
 

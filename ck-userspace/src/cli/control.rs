@@ -4,7 +4,7 @@ use std::{process::ExitCode, time::Duration};
 use anyhow::bail;
 use ck::{
     control::{Request, Response, client},
-    health_config::ProbeKind,
+    settings::health::ProbeKind,
 };
 
 /// The status report of instance `name`.
@@ -43,14 +43,14 @@ pub fn probe_slot(
             .map_err(|e: String| anyhow::anyhow!(e))?,
     };
     let bound: std::net::SocketAddr = report.listen[0].parse().context("listen address")?;
-    let to = ck::probe::target_of(bound);
-    let from = ck::probe::source_of(to, report.probe_port_base, slot)
+    let to = ck::os::probe::target_of(bound);
+    let from = ck::os::probe::source_of(to, report.probe_port_base, slot)
         .context("probe source port out of range")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let pid = worker.pid.map_or("-".to_string(), |p| p.to_string());
-    match runtime.block_on(ck::probe::probe(to, from, &kind, timeout)) {
+    match runtime.block_on(ck::os::probe::probe(to, from, &kind, timeout)) {
         Ok(answer) => {
             let status = answer
                 .status

@@ -1,6 +1,6 @@
 //! Where and how ck logs: `tracing` to stderr, as text or as one JSON object per line
 //! (`--log-format`). Workers write to the same stderr, unchanged.
-use ck::config::LogFormat;
+use ck::settings::run_config::LogFormat;
 
 /// Sets up `tracing` for `ck run`: level from `CK_LOG` (default info), to stderr. Text is
 /// coloured on a terminal unless `NO_COLOR` is set; JSON lines carry `timestamp`, `level`,

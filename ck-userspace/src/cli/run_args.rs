@@ -4,10 +4,10 @@ use std::{path::PathBuf, time::Duration};
 
 use anyhow::bail;
 use ck::{
-    config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
-    duration::parse_duration,
-    health_config::{DEFAULT_PROBE_PORT_BASE, HealthConfig, ProbeKind},
-    restart_policy::{Backoff, RestartPolicy, parse_backoff},
+    settings::duration::parse_duration,
+    settings::health::{DEFAULT_PROBE_PORT_BASE, HealthConfig, ProbeKind},
+    settings::restart_policy::{Backoff, RestartPolicy, parse_backoff},
+    settings::run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
 };
 use clap::Args;
 
@@ -112,11 +112,11 @@ pub struct RunArgs {
     adopt: bool,
     /// memory.max of every worker's cgroup (e.g. 512M), where the host's cgroup2 has the
     /// memory controller (ck says so where it does not).
-    #[arg(long, value_parser = ck::size::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = ck::settings::size::parse_size, value_name = "SIZE")]
     worker_memory_max: Option<u64>,
     /// Recycle (replace gracefully) a worker whose memory stays above SIZE (e.g. 512M) for 3
     /// samples, one a second.
-    #[arg(long, value_parser = ck::size::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = ck::settings::size::parse_size, value_name = "SIZE")]
     max_memory: Option<u64>,
     /// Recycle (replace gracefully) a worker after about N new connections (each worker's own
     /// limit within ±10 %, checked every second).
@@ -152,8 +152,8 @@ pub struct RunArgs {
     /// Run the workers as USER (and GROUP, else USER's groups) with no capability; ck opens
     /// the sockets, so they can serve a port below 1024. ck needs root (or CAP_SETUID,
     /// CAP_SETGID and CAP_KILL).
-    #[arg(long, value_name = "USER[:GROUP]", value_parser = ck::privileges::parse_user)]
-    user: Option<ck::privileges::WorkerUser>,
+    #[arg(long, value_name = "USER[:GROUP]", value_parser = ck::os::privileges::parse_user)]
+    user: Option<ck::os::privileges::WorkerUser>,
     /// The worker program and its arguments (default: the built-in demo worker).
     #[arg(
         trailing_var_arg = true,
@@ -166,11 +166,11 @@ pub struct RunArgs {
 impl RunArgs {
     /// Checks the options and turns them into the supervisor's configuration.
     pub fn into_config(self) -> anyhow::Result<RunConfig> {
-        let listen = config::listen_addrs(&self.ports, &self.listen)?;
+        let listen = run_config::listen_addrs(&self.ports, &self.listen)?;
         let name = self
             .name
             .unwrap_or_else(|| format!("ck-{}", listen[0].addr.port()));
-        config::validate_name(&name)?;
+        run_config::validate_name(&name)?;
         if self.reload_batch == 0 {
             bail!("--reload-batch 0: give at least 1");
         }
@@ -186,11 +186,11 @@ impl RunArgs {
                  sockets the workers opened themselves): drop one of them"
             );
         }
-        if self.spares > config::MAX_WORKERS {
+        if self.spares > run_config::MAX_WORKERS {
             bail!(
                 "--spares {} is out of range: give a number from 0 to {}",
                 self.spares,
-                config::MAX_WORKERS
+                run_config::MAX_WORKERS
             );
         }
         if self.max_requests.is_some() && self.no_bpf {
@@ -199,11 +199,11 @@ impl RunArgs {
                  --no-bpf has no program: drop one of them"
             );
         }
-        if self.min_workers > config::MAX_WORKERS {
+        if self.min_workers > run_config::MAX_WORKERS {
             bail!(
                 "--min-workers {} is out of range: give a number from 0 to {}",
                 self.min_workers,
-                config::MAX_WORKERS
+                run_config::MAX_WORKERS
             );
         }
         if let Some(metrics) = self.metrics
@@ -226,11 +226,13 @@ impl RunArgs {
         if self.crash_limit == 0 {
             bail!("--crash-limit 0: give at least 1 (crashes that open the breaker)");
         }
-        let workers =
-            config::validate_workers(self.workers.unwrap_or_else(ck::sizing::default_workers))?;
+        let workers = run_config::validate_workers(
+            self.workers
+                .unwrap_or_else(ck::settings::worker_count::default_workers),
+        )?;
         let app = match self.app.split_first() {
-            Some((program, args)) => config::resolve_app(program, args.to_vec())?,
-            None => config::AppSpec {
+            Some((program, args)) => run_config::resolve_app(program, args.to_vec())?,
+            None => run_config::AppSpec {
                 program: std::env::current_exe()?,
                 args: vec!["demo-worker".to_string()],
             },

@@ -8,7 +8,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::{Request, Response};
-use crate::instance;
+use crate::os::instance;
 
 /// Picks the instance: `--name` when given, else the only one running.
 pub fn resolve_name(name: Option<String>) -> anyhow::Result<String> {

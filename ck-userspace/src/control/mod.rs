@@ -68,7 +68,7 @@ pub struct StatusReport {
     /// Each group's steering as the kernel last showed it.
     pub steering: Vec<GroupSteering>,
     /// Selection policy.
-    pub policy: crate::config::Policy,
+    pub policy: crate::settings::run_config::Policy,
     /// Listen groups (`tcp4-8080`, ...).
     pub groups: Vec<String>,
     /// Their addresses (`0.0.0.0:8080`, ...), in the same order.

@@ -37,7 +37,7 @@ pub struct DemoOptions {
         long,
         value_name = "DUR",
         default_value = "0s",
-        value_parser = crate::duration::parse_duration
+        value_parser = crate::settings::duration::parse_duration
     )]
     pub ready_after: Duration,
     /// Ignore SIGTERM (a misbehaving worker, for testing ck's drain timeout); SIGINT still stops.
@@ -53,11 +53,11 @@ pub struct DemoOptions {
         long,
         value_name = "DUR",
         requires = "stall_ms",
-        value_parser = crate::duration::parse_duration
+        value_parser = crate::settings::duration::parse_duration
     )]
     pub stall_every: Option<Duration>,
     /// Fault: from this long after the start, GET /healthz answers 503 `unhealthy`.
-    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = crate::settings::duration::parse_duration)]
     pub fail_health_after: Option<Duration>,
     /// Fault: from this long after the start (later than --fail-health-after), GET /healthz
     /// answers 200 again.
@@ -65,7 +65,7 @@ pub struct DemoOptions {
         long,
         value_name = "DUR",
         requires = "fail_health_after",
-        value_parser = crate::duration::parse_duration
+        value_parser = crate::settings::duration::parse_duration
     )]
     pub recover_health_after: Option<Duration>,
     /// Fault: every request to / waits this long before it is answered (without blocking
@@ -74,11 +74,11 @@ pub struct DemoOptions {
     pub slow_ms: Option<Duration>,
     /// Fault: stop sending watchdog heartbeats this long after the start. (The worker sends
     /// WATCHDOG=1 every half WATCHDOG_USEC when ck sets it, i.e. with `ck run --watchdog`.)
-    #[arg(long, value_name = "DUR", value_parser = crate::duration::parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = crate::settings::duration::parse_duration)]
     pub watchdog_stop_after: Option<Duration>,
     /// Fault: every request to / allocates this much memory (e.g. 64K) and never frees it, for
     /// testing ck's `--max-memory` recycling.
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::settings::size::parse_size)]
     pub leak_per_request: Option<u64>,
 }
 

@@ -6,7 +6,7 @@
 //! listener ck created, so its accepted sockets carry ck's cgroup id, not the worker's.
 use std::collections::{BTreeMap, HashSet};
 
-use crate::sock_diag;
+use crate::os::sock_diag;
 
 /// Established connections on `ports` held by each worker (`(slot, pids of its tree)`), by
 /// slot. A connection shared by several processes of one tree counts once. Slow with many

@@ -11,7 +11,7 @@ use prometheus_client::{
 };
 
 use super::{Scrape, SlotScrape, process::ProcessStats};
-use crate::supervisor::lifecycle::Shown;
+use ck_common::SlotState;
 
 /// Everything one scrape shows.
 #[derive(Debug)]
@@ -245,7 +245,7 @@ impl Exposition {
 
     fn encode_workers(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
         let states = self.scrape.slots.iter().flat_map(|s| {
-            Shown::ALL.iter().map(|state| {
+            SlotState::ALL.iter().map(|state| {
                 let labels = vec![("slot", s.slot.to_string()), ("state", state.name().into())];
                 (labels, u64::from(s.state == state.name()))
             })

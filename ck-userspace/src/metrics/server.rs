@@ -67,7 +67,7 @@ fn classify(addr: SocketAddr, source: io::Error) -> MetricsError {
     match source.raw_os_error() {
         Some(libc::EADDRINUSE) => MetricsError::InUse {
             addr,
-            holder: crate::sockets::holder_of_port(addr),
+            holder: crate::os::sockets::holder_of_port(addr),
         },
         Some(libc::EACCES) | Some(libc::EPERM) => MetricsError::Permission { addr },
         Some(libc::EADDRNOTAVAIL) => MetricsError::NotLocal { addr },

@@ -15,14 +15,15 @@ use socket2::Socket;
 use super::{Event, Supervisor, lifecycle::Input};
 use crate::{
     bpf::adopt::{self, AdoptHooks},
-    config::ReadyMode,
-    pidfd, sock_diag,
+    os::pidfd,
+    os::sock_diag,
+    settings::run_config::ReadyMode,
 };
 
 /// Attaches the hooks for `cfg`'s ports to the instance's cgroup, before any worker starts.
 pub(super) fn attach(
-    cfg: &crate::config::RunConfig,
-    cgroup: Option<&crate::cgroup::InstanceCgroup>,
+    cfg: &crate::settings::run_config::RunConfig,
+    cgroup: Option<&crate::os::cgroup::InstanceCgroup>,
 ) -> anyhow::Result<(AdoptHooks, RingBuf<MapData>)> {
     let cgroup = cgroup.ok_or_else(|| anyhow::anyhow!("--adopt needs the instance's cgroup"))?;
     let ports: Vec<u16> = cfg.listen.iter().map(|a| a.addr.port()).collect();

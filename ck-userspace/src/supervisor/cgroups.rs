@@ -3,8 +3,8 @@
 //! cgroup removed once empty, and each worker's CPU time and memory for `ck status`.
 use super::Supervisor;
 use crate::{
-    cgroup::{InstanceCgroup, Usage, WorkerCgroup},
-    config::RunConfig,
+    os::cgroup::{InstanceCgroup, Usage, WorkerCgroup},
+    settings::run_config::RunConfig,
 };
 
 /// Creates the instance's cgroup. Without `--adopt` a host without usable cgroup2 only costs

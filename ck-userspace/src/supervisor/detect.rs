@@ -4,7 +4,7 @@
 //! such a worker starts. `READY=1` and the grace stay the other ways in; a worker that speaks
 //! the notify protocol is left to say `READY=1` itself.
 use super::{Supervisor, lifecycle::State};
-use crate::{config::ReadyMode, notify, readiness, sock_diag};
+use crate::{os::notify, os::readiness, os::sock_diag, settings::run_config::ReadyMode};
 
 impl Supervisor {
     /// Whether some starting worker is watched for readiness (sampling stays fast meanwhile).

@@ -123,7 +123,7 @@ impl Supervisor {
         {
             return;
         }
-        if let Err(e) = crate::pidfd::send_signal(&worker.pidfd, signal) {
+        if let Err(e) = crate::os::pidfd::send_signal(&worker.pidfd, signal) {
             tracing::warn!(
                 slot = index,
                 pid = worker.pid,

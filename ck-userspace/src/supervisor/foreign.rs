@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::Supervisor;
-use crate::{control::ForeignListener, sock_diag};
+use crate::{control::ForeignListener, os::sock_diag};
 
 impl Supervisor {
     /// Listeners on the groups' ports that are not ck's sockets, as the kernel reports them now.

@@ -15,9 +15,9 @@ use super::{
     lifecycle::{Input, State},
 };
 use crate::{
-    config::ReadyMode,
-    probe::{self, ProbeAnswer},
-    sockets,
+    os::probe::{self, ProbeAnswer},
+    os::sockets,
+    settings::run_config::ReadyMode,
 };
 
 /// How much slower queues are sampled while there is no traffic.
@@ -61,10 +61,10 @@ pub struct Health {
     /// Its accept queue stopped moving.
     pub stalled: bool,
     /// When it became unhealthy.
-    #[serde(with = "crate::instant_age::option")]
+    #[serde(with = "crate::supervisor::continuity::instant_age::option")]
     pub since: Option<Instant>,
     /// Last `WATCHDOG=1`.
-    #[serde(with = "crate::instant_age::option")]
+    #[serde(with = "crate::supervisor::continuity::instant_age::option")]
     pub last_watchdog: Option<Instant>,
     /// Consecutive failed probes.
     pub probe_fails: u32,

@@ -13,7 +13,7 @@ use super::{
     lifecycle::{Input, Life},
     slot::{Slot, Worker},
 };
-use crate::pidfd;
+use crate::os::pidfd;
 
 impl Supervisor {
     /// Steers `socket`, held by `pid` in `root`'s process tree, as a member slot of `root`.

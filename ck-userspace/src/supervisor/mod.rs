@@ -7,18 +7,16 @@
 //! lifecycle machine ([`lifecycle`]), whose effects the [`executor`] runs.
 mod adopt;
 mod cgroups;
+pub mod continuity;
 mod detect;
 mod executor;
 mod foreign;
-mod handover;
 mod health;
 pub mod lifecycle;
 mod members;
-mod origin;
 mod publish;
 mod reconfigure;
 mod recycle;
-mod resume;
 mod roll;
 mod scale;
 mod scrape;
@@ -26,10 +24,8 @@ mod slot;
 mod spares;
 mod status;
 mod steering;
-mod survive;
 mod systemd;
 mod tasks;
-mod upgrade;
 mod workers;
 
 use std::{
@@ -40,21 +36,20 @@ use std::{
 use anyhow::Context as _;
 use tokio::sync::{mpsc, oneshot};
 
+use continuity::origin::Origin;
 use lifecycle::{Input, Settings, Timer};
-use origin::Origin;
 use slot::Slot;
 
-pub use handover::Compat;
+pub use continuity::handover::Compat;
 pub use reconfigure::ConfigReader;
-pub use survive::state_path;
 
 use crate::{
     bpf::{BpfGroup, pins},
-    config::{ListenAddr, ReadyMode, RunConfig},
     control::{Request, Response, server::ControlCall},
     metrics,
-    notify::NotifyMsg,
-    reexec,
+    os::notify::NotifyMsg,
+    os::reexec,
+    settings::run_config::{ListenAddr, ReadyMode, RunConfig},
 };
 
 /// Something that happened, for the event loop.
@@ -92,7 +87,7 @@ pub(crate) enum Event {
     ProbeResult {
         slot: u32,
         worker: u64,
-        result: Result<crate::probe::ProbeAnswer, String>,
+        result: Result<crate::os::probe::ProbeAnswer, String>,
     },
     /// Time to check every group's steering and look for foreign listeners.
     SteeringTick,
@@ -108,7 +103,7 @@ pub(crate) enum Event {
     /// `ck upgrade` without a client: SIGUSR2.
     Upgrade,
     /// The candidate binary of an upgrade answered its check.
-    UpgradeChecked(Result<handover::Compat, String>),
+    UpgradeChecked(Result<continuity::handover::Compat, String>),
     /// A steering canary came back (`connected`: the kernel, not the program, chose).
     Canary {
         group: usize,
@@ -148,16 +143,16 @@ pub struct Supervisor {
     /// Inodes of foreign listeners already logged.
     foreign_seen: BTreeSet<u64>,
     /// The instance's cgroup (workers each get one under it), where the host allows.
-    cgroups: Option<crate::cgroup::InstanceCgroup>,
+    cgroups: Option<crate::os::cgroup::InstanceCgroup>,
     /// Cgroups of exited workers, killed and waiting to be empty to be removed.
-    dead_cgroups: Vec<crate::cgroup::WorkerCgroup>,
+    dead_cgroups: Vec<crate::os::cgroup::WorkerCgroup>,
     /// `--adopt`: the hooks on the instance's cgroup (kept alive: dropping them detaches).
     _adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
     /// `--spares`: spares that died unused in a row, and when the next may start.
     spare_failures: u32,
     spare_due: Option<Instant>,
     /// The open-file limit ck was started with (the workers get it back; ck raised its own).
-    fd_limit: Option<crate::fd_limit::FdLimit>,
+    fd_limit: Option<crate::os::fd_limit::FdLimit>,
     /// Rolling restarts that ended, by result (for `/metrics`).
     reloads: metrics::ReloadCounts,
     /// Where `--metrics` listens (for `ck status`).
@@ -176,11 +171,11 @@ pub struct Supervisor {
     /// Upgrades in place so far.
     upgrades: u32,
     /// The upgrade under way.
-    upgrade: Option<upgrade::Upgrade>,
+    upgrade: Option<continuity::upgrade::Upgrade>,
     /// How the last upgrade went (for `ck status`).
     last_upgrade: Option<String>,
     /// Lifecycle timers armed and not fired yet (handed over by an upgrade).
-    timers: Vec<handover::Armed>,
+    timers: Vec<continuity::handover::Armed>,
     /// The program being loaded is for maps an earlier image pinned and filled (`ck upgrade`,
     /// or a ck that died, with `--survive-supervisor`).
     bpf_resumed: bool,
@@ -290,7 +285,7 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
             h.dead_cgroups
                 .iter()
                 .filter_map(|(dir, memory)| {
-                    crate::cgroup::WorkerCgroup::resume(dir.clone(), *memory).ok()
+                    crate::os::cgroup::WorkerCgroup::resume(dir.clone(), *memory).ok()
                 })
                 .collect()
         }),
@@ -309,7 +304,7 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         systemd_due: true,
         exe: match &origin {
             Origin::Upgrade(h) => h.exe.clone(),
-            _ => upgrade::own_binary(),
+            _ => continuity::upgrade::own_binary(),
         },
         upgrades: prior.map_or(0, |h| h.upgrades),
         upgrade: None,
@@ -331,7 +326,7 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
     let resumed = origin.upgraded();
     if sup.cfg.survive_supervisor
         && !resumed
-        && let Err(e) = survive::start_guard(&sup.cfg)
+        && let Err(e) = continuity::survive::start_guard(&sup.cfg)
     {
         tracing::warn!("{e:#}; workers left by a ck that dies will not be stopped");
     }

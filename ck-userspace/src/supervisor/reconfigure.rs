@@ -9,9 +9,9 @@ use tokio::sync::oneshot;
 
 use super::{Event, Supervisor, tasks};
 use crate::{
-    config::RunConfig,
-    config_diff::{self, Change},
     control::Response,
+    settings::config_diff::{self, Change},
+    settings::run_config::RunConfig,
 };
 
 /// What reads the configuration again at a reload: the config file with the command line over

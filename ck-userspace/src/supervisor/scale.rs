@@ -8,7 +8,7 @@ use super::{
     lifecycle::{Input, Life, needed, retire_order},
     slot::Slot,
 };
-use crate::config::MAX_WORKERS;
+use crate::settings::run_config::MAX_WORKERS;
 
 /// The last slot index is never given to a worker: its probe source port is the steering
 /// canary's (see `steering`).

@@ -8,7 +8,7 @@ use ck_common::STATS_NO_SLOT;
 use super::{Supervisor, lifecycle::active_set, lifecycle::crash::Breaker};
 use crate::{
     metrics::{Call, GroupScrape, GroupSlot, Scrape, SlotScrape},
-    sockets,
+    os::sockets,
 };
 
 impl Supervisor {

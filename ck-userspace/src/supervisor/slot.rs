@@ -30,7 +30,7 @@ pub struct Worker {
     /// Health signals.
     pub health: Health,
     /// Its cgroup (None where the host has no usable cgroup2).
-    pub cgroup: Option<crate::cgroup::WorkerCgroup>,
+    pub cgroup: Option<crate::os::cgroup::WorkerCgroup>,
     /// `--adopt`: its listening sockets are the slot's.
     pub adopted: bool,
     /// `--adopt`: it said READY=1 before its sockets were adopted.

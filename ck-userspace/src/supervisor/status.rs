@@ -1,11 +1,12 @@
 //! The report `ck status` prints, read from the kernel where the kernel holds the truth: the
 //! active set and slot records from the maps, counters from `stats`, steering from the last
 //! canary, foreign listeners from sock_diag.
+use ck_common::SlotState;
 use ck_common::{MAX_SLOTS, SlotStats};
 
 use super::{
     Supervisor,
-    lifecycle::{Shown, active_set, crash::Breaker},
+    lifecycle::{active_set, crash::Breaker},
 };
 use crate::control::{GroupSteering, SlotReport, StatusReport};
 
@@ -41,12 +42,12 @@ impl Supervisor {
     }
 
     /// The state word of `index`: from its record in the `slots` map when BPF is on.
-    pub(super) fn state_word(&self, index: u32, shown: Shown) -> String {
+    pub(super) fn state_word(&self, index: u32, shown: SlotState) -> String {
         let kernel = self
             .groups
             .first()
             .and_then(|g| g.bpf.as_ref()?.read_slot(index))
-            .and_then(|info| Shown::from_code(info.state));
+            .and_then(|info| SlotState::from_code(info.state));
         kernel.unwrap_or(shown).name().to_string()
     }
 

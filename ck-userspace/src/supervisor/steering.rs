@@ -19,8 +19,8 @@ use tokio::{net::TcpSocket, sync::oneshot};
 use super::{Event, Supervisor, scale::CANARY_SLOT};
 use crate::{
     bpf::{BpfGroup, pins},
-    config::RunConfig,
-    probe,
+    os::probe,
+    settings::run_config::RunConfig,
 };
 
 /// How long a canary SYN may take to be answered before it counts as dropped.
@@ -53,8 +53,7 @@ pub(super) fn load_in_background(cfg: &RunConfig, resume: bool) -> Loading {
         // Parsing the object and the kernel's BTF takes a few MiB of this thread's malloc
         // arena, freed by now but kept by glibc: give it back, so that ck's resident memory
         // is what it runs with, not what it loaded with.
-        // SAFETY: malloc_trim has no preconditions; it only returns free memory to the kernel.
-        unsafe { libc::malloc_trim(0) };
+        crate::os::memory::trim_heap();
         let _ = tx.send(loaded);
     });
     rx

@@ -12,9 +12,9 @@ use super::{
     slot::Worker,
 };
 use crate::{
-    notify::{self, NotifyMsg, NotifySocket},
-    sockets,
-    spawn::{self, SpawnSpec},
+    os::notify::{self, NotifyMsg, NotifySocket},
+    os::sockets,
+    os::spawn::{self, SpawnSpec},
 };
 
 /// Describes how a process ended: `exit 0`, `exit 3`, `signal SIGKILL`.
@@ -157,7 +157,7 @@ impl Supervisor {
             requests_limit,
             over_memory: 0,
             notify_refused: refused,
-            start_ticks: crate::pidfd::start_ticks(pid),
+            start_ticks: crate::os::pidfd::start_ticks(pid),
             notify_name: Some(notify_name),
         });
         self.state_dirty = true;

@@ -7,7 +7,9 @@ use aya::maps::{Array, Map, MapData, MapError, MapType, PerCpuArray};
 use ck_common::{ActiveSet, Config, MAX_SLOTS, STATS_NO_SLOT, SlotInfo, SlotStats};
 
 use super::{group::PINNED_MAPS, pins};
-use crate::{config::Policy, supervisor::lifecycle::Shown};
+use ck_common::SlotState;
+
+use crate::settings::run_config::Policy;
 
 mod report;
 
@@ -264,7 +266,7 @@ fn slot_entry(slot: u32, info: &SlotInfo) -> SlotEntry {
 
 /// The word of a `slots` state code (`ready`), or `unknown(N)`.
 pub fn state_word(code: u32) -> String {
-    Shown::from_code(code).map_or_else(|| format!("unknown({code})"), |s| s.name().to_string())
+    SlotState::from_code(code).map_or_else(|| format!("unknown({code})"), |s| s.name().to_string())
 }
 
 /// The word of a `config` policy code (`round-robin`), or `unknown(N)`.
@@ -278,9 +280,12 @@ mod tests {
 
     #[test]
     fn codes_read_as_words() {
-        assert_eq!(state_word(ck_common::state::READY), "ready");
-        assert_eq!(state_word(ck_common::state::DRAINING), "draining");
-        assert_eq!(state_word(ck_common::state::STANDBY), "standby");
+        assert_eq!(state_word(ck_common::SlotState::Ready.code()), "ready");
+        assert_eq!(
+            state_word(ck_common::SlotState::Draining.code()),
+            "draining"
+        );
+        assert_eq!(state_word(ck_common::SlotState::Standby.code()), "standby");
         assert_eq!(state_word(77), "unknown(77)");
         assert_eq!(policy_word(ck_common::policy::ROUND_ROBIN), "round-robin");
         assert_eq!(policy_word(ck_common::policy::LEAST_QUEUE), "least-queue");

@@ -12,7 +12,7 @@ use std::{collections::VecDeque, time::Duration, time::Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::restart_policy::RestartPolicy;
+use crate::settings::restart_policy::RestartPolicy;
 
 /// A slot's circuit breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +53,7 @@ pub enum Verdict {
 pub struct Crash {
     policy: RestartPolicy,
     next_delay: Duration,
-    #[serde(with = "crate::instant_age::deque")]
+    #[serde(with = "crate::supervisor::continuity::instant_age::deque")]
     recent: VecDeque<Instant>,
     breaker: Breaker,
 }

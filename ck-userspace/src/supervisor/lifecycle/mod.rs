@@ -33,5 +33,5 @@ mod props;
 mod tests;
 
 pub use active::{Tier, active_set, needed, retire_order, tier};
-pub use state::{After, Life, Run, Shown, State};
+pub use state::{After, Life, Run, State};
 pub use step::{Effect, Fleet, Input, Note, Settings, Sig, Timer, schedule, step};

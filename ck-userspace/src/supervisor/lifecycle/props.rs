@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
 use super::*;
-use crate::restart_policy::RestartPolicy;
+use crate::settings::restart_policy::RestartPolicy;
 
 /// Random things that happen to the fleet.
 #[derive(Clone, Debug)]

@@ -3,10 +3,11 @@
 //! supervisor's copy of the slot's sockets is open, and the crash policy's memory.
 use std::time::Instant;
 
+use ck_common::SlotState;
 use serde::{Deserialize, Serialize};
 
 use super::crash::{Breaker, Crash};
-use crate::restart_policy::RestartPolicy;
+use crate::settings::restart_policy::RestartPolicy;
 
 /// One worker process as the machine sees it (the OS handles live in the supervisor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,10 +15,10 @@ pub struct Run {
     /// The worker's id in this instance (`CK_WORKER_ID`): events and timers carry it.
     pub id: u64,
     /// When it was spawned.
-    #[serde(with = "crate::instant_age")]
+    #[serde(with = "crate::supervisor::continuity::instant_age")]
     pub started: Instant,
     /// When it first became ready, if it did.
-    #[serde(with = "crate::instant_age::option")]
+    #[serde(with = "crate::supervisor::continuity::instant_age::option")]
     pub ready_at: Option<Instant>,
     /// Its listening sockets are the slot's: always with socket activation (ck made them);
     /// with `--adopt`, once they are adopted. Only then can it be ready.
@@ -81,66 +82,6 @@ impl State {
             State::Draining(_) => State::Draining(run),
             State::Stopping(_, after) => State::Stopping(run, after),
             other => other,
-        }
-    }
-}
-
-/// What `ck status`, the logs and the `slots` map call a slot's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shown {
-    /// No worker, nothing due.
-    Stopped,
-    /// Worker not ready yet.
-    Starting,
-    /// Ready, but held out: a roll's replacement until its batch flips in, or a hot spare.
-    Standby,
-    /// Selected.
-    Ready,
-    /// Not selected, still serving (`ck drain` or `STOPPING=1`).
-    Draining,
-    /// Not selected, failing health checks.
-    Unhealthy,
-    /// SIGTERM sent.
-    Stopping,
-    /// Waiting to restart, socket closed.
-    Restarting,
-    /// Waiting to restart, the group's last socket kept open.
-    Held,
-    /// Circuit breaker open.
-    Broken,
-}
-
-impl Shown {
-    /// The word shown by `ck status` and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Shown::Stopped => "stopped",
-            Shown::Starting => "starting",
-            Shown::Standby => "standby",
-            Shown::Ready => "ready",
-            Shown::Draining => "draining",
-            Shown::Unhealthy => "unhealthy",
-            Shown::Stopping => "stopping",
-            Shown::Restarting => "restarting",
-            Shown::Held => "held",
-            Shown::Broken => "broken",
-        }
-    }
-
-    /// The code written to the `slots` map (see `ck_common::state`).
-    pub fn code(self) -> u32 {
-        use ck_common::state;
-        match self {
-            Shown::Stopped => state::STOPPED,
-            Shown::Starting => state::STARTING,
-            Shown::Standby => state::STANDBY,
-            Shown::Ready => state::READY,
-            Shown::Draining => state::DRAINING,
-            Shown::Unhealthy => state::UNHEALTHY,
-            Shown::Stopping => state::STOPPING,
-            Shown::Restarting => state::RESTARTING,
-            Shown::Held => state::HELD,
-            Shown::Broken => state::BROKEN,
         }
     }
 }
@@ -213,40 +154,19 @@ impl Life {
     }
 
     /// The state as shown to people and written to the `slots` map.
-    pub fn shown(&self) -> Shown {
+    pub fn shown(&self) -> SlotState {
         match self.state {
-            State::Idle => Shown::Stopped,
-            State::Ready(_) if self.standby => Shown::Standby,
-            State::Starting(_) => Shown::Starting,
-            State::Ready(_) if self.drained => Shown::Draining,
-            State::Ready(_) => Shown::Ready,
-            State::Unhealthy(_) => Shown::Unhealthy,
-            State::Draining(_) => Shown::Draining,
-            State::Stopping(..) => Shown::Stopping,
-            State::Waiting => Shown::Restarting,
-            State::Held => Shown::Held,
-            State::Broken => Shown::Broken,
+            State::Idle => SlotState::Stopped,
+            State::Ready(_) if self.standby => SlotState::Standby,
+            State::Starting(_) => SlotState::Starting,
+            State::Ready(_) if self.drained => SlotState::Draining,
+            State::Ready(_) => SlotState::Ready,
+            State::Unhealthy(_) => SlotState::Unhealthy,
+            State::Draining(_) => SlotState::Draining,
+            State::Stopping(..) => SlotState::Stopping,
+            State::Waiting => SlotState::Restarting,
+            State::Held => SlotState::Held,
+            State::Broken => SlotState::Broken,
         }
-    }
-}
-
-impl Shown {
-    /// Every state, in code order.
-    pub const ALL: [Shown; 10] = [
-        Shown::Stopped,
-        Shown::Starting,
-        Shown::Ready,
-        Shown::Draining,
-        Shown::Unhealthy,
-        Shown::Held,
-        Shown::Stopping,
-        Shown::Restarting,
-        Shown::Broken,
-        Shown::Standby,
-    ];
-
-    /// The state a `slots` map code stands for.
-    pub fn from_code(code: u32) -> Option<Shown> {
-        Shown::ALL.into_iter().find(|s| s.code() == code)
     }
 }

@@ -7,7 +7,7 @@ use super::{
     crash::Verdict,
     state::{After, Life, Run, State},
 };
-use crate::restart_policy::RestartPolicy;
+use crate::settings::restart_policy::RestartPolicy;
 
 /// A timer the machine arms; it comes back as [`Input::Timer`] with the epoch it was armed in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

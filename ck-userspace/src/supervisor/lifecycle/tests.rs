@@ -1,8 +1,10 @@
 //! Unit tests of the transition function, one input at a time (no root needed).
 use std::time::{Duration, Instant};
 
+use ck_common::SlotState;
+
 use super::{crash::Breaker, *};
-use crate::restart_policy::RestartPolicy;
+use crate::settings::restart_policy::RestartPolicy;
 
 const P: RestartPolicy = RestartPolicy::DEFAULT;
 
@@ -79,7 +81,7 @@ fn start_spawns_then_starting_publishes_and_arms_the_ready_timers() {
     );
     assert!(matches!(life.state, State::Starting(Run { id: 7, .. })));
     assert!(life.socket_open && life.epoch == 7 && life.generation == 1);
-    assert_eq!(life.shown(), Shown::Starting);
+    assert_eq!(life.shown(), SlotState::Starting);
 }
 
 #[test]
@@ -121,7 +123,7 @@ fn the_last_socket_of_the_group_is_held_for_the_replacement() {
     assert_eq!(life.state, State::Held);
     assert!(life.socket_open);
     assert_eq!(tier(&life), Tier::Held);
-    assert_eq!(life.shown(), Shown::Held);
+    assert_eq!(life.shown(), SlotState::Held);
     // The replacement gets the held socket.
     step(&mut life, Input::Spawned { id: 2 }, &alone, &settings());
     assert!(life.socket_open && matches!(life.state, State::Starting(_)));
@@ -257,7 +259,7 @@ fn a_dead_standby_is_removed_not_restarted() {
     let mut life = Life::new(P, true);
     step(&mut life, Input::Start, &fleet(t0, 1), &s);
     step(&mut life, Input::Spawned { id: 3 }, &fleet(t0, 1), &s);
-    assert_eq!(life.shown(), Shown::Starting);
+    assert_eq!(life.shown(), SlotState::Starting);
     let effects = step(
         &mut life,
         Input::Exited { outside: false },
@@ -304,14 +306,20 @@ fn drain_and_health_move_the_slot_out_of_the_ready_tier_and_back() {
     let mut life = ready_slot(t0, 1);
     assert_eq!(tier(&life), Tier::Ready);
     step(&mut life, Input::Drain(true), &fleet(t0, 1), &s);
-    assert_eq!((tier(&life), life.shown()), (Tier::Live, Shown::Draining));
+    assert_eq!(
+        (tier(&life), life.shown()),
+        (Tier::Live, SlotState::Draining)
+    );
     step(&mut life, Input::Drain(false), &fleet(t0, 1), &s);
     let unhealthy = Input::Health {
         healthy: false,
         why: "probe".into(),
     };
     step(&mut life, unhealthy, &fleet(t0, 1), &s);
-    assert_eq!((tier(&life), life.shown()), (Tier::Live, Shown::Unhealthy));
+    assert_eq!(
+        (tier(&life), life.shown()),
+        (Tier::Live, SlotState::Unhealthy)
+    );
     let healthy = Input::Health {
         healthy: true,
         why: "probes pass".into(),

@@ -187,7 +187,7 @@ pub struct RunConfig {
     /// Workers replaced at a time by a rolling restart.
     pub reload_batch: u32,
     /// Crash handling: backoff and circuit breaker.
-    pub restart: crate::restart_policy::RestartPolicy,
+    pub restart: crate::settings::restart_policy::RestartPolicy,
     /// Serving slots the circuit breaker never takes the group below (`--min-workers`).
     pub min_workers: u32,
     /// `--adopt`: workers bind the port themselves; ck adopts their listening sockets.
@@ -208,7 +208,7 @@ pub struct RunConfig {
     /// before they are stopped.
     pub orphan_timeout: Duration,
     /// Health signals.
-    pub health: crate::health_config::HealthConfig,
+    pub health: crate::settings::health::HealthConfig,
     /// Plain `SO_REUSEPORT`, no steering.
     pub no_bpf: bool,
     /// Forward the program's log lines to ck's log.
@@ -220,7 +220,7 @@ pub struct RunConfig {
     /// The worker command.
     pub app: AppSpec,
     /// `--user`: the user workers run as (with no capability), when not ck's own.
-    pub user: Option<crate::privileges::WorkerUser>,
+    pub user: Option<crate::os::privileges::WorkerUser>,
 }
 
 /// Checks an instance name: it becomes a file name under `/run/ck` and a bpffs directory.

@@ -325,7 +325,7 @@ mod tests {
         cmd.args(["-c", "sleep 30 & sleep 30"]);
         // SAFETY: only open/write/close in the child before exec.
         unsafe {
-            cmd.pre_exec(move || crate::spawn::join_cgroup(&procs));
+            cmd.pre_exec(move || crate::os::spawn::join_cgroup(&procs));
         }
         let mut child = cmd.spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);

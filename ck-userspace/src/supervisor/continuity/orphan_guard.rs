@@ -14,7 +14,7 @@ use std::{
 use anyhow::Context as _;
 use nix::sys::signal::Signal;
 
-use crate::{bpf::pins, instance, pidfd};
+use crate::{bpf::pins, os::instance, os::pidfd};
 
 /// What the guard watches.
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ pub fn run(spec: GuardSpec) -> anyhow::Result<()> {
         )];
         while nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE).is_err() {}
     }
-    let state = crate::supervisor::state_path(&spec.name);
+    let state = super::survive::state_path(&spec.name);
     let deadline = Instant::now() + spec.timeout;
     loop {
         if !state.exists() || answers(&spec.name) {
@@ -106,6 +106,6 @@ fn stop_workers(state: &Path, drain: Duration) {
         let _ = pidfd::send_signal(fd, Signal::SIGKILL);
     }
     if let Some(dir) = value["cgroup"][0].as_str() {
-        crate::cgroup::InstanceCgroup::resume(dir.into(), false).remove();
+        crate::os::cgroup::InstanceCgroup::resume(dir.into(), false).remove();
     }
 }

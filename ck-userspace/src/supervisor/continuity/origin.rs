@@ -5,20 +5,23 @@
 use anyhow::Context as _;
 use tokio::sync::mpsc;
 
-use super::{cgroups, handover::Handover, resume, survive};
+use crate::supervisor::{
+    cgroups, continuity::handover::Handover, continuity::resume, continuity::survive,
+};
 use crate::{
     bpf::pins,
-    cgroup::InstanceCgroup,
-    config::RunConfig,
     control::{self, server::ControlCall, server::ControlServer},
-    fd_limit::FdLimit,
-    instance::{self, InstanceLock},
     metrics::{self, server::MetricsServer},
-    reexec, sockets,
+    os::cgroup::InstanceCgroup,
+    os::fd_limit::FdLimit,
+    os::instance::{self, InstanceLock},
+    os::reexec,
+    os::sockets,
+    settings::run_config::RunConfig,
 };
 
 /// What a run starts from.
-pub(super) enum Origin {
+pub(in crate::supervisor) enum Origin {
     /// Nothing: a new fleet.
     Fresh,
     /// `ck upgrade`: the state (and descriptors) the image before this one handed over.
@@ -29,7 +32,7 @@ pub(super) enum Origin {
 
 impl Origin {
     /// Takes the instance lock (inherited after an upgrade) and finds where the run starts.
-    pub(super) fn find(cfg: &RunConfig) -> anyhow::Result<(Origin, InstanceLock)> {
+    pub(in crate::supervisor) fn find(cfg: &RunConfig) -> anyhow::Result<(Origin, InstanceLock)> {
         if let Some(handover) = resume::take_handover()? {
             let lock = InstanceLock::inherit(&cfg.name, reexec::inherited(handover.lock_fd)?)?;
             return Ok((Origin::Upgrade(handover), lock));
@@ -44,7 +47,7 @@ impl Origin {
     }
 
     /// The state an earlier ck left (its counters go on), if any.
-    pub(super) fn prior(&self) -> Option<&Handover> {
+    pub(in crate::supervisor) fn prior(&self) -> Option<&Handover> {
         match self {
             Origin::Fresh => None,
             Origin::Upgrade(h) | Origin::Orphans(h) => Some(h),
@@ -52,12 +55,12 @@ impl Origin {
     }
 
     /// This image replaced another (`ck upgrade`).
-    pub(super) fn upgraded(&self) -> bool {
+    pub(in crate::supervisor) fn upgraded(&self) -> bool {
         matches!(self, Origin::Upgrade(_))
     }
 
     /// The program is to be loaded on the maps an earlier ck pinned (and filled).
-    pub(super) fn reuse_maps(&self, name: &str) -> bool {
+    pub(in crate::supervisor) fn reuse_maps(&self, name: &str) -> bool {
         match self {
             Origin::Fresh => false,
             Origin::Upgrade(_) => true,
@@ -66,7 +69,7 @@ impl Origin {
     }
 
     /// A new fleet's ports must be free; an earlier fleet's workers hold them.
-    pub(super) fn check_ports(&self, cfg: &RunConfig) -> anyhow::Result<()> {
+    pub(in crate::supervisor) fn check_ports(&self, cfg: &RunConfig) -> anyhow::Result<()> {
         if matches!(self, Origin::Fresh) {
             for addr in &cfg.listen {
                 sockets::ensure_free(*addr)?;
@@ -76,13 +79,13 @@ impl Origin {
     }
 
     /// The open-file limit to give workers: the one the first ck was started with.
-    pub(super) fn fd_limit(&self) -> Option<FdLimit> {
-        let raised = crate::fd_limit::raise();
+    pub(in crate::supervisor) fn fd_limit(&self) -> Option<FdLimit> {
+        let raised = crate::os::fd_limit::raise();
         self.prior().map_or(raised, |h| h.fd_limit)
     }
 
     /// `--metrics`: the listener handed over, or a new one.
-    pub(super) fn metrics(
+    pub(in crate::supervisor) fn metrics(
         &self,
         cfg: &RunConfig,
         calls: mpsc::UnboundedSender<metrics::Call>,
@@ -103,7 +106,7 @@ impl Origin {
     }
 
     /// The control socket: the listener handed over, or a new one.
-    pub(super) fn control(
+    pub(in crate::supervisor) fn control(
         &self,
         cfg: &RunConfig,
         calls: mpsc::UnboundedSender<ControlCall>,
@@ -118,7 +121,10 @@ impl Origin {
     }
 
     /// The instance's cgroup: the earlier ck's, where it is still there, or a new one.
-    pub(super) fn cgroups(&self, cfg: &RunConfig) -> anyhow::Result<Option<InstanceCgroup>> {
+    pub(in crate::supervisor) fn cgroups(
+        &self,
+        cfg: &RunConfig,
+    ) -> anyhow::Result<Option<InstanceCgroup>> {
         match self.prior().and_then(|p| p.cgroup.clone()) {
             Some((dir, memory)) if dir.exists() => Ok(Some(InstanceCgroup::resume(dir, memory))),
             _ => cgroups::create(cfg).context("the instance's cgroup"),

@@ -9,7 +9,7 @@ use std::{io, os::unix::fs::MetadataExt as _, path::Path};
 
 use nix::unistd::{Gid, Group, Uid, User};
 
-use crate::capabilities::{self, Cap};
+use crate::os::capabilities::{self, Cap};
 
 /// The user (and groups) workers run as.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use clap::{CommandFactory as _, Parser};
 
 use super::*;
 use crate::{
-    config::{ListenAddr, Policy},
-    duration::parse_duration,
+    settings::duration::parse_duration,
+    settings::run_config::{ListenAddr, Policy},
 };
 
 /// Options shaped like `ck run`'s: a number, an enum, a duration, repeatable ones, a switch,

@@ -11,7 +11,7 @@ use tokio::{
     net::TcpSocket,
 };
 
-use crate::health_config::ProbeKind;
+use crate::settings::health::ProbeKind;
 
 /// Largest probe answer read.
 const MAX_ANSWER: usize = 16 * 1024;

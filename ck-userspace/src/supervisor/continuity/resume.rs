@@ -12,17 +12,17 @@ use anyhow::Context as _;
 use socket2::Socket;
 use tokio::net::UnixDatagram;
 
-use super::{
+use crate::supervisor::{
     Event, Supervisor,
-    handover::{FORMAT, Handover, WorkerHandover},
+    continuity::handover::{FORMAT, Handover, WorkerHandover},
     slot::{Slot, Worker},
     tasks,
     workers::watch_notify,
 };
-use crate::{cgroup::WorkerCgroup, notify, reexec};
+use crate::{os::cgroup::WorkerCgroup, os::notify, os::reexec};
 
 /// The handover left by the image ck re-executed from, if this image is one (`ck upgrade`).
-pub(super) fn take_handover() -> anyhow::Result<Option<Handover>> {
+pub(in crate::supervisor) fn take_handover() -> anyhow::Result<Option<Handover>> {
     let Some(value) = std::env::var_os(reexec::HANDOVER_ENV) else {
         return Ok(None);
     };
@@ -48,7 +48,7 @@ pub(super) fn take_handover() -> anyhow::Result<Option<Handover>> {
 
 impl Supervisor {
     /// Rebuilds the slots, workers and timers of `handover`, in place of starting a fleet.
-    pub(super) fn resume(&mut self, handover: Handover) -> anyhow::Result<()> {
+    pub(in crate::supervisor) fn resume(&mut self, handover: Handover) -> anyhow::Result<()> {
         // `ck scale` may have changed the count since the command line was written.
         if handover.workers > 0 {
             self.cfg.workers = handover.workers;
@@ -118,7 +118,7 @@ impl Supervisor {
 }
 
 /// How the exit of a worker watched again is seen.
-pub(super) enum ExitSeen {
+pub(in crate::supervisor) enum ExitSeen {
     /// Still ck's child (an upgrade): its status is reaped with `waitpid`.
     Child,
     /// Taken back from a ck that died: its exit shows on the pidfd; its status is init's.
@@ -128,7 +128,7 @@ pub(super) enum ExitSeen {
 impl Supervisor {
     /// The [`Worker`] of a handed-over record `w` on slot `index`, watched again: its notify
     /// socket read (messages checked against its pid and cgroup), its exit sent as an event.
-    pub(super) fn watch_again(
+    pub(in crate::supervisor) fn watch_again(
         &self,
         index: u32,
         w: &WorkerHandover,
@@ -157,8 +157,8 @@ impl Supervisor {
         let (events, id, pid) = (self.events.clone(), w.id, w.pid);
         tokio::spawn(async move {
             let status = match exit {
-                ExitSeen::Child => crate::pidfd::wait_child(waiter, pid).await,
-                ExitSeen::Adopted => crate::pidfd::exited(waiter).await.and_then(|()| {
+                ExitSeen::Child => crate::os::pidfd::wait_child(waiter, pid).await,
+                ExitSeen::Adopted => crate::os::pidfd::exited(waiter).await.and_then(|()| {
                     Err(std::io::Error::other(
                         "exited; taken back from a ck that died, so its exit status is not \
                          ck's to read",

@@ -8,9 +8,9 @@ use std::{fmt, time::Duration};
 use clap::ValueEnum;
 
 use crate::{
-    config::{AppSpec, RunConfig},
-    health_config::HealthConfig,
-    restart_policy::RestartPolicy,
+    settings::health::HealthConfig,
+    settings::restart_policy::RestartPolicy,
+    settings::run_config::{AppSpec, RunConfig},
 };
 
 /// One option whose value changed.

@@ -140,7 +140,7 @@ impl Speakers {
             || self
                 .cgroup
                 .as_ref()
-                .is_some_and(|dir| crate::cgroup::pids_in(dir).contains(&pid))
+                .is_some_and(|dir| crate::os::cgroup::pids_in(dir).contains(&pid))
             || descends_from(pid, self.worker)
     }
 }

@@ -11,7 +11,7 @@ use std::{
     process::Stdio,
 };
 
-use crate::config::AppSpec;
+use crate::settings::run_config::AppSpec;
 
 /// Most listen groups one worker can receive.
 pub const MAX_GROUPS: usize = 16;
@@ -42,10 +42,10 @@ pub struct SpawnSpec<'a> {
     /// that serve several groups.
     pub adopt_listen: Vec<std::net::SocketAddr>,
     /// The open-file limit ck was started with, given back to the worker (ck raised its own).
-    pub fd_limit: Option<crate::fd_limit::FdLimit>,
+    pub fd_limit: Option<crate::os::fd_limit::FdLimit>,
     /// `--user`: the worker takes this user's groups, group and uid and drops every capability
     /// before exec (after joining its cgroup, which is ck's).
-    pub user: Option<&'a crate::privileges::WorkerUser>,
+    pub user: Option<&'a crate::os::privileges::WorkerUser>,
     /// SIGTERM the worker when ck dies (`PR_SET_PDEATHSIG`); off with `--survive-supervisor`.
     pub pdeathsig: bool,
 }
@@ -93,7 +93,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
         .env("CK_WORKER_ID", spec.worker_id.to_string())
         .env_remove("WATCHDOG_USEC")
         .env_remove("WATCHDOG_PID")
-        .env_remove(crate::reexec::HANDOVER_ENV)
+        .env_remove(crate::os::reexec::HANDOVER_ENV)
         .stdin(Stdio::null())
         .process_group(0);
     if spec.adopt_port.is_some() {
@@ -119,11 +119,11 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
                 join_cgroup(procs)?;
             }
             if let Some(limit) = fd_limit {
-                crate::fd_limit::restore_in_child(limit)?;
+                crate::os::fd_limit::restore_in_child(limit)?;
             }
             // Before `place_fds`: a change of credentials clears the parent-death signal.
             if let Some((user, switch_ids)) = &user {
-                crate::privileges::switch_in_child(user, *switch_ids)?;
+                crate::os::privileges::switch_in_child(user, *switch_ids)?;
             }
             place_fds(&fds, supervisor, pdeathsig)
         });
@@ -142,7 +142,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     let pid = child
         .id()
         .ok_or_else(|| io::Error::other("worker exited before its pid was read"))?;
-    let pidfd = crate::pidfd::open(pid)?;
+    let pidfd = crate::os::pidfd::open(pid)?;
     Ok(Spawned { child, pid, pidfd })
 }
 

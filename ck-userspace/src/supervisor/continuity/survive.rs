@@ -10,14 +10,17 @@ use std::{io::Write as _, os::fd::AsRawFd as _, path::PathBuf, time::Duration};
 use anyhow::Context as _;
 use socket2::Socket;
 
-use super::{
+use crate::supervisor::{
     Supervisor,
-    handover::{FORMAT, Handover, WorkerHandover},
+    continuity::handover::{FORMAT, Handover, WorkerHandover},
+    continuity::resume::ExitSeen,
     lifecycle::{Input, Life},
-    resume::ExitSeen,
     slot::{Slot, Worker},
 };
-use crate::{cgroup::WorkerCgroup, config::RunConfig, instance, notify::NotifySocket, pidfd};
+use crate::{
+    os::cgroup::WorkerCgroup, os::instance, os::notify::NotifySocket, os::pidfd,
+    settings::run_config::RunConfig,
+};
 
 /// Where an instance's state is kept for the ck that takes over after a crash.
 pub fn state_path(name: &str) -> PathBuf {
@@ -26,7 +29,7 @@ pub fn state_path(name: &str) -> PathBuf {
 
 /// The state a ck that died left, if any (the caller holds the instance lock, so the ck that
 /// wrote it is gone).
-pub(super) fn read_state(name: &str) -> anyhow::Result<Option<Handover>> {
+pub(in crate::supervisor) fn read_state(name: &str) -> anyhow::Result<Option<Handover>> {
     let path = state_path(name);
     let text = match std::fs::read(&path) {
         Ok(text) => text,
@@ -49,7 +52,7 @@ pub(super) fn read_state(name: &str) -> anyhow::Result<Option<Handover>> {
 }
 
 /// Starts the orphan guard of instance `cfg.name`, watching this process.
-pub(super) fn start_guard(cfg: &RunConfig) -> anyhow::Result<()> {
+pub(in crate::supervisor) fn start_guard(cfg: &RunConfig) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding ck's own binary")?;
     // The guard detaches itself (double fork): this waits for its first process only.
     let status = std::process::Command::new(exe)
@@ -65,7 +68,7 @@ pub(super) fn start_guard(cfg: &RunConfig) -> anyhow::Result<()> {
         ])
         .args(["--supervisor", &std::process::id().to_string()])
         .env_remove("NOTIFY_SOCKET")
-        .env_remove(crate::reexec::HANDOVER_ENV)
+        .env_remove(crate::os::reexec::HANDOVER_ENV)
         .stdin(std::process::Stdio::null())
         .status()
         .context("starting the orphan guard")?;
@@ -91,7 +94,7 @@ fn stop_stray(w: &WorkerHandover) {
 impl Supervisor {
     /// Writes the state file if anything changed since the last write (only with
     /// `--survive-supervisor`).
-    pub(super) fn save_state(&mut self) {
+    pub(in crate::supervisor) fn save_state(&mut self) {
         if !self.cfg.survive_supervisor || !self.state_dirty {
             return;
         }
@@ -112,14 +115,14 @@ impl Supervisor {
     }
 
     /// Removes the state file (a clean stop: nothing to take over).
-    pub(super) fn remove_state(&self) {
+    pub(in crate::supervisor) fn remove_state(&self) {
         let _ = std::fs::remove_file(state_path(&self.cfg.name));
     }
 
     /// Takes back the fleet of a ck that died: every worker still running (the same process:
     /// pid and start time) with its sockets and notify socket; slots whose worker is gone
     /// start a new one.
-    pub(super) fn take_fleet_back(&mut self, state: Handover) -> anyhow::Result<()> {
+    pub(in crate::supervisor) fn take_fleet_back(&mut self, state: Handover) -> anyhow::Result<()> {
         // `ck scale` may have changed the count since the command line was written.
         if state.workers > 0 {
             self.cfg.workers = state.workers;

@@ -116,7 +116,7 @@ mod tests {
     use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
     use super::*;
-    use crate::sock_diag::inode_of;
+    use crate::os::sock_diag::inode_of;
 
     #[test]
     fn parses_epoll_fdinfo() {

@@ -12,20 +12,20 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{
+use crate::supervisor::{
     Event, Supervisor,
-    handover::{Compat, FORMAT},
+    continuity::handover::{Compat, FORMAT},
 };
 use crate::{
     control::{Response, server::ControlCall},
-    reexec,
+    os::reexec,
 };
 
 /// How long a candidate binary has to answer `upgrade-check`.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// An upgrade under way.
-pub(super) struct Upgrade {
+pub(in crate::supervisor) struct Upgrade {
     /// The binary to exec.
     binary: PathBuf,
     /// The control client that asked (SIGUSR2 has none).
@@ -38,7 +38,7 @@ pub(super) struct Upgrade {
 
 /// The path ck was started from (`/proc/self/exe`), without the ` (deleted)` the kernel adds
 /// once that file was replaced: the default binary of `ck upgrade` is the file now there.
-pub(super) fn own_binary() -> PathBuf {
+pub(in crate::supervisor) fn own_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
     match exe.to_str().and_then(|s| s.strip_suffix(" (deleted)")) {
         Some(path) => PathBuf::from(path),
@@ -80,7 +80,7 @@ async fn check(binary: PathBuf) -> Result<Compat, String> {
         return Err(format!(
             "{shown} upgrade-check failed ({}{}): it cannot take over this instance (not ck, or \
              a ck that does not accept its command line); {fix}",
-            super::workers::describe_exit(&Ok(out.status)),
+            crate::supervisor::workers::describe_exit(&Ok(out.status)),
             if said.is_empty() {
                 String::new()
             } else {
@@ -134,7 +134,7 @@ impl Supervisor {
 
     /// `ck upgrade` (with the client's `reply`) or SIGUSR2 (without): checks `binary` (ck's
     /// own by default) on a task; [`Supervisor::on_upgrade_checked`] goes on.
-    pub(super) fn upgrade(
+    pub(in crate::supervisor) fn upgrade(
         &mut self,
         binary: Option<PathBuf>,
         reply: Option<oneshot::Sender<Response>>,
@@ -168,7 +168,7 @@ impl Supervisor {
     }
 
     /// The candidate answered: refuse (the old image carries on) or get ready to exec.
-    pub(super) fn on_upgrade_checked(&mut self, result: Result<Compat, String>) {
+    pub(in crate::supervisor) fn on_upgrade_checked(&mut self, result: Result<Compat, String>) {
         let Some(mut upgrade) = self.upgrade.take() else {
             return;
         };
@@ -206,14 +206,14 @@ impl Supervisor {
     }
 
     /// Whether a checked upgrade waits for the loop to exec it.
-    pub(super) fn exec_due(&self) -> bool {
+    pub(in crate::supervisor) fn exec_due(&self) -> bool {
         self.upgrade.as_ref().is_some_and(|u| u.checked.is_some())
     }
 
     /// Lets the connection tasks write the answers already given (the upgrade's own among
     /// them), and handles what is already queued (events, control and metrics calls) so that
     /// the state handed over is current.
-    pub(super) async fn settle(
+    pub(in crate::supervisor) async fn settle(
         &mut self,
         events: &mut mpsc::UnboundedReceiver<Event>,
         calls: &mut mpsc::UnboundedReceiver<ControlCall>,
@@ -242,7 +242,7 @@ impl Supervisor {
 
     /// Hands the state over and execs the checked binary. Returns only if ck could not
     /// re-execute (the old image carries on, every descriptor closed on exec again).
-    pub(super) fn reexec(
+    pub(in crate::supervisor) fn reexec(
         &mut self,
         lock: BorrowedFd<'_>,
         control: BorrowedFd<'_>,

@@ -4,7 +4,7 @@ use std::{io, net::SocketAddr};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::config::ListenAddr;
+use crate::settings::run_config::ListenAddr;
 
 /// Listen backlog of every slot socket (the kernel caps it at `net.core.somaxconn`).
 const BACKLOG: i32 = 4096;
@@ -66,10 +66,11 @@ fn classify(addr: ListenAddr, err: io::Error) -> SocketError {
 /// ` of pid P (command)` for a listener on `addr`'s port, from sock_diag and `/proc`; empty
 /// when none is found.
 pub fn holder_of_port(addr: SocketAddr) -> String {
-    let listeners = crate::sock_diag::listeners(addr.port(), addr.is_ipv6()).unwrap_or_default();
+    let listeners =
+        crate::os::sock_diag::listeners(addr.port(), addr.is_ipv6()).unwrap_or_default();
     listeners
         .iter()
-        .find_map(|l| crate::sock_diag::holder_of(l.inode))
+        .find_map(|l| crate::os::sock_diag::holder_of(l.inode))
         .map_or_else(String::new, |(pid, comm)| format!(" of pid {pid} ({comm})"))
 }
 

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::{
-    config::{AppSpec, ListenAddr, LogFormat, Policy, ReadyMode},
-    health_config::ProbeKind,
+    settings::health::ProbeKind,
+    settings::run_config::{AppSpec, ListenAddr, LogFormat, Policy, ReadyMode},
 };
 
 fn base() -> RunConfig {

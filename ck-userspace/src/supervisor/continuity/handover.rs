@@ -10,8 +10,8 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{Supervisor, health::Health, lifecycle::Life, lifecycle::Timer};
-use crate::fd_limit::FdLimit;
+use crate::os::fd_limit::FdLimit;
+use crate::supervisor::{Supervisor, health::Health, lifecycle::Life, lifecycle::Timer};
 
 /// Version of the [`Handover`] format; a new image takes over only the format it knows.
 pub const FORMAT: u32 = 1;
@@ -88,7 +88,7 @@ pub struct Handover {
     /// `--metrics`' listener.
     pub metrics_fd: Option<RawFd>,
     /// When the instance started.
-    #[serde(with = "crate::instant_age")]
+    #[serde(with = "crate::supervisor::continuity::instant_age")]
     pub started: Instant,
     /// The next worker id.
     pub next_worker_id: u64,
@@ -148,7 +148,7 @@ pub struct WorkerHandover {
     /// Its notify socket.
     pub notify: Option<RawFd>,
     /// When it was spawned.
-    #[serde(with = "crate::instant_age")]
+    #[serde(with = "crate::supervisor::continuity::instant_age")]
     pub started: Instant,
     /// It spoke on `NOTIFY_SOCKET`.
     pub spoke_notify: bool,
@@ -189,7 +189,7 @@ pub struct TimerHandover {
 
 /// A lifecycle timer armed and not fired yet (so that a handover can arm it again).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Armed {
+pub(in crate::supervisor) struct Armed {
     /// The slot.
     pub slot: u32,
     /// The epoch it was armed in.
@@ -205,7 +205,7 @@ fn left_us(at: Instant) -> u64 {
 }
 
 /// The handover with the descriptors it names, which must stay open across the exec.
-pub(super) struct Prepared<'a> {
+pub(in crate::supervisor) struct Prepared<'a> {
     /// The state.
     pub handover: Handover,
     /// Every descriptor the state names.
@@ -216,7 +216,7 @@ impl Supervisor {
     /// The state to hand over, with the descriptors it names. `lock`, `control` and
     /// `metrics` are the run's own (held by the event loop, not by the supervisor); without
     /// them (the `--survive-supervisor` state file) their numbers are -1.
-    pub(super) fn prepare_handover<'a>(
+    pub(in crate::supervisor) fn prepare_handover<'a>(
         &'a self,
         lock: Option<BorrowedFd<'a>>,
         control: Option<BorrowedFd<'a>>,
@@ -224,7 +224,7 @@ impl Supervisor {
     ) -> Prepared<'a> {
         let mut fds: Vec<BorrowedFd<'a>> = [lock, control, metrics].into_iter().flatten().collect();
         let cgroup_of =
-            |c: &crate::cgroup::WorkerCgroup| (c.dir().to_path_buf(), c.memory_controller());
+            |c: &crate::os::cgroup::WorkerCgroup| (c.dir().to_path_buf(), c.memory_controller());
         let mut slots = Vec::new();
         for slot in self.slots.values() {
             let worker = slot.worker.as_ref().map(|w| {
@@ -301,7 +301,13 @@ impl Supervisor {
     }
 
     /// Notes a lifecycle timer armed for `delay` (see [`Armed`]).
-    pub(super) fn note_timer(&mut self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
+    pub(in crate::supervisor) fn note_timer(
+        &mut self,
+        slot: u32,
+        epoch: u64,
+        timer: Timer,
+        delay: Duration,
+    ) {
         self.timers.push(Armed {
             slot,
             epoch,
@@ -311,7 +317,7 @@ impl Supervisor {
     }
 
     /// Forgets a timer that fired.
-    pub(super) fn timer_fired(&mut self, slot: u32, epoch: u64, timer: Timer) {
+    pub(in crate::supervisor) fn timer_fired(&mut self, slot: u32, epoch: u64, timer: Timer) {
         if let Some(i) = self
             .timers
             .iter()
@@ -336,7 +342,10 @@ mod tests {
             ready_at: Some(started + Duration::from_secs(1)),
             adopted: true,
         };
-        let mut life = Life::new(crate::restart_policy::RestartPolicy::DEFAULT, false);
+        let mut life = Life::new(
+            crate::settings::restart_policy::RestartPolicy::DEFAULT,
+            false,
+        );
         life.state = State::Stopping(run, After::Retire);
         life.socket_open = true;
         life.drained = true;

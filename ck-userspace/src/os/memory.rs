@@ -1,0 +1,9 @@
+//! ck's own memory: giving freed heap back to the kernel after a one-off allocation burst.
+
+/// Returns the freed parts of the calling thread's malloc arena to the kernel (`malloc_trim`).
+/// Called once the BPF load thread is done: its arena held the parsed object and BTF.
+pub fn trim_heap() {
+    // SAFETY: malloc_trim only walks and releases free blocks of the allocator; it takes no
+    // pointer from us and is safe to call at any time from any thread.
+    unsafe { libc::malloc_trim(0) };
+}
