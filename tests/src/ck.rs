@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -41,7 +41,13 @@ pub fn ck_bin() -> PathBuf {
 
 /// A `ck` command (no arguments yet).
 pub fn ck_command() -> Command {
-    let mut cmd = Command::new(ck_bin());
+    ck_command_at(&ck_bin())
+}
+
+/// A `ck` command (no arguments yet) that runs the binary at `program` (a copy of [`ck_bin`],
+/// for example one that another user can reach).
+pub fn ck_command_at(program: &Path) -> Command {
+    let mut cmd = Command::new(program);
     // Plain log lines (no ANSI colours) so that the tests can search them.
     cmd.env_remove("CK_LOG")
         .env_remove("CK_RUN_DIR")
@@ -289,7 +295,11 @@ impl Ck {
 
     /// Like [`Ck::start`], with `env` (name, value) added to ck's environment.
     pub fn start_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Ck {
-        let mut cmd = ck_command();
+        Ck::start_command(ck_command(), name, args, env)
+    }
+
+    /// Like [`Ck::start_with_env`], with the `ck` command given (see [`ck_command_at`]).
+    pub fn start_command(mut cmd: Command, name: &str, args: &[&str], env: &[(&str, &str)]) -> Ck {
         cmd.arg("run")
             .args(["--name", name])
             .args(args)

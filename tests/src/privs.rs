@@ -6,8 +6,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::ck::ck_bin;
-
 /// The unprivileged user the tests use: `nobody`, with its uid and primary gid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Nobody {
@@ -36,10 +34,9 @@ pub fn nobody() -> Nobody {
 /// exactly `caps` (e.g. `["bpf", "perfmon"]`) as its inheritable, ambient and bounding sets, so
 /// it cannot gain any other; `caps` empty: none at all.
 ///
-/// # Panics
-/// When `ck`'s binary is not reachable by `nobody` (a target directory under a private home).
+/// `nobody` may not be able to reach `program` where it was built (a checkout in a private home
+/// or a `mktemp -d` directory), so it runs a copy of it that [`reachable_copy`] made.
 pub fn as_nobody(caps: &[&str], program: &Path) -> Command {
-    assert_reachable_by_nobody(&ck_bin());
     let who = nobody();
     let set: String = std::iter::once("-all".to_string())
         .chain(caps.iter().map(|c| format!("+{c}")))
@@ -53,12 +50,74 @@ pub fn as_nobody(caps: &[&str], program: &Path) -> Command {
         .arg(format!("--ambient-caps={set}"))
         .arg(format!("--bounding-set={set}"))
         .arg("--")
-        .arg(program)
+        .arg(reachable_copy(program))
         // Plain log lines, as `ck::ck_command` gives.
         .env_remove("CK_LOG")
         .env_remove("CK_RUN_DIR")
         .env("NO_COLOR", "1");
     cmd
+}
+
+/// A copy of `program` that `nobody` can execute: in a directory of this test process's own
+/// under the temporary directory (mode 0755, every directory above it searchable), made once per
+/// program and removed when the test process exits.
+///
+/// # Panics
+/// When the copy cannot be made, or the temporary directory is not searchable by others.
+pub fn reachable_copy(program: &Path) -> PathBuf {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::sync::{Mutex, OnceLock};
+
+    static COPIES: OnceLock<Mutex<BTreeMap<PathBuf, PathBuf>>> = OnceLock::new();
+    let mut copies = COPIES
+        .get_or_init(|| Mutex::new(BTreeMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(copy) = copies.get(program) {
+        return copy.clone();
+    }
+    let dir = lent_binaries_dir();
+    let name = program.file_name().expect("a program's file name");
+    // One subdirectory per program, so two programs of the same name do not collide.
+    let copy = dir.join(copies.len().to_string()).join(name);
+    let parent = copy.parent().expect("the copy's directory");
+    fs::create_dir_all(parent).unwrap_or_else(|e| panic!("creating {}: {e}", parent.display()));
+    fs::set_permissions(parent, fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", parent.display()));
+    fs::copy(program, &copy)
+        .unwrap_or_else(|e| panic!("copying {} to {}: {e}", program.display(), copy.display()));
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", copy.display()));
+    assert_reachable_by_nobody(&copy);
+    copies.insert(program.to_path_buf(), copy.clone());
+    copy
+}
+
+/// This test process's directory of copies for `nobody` (`$TMPDIR/ck-tests-nobody-PID`, mode
+/// 0755), made on first use; an `atexit` handler removes it when the process exits.
+fn lent_binaries_dir() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::sync::OnceLock;
+
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("ck-tests-nobody-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", dir.display()));
+        extern "C" fn remove_lent_binaries() {
+            if let Some(dir) = DIR.get() {
+                let _ = fs::remove_dir_all(dir);
+            }
+        }
+        // SAFETY: registering a plain `extern "C" fn` with no arguments is what atexit takes;
+        // the handler only removes a directory and touches no state torn down before it runs.
+        unsafe { libc::atexit(remove_lent_binaries) };
+        dir
+    })
+    .clone()
 }
 
 /// Panics with the fix unless `nobody` can execute `path` (every directory above it searchable).
@@ -70,8 +129,8 @@ pub fn assert_reachable_by_nobody(path: &Path) {
             .unwrap_or(0);
         assert!(
             mode & 0o001 != 0,
-            "{} is not searchable by others (mode {mode:o}), so `nobody` cannot run {}: build \
-             into a target directory outside a private home (CARGO_TARGET_DIR) or set CK_BIN",
+            "{} is not searchable by others (mode {mode:o}), so `nobody` cannot run {}: set \
+             TMPDIR to a directory others can search",
             dir.display(),
             path.display()
         );

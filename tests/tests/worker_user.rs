@@ -7,8 +7,8 @@
 use std::process::Output;
 use std::time::Duration;
 
-use ck_tests::ck::{Ck, ck_output, control_socket, lock_file, pins_dir, said};
-use ck_tests::privs::{Creds, creds, free_low_port, nobody};
+use ck_tests::ck::{Ck, ck_command_at, ck_output, control_socket, lock_file, pins_dir, said};
+use ck_tests::privs::{Creds, creds, free_low_port, nobody, reachable_copy};
 use ck_tests::sys::{TempDir, free_port, instance_processes, output_within, port_bindable};
 use ck_tests::{READY_TIMEOUT, Status, burst_pinned, ck_bin, instance_name, local, probe_base_for};
 
@@ -34,7 +34,10 @@ fn start_on(what: &str, port: u16, workers: usize, args: &[&str]) -> (Ck, Status
     );
     let mut all = vec!["--port", &port_text, "--probe-port-base", &base, "-w", &w];
     all.extend_from_slice(args);
-    let mut ck = Ck::start(&name, &all);
+    // Root runs ck, but the workers run as `nobody`, which must reach the binary they start
+    // (ck's own, for the demo worker), wherever the checkout is.
+    let ck_copy = reachable_copy(&ck_bin());
+    let mut ck = Ck::start_command(ck_command_at(&ck_copy), &name, &all, &[]);
     let status = ck.wait_ready(workers, READY_TIMEOUT);
     (ck, status)
 }
