@@ -31,8 +31,6 @@ pub struct Worker {
     pub health: Health,
     /// Its cgroup (None where the host has no usable cgroup2).
     pub cgroup: Option<crate::os::cgroup::WorkerCgroup>,
-    /// `--adopt`: its listening sockets are the slot's.
-    pub adopted: bool,
     /// `--adopt`: it said READY=1 before its sockets were adopted.
     pub said_ready: bool,
     /// `--adopt`: time from its `listen()` to the adoption of its (last) socket.
