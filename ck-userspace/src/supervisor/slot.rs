@@ -68,7 +68,8 @@ pub struct Slot {
     pub life: Life,
     /// One socket per group, in group order; empty while closed.
     pub sockets: Vec<Socket>,
-    /// `--adopt`: the worker's sockets adopted so far, by group, until every group has one.
+    /// `--adopt`: the worker's sockets adopted so far, by group, until every group has one and
+    /// the machine's `Install` (after `Adopted`) makes them the slot's `sockets`.
     pub adopting: Vec<Option<Socket>>,
     /// Sockets an adoption replaced, closed by the machine's `CloseReplaced` after the publish.
     pub replaced: Vec<Socket>,
