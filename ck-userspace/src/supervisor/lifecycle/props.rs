@@ -58,6 +58,8 @@ enum Op {
     Unadopt(usize),
     /// `--spares`: the supervisor boots spares again.
     SpareDue,
+    /// The BPF program loaded (`adopt_bpf`): every slot re-published on the fresh maps.
+    Loaded,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -78,6 +80,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..6usize).prop_map(Op::Listen),
         1 => (0..6usize).prop_map(Op::Unadopt),
         1 => Just(Op::SpareDue),
+        1 => Just(Op::Loaded),
     ]
 }
 
@@ -371,6 +374,10 @@ impl Model {
             }
             Op::Unadopt(_) => {}
             Op::SpareDue => self.replenish_spares(),
+            Op::Loaded => {
+                let all = self.lives.keys().map(|i| (*i, Input::Republish)).collect();
+                self.apply(all);
+            }
             Op::Wait(ms) => self.now += Duration::from_millis(ms),
             Op::Shutdown => {
                 self.stopping = true;
