@@ -131,7 +131,8 @@ impl Supervisor {
             return;
         };
         slot.adopting.resize_with(groups, || None);
-        if slot.adopting[position].is_some() || slot.worker.as_ref().is_some_and(|w| w.adopted) {
+        let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
+        if slot.adopting[position].is_some() || adopted {
             if groups == 1 {
                 return self.adopt_member(index, pid, socket, latency_us);
             }
@@ -155,39 +156,14 @@ impl Supervisor {
         }
     }
 
-    /// Every group has the worker's socket: into the maps (the program attached through it if
-    /// it founds its group), then the slot's sockets, then the worker's readiness.
+    /// Every group has the worker's socket: the lifecycle's `Adopted` installs them (into the
+    /// maps, then as the slot's sockets: see the executor), then the worker's readiness.
     fn commit_adoption(&mut self, index: u32, latency_us: Option<u64>, holder: u32) {
-        let founding: Vec<bool> = (0..self.groups.len())
-            .map(|position| {
-                !self
-                    .slots
-                    .values()
-                    .any(|s| s.index != index && s.sockets.get(position).is_some())
-            })
-            .collect();
         let Some(slot) = self.slots.get_mut(&index) else {
             return;
         };
-        let sockets: Vec<Socket> = slot.adopting.drain(..).flatten().collect();
-        for ((group, socket), founds) in self.groups.iter_mut().zip(&sockets).zip(founding) {
-            let Some(bpf) = &mut group.bpf else { continue };
-            if let Err(e) = bpf.insert(index, socket) {
-                tracing::error!(group = %group.name, "{e}");
-            }
-            if founds {
-                match bpf.attach(socket) {
-                    Ok(()) => {
-                        tracing::info!(group = %group.name, slot = index, "BPF program attached to the group")
-                    }
-                    Err(e) => tracing::error!(group = %group.name, "{e}"),
-                }
-            }
-        }
-        slot.replaced = std::mem::replace(&mut slot.sockets, sockets);
         let said_ready = match slot.worker.as_mut() {
             Some(worker) => {
-                worker.adopted = true;
                 worker.adopt_latency_us = latency_us;
                 worker.said_ready
             }

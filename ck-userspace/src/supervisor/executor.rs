@@ -1,255 +1,140 @@
 //! The executor of the lifecycle machine: feeds inputs to [`lifecycle::step`] and runs the
-//! effects it returns in their fixed order (publish, signal, close, forget, spawn, arm), one
-//! publish per batch. Nothing else in the supervisor changes a slot's state, publishes, signals
-//! a worker or closes a socket.
-use std::time::Instant;
+//! effects it returns in their fixed order (install, publish, signal, close, forget, spawn,
+//! arm), one publish per batch. It is generic over the [`World`] it acts on: the supervisor
+//! implements it on the real OS (`world`), the property test (`lifecycle/props.rs`) on its
+//! model of the OS, so the invariants are checked against this very code. Nothing else changes
+//! a slot's state, installs or closes a slot's sockets, publishes or signals a worker.
+use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
+use super::lifecycle::{self, Effect, Fleet, Input, Life, Note, Settings, Sig, Timer};
 
-use super::{
-    Supervisor,
-    lifecycle::{self, Effect, Fleet, Input, Note, Sig},
-};
+/// What the executor acts on: the slots' lives, and the operating system their effects change.
+pub(super) trait World {
+    /// Why a spawn failed.
+    type SpawnError;
 
-impl Supervisor {
-    /// Feeds one input to one slot.
-    pub(super) fn apply(&mut self, index: u32, input: Input) {
-        self.apply_all(vec![(index, input)]);
-    }
+    /// Every slot's life, in index order.
+    fn lives(&self) -> impl Iterator<Item = (u32, &Life)> + Clone;
+    /// The life of slot `index`, if the slot exists.
+    fn life_mut(&mut self, index: u32) -> Option<&mut Life>;
+    /// The settings the machine decides with.
+    fn settings(&self) -> &Settings;
+    /// Now.
+    fn now(&self) -> Instant;
+    /// A number in [0, 1) for the backoff's jitter.
+    fn random(&self) -> f64;
+    /// ck is shutting down.
+    fn stopping(&self) -> bool;
 
-    /// Feeds several inputs (a roll's flip, a scale-down, the shutdown) and runs all their
-    /// effects together: one publish covers every change, before any signal or close.
-    pub(super) fn apply_all(&mut self, inputs: Vec<(u32, Input)>) {
-        let now = Instant::now();
-        let mut effects = Vec::new();
-        for (index, input) in inputs {
-            let fleet = Fleet::of(index, self.lives(), now, jitter(), self.stopping);
-            let Some(slot) = self.slots.get_mut(&index) else {
-                continue;
-            };
-            let exited = matches!(input, Input::Exited { .. } | Input::Superseded);
-            let buried = if exited {
-                // The process is gone: drop its handles (the notify reader stops) and copies
-                // of sockets not adopted yet (never in the maps), and kill whatever it left in
-                // its cgroup.
-                slot.adopting.clear();
-                slot.worker.take().and_then(|mut w| w.cgroup.take())
-            } else {
-                None
-            };
-            let out = lifecycle::step(&mut slot.life, input, &fleet, &self.settings);
-            effects.extend(out.into_iter().map(|effect| (index, effect)));
-            if let Some(cgroup) = buried {
-                self.bury_cgroup(cgroup);
-            }
-        }
-        lifecycle::schedule(&mut effects);
-        self.state_dirty = true;
-        let mut published = false;
-        let mut became_ready = Vec::new();
-        let mut stopping = Vec::new();
-        for (index, effect) in effects {
-            match effect {
-                Effect::Note(note) => {
-                    if matches!(note, Note::Ready(_)) {
-                        became_ready.push(index);
-                    }
-                    if matches!(note, Note::Stopping(_)) {
-                        stopping.push(index);
-                    }
-                    self.log_note(index, note);
-                }
-                Effect::Publish if published => {}
-                Effect::Publish => {
-                    self.publish();
-                    published = true;
-                }
-                Effect::Signal(sig) => self.signal(index, sig),
-                Effect::CloseSockets => {
-                    if let Some(slot) = self.slots.get_mut(&index) {
-                        slot.sockets.clear();
-                    }
-                }
-                Effect::CloseReplaced => {
-                    if let Some(slot) = self.slots.get_mut(&index) {
-                        slot.replaced.clear();
-                    }
-                }
-                Effect::Remove => self.forget_slot(index),
-                Effect::Spawn => {
-                    let answer = match self.spawn_worker(index) {
-                        Ok(id) => Input::Spawned { id },
-                        Err(e) => {
-                            tracing::error!(slot = index, "starting a worker failed: {e:#}");
-                            let slot = self.slots.get_mut(&index).expect("spawning slot exists");
-                            slot.last_exit = Some(format!("spawn failed: {e:#}"));
-                            let socket_open = !slot.sockets.is_empty();
-                            self.spawn_failure.get_or_insert(e);
-                            Input::SpawnFailed { socket_open }
-                        }
-                    };
-                    self.apply(index, answer);
-                }
-                Effect::Arm(timer, delay, epoch) => self.set_timer(index, epoch, timer, delay),
-            }
-        }
-        // A stopping worker's further listeners (--adopt, forking servers) stop with it.
-        if !stopping.is_empty() {
-            self.retire_members(&stopping);
-        }
-        // A roll waiting for a replacement flips its batch once all of it is ready: from the
-        // event loop, not from inside this batch (which a roll may itself have started).
-        for index in became_ready {
-            let _ = self.events.send(super::Event::BecameReady(index));
-        }
-    }
+    /// Slot `index`'s process is gone (before its `Exited` or `Superseded` is stepped): drop
+    /// its handles and whatever it left behind.
+    fn exited(&mut self, index: u32);
+    /// Writes the machine's note (a log line).
+    fn note(&mut self, index: u32, note: Note);
+    /// [`Effect::Install`]: the adopted sockets become the slot's.
+    fn install(&mut self, index: u32);
+    /// [`Effect::Publish`]: writes the active set and every slot record to the maps.
+    fn publish(&mut self);
+    /// [`Effect::Signal`]: signals the slot's worker.
+    fn signal(&mut self, index: u32, sig: Sig);
+    /// [`Effect::CloseSockets`]: closes the slot's sockets.
+    fn close_sockets(&mut self, index: u32);
+    /// [`Effect::CloseReplaced`]: closes the sockets an adoption replaced.
+    fn close_replaced(&mut self, index: u32);
+    /// [`Effect::Remove`]: forgets the slot.
+    fn forget(&mut self, index: u32);
+    /// [`Effect::Spawn`]: opens the slot's sockets if closed and spawns a worker; its id.
+    fn spawn(&mut self, index: u32) -> Result<u64, Self::SpawnError>;
+    /// Whether the slot's sockets are open (after a failed spawn).
+    fn socket_open(&self, index: u32) -> bool;
+    /// [`Effect::Arm`]: arms a timer that comes back as [`Input::Timer`].
+    fn arm(&mut self, index: u32, timer: Timer, delay: Duration, epoch: u64);
+    /// The batch is done: `ready` slots became ready in it, `stopping` ones were asked to stop.
+    fn settled(&mut self, ready: Vec<u32>, stopping: Vec<u32>);
+}
 
-    /// Every slot's life, for the machine's views.
-    pub(super) fn lives(&self) -> impl Iterator<Item = (u32, &lifecycle::Life)> + Clone {
-        self.slots.iter().map(|(index, slot)| (*index, &slot.life))
-    }
+/// What a batch did that its caller may need to know.
+pub(super) struct Outcome<E> {
+    /// Spawns that failed in it (answered with [`Input::SpawnFailed`]), in order.
+    pub spawn_failures: Vec<(u32, E)>,
+}
 
-    fn signal(&self, index: u32, sig: Sig) {
-        let Some(worker) = self.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
-            return;
-        };
-        let signal = match sig {
-            Sig::Term => Signal::SIGTERM,
-            Sig::Kill => Signal::SIGKILL,
-        };
-        // SIGKILL takes the whole tree the worker started, not only its first process.
-        if let (Sig::Kill, Some(cgroup)) = (sig, &worker.cgroup)
-            && cgroup.kill().is_ok()
-        {
-            return;
-        }
-        if let Err(e) = crate::os::pidfd::send_signal(&worker.pidfd, signal) {
-            tracing::warn!(
-                slot = index,
-                pid = worker.pid,
-                "{} failed: {e}",
-                signal.as_str()
-            );
-        }
-    }
-
-    /// Writes the machine's note as one lifecycle log line with the slot and pid.
-    fn log_note(&self, index: u32, note: Note) {
-        let Some(slot) = self.slots.get(&index) else {
-            return;
-        };
-        let pid = slot.pid();
-        let generation = slot.life.generation;
-        match note {
-            Note::Started => tracing::info!(slot = index, pid, generation, "worker started"),
-            Note::Ready(reason) => {
-                let boot_ms = slot
-                    .worker
-                    .as_ref()
-                    .map_or(0, |w| w.started.elapsed().as_millis() as u64);
-                tracing::info!(
-                    slot = index,
-                    pid,
-                    boot_ms,
-                    reason = reason.as_str(),
-                    "worker ready"
-                );
-            }
-            Note::Draining(reason) => tracing::info!(
-                slot = index,
-                pid,
-                reason = reason.as_str(),
-                "worker draining"
-            ),
-            Note::Undrained => tracing::info!(
-                slot = index,
-                pid,
-                reason = "ck undrain",
-                "worker back in the active set"
-            ),
-            Note::Unhealthy(reason) => tracing::warn!(
-                slot = index,
-                pid,
-                reason = reason.as_str(),
-                "worker unhealthy: out of the active set, socket open"
-            ),
-            Note::Healthy(reason) => tracing::info!(
-                slot = index,
-                pid,
-                reason = reason.as_str(),
-                "worker healthy again"
-            ),
-            Note::FlippedIn => tracing::info!(slot = index, pid, "replacement flipped in"),
-            Note::Stopping(reason) => tracing::info!(
-                slot = index,
-                pid,
-                reason = reason.as_str(),
-                "worker stopping (SIGTERM)"
-            ),
-            Note::NotReadyInTime(timeout) => tracing::warn!(
-                slot = index,
-                pid,
-                reason = %format!("not ready within --ready-timeout {timeout:?}"),
-                "worker replaced (SIGKILL)"
-            ),
-            Note::KilledAtDrainTimeout => tracing::warn!(
-                slot = index,
-                pid,
-                reason = "drain timeout",
-                "worker killed (SIGKILL)"
-            ),
-            Note::RestartNow => tracing::info!(
-                slot = index,
-                reason = "it had been serving: replaced at once",
-                "worker restarting"
-            ),
-            Note::RestartIn(delay) => tracing::info!(
-                slot = index,
-                delay_ms = delay.as_millis() as u64,
-                reason = "exited before it was ready or right after: boot-crash backoff",
-                "restart scheduled"
-            ),
-            Note::Restarting => tracing::info!(
-                slot = index,
-                restart = slot.life.restarts,
-                "worker restarting"
-            ),
-            Note::BreakerOpen { crashes, cooldown } => tracing::error!(
-                slot = index,
-                crashes,
-                cooldown_s = cooldown.as_secs_f64(),
-                "circuit breaker open: the worker keeps crashing at start; next try after the cool-down"
-            ),
-            Note::HalfOpen { every, min_workers } => tracing::error!(
-                slot = index,
-                every_s = every.as_secs_f64(),
-                min_workers,
-                "fleet degraded: the worker keeps crashing at start, but the breaker stays half-open \
-                 (--min-workers): retrying at the maximum backoff"
-            ),
-            Note::Held => tracing::info!(
-                slot = index,
-                "last socket of its group kept open: connections queue for the replacement"
-            ),
-            Note::Retired => tracing::info!(slot = index, pid, "slot retired"),
-            Note::Adopted => tracing::info!(
-                slot = index,
-                pid,
-                listen_to_adopted_us = slot.worker.as_ref().and_then(|w| w.adopt_latency_us),
-                "worker's listening socket adopted"
-            ),
-            Note::StandbyFailed => {
-                tracing::warn!(slot = index, pid, "replacement failed: not restarted")
-            }
-        }
+impl<E> Outcome<E> {
+    /// The first spawn failure of the batch, if any.
+    pub fn spawn_failure(self) -> Option<E> {
+        self.spawn_failures.into_iter().next().map(|(_, e)| e)
     }
 }
 
-/// Cheap jitter from the clock's nanoseconds: enough to spread restarts of slots that crashed
-/// together, no RNG dependency needed.
-pub(super) fn jitter() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| f64::from(d.subsec_nanos() % 1000) / 1000.0)
-        .unwrap_or(0.5)
+/// Feeds several inputs (one, a roll's flip, a scale-down, the shutdown) and runs all their
+/// effects together: one publish covers every change, before any signal or close. A spawn's
+/// answer is a batch of its own, run before this one's later effects.
+pub(super) fn run<W: World>(world: &mut W, inputs: Vec<(u32, Input)>) -> Outcome<W::SpawnError> {
+    let mut outcome = Outcome {
+        spawn_failures: Vec::new(),
+    };
+    run_into(world, inputs, &mut outcome);
+    outcome
+}
+
+fn run_into<W: World>(
+    world: &mut W,
+    inputs: Vec<(u32, Input)>,
+    outcome: &mut Outcome<W::SpawnError>,
+) {
+    let now = world.now();
+    let settings = world.settings().clone();
+    let mut effects = Vec::new();
+    for (index, input) in inputs {
+        let fleet = Fleet::of(index, world.lives(), now, world.random(), world.stopping());
+        if world.life_mut(index).is_none() {
+            continue;
+        }
+        if matches!(input, Input::Exited { .. } | Input::Superseded) {
+            world.exited(index);
+        }
+        let life = world.life_mut(index).expect("checked above");
+        let out = lifecycle::step(life, input, &fleet, &settings);
+        effects.extend(out.into_iter().map(|effect| (index, effect)));
+    }
+    lifecycle::schedule(&mut effects);
+    let mut published = false;
+    let mut became_ready = Vec::new();
+    let mut stopping = Vec::new();
+    for (index, effect) in effects {
+        match effect {
+            Effect::Note(note) => {
+                match note {
+                    Note::Ready(_) => became_ready.push(index),
+                    Note::Stopping(_) => stopping.push(index),
+                    _ => {}
+                }
+                world.note(index, note);
+            }
+            Effect::Install => world.install(index),
+            Effect::Publish if published => {}
+            Effect::Publish => {
+                world.publish();
+                published = true;
+            }
+            Effect::Signal(sig) => world.signal(index, sig),
+            Effect::CloseSockets => world.close_sockets(index),
+            Effect::CloseReplaced => world.close_replaced(index),
+            Effect::Remove => world.forget(index),
+            Effect::Spawn => {
+                let answer = match world.spawn(index) {
+                    Ok(id) => Input::Spawned { id },
+                    Err(e) => {
+                        outcome.spawn_failures.push((index, e));
+                        Input::SpawnFailed {
+                            socket_open: world.socket_open(index),
+                        }
+                    }
+                };
+                run_into(world, vec![(index, answer)], outcome);
+            }
+            Effect::Arm(timer, delay, epoch) => world.arm(index, timer, delay, epoch),
+        }
+    }
+    world.settled(became_ready, stopping);
 }

@@ -41,13 +41,6 @@ impl Supervisor {
                 );
             }
         };
-        for group in &mut self.groups {
-            if let Some(bpf) = &mut group.bpf
-                && let Err(e) = bpf.insert(index, &socket)
-            {
-                tracing::error!(group = %group.name, "{e}");
-            }
-        }
         let id = self.next_worker_id;
         self.next_worker_id += 1;
         let events = self.events.clone();
@@ -61,7 +54,8 @@ impl Supervisor {
         let selected_base = self.slot_stats(index).selected;
         let mut slot = Slot::new(index, Life::member(self.cfg.restart));
         slot.member_of = Some(root);
-        slot.sockets = vec![socket];
+        // The lifecycle's `Adopted` installs it (into the maps, then as the slot's socket).
+        slot.adopting = vec![Some(socket)];
         slot.last_pid = pid;
         slot.worker = Some(Worker {
             pid,
@@ -74,7 +68,6 @@ impl Supervisor {
             notify: None,
             health: Default::default(),
             cgroup: None,
-            adopted: true,
             said_ready: false,
             adopt_latency_us: latency_us,
             selected_base,
@@ -141,13 +134,13 @@ impl Supervisor {
     /// The process holding the root slot's socket exited while the worker lives: the slot gives
     /// the socket up and waits for the tree's next listener.
     pub(super) fn on_holder_exit(&mut self, index: u32, id: u64) {
-        let Some(worker) = self.slots.get_mut(&index).and_then(|s| s.worker.as_mut()) else {
+        let Some(slot) = self.slots.get_mut(&index) else {
             return;
         };
-        if worker.id != id || !worker.adopted {
+        let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
+        let Some(worker) = slot.worker.as_mut().filter(|w| w.id == id && adopted) else {
             return;
-        }
-        worker.adopted = false;
+        };
         worker.said_ready = false;
         tracing::info!(
             slot = index,

@@ -4,7 +4,8 @@
 //! Everything runs on one current-thread tokio runtime; all state lives in [`Supervisor`] and is
 //! changed only by its event loop, one [`Event`] at a time. Tasks (child waiters, notify readers,
 //! timers, the control server) only send events. A slot's state changes only through the
-//! lifecycle machine ([`lifecycle`]), whose effects the [`executor`] runs.
+//! lifecycle machine ([`lifecycle`]), whose effects the [`executor`] runs on the supervisor
+//! (`world`).
 mod adopt;
 mod cgroups;
 pub mod continuity;
@@ -27,6 +28,7 @@ mod steering;
 mod systemd;
 mod tasks;
 mod workers;
+mod world;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -137,9 +139,6 @@ pub struct Supervisor {
     roll: Option<roll::Roll>,
     /// Pace of queue sampling (see `health::Pacer`).
     pacer: health::Pacer,
-    /// The first spawn error since a caller that starts a worker cleared it (it checks it
-    /// right after: `open_slot`, the roll).
-    spawn_failure: Option<anyhow::Error>,
     /// Inodes of foreign listeners already logged.
     foreign_seen: BTreeSet<u64>,
     /// The instance's cgroup (workers each get one under it), where the host allows.
@@ -278,7 +277,6 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
         last_ready: Vec::new(),
         roll: None,
         pacer: health::Pacer::new(cfg.health.sample_interval),
-        spawn_failure: None,
         foreign_seen: BTreeSet::new(),
         cgroups,
         dead_cgroups: prior.map_or_else(Vec::new, |h| {

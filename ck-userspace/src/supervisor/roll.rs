@@ -108,16 +108,16 @@ impl Supervisor {
                 self.abort_roll(old, "found no free slot for its replacement".into());
                 return;
             };
-            let mut life = Life::new(self.cfg.restart, true);
-            life.drained = self.slots.get(&old).is_some_and(|s| s.life.drained);
+            let life = Life {
+                drained: self.slots.get(&old).is_some_and(|s| s.life.drained),
+                ..Life::new(self.cfg.restart, true)
+            };
             self.slots.insert(new, Slot::new(new, life));
             if let Some(roll) = self.roll.as_mut() {
                 roll.batch.push((old, new));
             }
             tracing::info!(old_slot = old, slot = new, "starting replacement");
-            self.spawn_failure = None;
-            self.apply(new, Input::Start);
-            if let Some(e) = self.spawn_failure.take() {
+            if let Some(e) = self.apply(new, Input::Start).spawn_failure() {
                 self.abort_roll(new, format!("could not start: {e:#}"));
                 return;
             }

@@ -26,9 +26,7 @@ impl Supervisor {
         let index = self.free_slot().ok_or("no free slot left")?;
         let life = Life::new(self.cfg.restart, false);
         self.slots.insert(index, Slot::new(index, life));
-        self.spawn_failure = None;
-        self.apply(index, Input::Start);
-        match self.spawn_failure.take() {
+        match self.apply(index, Input::Start).spawn_failure() {
             Some(e) => Err(format!("could not start a worker: {e:#}")),
             None => Ok(index),
         }

@@ -31,8 +31,6 @@ pub struct Worker {
     pub health: Health,
     /// Its cgroup (None where the host has no usable cgroup2).
     pub cgroup: Option<crate::os::cgroup::WorkerCgroup>,
-    /// `--adopt`: its listening sockets are the slot's.
-    pub adopted: bool,
     /// `--adopt`: it said READY=1 before its sockets were adopted.
     pub said_ready: bool,
     /// `--adopt`: time from its `listen()` to the adoption of its (last) socket.
@@ -70,7 +68,8 @@ pub struct Slot {
     pub life: Life,
     /// One socket per group, in group order; empty while closed.
     pub sockets: Vec<Socket>,
-    /// `--adopt`: the worker's sockets adopted so far, by group, until every group has one.
+    /// `--adopt`: the worker's sockets adopted so far, by group, until every group has one and
+    /// the machine's `Install` (after `Adopted`) makes them the slot's `sockets`.
     pub adopting: Vec<Option<Socket>>,
     /// Sockets an adoption replaced, closed by the machine's `CloseReplaced` after the publish.
     pub replaced: Vec<Socket>,

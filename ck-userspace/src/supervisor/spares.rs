@@ -17,6 +17,29 @@ const FIRST_DELAY: Duration = Duration::from_millis(100);
 /// Longest such delay.
 const MAX_DELAY: Duration = Duration::from_secs(10);
 
+/// The batch in which the first ready spare of `spares` takes the place of `dead`, whose worker
+/// died unasked: the spare flipped in (drained if the dead slot was), the dead slot superseded.
+/// None when the dead slot was not serving or was stopping anyway, or no spare is ready.
+pub(super) fn succession<'a>(
+    dead: (u32, &Life),
+    mut spares: impl Iterator<Item = (u32, &'a Life)>,
+) -> Option<[(u32, Input); 2]> {
+    let (index, dead) = dead;
+    if !dead.serving() || matches!(dead.state, State::Stopping(..)) {
+        return None;
+    }
+    let (spare, _) = spares.find(|(_, life)| matches!(life.state, State::Ready(_)))?;
+    Some([
+        (
+            spare,
+            Input::TakeOver {
+                drained: dead.drained,
+            },
+        ),
+        (index, Input::Superseded),
+    ])
+}
+
 impl Supervisor {
     fn spare_count(&self) -> u32 {
         self.slots.values().filter(|s| s.spare).count() as u32
@@ -38,9 +61,7 @@ impl Supervisor {
             slot.spare = true;
             self.slots.insert(index, slot);
             tracing::info!(slot = index, "starting a spare");
-            self.spawn_failure = None;
-            self.apply(index, Input::Start);
-            if self.spawn_failure.take().is_some() {
+            if self.apply(index, Input::Start).spawn_failure().is_some() {
                 return self.spare_failed();
             }
         }
@@ -77,28 +98,24 @@ impl Supervisor {
         let Some(dead) = self.slots.get(&index) else {
             return false;
         };
-        if !dead.life.serving() || matches!(dead.life.state, State::Stopping(..)) {
-            return false;
-        }
-        let drained = dead.life.drained;
-        let Some(spare) = self
+        let spares = self
             .slots
             .values()
-            .find(|s| s.spare && matches!(s.life.state, State::Ready(_)))
-            .map(|s| s.index)
-        else {
+            .filter(|s| s.spare)
+            .map(|s| (s.index, &s.life));
+        let Some(batch) = succession((index, &dead.life), spares) else {
             return false;
         };
+        let spare = batch[0].0;
         if let Some(slot) = self.slots.get_mut(&spare) {
             slot.spare = false;
-            slot.life.drained = drained;
         }
         tracing::info!(
             slot = spare,
             replaced = index,
             "a spare takes the place of the dead worker"
         );
-        self.apply_all(vec![(spare, Input::FlipIn), (index, Input::Superseded)]);
+        self.apply_all(batch.into());
         // A new spare boots from the event loop, after the other exits already queued (a
         // second dead worker gets the second spare first).
         let _ = self.events.send(Event::SpareDue);

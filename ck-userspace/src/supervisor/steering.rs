@@ -16,7 +16,7 @@ use std::{
 use anyhow::Context as _;
 use tokio::{net::TcpSocket, sync::oneshot};
 
-use super::{Event, Supervisor, scale::CANARY_SLOT};
+use super::{Event, Supervisor, lifecycle::Input, scale::CANARY_SLOT};
 use crate::{
     bpf::{BpfGroup, pins},
     os::probe,
@@ -143,7 +143,9 @@ impl Supervisor {
             group.bpf = Some(bpf);
             group.pinned_stats = None;
         }
-        self.publish();
+        // Fresh (or resumed) maps: every record and the active set written again.
+        let republish = self.slots.keys().map(|i| (*i, Input::Republish)).collect();
+        self.apply_all(republish);
         for (position, group) in self.groups.iter_mut().enumerate() {
             let Some(bpf) = group.bpf.as_mut() else {
                 continue;

@@ -137,7 +137,7 @@ impl Supervisor {
         );
         slot.last_pid = pid;
         let selected_base = self.slot_stats(index).selected;
-        let requests_limit = self.requests_limit(super::executor::jitter());
+        let requests_limit = self.requests_limit(super::world::jitter());
         let slot = self.slots.get_mut(&index).context("no such slot")?;
         slot.worker = Some(Worker {
             id: worker_id,
@@ -150,7 +150,6 @@ impl Supervisor {
             notify: Some(notify_socket),
             health: Default::default(),
             cgroup,
-            adopted: false,
             said_ready: false,
             adopt_latency_us: None,
             selected_base,
@@ -174,11 +173,8 @@ impl Supervisor {
             return;
         };
         // --adopt: not before its socket is adopted; adoption asks again.
-        if let Some(worker) = slot
-            .worker
-            .as_mut()
-            .filter(|w| self.cfg.adopt && !w.adopted)
-        {
+        let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
+        if let Some(worker) = slot.worker.as_mut().filter(|_| self.cfg.adopt && !adopted) {
             worker.said_ready = true;
             return;
         }
@@ -203,7 +199,9 @@ impl Supervisor {
             worker.spoke_notify = true;
             match msg {
                 NotifyMsg::Ready => self.mark_ready(index, "READY=1".into()),
-                NotifyMsg::Stopping => self.apply(index, Input::WorkerDraining),
+                NotifyMsg::Stopping => {
+                    self.apply(index, Input::WorkerDraining);
+                }
                 NotifyMsg::Status(text) => worker.status = Some(text),
                 NotifyMsg::Watchdog => self.on_watchdog(index),
                 NotifyMsg::Other => {}
@@ -213,7 +211,8 @@ impl Supervisor {
 
     pub(super) fn on_timer(&mut self, index: u32, epoch: u64, timer: Timer) {
         if timer != Timer::ReadyGrace {
-            return self.apply(index, Input::Timer(timer, epoch));
+            self.apply(index, Input::Timer(timer, epoch));
+            return;
         }
         let grace = self.cfg.ready_grace;
         let silent_starter = self.slots.get(&index).is_some_and(|s| {

@@ -182,7 +182,6 @@ impl Supervisor {
             notify,
             health: w.health,
             cgroup,
-            adopted: false,
             said_ready: false,
             adopt_latency_us: None,
             selected_base: w.selected_base,

@@ -156,12 +156,15 @@ impl Supervisor {
                     kept.push(index);
                 }
                 None => {
-                    let mut slot = Slot::new(index, Life::new(self.cfg.restart, saved.spare));
+                    let life = Life {
+                        generation: saved.life.generation,
+                        restarts: saved.life.restarts,
+                        ..Life::new(self.cfg.restart, saved.spare)
+                    };
+                    let mut slot = Slot::new(index, life);
                     slot.spare = saved.spare;
                     slot.last_pid = saved.last_pid;
                     slot.last_exit = Some("gone while ck was down".into());
-                    slot.life.generation = saved.life.generation;
-                    slot.life.restarts = saved.life.restarts;
                     self.slots.insert(index, slot);
                     renew.push(index);
                 }

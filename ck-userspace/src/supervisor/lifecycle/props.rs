@@ -1,10 +1,12 @@
 //! Property test: random input sequences over a small fleet, driven the way the supervisor
-//! drives the machine (the executor's fixed effect order, scale-down in [`retire_order`], rolls
-//! that flip a ready standby in and the old slot out in one batch), with a model of the OS
-//! (open sockets, live workers, armed timers). After every step the invariants of
+//! drives the machine (scale-down in [`retire_order`], rolls that flip a ready standby in and
+//! the old slot out in one batch, spares that take a dead worker's place, `--adopt`'s adoptions
+//! and further listeners) through the supervisor's own executor ([`executor::run`]), acting on
+//! a model of the OS (open, adopted and replaced sockets, live workers, armed timers, the
+//! published active set) that implements its [`World`]. After every step the invariants of
 //! ARCHITECTURE.md are checked.
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
@@ -13,6 +15,12 @@ use proptest::test_runner::{Config, RngSeed};
 
 use super::*;
 use crate::settings::restart_policy::RestartPolicy;
+use crate::supervisor::{
+    executor::{self, Outcome},
+    spares::succession,
+};
+
+mod os;
 
 /// Random things that happen to the fleet.
 #[derive(Clone, Debug)]
@@ -43,10 +51,15 @@ enum Op {
     Wait(u64),
     /// Shutdown.
     Shutdown,
-    /// `--adopt`: the n-th slot's worker listens and its socket is adopted.
-    Adopt(usize),
+    /// `--adopt`: a process of the n-th live worker's tree listens: adopted as the slot's
+    /// socket, or, once the slot has one, steered as a member slot of its own.
+    Listen(usize),
     /// `--adopt`: the child holding the n-th slot's adopted socket exits.
     Unadopt(usize),
+    /// `--spares`: the supervisor boots spares again.
+    SpareDue,
+    /// The BPF program loaded (`adopt_bpf`): every slot re-published on the fresh maps.
+    Loaded,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -64,12 +77,14 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(Op::FailSpawn),
         2 => (0..3000u64).prop_map(Op::Wait),
         1 => Just(Op::Shutdown),
-        3 => (0..6usize).prop_map(Op::Adopt),
+        3 => (0..6usize).prop_map(Op::Listen),
         1 => (0..6usize).prop_map(Op::Unadopt),
+        1 => Just(Op::SpareDue),
+        1 => Just(Op::Loaded),
     ]
 }
 
-/// The fleet, its executor and the OS as the machine's effects leave them.
+/// The fleet, the supervisor's decisions and the OS as the machine's effects leave them.
 struct Model {
     settings: Settings,
     lives: BTreeMap<u32, Life>,
@@ -86,15 +101,22 @@ struct Model {
     /// The next spawn fails (`Some(true)`: while opening the sockets).
     fail_next_spawn: Option<bool>,
     stopping: bool,
+    /// Slots whose worker's sockets ck copied and has not installed yet (`--adopt`).
+    os_adopting: BTreeSet<u32>,
     /// Slots whose adoption replaced an open socket, until it is closed.
-    os_replaced: BTreeMap<u32, bool>,
+    os_replaced: BTreeSet<u32>,
+    /// `--spares`, and the slots that are spares.
+    spares: u32,
+    spare_slots: BTreeSet<u32>,
+    /// Member slots (`--adopt`: further listeners) and their roots.
+    members: BTreeMap<u32, u32>,
     /// A serving slot had open sockets at some point (in adopt mode, ck holds the group from
     /// the first adoption on).
     opened_once: bool,
 }
 
 impl Model {
-    fn new(workers: u32, min_workers: u32, adopt: bool) -> Model {
+    fn new(workers: u32, min_workers: u32, adopt: bool, spares: u32) -> Model {
         let mut m = Model {
             settings: Settings {
                 ready_on_spawn: false,
@@ -118,19 +140,94 @@ impl Model {
             next_id: 1,
             fail_next_spawn: None,
             stopping: false,
-            os_replaced: BTreeMap::new(),
+            os_adopting: BTreeSet::new(),
+            os_replaced: BTreeSet::new(),
+            spares,
+            spare_slots: BTreeSet::new(),
+            members: BTreeMap::new(),
             opened_once: false,
         };
         for index in 0..workers {
             m.open_slot(index, false);
         }
+        m.replenish_spares();
         m
     }
 
-    fn open_slot(&mut self, index: u32, standby: bool) {
+    fn open_slot(&mut self, index: u32, standby: bool) -> Outcome<()> {
         self.lives
             .insert(index, Life::new(self.settings.restart, standby));
-        self.apply(vec![(index, Input::Start)]);
+        self.apply(vec![(index, Input::Start)])
+    }
+
+    /// Boots spares until there are `spares` (not while stopping or rolling), as
+    /// `replenish_spares` does; stops at a spawn failure.
+    fn replenish_spares(&mut self) {
+        if self.stopping || !self.roll.is_empty() {
+            return;
+        }
+        while (self.spare_slots.len() as u32) < self.spares {
+            let index = self.free_index();
+            self.spare_slots.insert(index);
+            if self.open_slot(index, true).spawn_failure().is_some() {
+                return;
+            }
+        }
+    }
+
+    /// A worker's process exits: a ready spare takes a dead serving worker's place, as in
+    /// `on_exit`; otherwise the slot steps its exit.
+    fn exit(&mut self, index: u32, outside: bool) {
+        if !self.stopping && self.spares > 0 {
+            let spares = self.spare_slots.iter().map(|i| (*i, &self.lives[i]));
+            if let Some(batch) = succession((index, &self.lives[&index]), spares) {
+                let (spare, drained) = (batch[0].0, self.lives[&index].drained);
+                self.spare_slots.remove(&spare);
+                self.apply(batch.into());
+                let life = &self.lives[&spare];
+                assert!(
+                    life.serving() && life.drained == drained,
+                    "spare {spare} took slot {index}'s place: {life:?}"
+                );
+                assert!(!self.lives.contains_key(&index), "slot {index} stayed");
+                return;
+            }
+        }
+        self.apply(vec![(index, Input::Exited { outside })]);
+    }
+
+    /// A process of root slot `index`'s tree listens (`on_listened`): the slot's socket while
+    /// it has none adopted, else a member slot of its own.
+    fn listen(&mut self, index: u32) {
+        let adopted = self.lives[&index].state.run().is_some_and(|r| r.adopted);
+        if !adopted {
+            self.os_adopting.insert(index);
+            self.apply(vec![(index, Input::Adopted)]);
+            assert!(
+                !self.os_adopting.contains(&index),
+                "slot {index}: adopted sockets not installed"
+            );
+            assert!(
+                self.os_replaced.is_empty(),
+                "a replaced socket was not closed"
+            );
+            return;
+        }
+        let member = self.free_index();
+        let id = self.next_id;
+        self.next_id += 1;
+        self.lives
+            .insert(member, Life::member(self.settings.restart));
+        self.members.insert(member, index);
+        self.os_worker.insert(member, id);
+        self.os_adopting.insert(member);
+        self.apply(vec![(member, Input::Spawned { id })]);
+        self.apply(vec![(member, Input::Adopted)]);
+        let ready = Input::Ready {
+            why: "a listener of the tree".into(),
+            healthy: true,
+        };
+        self.apply(vec![(member, ready)]);
     }
 
     fn free_index(&self) -> u32 {
@@ -144,103 +241,9 @@ impl Model {
         (ready, live)
     }
 
-    /// The executor: steps every input, then runs all effects in their fixed order.
-    fn apply(&mut self, inputs: Vec<(u32, Input)>) {
-        let mut effects = Vec::new();
-        for (index, input) in inputs {
-            let fleet = Fleet::of(
-                index,
-                self.lives.iter().map(|(i, l)| (*i, l)),
-                self.now,
-                0.5,
-                self.stopping,
-            );
-            let Some(life) = self.lives.get_mut(&index) else {
-                continue;
-            };
-            if matches!(input, Input::Exited { .. }) {
-                self.os_worker.remove(&index);
-            }
-            effects.extend(
-                step(life, input, &fleet, &self.settings)
-                    .into_iter()
-                    .map(|e| (index, e)),
-            );
-        }
-        schedule(&mut effects);
-        let mut published = false;
-        for (index, effect) in effects {
-            match effect {
-                Effect::Note(_) => {}
-                Effect::Publish if published => {}
-                Effect::Publish => {
-                    published = true;
-                    self.published =
-                        active_set(self.lives.iter().map(|(i, l)| (*i, l)), self.stopping);
-                }
-                Effect::Signal(_) => {
-                    assert!(
-                        self.os_worker.contains_key(&index),
-                        "signal to slot {index} without a worker"
-                    );
-                    assert!(
-                        !self.listed(index).0,
-                        "slot {index} signalled while in the ready list"
-                    );
-                }
-                Effect::CloseReplaced => {
-                    assert_eq!(
-                        self.os_replaced.remove(&index),
-                        Some(true),
-                        "slot {index}: nothing replaced"
-                    );
-                }
-                Effect::CloseSockets => {
-                    assert!(
-                        !self.listed(index).1,
-                        "slot {index} closed while in the active set"
-                    );
-                    assert_eq!(
-                        self.os_open.insert(index, false),
-                        Some(true),
-                        "closing closed slot {index}"
-                    );
-                }
-                Effect::Remove => {
-                    assert!(!self.listed(index).1, "slot {index} removed while listed");
-                    assert!(
-                        !self.os_worker.contains_key(&index),
-                        "slot {index} removed with a worker"
-                    );
-                    self.lives.remove(&index);
-                    self.os_open.remove(&index);
-                    self.roll
-                        .retain(|(old, new)| *old != index && *new != index);
-                }
-                Effect::Spawn => {
-                    let life = &self.lives[&index];
-                    assert!(
-                        life.serving() || life.standby,
-                        "spawn on retiring slot {index}"
-                    );
-                    let was_open = self.os_open.get(&index) == Some(&true);
-                    if let Some(at_open) = self.fail_next_spawn.take() {
-                        let socket_open = was_open || !at_open;
-                        self.os_open.insert(index, socket_open);
-                        self.apply(vec![(index, Input::SpawnFailed { socket_open })]);
-                    } else {
-                        if !self.settings.adopt {
-                            self.os_open.insert(index, true);
-                        }
-                        let id = self.next_id;
-                        self.next_id += 1;
-                        self.os_worker.insert(index, id);
-                        self.apply(vec![(index, Input::Spawned { id })]);
-                    }
-                }
-                Effect::Arm(timer, _, epoch) => self.timers.push((index, timer, epoch)),
-            }
-        }
+    /// Runs a batch through the executor (the supervisor's own, on this model of the OS).
+    fn apply(&mut self, inputs: Vec<(u32, Input)>) -> Outcome<()> {
+        executor::run(self, inputs)
     }
 
     fn nth_slot(&self, n: usize) -> Option<u32> {
@@ -253,8 +256,7 @@ impl Model {
             Op::Exit(n, outside) => {
                 let live: Vec<u32> = self.os_worker.keys().copied().collect();
                 if !live.is_empty() {
-                    let index = live[n % live.len()];
-                    self.apply(vec![(index, Input::Exited { outside })]);
+                    self.exit(live[n % live.len()], outside);
                 }
             }
             Op::Ready(n, healthy) => self.on_nth(
@@ -311,6 +313,15 @@ impl Model {
                     .map(|(i, _)| *i)
                     .collect();
                 if !olds.is_empty() {
+                    if self.roll.is_empty() {
+                        // Spares run the old app: they go when a roll starts.
+                        let spares = self
+                            .spare_slots
+                            .iter()
+                            .map(|i| (*i, Input::Retire("replaced by the roll".into())))
+                            .collect();
+                        self.apply(spares);
+                    }
                     let new = self.free_index();
                     self.roll.push((olds[n % olds.len()], new));
                     self.open_slot(new, true);
@@ -331,6 +342,7 @@ impl Model {
                     self.roll.retain(|pair| *pair != (old, new));
                 }
                 self.apply(batch);
+                self.replenish_spares();
             }
             Op::Abort => {
                 let batch = self
@@ -339,27 +351,33 @@ impl Model {
                     .map(|(_, new)| (new, Input::Retire("aborted".into())))
                     .collect();
                 self.apply(batch);
+                self.replenish_spares();
             }
             Op::FailSpawn(at_open) => self.fail_next_spawn = Some(at_open),
-            Op::Adopt(n) if self.settings.adopt => {
-                let live: Vec<u32> = self.os_worker.keys().copied().collect();
-                if !live.is_empty() {
-                    let index = live[n % live.len()];
-                    let had = self.os_open.insert(index, true) == Some(true);
-                    self.os_replaced.insert(index, had);
-                    self.apply(vec![(index, Input::Adopted)]);
-                    if !had {
-                        self.os_replaced.remove(&index);
-                    }
-                    assert!(
-                        self.os_replaced.is_empty(),
-                        "a replaced socket was not closed"
-                    );
+            Op::Listen(n) if self.settings.adopt => {
+                let roots: Vec<u32> = self
+                    .os_worker
+                    .keys()
+                    .copied()
+                    .filter(|i| !self.members.contains_key(i))
+                    .collect();
+                if !roots.is_empty() {
+                    self.listen(roots[n % roots.len()]);
                 }
             }
-            Op::Adopt(_) => {}
-            Op::Unadopt(n) if self.settings.adopt => self.on_nth(n, Input::Unadopted),
+            Op::Listen(_) => {}
+            Op::Unadopt(n) if self.settings.adopt => {
+                // Only a root slot's socket has a holder ck watches.
+                if let Some(index) = self.nth_slot(n).filter(|i| !self.members.contains_key(i)) {
+                    self.apply(vec![(index, Input::Unadopted)]);
+                }
+            }
             Op::Unadopt(_) => {}
+            Op::SpareDue => self.replenish_spares(),
+            Op::Loaded => {
+                let all = self.lives.keys().map(|i| (*i, Input::Republish)).collect();
+                self.apply(all);
+            }
             Op::Wait(ms) => self.now += Duration::from_millis(ms),
             Op::Shutdown => {
                 self.stopping = true;
@@ -452,9 +470,10 @@ proptest! {
         workers in 1..4u32,
         min_workers in 0..3u32,
         adopt in any::<bool>(),
+        spares in prop::sample::select(vec![0u32, 0, 1, 2]),
         ops in prop::collection::vec(op(), 1..60),
     ) {
-        let mut model = Model::new(workers, min_workers, adopt);
+        let mut model = Model::new(workers, min_workers, adopt, spares);
         model.check();
         for op in ops {
             model.run(op);

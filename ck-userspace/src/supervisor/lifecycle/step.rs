@@ -42,9 +42,9 @@ pub enum Input {
         /// The worker's id.
         id: u64,
     },
-    /// `--adopt`: the worker's own listening sockets (every group's) are now the slot's; any
-    /// the slot held before (a dead worker's) are closed after the publish, so what was queued
-    /// on them migrates.
+    /// `--adopt`: the supervisor holds a copy of the worker's own listening socket of every
+    /// group: they become the slot's ([`Effect::Install`]); any the slot held before (a dead
+    /// worker's) are closed after the publish, so what was queued on them migrates.
     Adopted,
     /// `--adopt`: the process holding the slot's adopted socket (a child of the worker, not the
     /// worker) exited: the slot gives the socket up and waits for the tree's next listener.
@@ -83,6 +83,15 @@ pub enum Input {
     Drain(bool),
     /// A roll flips this standby replacement in.
     FlipIn,
+    /// `--spares`: this ready spare takes the place of a dead worker's slot (which gets
+    /// [`Input::Superseded`] in the same batch): flipped in, drained if that slot was.
+    TakeOver {
+        /// The dead worker's slot was drained (`ck drain` holds through the take-over).
+        drained: bool,
+    },
+    /// The maps were replaced (the BPF program was loaded, or loaded again on pinned maps):
+    /// write the active set and every record again.
+    Republish,
     /// Leave for good (scale down, replaced by a roll, aborted replacement).
     Retire(String),
     /// ck is shutting down.
@@ -154,6 +163,10 @@ pub enum Note {
 pub enum Effect {
     /// Write a log line.
     Note(Note),
+    /// `--adopt`: make the worker's adopted sockets the slot's: into every group's `sockets`
+    /// map at the slot's index (attaching the program through one that founds its group);
+    /// the sockets they replace are kept until [`Effect::CloseReplaced`].
+    Install,
     /// Write the active set and every slot record to every group's maps.
     Publish,
     /// Signal the slot's worker.
@@ -172,18 +185,20 @@ pub enum Effect {
 }
 
 impl Effect {
-    /// The fixed order of effects: publish the maps, then signal, then close sockets, then
-    /// forget, then spawn, then arm timers. Out of the maps before anything is signalled or
-    /// closed holds by this order, not by call sites.
+    /// The fixed order of effects: install adopted sockets, publish the maps, then signal,
+    /// then close sockets, then forget, then spawn, then arm timers. In the `sockets` map
+    /// before listed, and out of the maps before anything is signalled or closed, hold by this
+    /// order, not by call sites.
     pub fn rank(&self) -> u8 {
         match self {
             Effect::Note(_) => 0,
-            Effect::Publish => 1,
-            Effect::Signal(_) => 2,
-            Effect::CloseSockets | Effect::CloseReplaced => 3,
-            Effect::Remove => 4,
-            Effect::Spawn => 5,
-            Effect::Arm(..) => 6,
+            Effect::Install => 1,
+            Effect::Publish => 2,
+            Effect::Signal(_) => 3,
+            Effect::CloseSockets | Effect::CloseReplaced => 4,
+            Effect::Remove => 5,
+            Effect::Spawn => 6,
+            Effect::Arm(..) => 7,
         }
     }
 }
@@ -276,7 +291,7 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
                 ..state.run().expect("guarded")
             });
             let replaced = std::mem::replace(&mut life.socket_open, true);
-            out.extend([Effect::Note(Note::Adopted), Publish]);
+            out.extend([Effect::Note(Note::Adopted), Effect::Install, Publish]);
             if replaced {
                 out.push(Effect::CloseReplaced);
             }
@@ -340,10 +355,14 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
             };
             out.extend([Effect::Note(note), Publish]);
         }
-        (_, Input::FlipIn) if life.standby => {
+        (_, input @ (Input::FlipIn | Input::TakeOver { .. })) if life.standby => {
             life.standby = false;
+            if let Input::TakeOver { drained } = input {
+                life.drained = drained;
+            }
             out.extend([Effect::Note(Note::FlippedIn), Publish]);
         }
+        (_, Input::Republish) => out.push(Publish),
         (State::Stopping(run, _), Input::Retire(_)) => {
             life.state = State::Stopping(run, After::Retire);
         }

@@ -383,7 +383,7 @@ fn with_adopt_a_worker_is_ready_only_once_adopted_and_a_held_socket_is_replaced(
     let effects = ranks(&step(&mut life, Input::Adopted, &fleet(t0, 0), &s));
     assert_eq!(
         effects,
-        vec![Effect::Publish],
+        vec![Effect::Install, Effect::Publish],
         "nothing to replace: {effects:?}"
     );
     step(&mut life, ready(), &fleet(t0, 0), &s);
@@ -403,7 +403,10 @@ fn with_adopt_a_worker_is_ready_only_once_adopted_and_a_held_socket_is_replaced(
         "the held socket stays until the new one is adopted"
     );
     let effects = ranks(&step(&mut life, Input::Adopted, &fleet(t0, 0), &s));
-    assert_eq!(effects, vec![Effect::Publish, Effect::CloseReplaced]);
+    assert_eq!(
+        effects,
+        vec![Effect::Install, Effect::Publish, Effect::CloseReplaced]
+    );
 }
 
 #[test]
@@ -467,4 +470,57 @@ fn a_superseded_slot_leaves_instead_of_restarting() {
         vec![Effect::Publish, Effect::CloseSockets, Effect::Remove]
     );
     assert_eq!(life.restarts, 0);
+}
+
+#[test]
+fn a_spare_taking_over_is_flipped_in_with_the_dead_slots_drain() {
+    let t0 = Instant::now();
+    let s = settings();
+    let mut spare = Life::new(P, true);
+    step(&mut spare, Input::Start, &fleet(t0, 1), &s);
+    step(&mut spare, Input::Spawned { id: 4 }, &fleet(t0, 1), &s);
+    let ready = Input::Ready {
+        why: "READY=1".into(),
+        healthy: true,
+    };
+    step(&mut spare, ready, &fleet(t0, 1), &s);
+    assert!(!spare.selectable(), "a spare is never selected");
+    let mut drained = spare.clone();
+    let effects = ranks(&step(
+        &mut spare,
+        Input::TakeOver { drained: false },
+        &fleet(t0, 1),
+        &s,
+    ));
+    assert_eq!(effects, vec![Effect::Publish]);
+    assert!(spare.selectable() && spare.serving());
+    step(
+        &mut drained,
+        Input::TakeOver { drained: true },
+        &fleet(t0, 1),
+        &s,
+    );
+    assert!(drained.drained && !drained.standby && !drained.selectable());
+    assert_eq!(
+        step(
+            &mut spare,
+            Input::TakeOver { drained: true },
+            &fleet(t0, 1),
+            &s
+        ),
+        vec![],
+        "only a standby takes over"
+    );
+}
+
+#[test]
+fn republish_publishes_in_any_state_and_changes_nothing() {
+    let t0 = Instant::now();
+    let s = settings();
+    for mut life in [Life::new(P, false), ready_slot(t0, 1)] {
+        let before = life.clone();
+        let effects = step(&mut life, Input::Republish, &fleet(t0, 1), &s);
+        assert_eq!(effects, vec![Effect::Publish]);
+        assert_eq!(format!("{life:?}"), format!("{before:?}"));
+    }
 }

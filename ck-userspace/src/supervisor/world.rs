@@ -1,0 +1,305 @@
+//! The supervisor as the executor's [`World`]: the machine's effects on the real OS (the BPF
+//! maps, pidfds, sockets, cgroups, timers, log lines), and [`Supervisor::apply`] /
+//! [`Supervisor::apply_all`], through which every part of the supervisor feeds the machine.
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use socket2::Socket;
+
+use super::{
+    Event, Supervisor,
+    executor::{self, Outcome, World},
+    lifecycle::{self, Input, Note, Settings, Sig, Timer},
+};
+
+impl Supervisor {
+    /// Feeds one input to one slot; says which spawns failed.
+    pub(super) fn apply(&mut self, index: u32, input: Input) -> Outcome<anyhow::Error> {
+        self.apply_all(vec![(index, input)])
+    }
+
+    /// Feeds several inputs and runs all their effects together (see [`executor::run`]).
+    pub(super) fn apply_all(&mut self, inputs: Vec<(u32, Input)>) -> Outcome<anyhow::Error> {
+        executor::run(self, inputs)
+    }
+
+    /// Every slot's life, for the machine's views.
+    pub(super) fn lives(&self) -> impl Iterator<Item = (u32, &lifecycle::Life)> + Clone {
+        self.slots.iter().map(|(index, slot)| (*index, &slot.life))
+    }
+}
+
+impl World for Supervisor {
+    type SpawnError = anyhow::Error;
+
+    fn lives(&self) -> impl Iterator<Item = (u32, &lifecycle::Life)> + Clone {
+        Supervisor::lives(self)
+    }
+
+    fn life_mut(&mut self, index: u32) -> Option<&mut lifecycle::Life> {
+        self.slots.get_mut(&index).map(|slot| &mut slot.life)
+    }
+
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn random(&self) -> f64 {
+        jitter()
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping
+    }
+
+    fn exited(&mut self, index: u32) {
+        let Some(slot) = self.slots.get_mut(&index) else {
+            return;
+        };
+        // The process is gone: drop its handles (the notify reader stops) and copies of
+        // sockets not adopted yet (never in the maps), and kill whatever it left in its cgroup.
+        slot.adopting.clear();
+        if let Some(cgroup) = slot.worker.take().and_then(|mut w| w.cgroup.take()) {
+            self.bury_cgroup(cgroup);
+        }
+    }
+
+    fn note(&mut self, index: u32, note: Note) {
+        self.log_note(index, note);
+    }
+
+    /// Every group gets the worker's socket in the slot's place in its `sockets` map (the
+    /// program attached through it if it founds its group), then they are the slot's sockets;
+    /// those it held before wait in `replaced` for `CloseReplaced`.
+    fn install(&mut self, index: u32) {
+        let founding: Vec<bool> = (0..self.groups.len())
+            .map(|position| {
+                !self
+                    .slots
+                    .values()
+                    .any(|s| s.index != index && s.sockets.get(position).is_some())
+            })
+            .collect();
+        let Some(slot) = self.slots.get_mut(&index) else {
+            return;
+        };
+        let sockets: Vec<Socket> = slot.adopting.drain(..).flatten().collect();
+        for ((group, socket), founds) in self.groups.iter_mut().zip(&sockets).zip(founding) {
+            let Some(bpf) = &mut group.bpf else { continue };
+            if let Err(e) = bpf.insert(index, socket) {
+                tracing::error!(group = %group.name, "{e}");
+            }
+            if founds {
+                match bpf.attach(socket) {
+                    Ok(()) => {
+                        tracing::info!(group = %group.name, slot = index, "BPF program attached to the group")
+                    }
+                    Err(e) => tracing::error!(group = %group.name, "{e}"),
+                }
+            }
+        }
+        slot.replaced = std::mem::replace(&mut slot.sockets, sockets);
+    }
+
+    fn publish(&mut self) {
+        Supervisor::publish(self);
+    }
+
+    fn signal(&mut self, index: u32, sig: Sig) {
+        let Some(worker) = self.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
+            return;
+        };
+        let signal = match sig {
+            Sig::Term => Signal::SIGTERM,
+            Sig::Kill => Signal::SIGKILL,
+        };
+        // SIGKILL takes the whole tree the worker started, not only its first process.
+        if let (Sig::Kill, Some(cgroup)) = (sig, &worker.cgroup)
+            && cgroup.kill().is_ok()
+        {
+            return;
+        }
+        if let Err(e) = crate::os::pidfd::send_signal(&worker.pidfd, signal) {
+            tracing::warn!(
+                slot = index,
+                pid = worker.pid,
+                "{} failed: {e}",
+                signal.as_str()
+            );
+        }
+    }
+
+    fn close_sockets(&mut self, index: u32) {
+        if let Some(slot) = self.slots.get_mut(&index) {
+            slot.sockets.clear();
+        }
+    }
+
+    fn close_replaced(&mut self, index: u32) {
+        if let Some(slot) = self.slots.get_mut(&index) {
+            slot.replaced.clear();
+        }
+    }
+
+    fn forget(&mut self, index: u32) {
+        self.forget_slot(index);
+    }
+
+    fn spawn(&mut self, index: u32) -> anyhow::Result<u64> {
+        self.spawn_worker(index).inspect_err(|e| {
+            tracing::error!(slot = index, "starting a worker failed: {e:#}");
+            if let Some(slot) = self.slots.get_mut(&index) {
+                slot.last_exit = Some(format!("spawn failed: {e:#}"));
+            }
+        })
+    }
+
+    fn socket_open(&self, index: u32) -> bool {
+        self.slots
+            .get(&index)
+            .is_some_and(|slot| !slot.sockets.is_empty())
+    }
+
+    fn arm(&mut self, index: u32, timer: Timer, delay: Duration, epoch: u64) {
+        self.set_timer(index, epoch, timer, delay);
+    }
+
+    fn settled(&mut self, ready: Vec<u32>, stopping: Vec<u32>) {
+        self.state_dirty = true;
+        // A stopping worker's further listeners (--adopt, forking servers) stop with it.
+        if !stopping.is_empty() {
+            self.retire_members(&stopping);
+        }
+        // A roll waiting for a replacement flips its batch once all of it is ready: from the
+        // event loop, not from inside this batch (which a roll may itself have started).
+        for index in ready {
+            let _ = self.events.send(Event::BecameReady(index));
+        }
+    }
+}
+
+impl Supervisor {
+    /// Writes the machine's note as one lifecycle log line with the slot and pid.
+    fn log_note(&self, index: u32, note: Note) {
+        let Some(slot) = self.slots.get(&index) else {
+            return;
+        };
+        let pid = slot.pid();
+        let generation = slot.life.generation;
+        match note {
+            Note::Started => tracing::info!(slot = index, pid, generation, "worker started"),
+            Note::Ready(reason) => {
+                let boot_ms = slot
+                    .worker
+                    .as_ref()
+                    .map_or(0, |w| w.started.elapsed().as_millis() as u64);
+                tracing::info!(
+                    slot = index,
+                    pid,
+                    boot_ms,
+                    reason = reason.as_str(),
+                    "worker ready"
+                );
+            }
+            Note::Draining(reason) => tracing::info!(
+                slot = index,
+                pid,
+                reason = reason.as_str(),
+                "worker draining"
+            ),
+            Note::Undrained => tracing::info!(
+                slot = index,
+                pid,
+                reason = "ck undrain",
+                "worker back in the active set"
+            ),
+            Note::Unhealthy(reason) => tracing::warn!(
+                slot = index,
+                pid,
+                reason = reason.as_str(),
+                "worker unhealthy: out of the active set, socket open"
+            ),
+            Note::Healthy(reason) => tracing::info!(
+                slot = index,
+                pid,
+                reason = reason.as_str(),
+                "worker healthy again"
+            ),
+            Note::FlippedIn => tracing::info!(slot = index, pid, "replacement flipped in"),
+            Note::Stopping(reason) => tracing::info!(
+                slot = index,
+                pid,
+                reason = reason.as_str(),
+                "worker stopping (SIGTERM)"
+            ),
+            Note::NotReadyInTime(timeout) => tracing::warn!(
+                slot = index,
+                pid,
+                reason = %format!("not ready within --ready-timeout {timeout:?}"),
+                "worker replaced (SIGKILL)"
+            ),
+            Note::KilledAtDrainTimeout => tracing::warn!(
+                slot = index,
+                pid,
+                reason = "drain timeout",
+                "worker killed (SIGKILL)"
+            ),
+            Note::RestartNow => tracing::info!(
+                slot = index,
+                reason = "it had been serving: replaced at once",
+                "worker restarting"
+            ),
+            Note::RestartIn(delay) => tracing::info!(
+                slot = index,
+                delay_ms = delay.as_millis() as u64,
+                reason = "exited before it was ready or right after: boot-crash backoff",
+                "restart scheduled"
+            ),
+            Note::Restarting => tracing::info!(
+                slot = index,
+                restart = slot.life.restarts,
+                "worker restarting"
+            ),
+            Note::BreakerOpen { crashes, cooldown } => tracing::error!(
+                slot = index,
+                crashes,
+                cooldown_s = cooldown.as_secs_f64(),
+                "circuit breaker open: the worker keeps crashing at start; next try after the cool-down"
+            ),
+            Note::HalfOpen { every, min_workers } => tracing::error!(
+                slot = index,
+                every_s = every.as_secs_f64(),
+                min_workers,
+                "fleet degraded: the worker keeps crashing at start, but the breaker stays half-open \
+                 (--min-workers): retrying at the maximum backoff"
+            ),
+            Note::Held => tracing::info!(
+                slot = index,
+                "last socket of its group kept open: connections queue for the replacement"
+            ),
+            Note::Retired => tracing::info!(slot = index, pid, "slot retired"),
+            Note::Adopted => tracing::info!(
+                slot = index,
+                pid,
+                listen_to_adopted_us = slot.worker.as_ref().and_then(|w| w.adopt_latency_us),
+                "worker's listening socket adopted"
+            ),
+            Note::StandbyFailed => {
+                tracing::warn!(slot = index, pid, "replacement failed: not restarted")
+            }
+        }
+    }
+}
+
+/// Cheap jitter from the clock's nanoseconds: enough to spread restarts of slots that crashed
+/// together, no RNG dependency needed.
+pub(super) fn jitter() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| f64::from(d.subsec_nanos() % 1000) / 1000.0)
+        .unwrap_or(0.5)
+}
