@@ -1,38 +1,41 @@
 //! `ck run --config FILE`: the file's settings under the command line. Which options the
 //! command line gave comes from clap (`ArgMatches::value_source`); the file supplies the others
-//! as arguments that the same clap command parses, so a flag on the command line always wins
-//! and every value meets the same checks. Done again at every reload (`ck reload`, SIGHUP).
-use std::{collections::BTreeSet, ffi::OsString, path::PathBuf};
+//! as arguments that the same clap command ([`run_command`]) parses, so a flag on the command
+//! line always wins and every value meets the same checks. Done again at every reload
+//! (`ck reload`, SIGHUP): the supervisor keeps the [`RunCommandLine`] and calls
+//! [`RunCommandLine::load`].
+use std::{
+    collections::BTreeSet,
+    ffi::OsString,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{anyhow, bail};
-use ck::{
-    settings::config_file::ConfigFile, settings::run_config::RunConfig, supervisor::ConfigReader,
+use clap::{ArgMatches, FromArgMatches as _, parser::ValueSource};
+
+use crate::settings::{
+    config_file::ConfigFile,
+    run_args::{RunArgs, run_command},
+    run_config::RunConfig,
 };
-use clap::{ArgMatches, Args as _, Command, FromArgMatches as _, parser::ValueSource};
 
-use super::run_args::RunArgs;
-
-/// The clap command of `ck run`.
-pub fn run_command() -> Command {
-    RunArgs::augment_args(Command::new("run"))
-}
-
-/// The configuration `ck run` starts with, and with `--config`, what re-reads it at a reload.
-/// `matches` are the parsed arguments of `run`.
+/// The configuration `ck run` starts with, and with `--config`, the command line to lay over
+/// the file again at a reload. `matches` are the parsed arguments of `run`, `args` the same
+/// as [`RunArgs`].
+///
+/// # Errors
+/// When the options (with the file's) do not make a valid configuration, or the file cannot
+/// be read or checked.
 pub fn configure(
     args: RunArgs,
     matches: &ArgMatches,
-) -> anyhow::Result<(RunConfig, Option<ConfigReader>)> {
+) -> anyhow::Result<(RunConfig, Option<RunCommandLine>)> {
     let Some(file) = args.config.clone() else {
         return Ok((args.into_config()?, None));
     };
-    let command_line = RunCommandLine::of_this_process(matches, file.clone())?;
+    let command_line = RunCommandLine::of_this_process(matches, file)?;
     let cfg = command_line.load()?;
-    let reader = ConfigReader {
-        file,
-        read: Box::new(move || command_line.load()),
-    };
-    Ok((cfg, Some(reader)))
+    Ok((cfg, Some(command_line)))
 }
 
 /// `ck run`'s command line, kept to be laid over the config file again at each reload.
@@ -65,6 +68,11 @@ impl RunCommandLine {
             .map(str::to_string)
             .collect();
         RunCommandLine { args, given, file }
+    }
+
+    /// The config file (`--config FILE`).
+    pub fn file(&self) -> &Path {
+        &self.file
     }
 
     /// Reads the config file and lays the command line over it: the configuration to run.
@@ -106,7 +114,7 @@ impl RunCommandLine {
 mod tests {
     use std::{path::Path, time::Duration};
 
-    use ck::{settings::config_file, settings::run_config::Policy};
+    use crate::settings::{config_file, run_config::Policy};
 
     use super::*;
 

@@ -1,15 +1,23 @@
-//! The options of `ck run` and their checks: what the command line says, turned into a
+//! The options of `ck run` ([`RunArgs`], its clap definition, also the keys and value checks
+//! of the `--config` file) and their checks: what the command line says, turned into a
 //! [`RunConfig`] or an error that names the option and the fix.
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::bail;
-use ck::{
-    settings::duration::parse_duration,
-    settings::health::{DEFAULT_PROBE_PORT_BASE, HealthConfig, ProbeKind},
-    settings::restart_policy::{Backoff, RestartPolicy, parse_backoff},
-    settings::run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
+use clap::{Args, Command};
+
+use crate::settings::{
+    duration::parse_duration,
+    health::{DEFAULT_PROBE_PORT_BASE, HealthConfig, ProbeKind},
+    restart_policy::{Backoff, RestartPolicy, parse_backoff},
+    run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
 };
-use clap::Args;
+
+/// The clap command of `ck run`: the `run` subcommand of the binary, the keys and value
+/// checks of the config file, and the command the config file fuzz target checks against.
+pub fn run_command() -> Command {
+    RunArgs::augment_args(Command::new("run"))
+}
 
 /// The options of `ck run`.
 #[derive(Args)]
@@ -112,11 +120,11 @@ pub struct RunArgs {
     adopt: bool,
     /// memory.max of every worker's cgroup (e.g. 512M), where the host's cgroup2 has the
     /// memory controller (ck says so where it does not).
-    #[arg(long, value_parser = ck::settings::size::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = crate::settings::size::parse_size, value_name = "SIZE")]
     worker_memory_max: Option<u64>,
     /// Recycle (replace gracefully) a worker whose memory stays above SIZE (e.g. 512M) for 3
     /// samples, one a second.
-    #[arg(long, value_parser = ck::settings::size::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = crate::settings::size::parse_size, value_name = "SIZE")]
     max_memory: Option<u64>,
     /// Recycle (replace gracefully) a worker after about N new connections (each worker's own
     /// limit within ±10 %, checked every second).
@@ -143,7 +151,7 @@ pub struct RunArgs {
     /// Serve Prometheus metrics (GET /metrics) and health endpoints for probes and load
     /// balancers (GET /healthz, GET /readyz) on ADDR, e.g. 127.0.0.1:9100 (a port alone:
     /// 127.0.0.1; port 0: any free port, shown by `ck status`).
-    #[arg(long, value_name = "ADDR", value_parser = ck::metrics::server::parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = crate::metrics::server::parse_addr)]
     metrics: Option<std::net::SocketAddr>,
     /// ck's own log lines on stderr: text, or json (one object per line: timestamp, level,
     /// message and the event's fields). Workers' output passes through unchanged.
@@ -152,8 +160,8 @@ pub struct RunArgs {
     /// Run the workers as USER (and GROUP, else USER's groups) with no capability; ck opens
     /// the sockets, so they can serve a port below 1024. ck needs root (or CAP_SETUID,
     /// CAP_SETGID and CAP_KILL).
-    #[arg(long, value_name = "USER[:GROUP]", value_parser = ck::os::privileges::parse_user)]
-    user: Option<ck::os::privileges::WorkerUser>,
+    #[arg(long, value_name = "USER[:GROUP]", value_parser = crate::os::privileges::parse_user)]
+    user: Option<crate::os::privileges::WorkerUser>,
     /// The worker program and its arguments (default: the built-in demo worker).
     #[arg(
         trailing_var_arg = true,
@@ -228,7 +236,7 @@ impl RunArgs {
         }
         let workers = run_config::validate_workers(
             self.workers
-                .unwrap_or_else(ck::settings::worker_count::default_workers),
+                .unwrap_or_else(crate::settings::worker_count::default_workers),
         )?;
         let app = match self.app.split_first() {
             Some((program, args)) => run_config::resolve_app(program, args.to_vec())?,
