@@ -112,9 +112,9 @@ impl RunCommandLine {
 
 #[cfg(test)]
 mod tests {
-    use std::{path::Path, time::Duration};
+    use std::path::Path;
 
-    use crate::settings::{config_file, run_config::Policy};
+    use crate::settings::{config_file, defaults, run_config::Policy};
 
     use super::*;
 
@@ -197,7 +197,7 @@ mod tests {
         let cfg = load(&file, &[]).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
         assert_eq!(cfg.listen.len(), 3, "{text}");
         assert_eq!(cfg.workers, 7);
-        assert_eq!(cfg.health.probe_interval, Duration::from_secs(1));
+        assert_eq!(cfg.health.probe_interval, defaults::PROBE_INTERVAL);
         assert_eq!(cfg.app.args, ["-c", "sleep 1"]);
     }
 
