@@ -212,6 +212,25 @@ mod tests {
     }
 
     #[test]
+    fn the_fuzz_seeds_are_checked_against_the_real_command() {
+        let seed = |name: &str, text: &str| {
+            ConfigFile::parse(Path::new(name), text, &run_command()).map(|f| f.settings().len())
+        };
+        let full = include_str!("../../../fuzz/seeds/config_file/full.toml");
+        assert_eq!(seed("full.toml", full).unwrap_or_else(|e| panic!("{e}")), 6);
+        let bad = include_str!("../../../fuzz/seeds/config_file/bad.toml");
+        let listen = include_str!("../../../fuzz/seeds/config_file/listen.toml");
+        for (name, text, lines) in [("bad.toml", bad, 3), ("listen.toml", listen, 2)] {
+            match seed(name, text) {
+                Err(config_file::ConfigFileError::Invalid { problems, .. }) => {
+                    assert_eq!(problems.len(), lines, "{name}: {problems:?}")
+                }
+                other => panic!("{name} was not refused for its lines: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn flags_win_over_the_file() {
         let file = File::new(
             "wins",
