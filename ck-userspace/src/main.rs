@@ -8,15 +8,13 @@ use ck::{
     control::{Request, Response, client},
     settings::duration::parse_duration,
     settings::health::ProbeKind,
+    settings::{layers, run_args::RunArgs},
 };
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 mod cli;
 
-use cli::{
-    control::{answer, probe_slot, simple},
-    run_args::RunArgs,
-};
+use cli::control::{answer, probe_slot, simple};
 
 #[derive(Parser)]
 #[command(
@@ -178,10 +176,10 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
     match command {
         Command::Run(args) => {
             let run_matches = matches.subcommand_matches("run").expect("`run` was parsed");
-            let (cfg, reader) = cli::config_layers::configure(*args, run_matches)?;
+            let (cfg, command_line) = layers::configure(*args, run_matches)?;
             let format = cfg.log_format;
             cli::logging::init(format);
-            match ck::supervisor::run_with(cfg, reader) {
+            match ck::supervisor::run_with(cfg, command_line) {
                 // A JSON log stays JSON to its last line.
                 Err(e) if format == ck::settings::run_config::LogFormat::Json => {
                     tracing::error!(error = format!("{e:#}"), "ck run failed");
@@ -277,7 +275,7 @@ fn check_run_args(args: Vec<OsString>) -> anyhow::Result<()> {
         bail!("the instance's command line is not `ck run ...`");
     };
     let run_matches = matches.subcommand_matches("run").expect("`run` was parsed");
-    cli::config_layers::configure(*run_args, run_matches)
+    layers::configure(*run_args, run_matches)
         .map(drop)
         .map_err(|e| e.context("the instance's command line"))
 }

@@ -1,8 +1,6 @@
-//! The parts of the `ck` command line: `ck run`'s options, its config file under them, the
-//! control commands, `ck top`, `ck maps` and logging.
-pub mod config_layers;
+//! The parts of the `ck` command line: the control commands, `ck top`, `ck maps` and logging
+//! (`ck run`'s options and its config file under them are the library's `ck::settings`).
 pub mod control;
 pub mod logging;
 pub mod maps;
-pub mod run_args;
 pub mod top;

@@ -2,6 +2,8 @@
 //! stall detection, and replacement of workers that stay unhealthy.
 use std::{str::FromStr, time::Duration};
 
+use crate::settings::defaults;
+
 /// What a probe checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProbeKind {
@@ -39,9 +41,6 @@ impl std::fmt::Display for ProbeKind {
     }
 }
 
-/// Default first source port of probe steering (`--probe-port-base`).
-pub const DEFAULT_PROBE_PORT_BASE: u16 = 19800;
-
 /// Health settings of `ck run`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HealthConfig {
@@ -69,18 +68,19 @@ pub struct HealthConfig {
     pub unhealthy_replace_after: Option<Duration>,
 }
 
+/// The health settings of a `ck run` without health options ([`defaults`]).
 impl Default for HealthConfig {
     fn default() -> Self {
         HealthConfig {
             watchdog: None,
             probe: None,
-            probe_interval: Duration::from_secs(1),
-            probe_timeout: Duration::from_millis(500),
-            probe_fails: 3,
-            probe_passes: 2,
-            probe_port_base: DEFAULT_PROBE_PORT_BASE,
-            stall_timeout: Some(Duration::from_secs(1)),
-            sample_interval: Duration::from_millis(1),
+            probe_interval: defaults::PROBE_INTERVAL,
+            probe_timeout: defaults::PROBE_TIMEOUT,
+            probe_fails: defaults::PROBE_FAILS,
+            probe_passes: defaults::PROBE_PASSES,
+            probe_port_base: defaults::PROBE_PORT_BASE,
+            stall_timeout: Some(defaults::STALL_TIMEOUT),
+            sample_interval: defaults::SAMPLE_INTERVAL,
             unhealthy_replace_after: None,
         }
     }

@@ -2,7 +2,7 @@
 //! run that resets it, and the circuit breaker (crash limit, window, cool-down).
 use std::time::Duration;
 
-use crate::settings::duration::parse_duration;
+use crate::settings::{defaults, duration::parse_duration};
 
 /// How a slot's crashes are handled.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -26,16 +26,16 @@ pub struct RestartPolicy {
 }
 
 impl RestartPolicy {
-    /// ck's defaults (the `ck run` flag defaults).
+    /// ck's defaults: those of the `ck run` options ([`defaults`]).
     pub const DEFAULT: RestartPolicy = RestartPolicy {
-        initial: Duration::from_millis(100),
-        max: Duration::from_secs(10),
-        multiplier: 2.0,
-        jitter: 0.1,
-        stable_after: Duration::from_secs(1),
-        crash_limit: 5,
-        window: Duration::from_secs(30),
-        cooldown: Duration::from_secs(30),
+        initial: defaults::RESTART_BACKOFF.initial,
+        max: defaults::RESTART_BACKOFF.max,
+        multiplier: defaults::RESTART_BACKOFF.multiplier,
+        jitter: defaults::RESTART_BACKOFF.jitter,
+        stable_after: defaults::RESTART_STABLE,
+        crash_limit: defaults::CRASH_LIMIT,
+        window: defaults::CRASH_WINDOW,
+        cooldown: defaults::CRASH_COOLDOWN,
     };
 }
 
@@ -61,13 +61,20 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        let d = RestartPolicy::default();
-        Backoff {
-            initial: d.initial,
-            max: d.max,
-            multiplier: d.multiplier,
-            jitter: d.jitter,
-        }
+        defaults::RESTART_BACKOFF
+    }
+}
+
+/// As `--restart-backoff` takes it: `100ms,10s,2,0.1`.
+impl std::fmt::Display for Backoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Backoff {
+            initial,
+            max,
+            multiplier,
+            jitter,
+        } = self;
+        write!(f, "{initial:?},{max:?},{multiplier},{jitter}")
     }
 }
 
@@ -121,6 +128,9 @@ mod tests {
         let b = parse_backoff("1s").unwrap();
         assert_eq!(b.initial, Duration::from_secs(1));
         assert_eq!(b.max, Backoff::default().max);
+        let default = defaults::RESTART_BACKOFF;
+        assert_eq!(default.to_string(), "100ms,10s,2,0.1");
+        assert_eq!(parse_backoff(&default.to_string()), Ok(default));
         for bad in [
             "",
             "1s,",

@@ -2,6 +2,7 @@
 //! validation that turns bad input into errors that say what to fix.
 use std::{fmt, net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
 
+use crate::settings::defaults;
 use ck_common::MAX_SLOTS;
 
 /// Largest `--workers` value: half the slots, so a rolling restart always finds free slots.
@@ -237,9 +238,6 @@ pub fn validate_name(name: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// Port used when neither `--port` nor `--listen` is given.
-pub const DEFAULT_PORT: u16 = 8080;
-
 /// Combines `--port` and `--listen` into the list of groups, refusing duplicates; with neither,
 /// the one group is `tcp://0.0.0.0:8080`.
 pub fn listen_addrs(ports: &[u16], listen: &[ListenAddr]) -> Result<Vec<ListenAddr>, ConfigError> {
@@ -258,7 +256,7 @@ pub fn listen_addrs(ports: &[u16], listen: &[ListenAddr]) -> Result<Vec<ListenAd
         all.push(addr);
     }
     if all.is_empty() {
-        all.push(ListenAddr::tcp4_any(DEFAULT_PORT));
+        all.push(ListenAddr::tcp4_any(defaults::PORT));
     }
     Ok(all)
 }
@@ -356,7 +354,7 @@ mod tests {
     fn listen_list_refuses_duplicates_and_defaults_to_8080() {
         assert_eq!(
             listen_addrs(&[], &[]).unwrap(),
-            vec![ListenAddr::tcp4_any(DEFAULT_PORT)]
+            vec![ListenAddr::tcp4_any(defaults::PORT)]
         );
         let dup = listen_addrs(&[8080], &["tcp://0.0.0.0:8080".parse().unwrap()]);
         assert!(matches!(dup, Err(ConfigError::DuplicateListen(_))));

@@ -43,7 +43,6 @@ use lifecycle::{Input, Settings, Timer};
 use slot::Slot;
 
 pub use continuity::handover::Compat;
-pub use reconfigure::ConfigReader;
 
 use crate::{
     bpf::{BpfGroup, pins},
@@ -51,6 +50,7 @@ use crate::{
     metrics,
     os::notify::NotifyMsg,
     os::reexec,
+    settings::layers::RunCommandLine,
     settings::run_config::{ListenAddr, ReadyMode, RunConfig},
 };
 
@@ -203,17 +203,17 @@ pub fn run(cfg: RunConfig) -> anyhow::Result<()> {
     run_with(cfg, None)
 }
 
-/// Runs `ck run` to completion like [`run`]; with a `reader` (`--config`), reloads read the
-/// configuration again and apply what changed.
-pub fn run_with(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<()> {
+/// Runs `ck run` to completion like [`run`]; with the `command_line` of a `--config` run,
+/// reloads read the file again under it and apply what changed.
+pub fn run_with(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run_async(cfg, reader))
+    runtime.block_on(run_async(cfg, command_line))
 }
 
-async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Result<()> {
+async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyhow::Result<()> {
     // After `ck upgrade`, this image takes over what the one before it handed over; after a
     // crash with `--survive-supervisor`, what the ck that died left running.
     let (origin, lock) = Origin::find(&cfg)?;
@@ -296,7 +296,7 @@ async fn run_async(cfg: RunConfig, reader: Option<ConfigReader>) -> anyhow::Resu
             aborted: h.reloads.1,
         }),
         metrics_addr: metrics_server.as_ref().map(|m| m.local_addr()),
-        config: reader.map(|reader| reconfigure::ConfigSource::new(reader, &cfg)),
+        config: command_line.map(|c| reconfigure::ConfigSource::new(c, &cfg)),
         probe_ticker: None,
         systemd: systemd::Notifier::from_env(),
         systemd_due: true,

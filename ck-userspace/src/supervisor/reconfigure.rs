@@ -3,38 +3,29 @@
 //! health, readiness, restart and recycling settings at once, the app through the rolling
 //! restart that follows), and answer with the changes, naming those that need a restart of ck.
 //! A file that no longer reads is refused with its error and changes nothing.
-use std::path::PathBuf;
-
 use tokio::sync::oneshot;
 
 use super::{Event, Supervisor, tasks};
 use crate::{
     control::Response,
     settings::config_diff::{self, Change},
+    settings::layers::RunCommandLine,
     settings::run_config::RunConfig,
 };
 
-/// What reads the configuration again at a reload: the config file with the command line over
-/// it (see the binary's `cli::config_layers`).
-pub struct ConfigReader {
-    /// The config file, for messages.
-    pub file: PathBuf,
-    /// Reads it and returns the checked configuration, or why it cannot be used.
-    pub read: Box<dyn FnMut() -> anyhow::Result<RunConfig>>,
-}
-
 /// The config file of a running instance.
 pub(super) struct ConfigSource {
-    reader: ConfigReader,
+    /// The command line, laid over the file again at each reload.
+    command_line: RunCommandLine,
     /// The configuration as last read (what the next read is compared with).
     last: RunConfig,
 }
 
 impl ConfigSource {
-    /// `reader`, whose file gave `cfg`.
-    pub(super) fn new(reader: ConfigReader, cfg: &RunConfig) -> ConfigSource {
+    /// `command_line`, whose file gave `cfg`.
+    pub(super) fn new(command_line: RunCommandLine, cfg: &RunConfig) -> ConfigSource {
         ConfigSource {
-            reader,
+            command_line,
             last: cfg.clone(),
         }
     }
@@ -50,8 +41,8 @@ impl Supervisor {
             return self.begin_reload(reply);
         }
         let source = self.config.as_mut().expect("checked");
-        let file = source.reader.file.display().to_string();
-        let new = match (source.reader.read)() {
+        let file = source.command_line.file().display().to_string();
+        let new = match source.command_line.load() {
             Ok(new) => new,
             Err(e) => {
                 let why = format!("reload refused, nothing changed: {e:#}");

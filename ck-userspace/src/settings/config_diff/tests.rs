@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::{
+    settings::defaults,
     settings::health::ProbeKind,
-    settings::run_config::{AppSpec, ListenAddr, LogFormat, Policy, ReadyMode},
+    settings::run_config::{AppSpec, ListenAddr, LogFormat, Policy},
 };
 
 fn base() -> RunConfig {
@@ -13,26 +14,26 @@ fn base() -> RunConfig {
         name: "web".into(),
         listen: vec![ListenAddr::tcp4_any(8080)],
         workers: 2,
-        policy: Policy::RoundRobin,
-        ready: ReadyMode::Auto,
-        ready_timeout: Duration::from_secs(30),
-        ready_grace: Duration::from_secs(1),
-        drain_timeout: Duration::from_secs(10),
-        reload_batch: 1,
+        policy: defaults::POLICY,
+        ready: defaults::READY,
+        ready_timeout: defaults::READY_TIMEOUT,
+        ready_grace: defaults::READY_GRACE,
+        drain_timeout: defaults::DRAIN_TIMEOUT,
+        reload_batch: defaults::RELOAD_BATCH,
         restart: RestartPolicy::DEFAULT,
-        min_workers: 1,
+        min_workers: defaults::MIN_WORKERS,
         adopt: false,
         worker_memory_max: None,
         max_memory: None,
         max_requests: None,
-        spares: 0,
+        spares: defaults::SPARES,
         survive_supervisor: false,
-        orphan_timeout: std::time::Duration::from_secs(30),
+        orphan_timeout: defaults::ORPHAN_TIMEOUT,
         health: HealthConfig::default(),
         no_bpf: false,
         bpf_log: false,
         metrics: None,
-        log_format: LogFormat::Text,
+        log_format: defaults::LOG_FORMAT,
         app: AppSpec {
             program: PathBuf::from("/bin/app"),
             args: vec!["--mode".into(), "a".into()],

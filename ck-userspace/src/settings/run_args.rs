@@ -1,15 +1,25 @@
-//! The options of `ck run` and their checks: what the command line says, turned into a
-//! [`RunConfig`] or an error that names the option and the fix.
+//! The options of `ck run` ([`RunArgs`], its clap definition, also the keys and value checks
+//! of the `--config` file) and their checks: what the command line says, turned into a
+//! [`RunConfig`] or an error that names the option and the fix. Defaults come from
+//! [`defaults`].
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::bail;
-use ck::{
-    settings::duration::parse_duration,
-    settings::health::{DEFAULT_PROBE_PORT_BASE, HealthConfig, ProbeKind},
-    settings::restart_policy::{Backoff, RestartPolicy, parse_backoff},
-    settings::run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
+use clap::{Args, Command};
+
+use crate::settings::{
+    defaults::{self, duration_text},
+    duration::parse_duration,
+    health::{HealthConfig, ProbeKind},
+    restart_policy::{Backoff, RestartPolicy, parse_backoff},
+    run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
 };
-use clap::Args;
+
+/// The clap command of `ck run`: the `run` subcommand of the binary, the keys and value
+/// checks of the config file, and the command the config file fuzz target checks against.
+pub fn run_command() -> Command {
+    RunArgs::augment_args(Command::new("run"))
+}
 
 /// The options of `ck run`.
 #[derive(Args)]
@@ -32,44 +42,44 @@ pub struct RunArgs {
     #[arg(long)]
     name: Option<String>,
     /// How new connections are spread over ready workers.
-    #[arg(long, value_enum, default_value = "round-robin")]
+    #[arg(long, value_enum, default_value_t = defaults::POLICY)]
     policy: Policy,
     /// When a worker counts as ready: READY=1 (auto also takes a worker that is silent on
     /// NOTIFY_SOCKET for --ready-grace as ready), or at spawn.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, value_enum, default_value_t = defaults::READY)]
     ready: ReadyMode,
     /// Time a worker has to become ready before it is replaced.
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::READY_TIMEOUT))]
     ready_timeout: Duration,
     /// With --ready auto: time after which a worker that said nothing on NOTIFY_SOCKET is ready.
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::READY_GRACE))]
     ready_grace: Duration,
     /// Time a stopping worker gets to finish before SIGKILL.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::DRAIN_TIMEOUT))]
     drain_timeout: Duration,
     /// Workers a rolling restart (SIGHUP, `ck reload`) replaces at a time.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = defaults::RELOAD_BATCH)]
     reload_batch: u32,
     /// Restart backoff after a crash: INITIAL[,MAX[,MULTIPLIER[,JITTER]]].
-    #[arg(long, value_parser = parse_backoff, default_value = "100ms,10s,2,0.1")]
+    #[arg(long, value_parser = parse_backoff, default_value_t = defaults::RESTART_BACKOFF)]
     restart_backoff: Backoff,
     /// A worker ready this long has served: its exit restarts it at once and resets the backoff
     /// (so does a ready worker killed from outside: SIGKILL, SIGTERM, SIGINT). Earlier exits are
     /// boot crashes: they wait the backoff and count towards the breaker.
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::RESTART_STABLE))]
     restart_stable: Duration,
     /// The circuit breaker never takes the group below this many slots that keep trying: the
     /// slot that would stays half-open, retried at the maximum backoff (0: no floor).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = defaults::MIN_WORKERS)]
     min_workers: u32,
     /// Boot crashes within --crash-window that open a slot's circuit breaker.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = defaults::CRASH_LIMIT)]
     crash_limit: u32,
     /// The circuit breaker's window.
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::CRASH_WINDOW))]
     crash_window: Duration,
     /// How long an open breaker waits before trying the slot again.
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::CRASH_COOLDOWN))]
     crash_cooldown: Duration,
     /// Heartbeat timeout: sets WATCHDOG_USEC; a worker that sent WATCHDOG=1 and then stays
     /// silent this long is taken out of the active set until it sends it again.
@@ -79,28 +89,28 @@ pub struct RunArgs {
     #[arg(long, value_name = "KIND")]
     probe: Option<ProbeKind>,
     /// Time between probes of a worker.
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::PROBE_INTERVAL))]
     probe_interval: Duration,
     /// Time a probe may take.
-    #[arg(long, value_parser = parse_duration, default_value = "500ms")]
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::PROBE_TIMEOUT))]
     probe_timeout: Duration,
     /// Failed probes in a row that make a worker unhealthy.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = defaults::PROBE_FAILS)]
     probe_fails: u32,
     /// Passed probes in a row that make it healthy again.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = defaults::PROBE_PASSES)]
     probe_passes: u32,
     /// Probe source ports: slot S is probed from port BASE+S (the BPF program steers those
     /// loopback connections to slot S).
-    #[arg(long, default_value_t = DEFAULT_PROBE_PORT_BASE)]
+    #[arg(long, default_value_t = defaults::PROBE_PORT_BASE)]
     probe_port_base: u16,
     /// A worker whose accept queue stays non-empty without shrinking this long is taken out of
     /// the active set until it moves again (0: off).
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::STALL_TIMEOUT))]
     stall_timeout: Duration,
     /// How often accept queues are sampled while there is traffic (queue depth for
     /// least-queue, stall detection); 50 times less often when idle.
-    #[arg(long, value_parser = parse_duration, default_value = "1ms")]
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::SAMPLE_INTERVAL))]
     sample_interval: Duration,
     /// Replace (gracefully, as a rolling restart of one) a worker unhealthy for this long.
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
@@ -112,11 +122,11 @@ pub struct RunArgs {
     adopt: bool,
     /// memory.max of every worker's cgroup (e.g. 512M), where the host's cgroup2 has the
     /// memory controller (ck says so where it does not).
-    #[arg(long, value_parser = ck::settings::size::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = crate::settings::size::parse_size, value_name = "SIZE")]
     worker_memory_max: Option<u64>,
     /// Recycle (replace gracefully) a worker whose memory stays above SIZE (e.g. 512M) for 3
     /// samples, one a second.
-    #[arg(long, value_parser = ck::settings::size::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = crate::settings::size::parse_size, value_name = "SIZE")]
     max_memory: Option<u64>,
     /// Recycle (replace gracefully) a worker after about N new connections (each worker's own
     /// limit within ±10 %, checked every second).
@@ -124,7 +134,7 @@ pub struct RunArgs {
     max_requests: Option<u64>,
     /// Hot spares: N extra workers booted and ready but not selected; when a worker dies, a
     /// spare takes its place at once (and a new spare boots).
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = defaults::SPARES)]
     spares: u32,
     /// Workers keep serving if ck dies (kill -9, a crash); the next `ck run` with the same
     /// name takes the running fleet back (same workers) instead of starting a new one.
@@ -132,7 +142,12 @@ pub struct RunArgs {
     survive_supervisor: bool,
     /// With --survive-supervisor: workers whose ck does not come back within DUR are stopped
     /// (SIGTERM, SIGKILL after --drain-timeout), and the instance's pins are removed.
-    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
+    #[arg(
+        long,
+        value_parser = parse_duration,
+        default_value = duration_text(defaults::ORPHAN_TIMEOUT),
+        value_name = "DUR"
+    )]
     orphan_timeout: Duration,
     /// Plain SO_REUSEPORT without the BPF program (the baseline; no readiness or drain steering).
     #[arg(long)]
@@ -143,17 +158,17 @@ pub struct RunArgs {
     /// Serve Prometheus metrics (GET /metrics) and health endpoints for probes and load
     /// balancers (GET /healthz, GET /readyz) on ADDR, e.g. 127.0.0.1:9100 (a port alone:
     /// 127.0.0.1; port 0: any free port, shown by `ck status`).
-    #[arg(long, value_name = "ADDR", value_parser = ck::metrics::server::parse_addr)]
+    #[arg(long, value_name = "ADDR", value_parser = crate::metrics::server::parse_addr)]
     metrics: Option<std::net::SocketAddr>,
     /// ck's own log lines on stderr: text, or json (one object per line: timestamp, level,
     /// message and the event's fields). Workers' output passes through unchanged.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(long, value_enum, default_value_t = defaults::LOG_FORMAT)]
     log_format: LogFormat,
     /// Run the workers as USER (and GROUP, else USER's groups) with no capability; ck opens
     /// the sockets, so they can serve a port below 1024. ck needs root (or CAP_SETUID,
     /// CAP_SETGID and CAP_KILL).
-    #[arg(long, value_name = "USER[:GROUP]", value_parser = ck::os::privileges::parse_user)]
-    user: Option<ck::os::privileges::WorkerUser>,
+    #[arg(long, value_name = "USER[:GROUP]", value_parser = crate::os::privileges::parse_user)]
+    user: Option<crate::os::privileges::WorkerUser>,
     /// The worker program and its arguments (default: the built-in demo worker).
     #[arg(
         trailing_var_arg = true,
@@ -228,7 +243,7 @@ impl RunArgs {
         }
         let workers = run_config::validate_workers(
             self.workers
-                .unwrap_or_else(ck::settings::worker_count::default_workers),
+                .unwrap_or_else(crate::settings::worker_count::default_workers),
         )?;
         let app = match self.app.split_first() {
             Some((program, args)) => run_config::resolve_app(program, args.to_vec())?,
@@ -290,5 +305,116 @@ impl RunArgs {
             app,
             user: self.user,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::FromArgMatches as _;
+
+    use super::*;
+
+    /// `ck run ARGS` as the supervisor's configuration.
+    fn config(args: &[&str]) -> anyhow::Result<RunConfig> {
+        let matches = run_command()
+            .try_get_matches_from(std::iter::once("run").chain(args.iter().copied()))?;
+        RunArgs::from_arg_matches(&matches)?.into_config()
+    }
+
+    #[test]
+    fn no_options_give_the_defaults() {
+        let cfg = config(&["--workers", "2"]).unwrap();
+        assert_eq!(
+            cfg.listen,
+            [run_config::ListenAddr::tcp4_any(defaults::PORT)]
+        );
+        assert_eq!(cfg.name, format!("ck-{}", defaults::PORT));
+        assert_eq!(cfg.policy, defaults::POLICY);
+        assert_eq!(cfg.ready, defaults::READY);
+        assert_eq!(cfg.ready_timeout, defaults::READY_TIMEOUT);
+        assert_eq!(cfg.ready_grace, defaults::READY_GRACE);
+        assert_eq!(cfg.drain_timeout, defaults::DRAIN_TIMEOUT);
+        assert_eq!(cfg.reload_batch, defaults::RELOAD_BATCH);
+        assert_eq!(cfg.restart, RestartPolicy::DEFAULT);
+        assert_eq!(cfg.min_workers, defaults::MIN_WORKERS);
+        assert_eq!(cfg.health, HealthConfig::default());
+        assert_eq!(cfg.spares, defaults::SPARES);
+        assert_eq!(cfg.orphan_timeout, defaults::ORPHAN_TIMEOUT);
+        assert_eq!(cfg.log_format, defaults::LOG_FORMAT);
+        assert_eq!(cfg.app.args, ["demo-worker"]);
+    }
+
+    #[test]
+    fn help_shows_the_defaults() {
+        let help = run_command().render_long_help().to_string();
+        for shown in [
+            "[default: 30s]",
+            "[default: 500ms]",
+            "[default: 1ms]",
+            "[default: 100ms,10s,2,0.1]",
+            "[default: round-robin]",
+            "[default: 19800]",
+        ] {
+            assert!(help.contains(shown), "{shown} not in:\n{help}");
+        }
+        // The one default written out in prose.
+        let ports = run_command();
+        let ports = ports
+            .get_arguments()
+            .find(|a| a.get_id() == "ports")
+            .unwrap();
+        let text = ports.get_help().unwrap().to_string();
+        assert!(
+            text.contains(&format!("default {}", defaults::PORT)),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_readme_options_table_shows_the_defaults() {
+        let readme = include_str!("../../../README.md");
+        let cmd = run_command();
+        let mut checked = 0;
+        for row in readme.lines().filter(|l| l.starts_with("| `--")) {
+            // `--ready-timeout 30s`, `--crash-limit 5 --crash-window 30s`; not `a\|b` choices
+            // or placeholders (`--spares N`).
+            for span in row.split('`').skip(1).step_by(2) {
+                for pair in span.split(" --") {
+                    let pair = pair.trim_start_matches("--");
+                    let Some((name, value)) = pair.split_once(' ') else {
+                        continue;
+                    };
+                    let arg = cmd.get_arguments().find(|a| a.get_long() == Some(name));
+                    let default = arg.and_then(|a| a.get_default_values().first());
+                    let placeholder = value.chars().all(|c| c.is_ascii_uppercase());
+                    let Some(default) = default.filter(|_| !value.contains('|') && !placeholder)
+                    else {
+                        continue;
+                    };
+                    assert_eq!(
+                        Some(value),
+                        default.to_str(),
+                        "README.md shows `--{name} {value}`; ck run's default is {default:?}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 15, "only {checked} defaults found in README.md");
+    }
+
+    #[test]
+    fn a_zero_stall_timeout_is_off_and_samples_are_at_least_1ms() {
+        let cfg = config(&[
+            "-w",
+            "1",
+            "--stall-timeout",
+            "0",
+            "--sample-interval",
+            "10us",
+        ])
+        .unwrap();
+        assert_eq!(cfg.health.stall_timeout, None);
+        assert_eq!(cfg.health.sample_interval, Duration::from_millis(1));
     }
 }

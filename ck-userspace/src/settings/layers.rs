@@ -1,38 +1,41 @@
 //! `ck run --config FILE`: the file's settings under the command line. Which options the
 //! command line gave comes from clap (`ArgMatches::value_source`); the file supplies the others
-//! as arguments that the same clap command parses, so a flag on the command line always wins
-//! and every value meets the same checks. Done again at every reload (`ck reload`, SIGHUP).
-use std::{collections::BTreeSet, ffi::OsString, path::PathBuf};
+//! as arguments that the same clap command ([`run_command`]) parses, so a flag on the command
+//! line always wins and every value meets the same checks. Done again at every reload
+//! (`ck reload`, SIGHUP): the supervisor keeps the [`RunCommandLine`] and calls
+//! [`RunCommandLine::load`].
+use std::{
+    collections::BTreeSet,
+    ffi::OsString,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{anyhow, bail};
-use ck::{
-    settings::config_file::ConfigFile, settings::run_config::RunConfig, supervisor::ConfigReader,
+use clap::{ArgMatches, FromArgMatches as _, parser::ValueSource};
+
+use crate::settings::{
+    config_file::ConfigFile,
+    run_args::{RunArgs, run_command},
+    run_config::RunConfig,
 };
-use clap::{ArgMatches, Args as _, Command, FromArgMatches as _, parser::ValueSource};
 
-use super::run_args::RunArgs;
-
-/// The clap command of `ck run`.
-pub fn run_command() -> Command {
-    RunArgs::augment_args(Command::new("run"))
-}
-
-/// The configuration `ck run` starts with, and with `--config`, what re-reads it at a reload.
-/// `matches` are the parsed arguments of `run`.
+/// The configuration `ck run` starts with, and with `--config`, the command line to lay over
+/// the file again at a reload. `matches` are the parsed arguments of `run`, `args` the same
+/// as [`RunArgs`].
+///
+/// # Errors
+/// When the options (with the file's) do not make a valid configuration, or the file cannot
+/// be read or checked.
 pub fn configure(
     args: RunArgs,
     matches: &ArgMatches,
-) -> anyhow::Result<(RunConfig, Option<ConfigReader>)> {
+) -> anyhow::Result<(RunConfig, Option<RunCommandLine>)> {
     let Some(file) = args.config.clone() else {
         return Ok((args.into_config()?, None));
     };
-    let command_line = RunCommandLine::of_this_process(matches, file.clone())?;
+    let command_line = RunCommandLine::of_this_process(matches, file)?;
     let cfg = command_line.load()?;
-    let reader = ConfigReader {
-        file,
-        read: Box::new(move || command_line.load()),
-    };
-    Ok((cfg, Some(reader)))
+    Ok((cfg, Some(command_line)))
 }
 
 /// `ck run`'s command line, kept to be laid over the config file again at each reload.
@@ -65,6 +68,11 @@ impl RunCommandLine {
             .map(str::to_string)
             .collect();
         RunCommandLine { args, given, file }
+    }
+
+    /// The config file (`--config FILE`).
+    pub fn file(&self) -> &Path {
+        &self.file
     }
 
     /// Reads the config file and lays the command line over it: the configuration to run.
@@ -104,9 +112,9 @@ impl RunCommandLine {
 
 #[cfg(test)]
 mod tests {
-    use std::{path::Path, time::Duration};
+    use std::path::Path;
 
-    use ck::{settings::config_file, settings::run_config::Policy};
+    use crate::settings::{config_file, defaults, run_config::Policy};
 
     use super::*;
 
@@ -189,7 +197,7 @@ mod tests {
         let cfg = load(&file, &[]).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
         assert_eq!(cfg.listen.len(), 3, "{text}");
         assert_eq!(cfg.workers, 7);
-        assert_eq!(cfg.health.probe_interval, Duration::from_secs(1));
+        assert_eq!(cfg.health.probe_interval, defaults::PROBE_INTERVAL);
         assert_eq!(cfg.app.args, ["-c", "sleep 1"]);
     }
 
@@ -201,6 +209,25 @@ mod tests {
         let file = ConfigFile::parse(Path::new("ck.toml"), example, &run_command())
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(file.settings().len() > 15);
+    }
+
+    #[test]
+    fn the_fuzz_seeds_are_checked_against_the_real_command() {
+        let seed = |name: &str, text: &str| {
+            ConfigFile::parse(Path::new(name), text, &run_command()).map(|f| f.settings().len())
+        };
+        let full = include_str!("../../../fuzz/seeds/config_file/full.toml");
+        assert_eq!(seed("full.toml", full).unwrap_or_else(|e| panic!("{e}")), 6);
+        let bad = include_str!("../../../fuzz/seeds/config_file/bad.toml");
+        let listen = include_str!("../../../fuzz/seeds/config_file/listen.toml");
+        for (name, text, lines) in [("bad.toml", bad, 3), ("listen.toml", listen, 2)] {
+            match seed(name, text) {
+                Err(config_file::ConfigFileError::Invalid { problems, .. }) => {
+                    assert_eq!(problems.len(), lines, "{name}: {problems:?}")
+                }
+                other => panic!("{name} was not refused for its lines: {other:?}"),
+            }
+        }
     }
 
     #[test]

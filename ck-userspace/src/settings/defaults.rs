@@ -1,0 +1,92 @@
+//! The defaults of `ck run`'s settings, one `const` each: clap shows and applies them
+//! ([`super::run_args::RunArgs`]), so a config file that leaves a key out gets them too, and
+//! the tests compare with them. Durations are [`Duration`]s, shown in `--help` as their `Debug`
+//! text (`30s`, `500ms`), which [`super::duration::parse_duration`] reads back.
+//!
+//! Two settings have no constant default: the worker count (`$WEB_CONCURRENCY`, else the CPUs
+//! ck may use: [`super::worker_count::default_workers`]) and the instance name (`ck-<first
+//! port>`).
+use std::time::Duration;
+
+use super::{
+    restart_policy::Backoff,
+    run_config::{LogFormat, Policy, ReadyMode},
+};
+
+/// The port of the one listen address when neither `--port` nor `--listen` is given.
+pub const PORT: u16 = 8080;
+/// `--policy`: how new connections are spread over ready workers.
+pub const POLICY: Policy = Policy::RoundRobin;
+/// `--ready`: when a worker counts as ready.
+pub const READY: ReadyMode = ReadyMode::Auto;
+/// `--ready-timeout`: time a worker has to become ready before it is replaced.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// `--ready-grace`: with `--ready auto`, time after which a silent worker is ready.
+pub const READY_GRACE: Duration = Duration::from_secs(1);
+/// `--drain-timeout`: time a stopping worker gets before SIGKILL.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// `--reload-batch`: workers a rolling restart replaces at a time.
+pub const RELOAD_BATCH: u32 = 1;
+/// `--restart-backoff`: the restart delays after a crash (`100ms,10s,2,0.1`).
+pub const RESTART_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(10),
+    multiplier: 2.0,
+    jitter: 0.1,
+};
+/// `--restart-stable`: a worker ready this long has served (its exit is not a boot crash).
+pub const RESTART_STABLE: Duration = Duration::from_secs(1);
+/// `--min-workers`: slots the circuit breaker always leaves trying.
+pub const MIN_WORKERS: u32 = 1;
+/// `--crash-limit`: boot crashes within the window that open a slot's breaker.
+pub const CRASH_LIMIT: u32 = 5;
+/// `--crash-window`: the circuit breaker's window.
+pub const CRASH_WINDOW: Duration = Duration::from_secs(30);
+/// `--crash-cooldown`: how long an open breaker waits before trying the slot again.
+pub const CRASH_COOLDOWN: Duration = Duration::from_secs(30);
+/// `--probe-interval`: time between probes of a worker.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+/// `--probe-timeout`: time a probe may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// `--probe-fails`: failed probes in a row that make a worker unhealthy.
+pub const PROBE_FAILS: u32 = 3;
+/// `--probe-passes`: passed probes in a row that make it healthy again.
+pub const PROBE_PASSES: u32 = 2;
+/// `--probe-port-base`: slot S is probed from source port `PROBE_PORT_BASE + S`.
+pub const PROBE_PORT_BASE: u16 = 19800;
+/// `--stall-timeout`: a queue stuck this long marks its worker stalled (zero: off).
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// `--sample-interval`: how often accept queues are sampled while there is traffic.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
+/// `--spares`: hot spare workers.
+pub const SPARES: u32 = 0;
+/// `--orphan-timeout`: with `--survive-supervisor`, how long workers wait for a new ck.
+pub const ORPHAN_TIMEOUT: Duration = Duration::from_secs(30);
+/// `--log-format`: how ck writes its own log lines.
+pub const LOG_FORMAT: LogFormat = LogFormat::Text;
+
+/// A duration default as `ck run` takes it and `--help` shows it: `30s`, `500ms`.
+pub fn duration_text(d: Duration) -> String {
+    format!("{d:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::duration::parse_duration;
+
+    #[test]
+    fn duration_texts_read_back() {
+        for d in [
+            READY_TIMEOUT,
+            PROBE_TIMEOUT,
+            SAMPLE_INTERVAL,
+            RESTART_STABLE,
+        ] {
+            assert_eq!(parse_duration(&duration_text(d)), Ok(d));
+        }
+        assert_eq!(duration_text(PROBE_TIMEOUT), "500ms");
+        assert_eq!(duration_text(READY_TIMEOUT), "30s");
+        assert_eq!(duration_text(Duration::from_millis(1500)), "1.5s");
+    }
+}
