@@ -34,7 +34,7 @@ fn command() -> Command {
         .arg(
             Arg::new("ready_timeout")
                 .long("ready-timeout")
-                .value_parser(ck::settings::duration::parse_duration),
+                .value_parser(ck_worker::units::duration::parse_duration),
         )
         .arg(
             Arg::new("listen")

@@ -4,11 +4,11 @@ use std::{path::PathBuf, time::Duration};
 
 use anyhow::bail;
 use ck::{
-    settings::duration::parse_duration,
     settings::health::{DEFAULT_PROBE_PORT_BASE, HealthConfig, ProbeKind},
     settings::restart_policy::{Backoff, RestartPolicy, parse_backoff},
     settings::run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
 };
+use ck_worker::units::duration::parse_duration;
 use clap::Args;
 
 /// The options of `ck run`.
@@ -112,11 +112,11 @@ pub struct RunArgs {
     adopt: bool,
     /// memory.max of every worker's cgroup (e.g. 512M), where the host's cgroup2 has the
     /// memory controller (ck says so where it does not).
-    #[arg(long, value_parser = ck::settings::size::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = ck_worker::units::size::parse_size, value_name = "SIZE")]
     worker_memory_max: Option<u64>,
     /// Recycle (replace gracefully) a worker whose memory stays above SIZE (e.g. 512M) for 3
     /// samples, one a second.
-    #[arg(long, value_parser = ck::settings::size::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = ck_worker::units::size::parse_size, value_name = "SIZE")]
     max_memory: Option<u64>,
     /// Recycle (replace gracefully) a worker after about N new connections (each worker's own
     /// limit within ±10 %, checked every second).

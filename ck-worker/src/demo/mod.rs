@@ -37,7 +37,7 @@ pub struct DemoOptions {
         long,
         value_name = "DUR",
         default_value = "0s",
-        value_parser = crate::settings::duration::parse_duration
+        value_parser = crate::units::duration::parse_duration
     )]
     pub ready_after: Duration,
     /// Ignore SIGTERM (a misbehaving worker, for testing ck's drain timeout); SIGINT still stops.
@@ -53,11 +53,11 @@ pub struct DemoOptions {
         long,
         value_name = "DUR",
         requires = "stall_ms",
-        value_parser = crate::settings::duration::parse_duration
+        value_parser = crate::units::duration::parse_duration
     )]
     pub stall_every: Option<Duration>,
     /// Fault: from this long after the start, GET /healthz answers 503 `unhealthy`.
-    #[arg(long, value_name = "DUR", value_parser = crate::settings::duration::parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = crate::units::duration::parse_duration)]
     pub fail_health_after: Option<Duration>,
     /// Fault: from this long after the start (later than --fail-health-after), GET /healthz
     /// answers 200 again.
@@ -65,7 +65,7 @@ pub struct DemoOptions {
         long,
         value_name = "DUR",
         requires = "fail_health_after",
-        value_parser = crate::settings::duration::parse_duration
+        value_parser = crate::units::duration::parse_duration
     )]
     pub recover_health_after: Option<Duration>,
     /// Fault: every request to / waits this long before it is answered (without blocking
@@ -74,11 +74,11 @@ pub struct DemoOptions {
     pub slow_ms: Option<Duration>,
     /// Fault: stop sending watchdog heartbeats this long after the start. (The worker sends
     /// WATCHDOG=1 every half WATCHDOG_USEC when ck sets it, i.e. with `ck run --watchdog`.)
-    #[arg(long, value_name = "DUR", value_parser = crate::settings::duration::parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = crate::units::duration::parse_duration)]
     pub watchdog_stop_after: Option<Duration>,
     /// Fault: every request to / allocates this much memory (e.g. 64K) and never frees it, for
     /// testing ck's `--max-memory` recycling.
-    #[arg(long, value_name = "SIZE", value_parser = crate::settings::size::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_size)]
     pub leak_per_request: Option<u64>,
 }
 
@@ -219,18 +219,25 @@ fn bind_addresses() -> anyhow::Result<Vec<SocketAddr>> {
 
 /// Binds and listens on `addr` (IPv6 only for an IPv6 address, as ck's own sockets).
 fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, setsockopt, socket,
+    };
+    let family = if addr.is_ipv6() {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let fd = socket(family, SockType::Stream, flags, None).context("creating a TCP socket")?;
     if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
+        setsockopt(&fd, sockopt::Ipv6V6Only, &true).context("setting IPV6_V6ONLY")?;
     }
-    socket.set_reuse_address(true)?;
-    socket
-        .bind(&addr.into())
+    setsockopt(&fd, sockopt::ReuseAddr, &true).context("setting SO_REUSEADDR")?;
+    nix::sys::socket::bind(fd.as_raw_fd(), &SockaddrStorage::from(addr))
         .with_context(|| format!("binding {addr}"))?;
-    socket.listen(1024)?;
-    socket.set_nonblocking(true)?;
-    Ok(socket.into())
+    nix::sys::socket::listen(&fd, Backlog::new(1024)?)
+        .with_context(|| format!("listening on {addr}"))?;
+    Ok(std::net::TcpListener::from(fd))
 }
 
 /// Half of `WATCHDOG_USEC`, the heartbeat period systemd recommends, when it is set.
