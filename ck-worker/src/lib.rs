@@ -30,4 +30,14 @@
 #[allow(unsafe_code)] // takes ownership of the descriptors the supervisor passed (FFI edge)
 pub mod activation;
 pub mod demo;
+pub mod drain;
 pub mod units;
+
+/// Writes one line to stderr with a single write, so that the lines of workers sharing their
+/// supervisor's stderr do not interleave.
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut text = line.to_string();
+    text.push('\n');
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}

@@ -18,15 +18,15 @@ use std::{
 
 use anyhow::{Context as _, ensure};
 use nix::sys::socket::{getsockopt, sockopt};
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    sync::watch,
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    activation::{self, Notifier},
+    drain, say,
 };
 
-use crate::activation::{self, Notifier};
-
 pub use faults::Faults;
-pub use server::{DRAIN_QUIET, Identity, SHUTDOWN_GRACE, serve};
+pub use server::{Identity, serve};
 
 /// Command-line options of `ck demo-worker`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -158,7 +158,7 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
         if let Some(faults) = faults.describe() {
             say(format_args!("demo worker slot={slot} pid={pid} faults: {faults}"));
         }
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let (stop, drain) = drain::channel();
         let heartbeat = watchdog_period();
         let heartbeats_until = opts
             .watchdog_stop_after
@@ -190,9 +190,9 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
             };
             say(format_args!("demo worker slot={slot} pid={pid} stopping on {signal_name}"));
             report(notifier.stopping());
-            let _ = stop_tx.send(true);
+            stop.trigger();
         });
-        serve(listeners, identity, faults, stop_rx).await
+        serve(listeners, identity, faults, drain).await
     })
 }
 
@@ -265,15 +265,6 @@ fn tcp_listener(name: &str, fd: OwnedFd) -> anyhow::Result<(std::net::TcpListene
         .set_nonblocking(true)
         .with_context(|| format!("making {description} non-blocking"))?;
     Ok((listener, addr))
-}
-
-/// Writes one line to stderr with a single write, so that the lines of workers sharing ck's
-/// stderr do not interleave.
-pub(crate) fn say(line: std::fmt::Arguments<'_>) {
-    use std::io::Write as _;
-    let mut text = line.to_string();
-    text.push('\n');
-    let _ = std::io::stderr().write_all(text.as_bytes());
 }
 
 /// Reports a failed notification; the worker carries on (the supervisor may be gone).
