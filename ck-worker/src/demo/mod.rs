@@ -2,7 +2,7 @@
 //! for its tests. It takes its listening sockets by socket activation (`LISTEN_FDS`), or binds
 //! `$PORT` itself when it has none (as under `ck run --adopt`), reports
 //! `READY=1` over `NOTIFY_SOCKET` (optionally after a delay), answers `GET /` with its slot and
-//! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, drains and exits 0. Fault switches
+//! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, drains ([`crate::drain`]) and exits 0. Fault switches
 //! (`--stall-ms`, `--fail-health-after`, `--slow-ms`, ...) make it misbehave on purpose.
 mod faults;
 mod http;
