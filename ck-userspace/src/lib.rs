@@ -3,13 +3,13 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map of these modules. `unsafe` is
 //! allowed only at the operating system's edges ([`os`]) and in the BPF loader ([`bpf`]).
+//! The worker's side of the protocol (socket activation, `sd_notify`, the graceful drain and
+//! `ck demo-worker`) is the `ck-worker` crate, which servers can depend on without ck's own
+//! dependencies.
 #![deny(unsafe_code)]
-#[allow(unsafe_code)] // the worker side of socket activation takes fds from the environment
-pub mod activation;
 #[allow(unsafe_code)]
 pub mod bpf;
 pub mod control;
-pub mod demo;
 pub mod metrics;
 #[allow(unsafe_code)]
 pub mod os;

@@ -6,10 +6,10 @@ use std::{ffi::OsString, process::ExitCode, time::Duration};
 use anyhow::bail;
 use ck::{
     control::{Request, Response, client},
-    settings::duration::parse_duration,
     settings::health::ProbeKind,
     settings::{layers, run_args::RunArgs},
 };
+use ck_worker::units::duration::parse_duration;
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 mod cli;
@@ -144,7 +144,7 @@ enum Command {
         target: Target,
     },
     /// The built-in demo worker (HTTP/1.1): run by `ck run` when no APP is given.
-    DemoWorker(ck::demo::DemoOptions),
+    DemoWorker(ck_worker::demo::DemoOptions),
     /// Internal: sets LISTEN_PID and execs the worker's program.
     #[command(hide = true)]
     ExecWorker {
@@ -244,7 +244,7 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
         }
         Command::Scale { workers, target } => simple(target.name, Request::Scale { workers }),
         Command::DemoWorker(opts) => {
-            ck::demo::run(opts)?;
+            ck_worker::demo::run(opts)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::ExecWorker { argv } => {

@@ -17,13 +17,13 @@ fuzz_target!(|data: &[u8]| {
     };
     match which % 5 {
         0 => {
-            let _ = ck::settings::duration::parse_duration(text);
+            let _ = ck_worker::units::duration::parse_duration(text);
         }
         1 => {
             let _ = ck::settings::restart_policy::parse_backoff(text);
         }
         2 => {
-            let _ = ck::settings::size::parse_size(text);
+            let _ = ck_worker::units::size::parse_size(text);
         }
         3 => {
             if let Ok(addr) = ListenAddr::from_str(text) {

@@ -1,5 +1,6 @@
-//! The worker examples, each run under ck and counted per worker: Rust on the activation module
-//! (`ck-userspace/examples/activation.rs`, and ck's demo worker), Node (`examples/worker.js` on ck's socket, and the
+//! The worker examples, each run under ck and counted per worker: Rust on the `ck-worker` crate
+//! (`ck-worker/examples/activation.rs`, ck's demo worker, and `ck-worker/examples/hyper_server.rs`,
+//! which is also rolled by `ck reload` under a keep-alive load that never retries), Node (`examples/worker.js` on ck's socket, and the
 //! unmodified `examples/listen.js` under `--adopt`), Python (`examples/worker.py`, and the
 //! unmodified `python3 -m http.server` under `--adopt`: see `adopt.rs`), and the C server of
 //! the TCP_CORK article (`examples/cork-server.c`, built here with `cc`): socket-activated,
@@ -8,7 +9,9 @@
 
 use std::path::PathBuf;
 
+use ck_tests::churn::{self, Background};
 use ck_tests::cserver::cork_server;
+use ck_tests::load::Mode;
 use ck_tests::sys::{kill_hard, poll_until};
 use ck_tests::{READY_TIMEOUT, burst, burst_pinned, local, start_ready};
 
@@ -19,13 +22,14 @@ fn example(file: &str) -> String {
     path.to_str().expect("UTF-8 path").to_string()
 }
 
-/// `-w 2 --policy round-robin` with `app`: 40 pinned requests split 20/20 by slot.
-fn spreads_evenly(what: &str, extra: &[&str], app: &[&str]) {
+/// `-w 2 --policy round-robin` with `app`: 40 pinned requests split 20/20 by slot. Returns
+/// the running instance and its port.
+fn spreads_evenly(what: &str, extra: &[&str], app: &[&str]) -> (ck_tests::Ck, u16) {
     let mut args = vec!["--policy", "round-robin"];
     args.extend_from_slice(extra);
     args.push("--");
     args.extend_from_slice(app);
-    let (_ck, port, status) = start_ready(what, 2, &args);
+    let (ck, port, status) = start_ready(what, 2, &args);
     let tally = burst_pinned(local(port), 40);
     assert_eq!(tally.ok, 40, "{tally:?}");
     assert_eq!((tally.slot(0), tally.slot(1)), (20, 20), "{tally:?}");
@@ -34,20 +38,47 @@ fn spreads_evenly(what: &str, extra: &[&str], app: &[&str]) {
         tally.only_from(&status.worker_pids()),
         "{tally:?} {status:#?}"
     );
+    (ck, port)
+}
+
+/// The path of the Rust example `name` (`ck-worker/examples/`), built next to ck by `cargo
+/// xtask test` (`--examples`).
+fn rust_example(name: &str) -> String {
+    let example = ck_tests::ck_bin().with_file_name("examples").join(name);
+    assert!(
+        example.is_file(),
+        "{} is missing: run `cargo xtask test` (or `cargo build -p ck-worker --examples`)",
+        example.display()
+    );
+    example.to_str().expect("UTF-8 path").to_string()
 }
 
 #[test]
 fn rust_worker_on_the_activation_module() {
-    // Built next to ck by `cargo xtask test` (`--examples`).
-    let example = ck_tests::ck_bin()
-        .with_file_name("examples")
-        .join("activation");
+    spreads_evenly("ex-rust", &[], &[&rust_example("activation")]);
+}
+
+/// The hyper server on `ck-worker` (activation, READY=1, the graceful drain): both workers
+/// answer, two `ck reload`s under a keep-alive load that never retries (like wrk) replace them
+/// without a failed request, and `ck stop` ends it all cleanly.
+#[test]
+fn rust_hyper_server_on_ck_worker_rolls_without_a_failure() {
+    let (mut ck, port) = spreads_evenly("ex-hyper", &[], &[&rust_example("hyper_server")]);
+    let load = Background::start_without_retry(port, Mode::KeepAlive);
+    let run = churn::reload_times_under(&mut ck, load, 2);
+    run.assert_all_succeeded(&ck);
+    churn::print_report("hyper", &run.report);
+    assert_eq!(run.report.retried, 0, "the client retried");
+    churn::assert_served(&run.report);
+    // The two workers before, between and after the reloads (slots 0 and 1, then 2 and 3...).
+    assert!(run.report.by_slot.len() >= 4, "{:?}", run.report.by_slot);
     assert!(
-        example.is_file(),
-        "{} is missing: run `cargo xtask test`",
-        example.display()
+        run.after.worker_pids().is_disjoint(&run.reloads[0].before),
+        "old workers still listed: {:#?}",
+        run.after
     );
-    spreads_evenly("ex-rust", &[], &[example.to_str().unwrap()]);
+    ck.ctl_ok(&["stop"]);
+    ck.wait_clean_exit();
 }
 
 #[test]

@@ -10,7 +10,7 @@ use ck_tests::load::Mode;
 use ck_tests::{Ck, READY_TIMEOUT, Status, burst, burst_pinned, local, start_ready};
 
 /// The demo worker's drain: a keep-alive connection idle this long is closed (`IDLE_GRACE` in
-/// `ck-userspace/src/demo/server.rs`).
+/// `ck-worker/src/drain.rs`).
 const DRAIN_IDLE_GRACE: Duration = Duration::from_millis(500);
 
 /// SIGKILLs the workers of slots 1 and 2 of a round-robin fleet of 3 under load in `mode`,

@@ -195,14 +195,23 @@ fn workspace_cargo() -> Result<Command> {
     Ok(cargo)
 }
 
-/// `cargo build [--release] -p ck-userspace --bin ck`; returns the path of the binary.
+/// `cargo build [--release] -p ck-userspace --bin ck --examples -p ck-worker` (ck, and the
+/// worker examples the tests and benches run); returns the path of the binary.
 fn build(release: bool) -> Result<PathBuf> {
     let mut cargo = workspace_cargo()?;
     cargo.arg("build");
     if release {
         cargo.arg("--release");
     }
-    cargo.args(["-p", "ck-userspace", "--bin", "ck", "--examples"]);
+    cargo.args([
+        "-p",
+        "ck-userspace",
+        "-p",
+        "ck-worker",
+        "--bin",
+        "ck",
+        "--examples",
+    ]);
     cmd::run(
         &mut cargo,
         "see the compiler output above; `cargo xtask build` sets up nightly, rust-src, \

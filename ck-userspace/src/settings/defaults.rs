@@ -73,7 +73,7 @@ pub fn duration_text(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::duration::parse_duration;
+    use ck_worker::units::duration::parse_duration;
 
     #[test]
     fn duration_texts_read_back() {

@@ -2,7 +2,9 @@
 //! run that resets it, and the circuit breaker (crash limit, window, cool-down).
 use std::time::Duration;
 
-use crate::settings::{defaults, duration::parse_duration};
+use ck_worker::units::duration::parse_duration;
+
+use crate::settings::defaults;
 
 /// How a slot's crashes are handled.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

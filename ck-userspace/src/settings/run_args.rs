@@ -5,11 +5,11 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::bail;
+use ck_worker::units::duration::parse_duration;
 use clap::{Args, Command};
 
 use crate::settings::{
     defaults::{self, duration_text},
-    duration::parse_duration,
     health::{HealthConfig, ProbeKind},
     restart_policy::{Backoff, RestartPolicy, parse_backoff},
     run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
@@ -122,11 +122,11 @@ pub struct RunArgs {
     adopt: bool,
     /// memory.max of every worker's cgroup (e.g. 512M), where the host's cgroup2 has the
     /// memory controller (ck says so where it does not).
-    #[arg(long, value_parser = crate::settings::size::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = ck_worker::units::size::parse_size, value_name = "SIZE")]
     worker_memory_max: Option<u64>,
     /// Recycle (replace gracefully) a worker whose memory stays above SIZE (e.g. 512M) for 3
     /// samples, one a second.
-    #[arg(long, value_parser = crate::settings::size::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = ck_worker::units::size::parse_size, value_name = "SIZE")]
     max_memory: Option<u64>,
     /// Recycle (replace gracefully) a worker after about N new connections (each worker's own
     /// limit within ±10 %, checked every second).

@@ -5,10 +5,8 @@ use std::{path::PathBuf, time::Duration};
 use clap::{CommandFactory as _, Parser};
 
 use super::*;
-use crate::{
-    settings::duration::parse_duration,
-    settings::run_config::{ListenAddr, Policy},
-};
+use crate::settings::run_config::{ListenAddr, Policy};
+use ck_worker::units::duration::parse_duration;
 
 /// Options shaped like `ck run`'s: a number, an enum, a duration, repeatable ones, a switch,
 /// `--config` and the trailing app.

@@ -2,7 +2,7 @@
 //! for its tests. It takes its listening sockets by socket activation (`LISTEN_FDS`), or binds
 //! `$PORT` itself when it has none (as under `ck run --adopt`), reports
 //! `READY=1` over `NOTIFY_SOCKET` (optionally after a delay), answers `GET /` with its slot and
-//! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, drains and exits 0. Fault switches
+//! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, drains ([`crate::drain`]) and exits 0. Fault switches
 //! (`--stall-ms`, `--fail-health-after`, `--slow-ms`, ...) make it misbehave on purpose.
 mod faults;
 mod http;
@@ -18,15 +18,15 @@ use std::{
 
 use anyhow::{Context as _, ensure};
 use nix::sys::socket::{getsockopt, sockopt};
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    sync::watch,
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{
+    activation::{self, Notifier},
+    drain, say,
 };
 
-use crate::activation::{self, Notifier};
-
 pub use faults::Faults;
-pub use server::{DRAIN_QUIET, Identity, SHUTDOWN_GRACE, serve};
+pub use server::{Identity, serve};
 
 /// Command-line options of `ck demo-worker`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -37,7 +37,7 @@ pub struct DemoOptions {
         long,
         value_name = "DUR",
         default_value = "0s",
-        value_parser = crate::settings::duration::parse_duration
+        value_parser = crate::units::duration::parse_duration
     )]
     pub ready_after: Duration,
     /// Ignore SIGTERM (a misbehaving worker, for testing ck's drain timeout); SIGINT still stops.
@@ -53,11 +53,11 @@ pub struct DemoOptions {
         long,
         value_name = "DUR",
         requires = "stall_ms",
-        value_parser = crate::settings::duration::parse_duration
+        value_parser = crate::units::duration::parse_duration
     )]
     pub stall_every: Option<Duration>,
     /// Fault: from this long after the start, GET /healthz answers 503 `unhealthy`.
-    #[arg(long, value_name = "DUR", value_parser = crate::settings::duration::parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = crate::units::duration::parse_duration)]
     pub fail_health_after: Option<Duration>,
     /// Fault: from this long after the start (later than --fail-health-after), GET /healthz
     /// answers 200 again.
@@ -65,7 +65,7 @@ pub struct DemoOptions {
         long,
         value_name = "DUR",
         requires = "fail_health_after",
-        value_parser = crate::settings::duration::parse_duration
+        value_parser = crate::units::duration::parse_duration
     )]
     pub recover_health_after: Option<Duration>,
     /// Fault: every request to / waits this long before it is answered (without blocking
@@ -74,11 +74,11 @@ pub struct DemoOptions {
     pub slow_ms: Option<Duration>,
     /// Fault: stop sending watchdog heartbeats this long after the start. (The worker sends
     /// WATCHDOG=1 every half WATCHDOG_USEC when ck sets it, i.e. with `ck run --watchdog`.)
-    #[arg(long, value_name = "DUR", value_parser = crate::settings::duration::parse_duration)]
+    #[arg(long, value_name = "DUR", value_parser = crate::units::duration::parse_duration)]
     pub watchdog_stop_after: Option<Duration>,
     /// Fault: every request to / allocates this much memory (e.g. 64K) and never frees it, for
     /// testing ck's `--max-memory` recycling.
-    #[arg(long, value_name = "SIZE", value_parser = crate::settings::size::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_size)]
     pub leak_per_request: Option<u64>,
 }
 
@@ -158,7 +158,7 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
         if let Some(faults) = faults.describe() {
             say(format_args!("demo worker slot={slot} pid={pid} faults: {faults}"));
         }
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let (stop, drain) = drain::channel();
         let heartbeat = watchdog_period();
         let heartbeats_until = opts
             .watchdog_stop_after
@@ -190,9 +190,9 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
             };
             say(format_args!("demo worker slot={slot} pid={pid} stopping on {signal_name}"));
             report(notifier.stopping());
-            let _ = stop_tx.send(true);
+            stop.trigger();
         });
-        serve(listeners, identity, faults, stop_rx).await
+        serve(listeners, identity, faults, drain).await
     })
 }
 
@@ -219,18 +219,25 @@ fn bind_addresses() -> anyhow::Result<Vec<SocketAddr>> {
 
 /// Binds and listens on `addr` (IPv6 only for an IPv6 address, as ck's own sockets).
 fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, setsockopt, socket,
+    };
+    let family = if addr.is_ipv6() {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let fd = socket(family, SockType::Stream, flags, None).context("creating a TCP socket")?;
     if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
+        setsockopt(&fd, sockopt::Ipv6V6Only, &true).context("setting IPV6_V6ONLY")?;
     }
-    socket.set_reuse_address(true)?;
-    socket
-        .bind(&addr.into())
+    setsockopt(&fd, sockopt::ReuseAddr, &true).context("setting SO_REUSEADDR")?;
+    nix::sys::socket::bind(fd.as_raw_fd(), &SockaddrStorage::from(addr))
         .with_context(|| format!("binding {addr}"))?;
-    socket.listen(1024)?;
-    socket.set_nonblocking(true)?;
-    Ok(socket.into())
+    nix::sys::socket::listen(&fd, Backlog::new(1024)?)
+        .with_context(|| format!("listening on {addr}"))?;
+    Ok(std::net::TcpListener::from(fd))
 }
 
 /// Half of `WATCHDOG_USEC`, the heartbeat period systemd recommends, when it is set.
@@ -258,15 +265,6 @@ fn tcp_listener(name: &str, fd: OwnedFd) -> anyhow::Result<(std::net::TcpListene
         .set_nonblocking(true)
         .with_context(|| format!("making {description} non-blocking"))?;
     Ok((listener, addr))
-}
-
-/// Writes one line to stderr with a single write, so that the lines of workers sharing ck's
-/// stderr do not interleave.
-pub(crate) fn say(line: std::fmt::Arguments<'_>) {
-    use std::io::Write as _;
-    let mut text = line.to_string();
-    text.push('\n');
-    let _ = std::io::stderr().write_all(text.as_bytes());
 }
 
 /// Reports a failed notification; the worker carries on (the supervisor may be gone).

@@ -114,7 +114,7 @@ impl Client {
 
 struct Server {
     addr: SocketAddr,
-    stop: watch::Sender<bool>,
+    stop: crate::drain::Trigger,
     task: JoinHandle<anyhow::Result<()>>,
 }
 
@@ -130,7 +130,10 @@ impl Server {
 
     fn start_with(listener: TcpListener, stopped: bool, faults: Faults) -> Server {
         let addr = listener.local_addr().unwrap();
-        let (stop, stop_rx) = watch::channel(stopped);
+        let (stop, stop_rx) = crate::drain::channel();
+        if stopped {
+            stop.trigger();
+        }
         let task = tokio::spawn(serve(vec![listener], identity(), faults, stop_rx));
         Server { addr, stop, task }
     }
@@ -257,7 +260,7 @@ async fn shutdown_finishes_requests_in_flight_and_closes_idle_connections() {
         .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
 
-    server.stop.send(true).unwrap();
+    server.stop.trigger();
     idle.expect_eof().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     in_flight.send("cd").await;
@@ -277,8 +280,8 @@ async fn shutdown_answers_the_next_request_of_a_busy_keep_alive_connection() {
     let server = Server::start().await;
     let mut busy = Client::connect(server.addr).await;
     assert_eq!(busy.get("/").await.status, 200);
-    server.stop.send(true).unwrap();
-    tokio::time::sleep(super::server::IDLE_GRACE / 5).await;
+    server.stop.trigger();
+    tokio::time::sleep(crate::drain::IDLE_GRACE / 5).await;
     busy.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
     let response = busy.response(false).await;
     assert_eq!(

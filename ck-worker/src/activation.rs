@@ -2,7 +2,8 @@
 //! (`NOTIFY_SOCKET`): what a program started by `ck run` (or by systemd) calls to take the
 //! sockets it was handed and to tell its supervisor when it is ready or stopping.
 //!
-//! Used by `ck demo-worker` and meant to be copied into, or linked from, users' Rust servers.
+//! Used by the demo worker ([`crate::demo`]) and by Rust servers that depend on this crate
+//! (`examples/activation.rs`, `examples/hyper_server.rs`).
 use std::{
     io,
     os::{

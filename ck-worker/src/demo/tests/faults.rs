@@ -134,7 +134,7 @@ async fn healthz_fails_then_recovers() {
 /// block it alone and not the test's client.
 struct ThreadServer {
     addr: SocketAddr,
-    stop: watch::Sender<bool>,
+    stop: crate::drain::Trigger,
     thread: std::thread::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -143,7 +143,7 @@ impl ThreadServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
-        let (stop, stop_rx) = watch::channel(false);
+        let (stop, stop_rx) = crate::drain::channel();
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -157,7 +157,7 @@ impl ThreadServer {
     }
 
     async fn finished(self) {
-        self.stop.send(true).unwrap();
+        self.stop.trigger();
         let join = tokio::task::spawn_blocking(move || self.thread.join());
         let result = within("the server thread to end", join).await.unwrap();
         result.expect("server thread panicked").unwrap();
@@ -236,6 +236,6 @@ async fn slow_delays_root_without_blocking_others() {
     let sent = Instant::now();
     assert_eq!(slowed.get("/?again").await.status, 200);
     assert!(sent.elapsed() >= ms(500));
-    server.stop.send(true).unwrap();
+    server.stop.trigger();
     server.finished().await;
 }

@@ -1,10 +1,10 @@
-//! A Rust worker for ck on the `ck::activation` module: it takes the socket ck hands over
+//! A Rust worker for ck on the `ck_worker::activation` module: it takes the socket ck hands over
 //! (`listen_fds`), says `READY=1` (`Notifier`), answers `slot=S pid=P`, and on SIGTERM says
 //! `STOPPING=1`, stops accepting and exits (each answer closes its connection, so there is no
 //! idle keep-alive connection to race with; what is still queued on the socket stays with ck,
 //! which hands it to another worker when this one exits).
 //!
-//! Build: `cargo build -p ck-userspace --example activation`
+//! Build: `cargo build -p ck-worker --example activation`
 //! Run:   `ck run --port 8080 -- target/debug/examples/activation`
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ck::activation::{Notifier, listen_fds};
+use ck_worker::activation::{Notifier, listen_fds};
 
 fn main() -> anyhow::Result<()> {
     // First thing: it takes the activation variables out of the environment.

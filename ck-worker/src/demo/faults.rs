@@ -126,18 +126,18 @@ pub async fn stall_loop(faults: Faults) {
     }
 }
 
-/// Parses the value of a `-ms` option: a duration as [`crate::settings::duration::parse_duration`]
+/// Parses the value of a `-ms` option: a duration as [`crate::units::duration::parse_duration`]
 /// reads it (`200ms`, `1.5s`), except that a bare number is in milliseconds, as the option's
 /// name promises (`200` is 200ms, not 200s).
 ///
 /// # Errors
-/// The message of [`crate::settings::duration::parse_duration`] when the text is not a duration.
+/// The message of [`crate::units::duration::parse_duration`] when the text is not a duration.
 pub fn parse_ms(s: &str) -> Result<Duration, String> {
     let text = s.trim();
     let bare = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.');
     if bare {
-        crate::settings::duration::parse_duration(&format!("{text}ms"))
+        crate::units::duration::parse_duration(&format!("{text}ms"))
     } else {
-        crate::settings::duration::parse_duration(s)
+        crate::units::duration::parse_duration(s)
     }
 }

@@ -1,31 +1,23 @@
 //! The demo worker's server core: an accept loop per listener, a task per connection speaking
 //! HTTP/1.x with keep-alive and pipelining, and the graceful shutdown that drains connections
 //! already queued on the listeners and finishes requests in flight.
-use std::{future::Future, io, sync::Arc, time::Duration};
+use std::{io, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
-    sync::{mpsc, watch},
+    sync::mpsc,
     task::JoinSet,
-    time::{Instant, timeout, timeout_at},
+    time::{Instant, timeout_at},
 };
 
 use super::{
     faults::{self, Faults},
     http::{self, ParseError, Persistence, Request},
 };
+use crate::drain::{ConnectionDrain, Drain, IDLE_GRACE};
 
-/// After shutdown, a listener is closed once it has had no connection to accept for this long.
-pub const DRAIN_QUIET: Duration = Duration::from_millis(10);
-/// After shutdown, how long a connection may take to finish its request (or, when accepted
-/// during the drain, to send its first one) before it is dropped.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-/// After shutdown, a keep-alive connection between requests is closed once it has been idle
-/// this long; a request that comes sooner is answered (with `Connection: close`) first. A
-/// client that keeps its connection busy never sees it closed under a request in flight.
-pub const IDLE_GRACE: Duration = Duration::from_millis(500);
 /// How long a closing connection reads and discards what the client still sends, so that
 /// unread data does not turn our close into a reset that destroys the last response.
 const LINGER: Duration = Duration::from_millis(500);
@@ -56,11 +48,11 @@ impl Identity {
     }
 }
 
-/// Serves HTTP on `listeners` until `shutdown` becomes `true` (or its sender is dropped), then
-/// drains: each listener keeps accepting until it has been quiet for [`DRAIN_QUIET`] and is
-/// closed; each connection's next request is answered with `Connection: close` and the
-/// connection closed after it; a connection with no request for [`IDLE_GRACE`] is closed.
-/// Returns when every connection is done.
+/// Serves HTTP on `listeners` until shutdown is requested on `drain`, then drains (see
+/// [`crate::drain`]): each listener keeps accepting until it has been quiet for
+/// [`DRAIN_QUIET`](crate::drain::DRAIN_QUIET) and is closed; each connection's next request is
+/// answered with `Connection: close` and the connection closed after it; a connection with no
+/// request for [`IDLE_GRACE`] is closed. Returns when every connection is done.
 ///
 /// `faults` makes it misbehave on purpose: a stall blocks the calling thread (so it should be
 /// a current-thread runtime's, as in [`super::run`]) and goes on until `serve` returns.
@@ -71,7 +63,7 @@ pub async fn serve(
     listeners: Vec<TcpListener>,
     identity: Identity,
     faults: Faults,
-    shutdown: watch::Receiver<bool>,
+    drain: Drain,
 ) -> anyhow::Result<()> {
     // Dropping the set when `serve` returns ends the stalls.
     let mut stalls = JoinSet::new();
@@ -81,8 +73,14 @@ pub async fn serve(
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     let mut accept_loops = JoinSet::new();
     for listener in listeners {
-        let (server, shutdown, done) = (server.clone(), shutdown.clone(), done_tx.clone());
-        accept_loops.spawn(accept_loop(listener, server, shutdown, done));
+        let (server, drain, done) = (server.clone(), drain.clone(), done_tx.clone());
+        accept_loops.spawn(async move {
+            drain
+                .accept_until_drained(listener, |stream| {
+                    spawn_connection(stream, &server, &drain, &done);
+                })
+                .await
+        });
     }
     drop(done_tx);
     while let Some(result) = accept_loops.join_next().await {
@@ -98,81 +96,17 @@ struct Server {
     faults: Faults,
 }
 
-/// Accepts on `listener` until shutdown, then drains it and closes it.
-async fn accept_loop(
-    listener: TcpListener,
-    server: Arc<Server>,
-    mut shutdown: watch::Receiver<bool>,
-    done: mpsc::Sender<()>,
-) -> anyhow::Result<()> {
-    let addr = listener
-        .local_addr()
-        .map_or_else(|_| "a listener".to_string(), |a| a.to_string());
-    while !is_shutdown(&mut shutdown) {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => Some(accepted),
-            _ = shutdown.changed() => None,
-        };
-        match accepted {
-            Some(Ok((stream, _))) => spawn_connection(stream, &server, &shutdown, &done),
-            Some(Err(err)) => accept_failed(err, &addr).await?,
-            None => {}
-        }
-    }
-    // New connections are no longer steered here, but some may be queued or in flight.
-    while let Ok(accepted) = timeout(DRAIN_QUIET, listener.accept()).await {
-        match accepted {
-            Ok((stream, _)) => spawn_connection(stream, &server, &shutdown, &done),
-            Err(err) => accept_failed(err, &addr).await?,
-        }
-    }
-    Ok(())
-}
-
-/// Whether shutdown was requested (or the sender dropped, which means the same).
-fn is_shutdown(shutdown: &mut watch::Receiver<bool>) -> bool {
-    shutdown.has_changed().is_err() || *shutdown.borrow_and_update()
-}
-
-/// Decides whether an accept error is worth retrying (it is about one connection, or about
-/// resources that closing connections will free) or ends the loop.
-async fn accept_failed(err: io::Error, addr: &str) -> anyhow::Result<()> {
-    match err.raw_os_error() {
-        Some(
-            libc::ECONNABORTED
-            | libc::EPROTO
-            | libc::EPERM
-            | libc::EINTR
-            | libc::ENETDOWN
-            | libc::ENETUNREACH
-            | libc::EHOSTDOWN
-            | libc::EHOSTUNREACH
-            | libc::ENONET
-            | libc::ENOPROTOOPT
-            | libc::EOPNOTSUPP,
-        ) => Ok(()),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-            super::say(format_args!(
-                "demo worker: accepting on {addr}: {err}; retrying in 100ms"
-            ));
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            Ok(())
-        }
-        _ => Err(err).with_context(|| format!("accepting connections on {addr}")),
-    }
-}
-
 /// Starts the task serving `stream`; it holds a clone of `done` until it finishes.
 fn spawn_connection(
     stream: TcpStream,
     server: &Arc<Server>,
-    shutdown: &watch::Receiver<bool>,
+    drain: &Drain,
     done: &mpsc::Sender<()>,
 ) {
-    let (server, shutdown, done) = (server.clone(), shutdown.clone(), done.clone());
+    let (server, drain, done) = (server.clone(), drain.clone(), done.clone());
     tokio::spawn(async move {
         // Errors (resets, timeouts) end only this connection; there is no one to tell.
-        let _ = Connection::new(stream, shutdown).run(&server).await;
+        let _ = Connection::new(stream, drain).run(&server).await;
         drop(done);
     });
 }
@@ -183,9 +117,8 @@ struct Connection {
     /// Received bytes not yet consumed: a partial head, or pipelined requests.
     buf: Vec<u8>,
     chunk: Box<[u8]>,
-    shutdown: watch::Receiver<bool>,
-    /// Set once shutdown is seen: when the connection must be finished.
-    deadline: Option<Instant>,
+    /// Shutdown, and the connection's deadline once it is seen.
+    drain: ConnectionDrain,
     /// When the last response was written (or the connection accepted).
     last_active: Instant,
 }
@@ -199,15 +132,14 @@ enum Read {
 }
 
 impl Connection {
-    fn new(stream: TcpStream, shutdown: watch::Receiver<bool>) -> Connection {
+    fn new(stream: TcpStream, drain: Drain) -> Connection {
         // Responses are written whole; do not let Nagle hold them back.
         let _ = stream.set_nodelay(true);
         Connection {
             stream,
             buf: Vec::new(),
             chunk: vec![0; READ_CHUNK].into_boxed_slice(),
-            shutdown,
-            deadline: None,
+            drain: ConnectionDrain::new(drain),
             last_active: Instant::now(),
         }
     }
@@ -246,10 +178,9 @@ impl Connection {
                     tokio::time::sleep(slow).await;
                     Ok(())
                 };
-                guarded(wait, &mut self.shutdown, &mut self.deadline).await?;
+                self.drain.guard(wait).await?;
             }
-            let keep_alive =
-                request.keep_alive && observe(&mut self.shutdown, &mut self.deadline).is_none();
+            let keep_alive = request.keep_alive && self.drain.deadline().is_none();
             let mut out = Vec::new();
             let healthy = server.faults.healthy();
             respond(&mut out, &request, &server.identity, healthy, keep_alive);
@@ -291,7 +222,7 @@ impl Connection {
     async fn read_more(&mut self, idle: bool) -> io::Result<Read> {
         let n = if idle {
             loop {
-                if observe(&mut self.shutdown, &mut self.deadline).is_some() {
+                if self.drain.deadline().is_some() {
                     let until = self.last_active + IDLE_GRACE;
                     match timeout_at(until, self.stream.read(&mut self.chunk)).await {
                         Ok(read) => break read?,
@@ -300,12 +231,12 @@ impl Connection {
                 }
                 tokio::select! {
                     read = self.stream.read(&mut self.chunk) => break read?,
-                    _ = self.shutdown.changed() => {}
+                    () = self.drain.requested() => {}
                 }
             }
         } else {
             let read = self.stream.read(&mut self.chunk);
-            guarded(read, &mut self.shutdown, &mut self.deadline).await?
+            self.drain.guard(read).await?
         };
         if n == 0 {
             return Ok(Read::Eof);
@@ -331,7 +262,7 @@ impl Connection {
 
     async fn write(&mut self, data: &[u8]) -> io::Result<()> {
         let write = self.stream.write_all(data);
-        guarded(write, &mut self.shutdown, &mut self.deadline).await
+        self.drain.guard(write).await
     }
 
     /// Closes our side, then discards what the client still sends for a moment (or until it
@@ -347,39 +278,6 @@ impl Connection {
                 Ok(Ok(n)) if n > 0 => discarded += n,
                 _ => break,
             }
-        }
-    }
-}
-
-/// Returns the connection's deadline if shutdown has been requested, starting the grace
-/// period the first time it is seen.
-fn observe(
-    shutdown: &mut watch::Receiver<bool>,
-    deadline: &mut Option<Instant>,
-) -> Option<Instant> {
-    if deadline.is_none() && is_shutdown(shutdown) {
-        *deadline = Some(Instant::now() + SHUTDOWN_GRACE);
-    }
-    *deadline
-}
-
-/// Runs an I/O operation to completion; once shutdown is requested (before or during it), it
-/// must complete by the connection's deadline or fails with `TimedOut`.
-async fn guarded<T>(
-    operation: impl Future<Output = io::Result<T>>,
-    shutdown: &mut watch::Receiver<bool>,
-    deadline: &mut Option<Instant>,
-) -> io::Result<T> {
-    tokio::pin!(operation);
-    loop {
-        if let Some(deadline) = observe(shutdown, deadline) {
-            return timeout_at(deadline, operation).await.map_err(|_| {
-                io::Error::new(io::ErrorKind::TimedOut, "shutdown grace period over")
-            })?;
-        }
-        tokio::select! {
-            result = &mut operation => return result,
-            _ = shutdown.changed() => {}
         }
     }
 }
