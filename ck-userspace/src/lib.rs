@@ -10,6 +10,8 @@ pub mod activation;
 pub mod bpf;
 pub mod control;
 pub mod demo;
+#[cfg(test)]
+mod error_causes;
 pub mod metrics;
 #[allow(unsafe_code)]
 pub mod os;

@@ -20,9 +20,9 @@ pub struct AdoptHooks {
 }
 
 fn load_err(what: &'static str) -> impl FnOnce(anyhow::Error) -> BpfError {
-    move |source| BpfError::Load {
+    move |error| BpfError::Load {
         what: what.to_string(),
-        source,
+        error,
         advice: super::load_advice(
             &crate::os::capabilities::needed_for_bpf(true),
             "drop --adopt (workers then get their sockets from ck)",
@@ -55,7 +55,7 @@ impl AdoptHooks {
             for port in ports {
                 map.insert(port, 1, 0).map_err(|e| BpfError::MapWrite {
                     map: "adopt_ports",
-                    source: e.into(),
+                    error: e.into(),
                 })?;
             }
         }

@@ -29,9 +29,9 @@ pub struct BpfGroup {
 }
 
 fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
-    move |source| BpfError::Load {
+    move |error| BpfError::Load {
         what: what.to_string(),
-        source,
+        error,
         advice: super::load_advice(
             &crate::os::capabilities::needed_for_bpf(false),
             "run with --no-bpf",
@@ -40,9 +40,9 @@ fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
 }
 
 fn write_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
-    move |source| BpfError::MapWrite {
+    move |error| BpfError::MapWrite {
         map,
-        source: source.into(),
+        error: error.into(),
     }
 }
 

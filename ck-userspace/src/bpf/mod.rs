@@ -89,27 +89,27 @@ pub enum BpfError {
     )]
     NoBpffs(String),
     /// Loading or attaching failed (permissions, old kernel, verifier).
-    #[error("{what}: {source}; {advice}")]
+    #[error("{what}: {error:#}; {advice}")]
     Load {
         /// The step that failed.
         what: String,
-        /// The underlying error.
-        source: anyhow::Error,
+        /// The underlying error, with its causes (part of the message, not a separate cause).
+        error: anyhow::Error,
         /// What to do: the capabilities ck lacks and how to grant them, or what it needs.
         advice: String,
     },
     /// Writing a map failed while ck runs (the program is loaded; the kernel refused one
     /// update): steering may lag behind the fleet until the next update succeeds.
     #[error(
-        "updating the BPF map `{map}` failed: {source}; steering may not reflect the fleet until \
+        "updating the BPF map `{map}` failed: {error:#}; steering may not reflect the fleet until \
          the next update succeeds (see `ck status`); this is a bug in ck or a kernel limit, not a \
          permission problem: please report it with the log"
     )]
     MapWrite {
         /// The map.
         map: &'static str,
-        /// The kernel's error.
-        source: anyhow::Error,
+        /// The kernel's error, with its causes (part of the message, not a separate cause).
+        error: anyhow::Error,
     },
     /// A pin could not be created or removed.
     #[error("{what} {path}: {error}{advice}")]

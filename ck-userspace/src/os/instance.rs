@@ -33,12 +33,12 @@ pub enum InstanceError {
         name: String,
     },
     /// The run directory is not usable.
-    #[error("cannot use {path}: {source}; run as root or set CK_RUN_DIR to a writable directory")]
+    #[error("cannot use {path}: {error}; run as root or set CK_RUN_DIR to a writable directory")]
     RunDir {
         /// The path.
         path: String,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (part of the message, not a separate cause).
+        error: std::io::Error,
     },
 }
 
@@ -63,9 +63,9 @@ impl InstanceLock {
 
     /// [`InstanceLock::acquire`] with the run directory `dir`.
     fn acquire_in(dir: &std::path::Path, name: &str) -> Result<InstanceLock, InstanceError> {
-        let io_err = |source| InstanceError::RunDir {
+        let io_err = |error| InstanceError::RunDir {
             path: dir.display().to_string(),
-            source,
+            error,
         };
         fs::DirBuilder::new()
             .recursive(true)
