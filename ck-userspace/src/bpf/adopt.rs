@@ -11,7 +11,7 @@ use aya::{
 };
 use ck_common::{ListenEvent, MAX_ADOPT_PORTS};
 
-use super::{BPF_OBJECT, BpfError};
+use super::BpfError;
 
 /// The loaded and attached hooks.
 pub struct AdoptHooks {
@@ -40,11 +40,14 @@ impl AdoptHooks {
             )));
         }
         let off: u8 = 0;
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            .override_global(aya_log::LEVEL, &off, true)
-            .load(BPF_OBJECT)
-            .context("loading the BPF object")
+        let mut ebpf = super::object()
+            .and_then(|object| {
+                EbpfLoader::new()
+                    .btf(None)
+                    .override_global(aya_log::LEVEL, &off, true)
+                    .load(object)
+                    .context("loading the BPF object")
+            })
             .map_err(load_err("loading the --adopt hooks"))?;
         {
             let mut map: HashMap<_, u16, u8> = ebpf

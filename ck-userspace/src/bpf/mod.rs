@@ -9,7 +9,22 @@ pub(crate) use group::PINNED_MAPS;
 pub use group::{BpfGroup, PinnedStats};
 
 /// The compiled `ck-ebpf` object, embedded at build time by `build.rs`.
+#[cfg(feature = "bpf-program")]
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ck"));
+/// Empty: the library was built without the `bpf-program` feature (as xtask and the test
+/// harness use it).
+#[cfg(not(feature = "bpf-program"))]
+pub static BPF_OBJECT: &[u8] = &[];
+
+/// [`BPF_OBJECT`], or why this build has none.
+fn object() -> anyhow::Result<&'static [u8]> {
+    anyhow::ensure!(
+        !BPF_OBJECT.is_empty(),
+        "this ck was built without its BPF program (ck-userspace's `bpf-program` feature is \
+         off): build it with its default features (`cargo xtask build`), or run with --no-bpf"
+    );
+    Ok(BPF_OBJECT)
+}
 
 /// Watches `source` (a ring buffer, aya-log's logger) on the runtime and calls `drain` each
 /// time it is readable, until `drain` returns false.
