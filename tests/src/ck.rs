@@ -107,7 +107,10 @@ pub fn state_file(name: &str) -> PathBuf {
 /// `ck status --json`: ck's own [`StatusReport`] (every field reads through), with helpers.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(transparent)]
-pub struct Status(pub StatusReport);
+pub struct Status(
+    /// The report as ck sent it.
+    pub StatusReport,
+);
 
 impl std::ops::Deref for Status {
     type Target = StatusReport;
