@@ -187,15 +187,17 @@ impl Instance {
             if let Some(code) = self.try_exit()? {
                 bail!("ck exited ({code}); see {}", self.log.display());
             }
-            // Errors are expected while ck is starting (no control socket yet).
-            if let Ok(status) = self.status()
-                && done(&status)
-            {
-                return Ok(status);
-            }
+            // Errors are expected while ck is starting (no control socket yet); the last one is
+            // told if the wait fails (e.g. a status this schema does not read, from another ck).
+            let last_error = match self.status() {
+                Ok(status) if done(&status) => return Ok(status),
+                Ok(_) => None,
+                Err(e) => Some(e),
+            };
             if Instant::now() >= deadline {
+                let last = last_error.map_or(String::new(), |e| format!(" (last try: {e:#})"));
                 bail!(
-                    "{} did not reach the wanted state within {timeout:?}; see {}",
+                    "{} did not reach the wanted state within {timeout:?}{last}; see {}",
                     self.name,
                     self.log.display()
                 );
