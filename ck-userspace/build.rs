@@ -1,8 +1,12 @@
 //! Builds the BPF program (`ck-ebpf`) for the BPF target with aya-build (nightly, `-Z build-std`,
-//! bpf-linker) and leaves the object in `OUT_DIR/ck`, where `bpf::loader` embeds it.
+//! bpf-linker) and leaves the object in `OUT_DIR/ck`, where `bpf` embeds it; nothing without
+//! the `bpf-program` feature (the library as xtask and the test harness use it).
 use anyhow::{Context as _, anyhow};
 
 fn main() -> anyhow::Result<()> {
+    if std::env::var_os("CARGO_FEATURE_BPF_PROGRAM").is_none() {
+        return Ok(());
+    }
     let metadata = cargo_metadata::MetadataCommand::new()
         .no_deps()
         .exec()

@@ -10,6 +10,8 @@
 #[allow(unsafe_code)]
 pub mod bpf;
 pub mod control;
+#[cfg(test)]
+mod error_causes;
 pub mod metrics;
 #[allow(unsafe_code)]
 pub mod os;

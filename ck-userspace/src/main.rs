@@ -194,7 +194,7 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
                 Response::Status(report) if json => {
                     println!("{}", serde_json::to_string_pretty(&report)?)
                 }
-                Response::Status(report) => print!("{}", report.render()),
+                Response::Status(report) => print!("{}", cli::status_text::render(&report)),
                 other => return answer(other),
             }
             Ok(ExitCode::SUCCESS)

@@ -56,14 +56,14 @@ pub enum ActivationError {
         fds: usize,
     },
     /// One of the passed descriptors is not open, or could not be marked close-on-exec.
-    #[error("file descriptor {fd} from LISTEN_FDS ({name}) is unusable: {source}")]
+    #[error("file descriptor {fd} from LISTEN_FDS ({name}) is unusable: {error}")]
     BadFd {
         /// The descriptor.
         fd: RawFd,
         /// Its name from `LISTEN_FDNAMES`.
         name: String,
-        /// What `fcntl` said.
-        source: io::Error,
+        /// What `fcntl` said (part of the message, not a separate cause).
+        error: io::Error,
     },
 }
 
@@ -95,8 +95,8 @@ pub fn listen_fds() -> Result<Vec<(String, OwnedFd)>, ActivationError> {
     }
     let mut fds = Vec::new();
     for (fd, name) in parsed? {
-        if let Err(source) = set_cloexec(fd) {
-            return Err(ActivationError::BadFd { fd, name, source });
+        if let Err(error) = set_cloexec(fd) {
+            return Err(ActivationError::BadFd { fd, name, error });
         }
         // SAFETY: the protocol hands descriptors 3..3+n to this process (LISTEN_PID checked),
         // `set_cloexec` just proved this one open, and we take ownership exactly once: the

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use ::ck::control::{SlotReport, StatusReport};
 use nix::sys::signal::Signal;
 use serde::Deserialize;
 
@@ -44,14 +45,12 @@ pub fn ck_command() -> Command {
     ck_command_at(&ck_bin())
 }
 
-/// A `ck` command (no arguments yet) that runs the binary at `program` (a copy of [`ck_bin`],
-/// for example one that another user can reach).
-pub fn ck_command_at(program: &Path) -> Command {
-    let mut cmd = Command::new(program);
-    // Plain log lines (no ANSI colours) so that the tests can search them.
-    cmd.env_remove("CK_LOG")
-        .env_remove("CK_RUN_DIR")
-        .env("NO_COLOR", "1");
+/// A command of the ck binary `bin` (a copy of [`ck_bin`], for example one that another user can
+/// reach), with no arguments yet and plain log lines (no ANSI colours, no `CK_LOG` of the
+/// caller) that can be searched.
+pub fn ck_command_at(bin: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("CK_LOG").env("NO_COLOR", "1");
     cmd
 }
 
@@ -73,22 +72,24 @@ pub fn said(out: &Output) -> String {
     )
 }
 
-/// Pin directory of instance `name`.
+/// Pin directory of instance `name`: under `$CK_PIN_DIR`, else `/sys/fs/bpf/ck`, as ck itself
+/// finds it.
 pub fn pins_dir(name: &str) -> PathBuf {
-    PathBuf::from("/sys/fs/bpf/ck").join(name)
+    ::ck::bpf::pins::instance_dir(name)
 }
 
-/// Control socket of instance `name`.
+/// Control socket of instance `name`: under `$CK_RUN_DIR`, else `/run/ck`.
 pub fn control_socket(name: &str) -> PathBuf {
-    PathBuf::from(format!("/run/ck/{name}.sock"))
+    ::ck::os::instance::control_path(name)
 }
 
 /// Lock file of instance `name`.
 pub fn lock_file(name: &str) -> PathBuf {
-    PathBuf::from(format!("/run/ck/{name}.lock"))
+    ::ck::os::instance::lock_path(name)
 }
 
-/// Removes whatever instance `name` may have left: cgroups, pins, control socket, lock file.
+/// Removes whatever instance `name` may have left: cgroups, pins, control socket, lock file,
+/// state file.
 pub fn remove_leftovers(name: &str) {
     if let Some(dir) = sys::cgroup_dir(name) {
         sys::remove_cgroup(&dir);
@@ -101,134 +102,23 @@ pub fn remove_leftovers(name: &str) {
 
 /// The `--survive-supervisor` state file of instance `name`.
 pub fn state_file(name: &str) -> PathBuf {
-    control_socket(name).with_extension("state")
+    ::ck::os::instance::state_path(name)
 }
 
-/// `ck status --json`.
+/// `ck status --json`: ck's own [`StatusReport`] (every field reads through), with helpers.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Status {
-    /// Instance name.
-    pub name: String,
-    /// Supervisor pid.
-    pub pid: u32,
-    /// Whether BPF steering is on (the kernel steered the last canary of every group).
-    pub bpf: bool,
-    /// Started with `--no-bpf`: no program, no maps.
-    #[serde(default)]
-    pub no_bpf: bool,
-    /// Each group's steering as the kernel last showed it.
-    pub steering: Vec<GroupSteering>,
-    /// `hash`, `round-robin` or `least-queue`.
-    pub policy: String,
-    /// Listen groups (`tcp4-8080`).
-    pub groups: Vec<String>,
-    /// Pin directory, when BPF is on.
-    pub pins: Option<String>,
-    /// Slots in the active set (read from the `active` map).
-    pub active: Vec<u32>,
-    /// Slots chosen only while the active set is empty.
-    pub fallback: Vec<u32>,
-    /// Why the fleet is degraded (empty when it is not).
-    pub degraded: Vec<String>,
-    /// Listeners on the port that are not ck's.
-    pub foreign: Vec<Foreign>,
-    /// `--min-workers`.
-    pub min_workers: u32,
-    /// The instance's cgroup directory.
-    pub cgroup: Option<String>,
-    /// `--worker-memory-max` and whether it is applied.
-    pub memory_limit: Option<String>,
-    /// Connections dropped for want of a slot.
-    pub dropped: u64,
-    /// Whether ck is stopping.
-    pub stopping: bool,
-    /// Whether a rolling restart is in progress.
-    pub reloading: bool,
-    /// Whether the kernel re-homes a closing listener's queue (BPF on, Linux >= 5.14).
-    pub migration: bool,
-    /// Target worker count.
-    pub workers: u32,
-    /// Where `--metrics` listens (`127.0.0.1:PORT`), if it does.
-    pub metrics: Option<String>,
-    /// Every slot.
-    pub slots: Vec<SlotStatus>,
-    /// The running binary's version.
-    #[serde(default)]
-    pub version: String,
-    /// Upgrades in place (`ck upgrade`, SIGUSR2) since the instance started.
-    #[serde(default)]
-    pub upgrades: u32,
-    /// How the last upgrade went (`ok: ...`, `refused: ...`, `failed: ...`).
-    #[serde(default)]
-    pub last_upgrade: Option<String>,
-}
+#[serde(transparent)]
+pub struct Status(
+    /// The report as ck sent it.
+    pub StatusReport,
+);
 
-/// One group's steering in [`Status`].
-#[derive(Debug, Clone, Deserialize)]
-pub struct GroupSteering {
-    /// The group.
-    pub group: String,
-    /// Whether the last canary was steered by the program.
-    pub attached: Option<bool>,
-}
+impl std::ops::Deref for Status {
+    type Target = StatusReport;
 
-/// A listener on the port that is not ck's, in [`Status`].
-#[derive(Debug, Clone, Deserialize)]
-pub struct Foreign {
-    /// Its address.
-    pub addr: String,
-    /// Its socket inode.
-    pub inode: u64,
-    /// A process holding it.
-    pub pid: Option<u32>,
-}
-
-/// One slot of [`Status`].
-#[derive(Debug, Clone, Deserialize)]
-pub struct SlotStatus {
-    /// Slot index.
-    pub slot: u32,
-    /// Worker pid.
-    pub pid: Option<u32>,
-    /// `starting`, `standby`, `ready`, `draining`, `unhealthy`, `stopping`, `restarting`,
-    /// `held`, `broken` or `stopped`.
-    pub state: String,
-    /// Held out by `ck drain`.
-    pub drained: bool,
-    /// Restarts so far.
-    pub restarts: u32,
-    /// Worker generation.
-    pub generation: u32,
-    /// Connections the program sent here.
-    pub selected: u64,
-    /// Of those, sent while nothing was ready.
-    pub fallbacks: u64,
-    /// Requests migrated here from a closing listener.
-    pub migrated: u64,
-    /// How the last worker ended.
-    pub last_exit: Option<String>,
-    /// The worker's `STATUS=` text.
-    pub status: Option<String>,
-    /// Circuit breaker: `closed`, `open` or `half-open`.
-    pub breaker: String,
-    /// Why the worker is unhealthy (`watchdog`, `probe`, `stalled`, joined by `+`), if it is.
-    pub unhealthy: Option<String>,
-    /// Accept-queue depth last sampled.
-    pub queue_depth: u32,
-    /// Probe connections steered here.
-    pub probe_hits: u64,
-    /// Memory of the worker's tree.
-    pub memory_bytes: Option<u64>,
-    /// CPU time of the worker's tree.
-    pub cpu_ms: Option<u64>,
-    /// `--adopt`: time from the worker's `listen()` to ck adopting that socket.
-    pub adopt_latency_us: Option<u64>,
-    /// `--adopt`: the root slot whose worker's process tree holds this slot's listener.
-    pub member_of: Option<u32>,
-    /// A hot spare (`--spares`).
-    pub spare: bool,
-    /// Notify messages ck ignored because their sender was not of the worker's tree.
-    pub notify_refused: u64,
+    fn deref(&self) -> &StatusReport {
+        &self.0
+    }
 }
 
 impl Status {
@@ -236,7 +126,7 @@ impl Status {
     ///
     /// # Panics
     /// When there is no such slot.
-    pub fn slot(&self, index: u32) -> &SlotStatus {
+    pub fn slot(&self, index: u32) -> &SlotReport {
         self.slots
             .iter()
             .find(|s| s.slot == index)
@@ -253,14 +143,28 @@ impl Status {
             .unwrap_or_else(|| panic!("slot {index} has no worker: {self:#?}"))
     }
 
+    /// The slots in state `ready`.
+    pub fn ready(&self) -> impl Iterator<Item = &SlotReport> {
+        self.slots.iter().filter(|s| s.state == "ready")
+    }
+
     /// Number of slots in state `ready`.
     pub fn ready_count(&self) -> usize {
-        self.slots.iter().filter(|s| s.state == "ready").count()
+        self.ready().count()
     }
 
     /// Pids of every live worker.
     pub fn worker_pids(&self) -> BTreeSet<u32> {
         self.slots.iter().filter_map(|s| s.pid).collect()
+    }
+
+    /// Pids of the workers that serve (every live worker but the hot spares).
+    pub fn serving_pids(&self) -> Vec<u32> {
+        self.slots
+            .iter()
+            .filter(|s| !s.spare)
+            .filter_map(|s| s.pid)
+            .collect()
     }
 
     /// Sum of `migrated` over the slots.

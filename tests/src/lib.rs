@@ -22,7 +22,9 @@ pub mod tmux;
 
 use std::time::Duration;
 
-pub use ck::{Ck, SlotStatus, Status, ck_bin};
+pub use crate::ck::{Ck, Status, ck_bin};
+/// One slot of a [`Status`]: ck's own schema.
+pub use ::ck::control::SlotReport;
 pub use http::{Answer, Failure, KeepAlive, Tally, burst, burst_pinned, get_new_conn, local};
 
 /// How long a fleet gets to become ready.

@@ -53,7 +53,6 @@ pub fn as_nobody(caps: &[&str], program: &Path) -> Command {
         .arg(reachable_copy(program))
         // Plain log lines, as `ck::ck_command` gives.
         .env_remove("CK_LOG")
-        .env_remove("CK_RUN_DIR")
         .env("NO_COLOR", "1");
     cmd
 }

@@ -205,14 +205,22 @@ pub fn on_one_cpu<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
 
 /// Runs `cmd` (stdout and stderr captured) and waits at most `timeout` for it; on timeout the
 /// process is killed and `None` returned.
+///
+/// # Panics
+/// When `cmd` cannot be started.
 pub fn output_within(cmd: &mut Command, timeout: Duration) -> Option<Output> {
+    try_output_within(cmd, timeout).unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"))
+}
+
+/// [`output_within`], with the error when `cmd` cannot be started (for callers that report
+/// errors rather than panic, such as the benchmarks).
+pub fn try_output_within(cmd: &mut Command, timeout: Duration) -> std::io::Result<Option<Output>> {
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
-    wait_output(child, timeout)
+        .spawn()?;
+    Ok(wait_output(child, timeout))
 }
 
 /// Waits at most `timeout` for `child` and collects its output (its pipes are read on
@@ -221,7 +229,9 @@ pub fn wait_output(mut child: Child, timeout: Duration) -> Option<Output> {
     let out = read_on_thread(child.stdout.take());
     let err = read_on_thread(child.stderr.take());
     let mut status = None;
-    poll_until(timeout, Duration::from_millis(10), || {
+    // A fine interval: `ck status` answers in a few milliseconds, and the benchmarks time
+    // their polls of it.
+    poll_until(timeout, Duration::from_micros(500), || {
         status = child.try_wait().ok().flatten();
         status.is_some()
     });

@@ -3,6 +3,7 @@
 //! `ck reload` reads the file again: a new worker count and new app arguments are applied and
 //! listed, a file that no longer reads changes nothing.
 
+use ck::settings::run_config::Policy;
 use ck_tests::ck::{ck_bin, ck_output, control_socket, lock_file, pins_dir};
 use ck_tests::sys::{TempDir, cgroup_dir, free_port, instance_processes, port_bindable};
 use ck_tests::{Ck, READY_TIMEOUT, Status, instance_name, start};
@@ -200,7 +201,7 @@ fn reload_applies_the_edited_file_and_refuses_a_broken_one() {
     assert!(said.contains("reloaded 2 worker(s)"), "{said}");
     let second = wait_exactly(&mut ck, 3);
     assert_eq!(second.workers, 3);
-    assert_eq!(second.policy, "round-robin");
+    assert_eq!(second.policy, Policy::RoundRobin);
     assert!(second.worker_pids().is_disjoint(&first.worker_pids()));
     assert_workers_run(&second, "60ms");
 

@@ -21,7 +21,7 @@ fn serving(s: &Status) -> Vec<u32> {
 }
 
 /// Ready spares.
-fn ready_spares(s: &Status) -> Vec<&ck_tests::SlotStatus> {
+fn ready_spares(s: &Status) -> Vec<&ck_tests::SlotReport> {
     s.slots
         .iter()
         .filter(|slot| slot.spare && slot.state == "standby")

@@ -1,5 +1,6 @@
 //! Spreading: new connections reach every ready worker, evenly with `--policy round-robin`.
 
+use ck::settings::run_config::Policy;
 use ck_tests::{burst, burst_pinned, local, start_ready};
 
 /// Sequential new connections per run.
@@ -8,7 +9,7 @@ const N: u32 = 400;
 #[test]
 fn hash_policy_reaches_every_worker() {
     let (ck, port, status) = start_ready("spread-hash", 4, &["--policy", "hash"]);
-    assert_eq!(status.policy, "hash");
+    assert_eq!(status.policy, Policy::Hash);
     assert_eq!(status.workers, 4, "{status:#?}");
     let tally = burst(local(port), N);
     eprintln!("hash: {tally:?}");
@@ -27,7 +28,7 @@ fn hash_policy_reaches_every_worker() {
 #[test]
 fn round_robin_policy_spreads_exactly() {
     let (ck, port, status) = start_ready("spread-rr", 4, &["--policy", "round-robin"]);
-    assert_eq!(status.policy, "round-robin");
+    assert_eq!(status.policy, Policy::RoundRobin);
     let tally = burst_pinned(local(port), N);
     eprintln!("round-robin: {tally:?}");
     assert_eq!(tally.ok, N, "every request answered: {tally:?}");

@@ -22,9 +22,22 @@ use clap::{Parser, Subcommand};
 
 use crate::toolchain::Bpffs;
 
-/// The message for a non-root user without sudo who wants to load the BPF program.
-const NEED_ROOT: &str = "ck needs root (CAP_BPF, CAP_NET_ADMIN) to load its BPF program: \
-                         run as root, or pass --no-bpf";
+/// The capabilities ck's BPF programs need (with `--adopt`'s when `adopt`), from ck's own
+/// list: `CAP_BPF and CAP_PERFMON`.
+fn bpf_caps(adopt: bool) -> String {
+    use ck::os::capabilities::{names, needed_for_bpf};
+    names(&needed_for_bpf(adopt))
+}
+
+/// The message for a non-root user without sudo who wants `ck run ARGS` to load the BPF
+/// program.
+fn need_root(args: &[OsString]) -> String {
+    let adopt = args.iter().any(|a| a == "--adopt");
+    format!(
+        "ck needs root ({}) to load its BPF program: run as root, or pass --no-bpf",
+        bpf_caps(adopt)
+    )
+}
 
 /// Developer tasks for ck.
 #[derive(Parser, Debug)]
@@ -116,9 +129,11 @@ fn dispatch(task: Task) -> Result<()> {
             against,
         } => {
             if !cmd::is_root() {
+                // The overhead scenario runs ck with --adopt.
                 bail!(
-                    "the benchmarks load ck's BPF program and need root \
-                     (CAP_BPF, CAP_NET_ADMIN): run `cargo xtask bench` as root"
+                    "the benchmarks load ck's BPF programs and need root ({}): run \
+                     `cargo xtask bench` as root",
+                    bpf_caps(true)
                 );
             }
             toolchain::ensure(Bpffs::Required)?;
@@ -224,7 +239,7 @@ fn build(release: bool) -> Result<PathBuf> {
 /// `cargo xtask run`: set up, build, then replace this process with `ck run ARGS...`.
 fn run(release: bool, args: Vec<OsString>) -> Result<()> {
     let no_bpf = args.iter().any(|a| a == "--no-bpf");
-    let privilege = privilege(!no_bpf, NEED_ROOT)?;
+    let privilege = privilege(!no_bpf, &need_root(&args))?;
     toolchain::ensure(if no_bpf {
         Bpffs::Optional
     } else {
@@ -248,10 +263,14 @@ fn run(release: bool, args: Vec<OsString>) -> Result<()> {
 
 /// `cargo xtask test`: set up, build ck, then run the workspace tests (test binaries as root).
 fn test(args: Vec<OsString>) -> Result<()> {
+    // Some tests run ck with --adopt.
     let privilege = privilege(
         true,
-        "the integration tests need root (CAP_BPF, CAP_NET_ADMIN) to load ck's BPF program: \
-         run `cargo xtask test` as root, or install sudo",
+        &format!(
+            "the integration tests need root ({}) to load ck's BPF programs: run \
+             `cargo xtask test` as root, or install sudo",
+            bpf_caps(true)
+        ),
     )?;
     toolchain::ensure(Bpffs::Required)?;
     test_deps::ensure(workspace_root()?)?;
@@ -373,6 +392,17 @@ mod tests {
             other => panic!("parsed as {other:?}"),
         }
         assert!(fuzz::target("nope").is_err());
+    }
+
+    #[test]
+    fn root_messages_name_what_ck_needs() {
+        let plain = need_root(&["--workers".into(), "2".into()]);
+        assert!(plain.contains("(CAP_BPF and CAP_PERFMON)"), "{plain}");
+        let adopt = need_root(&["--adopt".into()]);
+        assert!(
+            adopt.contains("(CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN)"),
+            "{adopt}"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use aya::{
 };
 use ck_common::{ListenEvent, MAX_ADOPT_PORTS};
 
-use super::{BPF_OBJECT, BpfError};
+use super::BpfError;
 
 /// The loaded and attached hooks.
 pub struct AdoptHooks {
@@ -20,9 +20,9 @@ pub struct AdoptHooks {
 }
 
 fn load_err(what: &'static str) -> impl FnOnce(anyhow::Error) -> BpfError {
-    move |source| BpfError::Load {
+    move |error| BpfError::Load {
         what: what.to_string(),
-        source,
+        error,
         advice: super::load_advice(
             &crate::os::capabilities::needed_for_bpf(true),
             "drop --adopt (workers then get their sockets from ck)",
@@ -40,11 +40,14 @@ impl AdoptHooks {
             )));
         }
         let off: u8 = 0;
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            .override_global(aya_log::LEVEL, &off, true)
-            .load(BPF_OBJECT)
-            .context("loading the BPF object")
+        let mut ebpf = super::object()
+            .and_then(|object| {
+                EbpfLoader::new()
+                    .btf(None)
+                    .override_global(aya_log::LEVEL, &off, true)
+                    .load(object)
+                    .context("loading the BPF object")
+            })
             .map_err(load_err("loading the --adopt hooks"))?;
         {
             let mut map: HashMap<_, u16, u8> = ebpf
@@ -55,7 +58,7 @@ impl AdoptHooks {
             for port in ports {
                 map.insert(port, 1, 0).map_err(|e| BpfError::MapWrite {
                     map: "adopt_ports",
-                    source: e.into(),
+                    error: e.into(),
                 })?;
             }
         }

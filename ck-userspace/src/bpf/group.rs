@@ -11,7 +11,7 @@ use aya::{
 use ck_common::{ActiveSet, Config, STATS_NO_SLOT, SlotInfo, SlotStats};
 use socket2::Socket;
 
-use super::{BPF_OBJECT, BpfError, pins};
+use super::{BpfError, pins};
 
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`).
 pub(crate) const PINNED_MAPS: [&str; 6] =
@@ -29,9 +29,9 @@ pub struct BpfGroup {
 }
 
 fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
-    move |source| BpfError::Load {
+    move |error| BpfError::Load {
         what: what.to_string(),
-        source,
+        error,
         advice: super::load_advice(
             &crate::os::capabilities::needed_for_bpf(false),
             "run with --no-bpf",
@@ -40,9 +40,9 @@ fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
 }
 
 fn write_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
-    move |source| BpfError::MapWrite {
+    move |error| BpfError::MapWrite {
         map,
-        source: source.into(),
+        error: error.into(),
     }
 }
 
@@ -107,9 +107,8 @@ impl BpfGroup {
                 loader.map_pin_path(map, path.as_path());
             }
         }
-        let mut ebpf = loader
-            .load(BPF_OBJECT)
-            .context("loading the BPF object")
+        let mut ebpf = super::object()
+            .and_then(|object| loader.load(object).context("loading the BPF object"))
             .map_err(load_err("loading the BPF program"))?;
         tracing::debug!(
             group,

@@ -9,7 +9,22 @@ pub(crate) use group::PINNED_MAPS;
 pub use group::{BpfGroup, PinnedStats};
 
 /// The compiled `ck-ebpf` object, embedded at build time by `build.rs`.
+#[cfg(feature = "bpf-program")]
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ck"));
+/// Empty: the library was built without the `bpf-program` feature (as xtask and the test
+/// harness use it).
+#[cfg(not(feature = "bpf-program"))]
+pub static BPF_OBJECT: &[u8] = &[];
+
+/// [`BPF_OBJECT`], or why this build has none.
+fn object() -> anyhow::Result<&'static [u8]> {
+    anyhow::ensure!(
+        !BPF_OBJECT.is_empty(),
+        "this ck was built without its BPF program (ck-userspace's `bpf-program` feature is \
+         off): build it with its default features (`cargo xtask build`), or run with --no-bpf"
+    );
+    Ok(BPF_OBJECT)
+}
 
 /// Watches `source` (a ring buffer, aya-log's logger) on the runtime and calls `drain` each
 /// time it is readable, until `drain` returns false.
@@ -89,27 +104,27 @@ pub enum BpfError {
     )]
     NoBpffs(String),
     /// Loading or attaching failed (permissions, old kernel, verifier).
-    #[error("{what}: {source}; {advice}")]
+    #[error("{what}: {error:#}; {advice}")]
     Load {
         /// The step that failed.
         what: String,
-        /// The underlying error.
-        source: anyhow::Error,
+        /// The underlying error, with its causes (part of the message, not a separate cause).
+        error: anyhow::Error,
         /// What to do: the capabilities ck lacks and how to grant them, or what it needs.
         advice: String,
     },
     /// Writing a map failed while ck runs (the program is loaded; the kernel refused one
     /// update): steering may lag behind the fleet until the next update succeeds.
     #[error(
-        "updating the BPF map `{map}` failed: {source}; steering may not reflect the fleet until \
+        "updating the BPF map `{map}` failed: {error:#}; steering may not reflect the fleet until \
          the next update succeeds (see `ck status`); this is a bug in ck or a kernel limit, not a \
          permission problem: please report it with the log"
     )]
     MapWrite {
         /// The map.
         map: &'static str,
-        /// The kernel's error.
-        source: anyhow::Error,
+        /// The kernel's error, with its causes (part of the message, not a separate cause).
+        error: anyhow::Error,
     },
     /// A pin could not be created or removed.
     #[error("{what} {path}: {error}{advice}")]

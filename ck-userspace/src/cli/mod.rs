@@ -1,6 +1,8 @@
-//! The parts of the `ck` command line: the control commands, `ck top`, `ck maps` and logging
-//! (`ck run`'s options and its config file under them are the library's `ck::settings`).
+//! The parts of the `ck` command line: the control commands, the text of `ck status`, `ck top`,
+//! `ck maps` and logging (`ck run`'s options and its config file under them are the library's
+//! `ck::settings`).
 pub mod control;
 pub mod logging;
 pub mod maps;
+pub mod status_text;
 pub mod top;

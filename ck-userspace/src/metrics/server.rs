@@ -54,12 +54,12 @@ pub enum MetricsError {
         addr: SocketAddr,
     },
     /// Anything else.
-    #[error("--metrics {addr}: {source}")]
+    #[error("--metrics {addr}: {error}")]
     Other {
         /// The address.
         addr: SocketAddr,
-        /// The OS error.
-        source: io::Error,
+        /// The OS error (part of the message, not a separate cause).
+        error: io::Error,
     },
 }
 
@@ -71,7 +71,10 @@ fn classify(addr: SocketAddr, source: io::Error) -> MetricsError {
         },
         Some(libc::EACCES) | Some(libc::EPERM) => MetricsError::Permission { addr },
         Some(libc::EADDRNOTAVAIL) => MetricsError::NotLocal { addr },
-        _ => MetricsError::Other { addr, source },
+        _ => MetricsError::Other {
+            addr,
+            error: source,
+        },
     }
 }
 
@@ -136,7 +139,7 @@ pub fn serve(
     let addr = listener
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    let other = |source| MetricsError::Other { addr, source };
+    let other = |error| MetricsError::Other { addr, error };
     listener.set_nonblocking(true).map_err(other)?;
     let bound = listener.local_addr().map_err(other)?;
     let copy = std::os::fd::OwnedFd::from(listener.try_clone().map_err(other)?);

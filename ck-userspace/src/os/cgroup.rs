@@ -21,22 +21,22 @@ pub enum CgroupError {
     )]
     NotMounted,
     /// Creating, writing or removing a cgroup file failed.
-    #[error("{what} {}: {source}; ck needs root (or a delegated cgroup subtree) for worker cgroups", path.display())]
+    #[error("{what} {}: {error}; ck needs root (or a delegated cgroup subtree) for worker cgroups", path.display())]
     Io {
         /// The step.
         what: &'static str,
         /// The file or directory.
         path: PathBuf,
-        /// The OS error.
-        source: io::Error,
+        /// The OS error (part of the message, not a separate cause).
+        error: io::Error,
     },
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CgroupError + 'a {
-    move |source| CgroupError::Io {
+    move |error| CgroupError::Io {
         what,
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 

@@ -1,9 +1,9 @@
-//! One running `ck run` per name: its run-time files (`/run/ck/<name>.sock`, `<name>.lock`) and
-//! the lock that tells a live instance from the leftovers of a crashed one.
+//! One running `ck run` per name: its run-time files (`/run/ck/<name>.sock`, `<name>.lock`,
+//! `<name>.state`) and the lock that tells a live instance from the leftovers of a crashed one.
 use std::{
     fs::{self, File, OpenOptions},
     os::unix::fs::{DirBuilderExt, OpenOptionsExt},
-    path::PathBuf,
+    path::{Path, PathBuf},
 };
 
 use nix::fcntl::{Flock, FlockArg};
@@ -17,7 +17,27 @@ pub fn run_dir() -> PathBuf {
 
 /// Control socket of instance `name`.
 pub fn control_path(name: &str) -> PathBuf {
-    run_dir().join(format!("{name}.sock"))
+    control_in(&run_dir(), name)
+}
+
+/// Lock file of instance `name`.
+pub fn lock_path(name: &str) -> PathBuf {
+    lock_in(&run_dir(), name)
+}
+
+/// The `--survive-supervisor` state file of instance `name`.
+pub fn state_path(name: &str) -> PathBuf {
+    run_dir().join(format!("{name}.state"))
+}
+
+/// Control socket of instance `name` in the run directory `dir`.
+fn control_in(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.sock"))
+}
+
+/// Lock file of instance `name` in the run directory `dir`.
+fn lock_in(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.lock"))
 }
 
 /// Why an instance could not claim its name.
@@ -33,12 +53,12 @@ pub enum InstanceError {
         name: String,
     },
     /// The run directory is not usable.
-    #[error("cannot use {path}: {source}; run as root or set CK_RUN_DIR to a writable directory")]
+    #[error("cannot use {path}: {error}; run as root or set CK_RUN_DIR to a writable directory")]
     RunDir {
         /// The path.
         path: String,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (part of the message, not a separate cause).
+        error: std::io::Error,
     },
 }
 
@@ -62,17 +82,17 @@ impl InstanceLock {
     }
 
     /// [`InstanceLock::acquire`] with the run directory `dir`.
-    fn acquire_in(dir: &std::path::Path, name: &str) -> Result<InstanceLock, InstanceError> {
-        let io_err = |source| InstanceError::RunDir {
+    fn acquire_in(dir: &Path, name: &str) -> Result<InstanceLock, InstanceError> {
+        let io_err = |error| InstanceError::RunDir {
             path: dir.display().to_string(),
-            source,
+            error,
         };
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o755)
             .create(dir)
             .map_err(io_err)?;
-        let path = dir.join(format!("{name}.lock"));
+        let path = lock_in(dir, name);
         loop {
             let file = OpenOptions::new()
                 .create(true)
@@ -89,7 +109,7 @@ impl InstanceLock {
             if still_at(&lock, &path).map_err(io_err)? {
                 return Ok(InstanceLock {
                     lock_file: path,
-                    control: dir.join(format!("{name}.sock")),
+                    control: control_in(dir, name),
                     _lock: lock,
                 });
             }
@@ -98,7 +118,7 @@ impl InstanceLock {
 }
 
 /// Whether the locked `file` is still the one at `path` (not unlinked or replaced meanwhile).
-fn still_at(file: &File, path: &std::path::Path) -> std::io::Result<bool> {
+fn still_at(file: &File, path: &Path) -> std::io::Result<bool> {
     use std::os::unix::fs::MetadataExt as _;
     let held = file.metadata()?;
     match fs::metadata(path) {
@@ -126,8 +146,8 @@ impl InstanceLock {
             }
         })?;
         Ok(InstanceLock {
-            lock_file: dir.join(format!("{name}.lock")),
-            control: dir.join(format!("{name}.sock")),
+            lock_file: lock_in(&dir, name),
+            control: control_in(&dir, name),
             _lock: lock,
         })
     }

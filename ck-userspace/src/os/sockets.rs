@@ -41,12 +41,12 @@ pub enum SocketError {
         addr: ListenAddr,
     },
     /// Anything else.
-    #[error("{addr}: {source}")]
+    #[error("{addr}: {error}")]
     Other {
         /// The address.
         addr: ListenAddr,
-        /// The OS error.
-        source: io::Error,
+        /// The OS error (part of the message, not a separate cause).
+        error: io::Error,
     },
 }
 
@@ -59,7 +59,7 @@ fn classify(addr: ListenAddr, err: io::Error) -> SocketError {
         },
         Some(libc::EACCES) | Some(libc::EPERM) => SocketError::Permission { addr },
         Some(libc::EADDRNOTAVAIL) => SocketError::NotLocal { addr },
-        _ => SocketError::Other { addr, source: err },
+        _ => SocketError::Other { addr, error: err },
     }
 }
 

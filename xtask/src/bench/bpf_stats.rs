@@ -19,8 +19,6 @@ use aya::sys::{Stats, enable_stats};
 
 /// The name ck's `SK_REUSEPORT` program is loaded under.
 pub const PROGRAM: &str = "ck_select";
-/// Where ck pins an instance's maps: `<PINS>/<name>/<group>/<map>`.
-const PINS: &str = "/sys/fs/bpf/ck";
 
 /// BPF run-time statistics on, while this lives.
 #[derive(Debug)]
@@ -57,7 +55,7 @@ impl RunStats {
 /// The id of the `ck_select` program of instance `name`'s first group: the loaded program of
 /// that name that uses the instance's pinned `config` map (other instances have their own).
 pub fn program_of(name: &str) -> Result<u32> {
-    let config = first_group(&Path::new(PINS).join(name))?.join("config");
+    let config = first_group(&ck_tests::ck::pins_dir(name))?.join("config");
     let map = MapInfo::from_pin(&config)
         .with_context(|| format!("reading the pinned map {}", config.display()))?
         .id();

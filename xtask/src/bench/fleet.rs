@@ -8,9 +8,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Result;
+use ck_tests::sys::{children_of, free_port};
 
 use super::Bench;
-use super::instance::{Instance, Variant, children_of, free_port};
+use super::instance::{Instance, Variant};
 use super::peers::{NodeCluster, Pm2};
 
 /// Who supervises the Node app.
@@ -134,13 +135,13 @@ impl Fleet {
             }
             Contender::NodeCluster => Fleet::Cluster(NodeCluster::start(
                 &bench.log_dir.join(format!("{what}-node-cluster.log")),
-                free_port()?,
+                free_port(),
                 workers,
             )?),
             Contender::Pm2 => Fleet::Pm2(Pm2::start(
                 pm2,
                 &bench.log_dir.join(format!("{what}-pm2-home")),
-                free_port()?,
+                free_port(),
                 workers,
             )?),
         })

@@ -4,16 +4,18 @@
 //! kills it and its workers when it does not exit in time.
 
 use std::fs::{self, File};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
+use ck_tests::Status;
+use ck_tests::ck::{ck_command_at, remove_leftovers};
+use ck_tests::sys::{children_of, free_port, try_output_within};
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
-use serde_json::Value;
 
 /// How long one control command (`ck status`, `ck reload`, ...) may take.
 pub const CTL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -50,78 +52,6 @@ impl Variant {
     }
 }
 
-/// One slot of `ck status --json`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Slot {
-    /// Slot index.
-    pub slot: u64,
-    /// Worker pid, if it has one.
-    pub pid: Option<u32>,
-    /// `starting`, `ready`, `draining`, ...
-    pub state: String,
-}
-
-/// The part of `ck status --json` the benchmarks use.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Status {
-    /// Every slot.
-    pub slots: Vec<Slot>,
-    /// BPF steering is on (verified by the kernel).
-    pub bpf: bool,
-}
-
-impl Status {
-    /// Parses the output of `ck status --json`.
-    pub fn parse(json: &str) -> Result<Status> {
-        let value: Value = serde_json::from_str(json).context("parsing `ck status --json`")?;
-        let slots = value["slots"]
-            .as_array()
-            .ok_or_else(|| anyhow!("`ck status --json` has no slots array: {json}"))?
-            .iter()
-            .map(|s| Slot {
-                slot: s["slot"].as_u64().unwrap_or(u64::MAX),
-                pid: s["pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
-                state: s["state"].as_str().unwrap_or("?").to_string(),
-            })
-            .collect();
-        let bpf = value["bpf"].as_bool() == Some(true);
-        Ok(Status { slots, bpf })
-    }
-
-    /// The slots in state `ready`.
-    pub fn ready(&self) -> impl Iterator<Item = &Slot> {
-        self.slots.iter().filter(|s| s.state == "ready")
-    }
-}
-
-/// A free TCP port on 127.0.0.1 (bound once by us and released).
-pub fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// Runs `cmd` with its output captured and returns it, killing it after `timeout`.
-pub fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output> {
-    let what = crate::cmd::describe(cmd);
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("could not start `{what}`"))?;
-    let deadline = Instant::now() + timeout;
-    // Our commands print a few KiB at most: the pipes cannot fill up before they exit.
-    while child.try_wait()?.is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("`{what}` did not exit within {timeout:?}");
-        }
-        thread::sleep(Duration::from_micros(500));
-    }
-    Ok(child.wait_with_output()?)
-}
-
 /// A running `ck run --name NAME --listen tcp://127.0.0.1:PORT ...`.
 #[derive(Debug)]
 pub struct Instance {
@@ -149,7 +79,7 @@ impl Instance {
         workers: u32,
         extra: &[&str],
     ) -> Result<Instance> {
-        let port = free_port()?;
+        let port = free_port();
         let name = format!("bench-{what}-{}-{port}", variant.label());
         let log = log_dir.join(format!("{name}.log"));
         File::create(&log).with_context(|| format!("creating {}", log.display()))?;
@@ -196,7 +126,7 @@ impl Instance {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
     }
 
-    /// Its `--name` (its pins are under `/sys/fs/bpf/ck/<name>/`).
+    /// Its `--name` (its pins are under `ck_tests::ck::pins_dir(name)`).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -221,7 +151,7 @@ impl Instance {
 
     /// Runs `ck ARGS... --name NAME` within [`CTL_TIMEOUT`], failing unless it exits 0.
     pub fn ctl(&self, args: &[&str]) -> Result<String> {
-        let mut cmd = ck_command(&self.bin);
+        let mut cmd = ck_command_at(&self.bin);
         cmd.args(args).args(["--name", &self.name]);
         let out = output_within(&mut cmd, CTL_TIMEOUT)?;
         if !out.status.success() {
@@ -239,7 +169,9 @@ impl Instance {
 
     /// `ck status --json`.
     pub fn status(&self) -> Result<Status> {
-        Status::parse(&self.ctl(&["status", "--json"])?)
+        let json = self.ctl(&["status", "--json"])?;
+        serde_json::from_str(&json)
+            .with_context(|| format!("parsing `ck status --json` of {}: {json}", self.name))
     }
 
     /// Polls the status every `every` until `done` holds (returning that status), failing
@@ -255,15 +187,17 @@ impl Instance {
             if let Some(code) = self.try_exit()? {
                 bail!("ck exited ({code}); see {}", self.log.display());
             }
-            // Errors are expected while ck is starting (no control socket yet).
-            if let Ok(status) = self.status()
-                && done(&status)
-            {
-                return Ok(status);
-            }
+            // Errors are expected while ck is starting (no control socket yet); the last one is
+            // told if the wait fails (e.g. a status this schema does not read, from another ck).
+            let last_error = match self.status() {
+                Ok(status) if done(&status) => return Ok(status),
+                Ok(_) => None,
+                Err(e) => Some(e),
+            };
             if Instant::now() >= deadline {
+                let last = last_error.map_or(String::new(), |e| format!(" (last try: {e:#})"));
                 bail!(
-                    "{} did not reach the wanted state within {timeout:?}; see {}",
+                    "{} did not reach the wanted state within {timeout:?}{last}; see {}",
                     self.name,
                     self.log.display()
                 );
@@ -274,17 +208,7 @@ impl Instance {
 
     /// The pids of the workers that serve (not hot spares), from `ck status --json`.
     pub fn serving_pids(&self) -> Result<Vec<u32>> {
-        let json: Value = serde_json::from_str(&self.ctl(&["status", "--json"])?)?;
-        Ok(json["slots"]
-            .as_array()
-            .map(|slots| {
-                slots
-                    .iter()
-                    .filter(|s| s["spare"] != true)
-                    .filter_map(|s| s["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
-                    .collect()
-            })
-            .unwrap_or_default())
+        Ok(self.status()?.serving_pids())
     }
 
     /// Waits until `n` slots are ready and, with BPF, the program steers (at most 15 s).
@@ -352,10 +276,7 @@ impl Instance {
         }
         let _ = self.child.kill();
         self.exited = self.child.wait().ok();
-        let _ = fs::remove_dir_all(format!("/sys/fs/bpf/ck/{}", self.name));
-        let _ = fs::remove_file(format!("/run/ck/{}.sock", self.name));
-        let _ = fs::remove_file(format!("/run/ck/{}.lock", self.name));
-        let _ = fs::remove_file(format!("/run/ck/{}.state", self.name));
+        remove_leftovers(&self.name);
     }
 }
 
@@ -371,7 +292,7 @@ fn spawn_run(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
         .append(true)
         .open(log)
         .with_context(|| format!("opening {}", log.display()))?;
-    let mut cmd = ck_command(bin);
+    let mut cmd = ck_command_at(bin);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
@@ -380,13 +301,12 @@ fn spawn_run(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
         .with_context(|| format!("could not start `{}`", crate::cmd::describe(&cmd)))
 }
 
-/// A `ck` command with plain (uncoloured) log lines.
-fn ck_command(bin: &Path) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.env_remove("CK_LOG")
-        .env_remove("CK_RUN_DIR")
-        .env("NO_COLOR", "1");
-    cmd
+/// Runs `cmd` with its output captured and returns it, killing it after `timeout`.
+fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output> {
+    let what = crate::cmd::describe(cmd);
+    try_output_within(cmd, timeout)
+        .with_context(|| format!("could not start `{what}`"))?
+        .ok_or_else(|| anyhow!("`{what}` did not exit within {timeout:?}"))
 }
 
 /// Sends `signal` to `pid`.
@@ -394,27 +314,6 @@ pub fn kill(pid: u32, signal: Signal) -> Result<()> {
     let pid = i32::try_from(pid).context("pid out of range")?;
     signal::kill(Pid::from_raw(pid), signal)?;
     Ok(())
-}
-
-/// The pids whose parent is `ppid`, from `/proc/<pid>/stat`.
-pub fn children_of(ppid: u32) -> Vec<u32> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| parent_in_stat(&stat))
-                == Some(ppid)
-        })
-        .collect()
-}
-
-/// The parent pid in a `/proc/<pid>/stat` line (the field after `(comm) state`).
-fn parent_in_stat(stat: &str) -> Option<u32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// `VmRSS` of `pid` in bytes, from `/proc/<pid>/status`.
@@ -432,23 +331,6 @@ pub fn rss_bytes(pid: u32) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_status() {
-        let json = r#"{"name":"x","slots":[{"slot":0,"pid":12,"state":"ready"},
-                       {"slot":1,"pid":null,"state":"restarting"}]}"#;
-        let status = Status::parse(json).unwrap();
-        assert_eq!(status.slots.len(), 2);
-        assert_eq!(status.slots[1].pid, None);
-        assert_eq!(status.ready().count(), 1);
-        assert!(Status::parse("{}").is_err());
-    }
-
-    #[test]
-    fn parent_from_stat() {
-        assert_eq!(parent_in_stat("42 (a) b) S 7 42 42 0"), Some(7));
-        assert_eq!(parent_in_stat("garbage"), None);
-    }
 
     #[test]
     fn own_rss_is_positive() {

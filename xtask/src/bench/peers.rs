@@ -12,9 +12,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
+use ck_tests::sys::children_of;
 use nix::sys::signal::Signal;
 
-use super::instance::{children_of, kill};
+use super::instance::kill;
 use crate::cmd;
 
 /// The pm2 version installed for the benchmark.

@@ -46,7 +46,7 @@ struct Poller {
 impl Poller {
     /// Asks `status` of instance `name` in a loop; each answer's arrival time is kept.
     fn start(name: &str) -> Poller {
-        let path = PathBuf::from("/run/ck").join(format!("{name}.sock"));
+        let path = ck_tests::ck::control_socket(name);
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = thread::spawn(move || {

@@ -33,16 +33,16 @@ pub enum DumpError {
         path: String,
     },
     /// A pinned map could not be opened.
-    #[error("opening the pinned map {path}: {source} (ck maps needs root, as ck run does)")]
+    #[error("opening the pinned map {path}: {error:#} (ck maps needs root, as ck run does)")]
     Open {
         /// The pin.
         path: String,
-        /// What aya said.
-        source: MapError,
+        /// What aya said, with its causes (part of the message, not a separate cause).
+        error: anyhow::Error,
     },
     /// A map is not of the type and layout this ck reads (pinned by another version of ck).
     #[error(
-        "the pinned map {path} is not the {expected} this ck reads ({source}); was the instance \
+        "the pinned map {path} is not the {expected} this ck reads ({error:#}); was the instance \
          started by another version of ck?"
     )]
     Layout {
@@ -50,18 +50,18 @@ pub enum DumpError {
         path: String,
         /// The type and value this ck expects.
         expected: &'static str,
-        /// What aya said.
-        source: MapError,
+        /// What aya said, with its causes (part of the message, not a separate cause).
+        error: anyhow::Error,
     },
     /// A lookup failed.
-    #[error("reading entry {key} of the pinned map {path}: {source}")]
+    #[error("reading entry {key} of the pinned map {path}: {error:#}")]
     Read {
         /// The pin.
         path: String,
         /// The key.
         key: u32,
-        /// What aya said.
-        source: MapError,
+        /// What aya said, with its causes (part of the message, not a separate cause).
+        error: anyhow::Error,
     },
 }
 
@@ -107,9 +107,9 @@ impl Reader<'_> {
                 path: shown,
             });
         }
-        let open_err = |source| DumpError::Open {
+        let open_err = |error: MapError| DumpError::Open {
             path: shown.clone(),
-            source,
+            error: error.into(),
         };
         let data = MapData::from_pin(&path).map_err(open_err)?;
         let info = data.info().map_err(open_err)?;
@@ -132,20 +132,20 @@ impl Reader<'_> {
         let (path, data) = self.open(map)?;
         let typed = Map::from_map_data(data)
             .and_then(T::try_from)
-            .map_err(|source| DumpError::Layout {
+            .map_err(|error| DumpError::Layout {
                 path: path.clone(),
                 expected,
-                source,
+                error: error.into(),
             })?;
         Ok((path, typed))
     }
 }
 
 fn read_err(path: &str, key: u32) -> impl FnOnce(MapError) -> DumpError + '_ {
-    move |source| DumpError::Read {
+    move |error| DumpError::Read {
         path: path.to_string(),
         key,
-        source,
+        error: error.into(),
     }
 }
 

@@ -24,7 +24,7 @@ use crate::{
 
 /// Where an instance's state is kept for the ck that takes over after a crash.
 pub fn state_path(name: &str) -> PathBuf {
-    instance::run_dir().join(format!("{name}.state"))
+    instance::state_path(name)
 }
 
 /// The state a ck that died left, if any (the caller holds the instance lock, so the ck that

@@ -1,0 +1,216 @@
+//! The text `ck status` prints (without `--json`): a header line about the instance, its
+//! active set, warnings (degraded, steering not in effect, foreign listeners), then a table of
+//! the slots. The report itself is the control channel's [`StatusReport`].
+use ck::control::StatusReport;
+
+/// The human-readable table `ck status` prints for `report`.
+pub fn render(report: &StatusReport) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "ck {} (pid {}): {} worker(s), {} group(s) {}, policy {}, BPF steering {}, migration {}{}{}",
+        report.name,
+        report.pid,
+        report.workers,
+        report.groups.len(),
+        report.groups.join(","),
+        serde_json::to_value(report.policy)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        if report.bpf {
+            "on"
+        } else {
+            "OFF (plain SO_REUSEPORT)"
+        },
+        if report.migration { "on" } else { "off" },
+        if report.reloading { ", reloading" } else { "" },
+        if report.stopping { ", stopping" } else { "" },
+    );
+    let _ = writeln!(
+        out,
+        "active set: {:?}   fallback: {:?}   dropped (no slot): {}",
+        report.active, report.fallback, report.dropped
+    );
+    for line in &report.degraded {
+        let _ = writeln!(out, "DEGRADED: {line}");
+    }
+    if let Some(addr) = &report.metrics {
+        let _ = writeln!(out, "metrics: http://{addr}/metrics (/healthz, /readyz)");
+    }
+    if let Some(limit) = &report.memory_limit {
+        let _ = writeln!(out, "worker memory limit: {limit}");
+    }
+    for s in report.steering.iter().filter(|s| s.attached != Some(true)) {
+        let state = match s.attached {
+            None => "not checked yet",
+            Some(_) => "NOT in effect (being re-attached)",
+        };
+        let _ = writeln!(out, "steering on {}: {state}", s.group);
+    }
+    for f in &report.foreign {
+        let _ = writeln!(
+            out,
+            "FOREIGN listener on {} ({}): inode {}, uid {}, pid {} {}: never steered to; stop it",
+            f.addr,
+            f.group,
+            f.inode,
+            f.uid,
+            f.pid.map_or("?".into(), |p| p.to_string()),
+            f.command.as_deref().unwrap_or(""),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:>4}  {:>8}  {:<18}  {:>9}  {:>8}  {:>9}  {:>8}  {:>9}  {:<16}  {:<9}  status",
+        "slot",
+        "pid",
+        "state",
+        "uptime",
+        "restarts",
+        "selected",
+        "memory",
+        "cpu",
+        "last exit",
+        "breaker"
+    );
+    for s in &report.slots {
+        let _ = writeln!(
+            out,
+            "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:>8}  {:>9}  {:<16}  {:<9}  {}",
+            s.slot,
+            s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            match (&s.unhealthy, s.member_of, s.spare) {
+                (Some(why), _, _) => format!("unhealthy:{why}"),
+                (None, Some(root), _) => format!("{} (of {root})", s.state),
+                (None, None, true) => format!("{} (spare)", s.state),
+                (None, None, false) => s.state.clone(),
+            },
+            s.uptime_ms as f64 / 1000.0,
+            s.restarts,
+            s.selected,
+            s.memory_bytes
+                .map_or("-".into(), |b| format!("{:.1}M", b as f64 / 1048576.0)),
+            s.cpu_ms
+                .map_or("-".into(), |ms| format!("{:.2}s", ms as f64 / 1000.0)),
+            s.last_exit.as_deref().unwrap_or("-"),
+            s.breaker,
+            s.status.as_deref().unwrap_or(""),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render;
+    use ck::control::StatusReport;
+    use serde_json::json;
+
+    /// A report of a two-slot instance `web`, changed by `tweak` (a JSON object merged in).
+    fn report(tweak: serde_json::Value) -> StatusReport {
+        let mut value = json!({
+            "name": "web", "pid": 42, "bpf": true, "steering": [], "policy": "round-robin",
+            "groups": ["tcp4-8080"], "listen": ["0.0.0.0:8080"], "probe_port_base": 19800,
+            "uptime_ms": 9_000, "active": [0], "fallback": [1], "degraded": [], "foreign": [],
+            "min_workers": 1, "adopt": false, "dropped": 3, "stopping": false,
+            "reloading": false, "migration": true, "workers": 2,
+            "slots": [
+                {"slot": 0, "pid": 100, "state": "ready", "drained": false, "uptime_ms": 1_500,
+                 "restarts": 2, "generation": 3, "selected": 17, "fallbacks": 0, "migrated": 0,
+                 "breaker": "closed", "queue_depth": 0, "probe_hits": 0,
+                 "memory_bytes": 3 * 1048576, "cpu_ms": 1_250, "spare": false,
+                 "status": "serving"},
+                {"slot": 1, "pid": null, "state": "restarting", "drained": false,
+                 "uptime_ms": 0, "restarts": 5, "generation": 6, "selected": 0, "fallbacks": 0,
+                 "migrated": 0, "breaker": "open", "queue_depth": 0, "probe_hits": 0,
+                 "spare": false, "last_exit": "signal SIGKILL"},
+            ],
+        });
+        if let (Some(base), Some(extra)) = (value.as_object_mut(), tweak.as_object()) {
+            base.extend(extra.clone());
+        }
+        serde_json::from_value(value).expect("a valid report")
+    }
+
+    #[test]
+    fn the_header_names_the_instance_policy_and_steering() {
+        let text = render(&report(json!({})));
+        let first = text.lines().next().unwrap();
+        assert_eq!(
+            first,
+            "ck web (pid 42): 2 worker(s), 1 group(s) tcp4-8080, policy round-robin, \
+             BPF steering on, migration on"
+        );
+        assert!(text.contains("active set: [0]   fallback: [1]   dropped (no slot): 3"));
+        let text = render(&report(
+            json!({"bpf": false, "migration": false, "reloading": true}),
+        ));
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .ends_with("BPF steering OFF (plain SO_REUSEPORT), migration off, reloading"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn each_slot_is_a_row_of_the_table() {
+        let text = render(&report(json!({})));
+        let rows: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("slot"))
+            .collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        let ready: Vec<&str> = rows[1].split_whitespace().collect();
+        assert_eq!(
+            ready,
+            [
+                "0", "100", "ready", "1.5s", "2", "17", "3.0M", "1.25s", "-", "closed", "serving"
+            ]
+        );
+        let dead: Vec<&str> = rows[2].split_whitespace().collect();
+        assert_eq!(
+            dead,
+            [
+                "1",
+                "-",
+                "restarting",
+                "0.0s",
+                "5",
+                "0",
+                "-",
+                "-",
+                "signal",
+                "SIGKILL",
+                "open"
+            ]
+        );
+    }
+
+    #[test]
+    fn warnings_come_before_the_table() {
+        let text = render(&report(json!({
+            "degraded": ["slot 1: breaker open"],
+            "metrics": "127.0.0.1:9100",
+            "steering": [{"group": "tcp4-8080", "attached": false, "checked_ms_ago": 10}],
+            "foreign": [{"group": "tcp4-8080", "addr": "0.0.0.0:8080", "inode": 7, "uid": 0,
+                         "pid": null, "command": null}],
+        })));
+        let table = text.find("\nslot ").expect("the table's header");
+        for line in [
+            "DEGRADED: slot 1: breaker open",
+            "metrics: http://127.0.0.1:9100/metrics (/healthz, /readyz)",
+            "steering on tcp4-8080: NOT in effect (being re-attached)",
+            "FOREIGN listener on 0.0.0.0:8080 (tcp4-8080): inode 7, uid 0, pid ? : never \
+             steered to; stop it",
+        ] {
+            let at = text
+                .find(line)
+                .unwrap_or_else(|| panic!("no {line:?} in {text}"));
+            assert!(at < table, "{line:?} after the table: {text}");
+        }
+    }
+}
