@@ -1,7 +1,7 @@
 //! The defaults of `ck run`'s settings, one `const` each: clap shows and applies them
 //! ([`super::run_args::RunArgs`]), so a config file that leaves a key out gets them too, and
 //! the tests compare with them. Durations are [`Duration`]s, shown in `--help` as their `Debug`
-//! text (`30s`, `500ms`), which [`super::duration::parse_duration`] reads back.
+//! text (`30s`, `500ms`), which [`ck_worker::units::duration::parse_duration`] reads back.
 //!
 //! Two settings have no constant default: the worker count (`$WEB_CONCURRENCY`, else the CPUs
 //! ck may use: [`super::worker_count::default_workers`]) and the instance name (`ck-<first
