@@ -274,7 +274,9 @@ fn a_worker_unhealthy_too_long_is_replaced() {
             "--probe-fails",
             "2",
             "--unhealthy-replace-after",
-            "1s",
+            // Long enough for the test to see the slot out (polling `ck status`) before its
+            // replacement, also on a loaded machine.
+            "3s",
             "--",
             &app,
         ],
