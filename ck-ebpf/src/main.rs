@@ -253,16 +253,17 @@ fn from_loopback(ctx: &SkReuseportContext) -> bool {
 }
 
 /// The packet's source address from its IP header, and whether it is IPv6: an IPv4 address
-/// fills the first 4 bytes (zeros after it).
+/// fills the first 4 bytes (zeros after it). The family comes from the context's
+/// `eth_protocol` (the packet's `skb->protocol`, network byte order), so one helper call
+/// reads the address.
 #[inline(always)]
 fn source_address(ctx: &SkReuseportContext) -> Option<([u8; 16], bool)> {
-    let mut first = [0u8; 1];
-    if load_net(ctx, 0, &mut first) != 0 {
-        return None;
-    }
+    // ETH_P_IP and ETH_P_IPV6 (linux/if_ether.h), as `eth_protocol` holds them.
+    const IPV4: u32 = 0x0800u16.to_be() as u32;
+    const IPV6: u32 = 0x86ddu16.to_be() as u32;
     let mut addr = [0u8; 16];
-    match first[0] >> 4 {
-        4 => {
+    match ctx.eth_protocol() {
+        IPV4 => {
             let mut saddr = [0u8; 4];
             if load_net(ctx, 12, &mut saddr) != 0 {
                 return None;
@@ -270,7 +271,7 @@ fn source_address(ctx: &SkReuseportContext) -> Option<([u8; 16], bool)> {
             addr[..4].copy_from_slice(&saddr);
             Some((addr, false))
         }
-        6 => (load_net(ctx, 8, &mut addr) == 0).then_some((addr, true)),
+        IPV6 => (load_net(ctx, 8, &mut addr) == 0).then_some((addr, true)),
         _ => None,
     }
 }
