@@ -44,6 +44,19 @@ struct Sticky {
 }
 
 impl Sticky {
+    /// Writes the table of the empty set (no slot) to both halves of a fresh map, which the
+    /// kernel created zeroed (slot 0 everywhere), so that `ck maps` never shows a table that
+    /// was not published.
+    fn clear(&mut self) -> Result<(), BpfError> {
+        for half in 0..2 {
+            self.map
+                .set(half, StickyTable::EMPTY, 0)
+                .map_err(write_err("sticky"))?;
+            self.halves[half as usize] = Some(Vec::new());
+        }
+        Ok(())
+    }
+
     /// Writes the table of `set`'s ready slots to half `half`, unless it holds it already.
     fn write(&mut self, half: u32, set: &ActiveSet) -> Result<(), BpfError> {
         let mut ready = set.slots[..(set.ready_len as usize).min(set.slots.len())].to_vec();
@@ -223,6 +236,8 @@ impl BpfGroup {
             // The program reads the live half of `active` from `config`: keep it.
             let live = group.config_map.get(&0, 0).map_err(write_err("config"))?;
             group.config.live_half = live.live_half;
+        } else if policy == ck_common::policy::STICKY {
+            group.sticky.clear()?;
         }
         group.write_config()?;
         tracing::debug!(
