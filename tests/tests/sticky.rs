@@ -2,7 +2,8 @@
 //! addresses 127.0.1.x stand for distinct clients) reaches the same worker while that worker is
 //! ready; a drained worker's clients, and only those, move, and come back on undrain. The
 //! placement is exactly the one the supervisor's Maglev table gives (`ck::bpf::maglev`, the
-//! same code that fills the map), and `ck maps` shows the table's share per slot.
+//! same code that fills the map), and `ck maps` shows the table's share per slot. Across
+//! `ck upgrade` the new image computes the same table, and keeps it current.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -10,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use ck::bpf::maglev::{Maglev, TABLE_SIZE};
 use ck::settings::run_config::Policy;
 use ck_tests::http::get_new_conn_from;
-use ck_tests::{Ck, Tally, local, start_ready};
+use ck_tests::{Ck, READY_TIMEOUT, Tally, local, start_ready};
 use serde_json::Value;
 
 /// Clients (source addresses 127.0.1.1 ..= 127.0.1.200).
@@ -128,6 +129,7 @@ fn sticky_keeps_each_clients_worker_and_moves_only_a_drained_workers_clients() {
     for s in &status.slots {
         assert_eq!(s.selected, u64::from(tally.slot(s.slot)), "{status:#?}");
     }
+    assert_eq!(status.dropped, 0);
 
     // One worker leaves the active set: its clients move, every other client stays.
     let drained = before[&client(0)];
@@ -155,4 +157,33 @@ fn sticky_keeps_each_clients_worker_and_moves_only_a_drained_workers_clients() {
     let after = placement(addr, &mut tally);
     assert_eq!(after, before);
     assert_eq!(ck.status().dropped, 0);
+}
+
+#[test]
+fn sticky_clients_keep_their_worker_across_an_upgrade() {
+    let (mut ck, port, _) = start_ready("sticky-up", 3, &["--policy", "sticky"]);
+    let addr = local(port);
+    let all = [0, 1, 2];
+    let mut tally = Tally::default();
+    let before = placement(addr, &mut tally);
+    assert_placed_by_table(&before, &all);
+
+    ck.ctl_ok(&["upgrade"]);
+    let now = ck.wait_status("upgrade 1 done", READY_TIMEOUT, |s| {
+        s.upgrades == 1 && s.bpf
+    });
+    assert_eq!(now.policy, Policy::Sticky);
+    assert_eq!(placement(addr, &mut tally), before);
+
+    // The new image keeps the table current: a drain moves only the drained worker's clients.
+    ck.ctl_ok(&["drain", "1"]);
+    assert_table_over(&ck, &[0, 2]);
+    let during = placement(addr, &mut tally);
+    assert_placed_by_table(&during, &[0, 2]);
+    for (source, slot) in &before {
+        if *slot != 1 {
+            assert_eq!(during[source], *slot, "{source} moved");
+        }
+    }
+    assert_eq!(tally.failed(), 0, "{tally:?}");
 }
