@@ -5,15 +5,16 @@
 //! and each client connects again: the share of clients whose worker changed, and the share of
 //! those that had been on the drained worker. Then [`KEEPERS`] clients open [`LONG`] new
 //! connections each with the fleet unchanged: the share that kept one worker throughout. Last,
-//! the time the supervisor takes to compute the Maglev table (in this process, the same code).
+//! the time the supervisor takes to compute the Maglev table, from the debug lines of the
+//! sticky instance and of one with [`MANY`] workers (its start-up computes a table at every
+//! size up to 64 as workers become ready; then one is drained).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::Instant;
 
 use anyhow::{Context as _, Result, anyhow};
-use ck::bpf::maglev::Maglev;
 use ck_tests::http::get_new_conn_from;
+use serde_json::Value;
 
 use super::Bench;
 use super::instance::{Instance, Variant};
@@ -31,10 +32,12 @@ const KEEPERS: u32 = 16;
 const LONG: u32 = 1_000;
 /// The policies, in column order.
 const POLICIES: [&str; 3] = ["sticky", "hash", "round-robin"];
-/// Worker counts at which the table's computation is timed.
-const BUILD_AT: [u32; 3] = [2, 16, 64];
-/// Builds timed per worker count (the median is shown).
-const BUILDS: usize = 21;
+/// Workers of the instance whose table computations are timed.
+const MANY: u32 = 64;
+/// Table sizes (ready workers) whose computation time is shown, when the logs have them.
+const BUILD_AT: [usize; 4] = [2, 16, 63, 64];
+/// ck's log filter and format for the sticky instances: the table's debug line, as JSON.
+const DEBUG_LOG: [(&str, &str); 1] = [("CK_LOG", "info,ck::bpf::group=debug")];
 
 /// Client `i`'s source address: 127.1.0.1, 127.1.0.2, ... (all on loopback).
 fn client(i: u32) -> IpAddr {
@@ -108,23 +111,49 @@ fn percent(v: f64) -> Cell {
     }
 }
 
-/// The median time to compute the table at `workers` workers.
-fn build_ms(workers: u32) -> f64 {
-    let slots: Vec<u32> = (0..workers).collect();
-    let times: Vec<f64> = (0..BUILDS)
-        .map(|_| {
-            let started = Instant::now();
-            std::hint::black_box(Maglev::build(&slots));
-            started.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    median(&times)
+/// Table computation times in `inst`'s log (JSON lines `sticky table computed`), in ms, by the
+/// number of slots in the set.
+fn build_times(inst: &Instance) -> Result<BTreeMap<usize, Vec<f64>>> {
+    let log = std::fs::read_to_string(inst.log())
+        .with_context(|| format!("reading {}", inst.log().display()))?;
+    let mut times = BTreeMap::<usize, Vec<f64>>::new();
+    for line in log.lines() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if event["message"] != "sticky table computed" {
+            continue;
+        }
+        // `slots` is the set's Debug text: `[0, 1, 2]`.
+        let slots = event["slots"].as_str().unwrap_or("[]");
+        let n = slots
+            .split(',')
+            .filter(|s| !s.trim_matches(['[', ']', ' ']).is_empty())
+            .count();
+        if let Some(ms) = event["ms"].as_f64() {
+            times.entry(n).or_default().push(ms);
+        }
+    }
+    Ok(times)
+}
+
+/// Starts a sticky instance of `workers` workers that logs its table computations.
+fn start_sticky(bench: &Bench, what: &str, workers: u32) -> Result<Instance> {
+    Instance::start_with_env(
+        &bench.bin,
+        &bench.log_dir,
+        what,
+        Variant::Ck,
+        workers,
+        &["--policy", "sticky", "--log-format", "json"],
+        &DEBUG_LOG,
+    )
 }
 
 /// Runs the scenario and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
-    let mut instances = Vec::new();
-    for policy in POLICIES {
+    let mut instances = vec![start_sticky(bench, "sticky-sticky", WORKERS)?];
+    for policy in &POLICIES[1..] {
         let inst = Instance::start(
             &bench.bin,
             &bench.log_dir,
@@ -142,10 +171,20 @@ pub fn run(bench: &Bench) -> Result<Table> {
     for (policy, inst) in POLICIES.iter().zip(&instances) {
         outcomes.push(measure(bench, policy, inst).with_context(|| format!("policy {policy}"))?);
     }
+    let mut times = build_times(&instances[0])?;
     for inst in instances {
         bench.report_log(&inst);
         inst.stop()?;
     }
+    bench.progress(format_args!("sticky: {MANY} workers, timing the table"));
+    let mut many = start_sticky(bench, "sticky-many", MANY)?;
+    many.wait_ready(MANY as usize)?;
+    many.ctl(&["drain", "0"])?;
+    for (n, mut ms) in build_times(&many)? {
+        times.entry(n).or_default().append(&mut ms);
+    }
+    bench.report_log(&many);
+    many.stop()?;
 
     let mut t = Table::with_columns(
         &format!(
@@ -182,13 +221,24 @@ pub fn run(bench: &Bench) -> Result<Table> {
     );
     let builds: Vec<String> = BUILD_AT
         .iter()
-        .map(|w| format!("{w} workers {:.2} ms", build_ms(*w)))
+        .filter_map(|n| {
+            let ms = times.get(n)?;
+            Some(format!(
+                "{n} workers {:.3} ms (median of {})",
+                median(ms),
+                ms.len()
+            ))
+        })
         .collect();
     t.note(format!(
-        "sticky's Maglev table ({} entries), computed by the supervisor when the ready set \
-         changes, median of {BUILDS}: {}",
+        "sticky's Maglev table ({} entries): computed by the supervisor (release build) when \
+         the ready set changes, from its debug log: {}",
         ck::bpf::maglev::TABLE_SIZE,
-        builds.join(", ")
+        if builds.is_empty() {
+            "no computation logged".to_string()
+        } else {
+            builds.join(", ")
+        }
     ));
     t.note(
         "a client is its source address: sticky looks it up in the table; hash and round-robin \
