@@ -6,11 +6,12 @@
 //! `ck upgrade` the new image computes the same table, and keeps it current.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ck::bpf::maglev::{Maglev, TABLE_SIZE};
 use ck::settings::run_config::Policy;
 use ck_tests::http::get_new_conn_from;
+use ck_tests::sys::free_port;
 use ck_tests::{Ck, READY_TIMEOUT, Tally, local, start_ready};
 use serde_json::Value;
 
@@ -186,4 +187,36 @@ fn sticky_clients_keep_their_worker_across_an_upgrade() {
         }
     }
     assert_eq!(tally.failed(), 0, "{tally:?}");
+}
+
+/// The program reads an IPv6 client's address too (an IPv6 group beside the IPv4 one): every
+/// connection from ::1 reaches the worker the table gives ::1, and both groups' tables are
+/// published.
+#[test]
+fn sticky_keys_ipv6_clients_by_their_address() {
+    let v6_port = free_port();
+    let listen = format!("tcp://[::]:{v6_port}");
+    let (ck, port, status) =
+        start_ready("sticky-v6", 4, &["--policy", "sticky", "--listen", &listen]);
+    assert_eq!(status.groups.len(), 2, "{status:#?}");
+    let table = Maglev::build(&[0, 1, 2, 3]);
+    let mut tally = Tally::default();
+    let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, v6_port));
+    let source = IpAddr::V6(Ipv6Addr::LOCALHOST);
+    assert_eq!(
+        Some(worker_of(source, v6, 50, &mut tally)),
+        table.slot_of(source)
+    );
+    let source = client(7);
+    assert_eq!(
+        Some(worker_of(source, local(port), 50, &mut tally)),
+        table.slot_of(source)
+    );
+
+    let out = ck.ctl_ok(&["maps", "--json"]);
+    let maps: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    for group in maps["groups"].as_array().expect("groups") {
+        let live = group["sticky"]["live"].as_array().expect("live half");
+        assert_eq!(live.len(), 4, "{group:#}");
+    }
 }
