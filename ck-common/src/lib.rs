@@ -4,6 +4,8 @@
 //! the layout byte for byte; BTF carries the field names so `bpftool map dump` prints them.
 #![no_std]
 
+pub mod sticky;
+
 /// Number of slots per group: the size of every per-slot map. Slots outnumber workers so that
 /// a rolling restart can start a replacement before the old worker leaves.
 pub const MAX_SLOTS: u32 = 128;
@@ -93,6 +95,9 @@ pub mod policy {
     /// Power of two choices by accept-queue depth (`SlotInfo::queue_depth`); ties go to the
     /// round-robin candidate.
     pub const LEAST_QUEUE: u32 = 2;
+    /// Session affinity: the client's source address looked up in the `sticky` table (Maglev,
+    /// filled by the supervisor), so a client keeps its worker while that worker is ready.
+    pub const STICKY: u32 = 3;
 }
 
 /// Per-slot record in the `slots` map: the readable truth about each slot.

@@ -1,8 +1,9 @@
 //! ck's `SK_REUSEPORT` program: for every new connection (and every request migrating off a
 //! closing listener) pick one socket of the group from the maps the supervisor keeps current.
 //!
-//! The program is deliberately small: everything policy-heavy (who is ready, who is a fallback)
-//! is computed by the supervisor and written to `active`; here we only index into it.
+//! The program is deliberately small: everything policy-heavy (who is ready, who is a fallback,
+//! the `sticky` policy's Maglev table) is computed by the supervisor and written to `active`
+//! and `sticky`; here we only index into them.
 #![no_std]
 #![no_main]
 
@@ -22,6 +23,7 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use ck_common::{
     ActiveSet, Config, MAX_SELECT_TRIES, MAX_SLOTS, STATS_NO_SLOT, SlotInfo, SlotStats, policy,
+    sticky::{self, StickyTable},
 };
 
 const SLOTS: usize = MAX_SLOTS as usize;
@@ -52,6 +54,11 @@ static STATS: PerCpuArray<SlotStats, { SLOTS + 1 }> = PerCpuArray::new();
 /// Per-CPU round-robin cursor.
 #[btf_map(name = "cursor")]
 static CURSOR: PerCpuArray<u32, 1> = PerCpuArray::new();
+
+/// The `sticky` policy's Maglev table (client position -> slot), double-buffered like
+/// `active` and flipped with it by the same `config.live_half`.
+#[btf_map(name = "sticky")]
+static STICKY: Array<StickyTable, 2> = Array::new();
 
 #[sk_reuseport(migrate)]
 pub fn ck_select(ctx: SkReuseportContext) -> u32 {
@@ -88,6 +95,16 @@ fn select(ctx: &SkReuseportContext) -> u32 {
         warn!(ctx, "ck: no live slot; connection dropped");
         return SK_DROP;
     }
+    // sticky: one lookup of the client's address. Its slot's socket failing (closing), a
+    // migrating request (which may carry no packet to read an address from: documented) and
+    // the fallback (the table holds ready slots only) go to the hash policy below.
+    if config.policy == policy::STICKY && !fallback && !migrating {
+        if let Some(slot) = sticky_slot(ctx, config.live_half) {
+            if try_select(ctx, slot, false, false) {
+                return SK_PASS;
+            }
+        }
+    }
     // `len` is deliberately not clamped to MAX_SLOTS here: the compiler would then prove
     // `pos < SLOTS` and drop the bounds checks below, which the verifier needs to see.
     // No division on this path (a `%` is a 64-bit divide, tens of cycles on x86): positions
@@ -114,29 +131,52 @@ fn select(ctx: &SkReuseportContext) -> u32 {
             break;
         }
         let slot = set.slots[pos];
-        if slot < MAX_SLOTS {
-            if SOCKETS.select_reuseport(ctx, slot).is_ok() {
-                count(slot, |s| {
-                    s.selected += 1;
-                    if fallback {
-                        s.fallbacks += 1;
-                    }
-                    if migrating {
-                        s.migrated += 1;
-                    }
-                });
-                if fallback {
-                    warn!(ctx, "ck: no ready slot; fell back to live slot {}", slot);
-                }
-                return SK_PASS;
-            }
-            count(slot, |s| s.errors += 1);
+        if slot < MAX_SLOTS && try_select(ctx, slot, fallback, migrating) {
+            return SK_PASS;
         }
         i += 1;
     }
     count(STATS_NO_SLOT, |s| s.errors += 1);
     warn!(ctx, "ck: every candidate socket failed; connection dropped");
     SK_DROP
+}
+
+/// Selects `slot`'s socket and counts the outcome in its counters.
+#[inline(always)]
+fn try_select(ctx: &SkReuseportContext, slot: u32, fallback: bool, migrating: bool) -> bool {
+    if SOCKETS.select_reuseport(ctx, slot).is_err() {
+        count(slot, |s| s.errors += 1);
+        return false;
+    }
+    count(slot, |s| {
+        s.selected += 1;
+        if fallback {
+            s.fallbacks += 1;
+        }
+        if migrating {
+            s.migrated += 1;
+        }
+    });
+    if fallback {
+        warn!(ctx, "ck: no ready slot; fell back to live slot {}", slot);
+    }
+    true
+}
+
+/// The slot the `sticky` table (half `half`) gives the client's source address, if the
+/// packet's address reads and the table names a slot there.
+#[inline(always)]
+fn sticky_slot(ctx: &SkReuseportContext, half: u32) -> Option<u32> {
+    let (addr, v6) = source_address(ctx)?;
+    let table = STICKY.get(half & 1)?;
+    let pos = sticky::position(&addr, v6) as usize;
+    // Always true (a multiply-shift onto the table): kept so the verifier sees the bound.
+    if pos >= sticky::TABLE_SIZE {
+        return None;
+    }
+    let slot = u32::from(table.slots[pos]);
+    // `NO_SLOT` (a table of an empty set) fails this too.
+    (slot < MAX_SLOTS).then_some(slot)
 }
 
 /// Position (in `set.slots[..len]`) chosen by power of two choices on queue depth: the
@@ -204,21 +244,35 @@ fn probe_slot(ctx: &SkReuseportContext, base: u32) -> Option<u32> {
 /// Whether the packet's source address is 127.0.0.0/8 or ::1.
 #[inline(always)]
 fn from_loopback(ctx: &SkReuseportContext) -> bool {
-    let mut first = [0u8; 1];
-    if load_net(ctx, 0, &mut first) != 0 {
-        return false;
+    let loopback6: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    match source_address(ctx) {
+        Some((addr, false)) => addr[0] == 127,
+        Some((addr, true)) => addr == loopback6,
+        None => false,
     }
-    match first[0] >> 4 {
-        4 => {
+}
+
+/// The packet's source address from its IP header, and whether it is IPv6: an IPv4 address
+/// fills the first 4 bytes (zeros after it). The family comes from the context's
+/// `eth_protocol` (the packet's `skb->protocol`, network byte order), so one helper call
+/// reads the address.
+#[inline(always)]
+fn source_address(ctx: &SkReuseportContext) -> Option<([u8; 16], bool)> {
+    // ETH_P_IP and ETH_P_IPV6 (linux/if_ether.h), as `eth_protocol` holds them.
+    const IPV4: u32 = 0x0800u16.to_be() as u32;
+    const IPV6: u32 = 0x86ddu16.to_be() as u32;
+    let mut addr = [0u8; 16];
+    match ctx.eth_protocol() {
+        IPV4 => {
             let mut saddr = [0u8; 4];
-            load_net(ctx, 12, &mut saddr) == 0 && saddr[0] == 127
+            if load_net(ctx, 12, &mut saddr) != 0 {
+                return None;
+            }
+            addr[..4].copy_from_slice(&saddr);
+            Some((addr, false))
         }
-        6 => {
-            let mut saddr = [0u8; 16];
-            let loopback: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-            load_net(ctx, 8, &mut saddr) == 0 && saddr == loopback
-        }
-        _ => false,
+        IPV6 => (load_net(ctx, 8, &mut addr) == 0).then_some((addr, true)),
+        _ => None,
     }
 }
 

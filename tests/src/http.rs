@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::{self, Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 /// Timeout of every connect, read and write.
@@ -68,7 +68,22 @@ pub fn local(port: u16) -> SocketAddr {
 }
 
 fn connect(addr: SocketAddr) -> Result<TcpStream, Failure> {
-    let stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
+    configure(TcpStream::connect_timeout(&addr, IO_TIMEOUT)?)
+}
+
+/// Connects from source address `source` (bound first, any port).
+fn connect_from(source: IpAddr, addr: SocketAddr) -> Result<TcpStream, Failure> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.bind(&SocketAddr::new(source, 0).into())?;
+    socket.connect_timeout(&addr.into(), IO_TIMEOUT)?;
+    configure(socket.into())
+}
+
+fn configure(stream: TcpStream) -> Result<TcpStream, Failure> {
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     stream.set_nodelay(true)?;
@@ -86,6 +101,14 @@ fn request(close: bool) -> &'static [u8] {
 /// Opens a fresh connection, sends one `GET /` with `Connection: close` and reads the answer.
 pub fn get_new_conn(addr: SocketAddr) -> Result<Answer, Failure> {
     send_new_conn(addr)?.finish()
+}
+
+/// Like [`get_new_conn`], from source address `source` (e.g. one of 127.0.0.0/8: many
+/// clients on one machine, each with its own address).
+pub fn get_new_conn_from(source: IpAddr, addr: SocketAddr) -> Result<Answer, Failure> {
+    let mut stream = connect_from(source, addr)?;
+    stream.write_all(request(true))?;
+    Pending { stream }.finish()
 }
 
 /// Opens a fresh connection, sends `GET path` with `Connection: close` and returns the answer's

@@ -57,7 +57,9 @@ fn maps_decode_every_slot_and_count_what_clients_saw() {
         .iter()
         .filter_map(|m| m["name"].as_str())
         .collect();
-    for map in ["sockets", "slots", "active", "config", "stats", "cursor"] {
+    for map in [
+        "sockets", "slots", "active", "config", "stats", "cursor", "sticky",
+    ] {
         assert!(names.contains(&map), "{map} missing: {names:?}");
     }
 

@@ -1,5 +1,6 @@
 //! One group's loaded program and maps: attach to the group, insert and remove slot sockets,
-//! publish the active set (fill the idle half, then flip), write slot records, read counters.
+//! publish the active set (fill the idle half, then flip; with `--policy sticky` the Maglev
+//! table beside it), write slot records, read counters.
 use std::os::fd::AsRawFd;
 
 use anyhow::Context as _;
@@ -8,14 +9,17 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, ReusePortSockArray},
     programs::SkReuseport,
 };
-use ck_common::{ActiveSet, Config, STATS_NO_SLOT, SlotInfo, SlotStats};
+use ck_common::{
+    ActiveSet, Config, STATS_NO_SLOT, SlotInfo, SlotStats, policy, sticky::StickyTable,
+};
 use socket2::Socket;
 
-use super::{BpfError, pins};
+use super::{BpfError, maglev::Maglev, pins};
 
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`).
-pub(crate) const PINNED_MAPS: [&str; 6] =
-    ["sockets", "slots", "active", "config", "stats", "cursor"];
+pub(crate) const PINNED_MAPS: [&str; 7] = [
+    "sockets", "slots", "active", "config", "stats", "cursor", "sticky",
+];
 
 /// The program and maps of one group.
 pub struct BpfGroup {
@@ -26,6 +30,63 @@ pub struct BpfGroup {
     config_map: Array<MapData, Config>,
     stats: PerCpuArray<MapData, SlotStats>,
     config: Config,
+    sticky: Sticky,
+}
+
+/// The `sticky` map's halves (`--policy sticky` only): the table is computed when the ready
+/// set changes, and written to a half only when that half holds another set's table.
+struct Sticky {
+    map: Array<MapData, StickyTable>,
+    /// The table of the latest ready set.
+    built: Option<Maglev>,
+    /// The set each half's table was built for (`None`: not known to this image).
+    halves: [Option<Vec<u32>>; 2],
+}
+
+impl Sticky {
+    /// Writes the table of the empty set (no slot) to both halves of a fresh map, which the
+    /// kernel created zeroed (slot 0 everywhere), so that `ck maps` never shows a table that
+    /// was not published.
+    fn clear(&mut self) -> Result<(), BpfError> {
+        for half in 0..2 {
+            self.map
+                .set(half, StickyTable::EMPTY, 0)
+                .map_err(write_err("sticky"))?;
+            self.halves[half as usize] = Some(Vec::new());
+        }
+        Ok(())
+    }
+
+    /// Writes the table of `set`'s ready slots to half `half`, unless it holds it already.
+    fn write(&mut self, half: u32, set: &ActiveSet) -> Result<(), BpfError> {
+        let mut ready = set.slots[..(set.ready_len as usize).min(set.slots.len())].to_vec();
+        ready.sort_unstable();
+        ready.dedup();
+        let half_set = &mut self.halves[(half & 1) as usize];
+        if half_set.as_deref() == Some(ready.as_slice()) {
+            return Ok(());
+        }
+        let table = match &self.built {
+            Some(table) if table.slots() == ready => table,
+            _ => {
+                let started = std::time::Instant::now();
+                let table = Maglev::build(&ready);
+                tracing::debug!(
+                    slots = ?ready,
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "sticky table computed"
+                );
+                self.built.insert(table)
+            }
+        };
+        // Forget the half first: if the write fails, the next publish writes it again.
+        *half_set = None;
+        self.map
+            .set(half & 1, table.table(), 0)
+            .map_err(write_err("sticky"))?;
+        *half_set = Some(ready);
+        Ok(())
+    }
 }
 
 fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
@@ -152,6 +213,11 @@ impl BpfGroup {
         let active = take(&mut ebpf, "active")?;
         let config_map = take(&mut ebpf, "config")?;
         let stats = take(&mut ebpf, "stats")?;
+        let sticky = Sticky {
+            map: take(&mut ebpf, "sticky")?,
+            built: None,
+            halves: [None, None],
+        };
         let mut group = BpfGroup {
             ebpf,
             sockets,
@@ -159,6 +225,7 @@ impl BpfGroup {
             active,
             config_map,
             stats,
+            sticky,
             config: Config {
                 policy,
                 probe_base: u32::from(probe_base),
@@ -169,6 +236,8 @@ impl BpfGroup {
             // The program reads the live half of `active` from `config`: keep it.
             let live = group.config_map.get(&0, 0).map_err(write_err("config"))?;
             group.config.live_half = live.live_half;
+        } else if policy == ck_common::policy::STICKY {
+            group.sticky.clear()?;
         }
         group.write_config()?;
         tracing::debug!(
@@ -232,10 +301,14 @@ impl BpfGroup {
         let _ = self.sockets.clear_index(&slot);
     }
 
-    /// Publishes a new active set: writes the idle half, then flips `config.live_half`, so the
-    /// program never reads a half-written set.
+    /// Publishes a new active set: writes the idle half (with `--policy sticky`, the idle half
+    /// of `sticky` too: the Maglev table of the set's ready slots), then flips
+    /// `config.live_half`, so the program never reads a half-written set or table.
     pub fn publish(&mut self, set: &ActiveSet) -> Result<(), BpfError> {
         let idle = self.config.live_half ^ 1;
+        if self.config.policy == policy::STICKY {
+            self.sticky.write(idle, set)?;
+        }
         self.active.set(idle, set, 0).map_err(write_err("active"))?;
         self.config.live_half = idle;
         self.write_config()

@@ -3,6 +3,7 @@
 pub mod adopt;
 pub mod dump;
 mod group;
+pub mod maglev;
 pub mod pins;
 
 pub(crate) use group::PINNED_MAPS;

@@ -104,4 +104,28 @@ fn render_group(out: &mut String, g: &GroupMaps) {
     );
     let _ = writeln!(out, "cursor:   per CPU {:?}", g.cursor);
     let _ = writeln!(out, "sockets:  {}", g.sockets);
+    let s = &g.sticky;
+    if s.used {
+        let shares = |half: &[dump::SlotShare]| {
+            let words: Vec<String> = half
+                .iter()
+                .map(|h| format!("{}:{}", h.slot, h.entries))
+                .collect();
+            if words.is_empty() {
+                "no slot".to_string()
+            } else {
+                words.join(" ")
+            }
+        };
+        let _ = writeln!(
+            out,
+            "sticky:   positions per slot (slot:entries); live half {}: {}; idle half {}: {}",
+            g.active.live_half,
+            shares(&s.live),
+            g.active.live_half ^ 1,
+            shares(&s.idle)
+        );
+    } else {
+        let _ = writeln!(out, "sticky:   unused (policy {})", g.config.policy);
+    }
 }

@@ -106,6 +106,9 @@ pub enum Policy {
     RoundRobin,
     /// Power of two choices by accept-queue depth.
     LeastQueue,
+    /// Session affinity: a client (its source address) keeps its worker while that worker is
+    /// ready; a worker that leaves or joins moves about 1/N of the clients (Maglev table).
+    Sticky,
 }
 
 impl Policy {
@@ -115,14 +118,20 @@ impl Policy {
             Policy::Hash => ck_common::policy::HASH,
             Policy::RoundRobin => ck_common::policy::ROUND_ROBIN,
             Policy::LeastQueue => ck_common::policy::LEAST_QUEUE,
+            Policy::Sticky => ck_common::policy::STICKY,
         }
     }
 
     /// The policy a `config` map code stands for.
     pub fn from_code(code: u32) -> Option<Policy> {
-        [Policy::Hash, Policy::RoundRobin, Policy::LeastQueue]
-            .into_iter()
-            .find(|p| p.code() == code)
+        [
+            Policy::Hash,
+            Policy::RoundRobin,
+            Policy::LeastQueue,
+            Policy::Sticky,
+        ]
+        .into_iter()
+        .find(|p| p.code() == code)
     }
 
     /// Its word, as `--policy` takes it (`round-robin`).
@@ -131,6 +140,7 @@ impl Policy {
             Policy::Hash => "hash",
             Policy::RoundRobin => "round-robin",
             Policy::LeastQueue => "least-queue",
+            Policy::Sticky => "sticky",
         }
     }
 }

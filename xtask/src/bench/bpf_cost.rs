@@ -23,7 +23,7 @@ use super::plot::bars::{self, Bars, Group};
 use super::table::{Cell, Goal, Table, median};
 
 /// The policies, in table order.
-const POLICIES: [&str; 3] = ["round-robin", "hash", "least-queue"];
+const POLICIES: [&str; 4] = ["round-robin", "hash", "least-queue", "sticky"];
 /// The worker counts (64 is `--workers`' maximum).
 const WORKERS: [u32; 3] = [2, 16, 64];
 /// New connections per round and instance.
@@ -273,7 +273,7 @@ mod tests {
             "{text}"
         );
         let bars = plot(&costs, &["", ", --against"]);
-        assert_eq!(bars.keys.len(), 6);
+        assert_eq!(bars.keys.len(), 8);
         // Round-robin of the --against build, 64 workers.
         assert_eq!(bars.groups[2].values[1], 314.0);
     }

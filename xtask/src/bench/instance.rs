@@ -64,6 +64,8 @@ pub struct Instance {
     log: PathBuf,
     /// The arguments of its `ck run`.
     args: Vec<String>,
+    /// Environment variables set for it.
+    env: Vec<(String, String)>,
     /// When `ck run` was spawned.
     pub spawned: Instant,
 }
@@ -78,6 +80,20 @@ impl Instance {
         variant: Variant,
         workers: u32,
         extra: &[&str],
+    ) -> Result<Instance> {
+        Self::start_with_env(bin, log_dir, what, variant, workers, extra, &[])
+    }
+
+    /// Like [`Instance::start`], with the environment variables `env` set for `ck run` (e.g.
+    /// `CK_LOG`).
+    pub fn start_with_env(
+        bin: &Path,
+        log_dir: &Path,
+        what: &str,
+        variant: Variant,
+        workers: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
     ) -> Result<Instance> {
         let port = free_port();
         let name = format!("bench-{what}-{}-{port}", variant.label());
@@ -94,8 +110,12 @@ impl Instance {
         ];
         args.extend(variant.flags().iter().map(|s| s.to_string()));
         args.extend(extra.iter().map(|s| s.to_string()));
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let spawned = Instant::now();
-        let child = spawn_run(bin, &args, &log)?;
+        let child = spawn_run(bin, &args, &env, &log)?;
         Ok(Instance {
             bin: bin.to_path_buf(),
             name,
@@ -105,6 +125,7 @@ impl Instance {
             exited: None,
             log,
             args,
+            env,
             spawned,
         })
     }
@@ -116,7 +137,7 @@ impl Instance {
             bail!("{} is still running", self.name);
         }
         self.spawned = Instant::now();
-        self.child = spawn_run(&self.bin, &self.args, &self.log)?;
+        self.child = spawn_run(&self.bin, &self.args, &self.env, &self.log)?;
         self.exited = None;
         Ok(())
     }
@@ -287,13 +308,14 @@ impl Drop for Instance {
 }
 
 /// Spawns `ck ARGS...` with stdout and stderr appended to `log`.
-fn spawn_run(bin: &Path, args: &[String], log: &Path) -> Result<Child> {
+fn spawn_run(bin: &Path, args: &[String], env: &[(String, String)], log: &Path) -> Result<Child> {
     let file = fs::OpenOptions::new()
         .append(true)
         .open(log)
         .with_context(|| format!("opening {}", log.display()))?;
     let mut cmd = ck_command_at(bin);
     cmd.args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file);

@@ -23,6 +23,7 @@ mod recovery_node;
 mod reload;
 mod spread;
 mod stall;
+mod sticky;
 mod survive;
 mod table;
 mod three_loads;
@@ -62,6 +63,9 @@ pub enum Scenario {
     Spread,
     /// Latency with one of 4 workers stalling 200 ms every second, per policy.
     Stall,
+    /// Session affinity: clients (source addresses) that change worker when one of 4 leaves,
+    /// and that keep it over 1,000 connections; sticky beside hash and round-robin.
+    Sticky,
     /// A random worker of 4 SIGKILLed every 0.5 s for 60 s: ck, --no-bpf, node:cluster, pm2.
     Chaos,
     /// The SO_REUSEPORT + TCP_CORK article's matrix with its kind of C server under ck.
@@ -82,6 +86,7 @@ impl Scenario {
                 Scenario::Footprint,
                 Scenario::Spread,
                 Scenario::Stall,
+                Scenario::Sticky,
                 Scenario::Chaos,
                 Scenario::Cork,
             ],
@@ -185,6 +190,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
             Scenario::Footprint => vec![footprint::run(&bench)?],
             Scenario::Spread => vec![spread::run(&bench)?],
             Scenario::Stall => vec![stall::run(&bench)?],
+            Scenario::Sticky => vec![sticky::run(&bench)?],
             Scenario::Chaos => vec![chaos::run(&bench)?],
             Scenario::Cork => vec![cork::run(&bench)?],
             Scenario::All => unreachable!("expand() never yields All"),
@@ -254,7 +260,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 9);
+        assert_eq!(Scenario::All.expand().len(), 10);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }

@@ -4,9 +4,11 @@
 use std::path::Path;
 
 use aya::maps::{Array, Map, MapData, MapError, MapType, PerCpuArray};
-use ck_common::{ActiveSet, Config, MAX_SLOTS, STATS_NO_SLOT, SlotInfo, SlotStats};
+use ck_common::{
+    ActiveSet, Config, MAX_SLOTS, STATS_NO_SLOT, SlotInfo, SlotStats, policy, sticky::StickyTable,
+};
 
-use super::{group::PINNED_MAPS, pins};
+use super::{group::PINNED_MAPS, maglev, pins};
 use ck_common::SlotState;
 
 use crate::settings::run_config::Policy;
@@ -15,7 +17,7 @@ mod report;
 
 pub use report::{
     ActiveEntry, ActiveHalf, ConfigEntry, Counters, GroupMaps, InstanceMaps, MapMeta, SlotEntry,
-    StatsEntry,
+    SlotShare, StatsEntry, StickyEntry,
 };
 
 /// Why the maps could not be read.
@@ -217,6 +219,25 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
         reader.typed("cursor", "per-CPU array of u32")?;
     let cursor = cursor_map.get(&0, 0).map_err(read_err(&path, 0))?.to_vec();
 
+    let (path, sticky_map): (_, Array<MapData, StickyTable>) =
+        reader.typed("sticky", "array of StickyTable")?;
+    let used = config.policy == policy::STICKY;
+    let shares = |index: u32| -> Result<Vec<SlotShare>, DumpError> {
+        if !used {
+            return Ok(Vec::new());
+        }
+        let table = sticky_map.get(&index, 0).map_err(read_err(&path, index))?;
+        Ok(maglev::entries_per_slot(&table)
+            .into_iter()
+            .map(|(slot, entries)| SlotShare { slot, entries })
+            .collect())
+    };
+    let sticky = StickyEntry {
+        used,
+        live: shares(live_half)?,
+        idle: shares(live_half ^ 1)?,
+    };
+
     // Maps this ck pins but does not decode (`sockets`): described only.
     for map in PINNED_MAPS {
         if !reader.maps.iter().any(|m| m.name == map) {
@@ -249,6 +270,7 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
         no_slot,
         cursor,
         sockets,
+        sticky,
     })
 }
 

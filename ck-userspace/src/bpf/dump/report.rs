@@ -36,6 +36,30 @@ pub struct GroupMaps {
     pub cursor: Vec<u32>,
     /// `sockets`: what userspace can read of it.
     pub sockets: String,
+    /// `sticky`: each half's table, summarised.
+    pub sticky: StickyEntry,
+}
+
+/// The `sticky` map (the `sticky` policy's Maglev table, 65537 positions per half),
+/// summarised as how many positions each slot holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StickyEntry {
+    /// Whether the program reads it (`--policy sticky`); otherwise it is never written and
+    /// both halves are shown empty.
+    pub used: bool,
+    /// The half the program reads (`config`'s live half, as for `active`).
+    pub live: Vec<SlotShare>,
+    /// The other half.
+    pub idle: Vec<SlotShare>,
+}
+
+/// How many positions of a `sticky` table name one slot.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SlotShare {
+    /// The slot.
+    pub slot: u32,
+    /// Positions naming it.
+    pub entries: u32,
 }
 
 /// A pinned map as the kernel describes it (`bpftool map show`).
