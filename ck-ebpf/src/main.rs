@@ -9,19 +9,20 @@
 mod adopt;
 
 use aya_ebpf::{
-    EbpfContext as _,
+    EbpfContext as _, Global,
     bindings::{
         bpf_hdr_start_off::BPF_HDR_START_NET,
         sk_action::{SK_DROP, SK_PASS},
     },
     btf_maps::{Array, PerCpuArray, ReusePortSockArray},
-    helpers::bpf_skb_load_bytes_relative,
+    helpers::{bpf_probe_read_kernel, bpf_skb_load_bytes_relative},
     macros::{btf_map, sk_reuseport},
     programs::SkReuseportContext,
 };
 use aya_log_ebpf::warn;
 use ck_common::{
-    ActiveSet, Config, MAX_SELECT_TRIES, MAX_SLOTS, STATS_NO_SLOT, SlotInfo, SlotStats, policy,
+    ActiveSet, Config, MAX_SELECT_TRIES, MAX_SLOTS, QueueOffsets, STATS_NO_SLOT, SlotInfo,
+    SlotStats, config_flags, policy,
 };
 
 const SLOTS: usize = MAX_SLOTS as usize;
@@ -33,7 +34,7 @@ const _: () = assert!(SLOTS.is_power_of_two());
 static SOCKETS: ReusePortSockArray<SLOTS> = ReusePortSockArray::new();
 
 /// slot -> state, pid, generation, queue depth, ...: read by people (`bpftool`) and, for the
-/// queue depth, by the `least-queue` policy.
+/// sampled queue depth, by the `least-queue` policy when it cannot read the exact one.
 #[btf_map(name = "slots")]
 static SLOT_INFO: Array<SlotInfo, SLOTS> = Array::new();
 
@@ -52,6 +53,13 @@ static STATS: PerCpuArray<SlotStats, { SLOTS + 1 }> = PerCpuArray::new();
 /// Per-CPU round-robin cursor.
 #[btf_map(name = "cursor")]
 static CURSOR: PerCpuArray<u32, 1> = PerCpuArray::new();
+
+/// 1 when the supervisor loads the program to read queue depths from kernel memory
+/// (`bpf_probe_read_kernel`: CAP_PERFMON, no lockdown). Read-only data, known to the verifier:
+/// with 0 it drops those reads as dead code, so the same program loads where the kernel
+/// refuses them (and `least-queue` steers by the sampled depths).
+#[unsafe(no_mangle)]
+static CK_READ_KERNEL: Global<u8> = Global::new(0);
 
 #[sk_reuseport(migrate)]
 pub fn ck_select(ctx: SkReuseportContext) -> u32 {
@@ -94,7 +102,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     // come from a cursor kept below `len`, a multiply-shift of the hash, and one subtraction.
     let first = match config.policy {
         policy::ROUND_ROBIN => next_cursor(len),
-        policy::LEAST_QUEUE => least_queue(ctx, set, len),
+        policy::LEAST_QUEUE => least_queue(ctx, set, len, config),
         _ => scale(ctx.hash(), len),
     };
     let tries = if len < MAX_SELECT_TRIES {
@@ -141,9 +149,10 @@ fn select(ctx: &SkReuseportContext) -> u32 {
 
 /// Position (in `set.slots[..len]`) chosen by power of two choices on queue depth: the
 /// round-robin candidate, unless a second candidate picked by the connection's hash (as good as
-/// random across connections, and free: no helper call) has a shorter queue.
+/// random across connections, and free: no helper call) has a shorter queue. The depths are
+/// exact ([`exact_depth`]) when the supervisor set it up, else its samples.
 #[inline(always)]
-fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32) -> u32 {
+fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Config) -> u32 {
     let first = next_cursor(len);
     if len < 2 {
         return first;
@@ -156,11 +165,52 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32) -> u32 {
     // Masks, not comparisons: each index register must be bounded on its own for the verifier
     // (the compiler merges `a >= N || b >= N` into one test on `a | b`). Both are < len <= SLOTS
     // for any set the supervisor writes, so the masks change nothing there.
-    let (a, b) = (first as usize & SLOT_MASK, second as usize & SLOT_MASK);
-    if queue_depth(set.slots[b]) < queue_depth(set.slots[a]) {
-        second
+    let (a, b) = (
+        set.slots[first as usize & SLOT_MASK],
+        set.slots[second as usize & SLOT_MASK],
+    );
+    let exact = CK_READ_KERNEL.load() != 0 && config.flags & config_flags::EXACT_QUEUE != 0;
+    let (depth_a, depth_b) = if exact {
+        (
+            exact_depth(ctx, a, &config.queue),
+            exact_depth(ctx, b, &config.queue),
+        )
     } else {
-        first
+        (sampled_depth(a), sampled_depth(b))
+    };
+    if depth_b < depth_a { second } else { first }
+}
+
+/// The live queue depth of `slot`'s socket: established connections not accepted yet plus
+/// requests still in SYN_RECV, read from the socket itself. A trial selection makes the kernel
+/// hold the socket in its context (`selected_sk`); the caller selects the winner afterwards,
+/// which replaces it. A slot whose socket is gone, or whose memory cannot be read, counts as
+/// full.
+#[inline(always)]
+fn exact_depth(ctx: &SkReuseportContext, slot: u32, at: &QueueOffsets) -> u32 {
+    if SOCKETS.select_reuseport(ctx, slot).is_err() {
+        return u32::MAX;
+    }
+    // The context really is the kernel's `struct sk_reuseport_kern`; only its public prefix
+    // (`sk_reuseport_md`) may be loaded directly, so `selected_sk` is read as kernel memory.
+    // The socket is then a plain number for the verifier (a `PTR_TO_SOCKET` would refuse the
+    // arithmetic), and its fields are read the same way.
+    let kern = ctx.as_ptr() as u64;
+    // SAFETY: `bpf_probe_read_kernel` copies from kernel memory without faulting (an
+    // unmapped address is an error return) into a value of the requested type.
+    let read = |addr: u64| unsafe { bpf_probe_read_kernel(addr as *const u32) };
+    // SAFETY: as above.
+    let Ok(sk) =
+        (unsafe { bpf_probe_read_kernel((kern + u64::from(at.selected_sk)) as *const u64) })
+    else {
+        return u32::MAX;
+    };
+    match (
+        read(sk + u64::from(at.ack_backlog)),
+        read(sk + u64::from(at.syn_recv)),
+    ) {
+        (Ok(backlog), Ok(syn_recv)) => backlog.saturating_add(syn_recv),
+        _ => u32::MAX,
     }
 }
 
@@ -171,8 +221,9 @@ fn scale(value: u32, n: u32) -> u32 {
     ((u64::from(value) * u64::from(n)) >> 32) as u32
 }
 
+/// `slot`'s queue depth as the supervisor last sampled it (`slots` map).
 #[inline(always)]
-fn queue_depth(slot: u32) -> u32 {
+fn sampled_depth(slot: u32) -> u32 {
     SLOT_INFO
         .get(slot)
         .map_or(u32::MAX, |info| info.queue_depth)
