@@ -146,6 +146,9 @@ pub struct Status {
     pub reloading: bool,
     /// Whether the kernel re-homes a closing listener's queue (BPF on, Linux >= 5.14).
     pub migration: bool,
+    /// With `least-queue`: `exact (BPF)` or `sampled (why)`.
+    #[serde(default)]
+    pub queue_depth: Option<String>,
     /// Target worker count.
     pub workers: u32,
     /// Where `--metrics` listens (`127.0.0.1:PORT`), if it does.
