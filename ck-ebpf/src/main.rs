@@ -194,7 +194,8 @@ fn exact_depth(ctx: &SkReuseportContext, slot: u32, at: &QueueOffsets) -> u32 {
     // The context really is the kernel's `struct sk_reuseport_kern`; only its public prefix
     // (`sk_reuseport_md`) may be loaded directly, so `selected_sk` is read as kernel memory.
     // The socket is then a plain number for the verifier (a `PTR_TO_SOCKET` would refuse the
-    // arithmetic), and its fields are read the same way.
+    // arithmetic), and its fields are read the same way. Handing the helper an address made
+    // from the context is a pointer leak to the verifier unless ck has CAP_PERFMON.
     let kern = ctx.as_ptr() as u64;
     // SAFETY: `bpf_probe_read_kernel` copies from kernel memory without faulting (an
     // unmapped address is an error return) into a value of the requested type.
