@@ -52,6 +52,13 @@ fn start_and_freeze(what: &str, env: &[(&str, &str)]) -> (Ck, SocketAddr, u32, S
     (ck, local(port), pid, status)
 }
 
+/// The first group's `config` entry as `ck maps --json` reads it from the pinned map.
+fn pinned_config(ck: &Ck) -> serde_json::Value {
+    let maps: serde_json::Value =
+        serde_json::from_str(&ck.ctl_ok(&["maps", "--json"])).expect("ck maps --json");
+    maps["groups"][0]["config"].clone()
+}
+
 /// Connections the program sent to `slot` since `before`.
 fn selected_since(ck: &Ck, before: &Status, slot: u32) -> u64 {
     ck.status().slot(slot).selected - before.slot(slot).selected
@@ -83,6 +90,9 @@ fn least_queue_sends_nothing_more_to_a_worker_whose_queue_holds_more() {
     );
     let text = ck.ctl_ok(&["status"]);
     assert!(text.contains("least-queue depth: exact (BPF)"), "{text}");
+    let config = pinned_config(&ck);
+    assert_eq!(config["flags"], 1, "{config}");
+    assert!(config["queue_offsets"][2].as_u64() > Some(0), "{config}");
     assert!(!ck.log().contains("sampled queue depths"), "{}", ck.log());
 
     let (answered, queued) = one_by_one(addr, N);
@@ -121,6 +131,7 @@ fn the_forced_fallback_says_so_and_steers_by_the_sampled_depth() {
         text.contains(&format!("least-queue depth: {said}")),
         "{text}"
     );
+    assert_eq!(pinned_config(&ck)["flags"], 0);
     let warned: Vec<_> = ck
         .log()
         .lines()

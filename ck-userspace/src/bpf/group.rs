@@ -103,7 +103,8 @@ impl BpfGroup {
                 Err(refused) => {
                     tracing::debug!(group, "the program that reads queue depths: {refused}");
                     let why = format!(
-                        "the kernel refused the program that reads them ({});                          bpf_probe_read_kernel needs CAP_PERFMON and no kernel lockdown",
+                        "the kernel refused the program that reads them ({}); \
+                         bpf_probe_read_kernel needs CAP_PERFMON and no kernel lockdown",
                         refusal(&refused)
                     );
                     (open(false)?, Err(why))
@@ -433,6 +434,27 @@ mod tests {
             plain.expect("loading as root"),
             QueueDepth::Sampled(_)
         ));
+    }
+
+    /// The reason `ck status` gives for a refused program is the kernel's answer, without the
+    /// verifier's log.
+    #[test]
+    fn a_refusal_is_the_kernels_answer_without_the_log() {
+        let source = anyhow::anyhow!(
+            "the BPF_PROG_LOAD syscall returned Invalid argument (os error 22). Verifier output: \
+             0: R1=ctx()\n1: (85) call bpf_probe_read_kernel#113\nunknown func"
+        )
+        .context("the kernel refused the program");
+        let err = BpfError::Load {
+            what: "loading the program".into(),
+            source,
+            advice: "run with --no-bpf".into(),
+        };
+        assert_eq!(
+            refusal(&err),
+            "the kernel refused the program: the BPF_PROG_LOAD syscall returned Invalid argument \
+             (os error 22)"
+        );
     }
 
     /// A runtime map write the kernel refuses is reported as a map-write error, not as a load
