@@ -100,10 +100,10 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     // `pos < SLOTS` and drop the bounds checks below, which the verifier needs to see.
     // No division on this path (a `%` is a 64-bit divide, tens of cycles on x86): positions
     // come from a cursor kept below `len`, a multiply-shift of the hash, and one subtraction.
-    let first = match config.policy {
-        policy::ROUND_ROBIN => next_cursor(len),
+    let (first, selected) = match config.policy {
+        policy::ROUND_ROBIN => (next_cursor(len), false),
         policy::LEAST_QUEUE => least_queue(ctx, set, len, config),
-        _ => scale(ctx.hash(), len),
+        _ => (scale(ctx.hash(), len), false),
     };
     let tries = if len < MAX_SELECT_TRIES {
         len
@@ -123,7 +123,8 @@ fn select(ctx: &SkReuseportContext) -> u32 {
         }
         let slot = set.slots[pos];
         if slot < MAX_SLOTS {
-            if SOCKETS.select_reuseport(ctx, slot).is_ok() {
+            // least-queue's trial selection of the winner may be the kernel's choice already.
+            if (i == 0 && selected) || SOCKETS.select_reuseport(ctx, slot).is_ok() {
                 count(slot, |s| {
                     s.selected += 1;
                     if fallback {
@@ -150,12 +151,18 @@ fn select(ctx: &SkReuseportContext) -> u32 {
 /// Position (in `set.slots[..len]`) chosen by power of two choices on queue depth: the
 /// round-robin candidate, unless a second candidate picked by the connection's hash (as good as
 /// random across connections, and free: no helper call) has a shorter queue. The depths are
-/// exact ([`exact_depth`]) when the supervisor set it up, else its samples.
+/// exact ([`exact_depth`]) when the supervisor set it up, else its samples. Also returns
+/// whether that position's socket is selected already (by the last trial selection).
 #[inline(always)]
-fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Config) -> u32 {
+fn least_queue(
+    ctx: &SkReuseportContext,
+    set: &ActiveSet,
+    len: u32,
+    config: &Config,
+) -> (u32, bool) {
     let first = next_cursor(len);
     if len < 2 {
-        return first;
+        return (first, false);
     }
     // first + 1 + [0, len - 1) < 2 * len: one subtraction wraps it, never onto `first`.
     let mut second = first + 1 + scale(ctx.hash(), len - 1);
@@ -170,15 +177,23 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Con
         set.slots[second as usize & SLOT_MASK],
     );
     let exact = CK_READ_KERNEL.load() != 0 && config.flags & config_flags::EXACT_QUEUE != 0;
-    let (depth_a, depth_b) = if exact {
-        (
-            exact_depth(ctx, a, &config.queue),
-            exact_depth(ctx, b, &config.queue),
-        )
-    } else {
-        (sampled_depth(a), sampled_depth(b))
+    let depth = |slot| match exact {
+        true => exact_depth(ctx, slot, &config.queue),
+        false => sampled_depth(slot),
     };
-    if depth_b < depth_a { second } else { first }
+    // An empty queue cannot lose (ties go to `first`): the second candidate is not read, and
+    // `first`, selected by its trial, is the kernel's choice already.
+    let depth_a = depth(a);
+    if depth_a == 0 {
+        return (first, exact);
+    }
+    // A shorter queue than `first`'s is a readable one (< u32::MAX): `second`'s trial
+    // selection worked and is the last one.
+    if depth(b) < depth_a {
+        (second, exact)
+    } else {
+        (first, false)
+    }
 }
 
 /// The live queue depth of `slot`'s socket: established connections not accepted yet plus
