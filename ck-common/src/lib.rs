@@ -92,12 +92,20 @@ pub mod policy {
     pub const HASH: u32 = 0;
     /// Even spread: a per-CPU cursor walks the active set.
     pub const ROUND_ROBIN: u32 = 1;
-    /// Power of two choices by accept-queue depth (`SlotInfo::queue_depth`); ties go to the
-    /// round-robin candidate.
+    /// Power of two choices by accept-queue depth; ties go to the round-robin candidate. The
+    /// depth is read from the kernel by the program itself when [`config_flags::EXACT_QUEUE`]
+    /// is set, else it is the supervisor's sample (`SlotInfo::queue_depth`).
     pub const LEAST_QUEUE: u32 = 2;
     /// Session affinity: the client's source address looked up in the `sticky` table (Maglev,
     /// filled by the supervisor), so a client keeps its worker while that worker is ready.
     pub const STICKY: u32 = 3;
+}
+
+/// Bits of [`Config::flags`].
+pub mod config_flags {
+    /// `least-queue` reads each candidate's exact queue depth from kernel memory at the
+    /// offsets of [`super::Config::queue`] (set only when the program was loaded able to).
+    pub const EXACT_QUEUE: u32 = 1;
 }
 
 /// Per-slot record in the `slots` map: the readable truth about each slot.
@@ -153,8 +161,25 @@ pub struct Config {
     pub live_half: u32,
     /// First source port reserved for probe steering (0: off).
     pub probe_base: u32,
-    /// Reserved, zero.
+    /// Bits of [`config_flags`].
     pub flags: u32,
+    /// Where `least-queue` finds a socket's queue depth in kernel memory (with
+    /// [`config_flags::EXACT_QUEUE`]).
+    pub queue: QueueOffsets,
+}
+
+/// Where the select program finds a candidate socket's queue depth in kernel memory: byte
+/// offsets resolved by the supervisor from the kernel's BTF at load (the program has no CO-RE).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueOffsets {
+    /// `selected_sk` in `struct sk_reuseport_kern`, the kernel context the program's context
+    /// points to: the socket the last `bpf_sk_select_reuseport` chose.
+    pub selected_sk: u32,
+    /// `sk_ack_backlog` in `struct sock`: established connections not accepted yet.
+    pub ack_backlog: u32,
+    /// `icsk_accept_queue.qlen` in `struct inet_connection_sock`: requests still in SYN_RECV.
+    pub syn_recv: u32,
 }
 
 /// Per-slot counters in the per-CPU `stats` map (summed over CPUs by the reader).
@@ -210,7 +235,7 @@ mod pod {
     unsafe impl aya::Pod for super::SlotInfo {}
     // SAFETY: as above: u32 fields and an array of u32.
     unsafe impl aya::Pod for super::ActiveSet {}
-    // SAFETY: as above: u32 fields only.
+    // SAFETY: as above: u32 fields, and a struct of u32 fields only.
     unsafe impl aya::Pod for super::Config {}
     // SAFETY: as above: u64 fields only.
     unsafe impl aya::Pod for super::SlotStats {}

@@ -10,19 +10,20 @@
 mod adopt;
 
 use aya_ebpf::{
-    EbpfContext as _,
+    EbpfContext as _, Global,
     bindings::{
         bpf_hdr_start_off::BPF_HDR_START_NET,
         sk_action::{SK_DROP, SK_PASS},
     },
     btf_maps::{Array, PerCpuArray, ReusePortSockArray},
-    helpers::bpf_skb_load_bytes_relative,
+    helpers::{bpf_probe_read_kernel, bpf_skb_load_bytes_relative},
     macros::{btf_map, sk_reuseport},
     programs::SkReuseportContext,
 };
 use aya_log_ebpf::warn;
 use ck_common::{
-    ActiveSet, Config, MAX_SELECT_TRIES, MAX_SLOTS, STATS_NO_SLOT, SlotInfo, SlotStats, policy,
+    ActiveSet, Config, MAX_SELECT_TRIES, MAX_SLOTS, QueueOffsets, STATS_NO_SLOT, SlotInfo,
+    SlotStats, config_flags, policy,
     sticky::{self, StickyTable},
 };
 
@@ -35,7 +36,7 @@ const _: () = assert!(SLOTS.is_power_of_two());
 static SOCKETS: ReusePortSockArray<SLOTS> = ReusePortSockArray::new();
 
 /// slot -> state, pid, generation, queue depth, ...: read by people (`bpftool`) and, for the
-/// queue depth, by the `least-queue` policy.
+/// sampled queue depth, by the `least-queue` policy when it cannot read the exact one.
 #[btf_map(name = "slots")]
 static SLOT_INFO: Array<SlotInfo, SLOTS> = Array::new();
 
@@ -59,6 +60,13 @@ static CURSOR: PerCpuArray<u32, 1> = PerCpuArray::new();
 /// `active` and flipped with it by the same `config.live_half`.
 #[btf_map(name = "sticky")]
 static STICKY: Array<StickyTable, 2> = Array::new();
+
+/// 1 when the supervisor loads the program to read queue depths from kernel memory
+/// (`bpf_probe_read_kernel`: CAP_PERFMON, no lockdown). Read-only data, known to the verifier:
+/// with 0 it drops those reads as dead code, so the same program loads where the kernel
+/// refuses them (and `least-queue` steers by the sampled depths).
+#[unsafe(no_mangle)]
+static CK_READ_KERNEL: Global<u8> = Global::new(0);
 
 #[sk_reuseport(migrate)]
 pub fn ck_select(ctx: SkReuseportContext) -> u32 {
@@ -100,7 +108,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     // the fallback (the table holds ready slots only) go to the hash policy below.
     if config.policy == policy::STICKY && !fallback && !migrating {
         if let Some(slot) = sticky_slot(ctx, config.live_half) {
-            if try_select(ctx, slot, false, false) {
+            if try_select(ctx, slot, false, false, false) {
                 return SK_PASS;
             }
         }
@@ -109,10 +117,10 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     // `pos < SLOTS` and drop the bounds checks below, which the verifier needs to see.
     // No division on this path (a `%` is a 64-bit divide, tens of cycles on x86): positions
     // come from a cursor kept below `len`, a multiply-shift of the hash, and one subtraction.
-    let first = match config.policy {
-        policy::ROUND_ROBIN => next_cursor(len),
-        policy::LEAST_QUEUE => least_queue(ctx, set, len),
-        _ => scale(ctx.hash(), len),
+    let (first, selected) = match config.policy {
+        policy::ROUND_ROBIN => (next_cursor(len), false),
+        policy::LEAST_QUEUE => least_queue(ctx, set, len, config),
+        _ => (scale(ctx.hash(), len), false),
     };
     let tries = if len < MAX_SELECT_TRIES {
         len
@@ -131,7 +139,8 @@ fn select(ctx: &SkReuseportContext) -> u32 {
             break;
         }
         let slot = set.slots[pos];
-        if slot < MAX_SLOTS && try_select(ctx, slot, fallback, migrating) {
+        // least-queue's trial selection of the winner may be the kernel's choice already.
+        if slot < MAX_SLOTS && try_select(ctx, slot, fallback, migrating, i == 0 && selected) {
             return SK_PASS;
         }
         i += 1;
@@ -141,10 +150,17 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     SK_DROP
 }
 
-/// Selects `slot`'s socket and counts the outcome in its counters.
+/// Selects `slot`'s socket (unless a trial selection left it `selected` already) and counts
+/// the outcome in its counters.
 #[inline(always)]
-fn try_select(ctx: &SkReuseportContext, slot: u32, fallback: bool, migrating: bool) -> bool {
-    if SOCKETS.select_reuseport(ctx, slot).is_err() {
+fn try_select(
+    ctx: &SkReuseportContext,
+    slot: u32,
+    fallback: bool,
+    migrating: bool,
+    selected: bool,
+) -> bool {
+    if !selected && SOCKETS.select_reuseport(ctx, slot).is_err() {
         count(slot, |s| s.errors += 1);
         return false;
     }
@@ -181,12 +197,19 @@ fn sticky_slot(ctx: &SkReuseportContext, half: u32) -> Option<u32> {
 
 /// Position (in `set.slots[..len]`) chosen by power of two choices on queue depth: the
 /// round-robin candidate, unless a second candidate picked by the connection's hash (as good as
-/// random across connections, and free: no helper call) has a shorter queue.
+/// random across connections, and free: no helper call) has a shorter queue. The depths are
+/// exact ([`exact_depth`]) when the supervisor set it up, else its samples. Also returns
+/// whether that position's socket is selected already (by the last trial selection).
 #[inline(always)]
-fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32) -> u32 {
+fn least_queue(
+    ctx: &SkReuseportContext,
+    set: &ActiveSet,
+    len: u32,
+    config: &Config,
+) -> (u32, bool) {
     let first = next_cursor(len);
     if len < 2 {
-        return first;
+        return (first, false);
     }
     // first + 1 + [0, len - 1) < 2 * len: one subtraction wraps it, never onto `first`.
     let mut second = first + 1 + scale(ctx.hash(), len - 1);
@@ -196,11 +219,61 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32) -> u32 {
     // Masks, not comparisons: each index register must be bounded on its own for the verifier
     // (the compiler merges `a >= N || b >= N` into one test on `a | b`). Both are < len <= SLOTS
     // for any set the supervisor writes, so the masks change nothing there.
-    let (a, b) = (first as usize & SLOT_MASK, second as usize & SLOT_MASK);
-    if queue_depth(set.slots[b]) < queue_depth(set.slots[a]) {
-        second
+    let (a, b) = (
+        set.slots[first as usize & SLOT_MASK],
+        set.slots[second as usize & SLOT_MASK],
+    );
+    let exact = CK_READ_KERNEL.load() != 0 && config.flags & config_flags::EXACT_QUEUE != 0;
+    let depth = |slot| match exact {
+        true => exact_depth(ctx, slot, &config.queue),
+        false => sampled_depth(slot),
+    };
+    // An empty queue cannot lose (ties go to `first`): the second candidate is not read, and
+    // `first`, selected by its trial, is the kernel's choice already.
+    let depth_a = depth(a);
+    if depth_a == 0 {
+        return (first, exact);
+    }
+    // A shorter queue than `first`'s is a readable one (< u32::MAX): `second`'s trial
+    // selection worked and is the last one.
+    if depth(b) < depth_a {
+        (second, exact)
     } else {
-        first
+        (first, false)
+    }
+}
+
+/// The live queue depth of `slot`'s socket: established connections not accepted yet plus
+/// requests still in SYN_RECV, read from the socket itself. A trial selection makes the kernel
+/// hold the socket in its context (`selected_sk`); the caller selects the winner afterwards,
+/// which replaces it. A slot whose socket is gone, or whose memory cannot be read, counts as
+/// full.
+#[inline(always)]
+fn exact_depth(ctx: &SkReuseportContext, slot: u32, at: &QueueOffsets) -> u32 {
+    if SOCKETS.select_reuseport(ctx, slot).is_err() {
+        return u32::MAX;
+    }
+    // The context really is the kernel's `struct sk_reuseport_kern`; only its public prefix
+    // (`sk_reuseport_md`) may be loaded directly, so `selected_sk` is read as kernel memory.
+    // The socket is then a plain number for the verifier (a `PTR_TO_SOCKET` would refuse the
+    // arithmetic), and its fields are read the same way. Handing the helper an address made
+    // from the context is a pointer leak to the verifier unless ck has CAP_PERFMON.
+    let kern = ctx.as_ptr() as u64;
+    // SAFETY: `bpf_probe_read_kernel` copies from kernel memory without faulting (an
+    // unmapped address is an error return) into a value of the requested type.
+    let read = |addr: u64| unsafe { bpf_probe_read_kernel(addr as *const u32) };
+    // SAFETY: as above.
+    let Ok(sk) =
+        (unsafe { bpf_probe_read_kernel((kern + u64::from(at.selected_sk)) as *const u64) })
+    else {
+        return u32::MAX;
+    };
+    match (
+        read(sk + u64::from(at.ack_backlog)),
+        read(sk + u64::from(at.syn_recv)),
+    ) {
+        (Ok(backlog), Ok(syn_recv)) => backlog.saturating_add(syn_recv),
+        _ => u32::MAX,
     }
 }
 
@@ -211,8 +284,9 @@ fn scale(value: u32, n: u32) -> u32 {
     ((u64::from(value) * u64::from(n)) >> 32) as u32
 }
 
+/// `slot`'s queue depth as the supervisor last sampled it (`slots` map).
 #[inline(always)]
-fn queue_depth(slot: u32) -> u32 {
+fn sampled_depth(slot: u32) -> u32 {
     SLOT_INFO
         .get(slot)
         .map_or(u32::MAX, |info| info.queue_depth)

@@ -142,6 +142,30 @@ pub fn send_new_conn(addr: SocketAddr) -> Result<Pending, Failure> {
 }
 
 impl Pending {
+    /// Waits at most `wait` for the answer to start: `None` when nothing came meanwhile (the
+    /// connection sits in the queue of a worker that does not accept; [`Pending::finish`] can
+    /// read it later), else the answer.
+    pub fn answer_within(&mut self, wait: Duration) -> Option<Result<Answer, Failure>> {
+        if let Err(e) = self.stream.set_read_timeout(Some(wait)) {
+            return Some(Err(e.into()));
+        }
+        let peeked = self.stream.peek(&mut [0u8; 1]);
+        if let Err(e) = self.stream.set_read_timeout(Some(IO_TIMEOUT)) {
+            return Some(Err(e.into()));
+        }
+        match peeked {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                None
+            }
+            _ => Some(read_answer(&mut self.stream, &mut Vec::new())),
+        }
+    }
+
     /// Reads the answer.
     pub fn finish(mut self) -> Result<Answer, Failure> {
         let mut buf = Vec::new();

@@ -10,11 +10,15 @@ use aya::{
     programs::SkReuseport,
 };
 use ck_common::{
-    ActiveSet, Config, STATS_NO_SLOT, SlotInfo, SlotStats, policy, sticky::StickyTable,
+    ActiveSet, Config, QueueOffsets, STATS_NO_SLOT, SlotInfo, SlotStats, config_flags, policy,
+    sticky::StickyTable,
 };
 use socket2::Socket;
 
-use super::{BpfError, maglev::Maglev, pins};
+use super::{BpfError, maglev::Maglev, pins, queue_depth::QueueDepth};
+
+/// The program's read-only switch that lets it read queue depths from kernel memory.
+const READ_KERNEL: &str = "CK_READ_KERNEL";
 
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`).
 pub(crate) const PINNED_MAPS: [&str; 7] = [
@@ -31,6 +35,8 @@ pub struct BpfGroup {
     stats: PerCpuArray<MapData, SlotStats>,
     config: Config,
     sticky: Sticky,
+    /// Why `least-queue` steers by sampled depths, when it does.
+    sampled_why: String,
 }
 
 /// The `sticky` map's halves (`--policy sticky` only): the table is computed when the ready
@@ -143,58 +149,29 @@ impl BpfGroup {
     ) -> Result<BpfGroup, BpfError> {
         let pin_dir = pins::group_dir(name, group);
         let started = std::time::Instant::now();
-        // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
-        // 0.14's `EbpfLoader::new` still reads and parses it, ~20 ms of ck's start-up; its API
-        // has no way around that.)
-        // aya-log's level lives in the object's read-only data: 0 turns every log statement off
-        // (the verifier then drops them), so the program writes no record without --bpf-log.
-        let level: u8 = if log { u8::MAX } else { 0 };
-        let mut loader = EbpfLoader::new();
-        loader
-            .btf(None)
-            .override_global(aya_log::LEVEL, &level, true);
-        let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
-        if reuse {
-            // aya opens a map pinned at the path instead of creating one.
-            for (map, path) in &paths {
-                if !path.exists() {
-                    return Err(BpfError::Pin {
-                        what: "finding the pinned map",
-                        path: path.display().to_string(),
-                        error: std::io::Error::from(std::io::ErrorKind::NotFound),
-                        advice: String::new(),
-                    });
+        let open = |read_kernel: bool| open(&pin_dir, group, log, reuse, read_kernel, started);
+        // least-queue reads exact queue depths where the kernel lets the program read them
+        // (BTF offsets found, and the kernel takes the program that reads kernel memory);
+        // otherwise the same program is loaded without those reads.
+        let exact = match policy {
+            policy::LEAST_QUEUE => super::queue_depth::offsets(),
+            _ => Err("the policy does not read queue depths".to_string()),
+        };
+        let (mut ebpf, queue) = match exact {
+            Ok(offsets) => match open(true) {
+                Ok(ebpf) => (ebpf, Ok(offsets)),
+                Err(refused) => {
+                    tracing::debug!(group, "the program that reads queue depths: {refused}");
+                    let why = format!(
+                        "the kernel refused the program that reads them ({}); \
+                         bpf_probe_read_kernel needs CAP_PERFMON and no kernel lockdown",
+                        refusal(&refused)
+                    );
+                    (open(false)?, Err(why))
                 }
-                loader.map_pin_path(map, path.as_path());
-            }
-        }
-        let mut ebpf = super::object()
-            .and_then(|object| loader.load(object).context("loading the BPF object"))
-            .map_err(load_err("loading the BPF program"))?;
-        tracing::debug!(
-            group,
-            ms = started.elapsed().as_secs_f64() * 1e3,
-            "BPF object parsed, maps created"
-        );
-        {
-            let program: &mut SkReuseport = ebpf
-                .program_mut("ck_select")
-                .context("program ck_select missing from the object")
-                .and_then(|p| {
-                    p.try_into()
-                        .context("ck_select is not an sk_reuseport program")
-                })
-                .map_err(load_err("finding the program"))?;
-            program
-                .load()
-                .context("the kernel refused the program")
-                .map_err(load_err("loading the program"))?;
-        }
-        tracing::debug!(
-            group,
-            ms = started.elapsed().as_secs_f64() * 1e3,
-            "BPF object and program loaded"
-        );
+            },
+            Err(why) => (open(false)?, Err(why)),
+        };
         if !reuse {
             pins::create_group_dir(&pin_dir)?;
         }
@@ -229,8 +206,15 @@ impl BpfGroup {
             config: Config {
                 policy,
                 probe_base: u32::from(probe_base),
+                flags: if queue.is_ok() {
+                    config_flags::EXACT_QUEUE
+                } else {
+                    0
+                },
+                queue: queue.clone().unwrap_or(QueueOffsets::default()),
                 ..Config::default()
             },
+            sampled_why: queue.err().unwrap_or_default(),
         };
         if reuse {
             // The program reads the live half of `active` from `config`: keep it.
@@ -246,6 +230,16 @@ impl BpfGroup {
             "BPF maps pinned and configured"
         );
         Ok(group)
+    }
+
+    /// What `least-queue` steers by, read back from the kernel's `config` map: exact only when
+    /// the loaded program was set up to read the depths.
+    pub fn queue_depth(&self) -> QueueDepth {
+        match self.config_map.get(&0, 0) {
+            Ok(config) if config.flags & config_flags::EXACT_QUEUE != 0 => QueueDepth::Exact,
+            Ok(_) => QueueDepth::Sampled(self.sampled_why.clone()),
+            Err(e) => QueueDepth::Sampled(format!("the config map could not be read: {e}")),
+        }
     }
 
     /// Starts forwarding the program's aya-log records to the `log` crate (and so to tracing).
@@ -362,6 +356,82 @@ impl BpfGroup {
     }
 }
 
+/// Parses the object (maps created, or opened from their pins in `pin_dir` with `reuse`) and
+/// loads the program, able to read kernel memory with `read_kernel`.
+fn open(
+    pin_dir: &std::path::Path,
+    group: &str,
+    log: bool,
+    reuse: bool,
+    read_kernel: bool,
+    started: std::time::Instant,
+) -> Result<Ebpf, BpfError> {
+    // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
+    // 0.14's `EbpfLoader::new` still reads and parses it, ~20 ms of ck's start-up; its API
+    // has no way around that.)
+    // aya-log's level lives in the object's read-only data: 0 turns every log statement off
+    // (the verifier then drops them), so the program writes no record without --bpf-log. The
+    // kernel-read switch works the same way.
+    let level: u8 = if log { u8::MAX } else { 0 };
+    let read_kernel = u8::from(read_kernel);
+    let mut loader = EbpfLoader::new();
+    loader
+        .btf(None)
+        .override_global(aya_log::LEVEL, &level, true)
+        .override_global(READ_KERNEL, &read_kernel, true);
+    let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
+    if reuse {
+        // aya opens a map pinned at the path instead of creating one.
+        for (map, path) in &paths {
+            if !path.exists() {
+                return Err(BpfError::Pin {
+                    what: "finding the pinned map",
+                    path: path.display().to_string(),
+                    error: std::io::Error::from(std::io::ErrorKind::NotFound),
+                    advice: String::new(),
+                });
+            }
+            loader.map_pin_path(map, path.as_path());
+        }
+    }
+    let mut ebpf = super::object()
+        .and_then(|object| loader.load(object).context("loading the BPF object"))
+        .map_err(load_err("loading the BPF program"))?;
+    tracing::debug!(
+        group,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "BPF object parsed, maps created"
+    );
+    let program: &mut SkReuseport = ebpf
+        .program_mut("ck_select")
+        .context("program ck_select missing from the object")
+        .and_then(|p| {
+            p.try_into()
+                .context("ck_select is not an sk_reuseport program")
+        })
+        .map_err(load_err("finding the program"))?;
+    program
+        .load()
+        .context("the kernel refused the program")
+        .map_err(load_err("loading the program"))?;
+    tracing::debug!(
+        group,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "BPF object and program loaded"
+    );
+    Ok(ebpf)
+}
+
+/// The kernel's answer in a load error, without the verifier's log.
+fn refusal(e: &BpfError) -> String {
+    let text = match e {
+        BpfError::Load { error, .. } => format!("{error:#}"),
+        other => other.to_string(),
+    };
+    let first = text.split(". Verifier output").next().unwrap_or_default();
+    first.lines().next().unwrap_or_default().to_string()
+}
+
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, BpfError>
 where
     T: TryFrom<aya::maps::Map>,
@@ -412,6 +482,51 @@ impl PinnedStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As root on this machine's kernel, a least-queue program reads exact depths (the kernel
+    /// takes the program that reads kernel memory, and the offsets are in `config`); other
+    /// policies load without the reads.
+    #[test]
+    fn least_queue_loads_the_exact_read() {
+        let name = format!("unit-exact-{}", std::process::id());
+        let exact = BpfGroup::load(&name, "tcp4-1", policy::LEAST_QUEUE, 0, false);
+        let exact = exact.map(|g| (g.queue_depth(), g.config_map.get(&0, 0).unwrap()));
+        let plain = BpfGroup::load(&name, "tcp4-2", policy::ROUND_ROBIN, 0, false);
+        let plain = plain.map(|g| g.queue_depth());
+        pins::remove_instance(&name).unwrap();
+        let (depth, config) = exact.expect("loading as root");
+        assert_eq!(depth, QueueDepth::Exact);
+        assert_eq!(
+            config.flags & config_flags::EXACT_QUEUE,
+            config_flags::EXACT_QUEUE
+        );
+        assert_eq!(config.queue, super::super::queue_depth::offsets().unwrap());
+        assert!(matches!(
+            plain.expect("loading as root"),
+            QueueDepth::Sampled(_)
+        ));
+    }
+
+    /// The reason `ck status` gives for a refused program is the kernel's answer, without the
+    /// verifier's log.
+    #[test]
+    fn a_refusal_is_the_kernels_answer_without_the_log() {
+        let error = anyhow::anyhow!(
+            "the BPF_PROG_LOAD syscall returned Invalid argument (os error 22). Verifier output: \
+             0: R1=ctx()\n1: (85) call bpf_probe_read_kernel#113\nunknown func"
+        )
+        .context("the kernel refused the program");
+        let err = BpfError::Load {
+            what: "loading the program".into(),
+            error,
+            advice: "run with --no-bpf".into(),
+        };
+        assert_eq!(
+            refusal(&err),
+            "the kernel refused the program: the BPF_PROG_LOAD syscall returned Invalid argument \
+             (os error 22)"
+        );
+    }
 
     /// A runtime map write the kernel refuses is reported as a map-write error, not as a load
     /// error that tells the user to run as root or with --no-bpf. (Loads the program: root.)

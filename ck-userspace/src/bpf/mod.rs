@@ -1,10 +1,12 @@
 //! The BPF side of ck as seen from userspace: loading the program once per group, the maps the
 //! supervisor keeps current, and their pins under `/sys/fs/bpf/ck/<name>/<group>/`.
 pub mod adopt;
+pub mod btf;
 pub mod dump;
 mod group;
 pub mod maglev;
 pub mod pins;
+pub mod queue_depth;
 
 pub(crate) use group::PINNED_MAPS;
 pub use group::{BpfGroup, PinnedStats};

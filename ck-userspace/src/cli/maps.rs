@@ -53,9 +53,10 @@ fn render_group(out: &mut String, g: &GroupMaps) {
         );
     }
     let c = &g.config;
+    let [selected, backlog, syn_recv] = c.queue_offsets;
     let _ = writeln!(
         out,
-        "config:   policy {}, live half {}, probe base {}, flags {}",
+        "config:   policy {}, live half {}, probe base {}, flags {}, queue offsets (selected_sk/sk_ack_backlog/qlen) {selected}/{backlog}/{syn_recv}",
         c.policy, c.live_half, c.probe_base, c.flags
     );
     let a = &g.active;

@@ -33,6 +33,9 @@ pub fn render(report: &StatusReport) -> String {
         "active set: {:?}   fallback: {:?}   dropped (no slot): {}",
         report.active, report.fallback, report.dropped
     );
+    if let Some(depth) = &report.queue_depth {
+        let _ = writeln!(out, "least-queue depth: {depth}");
+    }
     for line in &report.degraded {
         let _ = writeln!(out, "DEGRADED: {line}");
     }

@@ -107,6 +107,11 @@ pub struct StatusReport {
     pub reloading: bool,
     /// Whether the kernel re-homes a closing listener's queue (Linux >= 5.14 with BPF on).
     pub migration: bool,
+    /// With `least-queue`: what it steers by, read back from the loaded program's `config`:
+    /// `exact (BPF)`, or `sampled (why)` (no BTF, the kernel refused the read,
+    /// `CK_QUEUE_DEPTH=sampled`).
+    #[serde(default)]
+    pub queue_depth: Option<String>,
     /// Target worker count.
     pub workers: u32,
     /// Where `--metrics` serves `/metrics`, `/healthz` and `/readyz` (`127.0.0.1:9100`), if

@@ -1,7 +1,8 @@
-//! Health: accept-queue sampling (queue depth for `least-queue`, stall detection), watchdog
-//! heartbeats, probes through the slot's own socket, and replacement of workers that stay
-//! unhealthy. An unhealthy worker leaves the active set with its socket open, and comes back
-//! when healthy again.
+//! Health: accept-queue sampling (queue depth for status and stall detection, and for
+//! `least-queue` only where its program cannot read the exact depth), watchdog heartbeats,
+//! probes through the slot's own socket, and replacement of workers that stay unhealthy. An
+//! unhealthy worker leaves the active set with its socket open, and comes back when healthy
+//! again.
 use std::{
     sync::{
         Arc,
@@ -206,8 +207,8 @@ impl Supervisor {
     }
 
     /// Samples every `--sample-interval` while there is traffic (connections selected by the
-    /// program, or a non-empty queue, in the last [`BUSY_HOLD`]): least-queue needs fresh
-    /// depths and a stall must be seen within milliseconds. Idle, it samples
+    /// program, or a non-empty queue, in the last [`BUSY_HOLD`]): a stall must be seen within
+    /// milliseconds, and least-queue on sampled depths needs fresh ones. Idle, it samples
     /// [`IDLE_SAMPLING_FACTOR`] times less often, so that an idle supervisor stays idle.
     fn pace_sampling(&mut self, now: Instant) {
         let watching = self.watching_readiness();

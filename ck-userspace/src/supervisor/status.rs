@@ -8,7 +8,9 @@ use super::{
     Supervisor,
     lifecycle::{active_set, crash::Breaker},
 };
+use crate::bpf::queue_depth::QueueDepth;
 use crate::control::{GroupSteering, SlotReport, StatusReport};
+use crate::settings::run_config::Policy;
 
 impl Supervisor {
     pub(super) fn slot_stats(&self, index: u32) -> SlotStats {
@@ -78,6 +80,27 @@ impl Supervisor {
                 )),
             })
             .collect()
+    }
+
+    /// What `least-queue` steers by, read back from every group's `config` map (None with
+    /// another policy).
+    fn queue_depth(&self) -> Option<String> {
+        if self.cfg.policy != Policy::LeastQueue {
+            return None;
+        }
+        if self.cfg.no_bpf {
+            return Some("none (--no-bpf: the kernel hashes)".into());
+        }
+        let mut depths = self
+            .groups
+            .iter()
+            .map(|g| g.bpf.as_ref().map(|b| b.queue_depth()));
+        let first_sampled = depths.find(|d| d.as_ref() != Some(&QueueDepth::Exact));
+        Some(match first_sampled {
+            None => QueueDepth::Exact.describe(),
+            Some(Some(sampled)) => sampled.describe(),
+            Some(None) => "not known yet (the BPF program is loading)".into(),
+        })
     }
 
     /// The report `ck status` prints.
@@ -163,6 +186,7 @@ impl Supervisor {
             stopping: self.stopping,
             reloading: self.roll.is_some(),
             migration: self.bpf_loaded() && crate::bpf::kernel_migrates(),
+            queue_depth: self.queue_depth(),
             workers: self.cfg.workers,
             metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,

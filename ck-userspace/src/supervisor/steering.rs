@@ -18,9 +18,9 @@ use tokio::{net::TcpSocket, sync::oneshot};
 
 use super::{Event, Supervisor, lifecycle::Input, scale::CANARY_SLOT};
 use crate::{
-    bpf::{BpfGroup, pins},
+    bpf::{BpfGroup, pins, queue_depth::QueueDepth},
     os::probe,
-    settings::run_config::RunConfig,
+    settings::run_config::{Policy, RunConfig},
 };
 
 /// How long a canary SYN may take to be answered before it counts as dropped.
@@ -50,6 +50,9 @@ pub(super) fn load_in_background(cfg: &RunConfig, resume: bool) -> Loading {
     let cfg = cfg.clone();
     std::thread::spawn(move || {
         let loaded = if resume { reload(&cfg) } else { load(&cfg) };
+        if let Ok(groups) = &loaded {
+            log_queue_depth(&cfg, groups);
+        }
         // Parsing the object and the kernel's BTF takes a few MiB of this thread's malloc
         // arena, freed by now but kept by glibc: give it back, so that ck's resident memory
         // is what it runs with, not what it loaded with.
@@ -57,6 +60,24 @@ pub(super) fn load_in_background(cfg: &RunConfig, resume: bool) -> Loading {
         let _ = tx.send(loaded);
     });
     rx
+}
+
+/// Says once, with `least-queue`, what it steers by: a warning when it is the sampled depths.
+fn log_queue_depth(cfg: &RunConfig, groups: &[BpfGroup]) {
+    if cfg.policy != Policy::LeastQueue {
+        return;
+    }
+    let sampled = groups.iter().find_map(|g| match g.queue_depth() {
+        QueueDepth::Exact => None,
+        QueueDepth::Sampled(why) => Some(why),
+    });
+    match sampled {
+        Some(why) => tracing::warn!(
+            "least-queue steers by sampled queue depths (TCP_INFO every --sample-interval, \
+             behind bursts), not by the exact ones: {why}"
+        ),
+        None => tracing::info!("least-queue reads each candidate's exact queue depth in BPF"),
+    }
 }
 
 /// Loads one program per group on the maps pinned by the image ck re-executed from.

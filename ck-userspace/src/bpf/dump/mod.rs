@@ -263,6 +263,11 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
             live_half: config.live_half,
             probe_base: config.probe_base,
             flags: config.flags,
+            queue_offsets: [
+                config.queue.selected_sk,
+                config.queue.ack_backlog,
+                config.queue.syn_recv,
+            ],
         },
         active,
         slots,

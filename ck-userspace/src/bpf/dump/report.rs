@@ -89,8 +89,13 @@ pub struct ConfigEntry {
     pub live_half: u32,
     /// First probe source port (0: off).
     pub probe_base: u32,
-    /// Reserved.
+    /// Bits of `ck_common::config_flags` (1: least-queue reads exact queue depths).
     pub flags: u32,
+    /// Byte offsets of the exact queue depth's fields in kernel memory: `selected_sk` in
+    /// `struct sk_reuseport_kern`, `sk_ack_backlog` in `struct sock`, and
+    /// `icsk_accept_queue.qlen` (SYN_RECV) in `struct inet_connection_sock` (0: not set).
+    #[serde(default)]
+    pub queue_offsets: [u32; 3],
 }
 
 /// The `active` map.

@@ -418,4 +418,17 @@ mod tests {
         };
         assert!(this.refuses(&maps).unwrap().contains("map layout"));
     }
+
+    /// An image from before least-queue read exact depths (its `config` had no queue offsets:
+    /// 16 bytes) is refused: the program would read offsets that are not there.
+    #[test]
+    fn an_image_without_the_queue_offsets_is_refused() {
+        let this = Compat::this();
+        assert!(this.maps.contains(" config=28B "), "{}", this.maps);
+        let before = Compat {
+            maps: this.maps.replace(" config=28B ", " config=16B "),
+            ..this.clone()
+        };
+        assert!(this.refuses(&before).unwrap().contains("map layout"));
+    }
 }

@@ -1,0 +1,175 @@
+//! `least-queue` on the exact queue depth: the select program reads each candidate socket's
+//! live depth itself, so a worker that stops accepting gets no new connection once its queue
+//! holds more than the others', however rarely the supervisor samples; and the forced
+//! fallback (`CK_QUEUE_DEPTH=sampled`) says so in the log and in `ck status`, and steers by the
+//! supervisor's samples instead.
+//!
+//! Both run with `--stall-timeout 0` (the stopped worker stays in the active set: only the
+//! policy keeps connections away from it) and `--sample-interval 4s` (samples far apart, so
+//! that steering by them shows).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ck_tests::http::{Pending, finish_all, send_new_conn};
+use ck_tests::sys::{free_port, on_one_cpu, signal};
+use ck_tests::{Ck, READY_TIMEOUT, Status, Tally, instance_name, local, probe_base_for};
+use nix::sys::signal::Signal;
+
+/// The slot whose worker is stopped.
+const STOPPED: u32 = 2;
+/// Connections sent one after the other.
+const N: u32 = 30;
+/// How long an answer may take from a worker that accepts.
+const ANSWER_WAIT: Duration = Duration::from_millis(300);
+
+/// Starts `-w 3 --policy least-queue` (no stall detection, rare samples) with `env`, waits
+/// until the fleet is ready and steering on, and stops slot [`STOPPED`]'s worker (SIGSTOP: it
+/// accepts nothing until SIGCONT). Returns ck, the address, the stopped pid and the status.
+fn start_and_freeze(what: &str, env: &[(&str, &str)]) -> (Ck, SocketAddr, u32, Status) {
+    let port = free_port();
+    let (port_text, base) = (port.to_string(), probe_base_for(port).to_string());
+    let args = [
+        "-w",
+        "3",
+        "--port",
+        &port_text,
+        "--probe-port-base",
+        &base,
+        "--policy",
+        "least-queue",
+        "--stall-timeout",
+        "0",
+        "--sample-interval",
+        "4s",
+    ];
+    let mut ck = Ck::start_with_env(&instance_name(what, port), &args, env);
+    let status = ck.wait_status("3 ready, steering on", READY_TIMEOUT, |s| {
+        s.ready_count() == 3 && s.bpf && s.queue_depth.is_some()
+    });
+    let pid = status.worker_pid(STOPPED);
+    signal(pid, Signal::SIGSTOP);
+    (ck, local(port), pid, status)
+}
+
+/// The first group's `config` entry as `ck maps --json` reads it from the pinned map.
+fn pinned_config(ck: &Ck) -> serde_json::Value {
+    let maps: serde_json::Value =
+        serde_json::from_str(&ck.ctl_ok(&["maps", "--json"])).expect("ck maps --json");
+    maps["groups"][0]["config"].clone()
+}
+
+/// Connections the program sent to `slot` since `before`.
+fn selected_since(ck: &Ck, before: &Status, slot: u32) -> u64 {
+    ck.status().slot(slot).selected - before.slot(slot).selected
+}
+
+/// Sends `n` requests on new connections one after the other; before each, every earlier one
+/// to a worker that accepts has been answered (so those workers' queues are empty). Returns the
+/// answers and the connections left unanswered (queued on the stopped worker).
+fn one_by_one(addr: SocketAddr, n: u32) -> (Tally, Vec<Pending>) {
+    let mut answered = Tally::default();
+    let mut queued = Vec::new();
+    for i in 0..n {
+        let mut pending = send_new_conn(addr).unwrap_or_else(|e| panic!("request {i}: {e}"));
+        match pending.answer_within(ANSWER_WAIT) {
+            Some(answer) => answered.add(&answer),
+            None => queued.push(pending),
+        }
+    }
+    (answered, queued)
+}
+
+#[test]
+fn least_queue_sends_nothing_more_to_a_worker_whose_queue_holds_more() {
+    let (mut ck, addr, pid, before) = start_and_freeze("lq-exact", &[]);
+    assert_eq!(
+        before.queue_depth.as_deref(),
+        Some("exact (BPF)"),
+        "{before:#?}"
+    );
+    let text = ck.ctl_ok(&["status"]);
+    assert!(text.contains("least-queue depth: exact (BPF)"), "{text}");
+    let config = pinned_config(&ck);
+    assert_eq!(config["flags"], 1, "{config}");
+    assert!(config["queue_offsets"][2].as_u64() > Some(0), "{config}");
+    assert!(!ck.log().contains("sampled queue depths"), "{}", ck.log());
+
+    let (answered, queued) = one_by_one(addr, N);
+    eprintln!(
+        "answered: {answered:?}, queued on the stopped worker: {}",
+        queued.len()
+    );
+    // Until it holds one, the stopped worker ties with the others (ties go to the round-robin
+    // candidate); from then on its queue is the longer one of every pair it is in.
+    assert_eq!(queued.len(), 1, "{answered:?}");
+    assert_eq!(answered.ok, N - 1, "{answered:?}");
+    assert_eq!(answered.slot(STOPPED), 0, "{answered:?}");
+    assert!(answered.slot(0) > 0 && answered.slot(1) > 0, "{answered:?}");
+    assert_eq!(selected_since(&ck, &before, STOPPED), 1);
+
+    signal(pid, Signal::SIGCONT);
+    let late = finish_all(queued);
+    assert_eq!(
+        (late.ok, late.slot(STOPPED), late.pid(pid)),
+        (1, 1, 1),
+        "{late:?}"
+    );
+    ck.wait_status("the stopped worker still ready", READY_TIMEOUT, |s| {
+        s.slot(STOPPED).state == "ready" && s.slot(STOPPED).pid == Some(pid)
+    });
+}
+
+#[test]
+fn the_forced_fallback_says_so_and_steers_by_the_sampled_depth() {
+    let forced = [("CK_QUEUE_DEPTH", "sampled")];
+    let (mut ck, addr, pid, before) = start_and_freeze("lq-sampled", &forced);
+    let said = "sampled (forced by CK_QUEUE_DEPTH=sampled)";
+    assert_eq!(before.queue_depth.as_deref(), Some(said), "{before:#?}");
+    let text = ck.ctl_ok(&["status"]);
+    assert!(
+        text.contains(&format!("least-queue depth: {said}")),
+        "{text}"
+    );
+    assert_eq!(pinned_config(&ck)["flags"], 0);
+    let warned: Vec<_> = ck
+        .log()
+        .lines()
+        .filter(|l| l.contains("least-queue steers by sampled queue depths"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warned.len(), 1, "one warning line: {}", ck.log());
+    assert!(warned[0].contains("CK_QUEUE_DEPTH=sampled"), "{warned:?}");
+
+    // A quick burst from one CPU between two samples: the sampled depths are all 0, so every
+    // pair ties and goes to the round-robin candidate, the stopped worker included.
+    let burst: Vec<Pending> = on_one_cpu(move || {
+        (0..N)
+            .map(|i| send_new_conn(addr).unwrap_or_else(|e| panic!("request {i}: {e}")))
+            .collect()
+    });
+    let fed = selected_since(&ck, &before, STOPPED);
+    assert!(
+        fed >= 2,
+        "the stopped worker got {fed}: not steered by samples?"
+    );
+
+    // Once a sample has seen its queue, it gets nothing more.
+    let sampled = ck.wait_status("the stopped worker's queue sampled", READY_TIMEOUT, |s| {
+        u64::from(s.slot(STOPPED).queue_depth) == fed
+    });
+    let (answered, queued) = one_by_one(addr, N);
+    eprintln!("after the sample: {answered:?}");
+    assert!(
+        queued.is_empty(),
+        "{} more queued on the stopped worker",
+        queued.len()
+    );
+    assert_eq!(answered.ok, N, "{answered:?}");
+    assert_eq!(selected_since(&ck, &sampled, STOPPED), 0);
+
+    signal(pid, Signal::SIGCONT);
+    let late = finish_all(burst);
+    assert_eq!(late.ok, N, "requests lost: {late:?}");
+    assert_eq!(u64::from(late.slot(STOPPED)), fed, "{late:?}");
+}
