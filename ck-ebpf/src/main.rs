@@ -7,6 +7,7 @@
 #![no_main]
 
 mod adopt;
+mod conns;
 
 use aya_ebpf::{
     EbpfContext as _,
@@ -127,6 +128,9 @@ fn select(ctx: &SkReuseportContext) -> u32 {
                 });
                 if fallback {
                     warn!(ctx, "ck: no ready slot; fell back to live slot {}", slot);
+                }
+                if let Some(child) = ctx.migrating_sk() {
+                    conns::migrated(ctx, child.sock.cast(), slot);
                 }
                 return SK_PASS;
             }

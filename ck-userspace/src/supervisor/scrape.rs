@@ -81,7 +81,7 @@ impl Supervisor {
     /// The processes whose connections count as slot `index`'s: its worker's cgroup (else its
     /// pid), less the processes that hold member slots of its tree (`--adopt`, forking
     /// servers), whose connections count as theirs.
-    fn tree_pids(&self, index: u32) -> Vec<u32> {
+    pub(super) fn tree_pids(&self, index: u32) -> Vec<u32> {
         let Some(worker) = self.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
             return Vec::new();
         };
