@@ -75,6 +75,7 @@ impl Supervisor {
             reloads: self.reloads,
             upgrades: u64::from(self.upgrades),
             ports: self.groups.iter().map(|g| g.addr.addr.port()).collect(),
+            connections: self.kernel_connections().ok(),
         }
     }
 

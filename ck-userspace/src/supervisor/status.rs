@@ -27,27 +27,18 @@ impl Supervisor {
         total
     }
 
-    /// Open connections per slot, and how they were counted: `kernel` (every group's `ck_conns`
-    /// counts, summed) or `scan (WHY)` (sock_diag matched to the workers' fds: the fallback
-    /// where the kernel does not count, slower: a readlink per fd of each worker).
-    pub(super) fn open_connections(&self) -> (BTreeMap<u32, u64>, String) {
+    /// Open connections per slot as the kernel counts them (every group's `ck_conns`, summed),
+    /// or why it does not count them here.
+    pub(super) fn kernel_connections(&self) -> Result<BTreeMap<u32, u64>, String> {
         let why_not = self.groups.iter().find_map(|g| match &g.bpf {
             Some(bpf) => bpf.conn_count_fallback().map(str::to_string),
             None if self.cfg.no_bpf => Some("--no-bpf".to_string()),
             None => Some("BPF program not loaded yet".to_string()),
         });
         if let Some(why) = why_not {
-            let workers: Vec<(u32, Vec<u32>)> = self
-                .slots
-                .keys()
-                .map(|i| (*i, self.tree_pids(*i)))
-                .filter(|(_, pids)| !pids.is_empty())
-                .collect();
-            let ports: Vec<u16> = self.groups.iter().map(|g| g.addr.addr.port()).collect();
-            let counts = crate::metrics::connections::per_worker(&ports, &workers);
-            return (counts, format!("scan ({why})"));
+            return Err(why);
         }
-        let counts = self
+        Ok(self
             .slots
             .keys()
             .map(|index| {
@@ -58,8 +49,32 @@ impl Supervisor {
                     .sum();
                 (*index, sum.max(0) as u64)
             })
-            .collect();
-        (counts, "kernel".to_string())
+            .collect())
+    }
+
+    /// The workers' process trees, for the sock_diag scan: `(slot, pids)` of slots with one.
+    pub(super) fn worker_trees(&self) -> Vec<(u32, Vec<u32>)> {
+        self.slots
+            .keys()
+            .map(|i| (*i, self.tree_pids(*i)))
+            .filter(|(_, pids)| !pids.is_empty())
+            .collect()
+    }
+
+    /// Open connections per slot, and how they were counted: `kernel` ([`kernel_connections`])
+    /// or `scan (WHY)` (sock_diag matched to the workers' fds: the fallback where the kernel does
+    /// not count, slower: a readlink per fd of each worker).
+    ///
+    /// [`kernel_connections`]: Supervisor::kernel_connections
+    fn open_connections(&self) -> (BTreeMap<u32, u64>, String) {
+        match self.kernel_connections() {
+            Ok(counts) => (counts, "kernel".to_string()),
+            Err(why) => {
+                let ports: Vec<u16> = self.groups.iter().map(|g| g.addr.addr.port()).collect();
+                let counts = crate::metrics::connections::per_worker(&ports, &self.worker_trees());
+                (counts, format!("scan ({why})"))
+            }
+        }
     }
 
     /// The active set as the kernel holds it (first group), or as ck computes it without BPF.
