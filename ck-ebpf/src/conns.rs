@@ -59,7 +59,11 @@ impl<T> CloneSkStorage<T> {
         let map = core::ptr::from_ref(self).cast_mut().cast();
         // SAFETY: `sk` is the kernel's socket pointer of the tracepoint; the helper returns null
         // or a pointer to this socket's value, valid for the program's run.
-        unsafe { bpf_sk_storage_get(map, sk, core::ptr::null_mut(), 0).cast::<T>().as_mut() }
+        unsafe {
+            bpf_sk_storage_get(map, sk, core::ptr::null_mut(), 0)
+                .cast::<T>()
+                .as_mut()
+        }
     }
 }
 
@@ -158,7 +162,17 @@ pub fn migrated(ctx: &SkReuseportContext, migrating: *mut c_void, slot: u32) {
         Some(moved) => moved.from,
         None => from,
     };
-    if MOVED.insert(cookie, MovedConn { from: origin, to: slot }, 0).is_ok() {
+    if MOVED
+        .insert(
+            cookie,
+            MovedConn {
+                from: origin,
+                to: slot,
+            },
+            0,
+        )
+        .is_ok()
+    {
         add(from, -1);
         add(slot, 1);
     }

@@ -22,7 +22,13 @@ fn counts(status: &Status) -> BTreeMap<u32, u64> {
     status
         .slots
         .iter()
-        .map(|s| (s.slot, s.connections.unwrap_or_else(|| panic!("no count: {status:#?}"))))
+        .map(|s| {
+            (
+                s.slot,
+                s.connections
+                    .unwrap_or_else(|| panic!("no count: {status:#?}")),
+            )
+        })
         .collect()
 }
 
@@ -53,10 +59,17 @@ fn wait_zero(ck: &mut Ck) -> Status {
 
 /// `ck_worker_connections` per slot from `/metrics`.
 fn metrics_connections(status: &Status) -> BTreeMap<u32, u64> {
-    let addr = status.metrics.as_deref().expect("--metrics address in ck status");
+    let addr = status
+        .metrics
+        .as_deref()
+        .expect("--metrics address in ck status");
     let mut stream = TcpStream::connect(addr).expect("connecting to /metrics");
     stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    write!(stream, "GET /metrics HTTP/1.1\r\nHost: ck\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: ck\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut text = String::new();
     stream.read_to_string(&mut text).expect("reading /metrics");
     text.lines()
@@ -76,7 +89,11 @@ fn held_connections_count_exactly_per_slot_and_none_after_closing() {
         &["--policy", "round-robin", "--metrics", "127.0.0.1:0"],
     );
     let (conns, answered) = held(port, 10);
-    assert_eq!(answered, BTreeMap::from([(0, 5), (1, 5)]), "round-robin from one CPU");
+    assert_eq!(
+        answered,
+        BTreeMap::from([(0, 5), (1, 5)]),
+        "round-robin from one CPU"
+    );
     let status = ck.status();
     assert_eq!(status.connection_count, "kernel", "{status:#?}");
     assert_eq!(counts(&status), answered, "{status:#?}");
@@ -84,7 +101,10 @@ fn held_connections_count_exactly_per_slot_and_none_after_closing() {
 
     drop(conns);
     let status = wait_zero(&mut ck);
-    assert_eq!(metrics_connections(&status), BTreeMap::from([(0, 0), (1, 0)]));
+    assert_eq!(
+        metrics_connections(&status),
+        BTreeMap::from([(0, 0), (1, 0)])
+    );
     // One more round: the counters start again from exactly 0 (no drift).
     let (conns, answered) = held(port, 6);
     assert_eq!(counts(&ck.status()), answered);
@@ -117,9 +137,15 @@ fn queued_connections_migrate_with_their_count() {
     });
     assert_eq!(after.migrated(), 10, "{after:#?}");
     // The 10 queued connections now wait on (and count for) slot 0.
-    assert_eq!(counts(&after), BTreeMap::from([(0, 20), (1, 0)]), "{after:#?}");
+    assert_eq!(
+        counts(&after),
+        BTreeMap::from([(0, 20), (1, 0)]),
+        "{after:#?}"
+    );
     for (i, conn) in conns.iter_mut().enumerate() {
-        let answer = conn.get().unwrap_or_else(|e| panic!("request on conn {i}: {e}"));
+        let answer = conn
+            .get()
+            .unwrap_or_else(|e| panic!("request on conn {i}: {e}"));
         assert_eq!(answer.slot, 0, "conn {i}");
     }
     assert_eq!(counts(&ck.status()), BTreeMap::from([(0, 20), (1, 0)]));
@@ -176,13 +202,17 @@ fn forced_fallback_counts_with_the_scan_and_says_so() {
     let (conns, answered) = held(port, 6);
     let status = ck.status();
     assert!(
-        status.connection_count.starts_with("scan (CK_CONN_COUNT=scan"),
+        status
+            .connection_count
+            .starts_with("scan (CK_CONN_COUNT=scan"),
         "{status:#?}"
     );
     assert_eq!(counts(&status), answered, "{status:#?}");
     assert_eq!(metrics_connections(&status), answered);
     assert_eq!(
-        ck.log().matches("open connections are counted by a sock_diag scan").count(),
+        ck.log()
+            .matches("open connections are counted by a sock_diag scan")
+            .count(),
         1,
         "{}",
         ck.log()

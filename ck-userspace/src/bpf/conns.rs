@@ -55,7 +55,8 @@ impl ConnCounter {
         if std::env::var(FORCE_ENV).is_ok_and(|v| v == "scan") {
             anyhow::bail!("{FORCE_ENV}=scan asks for the sock_diag scan");
         }
-        let btf = Btf::from_sys_fs().context("reading the kernel's BTF (/sys/kernel/btf/vmlinux)")?;
+        let btf =
+            Btf::from_sys_fs().context("reading the kernel's BTF (/sys/kernel/btf/vmlinux)")?;
         let program: &mut BtfTracePoint = ebpf
             .program_mut("ck_conns")
             .context("program ck_conns missing from the object")?
@@ -96,7 +97,11 @@ impl ConnCounter {
             .insert(socket, tag, 0)
             .context("writing the conn_tags socket storage")?;
         let cookie = crate::os::sock_diag::cookie(socket).context("reading SO_COOKIE")?;
-        if let Some(old) = self.cookies.insert(slot, cookie).filter(|old| *old != cookie) {
+        if let Some(old) = self
+            .cookies
+            .insert(slot, cookie)
+            .filter(|old| *old != cookie)
+        {
             let _ = self.listeners.remove(&old);
         }
         self.listeners

@@ -232,14 +232,14 @@ impl BpfGroup {
 
     /// Tags `socket` so the kernel counts its connections for `slot` (when it counts them).
     fn tag(&mut self, slot: u32, socket: &Socket) {
-        if let Ok(conns) = &mut self.conns {
-            if let Err(e) = conns.tag(slot, socket) {
-                tracing::warn!(
-                    slot,
-                    "open connections of this socket will not be counted: {e:#}; ck status \
-                     and /metrics undercount the slot (restart ck to tag it again)"
-                );
-            }
+        if let Ok(conns) = &mut self.conns
+            && let Err(e) = conns.tag(slot, socket)
+        {
+            tracing::warn!(
+                slot,
+                "open connections of this socket will not be counted: {e:#}; ck status \
+                 and /metrics undercount the slot (restart ck to tag it again)"
+            );
         }
     }
 

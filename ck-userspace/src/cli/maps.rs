@@ -104,4 +104,30 @@ fn render_group(out: &mut String, g: &GroupMaps) {
     );
     let _ = writeln!(out, "cursor:   per CPU {:?}", g.cursor);
     let _ = writeln!(out, "sockets:  {}", g.sockets);
+    let open: Vec<String> = g
+        .conns
+        .iter()
+        .map(|c| format!("{}={}", c.slot, c.open))
+        .collect();
+    let _ = writeln!(
+        out,
+        "conns:    open per slot, summed over CPUs: {}",
+        open.join(" ")
+    );
+    let _ = writeln!(
+        out,
+        "listeners: {} tagged (cookie=slot: {})",
+        g.listeners.len(),
+        g.listeners
+            .iter()
+            .map(|(c, s)| format!("{c}={s}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let _ = writeln!(
+        out,
+        "moved:    {} re-homed connection(s) still open",
+        g.moved
+    );
+    let _ = writeln!(out, "conn_tags: {}", g.conn_tags);
 }

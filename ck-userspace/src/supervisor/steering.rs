@@ -167,7 +167,11 @@ impl Supervisor {
             }
         }
         self.bpf_resumed = false;
-        if let Some(why) = self.groups.iter().find_map(|g| g.bpf.as_ref()?.conn_count_fallback()) {
+        if let Some(why) = self
+            .groups
+            .iter()
+            .find_map(|g| g.bpf.as_ref()?.conn_count_fallback())
+        {
             tracing::warn!(
                 "open connections are counted by a sock_diag scan (slower, off the kernel's \
                  exact counts): {why}; ck status shows `connection_count: scan`"

@@ -36,6 +36,27 @@ pub struct GroupMaps {
     pub cursor: Vec<u32>,
     /// `sockets`: what userspace can read of it.
     pub sockets: String,
+    /// `conns`, summed over CPUs: open connections of every slot with a record or a count.
+    #[serde(default)]
+    pub conns: Vec<ConnsEntry>,
+    /// `listeners`: (socket cookie, slot) of each tagged listening socket, by cookie.
+    #[serde(default)]
+    pub listeners: Vec<(u64, u32)>,
+    /// `moved`: established connections re-homed off a closing listener and still open.
+    #[serde(default)]
+    pub moved: usize,
+    /// `conn_tags`: what userspace can read of it.
+    #[serde(default)]
+    pub conn_tags: String,
+}
+
+/// One slot's open connections in `conns`, summed over CPUs.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct ConnsEntry {
+    /// The slot.
+    pub slot: u32,
+    /// Open connections its listeners created (signed per CPU: the sum is the count).
+    pub open: i64,
 }
 
 /// A pinned map as the kernel describes it (`bpftool map show`).
