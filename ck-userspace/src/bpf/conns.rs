@@ -120,3 +120,69 @@ impl ConnCounter {
             .unwrap_or(0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+
+    use socket2::{Domain, Type};
+
+    use super::super::{BpfGroup, pins};
+    use super::*;
+
+    /// A listening `SO_REUSEPORT` socket on a free loopback port.
+    fn listener() -> Socket {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket.set_reuse_port(true).unwrap();
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket.listen(16).unwrap();
+        socket
+    }
+
+    /// Polls `count` until it is `want` (closing is asynchronous: the FINs cross loopback).
+    fn settles(group: &BpfGroup, slot: u32, want: i64) -> Option<i64> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let now = group.connections(slot);
+            if now == Some(want) || Instant::now() > deadline {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Connections of a tagged listener count for its slot while they are open, including
+    /// those not accepted yet; an untagged listener's count for nothing. (Loads the program:
+    /// root.)
+    #[test]
+    fn a_tagged_listeners_connections_count_until_they_close() {
+        let name = format!("unit-conns-{}", std::process::id());
+        let mut group = BpfGroup::load(&name, "tcp4-1", 1, 0, false).expect("loading as root");
+        let tagged = listener();
+        group.insert(5, &tagged).expect("inserting the socket");
+        let addr = tagged.local_addr().unwrap().as_socket().unwrap();
+        let untagged = TcpListener::bind("127.0.0.1:0").unwrap();
+        let clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let others: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(untagged.local_addr().unwrap()).unwrap())
+            .collect();
+        let queued = settles(&group, 5, 3);
+        let accepted: Vec<_> = (0..3).map(|_| tagged.accept().unwrap()).collect();
+        let after_accept = group.connections(5);
+        drop((clients, accepted, others));
+        let closed = settles(&group, 5, 0);
+        let elsewhere: Vec<_> = (0..MAX_SLOTS)
+            .filter_map(|s| group.connections(s))
+            .collect();
+        drop(group);
+        pins::remove_instance(&name).unwrap();
+        let queued = queued.expect("the kernel counts here (tp_btf loads on this machine)");
+        assert_eq!(queued, 3, "queued ones count");
+        assert_eq!(after_accept, Some(3));
+        assert_eq!(closed, Some(0));
+        assert!(elsewhere.iter().all(|n| *n == 0), "{elsewhere:?}");
+    }
+}
