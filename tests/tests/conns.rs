@@ -8,7 +8,7 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use ck_tests::http::{IO_TIMEOUT, KeepAlive};
+use ck_tests::http::{IO_TIMEOUT, KeepAlive, hold};
 use ck_tests::sys::{free_port, kill_hard, on_one_cpu, signal};
 use ck_tests::{Ck, READY_TIMEOUT, Status, instance_name, local, probe_base_for, start_ready};
 use nix::sys::signal::Signal;
@@ -17,44 +17,17 @@ use nix::sys::signal::Signal;
 /// the workers see the clients' FIN).
 const SETTLE: Duration = Duration::from_secs(10);
 
-/// Each slot's open-connection count in `status`.
-fn counts(status: &Status) -> BTreeMap<u32, u64> {
-    status
-        .slots
-        .iter()
-        .map(|s| {
-            (
-                s.slot,
-                s.connections
-                    .unwrap_or_else(|| panic!("no count: {status:#?}")),
-            )
-        })
-        .collect()
-}
-
-/// Opens `n` keep-alive connections from one CPU (so round-robin alternates exactly) and sends
-/// each a request: the connections with the slots that answered them.
-fn held(port: u16, n: usize) -> (Vec<KeepAlive>, BTreeMap<u32, u64>) {
-    let addr = local(port);
-    on_one_cpu(move || {
-        let mut per_slot = BTreeMap::new();
-        let conns = (0..n)
-            .map(|i| {
-                let mut conn = KeepAlive::connect(addr).unwrap_or_else(|e| panic!("conn {i}: {e}"));
-                let answer = conn.get().unwrap_or_else(|e| panic!("answer {i}: {e}"));
-                *per_slot.entry(answer.slot).or_insert(0) += 1;
-                conn
-            })
-            .collect();
-        (conns, per_slot)
-    })
-}
-
 /// Waits until every slot's count is 0.
 fn wait_zero(ck: &mut Ck) -> Status {
     ck.wait_status("every connection counted closed", SETTLE, |s| {
-        counts(s).values().all(|n| *n == 0)
+        s.connections().values().all(|n| *n == 0)
     })
+}
+
+/// `ck maps --json`.
+fn maps_json(ck: &Ck) -> serde_json::Value {
+    let out = ck.ctl_ok(&["maps", "--json"]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("ck maps --json: {e}\n{out}"))
 }
 
 /// `ck_worker_connections` per slot from `/metrics`.
@@ -88,7 +61,7 @@ fn held_connections_count_exactly_per_slot_and_none_after_closing() {
         2,
         &["--policy", "round-robin", "--metrics", "127.0.0.1:0"],
     );
-    let (conns, answered) = held(port, 10);
+    let (conns, answered) = hold(local(port), 10);
     assert_eq!(
         answered,
         BTreeMap::from([(0, 5), (1, 5)]),
@@ -96,8 +69,27 @@ fn held_connections_count_exactly_per_slot_and_none_after_closing() {
     );
     let status = ck.status();
     assert_eq!(status.connection_count, "kernel", "{status:#?}");
-    assert_eq!(counts(&status), answered, "{status:#?}");
+    assert_eq!(status.connections(), answered, "{status:#?}");
     assert_eq!(metrics_connections(&status), answered);
+
+    let maps = maps_json(&ck);
+    let open: BTreeMap<u32, u64> = maps["groups"][0]["conns"]
+        .as_array()
+        .expect("conns in ck maps")
+        .iter()
+        .map(|e| {
+            (
+                e["slot"].as_u64().unwrap() as u32,
+                e["open"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(open, answered, "{maps:#}");
+    assert_eq!(
+        maps["groups"][0]["listeners"].as_array().map(Vec::len),
+        Some(2),
+        "{maps:#}"
+    );
 
     drop(conns);
     let status = wait_zero(&mut ck);
@@ -106,8 +98,8 @@ fn held_connections_count_exactly_per_slot_and_none_after_closing() {
         BTreeMap::from([(0, 0), (1, 0)])
     );
     // One more round: the counters start again from exactly 0 (no drift).
-    let (conns, answered) = held(port, 6);
-    assert_eq!(counts(&ck.status()), answered);
+    let (conns, answered) = hold(local(port), 6);
+    assert_eq!(ck.status().connections(), answered);
     drop(conns);
     wait_zero(&mut ck);
 }
@@ -127,9 +119,9 @@ fn queued_connections_migrate_with_their_count() {
             .collect::<Vec<_>>()
     });
     let before = ck.wait_status("10 connections on each slot", SETTLE, |s| {
-        counts(s) == BTreeMap::from([(0, 10), (1, 10)])
+        s.connections() == BTreeMap::from([(0, 10), (1, 10)])
     });
-    eprintln!("before: {:?}", counts(&before));
+    eprintln!("before: {:?}", before.connections());
 
     kill_hard(victim);
     let after = ck.wait_status("slot 1 restarted and ready", READY_TIMEOUT, |s| {
@@ -138,7 +130,7 @@ fn queued_connections_migrate_with_their_count() {
     assert_eq!(after.migrated(), 10, "{after:#?}");
     // The 10 queued connections now wait on (and count for) slot 0.
     assert_eq!(
-        counts(&after),
+        after.connections(),
         BTreeMap::from([(0, 20), (1, 0)]),
         "{after:#?}"
     );
@@ -148,34 +140,39 @@ fn queued_connections_migrate_with_their_count() {
             .unwrap_or_else(|e| panic!("request on conn {i}: {e}"));
         assert_eq!(answer.slot, 0, "conn {i}");
     }
-    assert_eq!(counts(&ck.status()), BTreeMap::from([(0, 20), (1, 0)]));
+    assert_eq!(ck.status().connections(), BTreeMap::from([(0, 20), (1, 0)]));
     drop(conns);
     wait_zero(&mut ck);
+    // Every re-homed connection's record left with it.
+    let maps = maps_json(&ck);
+    assert_eq!(maps["groups"][0]["moved"], 0, "{maps:#}");
 }
 
 #[test]
 fn counts_go_on_across_an_upgrade() {
     let (mut ck, port, _) = start_ready("conns-up", 2, &["--policy", "round-robin"]);
-    let (mut conns, answered) = held(port, 8);
-    assert_eq!(counts(&ck.status()), answered);
+    let (mut conns, answered) = hold(local(port), 8);
+    assert_eq!(ck.status().connections(), answered);
 
     let said = ck.ctl_ok(&["upgrade"]);
     assert!(said.contains("upgraded:"), "{said}");
     let status = ck.wait_status("upgraded, counting in the kernel", READY_TIMEOUT, |s| {
         s.upgrades == 1 && s.bpf && s.connection_count == "kernel"
     });
-    assert_eq!(counts(&status), answered, "{status:#?}");
+    assert_eq!(status.connections(), answered, "{status:#?}");
     // The new image counts what opens and closes after it.
-    let (more, answered_more) = held(port, 4);
+    let (more, answered_more) = hold(local(port), 4);
     let mut total = answered.clone();
     for (slot, n) in answered_more {
         *total.entry(slot).or_insert(0) += n;
     }
-    assert_eq!(counts(&ck.status()), total);
+    assert_eq!(ck.status().connections(), total);
     conns.truncate(4);
     drop(more);
-    let status = ck.wait_status("4 left", SETTLE, |s| counts(s).values().sum::<u64>() == 4);
-    eprintln!("{:?}", counts(&status));
+    let status = ck.wait_status("4 left", SETTLE, |s| {
+        s.connections().values().sum::<u64>() == 4
+    });
+    eprintln!("{:?}", status.connections());
     drop(conns);
     wait_zero(&mut ck);
 }
@@ -199,7 +196,7 @@ fn forced_fallback_counts_with_the_scan_and_says_so() {
     ];
     let mut ck = Ck::start_with_env(&name, &args, &[("CK_CONN_COUNT", "scan")]);
     ck.wait_ready(2, READY_TIMEOUT);
-    let (conns, answered) = held(port, 6);
+    let (conns, answered) = hold(local(port), 6);
     let status = ck.status();
     assert!(
         status
@@ -207,7 +204,7 @@ fn forced_fallback_counts_with_the_scan_and_says_so() {
             .starts_with("scan (CK_CONN_COUNT=scan"),
         "{status:#?}"
     );
-    assert_eq!(counts(&status), answered, "{status:#?}");
+    assert_eq!(status.connections(), answered, "{status:#?}");
     assert_eq!(metrics_connections(&status), answered);
     assert_eq!(
         ck.log()
