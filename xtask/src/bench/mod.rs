@@ -11,6 +11,7 @@
 mod bpf_cost;
 mod bpf_stats;
 mod chaos;
+mod conn_count;
 mod cork;
 mod fleet;
 mod footprint;
@@ -58,6 +59,9 @@ pub enum Scenario {
     BpfCost,
     /// Supervisor RSS, start to first answer, idle shutdown time.
     Footprint,
+    /// Open connections counted in the kernel: the counting program's cost per state change
+    /// beside the selection program's, and the counts' exactness (held, closed, drift).
+    ConnCount,
     /// Share of new connections per worker (3 workers), per policy.
     Spread,
     /// Latency with one of 4 workers stalling 200 ms every second, per policy.
@@ -80,6 +84,7 @@ impl Scenario {
                 Scenario::Upgrade,
                 Scenario::Overhead,
                 Scenario::Footprint,
+                Scenario::ConnCount,
                 Scenario::Spread,
                 Scenario::Stall,
                 Scenario::Chaos,
@@ -183,6 +188,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
             Scenario::Overhead => vec![bpf_cost::run(&bench)?, overhead::run(&bench)?],
             Scenario::BpfCost => vec![bpf_cost::run(&bench)?],
             Scenario::Footprint => vec![footprint::run(&bench)?],
+            Scenario::ConnCount => vec![conn_count::run(&bench)?],
             Scenario::Spread => vec![spread::run(&bench)?],
             Scenario::Stall => vec![stall::run(&bench)?],
             Scenario::Chaos => vec![chaos::run(&bench)?],
@@ -254,7 +260,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 9);
+        assert_eq!(Scenario::All.expand().len(), 10);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }
