@@ -173,8 +173,9 @@ impl Supervisor {
             .find_map(|g| g.bpf.as_ref()?.conn_count_fallback())
         {
             tracing::warn!(
-                "open connections are counted by a sock_diag scan (slower, off the kernel's \
-                 exact counts): {why}; ck status shows `connection_count: scan`"
+                "open connections are counted by a sock_diag scan (slower, and only those the \
+                 workers accepted), not by the kernel: {why}; kernel counting needs Linux 5.12+ \
+                 with BTF (/sys/kernel/btf/vmlinux) and CK_CONN_COUNT unset"
             );
         }
         tracing::info!(
