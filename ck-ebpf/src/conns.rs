@@ -18,7 +18,7 @@ use aya_ebpf::{
         BPF_F_CLONE, BPF_F_NO_PREALLOC, BPF_TCP_CLOSE, BPF_TCP_ESTABLISHED, BPF_TCP_NEW_SYN_RECV,
         BPF_TCP_SYN_RECV, bpf_map_type::BPF_MAP_TYPE_SK_STORAGE,
     },
-    btf_maps::{HashMap, LruHashMap, PerCpuArray},
+    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray},
     helpers::{bpf_get_socket_cookie, bpf_sk_storage_get},
     macros::{btf_map, btf_tracepoint},
     programs::{BtfTracePointContext, SkReuseportContext},
@@ -83,6 +83,12 @@ static LISTENERS: HashMap<u64, u32, { 2 * SLOTS }> = HashMap::new();
 #[btf_map(name = "moved")]
 static MOVED: LruHashMap<u64, MovedConn, { MAX_MOVED_CONNS as usize }> = LruHashMap::new();
 
+/// 1 once `ck_select` has re-homed an established connection in this group (never cleared): until
+/// then no closing socket needs a `moved` lookup (whose cookie helper allocates a cookie for
+/// every socket that has none: a global atomic, most of this program's cost on each close).
+#[btf_map(name = "moved_any")]
+static MOVED_ANY: Array<u32, 1> = Array::new();
+
 #[btf_tracepoint(function = "inet_sock_set_state")]
 pub fn ck_conns(ctx: BtfTracePointContext) -> i32 {
     // inet_sock_set_state(const struct sock *sk, const int oldstate, const int newstate)
@@ -121,7 +127,13 @@ fn closed(sk: *mut c_void) {
         tag.flags &= !CONN_COUNTED;
         slot = tag.slot;
     }
-    // Looked up for untagged sockets too (see above): one lookup per closing socket.
+    if MOVED_ANY.get(0).is_none_or(|any| *any == 0) {
+        if counted {
+            add(slot, -1);
+        }
+        return;
+    }
+    // Looked up for untagged sockets too (see above).
     // SAFETY: `sk` is the tracepoint's socket; the helper only reads (or sets) its cookie.
     let cookie = unsafe { bpf_get_socket_cookie(sk) };
     // SAFETY: the value is copied out before the entry is removed.
@@ -154,6 +166,11 @@ pub fn migrated(ctx: &SkReuseportContext, migrating: *mut c_void, slot: u32) {
     let Some(from) = (unsafe { LISTENERS.get(listener) }).copied() else {
         return;
     };
+    // Set before the record is written, so that a close that can find the record looks for it.
+    if let Some(any) = MOVED_ANY.get_ptr_mut(0) {
+        // SAFETY: the map's only value, valid for the program's run; every writer writes 1.
+        unsafe { *any = 1 };
+    }
     // SAFETY: the connection being re-homed, a socket the helper accepts.
     let cookie = unsafe { bpf_get_socket_cookie(migrating) };
     // Moved before (its second closing listener): it still comes from where it was created.

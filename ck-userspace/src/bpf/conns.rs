@@ -29,7 +29,7 @@ use socket2::Socket;
 pub const FORCE_ENV: &str = "CK_CONN_COUNT";
 
 /// The maps the program counts in, pinned with the others.
-pub(crate) const MAPS: [&str; 4] = ["conn_tags", "conns", "listeners", "moved"];
+pub(crate) const MAPS: [&str; 5] = ["conn_tags", "conns", "listeners", "moved", "moved_any"];
 
 /// Where the program's link is pinned, in the group's pin directory.
 const LINK_PIN: &str = "conns_link";

@@ -13,9 +13,9 @@ use socket2::Socket;
 
 use super::{BpfError, conns::ConnCounter, pins};
 
-/// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last four are the
+/// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
 /// open-connection counting's ([`super::conns::MAPS`]).
-pub(crate) const PINNED_MAPS: [&str; 10] = [
+pub(crate) const PINNED_MAPS: [&str; 11] = [
     "sockets",
     "slots",
     "active",
@@ -26,8 +26,9 @@ pub(crate) const PINNED_MAPS: [&str; 10] = [
     "conns",
     "listeners",
     "moved",
+    "moved_any",
 ];
-const _: () = assert!(super::conns::MAPS.len() == 4);
+const _: () = assert!(super::conns::MAPS.len() == 5);
 
 /// The program and maps of one group.
 pub struct BpfGroup {
