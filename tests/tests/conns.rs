@@ -146,6 +146,11 @@ fn queued_connections_migrate_with_their_count() {
     // Every re-homed connection's record left with it.
     let maps = maps_json(&ck);
     assert_eq!(maps["groups"][0]["moved"], 0, "{maps:#}");
+    // Closing sockets now look for such records: counts stay exact.
+    let (conns, answered) = hold(local(port), 6);
+    assert_eq!(ck.status().connections(), answered);
+    drop(conns);
+    wait_zero(&mut ck);
 }
 
 #[test]
