@@ -5,8 +5,8 @@
 //! kernel and the BPF maps hold at that moment (counters, active set, slot records, queue
 //! depths) plus what the supervisor counts itself (restarts, reloads, probe failures). The
 //! slower reads (sock_diag and `/proc` for open connections where the kernel does not count
-//! them, ck's own process) then run off
-//! the loop, and [`families`] encodes it all with `prometheus-client`.
+//! them, ck's own process) then run off the loop, and [`families`] encodes it all with
+//! `prometheus-client`.
 pub mod connections;
 pub mod families;
 pub mod process;
