@@ -13,7 +13,7 @@
 //!
 //! Where the kernel refuses the program (no BTF, an old kernel) or `CK_CONN_COUNT=scan` asks for
 //! it, counts come from the sock_diag scan instead (`metrics::connections`).
-use std::{collections::HashMap as StdHashMap, path::Path};
+use std::path::Path;
 
 use anyhow::Context as _;
 use aya::{
@@ -42,9 +42,6 @@ pub struct ConnCounter {
     tags: SkStorage<MapData, ConnTag>,
     counts: PerCpuArray<MapData, i64>,
     listeners: HashMap<MapData, u64, u32>,
-    /// The cookie of each slot's tagged listener, to drop it from `listeners` when the slot gets
-    /// another socket.
-    cookies: StdHashMap<u32, u64>,
 }
 
 impl ConnCounter {
@@ -86,7 +83,6 @@ impl ConnCounter {
             tags: super::group::take(ebpf, "conn_tags")?,
             counts: super::group::take(ebpf, "conns")?,
             listeners: super::group::take(ebpf, "listeners")?,
-            cookies: StdHashMap::new(),
         })
     }
 
@@ -97,11 +93,16 @@ impl ConnCounter {
             .insert(socket, tag, 0)
             .context("writing the conn_tags socket storage")?;
         let cookie = crate::os::sock_diag::cookie(socket).context("reading SO_COOKIE")?;
-        if let Some(old) = self
-            .cookies
-            .insert(slot, cookie)
-            .filter(|old| *old != cookie)
-        {
+        // One listener per slot: an earlier socket of the slot (closed, or replaced, perhaps by
+        // an earlier image of ck: the map is pinned) leaves. At most a few hundred entries.
+        let earlier: Vec<u64> = self
+            .listeners
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(c, s)| *s == slot && *c != cookie)
+            .map(|(c, _)| c)
+            .collect();
+        for old in earlier {
             let _ = self.listeners.remove(&old);
         }
         self.listeners
