@@ -210,6 +210,37 @@ impl SlotStats {
     }
 }
 
+/// The `conn_tags` socket-storage value: written by the supervisor on each listening socket of a
+/// slot, copied by the kernel (`BPF_F_CLONE`) into every connection that listener creates, so the
+/// `ck_conns` program knows which slot's `conns` counter an open connection belongs to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnTag {
+    /// The slot whose listener created the connection.
+    pub slot: u32,
+    /// [`CONN_COUNTED`] once the connection counts as open (0 on listeners).
+    pub flags: u32,
+}
+
+/// [`ConnTag::flags`]: the connection is counted in `conns` (set on `SYN_RECV -> ESTABLISHED`,
+/// cleared on `-> CLOSE`, so that no connection counts twice).
+pub const CONN_COUNTED: u32 = 1;
+
+/// Most connections the `moved` map tracks at once: established connections re-homed off a closing
+/// listener (by socket cookie) that have not closed yet.
+pub const MAX_MOVED_CONNS: u32 = 65536;
+
+/// A connection re-homed from a closing listener while it waited in its accept queue (`moved`
+/// map, keyed by the connection's socket cookie): its count moved from `from` to `to`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MovedConn {
+    /// The slot whose listener created the connection (its [`ConnTag::slot`]).
+    pub from: u32,
+    /// The slot it was last re-homed to: its count belongs there until it closes.
+    pub to: u32,
+}
+
 /// Ports `--adopt` workers may bind with `SO_REUSEPORT` added: at most this many.
 pub const MAX_ADOPT_PORTS: u32 = 16;
 
@@ -241,4 +272,8 @@ mod pod {
     unsafe impl aya::Pod for super::SlotStats {}
     // SAFETY: as above: two u64 then two u32 fields, 24 bytes, no padding.
     unsafe impl aya::Pod for super::ListenEvent {}
+    // SAFETY: as above: two u32 fields.
+    unsafe impl aya::Pod for super::ConnTag {}
+    // SAFETY: as above: two u32 fields.
+    unsafe impl aya::Pod for super::MovedConn {}
 }

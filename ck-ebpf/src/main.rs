@@ -8,6 +8,7 @@
 #![no_main]
 
 mod adopt;
+mod conns;
 
 use aya_ebpf::{
     EbpfContext as _, Global,
@@ -175,6 +176,12 @@ fn try_select(
     });
     if fallback {
         warn!(ctx, "ck: no ready slot; fell back to live slot {}", slot);
+    }
+    // A re-homed established connection takes its open-connection count to the new slot.
+    if migrating {
+        if let Some(child) = ctx.migrating_sk() {
+            conns::migrated(ctx, child.sock.cast(), slot);
+        }
     }
     true
 }

@@ -171,6 +171,23 @@ impl Status {
     pub fn migrated(&self) -> u64 {
         self.slots.iter().map(|s| s.migrated).sum()
     }
+
+    /// Each slot's open connections (`connections`).
+    ///
+    /// # Panics
+    /// When a slot has no count.
+    pub fn connections(&self) -> std::collections::BTreeMap<u32, u64> {
+        self.slots
+            .iter()
+            .map(|s| {
+                let count = s.connections;
+                (
+                    s.slot,
+                    count.unwrap_or_else(|| panic!("no count: {self:#?}")),
+                )
+            })
+            .collect()
+    }
 }
 
 /// A running `ck run --name NAME ...`, killed with all its workers (and its leftovers removed)

@@ -232,6 +232,26 @@ pub fn keep_alive_on(addr: SocketAddr, slot: u32) -> (KeepAlive, Answer) {
         .unwrap_or_else(|| panic!("no keep-alive connection out of 40 landed on slot {slot}"))
 }
 
+/// Opens `n` keep-alive connections from one CPU (so round-robin alternates exactly) and sends
+/// each one request: the connections, held open, with how many each slot answered.
+///
+/// # Panics
+/// When a connection or its request fails.
+pub fn hold(addr: SocketAddr, n: usize) -> (Vec<KeepAlive>, BTreeMap<u32, u64>) {
+    crate::sys::on_one_cpu(move || {
+        let mut per_slot = BTreeMap::new();
+        let conns = (0..n)
+            .map(|i| {
+                let mut conn = KeepAlive::connect(addr).unwrap_or_else(|e| panic!("conn {i}: {e}"));
+                let answer = conn.get().unwrap_or_else(|e| panic!("answer {i}: {e}"));
+                *per_slot.entry(answer.slot).or_insert(0) += 1;
+                conn
+            })
+            .collect();
+        (conns, per_slot)
+    })
+}
+
 /// Reads one response from `stream`, with `buf` holding bytes already read past the previous
 /// response (and left holding those past this one).
 fn read_answer(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Answer, Failure> {

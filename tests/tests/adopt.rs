@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use ck_tests::churn::{self, Background, SETTLE, failures_by_kind};
 use ck_tests::ck::{ck_output, said};
+use ck_tests::http::hold;
 use ck_tests::load::Mode;
 use ck_tests::sys::{cgroup_dir, kill_hard, poll_until};
 use ck_tests::{READY_TIMEOUT, burst_pinned, ck_bin, local, start, start_ready};
@@ -109,6 +110,21 @@ fn an_unmodified_node_server_spreads_evenly_and_survives_a_kill_under_load() {
     assert_eq!(report.refused, 0, "{kinds:?}");
     assert_eq!(report.timeout, 0, "{kinds:?}");
     assert!(report.reset <= churn::CONNECTIONS as u64, "{kinds:?}");
+}
+
+/// Adopted sockets are tagged like ck's own: the kernel counts each slot's open connections
+/// exactly, and none once they close.
+#[test]
+fn adopted_sockets_connections_are_counted() {
+    let (mut ck, port, _) = start_ready("adopt-conns", 2, &["--adopt", "--policy", "round-robin"]);
+    let (conns, answered) = hold(local(port), 10);
+    let status = ck.status();
+    assert_eq!(status.connection_count, "kernel", "{status:#?}");
+    assert_eq!(status.connections(), answered, "{status:#?}");
+    drop(conns);
+    ck.wait_status("every connection counted closed", READY_TIMEOUT, |s| {
+        s.connections().values().all(|n| *n == 0)
+    });
 }
 
 /// `-w 1` adopted demo worker (it binds $PORT itself): five kills refuse nothing; each time the

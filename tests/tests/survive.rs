@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ck_tests::churn::{self, Background, SETTLE};
 use ck_tests::ck::{control_socket, lock_file, pins_dir, state_file};
+use ck_tests::http::hold;
 use ck_tests::load::Mode;
 use ck_tests::sys::{self, pid_alive, wait_all_dead};
 use ck_tests::{Ck, READY_TIMEOUT, Status, burst, local, probe_base_for, start_ready};
@@ -136,6 +137,35 @@ fn kill_9_then_run_again_takes_the_fleet_back_new_connections() {
 #[test]
 fn kill_9_then_run_again_takes_the_fleet_back_keep_alive() {
     take_back_under_load("sv-ka", Mode::KeepAlive);
+}
+
+/// Open-connection counts go on while ck is dead (the pinned program counts) and after the
+/// take-back: connections closed and opened meanwhile are counted exactly.
+#[test]
+fn open_connection_counts_go_on_across_a_take_back() {
+    let flags = ["--survive-supervisor", "--policy", "round-robin"];
+    let (mut first, port, _) = start_ready("sv-conns", 2, &flags);
+    let name = first.name().to_string();
+    let (conns, answered) = hold(local(port), 8);
+    assert_eq!(first.status().connections(), answered);
+    first.kill_supervisor();
+    first.abandon();
+    drop(conns);
+    let (more, now_open) = hold(local(port), 4);
+    let mut second = run_again(&name, port, 2, &flags);
+    let now = second.wait_status("taken back, counting what is open", READY_TIMEOUT, |s| {
+        s.ready_count() == 2 && s.bpf && s.connection_count == "kernel"
+    });
+    assert_eq!(now.worker_pids().len(), 2, "the same two workers: {now:#?}");
+    second.wait_status("the 4 opened while ck was down", SETTLE * 2, |s| {
+        s.connections() == now_open
+    });
+    drop(more);
+    second.wait_status("every connection closed", SETTLE * 2, |s| {
+        s.connections().values().all(|n| *n == 0)
+    });
+    second.ctl_ok(&["stop"]);
+    second.wait_clean_exit();
 }
 
 #[test]

@@ -15,15 +15,28 @@ use ck_common::{
 };
 use socket2::Socket;
 
-use super::{BpfError, maglev::Maglev, pins, queue_depth::QueueDepth};
+use super::{BpfError, conns::ConnCounter, maglev::Maglev, pins, queue_depth::QueueDepth};
 
 /// The program's read-only switch that lets it read queue depths from kernel memory.
 const READ_KERNEL: &str = "CK_READ_KERNEL";
 
-/// Maps pinned for people and tools (`bpftool map dump pinned ...`).
-pub(crate) const PINNED_MAPS: [&str; 7] = [
-    "sockets", "slots", "active", "config", "stats", "cursor", "sticky",
+/// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
+/// open-connection counting's ([`super::conns::MAPS`]).
+pub(crate) const PINNED_MAPS: [&str; 12] = [
+    "sockets",
+    "slots",
+    "active",
+    "config",
+    "stats",
+    "cursor",
+    "sticky",
+    "conn_tags",
+    "conns",
+    "listeners",
+    "moved",
+    "moved_any",
 ];
+const _: () = assert!(super::conns::MAPS.len() == 5);
 
 /// The program and maps of one group.
 pub struct BpfGroup {
@@ -37,6 +50,8 @@ pub struct BpfGroup {
     sticky: Sticky,
     /// Why `least-queue` steers by sampled depths, when it does.
     sampled_why: String,
+    /// Open connections counted by the kernel, or why the kernel does not count them here.
+    conns: Result<ConnCounter, String>,
 }
 
 /// The `sticky` map's halves (`--policy sticky` only): the table is computed when the ready
@@ -185,6 +200,7 @@ impl BpfGroup {
                 pins::error("pinning map", &path, std::io::Error::other(e.to_string()))
             })?;
         }
+        let conns = ConnCounter::start(&mut ebpf, &pin_dir, reuse).map_err(|e| format!("{e:#}"));
         let sockets = take(&mut ebpf, "sockets")?;
         let slots = take(&mut ebpf, "slots")?;
         let active = take(&mut ebpf, "active")?;
@@ -203,6 +219,7 @@ impl BpfGroup {
             config_map,
             stats,
             sticky,
+            conns,
             config: Config {
                 policy,
                 probe_base: u32::from(probe_base),
@@ -268,11 +285,37 @@ impl BpfGroup {
             .map_err(load_err("attaching the program"))
     }
 
-    /// Puts `socket` in the group's `sockets` map at `slot`.
+    /// Puts `socket` in the group's `sockets` map at `slot` (and tags it for counting).
     pub fn insert(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
         self.sockets
             .set(slot, &socket.as_raw_fd(), 0)
-            .map_err(write_err("sockets"))
+            .map_err(write_err("sockets"))?;
+        self.tag(slot, socket);
+        Ok(())
+    }
+
+    /// Tags `socket` so the kernel counts its connections for `slot` (when it counts them).
+    fn tag(&mut self, slot: u32, socket: &Socket) {
+        if let Ok(conns) = &mut self.conns
+            && let Err(e) = conns.tag(slot, socket)
+        {
+            tracing::warn!(
+                slot,
+                "open connections of this socket will not be counted: {e:#}; ck status \
+                 and /metrics undercount the slot (restart ck to tag it again)"
+            );
+        }
+    }
+
+    /// Open connections of `slot` counted by the kernel (None: it does not count them here,
+    /// see [`BpfGroup::conn_count_fallback`]).
+    pub fn connections(&self, slot: u32) -> Option<i64> {
+        self.conns.as_ref().ok().map(|c| c.count(slot))
+    }
+
+    /// Why open connections are not counted by the kernel in this group (None: they are).
+    pub fn conn_count_fallback(&self) -> Option<&str> {
+        self.conns.as_ref().err().map(String::as_str)
     }
 
     /// Puts `socket` in the `sockets` map at `slot` unless it is in the map already (the
@@ -281,12 +324,12 @@ impl BpfGroup {
     pub fn insert_if_absent(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
         match self.sockets.set(slot, &socket.as_raw_fd(), 0) {
             Err(aya::maps::MapError::SyscallError(e))
-                if e.io_error.raw_os_error() == Some(libc::EBUSY) =>
-            {
-                Ok(())
-            }
-            other => other.map_err(write_err("sockets")),
+                if e.io_error.raw_os_error() == Some(libc::EBUSY) => {}
+            other => other.map_err(write_err("sockets"))?,
         }
+        // The pinned storage keeps the tag; writing it again also refills `listeners`' cookies.
+        self.tag(slot, socket);
+        Ok(())
     }
 
     /// Removes `slot` from the `sockets` map (closing the socket does this too).
@@ -432,7 +475,8 @@ fn refusal(e: &BpfError) -> String {
     first.lines().next().unwrap_or_default().to_string()
 }
 
-fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, BpfError>
+/// Takes map `name` out of `ebpf` as a `T`.
+pub(super) fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, BpfError>
 where
     T: TryFrom<aya::maps::Map>,
     <T as TryFrom<aya::maps::Map>>::Error: std::error::Error + Send + Sync + 'static,

@@ -2,6 +2,7 @@
 //! supervisor keeps current, and their pins under `/sys/fs/bpf/ck/<name>/<group>/`.
 pub mod adopt;
 pub mod btf;
+pub mod conns;
 pub mod dump;
 mod group;
 pub mod maglev;

@@ -129,4 +129,30 @@ fn render_group(out: &mut String, g: &GroupMaps) {
     } else {
         let _ = writeln!(out, "sticky:   unused (policy {})", g.config.policy);
     }
+    let open: Vec<String> = g
+        .conns
+        .iter()
+        .map(|c| format!("{}={}", c.slot, c.open))
+        .collect();
+    let _ = writeln!(
+        out,
+        "conns:    open per slot, summed over CPUs: {}",
+        open.join(" ")
+    );
+    let _ = writeln!(
+        out,
+        "listeners: {} tagged (cookie=slot: {})",
+        g.listeners.len(),
+        g.listeners
+            .iter()
+            .map(|(c, s)| format!("{c}={s}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let _ = writeln!(
+        out,
+        "moved:    {} re-homed connection(s) still open",
+        g.moved
+    );
+    let _ = writeln!(out, "conn_tags: {}", g.conn_tags);
 }

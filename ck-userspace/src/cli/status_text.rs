@@ -45,6 +45,13 @@ pub fn render(report: &StatusReport) -> String {
     if let Some(limit) = &report.memory_limit {
         let _ = writeln!(out, "worker memory limit: {limit}");
     }
+    if report.connection_count.starts_with("scan") {
+        let _ = writeln!(
+            out,
+            "open connections: counted by the sock_diag {}",
+            report.connection_count
+        );
+    }
     for s in report.steering.iter().filter(|s| s.attached != Some(true)) {
         let state = match s.attached {
             None => "not checked yet",
@@ -66,13 +73,14 @@ pub fn render(report: &StatusReport) -> String {
     }
     let _ = writeln!(
         out,
-        "{:>4}  {:>8}  {:<18}  {:>9}  {:>8}  {:>9}  {:>8}  {:>9}  {:<16}  {:<9}  status",
+        "{:>4}  {:>8}  {:<18}  {:>9}  {:>8}  {:>9}  {:>6}  {:>8}  {:>9}  {:<16}  {:<9}  status",
         "slot",
         "pid",
         "state",
         "uptime",
         "restarts",
         "selected",
+        "open",
         "memory",
         "cpu",
         "last exit",
@@ -81,7 +89,7 @@ pub fn render(report: &StatusReport) -> String {
     for s in &report.slots {
         let _ = writeln!(
             out,
-            "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:>8}  {:>9}  {:<16}  {:<9}  {}",
+            "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:>6}  {:>8}  {:>9}  {:<16}  {:<9}  {}",
             s.slot,
             s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             match (&s.unhealthy, s.member_of, s.spare) {
@@ -93,6 +101,7 @@ pub fn render(report: &StatusReport) -> String {
             s.uptime_ms as f64 / 1000.0,
             s.restarts,
             s.selected,
+            s.connections.map_or("-".into(), |n| n.to_string()),
             s.memory_bytes
                 .map_or("-".into(), |b| format!("{:.1}M", b as f64 / 1048576.0)),
             s.cpu_ms
@@ -122,7 +131,7 @@ mod tests {
             "slots": [
                 {"slot": 0, "pid": 100, "state": "ready", "drained": false, "uptime_ms": 1_500,
                  "restarts": 2, "generation": 3, "selected": 17, "fallbacks": 0, "migrated": 0,
-                 "breaker": "closed", "queue_depth": 0, "probe_hits": 0,
+                 "breaker": "closed", "queue_depth": 0, "probe_hits": 0, "connections": 4,
                  "memory_bytes": 3 * 1048576, "cpu_ms": 1_250, "spare": false,
                  "status": "serving"},
                 {"slot": 1, "pid": null, "state": "restarting", "drained": false,
@@ -171,7 +180,8 @@ mod tests {
         assert_eq!(
             ready,
             [
-                "0", "100", "ready", "1.5s", "2", "17", "3.0M", "1.25s", "-", "closed", "serving"
+                "0", "100", "ready", "1.5s", "2", "17", "4", "3.0M", "1.25s", "-", "closed",
+                "serving"
             ]
         );
         let dead: Vec<&str> = rows[2].split_whitespace().collect();
@@ -184,6 +194,7 @@ mod tests {
                 "0.0s",
                 "5",
                 "0",
+                "-",
                 "-",
                 "-",
                 "signal",
@@ -201,6 +212,7 @@ mod tests {
             "steering": [{"group": "tcp4-8080", "attached": false, "checked_ms_ago": 10}],
             "foreign": [{"group": "tcp4-8080", "addr": "0.0.0.0:8080", "inode": 7, "uid": 0,
                          "pid": null, "command": null}],
+            "connection_count": "scan (CK_CONN_COUNT=scan asks for the sock_diag scan)",
         })));
         let table = text.find("\nslot ").expect("the table's header");
         for line in [
@@ -209,6 +221,7 @@ mod tests {
             "steering on tcp4-8080: NOT in effect (being re-attached)",
             "FOREIGN listener on 0.0.0.0:8080 (tcp4-8080): inode 7, uid 0, pid ? : never \
              steered to; stop it",
+            "open connections: counted by the sock_diag scan (CK_CONN_COUNT=scan asks for",
         ] {
             let at = text
                 .find(line)

@@ -129,6 +129,10 @@ pub struct StatusReport {
     /// How the last upgrade went (`ok: ...`, `refused: ...`, `failed: ...`), if there was one.
     #[serde(default)]
     pub last_upgrade: Option<String>,
+    /// How the slots' open `connections` are counted: `kernel` (the `ck_conns` program, exact)
+    /// or `scan (WHY)` (sock_diag matched to the workers' sockets: the fallback).
+    #[serde(default)]
+    pub connection_count: String,
 }
 
 /// One group's steering in [`StatusReport`].
@@ -194,6 +198,10 @@ pub struct SlotReport {
     pub unhealthy: Option<String>,
     /// Accept-queue depth last sampled.
     pub queue_depth: u32,
+    /// Open connections its listeners created (counted by the kernel, else by the scan: see
+    /// [`StatusReport::connection_count`]).
+    #[serde(default)]
+    pub connections: Option<u64>,
     /// Probe connections steered to this slot.
     pub probe_hits: u64,
     /// Memory of the worker's tree (its cgroup's `memory.current`, else resident memory summed

@@ -1,6 +1,8 @@
-//! Open connections per worker (`ck_worker_connections`): the established TCP sockets accepted
-//! on the groups' ports (sock_diag), matched by inode to the sockets the processes of each
-//! worker's tree hold (`/proc/PID/fd`).
+//! Open connections per worker by a scan, the fallback where the kernel does not count them
+//! (`bpf::conns`: no BTF, an old kernel, `--no-bpf`, `CK_CONN_COUNT=scan`) for
+//! `ck_worker_connections` and `ck status`: the established TCP sockets accepted on the groups'
+//! ports (sock_diag), matched by inode to the sockets the processes of each worker's tree hold
+//! (`/proc/PID/fd`).
 //!
 //! Matching is by inode, not by the socket's cgroup: a socket-activated worker accepts on a
 //! listener ck created, so its accepted sockets carry ck's cgroup id, not the worker's.

@@ -128,7 +128,8 @@ const PROBE_FAILURES: Family = counter(
 );
 const CONNECTIONS: Family = gauge(
     "ck_worker_connections",
-    "Established connections on the groups' ports that the worker's process tree holds",
+    "Open connections of the slot: counted by the kernel (those its listeners created, queued \
+     ones included, until they close), else established ones its worker's process tree holds",
     None,
 );
 const RELOADS: Family = counter(

@@ -4,12 +4,15 @@
 //! The event loop answers every request ([`Call`]): a scrape is a [`Scrape`] of what the
 //! kernel and the BPF maps hold at that moment (counters, active set, slot records, queue
 //! depths) plus what the supervisor counts itself (restarts, reloads, probe failures). The
-//! slower reads (sock_diag and `/proc` for open connections, ck's own process) then run off
-//! the loop, and [`families`] encodes it all with `prometheus-client`.
+//! slower reads (sock_diag and `/proc` for open connections where the kernel does not count
+//! them, ck's own process) then run off the loop, and [`families`] encodes it all with
+//! `prometheus-client`.
 pub mod connections;
 pub mod families;
 pub mod process;
 pub mod server;
+
+use std::collections::BTreeMap;
 
 use ck_common::SlotStats;
 use tokio::sync::oneshot;
@@ -39,6 +42,9 @@ pub struct Scrape {
     pub upgrades: u64,
     /// The groups' ports (connections accepted on them count in `ck_worker_connections`).
     pub ports: Vec<u16>,
+    /// Open connections per slot counted by the kernel (None: it does not count them here, and
+    /// the sock_diag scan of [`connections`] does).
+    pub connections: Option<BTreeMap<u32, u64>>,
 }
 
 /// One group in a [`Scrape`].

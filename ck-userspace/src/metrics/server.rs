@@ -229,18 +229,21 @@ async fn answer(
     })
 }
 
-/// The `/metrics` text: the loop's scrape, then open connections and ck's own process read
-/// on a blocking thread (sock_diag and `/proc` take longer than the loop should wait).
+/// The `/metrics` text: the loop's scrape (with the kernel's open-connection counts), then the
+/// sock_diag scan of open connections where the kernel does not count them and ck's own process,
+/// read on a blocking thread (sock_diag and `/proc` take longer than the loop should wait).
 async fn metrics(calls: &mpsc::UnboundedSender<Call>) -> Result<String, String> {
     let scrape = ask(calls, Call::Scrape).await?;
     tokio::task::spawn_blocking(move || {
-        let workers: Vec<(u32, Vec<u32>)> = scrape
-            .slots
-            .iter()
-            .filter(|s| !s.pids.is_empty())
-            .map(|s| (s.slot, s.pids.clone()))
-            .collect();
-        let connections = connections::per_worker(&scrape.ports, &workers);
+        let connections = scrape.connections.clone().unwrap_or_else(|| {
+            let workers: Vec<(u32, Vec<u32>)> = scrape
+                .slots
+                .iter()
+                .filter(|s| !s.pids.is_empty())
+                .map(|s| (s.slot, s.pids.clone()))
+                .collect();
+            connections::per_worker(&scrape.ports, &workers)
+        });
         Exposition {
             scrape,
             connections,

@@ -75,13 +75,14 @@ impl Supervisor {
             reloads: self.reloads,
             upgrades: u64::from(self.upgrades),
             ports: self.groups.iter().map(|g| g.addr.addr.port()).collect(),
+            connections: self.kernel_connections().ok(),
         }
     }
 
     /// The processes whose connections count as slot `index`'s: its worker's cgroup (else its
     /// pid), less the processes that hold member slots of its tree (`--adopt`, forking
     /// servers), whose connections count as theirs.
-    fn tree_pids(&self, index: u32) -> Vec<u32> {
+    pub(super) fn tree_pids(&self, index: u32) -> Vec<u32> {
         let Some(worker) = self.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
             return Vec::new();
         };

@@ -1,6 +1,9 @@
 //! The report `ck status` prints, read from the kernel where the kernel holds the truth: the
 //! active set and slot records from the maps, counters from `stats`, steering from the last
-//! canary, foreign listeners from sock_diag.
+//! canary, foreign listeners from sock_diag, open connections from the kernel's counts (else
+//! the sock_diag scan).
+use std::collections::BTreeMap;
+
 use ck_common::SlotState;
 use ck_common::{MAX_SLOTS, SlotStats};
 
@@ -24,6 +27,56 @@ impl Supervisor {
             }
         }
         total
+    }
+
+    /// Open connections per slot as the kernel counts them (every group's `ck_conns`, summed),
+    /// or why it does not count them here.
+    pub(super) fn kernel_connections(&self) -> Result<BTreeMap<u32, u64>, String> {
+        let why_not = self.groups.iter().find_map(|g| match &g.bpf {
+            Some(bpf) => bpf.conn_count_fallback().map(str::to_string),
+            None if self.cfg.no_bpf => Some("--no-bpf".to_string()),
+            None => Some("BPF program not loaded yet".to_string()),
+        });
+        if let Some(why) = why_not {
+            return Err(why);
+        }
+        Ok(self
+            .slots
+            .keys()
+            .map(|index| {
+                let sum: i64 = self
+                    .groups
+                    .iter()
+                    .filter_map(|g| g.bpf.as_ref()?.connections(*index))
+                    .sum();
+                (*index, sum.max(0) as u64)
+            })
+            .collect())
+    }
+
+    /// The workers' process trees, for the sock_diag scan: `(slot, pids)` of slots with one.
+    pub(super) fn worker_trees(&self) -> Vec<(u32, Vec<u32>)> {
+        self.slots
+            .keys()
+            .map(|i| (*i, self.tree_pids(*i)))
+            .filter(|(_, pids)| !pids.is_empty())
+            .collect()
+    }
+
+    /// Open connections per slot, and how they were counted: `kernel` ([`kernel_connections`])
+    /// or `scan (WHY)` (sock_diag matched to the workers' fds: the fallback where the kernel does
+    /// not count, slower: a readlink per fd of each worker).
+    ///
+    /// [`kernel_connections`]: Supervisor::kernel_connections
+    fn open_connections(&self) -> (BTreeMap<u32, u64>, String) {
+        match self.kernel_connections() {
+            Ok(counts) => (counts, "kernel".to_string()),
+            Err(why) => {
+                let ports: Vec<u16> = self.groups.iter().map(|g| g.addr.addr.port()).collect();
+                let counts = crate::metrics::connections::per_worker(&ports, &self.worker_trees());
+                (counts, format!("scan ({why})"))
+            }
+        }
     }
 
     /// The active set as the kernel holds it (first group), or as ck computes it without BPF.
@@ -105,6 +158,7 @@ impl Supervisor {
 
     /// The report `ck status` prints.
     pub(super) fn status(&self) -> StatusReport {
+        let (connections, connection_count) = self.open_connections();
         let slots = self
             .slots
             .values()
@@ -129,6 +183,7 @@ impl Supervisor {
                         .filter(|w| !w.health.is_healthy())
                         .map(|w| w.health.reasons()),
                     queue_depth: s.queue_depth,
+                    connections: connections.get(&s.index).copied(),
                     probe_hits: stats.probe_hits,
                     breaker: s.life.crash.breaker().name().into(),
                     memory_bytes: usage.map(|u| u.memory_bytes),
@@ -193,6 +248,7 @@ impl Supervisor {
             version: env!("CARGO_PKG_VERSION").to_string(),
             upgrades: self.upgrades,
             last_upgrade: self.last_upgrade.clone(),
+            connection_count,
         }
     }
 }

@@ -188,6 +188,17 @@ impl Supervisor {
             }
         }
         self.bpf_resumed = false;
+        if let Some(why) = self
+            .groups
+            .iter()
+            .find_map(|g| g.bpf.as_ref()?.conn_count_fallback())
+        {
+            tracing::warn!(
+                "open connections are counted by a sock_diag scan (slower, and only those the \
+                 workers accepted), not by the kernel: {why}; kernel counting needs Linux 5.12+ \
+                 with BTF (/sys/kernel/btf/vmlinux) and CK_CONN_COUNT unset"
+            );
+        }
         tracing::info!(
             pins = %pins::instance_dir(&self.cfg.name).display(),
             ms = started.elapsed().as_secs_f64() * 1e3,

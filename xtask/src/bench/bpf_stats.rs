@@ -52,16 +52,26 @@ impl RunStats {
     }
 }
 
+/// The name ck's open-connection counting program (`tp_btf/inet_sock_set_state`) is loaded
+/// under.
+pub const CONNS_PROGRAM: &str = "ck_conns";
+
 /// The id of the `ck_select` program of instance `name`'s first group: the loaded program of
 /// that name that uses the instance's pinned `config` map (other instances have their own).
 pub fn program_of(name: &str) -> Result<u32> {
-    let config = first_group(&ck_tests::ck::pins_dir(name))?.join("config");
+    program_using(name, PROGRAM, "config")
+}
+
+/// The id of the loaded program `program` of instance `name`'s first group: the one that uses
+/// the instance's pinned map `map`.
+pub fn program_using(name: &str, program_name: &str, map: &str) -> Result<u32> {
+    let config = first_group(&ck_tests::ck::pins_dir(name))?.join(map);
     let map = MapInfo::from_pin(&config)
         .with_context(|| format!("reading the pinned map {}", config.display()))?
         .id();
     for program in loaded_programs() {
         let program = program.context("listing the loaded BPF programs")?;
-        if program.name_as_str() != Some(PROGRAM) {
+        if program.name_as_str() != Some(program_name) {
             continue;
         }
         // A program unloaded since it was listed has no map ids to read: not ours.
@@ -72,7 +82,7 @@ pub fn program_of(name: &str) -> Result<u32> {
         }
     }
     bail!(
-        "no loaded {PROGRAM} program uses map {map} ({})",
+        "no loaded {program_name} program uses map {map} ({})",
         config.display()
     )
 }

@@ -11,6 +11,7 @@
 mod bpf_cost;
 mod bpf_stats;
 mod chaos;
+mod conn_count;
 mod cork;
 mod fleet;
 mod footprint;
@@ -59,6 +60,9 @@ pub enum Scenario {
     BpfCost,
     /// Supervisor RSS, start to first answer, idle shutdown time.
     Footprint,
+    /// Open connections counted in the kernel: the counting program's cost per state change
+    /// beside the selection program's, and the counts' exactness (held, closed, drift).
+    ConnCount,
     /// Share of new connections per worker (3 workers), per policy.
     Spread,
     /// Latency with one of 4 workers stalling 200 ms every second, per policy.
@@ -84,6 +88,7 @@ impl Scenario {
                 Scenario::Upgrade,
                 Scenario::Overhead,
                 Scenario::Footprint,
+                Scenario::ConnCount,
                 Scenario::Spread,
                 Scenario::Stall,
                 Scenario::Sticky,
@@ -188,6 +193,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
             Scenario::Overhead => vec![bpf_cost::run(&bench)?, overhead::run(&bench)?],
             Scenario::BpfCost => vec![bpf_cost::run(&bench)?],
             Scenario::Footprint => vec![footprint::run(&bench)?],
+            Scenario::ConnCount => vec![conn_count::run(&bench)?],
             Scenario::Spread => vec![spread::run(&bench)?],
             Scenario::Stall => vec![stall::run(&bench)?],
             Scenario::Sticky => vec![sticky::run(&bench)?],

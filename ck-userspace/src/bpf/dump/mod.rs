@@ -3,9 +3,10 @@
 //! summed), the same data `bpftool map dump pinned ...` prints. Read-only: nothing is written.
 use std::path::Path;
 
-use aya::maps::{Array, Map, MapData, MapError, MapType, PerCpuArray};
+use aya::maps::{Array, HashMap, Map, MapData, MapError, MapType, PerCpuArray};
 use ck_common::{
-    ActiveSet, Config, MAX_SLOTS, STATS_NO_SLOT, SlotInfo, SlotStats, policy, sticky::StickyTable,
+    ActiveSet, Config, MAX_SLOTS, MovedConn, STATS_NO_SLOT, SlotInfo, SlotStats, policy,
+    sticky::StickyTable,
 };
 
 use super::{group::PINNED_MAPS, maglev, pins};
@@ -16,8 +17,8 @@ use crate::settings::run_config::Policy;
 mod report;
 
 pub use report::{
-    ActiveEntry, ActiveHalf, ConfigEntry, Counters, GroupMaps, InstanceMaps, MapMeta, SlotEntry,
-    SlotShare, StatsEntry, StickyEntry,
+    ActiveEntry, ActiveHalf, ConfigEntry, ConnsEntry, Counters, GroupMaps, InstanceMaps, MapMeta,
+    SlotEntry, SlotShare, StatsEntry, StickyEntry,
 };
 
 /// Why the maps could not be read.
@@ -75,6 +76,8 @@ fn kind_word(kind: Result<MapType, MapError>) -> String {
         Ok(MapType::ReuseportSockArray) => "reuseport_sockarray".into(),
         Ok(MapType::Hash) => "hash".into(),
         Ok(MapType::RingBuf) => "ringbuf".into(),
+        Ok(MapType::LruHash) => "lru_hash".into(),
+        Ok(MapType::SkStorage) => "sk_storage".into(),
         Ok(other) => format!("{other:?}").to_lowercase(),
         Err(_) => "unknown".into(),
     }
@@ -238,7 +241,28 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
         idle: shares(live_half ^ 1)?,
     };
 
-    // Maps this ck pins but does not decode (`sockets`): described only.
+    let (path, conns_map): (_, PerCpuArray<MapData, i64>) =
+        reader.typed("conns", "per-CPU array of i64")?;
+    let mut conns = Vec::new();
+    for slot in 0..MAX_SLOTS {
+        let open: i64 = conns_map
+            .get(&slot, 0)
+            .map_err(read_err(&path, slot))?
+            .iter()
+            .sum();
+        if open != 0 || slots.iter().any(|s| s.slot == slot) {
+            conns.push(ConnsEntry { slot, open });
+        }
+    }
+    let (_, listeners_map): (_, HashMap<MapData, u64, u32>) =
+        reader.typed("listeners", "hash of u64 to u32")?;
+    let mut listeners: Vec<(u64, u32)> = listeners_map.iter().filter_map(Result::ok).collect();
+    listeners.sort_unstable();
+    let (_, moved_map): (_, HashMap<MapData, u64, MovedConn>) =
+        reader.typed("moved", "LRU hash of u64 to MovedConn")?;
+    let moved = moved_map.keys().filter(Result::is_ok).count();
+
+    // Maps this ck pins but does not decode (`sockets`, `conn_tags`): described only.
     for map in PINNED_MAPS {
         if !reader.maps.iter().any(|m| m.name == map) {
             reader.open(map)?;
@@ -276,6 +300,12 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
         cursor,
         sockets,
         sticky,
+        conns,
+        listeners,
+        moved,
+        conn_tags: "socket storage (BPF_F_CLONE): one {slot, counted} value on each tagged \
+                    listener and on each connection it created; read through the socket only"
+            .to_string(),
     })
 }
 

@@ -38,6 +38,18 @@ pub struct GroupMaps {
     pub sockets: String,
     /// `sticky`: each half's table, summarised.
     pub sticky: StickyEntry,
+    /// `conns`, summed over CPUs: open connections of every slot with a record or a count.
+    #[serde(default)]
+    pub conns: Vec<ConnsEntry>,
+    /// `listeners`: (socket cookie, slot) of each tagged listening socket, by cookie.
+    #[serde(default)]
+    pub listeners: Vec<(u64, u32)>,
+    /// `moved`: established connections re-homed off a closing listener and still open.
+    #[serde(default)]
+    pub moved: usize,
+    /// `conn_tags`: what userspace can read of it.
+    #[serde(default)]
+    pub conn_tags: String,
 }
 
 /// The `sticky` map (the `sticky` policy's Maglev table, 65537 positions per half),
@@ -60,6 +72,15 @@ pub struct SlotShare {
     pub slot: u32,
     /// Positions naming it.
     pub entries: u32,
+}
+
+/// One slot's open connections in `conns`, summed over CPUs.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct ConnsEntry {
+    /// The slot.
+    pub slot: u32,
+    /// Open connections its listeners created (signed per CPU: the sum is the count).
+    pub open: i64,
 }
 
 /// A pinned map as the kernel describes it (`bpftool map show`).

@@ -4,12 +4,13 @@
 use ck::control::{SlotReport, StatusReport};
 
 /// Column titles, widths and alignment, shared by the terminal view and the text frame.
-pub const COLUMNS: [Column; 10] = [
+pub const COLUMNS: [Column; 11] = [
     Column::right("slot", 4),
     Column::right("pid", 8),
     Column::left("state", 20),
     Column::right("conn/s", 8),
     Column::right("queue", 6),
+    Column::right("open", 6),
     Column::right("memory", 9),
     Column::right("cpu", 7),
     Column::right("restarts", 8),
@@ -59,6 +60,8 @@ pub struct SlotRow {
     pub conn_rate: Option<f64>,
     /// Accept-queue depth last sampled.
     pub queue: u32,
+    /// Open connections (None: not counted).
+    pub open: Option<u64>,
     /// Memory of the worker's tree.
     pub memory: Option<u64>,
     /// CPU use of the worker's tree since the previous report, in percent of one CPU.
@@ -82,6 +85,8 @@ pub struct Totals {
     pub conn_rate: Option<f64>,
     /// Accept-queue depths summed.
     pub queue: u32,
+    /// Open connections summed over the slots that report them.
+    pub open: Option<u64>,
     /// Memory summed over the slots that report it.
     pub memory: Option<u64>,
     /// CPU summed over the slots that report it.
@@ -160,6 +165,7 @@ impl Frame {
                     conn_rate: interval
                         .map(|(_, dt)| rate(before.map_or(0, |(o, _)| o.selected), s.selected, dt)),
                     queue: s.queue_depth,
+                    open: s.connections,
                     memory: s.memory_bytes,
                     cpu_percent: before.and_then(|(o, dt)| cpu_percent(o, s, dt)),
                     restarts: s.restarts,
@@ -173,6 +179,7 @@ impl Frame {
             ready: cur.slots.iter().filter(|s| s.state == "ready").count(),
             conn_rate: interval.map(|_| rows.iter().filter_map(|r| r.conn_rate).sum()),
             queue: rows.iter().map(|r| r.queue).sum(),
+            open: sum_known(rows.iter().map(|r| r.open)),
             memory: sum_known(rows.iter().map(|r| r.memory)),
             cpu_percent: sum_known(rows.iter().map(|r| r.cpu_percent)),
             restarts: rows.iter().map(|r| r.restarts).sum(),
@@ -268,6 +275,11 @@ pub fn uptime(ms: u64) -> String {
     }
 }
 
+/// A count, or `-` when not known.
+fn fmt_count(count: Option<u64>) -> String {
+    count.map_or("-".into(), |n| n.to_string())
+}
+
 impl SlotRow {
     /// The row's cells, in [`COLUMNS`] order.
     pub fn cells(&self) -> [String; COLUMNS.len()] {
@@ -277,6 +289,7 @@ impl SlotRow {
             self.state.clone(),
             fmt_rate(self.conn_rate),
             self.queue.to_string(),
+            fmt_count(self.open),
             fmt_bytes(self.memory),
             fmt_cpu(self.cpu_percent),
             self.restarts.to_string(),
@@ -299,6 +312,7 @@ impl Totals {
             format!("{}/{} ready", self.ready, self.slots),
             fmt_rate(self.conn_rate),
             self.queue.to_string(),
+            fmt_count(self.open),
             fmt_bytes(self.memory),
             fmt_cpu(self.cpu_percent),
             self.restarts.to_string(),

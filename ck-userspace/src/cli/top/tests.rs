@@ -136,14 +136,9 @@ fn numbers_are_formatted_for_people() {
 #[test]
 fn the_text_frame_has_a_row_per_slot_and_the_totals() {
     let before = report(7, 10_000, vec![slot(0, Some(11), "ready", 0, Some(0))]);
-    let after = report(
-        7,
-        11_000,
-        vec![
-            slot(0, Some(11), "ready", 30, Some(50)),
-            slot(1, None, "restarting", 0, None),
-        ],
-    );
+    let mut busy = slot(0, Some(11), "ready", 30, Some(50));
+    busy["connections"] = json!(4);
+    let after = report(7, 11_000, vec![busy, slot(1, None, "restarting", 0, None)]);
     let out = text::render(&Frame::new(Some(&before), &after));
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("ck web (pid 7) up 11s: 2 worker(s), tcp4-8080"));
@@ -152,7 +147,7 @@ fn the_text_frame_has_a_row_per_slot_and_the_totals() {
     assert_eq!(
         fields(lines[titles + 1]),
         [
-            "0", "11", "ready", "30.0", "3", "2.0M", "5.0%", "1", "30", "5s"
+            "0", "11", "ready", "30.0", "3", "4", "2.0M", "5.0%", "1", "30", "5s"
         ]
     );
     assert_eq!(
@@ -163,6 +158,7 @@ fn the_text_frame_has_a_row_per_slot_and_the_totals() {
             "restarting",
             "0.0",
             "3",
+            "-",
             "2.0M",
             "-",
             "1",
@@ -173,7 +169,7 @@ fn the_text_frame_has_a_row_per_slot_and_the_totals() {
     assert_eq!(
         fields(lines[titles + 3]),
         [
-            "all", "1/2", "ready", "30.0", "6", "4.0M", "5.0%", "2", "30"
+            "all", "1/2", "ready", "30.0", "6", "4", "4.0M", "5.0%", "2", "30"
         ]
     );
     assert_eq!(lines[titles + 4], "rates over the last 1.00 s");

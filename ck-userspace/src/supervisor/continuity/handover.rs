@@ -62,13 +62,15 @@ impl Compat {
 pub fn map_layout() -> String {
     use std::mem::size_of;
     format!(
-        "slots={} slot={}B active={}B config={}B stats={}B sticky={}B maps={}",
+        "slots={} slot={}B active={}B config={}B stats={}B sticky={}B conn_tag={}B moved={}B maps={}",
         ck_common::MAX_SLOTS,
         size_of::<ck_common::SlotInfo>(),
         size_of::<ck_common::ActiveSet>(),
         size_of::<ck_common::Config>(),
         size_of::<ck_common::SlotStats>(),
         size_of::<ck_common::sticky::StickyTable>(),
+        size_of::<ck_common::ConnTag>(),
+        size_of::<ck_common::MovedConn>(),
         crate::bpf::PINNED_MAPS.join(",")
     )
 }

@@ -1,0 +1,205 @@
+//! Open connections per slot, counted by the kernel. The supervisor writes a [`ConnTag`] `{slot}`
+//! on each listening socket (`conn_tags`, a `BPF_F_CLONE` socket storage, so the kernel copies it
+//! into every connection that listener creates); `ck_conns` (`tp_btf/inet_sock_set_state`) adds
+//! one to the tag's slot on `SYN_RECV -> ESTABLISHED` and takes one off on `-> CLOSE`, in per-CPU
+//! signed counters (`conns`, summed by the reader: a connection may open on one CPU and close on
+//! another). The tag's `CONN_COUNTED` flag keeps a connection from counting twice.
+//!
+//! Migration: an established connection waiting in a closing listener's accept queue keeps the
+//! tag of that listener. When `ck_select` re-homes it ([`migrated`]), the count moves from the
+//! closing listener's slot (`listeners`: socket cookie -> slot, written by the supervisor) to the
+//! chosen slot at once, and `moved` remembers it by the connection's cookie, so that its close
+//! takes one off the slot it moved to. A request still in `SYN_RECV` needs nothing: its
+//! connection is created from (and tagged by) the listener it was re-homed to.
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    bindings::{
+        BPF_F_CLONE, BPF_F_NO_PREALLOC, BPF_TCP_CLOSE, BPF_TCP_ESTABLISHED, BPF_TCP_NEW_SYN_RECV,
+        BPF_TCP_SYN_RECV, bpf_map_type::BPF_MAP_TYPE_SK_STORAGE,
+    },
+    btf_maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    helpers::{bpf_get_socket_cookie, bpf_sk_storage_get},
+    macros::{btf_map, btf_tracepoint},
+    programs::{BtfTracePointContext, SkReuseportContext},
+};
+use ck_common::{CONN_COUNTED, ConnTag, MAX_MOVED_CONNS, MAX_SLOTS, MovedConn};
+
+const SLOTS: usize = MAX_SLOTS as usize;
+
+/// A socket storage map defined by hand: aya-ebpf's `SkStorage` has no `BPF_F_CLONE` (and takes
+/// only a `SockAddrContext`). The field layout is the BTF map definition the loader reads.
+#[repr(C)]
+pub struct CloneSkStorage<T> {
+    r#type: *const [i32; BPF_MAP_TYPE_SK_STORAGE as usize],
+    key: *const i32,
+    value: *const T,
+    max_entries: *const [i32; 0],
+    map_flags: *const [i32; (BPF_F_NO_PREALLOC | BPF_F_CLONE) as usize],
+}
+
+// SAFETY: the fields are placeholders the loader reads from BTF; nothing dereferences them.
+unsafe impl<T> Sync for CloneSkStorage<T> {}
+
+impl<T> CloneSkStorage<T> {
+    /// The placeholder definition.
+    pub const fn new() -> Self {
+        CloneSkStorage {
+            r#type: core::ptr::null(),
+            key: core::ptr::null(),
+            value: core::ptr::null(),
+            max_entries: core::ptr::null(),
+            map_flags: core::ptr::null(),
+        }
+    }
+
+    /// The value stored on socket `sk`, if any (never created here).
+    #[inline(always)]
+    fn get(&self, sk: *mut c_void) -> Option<&mut T> {
+        let map = core::ptr::from_ref(self).cast_mut().cast();
+        // SAFETY: `sk` is the kernel's socket pointer of the tracepoint; the helper returns null
+        // or a pointer to this socket's value, valid for the program's run.
+        unsafe {
+            bpf_sk_storage_get(map, sk, core::ptr::null_mut(), 0)
+                .cast::<T>()
+                .as_mut()
+        }
+    }
+}
+
+/// Listening socket (and, cloned, each of its connections) -> the slot it counts for.
+#[btf_map(name = "conn_tags")]
+static CONN_TAGS: CloneSkStorage<ConnTag> = CloneSkStorage::new();
+
+/// Open connections per slot, per CPU (signed: the sum over CPUs is the count).
+#[btf_map(name = "conns")]
+static CONNS: PerCpuArray<i64, SLOTS> = PerCpuArray::new();
+
+/// Socket cookie of a slot's listening socket -> its slot (written by the supervisor).
+#[btf_map(name = "listeners")]
+static LISTENERS: HashMap<u64, u32, { 2 * SLOTS }> = HashMap::new();
+
+/// Cookie of an established connection re-homed off a closing listener -> where its count went.
+#[btf_map(name = "moved")]
+static MOVED: LruHashMap<u64, MovedConn, { MAX_MOVED_CONNS as usize }> = LruHashMap::new();
+
+/// 1 once `ck_select` has re-homed an established connection in this group (never cleared): until
+/// then no closing socket needs a `moved` lookup (whose cookie helper allocates a cookie for
+/// every socket that has none: a global atomic, most of this program's cost on each close).
+#[btf_map(name = "moved_any")]
+static MOVED_ANY: Array<u32, 1> = Array::new();
+
+#[btf_tracepoint(function = "inet_sock_set_state")]
+pub fn ck_conns(ctx: BtfTracePointContext) -> i32 {
+    // inet_sock_set_state(const struct sock *sk, const int oldstate, const int newstate)
+    let sk: *mut c_void = ctx.arg(0);
+    let old: i32 = ctx.arg(1);
+    let new: i32 = ctx.arg(2);
+    if old == BPF_TCP_SYN_RECV as i32 && new == BPF_TCP_ESTABLISHED as i32 {
+        opened(sk);
+    } else if new == BPF_TCP_CLOSE as i32 {
+        closed(sk);
+    }
+    0
+}
+
+/// A connection of a tagged listener is established: it counts for the tag's slot.
+#[inline(always)]
+fn opened(sk: *mut c_void) {
+    let Some(tag) = CONN_TAGS.get(sk) else {
+        return;
+    };
+    if tag.flags & CONN_COUNTED == 0 {
+        tag.flags |= CONN_COUNTED;
+        add(tag.slot, 1);
+    }
+}
+
+/// A socket closed: a counted connection leaves its slot's count (the slot it was re-homed to,
+/// if it was); a connection re-homed without being counted (created before its listener was
+/// tagged) gives back what [`migrated`] moved.
+#[inline(always)]
+fn closed(sk: *mut c_void) {
+    let mut counted = false;
+    let mut slot = MAX_SLOTS;
+    if let Some(tag) = CONN_TAGS.get(sk) {
+        counted = tag.flags & CONN_COUNTED != 0;
+        tag.flags &= !CONN_COUNTED;
+        slot = tag.slot;
+    }
+    if MOVED_ANY.get(0).is_none_or(|any| *any == 0) {
+        if counted {
+            add(slot, -1);
+        }
+        return;
+    }
+    // Looked up for untagged sockets too (see above).
+    // SAFETY: `sk` is the tracepoint's socket; the helper only reads (or sets) its cookie.
+    let cookie = unsafe { bpf_get_socket_cookie(sk) };
+    // SAFETY: the value is copied out before the entry is removed.
+    if let Some(moved) = unsafe { MOVED.get(cookie) }.copied() {
+        let _ = MOVED.remove(cookie);
+        if !counted {
+            add(moved.from, 1);
+        }
+        add(moved.to, -1);
+    } else if counted {
+        add(slot, -1);
+    }
+}
+
+/// `ck_select` re-homed `migrating` (a request or connection of a closing listener) to `slot`:
+/// an established connection's count moves there now.
+#[inline(always)]
+pub fn migrated(ctx: &SkReuseportContext, migrating: *mut c_void, slot: u32) {
+    // SAFETY: `migrating` is the context's non-null `migrating_sk`; `state` is a field of the
+    // `bpf_sock` view the verifier lets this program read.
+    let state = unsafe { (*migrating.cast::<aya_ebpf::bindings::bpf_sock>()).state };
+    // A request still in SYN_RECV is not a connection yet: the listener it now waits on creates
+    // (and tags) it. TCP_SYN_RECV here is a Fast Open child, counted later on the old tag.
+    if state == BPF_TCP_NEW_SYN_RECV || state == BPF_TCP_SYN_RECV {
+        return;
+    }
+    // SAFETY: the context's `sk` is the closing listener, a socket the helper accepts.
+    let listener = unsafe { bpf_get_socket_cookie(ctx.sk().sock.cast()) };
+    // SAFETY: a lookup copied out at once.
+    let Some(from) = (unsafe { LISTENERS.get(listener) }).copied() else {
+        return;
+    };
+    // Set before the record is written, so that a close that can find the record looks for it.
+    if let Some(any) = MOVED_ANY.get_ptr_mut(0) {
+        // SAFETY: the map's only value, valid for the program's run; every writer writes 1.
+        unsafe { *any = 1 };
+    }
+    // SAFETY: the connection being re-homed, a socket the helper accepts.
+    let cookie = unsafe { bpf_get_socket_cookie(migrating) };
+    // Moved before (its second closing listener): it still comes from where it was created.
+    // SAFETY: a lookup copied out at once.
+    let origin = match unsafe { MOVED.get(cookie) } {
+        Some(moved) => moved.from,
+        None => from,
+    };
+    if MOVED
+        .insert(
+            cookie,
+            MovedConn {
+                from: origin,
+                to: slot,
+            },
+            0,
+        )
+        .is_ok()
+    {
+        add(from, -1);
+        add(slot, 1);
+    }
+}
+
+/// Adds `delta` to this CPU's count of `slot`.
+#[inline(always)]
+fn add(slot: u32, delta: i64) {
+    if let Some(count) = CONNS.get_ptr_mut(slot) {
+        // SAFETY: per-CPU value of this CPU; a BPF program is not preempted on its CPU.
+        unsafe { *count += delta };
+    }
+}

@@ -1,0 +1,189 @@
+//! Open connections per slot, counted by the kernel (`ck_conns`, `tp_btf/inet_sock_set_state`,
+//! see the program's `conns.rs`): each listening socket of a slot is tagged with its slot in the
+//! `conn_tags` socket storage (copied by the kernel into every connection it creates), its cookie
+//! written to `listeners` (so a migration moves the count off the closing listener's slot), and
+//! the per-CPU `conns` counters are summed here.
+//!
+//! The program is attached through a bpf link pinned beside the maps (`conns_link`), so counting
+//! goes on while ck execs a new image (`ck upgrade`) or is dead (`--survive-supervisor`); the
+//! new image attaches its own program, then replaces the pin (both running for a moment is
+//! harmless: a connection's `counted` flag makes a second count a no-op). A slot's count is
+//! never zeroed: a slot index used again starts from the connections still open that its
+//! listeners created (held by an earlier worker's children, say), which is what it holds.
+//!
+//! Where the kernel refuses the program (no BTF, an old kernel) or `CK_CONN_COUNT=scan` asks for
+//! it, counts come from the sock_diag scan instead (`metrics::connections`).
+use std::path::Path;
+
+use anyhow::Context as _;
+use aya::{
+    Btf, Ebpf,
+    maps::{HashMap, MapData, PerCpuArray, SkStorage},
+    programs::{BtfTracePoint, links::FdLink},
+};
+use ck_common::{ConnTag, MAX_SLOTS};
+use socket2::Socket;
+
+/// The environment variable that forces the sock_diag scan (`CK_CONN_COUNT=scan`), e.g. to test
+/// the fallback.
+pub const FORCE_ENV: &str = "CK_CONN_COUNT";
+
+/// The maps the program counts in, pinned with the others.
+pub(crate) const MAPS: [&str; 5] = ["conn_tags", "conns", "listeners", "moved", "moved_any"];
+
+/// Where the program's link is pinned, in the group's pin directory.
+const LINK_PIN: &str = "conns_link";
+
+/// The tracepoint `ck_conns` attaches to.
+const TRACEPOINT: &str = "inet_sock_set_state";
+
+/// One group's kernel counting of open connections.
+pub struct ConnCounter {
+    tags: SkStorage<MapData, ConnTag>,
+    counts: PerCpuArray<MapData, i64>,
+    listeners: HashMap<MapData, u64, u32>,
+}
+
+impl ConnCounter {
+    /// Loads and attaches `ck_conns` from `ebpf` (already loaded, maps pinned in `pin_dir`) and
+    /// takes its maps. `resume`: a pinned link of an earlier image is replaced by this one.
+    /// The error says why the kernel refused (the caller falls back to the scan).
+    pub fn start(ebpf: &mut Ebpf, pin_dir: &Path, resume: bool) -> anyhow::Result<ConnCounter> {
+        if std::env::var(FORCE_ENV).is_ok_and(|v| v == "scan") {
+            anyhow::bail!("{FORCE_ENV}=scan asks for the sock_diag scan");
+        }
+        let btf =
+            Btf::from_sys_fs().context("reading the kernel's BTF (/sys/kernel/btf/vmlinux)")?;
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut("ck_conns")
+            .context("program ck_conns missing from the object")?
+            .try_into()
+            .context("ck_conns is not a tp_btf program")?;
+        program
+            .load(TRACEPOINT, &btf)
+            .with_context(|| format!("the kernel refused the tp_btf/{TRACEPOINT} program"))?;
+        let id = program
+            .attach()
+            .with_context(|| format!("attaching to tp_btf/{TRACEPOINT}"))?;
+        let link: FdLink = program.take_link(id).context("taking the link")?.into();
+        let path = pin_dir.join(LINK_PIN);
+        if resume {
+            // The earlier image's program stays attached through its pin until now; ours runs
+            // already, so no state change goes uncounted.
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("removing {}", path.display()));
+                }
+                _ => {}
+            }
+        }
+        link.pin(&path)
+            .with_context(|| format!("pinning the link at {}", path.display()))?;
+        Ok(ConnCounter {
+            tags: super::group::take(ebpf, "conn_tags")?,
+            counts: super::group::take(ebpf, "conns")?,
+            listeners: super::group::take(ebpf, "listeners")?,
+        })
+    }
+
+    /// Tags `socket` (a listening socket of `slot`): its connections count for `slot`.
+    pub fn tag(&mut self, slot: u32, socket: &Socket) -> anyhow::Result<()> {
+        let tag = ConnTag { slot, flags: 0 };
+        self.tags
+            .insert(socket, tag, 0)
+            .context("writing the conn_tags socket storage")?;
+        let cookie = crate::os::sock_diag::cookie(socket).context("reading SO_COOKIE")?;
+        // One listener per slot: an earlier socket of the slot (closed, or replaced, perhaps by
+        // an earlier image of ck: the map is pinned) leaves. At most a few hundred entries.
+        let earlier: Vec<u64> = self
+            .listeners
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(c, s)| *s == slot && *c != cookie)
+            .map(|(c, _)| c)
+            .collect();
+        for old in earlier {
+            let _ = self.listeners.remove(&old);
+        }
+        self.listeners
+            .insert(cookie, slot, 0)
+            .context("writing the listeners map")
+    }
+
+    /// Open connections of `slot`, summed over CPUs.
+    pub fn count(&self, slot: u32) -> i64 {
+        if slot >= MAX_SLOTS {
+            return 0;
+        }
+        self.counts
+            .get(&slot, 0)
+            .map(|values| values.iter().sum())
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+
+    use socket2::{Domain, Type};
+
+    use super::super::{BpfGroup, pins};
+    use super::*;
+
+    /// A listening `SO_REUSEPORT` socket on a free loopback port.
+    fn listener() -> Socket {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket.set_reuse_port(true).unwrap();
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket.listen(16).unwrap();
+        socket
+    }
+
+    /// Polls `count` until it is `want` (closing is asynchronous: the FINs cross loopback).
+    fn settles(group: &BpfGroup, slot: u32, want: i64) -> Option<i64> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let now = group.connections(slot);
+            if now == Some(want) || Instant::now() > deadline {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Connections of a tagged listener count for its slot while they are open, including
+    /// those not accepted yet; an untagged listener's count for nothing. (Loads the program:
+    /// root.)
+    #[test]
+    fn a_tagged_listeners_connections_count_until_they_close() {
+        let name = format!("unit-conns-{}", std::process::id());
+        let mut group = BpfGroup::load(&name, "tcp4-1", 1, 0, false).expect("loading as root");
+        let tagged = listener();
+        group.insert(5, &tagged).expect("inserting the socket");
+        let addr = tagged.local_addr().unwrap().as_socket().unwrap();
+        let untagged = TcpListener::bind("127.0.0.1:0").unwrap();
+        let clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let others: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(untagged.local_addr().unwrap()).unwrap())
+            .collect();
+        let queued = settles(&group, 5, 3);
+        let accepted: Vec<_> = (0..3).map(|_| tagged.accept().unwrap()).collect();
+        let after_accept = group.connections(5);
+        drop((clients, accepted, others));
+        let closed = settles(&group, 5, 0);
+        let elsewhere: Vec<_> = (0..MAX_SLOTS)
+            .filter_map(|s| group.connections(s))
+            .collect();
+        drop(group);
+        pins::remove_instance(&name).unwrap();
+        let queued = queued.expect("the kernel counts here (tp_btf loads on this machine)");
+        assert_eq!(queued, 3, "queued ones count");
+        assert_eq!(after_accept, Some(3));
+        assert_eq!(closed, Some(0));
+        assert!(elsewhere.iter().all(|n| *n == 0), "{elsewhere:?}");
+    }
+}
