@@ -108,8 +108,9 @@ pub struct RunArgs {
     /// the active set until it moves again (0: off).
     #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::STALL_TIMEOUT))]
     stall_timeout: Duration,
-    /// How often accept queues are sampled while there is traffic (queue depth for
-    /// least-queue, stall detection); 50 times less often when idle.
+    /// How often accept queues are sampled while there is traffic (stall detection, status,
+    /// and least-queue where the kernel does not let the program read exact depths); 50 times
+    /// less often when idle.
     #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::SAMPLE_INTERVAL))]
     sample_interval: Duration,
     /// Replace (gracefully, as a rolling restart of one) a worker unhealthy for this long.
