@@ -19,7 +19,7 @@ use aya_ebpf::{
         BPF_TCP_SYN_RECV, bpf_map_type::BPF_MAP_TYPE_SK_STORAGE,
     },
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray},
-    helpers::{bpf_get_socket_cookie, bpf_sk_storage_get},
+    helpers::{bpf_get_socket_cookie, bpf_map_lookup_percpu_elem, bpf_sk_storage_get},
     macros::{btf_map, btf_tracepoint},
     programs::{BtfTracePointContext, SkReuseportContext},
 };
@@ -193,6 +193,34 @@ pub fn migrated(ctx: &SkReuseportContext, migrating: *mut c_void, slot: u32) {
         add(from, -1);
         add(slot, 1);
     }
+}
+
+/// Most CPUs whose counts [`open`] sums: a bound the verifier can see. On a machine with more
+/// CPUs, the counts of CPUs 64 and above are not read (least-conn then compares the part of each
+/// slot's connections that opened and closed on the first 64 CPUs).
+const MAX_SUMMED_CPUS: u32 = 64;
+
+/// Open connections of `slot`: its per-CPU counts summed over the possible CPUs (the lookup
+/// returns null past the last one, which ends the loop), at most [`MAX_SUMMED_CPUS`] of them. A
+/// sum below zero (a close seen before its open on a CPU not read) counts as 0.
+#[inline(always)]
+pub fn open(slot: u32) -> u32 {
+    let map = core::ptr::from_ref(&CONNS).cast_mut().cast();
+    let key = core::ptr::from_ref(&slot).cast();
+    let mut total: i64 = 0;
+    let mut cpu = 0;
+    while cpu < MAX_SUMMED_CPUS {
+        // SAFETY: `CONNS` is a per-CPU array and `key` a u32 index into it; the helper returns
+        // null (past the last CPU, or an index out of range) or this CPU's i64 value.
+        let value = unsafe { bpf_map_lookup_percpu_elem(map, key, cpu) }.cast::<i64>();
+        if value.is_null() {
+            break;
+        }
+        // SAFETY: non-null: the CPU's value, valid for the program's run.
+        total += unsafe { *value };
+        cpu += 1;
+    }
+    total.clamp(0, i64::from(u32::MAX >> 1)) as u32
 }
 
 /// Adds `delta` to this CPU's count of `slot`.

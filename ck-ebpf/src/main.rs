@@ -69,6 +69,12 @@ static STICKY: Array<StickyTable, 2> = Array::new();
 #[unsafe(no_mangle)]
 static CK_READ_KERNEL: Global<u8> = Global::new(0);
 
+/// 1 when the supervisor loads the program for `least-conn`, which sums the per-CPU open-connection
+/// counts with `bpf_map_lookup_percpu_elem` (Linux >= 5.19). Read-only data: with 0 the verifier
+/// drops that helper call, so the program loads on older kernels under the other policies.
+#[unsafe(no_mangle)]
+static CK_SUM_CONNS: Global<u8> = Global::new(0);
+
 #[sk_reuseport(migrate)]
 pub fn ck_select(ctx: SkReuseportContext) -> u32 {
     select(&ctx)
@@ -121,6 +127,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     let (first, selected) = match config.policy {
         policy::ROUND_ROBIN => (next_cursor(len), false),
         policy::LEAST_QUEUE => least_queue(ctx, set, len, config),
+        policy::LEAST_CONN => least_conn(ctx, set, len, config),
         _ => (scale(ctx.hash(), len), false),
     };
     let tries = if len < MAX_SELECT_TRIES {
@@ -244,6 +251,47 @@ fn least_queue(
     // A shorter queue than `first`'s is a readable one (< u32::MAX): `second`'s trial
     // selection worked and is the last one.
     if depth(b) < depth_a {
+        (second, exact)
+    } else {
+        (first, false)
+    }
+}
+
+/// Position chosen by power of two choices on load, for long-lived connections: the same two
+/// candidates as [`least_queue`], each scored by its open connections (counted in the kernel,
+/// [`conns::open`]) plus its queue depth (exact or sampled, as least-queue reads it). Ties go to
+/// the round-robin candidate. Also returns whether that position's socket is selected already.
+#[inline(always)]
+fn least_conn(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Config) -> (u32, bool) {
+    let first = next_cursor(len);
+    if len < 2 {
+        return (first, false);
+    }
+    // As in least_queue: never `first`, and the masks keep each index bounded on its own.
+    let mut second = first + 1 + scale(ctx.hash(), len - 1);
+    if second >= len {
+        second -= len;
+    }
+    let (a, b) = (
+        set.slots[first as usize & SLOT_MASK],
+        set.slots[second as usize & SLOT_MASK],
+    );
+    let exact = CK_READ_KERNEL.load() != 0 && config.flags & config_flags::EXACT_QUEUE != 0;
+    // An unreadable queue (u32::MAX: socket gone) saturates: that candidate cannot win.
+    let load = |slot| {
+        let queued = match exact {
+            true => exact_depth(ctx, slot, &config.queue),
+            false => sampled_depth(slot),
+        };
+        let open = match CK_SUM_CONNS.load() != 0 {
+            true => conns::open(slot),
+            false => 0,
+        };
+        open.saturating_add(queued)
+    };
+    let load_a = load(a);
+    // `second`'s trial selection (exact) is the last one: kept when it wins.
+    if load(b) < load_a {
         (second, exact)
     } else {
         (first, false)

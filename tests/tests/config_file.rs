@@ -157,7 +157,9 @@ fn a_bad_file_is_refused_naming_key_and_line_and_leaves_nothing() {
     refused(
         "cfg-badpol",
         Some("policy = \"fastest\"\n"),
-        &["`policy = \"fastest\"`: expected one of: hash, round-robin, least-queue, sticky"],
+        &[
+            "`policy = \"fastest\"`: expected one of: hash, round-robin, least-queue, sticky, least-conn",
+        ],
     );
     refused(
         "cfg-range",

@@ -20,6 +20,11 @@ use super::{BpfError, conns::ConnCounter, maglev::Maglev, pins, queue_depth::Que
 /// The program's read-only switch that lets it read queue depths from kernel memory.
 const READ_KERNEL: &str = "CK_READ_KERNEL";
 
+/// The program's read-only switch that lets `least-conn` sum the per-CPU open-connection counts
+/// (`bpf_map_lookup_percpu_elem`, Linux >= 5.19): off under the other policies, so that the
+/// verifier drops that helper call and the program loads on older kernels too.
+const SUM_CONNS: &str = "CK_SUM_CONNS";
+
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
 /// open-connection counting's ([`super::conns::MAPS`]).
 pub(crate) const PINNED_MAPS: [&str; 12] = [
@@ -164,12 +169,19 @@ impl BpfGroup {
     ) -> Result<BpfGroup, BpfError> {
         let pin_dir = pins::group_dir(name, group);
         let started = std::time::Instant::now();
-        let open = |read_kernel: bool| open(&pin_dir, group, log, reuse, read_kernel, started);
-        // least-queue reads exact queue depths where the kernel lets the program read them
+        let sum_conns = policy == policy::LEAST_CONN;
+        let open = |read_kernel: bool| {
+            let switches = Switches {
+                read_kernel,
+                sum_conns,
+            };
+            open(&pin_dir, group, log, reuse, switches, started)
+        };
+        // least-queue and least-conn read exact queue depths where the kernel lets the program read them
         // (BTF offsets found, and the kernel takes the program that reads kernel memory);
         // otherwise the same program is loaded without those reads.
         let exact = match policy {
-            policy::LEAST_QUEUE => super::queue_depth::offsets(),
+            policy::LEAST_QUEUE | policy::LEAST_CONN => super::queue_depth::offsets(),
             _ => Err("the policy does not read queue depths".to_string()),
         };
         let (mut ebpf, queue) = match exact {
@@ -399,14 +411,23 @@ impl BpfGroup {
     }
 }
 
+/// The program's read-only switches, set at load.
+#[derive(Clone, Copy)]
+struct Switches {
+    /// Read queue depths from kernel memory ([`READ_KERNEL`]).
+    read_kernel: bool,
+    /// Sum the per-CPU open-connection counts ([`SUM_CONNS`]).
+    sum_conns: bool,
+}
+
 /// Parses the object (maps created, or opened from their pins in `pin_dir` with `reuse`) and
-/// loads the program, able to read kernel memory with `read_kernel`.
+/// loads the program with `switches`.
 fn open(
     pin_dir: &std::path::Path,
     group: &str,
     log: bool,
     reuse: bool,
-    read_kernel: bool,
+    switches: Switches,
     started: std::time::Instant,
 ) -> Result<Ebpf, BpfError> {
     // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
@@ -416,12 +437,14 @@ fn open(
     // (the verifier then drops them), so the program writes no record without --bpf-log. The
     // kernel-read switch works the same way.
     let level: u8 = if log { u8::MAX } else { 0 };
-    let read_kernel = u8::from(read_kernel);
+    let read_kernel = u8::from(switches.read_kernel);
+    let sum_conns = u8::from(switches.sum_conns);
     let mut loader = EbpfLoader::new();
     loader
         .btf(None)
         .override_global(aya_log::LEVEL, &level, true)
-        .override_global(READ_KERNEL, &read_kernel, true);
+        .override_global(READ_KERNEL, &read_kernel, true)
+        .override_global(SUM_CONNS, &sum_conns, true);
     let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
     if reuse {
         // aya opens a map pinned at the path instead of creating one.
@@ -528,8 +551,8 @@ mod tests {
     use super::*;
 
     /// As root on this machine's kernel, a least-queue program reads exact depths (the kernel
-    /// takes the program that reads kernel memory, and the offsets are in `config`); other
-    /// policies load without the reads.
+    /// takes the program that reads kernel memory, and the offsets are in `config`), and so
+    /// does a least-conn one; other policies load without the reads.
     #[test]
     fn least_queue_loads_the_exact_read() {
         let name = format!("unit-exact-{}", std::process::id());
@@ -537,6 +560,8 @@ mod tests {
         let exact = exact.map(|g| (g.queue_depth(), g.config_map.get(&0, 0).unwrap()));
         let plain = BpfGroup::load(&name, "tcp4-2", policy::ROUND_ROBIN, 0, false);
         let plain = plain.map(|g| g.queue_depth());
+        let conn = BpfGroup::load(&name, "tcp4-3", policy::LEAST_CONN, 0, false);
+        let conn = conn.map(|g| g.queue_depth());
         pins::remove_instance(&name).unwrap();
         let (depth, config) = exact.expect("loading as root");
         assert_eq!(depth, QueueDepth::Exact);
@@ -549,6 +574,8 @@ mod tests {
             plain.expect("loading as root"),
             QueueDepth::Sampled(_)
         ));
+        // least-conn reads the same exact depths (and sums the open-connection counts).
+        assert_eq!(conn.expect("loading least-conn as root"), QueueDepth::Exact);
     }
 
     /// The reason `ck status` gives for a refused program is the kernel's answer, without the

@@ -34,7 +34,7 @@ pub fn render(report: &StatusReport) -> String {
         report.active, report.fallback, report.dropped
     );
     if let Some(depth) = &report.queue_depth {
-        let _ = writeln!(out, "least-queue depth: {depth}");
+        let _ = writeln!(out, "{} depth: {depth}", report.policy.name());
     }
     for line in &report.degraded {
         let _ = writeln!(out, "DEGRADED: {line}");

@@ -109,6 +109,9 @@ pub enum Policy {
     /// Session affinity: a client (its source address) keeps its worker while that worker is
     /// ready; a worker that leaves or joins moves about 1/N of the clients (Maglev table).
     Sticky,
+    /// Power of two choices by open + queued connections (counted in the kernel): for
+    /// long-lived connections (websockets, SSE, gRPC streams, keep-alive pools).
+    LeastConn,
 }
 
 impl Policy {
@@ -119,6 +122,7 @@ impl Policy {
             Policy::RoundRobin => ck_common::policy::ROUND_ROBIN,
             Policy::LeastQueue => ck_common::policy::LEAST_QUEUE,
             Policy::Sticky => ck_common::policy::STICKY,
+            Policy::LeastConn => ck_common::policy::LEAST_CONN,
         }
     }
 
@@ -129,9 +133,16 @@ impl Policy {
             Policy::RoundRobin,
             Policy::LeastQueue,
             Policy::Sticky,
+            Policy::LeastConn,
         ]
         .into_iter()
         .find(|p| p.code() == code)
+    }
+
+    /// Whether the program reads queue depths under this policy (`least-queue`, `least-conn`):
+    /// exact ones where the kernel allows it, else the supervisor's samples.
+    pub fn reads_queue(self) -> bool {
+        matches!(self, Policy::LeastQueue | Policy::LeastConn)
     }
 
     /// Its word, as `--policy` takes it (`round-robin`).
@@ -141,6 +152,7 @@ impl Policy {
             Policy::RoundRobin => "round-robin",
             Policy::LeastQueue => "least-queue",
             Policy::Sticky => "sticky",
+            Policy::LeastConn => "least-conn",
         }
     }
 }

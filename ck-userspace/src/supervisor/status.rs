@@ -13,7 +13,6 @@ use super::{
 };
 use crate::bpf::queue_depth::QueueDepth;
 use crate::control::{GroupSteering, SlotReport, StatusReport};
-use crate::settings::run_config::Policy;
 
 impl Supervisor {
     pub(super) fn slot_stats(&self, index: u32) -> SlotStats {
@@ -135,10 +134,10 @@ impl Supervisor {
             .collect()
     }
 
-    /// What `least-queue` steers by, read back from every group's `config` map (None with
-    /// another policy).
+    /// What `least-queue` (or `least-conn`, for its queued part) steers by, read back from
+    /// every group's `config` map (None with another policy).
     fn queue_depth(&self) -> Option<String> {
-        if self.cfg.policy != Policy::LeastQueue {
+        if !self.cfg.policy.reads_queue() {
             return None;
         }
         if self.cfg.no_bpf {

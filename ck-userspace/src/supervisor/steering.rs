@@ -20,7 +20,7 @@ use super::{Event, Supervisor, lifecycle::Input, scale::CANARY_SLOT};
 use crate::{
     bpf::{BpfGroup, pins, queue_depth::QueueDepth},
     os::probe,
-    settings::run_config::{Policy, RunConfig},
+    settings::run_config::RunConfig,
 };
 
 /// How long a canary SYN may take to be answered before it counts as dropped.
@@ -62,21 +62,23 @@ pub(super) fn load_in_background(cfg: &RunConfig, resume: bool) -> Loading {
     rx
 }
 
-/// Says once, with `least-queue`, what it steers by: a warning when it is the sampled depths.
+/// Says once, with `least-queue` or `least-conn`, what it steers by: a warning when it is the
+/// sampled depths.
 fn log_queue_depth(cfg: &RunConfig, groups: &[BpfGroup]) {
-    if cfg.policy != Policy::LeastQueue {
+    if !cfg.policy.reads_queue() {
         return;
     }
+    let policy = cfg.policy.name();
     let sampled = groups.iter().find_map(|g| match g.queue_depth() {
         QueueDepth::Exact => None,
         QueueDepth::Sampled(why) => Some(why),
     });
     match sampled {
         Some(why) => tracing::warn!(
-            "least-queue steers by sampled queue depths (TCP_INFO every --sample-interval, \
+            "{policy} steers by sampled queue depths (TCP_INFO every --sample-interval, \
              behind bursts), not by the exact ones: {why}"
         ),
-        None => tracing::info!("least-queue reads each candidate's exact queue depth in BPF"),
+        None => tracing::info!("{policy} reads each candidate's exact queue depth in BPF"),
     }
 }
 

@@ -23,7 +23,7 @@ use super::plot::bars::{self, Bars, Group};
 use super::table::{Cell, Goal, Table, median};
 
 /// The policies, in table order.
-const POLICIES: [&str; 4] = ["round-robin", "hash", "least-queue", "sticky"];
+const POLICIES: [&str; 5] = ["round-robin", "hash", "least-queue", "sticky", "least-conn"];
 /// The worker counts (64 is `--workers`' maximum).
 const WORKERS: [u32; 3] = [2, 16, 64];
 /// New connections per round and instance.

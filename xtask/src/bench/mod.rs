@@ -16,6 +16,7 @@ mod cork;
 mod fleet;
 mod footprint;
 mod instance;
+mod long_lived;
 mod overhead;
 mod peers;
 mod plot;
@@ -70,6 +71,9 @@ pub enum Scenario {
     /// Session affinity: clients (source addresses) that change worker when one of 4 leaves,
     /// and that keep it over 1,000 connections; sticky beside hash and round-robin.
     Sticky,
+    /// Long-lived connections over a fleet that grows (2 workers, scale to 4) and churns:
+    /// max/mean open connections per worker, least-conn beside round-robin, hash and plain.
+    LongLived,
     /// A random worker of 4 SIGKILLed every 0.5 s for 60 s: ck, --no-bpf, node:cluster, pm2.
     Chaos,
     /// The SO_REUSEPORT + TCP_CORK article's matrix with its kind of C server under ck.
@@ -92,6 +96,7 @@ impl Scenario {
                 Scenario::Spread,
                 Scenario::Stall,
                 Scenario::Sticky,
+                Scenario::LongLived,
                 Scenario::Chaos,
                 Scenario::Cork,
             ],
@@ -197,6 +202,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
             Scenario::Spread => vec![spread::run(&bench)?],
             Scenario::Stall => vec![stall::run(&bench)?],
             Scenario::Sticky => vec![sticky::run(&bench)?],
+            Scenario::LongLived => vec![long_lived::run(&bench)?],
             Scenario::Chaos => vec![chaos::run(&bench)?],
             Scenario::Cork => vec![cork::run(&bench)?],
             Scenario::All => unreachable!("expand() never yields All"),
@@ -266,7 +272,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 10);
+        assert_eq!(Scenario::All.expand().len(), 11);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }

@@ -346,6 +346,7 @@ mod tests {
         assert_eq!(state_word(77), "unknown(77)");
         assert_eq!(policy_word(ck_common::policy::ROUND_ROBIN), "round-robin");
         assert_eq!(policy_word(ck_common::policy::LEAST_QUEUE), "least-queue");
+        assert_eq!(policy_word(ck_common::policy::LEAST_CONN), "least-conn");
         assert_eq!(policy_word(9), "unknown(9)");
     }
 

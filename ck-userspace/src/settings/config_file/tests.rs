@@ -155,7 +155,7 @@ fn bad_values_name_key_line_and_what_is_accepted() {
     let err = refusal("\npolicy = \"fastest\"\n");
     assert!(
         err.contains(
-            "line 2: `policy = \"fastest\"`: expected one of: hash, round-robin, least-queue, sticky"
+            "line 2: `policy = \"fastest\"`: expected one of: hash, round-robin, least-queue, sticky, least-conn"
         ),
         "{err}"
     );

@@ -1,0 +1,90 @@
+//! `least-conn`: power of two choices on open + queued connections, the open ones counted in the
+//! kernel. With two workers both candidates of every connection are the two workers, so each
+//! new connection goes to the one holding fewer: exact counts.
+//!
+//! Slot 0 is loaded first through probe steering (a loopback connection from source port
+//! `--probe-port-base + 0` always reaches slot 0, whatever the policy), one held connection per
+//! source address of 127.0.0.0/8, so that one source port can hold several.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use ck_tests::http::hold;
+use ck_tests::{Ck, Status, local, probe_base_for, start_ready};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// Connections held on slot 0 before the ordinary ones.
+const HELD: u8 = 6;
+/// Ordinary connections opened next.
+const NEXT: usize = 4;
+/// How long the kernel's counts get to reach what the clients hold or closed.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// A connection held open to `127.0.0.1:port` from `127.0.0.<host>:(base + slot)`: probe
+/// steering sends it to `slot` (linger 0: closing leaves no TIME_WAIT behind).
+fn held_on(port: u16, base: u16, slot: u16, host: u8) -> TcpStream {
+    let source = SocketAddr::from(([127, 0, 0, host], base + slot));
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket");
+    socket.set_reuse_address(true).expect("SO_REUSEADDR");
+    socket.set_linger(Some(Duration::ZERO)).expect("SO_LINGER");
+    socket
+        .bind(&SockAddr::from(source))
+        .unwrap_or_else(|e| panic!("bind {source}: {e}"));
+    socket
+        .connect_timeout(&SockAddr::from(local(port)), Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("connect from {source}: {e}"));
+    socket.into()
+}
+
+/// Waits until the kernel's open counts per slot are `want`.
+fn wait_counts(ck: &mut Ck, want: &BTreeMap<u32, u64>) -> Status {
+    ck.wait_status(&format!("open connections {want:?}"), SETTLE, |s| {
+        s.connections() == *want
+    })
+}
+
+#[test]
+fn least_conn_sends_the_next_connections_to_the_emptiest_worker() {
+    let (mut ck, port, status) = start_ready("lconn", 2, &["--policy", "least-conn"]);
+    assert_eq!(status.policy.name(), "least-conn", "{status:#?}");
+    assert_eq!(
+        status.queue_depth.as_deref(),
+        Some("exact (BPF)"),
+        "{status:#?}"
+    );
+    let base = probe_base_for(port);
+    let on_slot0: Vec<_> = (1..=HELD).map(|h| held_on(port, base, 0, h)).collect();
+    let before = wait_counts(&mut ck, &BTreeMap::from([(0, u64::from(HELD)), (1, 0)]));
+    assert_eq!(before.slot(0).probe_hits, u64::from(HELD), "{before:#?}");
+
+    // Slot 1 holds fewer until it holds 6: all 4 go there.
+    let (next, answered) = hold(local(port), NEXT);
+    assert_eq!(answered, BTreeMap::from([(1, NEXT as u64)]));
+    let after = wait_counts(
+        &mut ck,
+        &BTreeMap::from([(0, u64::from(HELD)), (1, NEXT as u64)]),
+    );
+    assert_eq!(after.slot(0).selected - before.slot(0).selected, 0);
+    assert_eq!(
+        after.slot(1).selected - before.slot(1).selected,
+        NEXT as u64
+    );
+
+    // Slot 0's connections closed: now it is the emptiest, and takes the next 4.
+    drop(on_slot0);
+    let emptied = wait_counts(&mut ck, &BTreeMap::from([(0, 0), (1, NEXT as u64)]));
+    let (again, answered) = hold(local(port), NEXT);
+    assert_eq!(answered, BTreeMap::from([(0, NEXT as u64)]));
+    let last = wait_counts(
+        &mut ck,
+        &BTreeMap::from([(0, NEXT as u64), (1, NEXT as u64)]),
+    );
+    assert_eq!(
+        last.slot(0).selected - emptied.slot(0).selected,
+        NEXT as u64
+    );
+    assert_eq!(last.slot(1).selected - emptied.slot(1).selected, 0);
+    drop((next, again));
+    wait_counts(&mut ck, &BTreeMap::from([(0, 0), (1, 0)]));
+}
