@@ -99,15 +99,16 @@ pub mod policy {
     /// Session affinity: the client's source address looked up in the `sticky` table (Maglev,
     /// filled by the supervisor), so a client keeps its worker while that worker is ready.
     pub const STICKY: u32 = 3;
-    /// Power of two choices by open + queued connections (the kernel-counted `conns` plus the
-    /// queue depth as `least-queue` reads it); ties go to the round-robin candidate. For
-    /// long-lived connections (websockets, SSE, gRPC streams, keep-alive pools).
+    /// Least connections among up to 4 candidates spread over the active set (the round-robin
+    /// one first), by the kernel-counted `conns` (open connections, queued ones included); ties
+    /// go to the earlier candidate. For long-lived connections (websockets, SSE, gRPC streams,
+    /// keep-alive pools).
     pub const LEAST_CONN: u32 = 4;
 }
 
 /// Bits of [`Config::flags`].
 pub mod config_flags {
-    /// `least-queue` and `least-conn` read each candidate's exact queue depth from kernel memory at the
+    /// `least-queue` reads each candidate's exact queue depth from kernel memory at the
     /// offsets of [`super::Config::queue`] (set only when the program was loaded able to).
     pub const EXACT_QUEUE: u32 = 1;
 }

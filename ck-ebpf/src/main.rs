@@ -127,7 +127,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     let (first, selected) = match config.policy {
         policy::ROUND_ROBIN => (next_cursor(len), false),
         policy::LEAST_QUEUE => least_queue(ctx, set, len, config),
-        policy::LEAST_CONN => least_conn(ctx, set, len, config),
+        policy::LEAST_CONN => (least_conn(set, len), false),
         _ => (scale(ctx.hash(), len), false),
     };
     let tries = if len < MAX_SELECT_TRIES {
@@ -257,45 +257,51 @@ fn least_queue(
     }
 }
 
-/// Position chosen by power of two choices on load, for long-lived connections: the same two
-/// candidates as [`least_queue`], each scored by its open connections (counted in the kernel,
-/// [`conns::open`]) plus its queue depth (exact or sampled, as least-queue reads it). Ties go to
-/// the round-robin candidate. Also returns whether that position's socket is selected already.
+/// Candidates `least-conn` compares: every ready slot up to this many, else this many spread
+/// evenly over the set.
+const CONN_CHOICES: u32 = 4;
+
+/// Position chosen by least load among up to [`CONN_CHOICES`] candidates, for long-lived
+/// connections: the round-robin candidate and the positions a quarter, a half and three
+/// quarters of the set further on (with fewer than 4 ready slots, all of them), each scored by
+/// its connections as the kernel counts them ([`conns::open`]: every established connection
+/// its listener created, the ones still queued for `accept` included, until it closes; only
+/// requests still in SYN_RECV are not counted). Two random choices leave old workers ahead
+/// after a scale-up (both candidates old in 1 of 6 connections with 2 old of 4); spread choices
+/// find the emptiest of 4 workers every time. Ties go to the earlier candidate (the
+/// round-robin one first); an empty candidate ends the search. No queue read: the counts hold
+/// the queued connections, and a trial selection per candidate would cost more than the
+/// count.
 #[inline(always)]
-fn least_conn(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Config) -> (u32, bool) {
+fn least_conn(set: &ActiveSet, len: u32) -> u32 {
     let first = next_cursor(len);
-    if len < 2 {
-        return (first, false);
+    if len < 2 || CK_SUM_CONNS.load() == 0 {
+        return first;
     }
-    // As in least_queue: never `first`, and the masks keep each index bounded on its own.
-    let mut second = first + 1 + scale(ctx.hash(), len - 1);
-    if second >= len {
-        second -= len;
-    }
-    let (a, b) = (
-        set.slots[first as usize & SLOT_MASK],
-        set.slots[second as usize & SLOT_MASK],
-    );
-    let exact = CK_READ_KERNEL.load() != 0 && config.flags & config_flags::EXACT_QUEUE != 0;
-    // An unreadable queue (u32::MAX: socket gone) saturates: that candidate cannot win.
-    let load = |slot| {
-        let queued = match exact {
-            true => exact_depth(ctx, slot, &config.queue),
-            false => sampled_depth(slot),
+    let (mut best, mut best_load) = (first, u32::MAX);
+    let mut k = 0;
+    while k < CONN_CHOICES && k < len {
+        // k * len / 4 < len (by a shift, no divide), or k < len: one subtraction wraps it.
+        let offset = if len >= CONN_CHOICES {
+            (k * len) >> 2
+        } else {
+            k
         };
-        let open = match CK_SUM_CONNS.load() != 0 {
-            true => conns::open(slot),
-            false => 0,
-        };
-        open.saturating_add(queued)
-    };
-    let load_a = load(a);
-    // `second`'s trial selection (exact) is the last one: kept when it wins.
-    if load(b) < load_a {
-        (second, exact)
-    } else {
-        (first, false)
+        let mut pos = first + offset;
+        if pos >= len {
+            pos -= len;
+        }
+        // A mask, as in least_queue: the index register bounded on its own for the verifier.
+        let load = conns::open(set.slots[pos as usize & SLOT_MASK]);
+        if load < best_load {
+            (best, best_load) = (pos, load);
+        }
+        if best_load == 0 {
+            break;
+        }
+        k += 1;
     }
+    best
 }
 
 /// The live queue depth of `slot`'s socket: established connections not accepted yet plus

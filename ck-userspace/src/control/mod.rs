@@ -107,7 +107,7 @@ pub struct StatusReport {
     pub reloading: bool,
     /// Whether the kernel re-homes a closing listener's queue (Linux >= 5.14 with BPF on).
     pub migration: bool,
-    /// With `least-queue` or `least-conn`: the queue depth it steers by, read back from the loaded program's `config`:
+    /// With `least-queue`: what it steers by, read back from the loaded program's `config`:
     /// `exact (BPF)`, or `sampled (why)` (no BTF, the kernel refused the read,
     /// `CK_QUEUE_DEPTH=sampled`).
     #[serde(default)]

@@ -109,8 +109,8 @@ pub enum Policy {
     /// Session affinity: a client (its source address) keeps its worker while that worker is
     /// ready; a worker that leaves or joins moves about 1/N of the clients (Maglev table).
     Sticky,
-    /// Power of two choices by open + queued connections (counted in the kernel): for
-    /// long-lived connections (websockets, SSE, gRPC streams, keep-alive pools).
+    /// Least open + queued connections (counted in the kernel) among up to 4 spread candidates:
+    /// for long-lived connections (websockets, SSE, gRPC streams, keep-alive pools).
     LeastConn,
 }
 
@@ -139,10 +139,11 @@ impl Policy {
         .find(|p| p.code() == code)
     }
 
-    /// Whether the program reads queue depths under this policy (`least-queue`, `least-conn`):
-    /// exact ones where the kernel allows it, else the supervisor's samples.
+    /// Whether the program reads queue depths under this policy (`least-queue` only; least-conn
+    /// steers by the kernel's connection counts, which hold the queued connections): exact
+    /// ones where the kernel allows it, else the supervisor's samples.
     pub fn reads_queue(self) -> bool {
-        matches!(self, Policy::LeastQueue | Policy::LeastConn)
+        matches!(self, Policy::LeastQueue)
     }
 
     /// Its word, as `--policy` takes it (`round-robin`).

@@ -134,8 +134,8 @@ impl Supervisor {
             .collect()
     }
 
-    /// What `least-queue` (or `least-conn`, for its queued part) steers by, read back from
-    /// every group's `config` map (None with another policy).
+    /// What `least-queue` steers by, read back from every group's `config` map (None with
+    /// another policy).
     fn queue_depth(&self) -> Option<String> {
         if !self.cfg.policy.reads_queue() {
             return None;
