@@ -4,7 +4,9 @@
 //!
 //! Slot 0 is loaded first through probe steering (a loopback connection from source port
 //! `--probe-port-base + 0` always reaches slot 0, whatever the policy), one held connection per
-//! source address of 127.0.0.0/8, so that one source port can hold several.
+//! source address of 127.0.0.0/8, so that one source port can hold several. Then a scale-up
+//! from 2 to 4: every worker is a candidate, so the new workers take every new connection until
+//! they hold as many as the old ones.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
@@ -83,4 +85,29 @@ fn least_conn_sends_the_next_connections_to_the_emptiest_worker() {
     assert_eq!(last.slot(1).selected - emptied.slot(1).selected, 0);
     drop((next, again));
     wait_counts(&mut ck, &BTreeMap::from([(0, 0), (1, 0)]));
+}
+
+#[test]
+fn least_conn_fills_the_workers_a_scale_up_adds() {
+    let (mut ck, port, _) = start_ready("lconn-scale", 2, &["--policy", "least-conn"]);
+    let (first, answered) = hold(local(port), 10);
+    assert_eq!(answered, BTreeMap::from([(0, 5), (1, 5)]));
+    ck.ctl_ok(&["scale", "4"]);
+    ck.wait_ready(4, ck_tests::READY_TIMEOUT);
+    // Every worker is a candidate (4 of 4): the two new ones take all 10 until they hold 5.
+    let (second, answered) = hold(local(port), 10);
+    assert_eq!(answered.values().sum::<u64>(), 10, "{answered:?}");
+    assert!(
+        !answered.contains_key(&0) && !answered.contains_key(&1),
+        "{answered:?}"
+    );
+    let status = ck.wait_status("20 connections counted", SETTLE, |s| {
+        s.connections().values().sum::<u64>() == 20
+    });
+    let counts: Vec<u64> = status
+        .ready()
+        .map(|s| s.connections.expect("kernel count"))
+        .collect();
+    assert_eq!(counts, [5, 5, 5, 5], "{status:#?}");
+    drop((first, second));
 }
