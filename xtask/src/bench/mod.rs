@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 10);
+        assert_eq!(Scenario::All.expand().len(), 11);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }
