@@ -135,7 +135,9 @@ pub fn run(bench: &Bench) -> Result<Table> {
         t.failure_notes(contender.label, &s.report, 3);
         if s.report.rps() < RATE * 0.9 {
             t.note(format!(
-                "{}: the load client reached {:.0} of the {RATE:.0} conn/s asked (its CPUs are                  shared with ck, the workers and the machine's other processes); the paced                  requests it could not start in time went out as fast as answers came",
+                "{}: the load client reached {:.0} of the {RATE:.0} conn/s asked (its CPUs are \
+                 shared with ck, the workers and the machine's other processes); the paced \
+                 requests it could not start in time went out as fast as answers came",
                 contender.label,
                 s.report.rps()
             ));
