@@ -59,6 +59,19 @@ fn pinned_config(ck: &Ck) -> serde_json::Value {
     maps["groups"][0]["config"].clone()
 }
 
+/// The queue depth of `slot`'s record in the first group's pinned `slots` map (the last
+/// sample: what the fallback steers by).
+fn pinned_depth(ck: &Ck, slot: u32) -> u64 {
+    let maps: serde_json::Value =
+        serde_json::from_str(&ck.ctl_ok(&["maps", "--json"])).expect("ck maps --json");
+    let slots = maps["groups"][0]["slots"]
+        .as_array()
+        .expect("slots")
+        .clone();
+    let record = slots.iter().find(|s| s["slot"] == slot);
+    record.map_or(0, |s| s["queue_depth"].as_u64().expect("queue_depth"))
+}
+
 /// Connections the program sent to `slot` since `before`.
 fn selected_since(ck: &Ck, before: &Status, slot: u32) -> u64 {
     ck.status().slot(slot).selected - before.slot(slot).selected
@@ -123,7 +136,7 @@ fn least_queue_sends_nothing_more_to_a_worker_whose_queue_holds_more() {
 #[test]
 fn the_forced_fallback_says_so_and_steers_by_the_sampled_depth() {
     let forced = [("CK_QUEUE_DEPTH", "sampled")];
-    let (mut ck, addr, pid, before) = start_and_freeze("lq-sampled", &forced);
+    let (ck, addr, pid, before) = start_and_freeze("lq-sampled", &forced);
     let said = "sampled (forced by CK_QUEUE_DEPTH=sampled)";
     assert_eq!(before.queue_depth.as_deref(), Some(said), "{before:#?}");
     let text = ck.ctl_ok(&["status"]);
@@ -154,10 +167,19 @@ fn the_forced_fallback_says_so_and_steers_by_the_sampled_depth() {
         "the stopped worker got {fed}: not steered by samples?"
     );
 
-    // Once a sample has seen its queue, it gets nothing more.
-    let sampled = ck.wait_status("the stopped worker's queue sampled", READY_TIMEOUT, |s| {
-        u64::from(s.slot(STOPPED).queue_depth) == fed
-    });
+    // `ck status` reads the depth when asked; the program steers by the sampled record in
+    // `slots`. Once a sample has seen its queue, it gets nothing more.
+    let live = ck.status();
+    assert_eq!(u64::from(live.slot(STOPPED).queue_depth), fed, "{live:#?}");
+    let deadline = std::time::Instant::now() + READY_TIMEOUT;
+    while pinned_depth(&ck, STOPPED) != fed {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no sample of the stopped worker's queue ({fed}) within {READY_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sampled = ck.status();
     let (answered, queued) = one_by_one(addr, N);
     eprintln!("after the sample: {answered:?}");
     assert!(

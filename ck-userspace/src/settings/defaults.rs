@@ -56,7 +56,8 @@ pub const PROBE_PASSES: u32 = 2;
 pub const PROBE_PORT_BASE: u16 = 19800;
 /// `--stall-timeout`: a queue stuck this long marks its worker stalled (zero: off).
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(1);
-/// `--sample-interval`: how often accept queues are sampled while there is traffic.
+/// `--sample-interval`: how often least-queue's sampled fallback samples accept queues while
+/// there is traffic.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
 /// `--spares`: hot spare workers.
 pub const SPARES: u32 = 0;

@@ -62,7 +62,8 @@ pub struct HealthConfig {
     /// A queue that stays non-empty without shrinking this long marks its worker stalled
     /// (`None`: off).
     pub stall_timeout: Option<Duration>,
-    /// How often accept queues are sampled.
+    /// How often least-queue's sampled fallback samples accept queues under traffic (stall
+    /// detection alone samples every tenth of `stall_timeout`).
     pub sample_interval: Duration,
     /// An unhealthy worker is replaced (gracefully) after this long (`None`: never).
     pub unhealthy_replace_after: Option<Duration>,

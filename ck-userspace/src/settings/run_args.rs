@@ -108,9 +108,10 @@ pub struct RunArgs {
     /// the active set until it moves again (0: off).
     #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::STALL_TIMEOUT))]
     stall_timeout: Duration,
-    /// How often accept queues are sampled while there is traffic (stall detection, status,
-    /// and least-queue where the kernel does not let the program read exact depths); 50 times
-    /// less often when idle.
+    /// The sampled fallback's interval: how often accept queues are sampled while there is
+    /// traffic when least-queue steers by sampled depths (the kernel does not let its program
+    /// read exact ones); 50 times less often when idle. Otherwise queues are sampled for stall
+    /// detection every --stall-timeout/10 (at least 50 ms).
     #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::SAMPLE_INTERVAL))]
     sample_interval: Duration,
     /// Replace (gracefully, as a rolling restart of one) a worker unhealthy for this long.

@@ -1,13 +1,14 @@
 //! `--ready auto` without a word from the worker: a starting worker that says nothing on
 //! `NOTIFY_SOCKET` is ready as soon as it accepts on its socket (seen in `/proc`: the socket in
-//! one of its epoll sets, or a thread of it in `accept`), checked on every sampling tick while
-//! such a worker starts. `READY=1` and the grace stay the other ways in; a worker that speaks
+//! one of its epoll sets, or a thread of it in `accept`), checked every few sample intervals
+//! while such a worker starts (on the sampler's ticks, whatever the pace of queue sampling:
+//! see `health`). `READY=1` and the grace stay the other ways in; a worker that speaks
 //! the notify protocol is left to say `READY=1` itself.
 use super::{Supervisor, lifecycle::State};
 use crate::{os::notify, os::readiness, os::sock_diag, settings::run_config::ReadyMode};
 
 impl Supervisor {
-    /// Whether some starting worker is watched for readiness (sampling stays fast meanwhile).
+    /// Whether some starting worker is watched for readiness (ticks stay fast meanwhile).
     pub(super) fn watching_readiness(&self) -> bool {
         self.detects_readiness() && self.slots.values().any(|s| silent_starter(s).is_some())
     }

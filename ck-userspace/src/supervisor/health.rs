@@ -1,8 +1,14 @@
-//! Health: accept-queue sampling (queue depth for status and stall detection, and for
-//! `least-queue` only where its program cannot read the exact depth), watchdog heartbeats,
-//! probes through the slot's own socket, and replacement of workers that stay unhealthy. An
-//! unhealthy worker leaves the active set with its socket open, and comes back when healthy
-//! again.
+//! Health: accept-queue sampling (stall detection, and `least-queue`'s sampled fallback where
+//! its program cannot read the exact depth), watchdog heartbeats, probes through the slot's own
+//! socket, and replacement of workers that stay unhealthy. An unhealthy worker leaves the active
+//! set with its socket open, and comes back when healthy again.
+//!
+//! Pace: only the sampled fallback needs millisecond-fresh depths (`--sample-interval` under
+//! traffic, [`IDLE_SAMPLING_FACTOR`] times slower idle). Otherwise queues are sampled every
+//! `--stall-timeout` / [`STALL_SAMPLES`], at least [`MIN_STALL_PERIOD`]: a stall is then seen
+//! within a tenth of its timeout late, at ten `TCP_INFO` reads a second per socket, which costs
+//! nothing measurable. `--ready auto`'s detection of silent starting workers keeps its own fast
+//! pace ([`READY_CHECK_EVERY`] sample intervals) while such a worker boots, without sampling.
 use std::{
     sync::{
         Arc,
@@ -16,8 +22,8 @@ use super::{
     lifecycle::{Input, State},
 };
 use crate::{
+    bpf::queue_depth::QueueDepth,
     os::probe::{self, ProbeAnswer},
-    os::sockets,
     settings::run_config::ReadyMode,
 };
 
@@ -28,16 +34,39 @@ const BUSY_HOLD: Duration = Duration::from_secs(1);
 /// While sampling fast, traffic (the program's `selected` counters) is checked every this many
 /// ticks.
 const TRAFFIC_CHECK_EVERY: u32 = 16;
-/// Starting workers are checked for accepting (`detect`) every this many ticks.
+/// Starting workers are checked for accepting (`detect`) every this many sample intervals.
 const READY_CHECK_EVERY: u32 = 3;
+/// Without the sampled fallback, queues are sampled this many times per `--stall-timeout`.
+const STALL_SAMPLES: u32 = 10;
+/// ... but never more often than this.
+const MIN_STALL_PERIOD: Duration = Duration::from_millis(50);
+/// The sampling period without the sampled fallback and without `--stall-timeout` (watchdog and
+/// replacement checks still run on it).
+const NO_STALL_PERIOD: Duration = Duration::from_millis(100);
+
+/// The sampling period when nothing steers by sampled depths: a tenth of the stall timeout, at
+/// least [`MIN_STALL_PERIOD`].
+pub(super) fn stall_period(stall_timeout: Option<Duration>) -> Duration {
+    stall_timeout.map_or(NO_STALL_PERIOD, |t| {
+        (t / STALL_SAMPLES).max(MIN_STALL_PERIOD)
+    })
+}
 
 /// The pace of queue sampling, shared with the sampler task.
 pub(super) struct Pacer {
     /// Current period in microseconds, read by the sampler task.
     pub period: Arc<AtomicU64>,
+    /// Ends the sampler task's current wait (a worker was spawned: readiness checks start).
+    pub wake: Arc<tokio::sync::Notify>,
     busy_until: Instant,
     selected_seen: u64,
     ticks: u32,
+    /// When queues are sampled next (ticks in between only check readiness).
+    next_sample: Instant,
+    /// When silent starting workers are checked for readiness next.
+    next_ready_check: Instant,
+    /// Whether the last sample was for the sampled fallback (a change samples at once).
+    fallback: bool,
 }
 
 impl Pacer {
@@ -45,9 +74,13 @@ impl Pacer {
     pub fn new(interval: Duration) -> Pacer {
         Pacer {
             period: Arc::new(AtomicU64::new(interval.as_micros() as u64)),
+            wake: Arc::new(tokio::sync::Notify::new()),
             busy_until: Instant::now() + BUSY_HOLD,
             selected_seen: 0,
             ticks: 0,
+            next_sample: Instant::now(),
+            next_ready_check: Instant::now(),
+            fallback: false,
         }
     }
 }
@@ -134,20 +167,46 @@ impl Supervisor {
         }
     }
 
-    /// Samples every slot's accept queue; detects stalls and missed heartbeats; replaces workers
-    /// unhealthy for too long.
+    /// A tick: when sampling is due, samples every slot's accept queue, detects stalls and
+    /// missed heartbeats and replaces workers unhealthy for too long; checks silent starting
+    /// workers for readiness; sets the next tick's period.
     pub(super) fn on_tick(&mut self) {
         let now = Instant::now();
+        let fallback = self.sampled_steering();
+        let watching = self.watching_readiness();
+        if now >= self.pacer.next_sample || fallback != self.pacer.fallback {
+            self.pacer.fallback = fallback;
+            self.sample(now, fallback);
+        }
+        // Reading /proc costs ~0.1 ms a worker: every few sample intervals is soon enough.
+        let ready_every = self.cfg.health.sample_interval * READY_CHECK_EVERY;
+        if watching && now >= self.pacer.next_ready_check {
+            self.pacer.next_ready_check = now + ready_every;
+            self.detect_ready();
+        }
+        self.pace(now, watching);
+    }
+
+    /// Whether some group's least-queue steers by sampled depths (its program cannot read the
+    /// exact ones): only then must queues be sampled every `--sample-interval`.
+    fn sampled_steering(&self) -> bool {
+        self.cfg.policy == crate::settings::run_config::Policy::LeastQueue
+            && self.groups.iter().any(|g| {
+                g.bpf
+                    .as_ref()
+                    .is_some_and(|b| matches!(b.queue_depth(), QueueDepth::Sampled(_)))
+            })
+    }
+
+    /// Samples every slot's accept queue (`TCP_INFO` of ck's copy of each socket), detects
+    /// stalls and missed heartbeats, replaces workers unhealthy for too long.
+    fn sample(&mut self, now: Instant, fallback: bool) {
         let stall_timeout = self.cfg.health.stall_timeout;
         let watchdog = self.cfg.health.watchdog;
         let mut depth_changed = Vec::new();
         let mut changes = Vec::new();
         for slot in self.slots.values_mut() {
-            let depth: u32 = slot
-                .sockets
-                .iter()
-                .map(|s| sockets::accept_queue_len(s).unwrap_or(0))
-                .sum();
+            let depth = slot.live_queue_depth();
             let previous = slot.queue_depth;
             if depth != previous {
                 slot.queue_depth = depth;
@@ -199,18 +258,33 @@ impl Supervisor {
         }
         self.write_depths(&depth_changed);
         self.replace_long_unhealthy(now);
-        // Reading /proc costs ~0.1 ms a worker: every few fast ticks is soon enough.
-        if self.pacer.ticks.is_multiple_of(READY_CHECK_EVERY) {
-            self.detect_ready();
-        }
-        self.pace_sampling(now);
+        let period = if fallback {
+            self.fallback_period(now)
+        } else {
+            stall_period(stall_timeout)
+        };
+        self.pacer.next_sample = now + period;
     }
 
-    /// Samples every `--sample-interval` while there is traffic (connections selected by the
-    /// program, or a non-empty queue, in the last [`BUSY_HOLD`]): a stall must be seen within
-    /// milliseconds, and least-queue on sampled depths needs fresh ones. Idle, it samples
+    /// The next tick's period: the time to the next sample, or while a silent worker boots, to
+    /// its next readiness check if sooner.
+    fn pace(&mut self, now: Instant, watching: bool) {
+        let pacer = &self.pacer;
+        let mut next = pacer.next_sample;
+        if watching {
+            next = next.min(pacer.next_ready_check);
+        }
+        let period = next.saturating_duration_since(now);
+        self.pacer
+            .period
+            .store(period.as_micros().max(1) as u64, Ordering::Relaxed);
+    }
+
+    /// The sampled fallback's period: every `--sample-interval` while there is traffic
+    /// (connections selected by the program, or a non-empty queue, in the last [`BUSY_HOLD`],
+    /// or a silent worker booting), since least-queue on sampled depths needs fresh ones; idle,
     /// [`IDLE_SAMPLING_FACTOR`] times less often, so that an idle supervisor stays idle.
-    fn pace_sampling(&mut self, now: Instant) {
+    fn fallback_period(&mut self, now: Instant) -> Duration {
         let watching = self.watching_readiness();
         let pacer = &mut self.pacer;
         pacer.ticks = pacer.ticks.wrapping_add(1);
@@ -231,14 +305,11 @@ impl Supervisor {
             pacer.busy_until = now + BUSY_HOLD;
         }
         let interval = self.cfg.health.sample_interval;
-        let period = if now < pacer.busy_until {
+        if now < pacer.busy_until {
             interval
         } else {
             interval * IDLE_SAMPLING_FACTOR
-        };
-        pacer
-            .period
-            .store(period.as_micros() as u64, Ordering::Relaxed);
+        }
     }
 
     /// Starts a graceful replacement of a worker unhealthy for longer than
@@ -359,5 +430,19 @@ impl Supervisor {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stall_detection_samples_ten_times_per_timeout_at_most_every_50_ms() {
+        let ms = Duration::from_millis;
+        assert_eq!(stall_period(Some(Duration::from_secs(1))), ms(100));
+        assert_eq!(stall_period(Some(Duration::from_secs(3))), ms(300));
+        assert_eq!(stall_period(Some(ms(200))), ms(50));
+        assert_eq!(stall_period(None), ms(100));
     }
 }

@@ -84,7 +84,8 @@ pub struct Slot {
     pub last_pid: u32,
     /// How the last worker ended.
     pub last_exit: Option<String>,
-    /// Accept-queue depth last sampled (all groups).
+    /// Accept-queue depth last sampled (all groups): what the sampled fallback steers by and
+    /// `ck maps` shows.
     pub queue_depth: u32,
     /// Since when the queue has been non-empty and not shrinking.
     pub queue_rising_since: Option<Instant>,
@@ -111,6 +112,15 @@ impl Slot {
             queue_rising_since: None,
             probe_failures: 0,
         }
+    }
+
+    /// The accept-queue depth now (all groups; `TCP_INFO` of ck's copy of each socket), for
+    /// `ck status`: the last sample can be a stall period old.
+    pub fn live_queue_depth(&self) -> u32 {
+        self.sockets
+            .iter()
+            .map(|s| crate::os::sockets::accept_queue_len(s).unwrap_or(0))
+            .sum()
     }
 
     /// The record written to the `slots` map.

@@ -1,7 +1,7 @@
 //! The report `ck status` prints, read from the kernel where the kernel holds the truth: the
 //! active set and slot records from the maps, counters from `stats`, steering from the last
 //! canary, foreign listeners from sock_diag, open connections from the kernel's counts (else
-//! the sock_diag scan).
+//! the sock_diag scan), accept-queue depths read when asked (`TCP_INFO`).
 use std::collections::BTreeMap;
 
 use ck_common::SlotState;
@@ -181,7 +181,7 @@ impl Supervisor {
                     unhealthy: worker
                         .filter(|w| !w.health.is_healthy())
                         .map(|w| w.health.reasons()),
-                    queue_depth: s.queue_depth,
+                    queue_depth: s.live_queue_depth(),
                     connections: connections.get(&s.index).copied(),
                     probe_hits: stats.probe_hits,
                     breaker: s.life.crash.breaker().name().into(),

@@ -17,12 +17,21 @@ use tokio::{
 use super::Event;
 
 /// Sends [`Event::Tick`] every `period` (microseconds, changed by the supervisor as it goes:
-/// fast while some queue is non-empty, slow while all are idle) until the event loop is gone.
-pub(super) fn start_sampler(events: &mpsc::UnboundedSender<Event>, period: Arc<AtomicU64>) {
+/// the time to its next queue sample or readiness check, see `health`) until the event loop is
+/// gone; `wake` ends a wait early.
+pub(super) fn start_sampler(
+    events: &mpsc::UnboundedSender<Event>,
+    period: Arc<AtomicU64>,
+    wake: Arc<tokio::sync::Notify>,
+) {
     let events = events.clone();
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(Duration::from_micros(period.load(Ordering::Relaxed))).await;
+            let wait = Duration::from_micros(period.load(Ordering::Relaxed));
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = wake.notified() => {}
+            }
             if events.send(Event::Tick).is_err() {
                 return;
             }

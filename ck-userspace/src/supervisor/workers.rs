@@ -163,6 +163,9 @@ impl Supervisor {
         if founding && self.bpf_loaded() {
             self.check_steering_soon();
         }
+        // A silent starter is checked for readiness within a few sample intervals, whatever
+        // the pace of sampling: the next tick comes now.
+        self.pacer.wake.notify_one();
         Ok(worker_id)
     }
 

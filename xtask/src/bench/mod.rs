@@ -5,7 +5,7 @@
 //!
 //! Every instance gets its own `--name` and port on 127.0.0.1, its log goes to a file under
 //! one directory per invocation, and it is stopped (killed, if need be) before the next one
-//! starts. Each scenario is bounded in time; `all` takes about 16 minutes (`upgrade` about 10 s). Long steps print a
+//! starts. Each scenario is bounded in time; `all` takes about 17 minutes (`upgrade` about 10 s). Long steps print a
 //! progress line on stderr ([`Bench::progress`]).
 
 mod bpf_cost;
@@ -26,6 +26,7 @@ mod reload;
 mod spread;
 mod stall;
 mod sticky;
+mod supervisor_cpu;
 mod survive;
 mod table;
 mod three_loads;
@@ -74,6 +75,9 @@ pub enum Scenario {
     /// Long-lived connections over a fleet that grows (2 workers, scale to 4) and churns:
     /// max/mean open connections per worker, least-conn beside round-robin, hash and plain.
     LongLived,
+    /// The supervisor's own CPU under ~10 k new connections/s (2 demo workers): round-robin,
+    /// least-queue and --no-bpf in one run.
+    SupervisorCpu,
     /// A random worker of 4 SIGKILLed every 0.5 s for 60 s: ck, --no-bpf, node:cluster, pm2.
     Chaos,
     /// The SO_REUSEPORT + TCP_CORK article's matrix with its kind of C server under ck.
@@ -97,6 +101,7 @@ impl Scenario {
                 Scenario::Stall,
                 Scenario::Sticky,
                 Scenario::LongLived,
+                Scenario::SupervisorCpu,
                 Scenario::Chaos,
                 Scenario::Cork,
             ],
@@ -203,6 +208,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
             Scenario::Stall => vec![stall::run(&bench)?],
             Scenario::Sticky => vec![sticky::run(&bench)?],
             Scenario::LongLived => vec![long_lived::run(&bench)?],
+            Scenario::SupervisorCpu => vec![supervisor_cpu::run(&bench)?],
             Scenario::Chaos => vec![chaos::run(&bench)?],
             Scenario::Cork => vec![cork::run(&bench)?],
             Scenario::All => unreachable!("expand() never yields All"),
@@ -272,7 +278,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 11);
+        assert_eq!(Scenario::All.expand().len(), 13);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }

@@ -1,0 +1,259 @@
+//! The `supervisor-cpu` scenario: the supervisor's own CPU while [`WORKERS`] demo workers take
+//! about [`RATE`] new connections per second (`Connection: close`, the in-repo load client,
+//! paced open-loop), for ck with its default policy (round-robin), with `--policy least-queue`
+//! and with `--no-bpf`, one after the other in one run. CPU is read from `/proc/PID/stat`
+//! (`utime` + `stime` of ck's process, all its threads, not its workers) before and after a
+//! [`MEASURE`] window that starts [`WARM_UP`] into the load; the finer sum of
+//! `/proc/PID/task/*/schedstat` (nanoseconds on CPU per thread) is shown beside it.
+
+use std::fs;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use ck_tests::load::{self, LoadReport, LoadSpec, Mode};
+
+use super::Bench;
+use super::instance::{Instance, Variant};
+use super::table::{Cell, Goal, Table};
+
+/// Workers of every instance.
+const WORKERS: u32 = 2;
+/// New connections per second asked of the load client.
+const RATE: f64 = 10_000.0;
+/// Concurrent load connections (each sends one request at a time).
+const CONNECTIONS: usize = 64;
+/// Load before the CPU window starts (the supervisor reaches its steady pace).
+const WARM_UP: Duration = Duration::from_secs(1);
+/// The CPU window, under load all along.
+const MEASURE: Duration = Duration::from_secs(10);
+/// Limit of one request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One contender: its column and `ck run` setup.
+struct Contender {
+    label: &'static str,
+    variant: Variant,
+    extra: &'static [&'static str],
+}
+
+/// The contenders, in the table's order.
+const CONTENDERS: [Contender; 3] = [
+    Contender {
+        label: "ck (round-robin)",
+        variant: Variant::Ck,
+        extra: &[],
+    },
+    Contender {
+        label: "ck least-queue",
+        variant: Variant::Ck,
+        extra: &["--policy", "least-queue"],
+    },
+    Contender {
+        label: "--no-bpf",
+        variant: Variant::Baseline,
+        extra: &[],
+    },
+];
+
+/// One contender's measurements.
+struct Sample {
+    /// `utime` + `stime` over the window.
+    ticks_cpu: Duration,
+    /// The threads' schedstat run time over the window.
+    sched_cpu: Duration,
+    /// The load over its whole run.
+    report: LoadReport,
+}
+
+/// Runs the scenario and returns its table.
+pub fn run(bench: &Bench) -> Result<Table> {
+    let mut samples = Vec::new();
+    for contender in &CONTENDERS {
+        bench.progress(format_args!("supervisor-cpu: {}", contender.label));
+        samples.push(measure(bench, contender)?);
+    }
+    let columns: Vec<&str> = CONTENDERS.iter().map(|c| c.label).collect();
+    let mut t = Table::with_columns(
+        &format!(
+            "supervisor-cpu: ck's own CPU, {WORKERS} demo workers, ~{RATE:.0} new connections/s \
+             (Connection: close), {MEASURE:?} window"
+        ),
+        &columns,
+    );
+    t.ratio_between(0, 2);
+    let per_window = |d: Duration| Cell::ms(d);
+    let percent = |d: Duration| {
+        let pct = d.as_secs_f64() / MEASURE.as_secs_f64() * 100.0;
+        Cell {
+            text: format!("{pct:.2} %"),
+            num: Some(pct),
+        }
+    };
+    t.row_of(
+        &format!("CPU per {MEASURE:?} (utime+stime)"),
+        samples.iter().map(|s| per_window(s.ticks_cpu)).collect(),
+        Goal::None,
+    );
+    t.row_of(
+        "% of a core (utime+stime)",
+        samples.iter().map(|s| percent(s.ticks_cpu)).collect(),
+        Goal::AtMost(0.3, "<= 0.3 %"),
+    );
+    t.row_of(
+        &format!("CPU per {MEASURE:?} (schedstat, all threads)"),
+        samples.iter().map(|s| per_window(s.sched_cpu)).collect(),
+        Goal::None,
+    );
+    t.row_of(
+        "% of a core (schedstat)",
+        samples.iter().map(|s| percent(s.sched_cpu)).collect(),
+        Goal::AtMost(0.3, "<= 0.3 %"),
+    );
+    t.row_of(
+        "new connections/s achieved",
+        samples
+            .iter()
+            .map(|s| Cell::rate(s.report.rps(), "conn/s"))
+            .collect(),
+        Goal::None,
+    );
+    t.row_of(
+        "failed requests",
+        samples.iter().map(|s| Cell::failures(&s.report)).collect(),
+        Goal::None,
+    );
+    let lq = &samples[1];
+    let base = &samples[2];
+    if !base.sched_cpu.is_zero() {
+        t.note(format!(
+            "least-queue / --no-bpf (schedstat): {:.2}",
+            lq.sched_cpu.as_secs_f64() / base.sched_cpu.as_secs_f64()
+        ));
+    }
+    for (contender, s) in CONTENDERS.iter().zip(&samples) {
+        t.failure_notes(contender.label, &s.report, 3);
+        if s.report.rps() < RATE * 0.9 {
+            t.note(format!(
+                "{}: the load client reached {:.0} of the {RATE:.0} conn/s asked (its CPUs are \
+                 shared with ck, the workers and the machine's other processes); the paced \
+                 requests it could not start in time went out as fast as answers came",
+                contender.label,
+                s.report.rps()
+            ));
+        }
+    }
+    t.note(format!(
+        "utime+stime counts in clock ticks ({} ms each); schedstat in nanoseconds (threads alive \
+         at both reads)",
+        1000 / clock_ticks()
+    ));
+    Ok(t)
+}
+
+/// Runs one contender: ck started, load for [`WARM_UP`] + [`MEASURE`] + a little, CPU read at
+/// both ends of the window.
+fn measure(bench: &Bench, contender: &Contender) -> Result<Sample> {
+    let mut inst = Instance::start(
+        &bench.bin,
+        &bench.log_dir,
+        "supervisor-cpu",
+        contender.variant,
+        WORKERS,
+        contender.extra,
+    )?;
+    inst.wait_ready(WORKERS as usize)?;
+    let mut spec = LoadSpec::for_duration(
+        inst.addr(),
+        Mode::NewConnection,
+        CONNECTIONS,
+        WARM_UP + MEASURE + Duration::from_millis(500),
+    );
+    spec.rate = Some(RATE);
+    spec.timeout = REQUEST_TIMEOUT;
+    let load = load::start(spec);
+    thread::sleep(WARM_UP);
+    let pid = inst.pid();
+    let (ticks0, sched0) = (ticks_cpu(pid)?, sched_cpu(pid)?);
+    let window = Instant::now();
+    thread::sleep(MEASURE);
+    let (ticks1, sched1) = (ticks_cpu(pid)?, sched_cpu(pid)?);
+    let scale = MEASURE.as_secs_f64() / window.elapsed().as_secs_f64();
+    let report = load.join();
+    bench.progress(format_args!(
+        "supervisor-cpu: {}: {}",
+        contender.label,
+        report.summary()
+    ));
+    bench.report_log(&inst);
+    inst.stop()?;
+    Ok(Sample {
+        ticks_cpu: ticks1.saturating_sub(ticks0).mul_f64(scale),
+        sched_cpu: sched1.saturating_sub(sched0).mul_f64(scale),
+        report,
+    })
+}
+
+/// Clock ticks per second (`utime`'s unit).
+fn clock_ticks() -> u64 {
+    // SAFETY: sysconf reads a constant of the system; no memory is involved.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as u64 } else { 100 }
+}
+
+/// `utime` + `stime` of `pid` (all its threads, dead ones included; not its children).
+fn ticks_cpu(pid: u32) -> Result<Duration> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let ticks = utime_stime(&stat).with_context(|| format!("parsing {path}: {stat}"))?;
+    Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64))
+}
+
+/// `utime` + `stime` (fields 14 and 15) of a `/proc/PID/stat` line; the command name (field 2)
+/// may hold spaces and parentheses, so fields are counted after its last `)`.
+fn utime_stime(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state).
+    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
+    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The sum of the first field of `/proc/PID/task/*/schedstat`: nanoseconds on CPU of every
+/// thread alive now.
+fn sched_cpu(pid: u32) -> Result<Duration> {
+    let dir = format!("/proc/{pid}/task");
+    let mut ns = 0u64;
+    for entry in fs::read_dir(&dir).with_context(|| format!("listing {dir}"))? {
+        let path = entry?.path().join("schedstat");
+        // A thread that exited in between has no file any more: it counts nothing.
+        let Ok(text) = fs::read_to_string(&path) else {
+            continue;
+        };
+        ns += text
+            .split_whitespace()
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Ok(Duration::from_nanos(ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utime_and_stime_are_read_after_the_command_name() {
+        let stat = "42 (ck (x) y) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 3 0";
+        assert_eq!(utime_stime(stat), Some(12));
+    }
+
+    #[test]
+    fn the_own_process_has_a_cpu_time() {
+        let pid = std::process::id();
+        assert!(ticks_cpu(pid).is_ok());
+        assert!(sched_cpu(pid).unwrap() > Duration::ZERO);
+    }
+}
