@@ -273,7 +273,7 @@ mod tests {
             "{text}"
         );
         let bars = plot(&costs, &["", ", --against"]);
-        assert_eq!(bars.keys.len(), 8);
+        assert_eq!(bars.keys.len(), 10);
         // Round-robin of the --against build, 64 workers.
         assert_eq!(bars.groups[2].values[1], 314.0);
     }
