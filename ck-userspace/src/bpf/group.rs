@@ -11,11 +11,10 @@ use aya::{
 };
 use ck_common::{
     ActiveSet, Config, QueueOffsets, STATS_NO_SLOT, SlotInfo, SlotStats, config_flags, policy,
-    sticky::StickyTable,
 };
 use socket2::Socket;
 
-use super::{BpfError, conns::ConnCounter, maglev::Maglev, pins, queue_depth::QueueDepth};
+use super::{BpfError, conns::ConnCounter, pins, queue_depth::QueueDepth, sticky::Sticky};
 
 /// The program's read-only switch that lets it read queue depths from kernel memory.
 const READ_KERNEL: &str = "CK_READ_KERNEL";
@@ -59,62 +58,6 @@ pub struct BpfGroup {
     conns: Result<ConnCounter, String>,
 }
 
-/// The `sticky` map's halves (`--policy sticky` only): the table is computed when the ready
-/// set changes, and written to a half only when that half holds another set's table.
-struct Sticky {
-    map: Array<MapData, StickyTable>,
-    /// The table of the latest ready set.
-    built: Option<Maglev>,
-    /// The set each half's table was built for (`None`: not known to this image).
-    halves: [Option<Vec<u32>>; 2],
-}
-
-impl Sticky {
-    /// Writes the table of the empty set (no slot) to both halves of a fresh map, which the
-    /// kernel created zeroed (slot 0 everywhere), so that `ck maps` never shows a table that
-    /// was not published.
-    fn clear(&mut self) -> Result<(), BpfError> {
-        for half in 0..2 {
-            self.map
-                .set(half, StickyTable::EMPTY, 0)
-                .map_err(write_err("sticky"))?;
-            self.halves[half as usize] = Some(Vec::new());
-        }
-        Ok(())
-    }
-
-    /// Writes the table of `set`'s ready slots to half `half`, unless it holds it already.
-    fn write(&mut self, half: u32, set: &ActiveSet) -> Result<(), BpfError> {
-        let mut ready = set.slots[..(set.ready_len as usize).min(set.slots.len())].to_vec();
-        ready.sort_unstable();
-        ready.dedup();
-        let half_set = &mut self.halves[(half & 1) as usize];
-        if half_set.as_deref() == Some(ready.as_slice()) {
-            return Ok(());
-        }
-        let table = match &self.built {
-            Some(table) if table.slots() == ready => table,
-            _ => {
-                let started = std::time::Instant::now();
-                let table = Maglev::build(&ready);
-                tracing::debug!(
-                    slots = ?ready,
-                    ms = started.elapsed().as_secs_f64() * 1e3,
-                    "sticky table computed"
-                );
-                self.built.insert(table)
-            }
-        };
-        // Forget the half first: if the write fails, the next publish writes it again.
-        *half_set = None;
-        self.map
-            .set(half & 1, table.table(), 0)
-            .map_err(write_err("sticky"))?;
-        *half_set = Some(ready);
-        Ok(())
-    }
-}
-
 fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
     move |error| BpfError::Load {
         what: what.to_string(),
@@ -126,7 +69,7 @@ fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
     }
 }
 
-fn write_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
+pub(super) fn write_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
     move |error| BpfError::MapWrite {
         map,
         error: error.into(),
@@ -218,11 +161,7 @@ impl BpfGroup {
         let active = take(&mut ebpf, "active")?;
         let config_map = take(&mut ebpf, "config")?;
         let stats = take(&mut ebpf, "stats")?;
-        let sticky = Sticky {
-            map: take(&mut ebpf, "sticky")?,
-            built: None,
-            halves: [None, None],
-        };
+        let sticky = Sticky::new(take(&mut ebpf, "sticky")?);
         let mut group = BpfGroup {
             ebpf,
             sockets,

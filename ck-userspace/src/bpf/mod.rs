@@ -8,6 +8,7 @@ mod group;
 pub mod maglev;
 pub mod pins;
 pub mod queue_depth;
+mod sticky;
 
 pub(crate) use group::PINNED_MAPS;
 pub use group::{BpfGroup, PinnedStats};
