@@ -58,6 +58,8 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         ready_timeout,
         ready_grace,
         drain_timeout,
+        quiet_period,
+        quiet_max,
         reload_batch,
         restart,
         min_workers,
@@ -93,6 +95,13 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         drain_timeout,
         show_duration,
     );
+    diff.live(
+        "quiet-period",
+        &old.quiet_period,
+        quiet_period,
+        show_duration,
+    );
+    diff.live("quiet-max", &old.quiet_max, quiet_max, show_duration);
     diff.live(
         "reload-batch",
         &old.reload_batch,

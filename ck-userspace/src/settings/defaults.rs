@@ -25,6 +25,17 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const READY_GRACE: Duration = Duration::from_secs(1);
 /// `--drain-timeout`: time a stopping worker gets before SIGKILL.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// `--quiet-period`: on SIGTERM or `ck stop` (with `--metrics`), ck reports not ready at once and
+/// drains only once no new connection came for this long. 3 s outlasts an ordinary gap between
+/// new connections on a host in rotation (milliseconds to a second), and is longer than HAProxy's
+/// usual check interval (`inter 2s`), so a balancer that still sends between two checks keeps the
+/// wait going; 0 turns the wait off.
+pub const QUIET_PERIOD: Duration = Duration::from_secs(3);
+/// `--quiet-max`: the longest the quiet wait lasts, whatever the traffic. 15 s covers HAProxy's
+/// usual detection (`inter 2s fall 3`: up to ~6 s to mark a host down) and kube-proxy's endpoint
+/// propagation (a few seconds), and 15 s + `--drain-timeout` 10 s + 5 s of clean-up fits
+/// Kubernetes' default `terminationGracePeriodSeconds` of 30 s.
+pub const QUIET_MAX: Duration = Duration::from_secs(15);
 /// `--reload-batch`: workers a rolling restart replaces at a time.
 pub const RELOAD_BATCH: u32 = 1;
 /// `--restart-backoff`: the restart delays after a crash (`100ms,10s,2,0.1`).

@@ -57,6 +57,15 @@ pub struct RunArgs {
     /// Time a stopping worker gets to finish before SIGKILL.
     #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::DRAIN_TIMEOUT))]
     drain_timeout: Duration,
+    /// With --metrics: on SIGTERM or `ck stop`, /readyz answers 503 (stopping) at once, every
+    /// worker keeps serving, and the drain starts once no new connection came for this long
+    /// (0: drain at once).
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::QUIET_PERIOD), value_name = "DUR")]
+    quiet_period: Duration,
+    /// The longest the --quiet-period wait lasts: the drain starts then even if connections
+    /// still come (with a warning that the balancer never stopped sending).
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::QUIET_MAX), value_name = "DUR")]
+    quiet_max: Duration,
     /// Workers a rolling restart (SIGHUP, `ck reload`) replaces at a time.
     #[arg(long, default_value_t = defaults::RELOAD_BATCH)]
     reload_batch: u32,
@@ -240,6 +249,15 @@ impl RunArgs {
         if let Some(user) = &self.user {
             user.check(self.adopt).map_err(anyhow::Error::msg)?;
         }
+        if !self.quiet_period.is_zero() && self.quiet_period > self.quiet_max {
+            bail!(
+                "--quiet-period {:?} is longer than --quiet-max {:?}: the wait would always end at \
+                 --quiet-max before the host is quiet; give a --quiet-period shorter than \
+                 --quiet-max (or raise --quiet-max, or --quiet-period 0 for no wait)",
+                self.quiet_period,
+                self.quiet_max
+            );
+        }
         if self.crash_limit == 0 {
             bail!("--crash-limit 0: give at least 1 (crashes that open the breaker)");
         }
@@ -269,6 +287,8 @@ impl RunArgs {
             ready_timeout: self.ready_timeout,
             ready_grace: self.ready_grace,
             drain_timeout: self.drain_timeout,
+            quiet_period: self.quiet_period,
+            quiet_max: self.quiet_max,
             health: HealthConfig {
                 watchdog: self.watchdog,
                 probe: self.probe,
@@ -336,6 +356,8 @@ mod tests {
         assert_eq!(cfg.ready_timeout, defaults::READY_TIMEOUT);
         assert_eq!(cfg.ready_grace, defaults::READY_GRACE);
         assert_eq!(cfg.drain_timeout, defaults::DRAIN_TIMEOUT);
+        assert_eq!(cfg.quiet_period, defaults::QUIET_PERIOD);
+        assert_eq!(cfg.quiet_max, defaults::QUIET_MAX);
         assert_eq!(cfg.reload_batch, defaults::RELOAD_BATCH);
         assert_eq!(cfg.restart, RestartPolicy::DEFAULT);
         assert_eq!(cfg.min_workers, defaults::MIN_WORKERS);
@@ -418,5 +440,17 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.health.stall_timeout, None);
         assert_eq!(cfg.health.sample_interval, Duration::from_millis(1));
+    }
+
+    #[test]
+    fn quiet_period_longer_than_quiet_max_is_refused() {
+        let err = config(&["-w", "1", "--quiet-period", "20s", "--quiet-max", "5s"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--quiet-period 20s"), "{err}");
+        assert!(err.contains("--quiet-max 5s"), "{err}");
+        // No wait at all needs no maximum.
+        let cfg = config(&["-w", "1", "--quiet-period", "0", "--quiet-max", "0"]).unwrap();
+        assert!(cfg.quiet_period.is_zero());
     }
 }

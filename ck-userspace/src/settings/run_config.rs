@@ -208,6 +208,11 @@ pub struct RunConfig {
     pub ready_grace: Duration,
     /// Time a stopping worker gets before SIGKILL.
     pub drain_timeout: Duration,
+    /// `--quiet-period`: on a stop, the drain waits until no new connection came for this long
+    /// (zero: no wait).
+    pub quiet_period: Duration,
+    /// `--quiet-max`: the longest that wait lasts.
+    pub quiet_max: Duration,
     /// Workers replaced at a time by a rolling restart.
     pub reload_batch: u32,
     /// Crash handling: backoff and circuit breaker.

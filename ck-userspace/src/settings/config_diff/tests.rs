@@ -19,6 +19,8 @@ fn base() -> RunConfig {
         ready_timeout: defaults::READY_TIMEOUT,
         ready_grace: defaults::READY_GRACE,
         drain_timeout: defaults::DRAIN_TIMEOUT,
+        quiet_period: defaults::QUIET_PERIOD,
+        quiet_max: defaults::QUIET_MAX,
         reload_batch: defaults::RELOAD_BATCH,
         restart: RestartPolicy::DEFAULT,
         min_workers: defaults::MIN_WORKERS,
