@@ -41,16 +41,26 @@ enum Command {
     },
     /// Take a slot out of the active set; its socket stays open and its worker keeps serving
     /// what it already has.
+    /// With --all: the whole host out of rotation (/readyz 503, reason drained), every socket
+    /// open, and connections that still arrive (the balancer has not noticed yet) served.
     Drain {
         /// The slot (see `ck status`).
-        slot: u32,
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        slot: Option<u32>,
+        /// Every slot: take the whole host out of rotation.
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         target: Target,
     },
     /// Put a drained slot back into the active set.
     Undrain {
         /// The slot.
-        slot: u32,
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        slot: Option<u32>,
+        /// Every slot: put the whole host back into rotation.
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -138,8 +148,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Drain and stop every worker, then exit.
+    /// Drain and stop every worker, then exit. With --metrics, ck first answers /readyz with
+    /// 503 and waits until no new connection came for --quiet-period (at most --quiet-max).
     Stop {
+        /// Skip the quiet wait (or the rest of it): drain at once.
+        #[arg(long)]
+        now: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -199,9 +213,24 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Drain { slot, target } => simple(target.name, Request::Drain { slot }),
-        Command::Undrain { slot, target } => simple(target.name, Request::Undrain { slot }),
-        Command::Stop { target } => simple(target.name, Request::Stop),
+        Command::Drain { slot, all, target } => simple(
+            target.name,
+            match slot {
+                Some(slot) if !all => Request::Drain { slot },
+                _ => Request::DrainAll,
+            },
+        ),
+        Command::Undrain { slot, all, target } => simple(
+            target.name,
+            match slot {
+                Some(slot) if !all => Request::Undrain { slot },
+                _ => Request::UndrainAll,
+            },
+        ),
+        Command::Stop { now, target } => simple(
+            target.name,
+            if now { Request::StopNow } else { Request::Stop },
+        ),
         Command::Top { target, once } => cli::top::run(target.name, once),
         Command::Maps { target, json } => cli::maps::run(target.name, json),
         Command::Probe {

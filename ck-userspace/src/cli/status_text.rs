@@ -33,6 +33,16 @@ pub fn render(report: &StatusReport) -> String {
         "active set: {:?}   fallback: {:?}   dropped (no slot): {}",
         report.active, report.fallback, report.dropped
     );
+    if let Some(wait) = &report.quiet_wait {
+        let _ = writeln!(out, "stopping: {}", wait.words());
+    }
+    if report.host_drained {
+        let _ = writeln!(
+            out,
+            "host drained (ck drain --all): /readyz answers 503; connections that still arrive \
+             are served; `ck undrain --all` puts the host back"
+        );
+    }
     if let Some(depth) = &report.queue_depth {
         let _ = writeln!(out, "{} depth: {depth}", report.policy.name());
     }

@@ -22,8 +22,15 @@ pub enum Request {
         /// The slot.
         slot: u32,
     },
-    /// Drain and stop every worker, then exit.
+    /// Drain and stop every worker, then exit (with `--metrics`, after the quiet wait).
     Stop,
+    /// Like [`Request::Stop`], but without the quiet wait (or skipping the rest of it).
+    StopNow,
+    /// `ck drain --all`: take the whole host out of rotation (`/readyz` 503, every socket open,
+    /// connections that still arrive served).
+    DrainAll,
+    /// `ck undrain --all`: put every drained slot back.
+    UndrainAll,
     /// Rolling restart of every worker; answered when the roll ends.
     Reload,
     /// Change the number of workers.
@@ -133,6 +140,33 @@ pub struct StatusReport {
     /// or `scan (WHY)` (sock_diag matched to the workers' sockets: the fallback).
     #[serde(default)]
     pub connection_count: String,
+    /// The quiet wait of a stop (`--quiet-period`): while it lasts, or how it ended.
+    #[serde(default)]
+    pub quiet_wait: Option<QuietWaitReport>,
+    /// The whole host is out of rotation (`ck drain --all`): no group's `active` map lists a
+    /// ready slot and every worker's slot is drained.
+    #[serde(default)]
+    pub host_drained: bool,
+}
+
+/// The quiet wait of a stop in [`StatusReport`]: ck reports not ready and waits until the
+/// program has selected no new connection for the quiet period, or the maximum.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct QuietWaitReport {
+    /// The wait is under way (false: it ended, see `ended`).
+    pub waiting: bool,
+    /// Time since the last new connection (or since the wait began, if none came since).
+    pub quiet_ms: u64,
+    /// `--quiet-period`.
+    pub quiet_period_ms: u64,
+    /// Time since the wait began.
+    pub waited_ms: u64,
+    /// `--quiet-max`.
+    pub quiet_max_ms: u64,
+    /// New connections the program selected since the wait began (all groups and slots).
+    pub new_connections: u64,
+    /// How the wait ended (`quiet for 3s`, `reached --quiet-max ...`, `SIGTERM again`, ...).
+    pub ended: Option<String>,
 }
 
 /// One group's steering in [`StatusReport`].
@@ -218,6 +252,30 @@ pub struct SlotReport {
     /// Notify messages ignored because their sender was not the worker or of its tree.
     #[serde(default)]
     pub notify_refused: u64,
+}
+
+impl QuietWaitReport {
+    /// `waiting for traffic to stop, 1.2 s quiet of 3 s, 4.0 s of 15 s max`, or how the wait ended.
+    pub fn words(&self) -> String {
+        let r = self;
+        let s = |ms: u64| ms as f64 / 1000.0;
+        match &r.ended {
+            None => format!(
+                "waiting for traffic to stop, {:.1} s quiet of {} s, {:.1} s of {} s max ({} new \
+                 connections during the wait)",
+                s(r.quiet_ms),
+                s(r.quiet_period_ms),
+                s(r.waited_ms),
+                s(r.quiet_max_ms),
+                r.new_connections
+            ),
+            Some(why) => format!(
+                "quiet wait ended after {:.1} s ({why}), {} new connections during it; draining",
+                s(r.waited_ms),
+                r.new_connections
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

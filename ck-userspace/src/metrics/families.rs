@@ -86,6 +86,13 @@ const DROPPED: Family = counter(
     "Connections the BPF program dropped because no slot could take them",
     None,
 );
+/// Named as it is (no unit suffix) so that balancer-side dashboards can match it by name.
+const SINCE_LAST: Family = gauge(
+    "ck_group_seconds_since_last_connection",
+    "Seconds since the BPF program last selected a new connection for the group (from its \
+     counters' last change; since ck first read them if none came since)",
+    None,
+);
 const QUEUE: Family = gauge(
     "ck_accept_queue_depth",
     "Connections waiting in the slot's accept queue",
@@ -241,6 +248,13 @@ impl Exposition {
             encoder,
             dropped.filter_map(|g| Some((vec![("group", g.name.clone())], g.dropped?))),
         )?;
+        SINCE_LAST.encode(
+            encoder,
+            self.scrape.groups.iter().filter_map(|g| {
+                let labels = vec![("group", g.name.clone()), ("listen", g.listen.clone())];
+                Some((labels, g.since_last_connection?))
+            }),
+        )?;
         QUEUE.encode(encoder, self.per_group_slot(|s| s.queue_depth))
     }
 
@@ -310,6 +324,8 @@ mod tests {
         let scrape = Scrape {
             groups: vec![GroupScrape {
                 name: "tcp4-8080".into(),
+                listen: "0.0.0.0:8080".into(),
+                since_last_connection: Some(2.5),
                 dropped: Some(2),
                 slots: vec![GroupSlot {
                     slot: 3,
@@ -336,6 +352,7 @@ mod tests {
             "ck_connections_selected_total{group=\"tcp4-8080\",slot=\"3\"} 7\n",
             "ck_connections_dropped_total{group=\"tcp4-8080\"} 2\n",
             "ck_accept_queue_depth{group=\"tcp4-8080\",slot=\"3\"} 1\n",
+            "ck_group_seconds_since_last_connection{group=\"tcp4-8080\",listen=\"0.0.0.0:8080\"} 2.5\n",
             "ck_worker_state{slot=\"3\",state=\"ready\"} 1\n",
             "ck_worker_state{slot=\"3\",state=\"draining\"} 0\n",
             "ck_worker_ready{slot=\"3\"} 1\n",

@@ -52,6 +52,11 @@ pub struct Scrape {
 pub struct GroupScrape {
     /// Its name (`tcp4-8080`).
     pub name: String,
+    /// Its listen address (`0.0.0.0:8080`).
+    pub listen: String,
+    /// Seconds since the program last selected a new connection for it (since ck first read
+    /// its counters, if none came since), from the counters' last change; None: no counters.
+    pub since_last_connection: Option<f64>,
     /// Connections its program dropped for want of a slot (None: no program loaded).
     pub dropped: Option<u64>,
     /// Its slots' counters and queues.

@@ -10,12 +10,14 @@ mod adopt;
 mod cgroups;
 pub mod continuity;
 mod detect;
+mod drain;
 mod executor;
 mod foreign;
 mod health;
 pub mod lifecycle;
 mod members;
 mod publish;
+mod quiet;
 mod reconfigure;
 mod recycle;
 mod roll;
@@ -77,6 +79,8 @@ pub(crate) enum Event {
     Timer { slot: u32, epoch: u64, timer: Timer },
     /// A termination signal arrived.
     Signal(&'static str),
+    /// Time to read the counters during a stop's quiet wait.
+    QuietTick,
     /// SIGHUP: rolling restart (with `--config`, after reading the file again).
     Reload,
     /// SIGTTIN (+1) or SIGTTOU (-1): change the worker count by one.
@@ -180,6 +184,8 @@ pub struct Supervisor {
     bpf_resumed: bool,
     /// The state changed since the state file was last written (`--survive-supervisor`).
     state_dirty: bool,
+    /// A stop's quiet wait, and the traffic seen per group (`quiet`).
+    quiet: quiet::Quiet,
 }
 
 /// The lifecycle settings of a run.
@@ -310,6 +316,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
         timers: Vec::new(),
         bpf_resumed: reuse_maps,
         state_dirty: true,
+        quiet: Default::default(),
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
@@ -435,6 +442,7 @@ impl Supervisor {
             }
             Event::SpareDue => self.replenish_spares(),
             Event::Signal(name) => self.on_stop_signal(name),
+            Event::QuietTick => self.on_quiet_tick(),
             Event::Reload => self.reload(None),
             Event::Tick => self.on_tick(),
             Event::ProbeTick => self.on_probe_tick(),
@@ -477,32 +485,15 @@ impl Supervisor {
         }
     }
 
-    fn on_stop_signal(&mut self, name: &'static str) {
-        if !self.stopping {
-            tracing::info!(signal = name, "stopping: draining every worker");
-            self.begin_shutdown(name);
-        } else if name == "SIGINT" {
-            // A second Ctrl-C: the person at the terminal does not want to wait.
-            tracing::warn!(signal = name, "second interrupt: killing every worker now");
-            self.kill_all();
-        } else {
-            tracing::info!(
-                signal = name,
-                "already stopping; send SIGINT again to kill now"
-            );
-        }
-    }
-
     fn control(&mut self, req: Request, reply: oneshot::Sender<Response>) {
         let response = match req {
             Request::Status => Response::Status(Box::new(self.status())),
             Request::Drain { slot } => self.set_drained(slot, true),
             Request::Undrain { slot } => self.set_drained(slot, false),
-            Request::Stop => {
-                tracing::info!("stop requested on the control socket: draining every worker");
-                self.begin_shutdown("ck stop");
-                Response::Ok("stopping".into())
-            }
+            Request::Stop => self.stop_requested(false),
+            Request::StopNow => self.stop_requested(true),
+            Request::DrainAll => self.set_all_drained(true),
+            Request::UndrainAll => self.set_all_drained(false),
             Request::Scale { workers } => match self.scale_to(workers) {
                 Ok(msg) => Response::Ok(msg),
                 Err(msg) => Response::Error(msg),
@@ -515,43 +506,15 @@ impl Supervisor {
         let _ = reply.send(response);
     }
 
-    fn set_drained(&mut self, index: u32, drained: bool) -> Response {
-        if !self.bpf_loaded() && !self.cfg.no_bpf {
-            return Response::Error(
-                "BPF steering is still being set up (ck started a moment ago); try again".into(),
-            );
-        }
-        if !self.bpf_loaded() {
-            return Response::Error(
-                "draining without closing the socket needs BPF steering, which is off (--no-bpf); \
-                 restart ck without --no-bpf"
-                    .into(),
-            );
-        }
-        let Some(slot) = self.slots.get(&index) else {
-            let known: Vec<u32> = self.slots.keys().copied().collect();
-            return Response::Error(format!(
-                "no slot {index}; slots in use: {known:?} (see `ck status`)"
-            ));
-        };
-        if slot.life.drained == drained {
-            let word = if drained { "drained" } else { "not drained" };
-            return Response::Ok(format!("slot {index} is already {word}"));
-        }
-        self.apply(index, Input::Drain(drained));
-        let word = if drained { "drained" } else { "undrained" };
-        Response::Ok(format!("slot {index} {word}"))
-    }
-
     /// Sends a timer event for `slot` after `delay`, tagged with the slot's epoch.
     fn set_timer(&mut self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
         self.note_timer(slot, epoch, timer, delay);
         tasks::send_after(&self.events, delay, Event::Timer { slot, epoch, timer });
     }
 
-    /// Starts the shutdown: nothing new is steered anywhere, every worker gets SIGTERM, and
+    /// Starts the shutdown (after the quiet wait, if any: see `quiet`): nothing new is steered anywhere, every worker gets SIGTERM, and
     /// SIGKILL after the drain timeout.
-    fn begin_shutdown(&mut self, reason: &'static str) {
+    pub(super) fn begin_shutdown(&mut self, reason: &'static str) {
         if self.stopping {
             return;
         }

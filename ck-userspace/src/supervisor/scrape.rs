@@ -28,12 +28,15 @@ impl Supervisor {
     }
 
     fn scrape(&self) -> Scrape {
+        let since = self.seconds_since_last_connection();
         let groups = self
             .groups
             .iter()
             .enumerate()
             .map(|(index, group)| GroupScrape {
                 name: group.name.clone(),
+                listen: group.addr.addr.to_string(),
+                since_last_connection: since.get(index).copied().flatten(),
                 dropped: group.bpf.as_ref().map(|b| b.stats(STATS_NO_SLOT).errors),
                 slots: self
                     .slots
@@ -106,6 +109,16 @@ impl Supervisor {
     fn readiness(&self) -> Result<String, String> {
         if self.stopping {
             return Err("ck is stopping".into());
+        }
+        if let Some(why) = self.quiet_readiness() {
+            return Err(why);
+        }
+        if self.host_drained() {
+            return Err(
+                "drained: every slot is drained (`ck drain --all`); `ck undrain --all` puts the \
+                 host back"
+                    .into(),
+            );
         }
         let mut ready = Vec::new();
         let mut missing = Vec::new();

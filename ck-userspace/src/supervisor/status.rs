@@ -237,7 +237,7 @@ impl Supervisor {
             memory_limit: self.memory_limit(),
             adopt: self.cfg.adopt,
             dropped: self.slot_stats(MAX_SLOTS).errors,
-            stopping: self.stopping,
+            stopping: self.stopping || self.quiet.waiting(),
             reloading: self.roll.is_some(),
             migration: self.bpf_loaded() && crate::bpf::kernel_migrates(),
             queue_depth: self.queue_depth(),
@@ -248,6 +248,8 @@ impl Supervisor {
             upgrades: self.upgrades,
             last_upgrade: self.last_upgrade.clone(),
             connection_count,
+            quiet_wait: self.quiet_report(),
+            host_drained: self.host_drained(),
         }
     }
 }

@@ -114,7 +114,7 @@ impl Supervisor {
                     .into(),
             );
         }
-        if self.stopping {
+        if self.stopping || self.quiet.waiting() {
             return Some("ck is stopping".into());
         }
         if self.roll.is_some() {
