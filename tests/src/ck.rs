@@ -167,6 +167,19 @@ impl Status {
             .collect()
     }
 
+    /// Where `--metrics` listens.
+    ///
+    /// # Panics
+    /// When the instance has no metrics listener.
+    pub fn metrics_addr(&self) -> std::net::SocketAddr {
+        let addr = self
+            .metrics
+            .as_deref()
+            .unwrap_or_else(|| panic!("`ck status` shows no metrics address: {self:#?}"));
+        addr.parse()
+            .unwrap_or_else(|e| panic!("metrics address {addr:?}: {e}"))
+    }
+
     /// Sum of `migrated` over the slots.
     pub fn migrated(&self) -> u64 {
         self.slots.iter().map(|s| s.migrated).sum()

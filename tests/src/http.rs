@@ -114,17 +114,25 @@ pub fn get_new_conn_from(source: IpAddr, addr: SocketAddr) -> Result<Answer, Fai
 /// Opens a fresh connection, sends `GET path` with `Connection: close` and returns the answer's
 /// status code (for endpoints other than the demo worker's `GET /`).
 pub fn get_status(addr: SocketAddr, path: &str) -> Result<u16, Failure> {
+    get_path(addr, path).map(|(code, _)| code)
+}
+
+/// Like [`get_status`], with the answer's body (`/readyz` says why).
+pub fn get_path(addr: SocketAddr, path: &str) -> Result<(u16, String), Failure> {
     let mut stream = connect(addr)?;
     stream.write_all(
         format!("GET {path} HTTP/1.1\r\nHost: ck-test\r\nConnection: close\r\n\r\n").as_bytes(),
     )?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer)?;
-    let head = String::from_utf8_lossy(&answer);
-    head.strip_prefix("HTTP/1.1 ")
-        .or_else(|| head.strip_prefix("HTTP/1.0 "))
+    let text = String::from_utf8_lossy(&answer);
+    let code = text
+        .strip_prefix("HTTP/1.1 ")
+        .or_else(|| text.strip_prefix("HTTP/1.0 "))
         .and_then(|rest| rest.get(..3)?.parse().ok())
-        .ok_or_else(|| Failure::Other(format!("not an HTTP answer: {head:?}")))
+        .ok_or_else(|| Failure::Other(format!("not an HTTP answer: {text:?}")))?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Ok((code, body.to_string()))
 }
 
 /// A connection on which one `GET /` was sent and whose answer is not read yet.

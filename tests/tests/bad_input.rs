@@ -196,3 +196,33 @@ fn survive_supervisor_with_adopt() {
     let out = run(&name, port, &["--survive-supervisor", "--adopt"]);
     assert_refused(&out, "--survive-supervisor does not support --adopt", &name);
 }
+
+#[test]
+fn quiet_period_longer_than_quiet_max() {
+    let port = free_port();
+    let name = instance_name("bad-quiet", port);
+    let out = run(
+        &name,
+        port,
+        &[
+            "--metrics",
+            "127.0.0.1:0",
+            "--quiet-period",
+            "20s",
+            "--quiet-max",
+            "5s",
+        ],
+    );
+    // Both flags named, and the fix.
+    assert_refused(
+        &out,
+        "--quiet-period 20s is longer than --quiet-max 5s",
+        &name,
+    );
+    assert_refused(
+        &out,
+        "give a --quiet-period shorter than --quiet-max",
+        &name,
+    );
+    assert!(port_bindable(port), "port {port} left bound");
+}

@@ -1,0 +1,74 @@
+//! `ck drain --all` / `ck undrain --all`: the whole host out of rotation for a balancer. With
+//! every slot drained, `/readyz` answers 503 (reason: drained) and `ck status` shows the host
+//! drained from the maps (no ready slot in the active set), yet every socket stays open and the
+//! connections that still arrive (a balancer that has not noticed yet) are all served, by the
+//! same workers; `ck undrain --all` puts every slot back and `/readyz` answers 200 again.
+
+use ck_tests::http::get_path;
+use ck_tests::{burst, local, start_ready};
+
+#[test]
+fn drain_all_takes_the_host_out_of_rotation_and_keeps_serving() {
+    let (mut ck, port, status) = start_ready("drain-all", 2, &["--metrics", "127.0.0.1:0"]);
+    let metrics = status.metrics_addr();
+    let pids = status.worker_pids();
+    assert_eq!(get_path(metrics, "/readyz").expect("/readyz").0, 200);
+    assert!(!status.host_drained, "{status:#?}");
+
+    let answer = ck.ctl_ok(&["drain", "--all"]);
+    assert!(answer.contains("every slot drained"), "{answer}");
+    let drained = ck.status();
+    assert!(drained.host_drained, "{drained:#?}");
+    assert!(drained.active.is_empty(), "{drained:#?}");
+    assert!(
+        drained
+            .slots
+            .iter()
+            .all(|s| s.drained && s.state == "draining"),
+        "{drained:#?}"
+    );
+    let (code, body) = get_path(metrics, "/readyz").expect("/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("drained"), "{body}");
+    let text = ck.ctl_ok(&["status"]);
+    assert!(text.contains("host drained"), "{text}");
+
+    // Nothing is refused: every connection is answered, by the same two workers.
+    let tally = burst(local(port), 60);
+    assert_eq!(tally.ok, 60, "{tally:?}");
+    assert!(tally.only_from(&pids), "{tally:?} not from {pids:?}");
+    assert_eq!(ck.status().worker_pids(), pids, "no worker was replaced");
+
+    // Again: nothing changes, and says so.
+    let again = ck.ctl_ok(&["drain", "--all"]);
+    assert!(again.contains("0 changed"), "{again}");
+
+    ck.ctl_ok(&["undrain", "--all"]);
+    let back = ck.wait_ready(2, ck_tests::READY_TIMEOUT);
+    assert!(!back.host_drained, "{back:#?}");
+    assert_eq!(back.active.len(), 2, "{back:#?}");
+    let (code, body) = get_path(metrics, "/readyz").expect("/readyz");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(burst(local(port), 20).ok, 20);
+    ck.ctl_ok(&["stop", "--now"]);
+    ck.wait_clean_exit();
+}
+
+#[test]
+fn drain_takes_a_slot_or_all_but_not_both() {
+    let (ck, _, _) = start_ready("drain-all-args", 1, &[]);
+    for args in [
+        &["drain", "0", "--all"][..],
+        &["drain"][..],
+        &["undrain"][..],
+    ] {
+        let out = ck.ctl(args);
+        assert!(
+            !out.status.success(),
+            "`ck {}` was accepted",
+            args.join(" ")
+        );
+        let said = ck_tests::ck::said(&out);
+        assert!(said.contains("--all") || said.contains("<SLOT>"), "{said}");
+    }
+}
