@@ -159,6 +159,22 @@ fn a_second_sigterm_skips_the_rest_of_the_wait() {
 }
 
 #[test]
+fn a_second_sigint_skips_the_rest_of_the_wait_too() {
+    let mut args = vec!["--metrics", "127.0.0.1:0"];
+    args.extend(LONG);
+    let (mut ck, _, _) = start_ready("quiet-int", 1, &args);
+    ck_tests::sys::signal(ck.pid(), nix::sys::signal::Signal::SIGINT);
+    ck.wait_status("the quiet wait", Duration::from_secs(10), waiting);
+    ck_tests::sys::signal(ck.pid(), nix::sys::signal::Signal::SIGINT);
+    ck.wait_clean_exit();
+    assert!(
+        ck.log().contains("SIGINT again during the wait"),
+        "{}",
+        ck.log()
+    );
+}
+
+#[test]
 fn ck_stop_waits_and_ck_stop_now_skips_the_wait() {
     let mut args = vec!["--metrics", "127.0.0.1:0"];
     args.extend(LONG);
