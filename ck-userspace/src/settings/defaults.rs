@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::{
     restart_policy::Backoff,
     run_config::{LogFormat, Policy, ReadyMode},
+    stop_signal::StopSignal,
 };
 
 /// The port of the one listen address when neither `--port` nor `--listen` is given.
@@ -25,6 +26,8 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const READY_GRACE: Duration = Duration::from_secs(1);
 /// `--drain-timeout`: time a stopping worker gets before SIGKILL.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// `--stop-signal`: the signal that stops a worker gracefully (SIGKILL after the drain timeout).
+pub const STOP_SIGNAL: StopSignal = StopSignal::TERM;
 /// `--reload-batch`: workers a rolling restart replaces at a time.
 pub const RELOAD_BATCH: u32 = 1;
 /// `--restart-backoff`: the restart delays after a crash (`100ms,10s,2,0.1`).

@@ -208,6 +208,8 @@ pub struct RunConfig {
     pub ready_grace: Duration,
     /// Time a stopping worker gets before SIGKILL.
     pub drain_timeout: Duration,
+    /// `--stop-signal`: the signal that stops a worker gracefully.
+    pub stop_signal: crate::settings::stop_signal::StopSignal,
     /// Workers replaced at a time by a rolling restart.
     pub reload_batch: u32,
     /// Crash handling: backoff and circuit breaker.
