@@ -101,6 +101,10 @@ fn stop_workers(state: &Path, stop: Signal, drain: Duration) {
             continue;
         }
         if let Ok(fd) = pidfd::open(pid) {
+            eprintln!(
+                "ck orphan-guard: stopping worker pid={pid} ({}, SIGKILL after {drain:?})",
+                stop.as_str()
+            );
             let _ = pidfd::send_signal(&fd, stop);
             live.push((pid, fd));
         }
