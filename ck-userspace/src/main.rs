@@ -96,9 +96,12 @@ enum Command {
         /// How long the workers wait for a new ck.
         #[arg(long, value_parser = parse_duration)]
         timeout: Duration,
-        /// How long a worker may drain after SIGTERM.
+        /// How long a worker may drain after the stop signal.
         #[arg(long, value_parser = parse_duration)]
         drain_timeout: Duration,
+        /// The signal that stops a worker gracefully (`ck run --stop-signal`).
+        #[arg(long, default_value_t = ck::settings::defaults::STOP_SIGNAL)]
+        stop_signal: ck::settings::stop_signal::StopSignal,
         /// The pid of the ck to watch.
         #[arg(long)]
         supervisor: u32,
@@ -249,6 +252,7 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             name,
             timeout,
             drain_timeout,
+            stop_signal,
             supervisor,
         } => {
             ck::supervisor::continuity::orphan_guard::run(
@@ -256,6 +260,7 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
                     name,
                     timeout,
                     drain_timeout,
+                    stop_signal: stop_signal.signal(),
                     supervisor,
                 },
             )?;

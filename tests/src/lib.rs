@@ -1,7 +1,8 @@
 //! Harness for ck's integration tests (`tests/tests/*.rs`): start a `ck run` instance on a free
 //! port under a name of its own ([`ck::Ck`]), give it a wrapper app ([`app`]), talk HTTP to its
 //! demo workers ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect
-//! processes, ports and CPUs ([`sys`]); run a program in a real terminal ([`tmux`]), and read
+//! processes, ports and CPUs ([`sys`]); run real servers ([`pyservers`], [`real_servers`]) through
+//! one checklist ([`server_checks`]); run a program in a real terminal ([`tmux`]), and read
 //! the files of `deploy/` ([`deploy`]).
 //!
 //! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
@@ -17,6 +18,8 @@ pub mod http;
 pub mod load;
 pub mod privs;
 pub mod pyservers;
+pub mod real_servers;
+pub mod server_checks;
 pub mod sys;
 pub mod tmux;
 

@@ -226,3 +226,32 @@ fn quiet_period_longer_than_quiet_max() {
     );
     assert!(port_bindable(port), "port {port} left bound");
 }
+
+/// An unknown `--stop-signal` is refused with the signals ck takes, from the command line and
+/// from the config file.
+#[test]
+fn unknown_stop_signal() {
+    let list = "give one of TERM, QUIT, INT, HUP, USR1, USR2, WINCH, KILL";
+    let port = free_port();
+    let name = instance_name("bad-stopsig", port);
+    let out = run(&name, port, &["--stop-signal", "STOP"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "ck run took --stop-signal STOP: {err}"
+    );
+    assert!(err.contains("\"STOP\" is not a stop signal"), "{err}");
+    assert!(err.contains(list), "{err}");
+    assert!(!pins_dir(&name).exists() && !control_socket(&name).exists());
+    assert!(port_bindable(port), "port {port} left bound");
+
+    let dir = TempDir::new("bad-stopsig");
+    let file = dir.write("ck.toml", "stop-signal = \"SIGCHLD\"\n", false);
+    refused(
+        "bad-stopsig-file",
+        &["--config", file.to_str().expect("utf-8")],
+        &format!(
+            "line 1: `stop-signal = \"SIGCHLD\"`: \"SIGCHLD\" is not a stop signal ck sends: {list}"
+        ),
+    );
+}

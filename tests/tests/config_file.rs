@@ -245,3 +245,41 @@ fn reload_turns_probes_on() {
     assert!(probed.active.is_empty(), "{probed:#?}");
     assert!(probed.slots[0].probe_hits >= 2, "{probed:#?}");
 }
+
+/// A reload that changes `stop-signal` applies it to the roll it starts: the old worker, a demo
+/// worker that ignores SIGTERM (SIGINT stops it), gets SIGINT and exits 0 long before the
+/// 60 s drain timeout that SIGTERM would have waited for.
+#[test]
+fn reload_changes_the_stop_signal_for_the_workers_it_replaces() {
+    let ck_path = ck_bin();
+    let app = format!(
+        "app = [{:?}, \"demo-worker\", \"--ignore-sigterm\"]\n",
+        ck_path.to_str().expect("UTF-8 path")
+    );
+    let base = format!("workers = 1\ndrain-timeout = \"60s\"\n{app}");
+    let (mut ck, dir) = start_with_file("cfg-stopsig", &base, &[]);
+    let first = wait_exactly(&mut ck, 1);
+    assert_eq!(first.stop_signal, "SIGTERM", "{first:#?}");
+    let old = first.worker_pids().into_iter().next().expect("a worker");
+    std::fs::write(config_path(&dir), format!("stop-signal = \"INT\"\n{base}")).unwrap();
+    let said = ck.ctl_ok(&["reload"]);
+    assert!(said.contains("stop-signal TERM -> INT"), "{said}");
+    let after = wait_exactly(&mut ck, 1);
+    assert_eq!(after.stop_signal, "SIGINT", "{after:#?}");
+    let gone = ck_tests::sys::wait_all_dead(&[old].into(), std::time::Duration::from_secs(20));
+    assert!(gone.is_empty(), "the old worker did not stop: {}", ck.log());
+    let log = ck.log();
+    let pid = format!("pid={old} ");
+    assert!(
+        log.lines().any(|l| l.contains("worker stopping")
+            && l.contains(&pid)
+            && l.contains("signal=\"SIGINT\"")),
+        "{log}"
+    );
+    assert!(
+        log.lines().any(|l| l.contains("worker exited")
+            && l.contains(&pid)
+            && l.contains("reason=exit 0")),
+        "{log}"
+    );
+}

@@ -1,34 +1,32 @@
-//! Real servers under ck, unmodified: gunicorn (socket activation: it finds LISTEN_FDS itself
-//! and says READY=1) and uvicorn (`--fd 3`), each spread evenly, drained, and rolled under a
-//! keep-alive load (300 requests/s: Python servers on two shared CPUs). gunicorn's sync workers
-//! close every connection after its response, so nothing is lost even for a client that never
-//! retries. uvicorn closes idle keep-alive connections at once on SIGTERM (no setting of its own
-//! changes that), so its rolls are tested with a client that retries an idempotent request whose
-//! reused connection closed before any answer, as HTTP clients and browsers do (README).
+//! Real servers on ck's socket (socket activation), unmodified, each through the one checklist
+//! of `ck_tests::server_checks` (spread, drain, a roll under load with no failed request, a
+//! SIGKILL that fails no more than the worker held, a clean stop that leaves nothing):
+//! gunicorn (it finds LISTEN_FDS itself and says READY=1), uvicorn (`--fd 3`), puma
+//! (`--bind-to-activated-sockets only`; silent, ready at its first passing probe) and the Node
+//! example `examples/worker.js`. Go and nginx bind their own sockets: `servers_adopt.rs`.
+//!
+//! gunicorn's sync workers close every connection after its response, so nothing is lost even
+//! for a keep-alive client that never retries. uvicorn closes idle keep-alive connections at
+//! once on SIGTERM (no setting of its own changes that), so its rolls are tested with a client
+//! that retries an idempotent request whose reused connection closed before any answer, as
+//! HTTP clients and browsers do (README). Python and Ruby servers get 300 requests/s, Node 600
+//! (two shared CPUs).
+
+use std::path::PathBuf;
 
 use ck_tests::app::script;
-use ck_tests::churn::{self, Background};
-use ck_tests::http::burst_without;
 use ck_tests::load::Mode;
 use ck_tests::pyservers::{server, write_apps};
+use ck_tests::real_servers::puma_command;
+use ck_tests::server_checks::{self, Checks};
+use ck_tests::start_ready;
 use ck_tests::sys::TempDir;
-use ck_tests::{Ck, burst_pinned, local, start_ready};
 
-/// Spread (20/20 over 2 slots), drain (0 to the drained slot), then 3 reloads under a
-/// keep-alive load (`retry`: as HTTP clients do): no failed request.
-fn serves_drains_and_rolls(label: &str, mut ck: Ck, port: u16, retry: bool) {
-    let tally = burst_pinned(local(port), 40);
-    assert_eq!(tally.ok, 40, "{tally:?}");
-    assert_eq!((tally.slot(0), tally.slot(1)), (20, 20), "{tally:?}");
-    ck.ctl_ok(&["drain", "1"]);
-    burst_without(burst_pinned, local(port), 40, 1, "drained");
-    ck.ctl_ok(&["undrain", "1"]);
-    let load = Background::start_with(port, Mode::KeepAlive, retry, 300.0);
-    let run = churn::reload_times_under(&mut ck, load, 3);
-    run.assert_all_succeeded(&ck);
-    churn::print_report(label, &run.report);
-    churn::assert_served(&run.report);
-}
+/// Requests a second for the Python and Ruby servers.
+const SLOW_RATE: f64 = 300.0;
+/// Requests a second for Node (a new connection each: two Node processes booting beside two
+/// serving ones fall seconds behind 1500/s on two shared CPUs).
+const NODE_RATE: f64 = 600.0;
 
 #[test]
 fn gunicorn_runs_under_ck_with_socket_activation_and_ready() {
@@ -68,7 +66,12 @@ fn gunicorn_runs_under_ck_with_socket_activation_and_ready() {
         status.slots.iter().all(|s| s.status.is_some()),
         "STATUS= shown: {status:#?}"
     );
-    serves_drains_and_rolls("gunicorn", ck, port, false);
+    let checks = Checks {
+        roll_mode: Mode::KeepAlive,
+        keeps_alive: false,
+        ..Checks::new("gunicorn", SLOW_RATE)
+    };
+    server_checks::run(ck, port, checks);
 }
 
 #[test]
@@ -93,5 +96,45 @@ fn uvicorn_runs_under_ck_on_fd_3() {
             "asgi_app:app",
         ],
     );
-    serves_drains_and_rolls("uvicorn", ck, port, true);
+    let checks = Checks {
+        roll_mode: Mode::KeepAlive,
+        retry: true,
+        ..Checks::new("uvicorn", SLOW_RATE)
+    };
+    server_checks::run(ck, port, checks);
+}
+
+/// puma waits for connections in `pselect6`, which `--ready auto`'s `/proc` detection does not
+/// see, and says nothing on NOTIFY_SOCKET without the sd_notify gem: with `--probe http` a
+/// silent worker is ready at its first passing probe (an HTTP GET through its own socket).
+#[test]
+fn puma_runs_under_ck_on_its_activated_socket() {
+    let dir = TempDir::new("puma");
+    let command = puma_command(&dir);
+    let mut args = vec!["--policy", "round-robin", "--probe", "http", "--"];
+    args.extend(command.iter().map(String::as_str));
+    let (ck, port, _) = start_ready("puma", 2, &args);
+    assert!(
+        ck.log().contains("reason=\"first probe passed\""),
+        "puma taken as ready by its probe: {}",
+        ck.log()
+    );
+    server_checks::run(ck, port, Checks::new("puma", SLOW_RATE));
+}
+
+#[test]
+fn node_worker_runs_under_ck_on_fd_3() {
+    let app = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/worker.js");
+    let (ck, port, _) = start_ready(
+        "node",
+        2,
+        &[
+            "--policy",
+            "round-robin",
+            "--",
+            "node",
+            app.to_str().unwrap(),
+        ],
+    );
+    server_checks::run(ck, port, Checks::new("node", NODE_RATE));
 }

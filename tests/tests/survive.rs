@@ -314,3 +314,43 @@ fn a_pid_that_names_another_process_now_is_neither_taken_back_nor_signalled() {
     second.wait_clean_exit();
     assert_guards_gone(&name);
 }
+
+/// The orphan guard stops orphans with `--stop-signal`: demo workers that ignore SIGTERM
+/// (SIGINT stops them) stop on the guard's SIGINT, long before the 60 s drain timeout after
+/// which SIGTERM would have left them to SIGKILL.
+#[test]
+fn the_orphan_guard_sends_the_stop_signal() {
+    let ck_path = ck_tests::ck_bin();
+    let (mut ck, _port, before) = start_ready(
+        "sv-orphan-sig",
+        2,
+        &[
+            "--survive-supervisor",
+            "--orphan-timeout",
+            "1s",
+            "--drain-timeout",
+            "60s",
+            "--stop-signal",
+            "INT",
+            "--",
+            ck_path.to_str().expect("UTF-8 path"),
+            "demo-worker",
+            "--ignore-sigterm",
+        ],
+    );
+    let name = ck.name().to_string();
+    let pids = before.worker_pids();
+    ck.kill_supervisor();
+    let left = wait_all_dead(&pids, Duration::from_secs(20));
+    assert!(
+        left.is_empty(),
+        "workers {left:?} still alive\n{}",
+        ck.log()
+    );
+    for pid in &pids {
+        let line =
+            format!("ck orphan-guard: stopping worker pid={pid} (SIGINT, SIGKILL after 60s)");
+        assert!(ck.log().contains(&line), "no {line:?} in:\n{}", ck.log());
+    }
+    assert_guards_gone(&name);
+}

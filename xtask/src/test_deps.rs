@@ -1,6 +1,6 @@
 //! What the integration tests run besides ck: Node.js, Python 3, a C compiler, tmux (the
-//! terminal `ck top` is tested in), tini, `systemd-analyze` and setpriv (Debian packages, installed when
-//! missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
+//! terminal `ck top` is tested in), tini, `systemd-analyze`, setpriv, and the real servers Go,
+//! nginx, puma and rack (Debian packages, installed when missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
 //! workspace (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate`
 //! from PyPI (`target/k8s-validate`). [`ensure`] is idempotent and prints one `xtask: ...` line
 //! per thing it does.
@@ -14,8 +14,9 @@ use crate::cmd::{self, command};
 /// Programs the tests start, and the Debian package that has each: tmux is the terminal `ck top`
 /// is tested in, tini runs ck in the container image (`deploy/Dockerfile`), `systemd-analyze
 /// verify` checks `deploy/ck.service`, setpriv runs ck and its clients as `nobody` with chosen
-/// capabilities (`least_privilege.rs`, `control_peer.rs`).
-const PROGRAMS: [(&str, &str); 7] = [
+/// capabilities (`least_privilege.rs`, `control_peer.rs`); go, nginx, puma and rackup (rack,
+/// which puma runs apps with) are the real servers of `servers.rs` and `servers_adopt.rs`.
+const PROGRAMS: [(&str, &str); 11] = [
     ("node", "nodejs"),
     ("python3", "python3"),
     ("cc", "gcc"),
@@ -23,6 +24,10 @@ const PROGRAMS: [(&str, &str); 7] = [
     ("tini", "tini"),
     ("systemd-analyze", "systemd"),
     ("setpriv", "util-linux"),
+    ("go", "golang-go"),
+    ("nginx", "nginx-light"),
+    ("puma", "puma"),
+    ("rackup", "ruby-rack"),
 ];
 
 /// PyPI packages the tests run, and a binary each installs.
@@ -36,7 +41,7 @@ const K8S_VALIDATE: [(&str, &str); 1] = [("kubernetes-validate==1.37.0", "kubern
 pub fn ensure(workspace: &Path) -> Result<()> {
     let missing: Vec<&str> = PROGRAMS
         .iter()
-        .filter(|(program, _)| cmd::find_program(program, &[]).is_none())
+        .filter(|(program, _)| cmd::find_program(program, &["/usr/sbin"]).is_none())
         .map(|(_, package)| *package)
         .collect();
     if !missing.is_empty() {

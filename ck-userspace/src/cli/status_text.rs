@@ -43,6 +43,14 @@ pub fn render(report: &StatusReport) -> String {
              are served; `ck undrain --all` puts the host back"
         );
     }
+    if !report.stop_signal.is_empty() {
+        let _ = writeln!(
+            out,
+            "stop: {}, SIGKILL after {:?}",
+            report.stop_signal,
+            std::time::Duration::from_millis(report.drain_timeout_ms)
+        );
+    }
     if let Some(depth) = &report.queue_depth {
         let _ = writeln!(out, "{} depth: {depth}", report.policy.name());
     }
@@ -174,6 +182,17 @@ mod tests {
                 .next()
                 .unwrap()
                 .ends_with("BPF steering OFF (plain SO_REUSEPORT), migration off, reloading"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_stop_signal_is_shown_with_the_drain_timeout() {
+        let text = render(&report(
+            json!({"stop_signal": "SIGQUIT", "drain_timeout_ms": 10_000}),
+        ));
+        assert!(
+            text.contains("\nstop: SIGQUIT, SIGKILL after 10s\n"),
             "{text}"
         );
     }

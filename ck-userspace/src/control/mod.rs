@@ -121,6 +121,12 @@ pub struct StatusReport {
     pub queue_depth: Option<String>,
     /// Target worker count.
     pub workers: u32,
+    /// `--stop-signal` (`SIGTERM`, `SIGQUIT`, ...): what stops a worker gracefully.
+    #[serde(default)]
+    pub stop_signal: String,
+    /// `--drain-timeout` in milliseconds: when SIGKILL follows the stop signal.
+    #[serde(default)]
+    pub drain_timeout_ms: u64,
     /// Where `--metrics` serves `/metrics`, `/healthz` and `/readyz` (`127.0.0.1:9100`), if
     /// it does.
     #[serde(default)]

@@ -1,6 +1,6 @@
 //! What changed between two configurations of `ck run` (the config file as last read and as
 //! read again by a reload), option by option, and whether a running instance can take each
-//! change: the worker count, the app, health, readiness, restart and recycling settings can; the
+//! change: the worker count, the app, health, readiness, restart, stop and recycling settings can; the
 //! name, the listen addresses, the BPF program's settings, `--adopt`, `--no-bpf`, the cgroups'
 //! memory limit and the log format are fixed at start and need a restart of ck.
 use std::{fmt, time::Duration};
@@ -60,6 +60,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         drain_timeout,
         quiet_period,
         quiet_max,
+        stop_signal,
         reload_batch,
         restart,
         min_workers,
@@ -94,6 +95,14 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         &old.drain_timeout,
         drain_timeout,
         show_duration,
+    );
+    // Live: every stop after the reload sends the new signal (the old workers a roll replaces
+    // included); a worker already stopping got its signal.
+    diff.live(
+        "stop-signal",
+        &old.stop_signal,
+        stop_signal,
+        ToString::to_string,
     );
     diff.live(
         "quiet-period",

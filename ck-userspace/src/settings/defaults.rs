@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::{
     restart_policy::Backoff,
     run_config::{LogFormat, Policy, ReadyMode},
+    stop_signal::StopSignal,
 };
 
 /// The port of the one listen address when neither `--port` nor `--listen` is given.
@@ -36,6 +37,8 @@ pub const QUIET_PERIOD: Duration = Duration::from_secs(3);
 /// propagation (a few seconds), and 15 s + `--drain-timeout` 10 s + 5 s of clean-up fits
 /// Kubernetes' default `terminationGracePeriodSeconds` of 30 s.
 pub const QUIET_MAX: Duration = Duration::from_secs(15);
+/// `--stop-signal`: the signal that stops a worker gracefully (SIGKILL after the drain timeout).
+pub const STOP_SIGNAL: StopSignal = StopSignal::TERM;
 /// `--reload-batch`: workers a rolling restart replaces at a time.
 pub const RELOAD_BATCH: u32 = 1;
 /// `--restart-backoff`: the restart delays after a crash (`100ms,10s,2,0.1`).

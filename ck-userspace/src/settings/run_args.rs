@@ -13,6 +13,7 @@ use crate::settings::{
     health::{HealthConfig, ProbeKind},
     restart_policy::{Backoff, RestartPolicy, parse_backoff},
     run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
+    stop_signal::StopSignal,
 };
 
 /// The clap command of `ck run`: the `run` subcommand of the binary, the keys and value
@@ -66,6 +67,11 @@ pub struct RunArgs {
     /// still come (with a warning that the balancer never stopped sending).
     #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::QUIET_MAX), value_name = "DUR")]
     quiet_max: Duration,
+    /// The signal that stops a worker gracefully (rolls, scale-down, recycling, stop): TERM,
+    /// QUIT (nginx, unicorn, php-fpm), INT, HUP, USR1 (HAProxy), USR2, WINCH or KILL, with or
+    /// without SIG, or its number; SIGKILL follows after --drain-timeout.
+    #[arg(long, value_name = "SIG", default_value_t = defaults::STOP_SIGNAL)]
+    stop_signal: StopSignal,
     /// Workers a rolling restart (SIGHUP, `ck reload`) replaces at a time.
     #[arg(long, default_value_t = defaults::RELOAD_BATCH)]
     reload_batch: u32,
@@ -73,7 +79,7 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse_backoff, default_value_t = defaults::RESTART_BACKOFF)]
     restart_backoff: Backoff,
     /// A worker ready this long has served: its exit restarts it at once and resets the backoff
-    /// (so does a ready worker killed from outside: SIGKILL, SIGTERM, SIGINT). Earlier exits are
+    /// (so does a ready worker killed from outside: SIGKILL, SIGTERM, SIGINT, the stop signal). Earlier exits are
     /// boot crashes: they wait the backoff and count towards the breaker.
     #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::RESTART_STABLE))]
     restart_stable: Duration,
@@ -289,6 +295,7 @@ impl RunArgs {
             drain_timeout: self.drain_timeout,
             quiet_period: self.quiet_period,
             quiet_max: self.quiet_max,
+            stop_signal: self.stop_signal,
             health: HealthConfig {
                 watchdog: self.watchdog,
                 probe: self.probe,
@@ -358,6 +365,7 @@ mod tests {
         assert_eq!(cfg.drain_timeout, defaults::DRAIN_TIMEOUT);
         assert_eq!(cfg.quiet_period, defaults::QUIET_PERIOD);
         assert_eq!(cfg.quiet_max, defaults::QUIET_MAX);
+        assert_eq!(cfg.stop_signal, defaults::STOP_SIGNAL);
         assert_eq!(cfg.reload_batch, defaults::RELOAD_BATCH);
         assert_eq!(cfg.restart, RestartPolicy::DEFAULT);
         assert_eq!(cfg.min_workers, defaults::MIN_WORKERS);

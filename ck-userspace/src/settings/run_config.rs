@@ -213,6 +213,8 @@ pub struct RunConfig {
     pub quiet_period: Duration,
     /// `--quiet-max`: the longest that wait lasts.
     pub quiet_max: Duration,
+    /// `--stop-signal`: the signal that stops a worker gracefully.
+    pub stop_signal: crate::settings::stop_signal::StopSignal,
     /// Workers replaced at a time by a rolling restart.
     pub reload_batch: u32,
     /// Crash handling: backoff and circuit breaker.

@@ -49,7 +49,8 @@ pub(super) trait World {
     fn socket_open(&self, index: u32) -> bool;
     /// [`Effect::Arm`]: arms a timer that comes back as [`Input::Timer`].
     fn arm(&mut self, index: u32, timer: Timer, delay: Duration, epoch: u64);
-    /// The batch is done: `ready` slots became ready in it, `stopping` ones were asked to stop.
+    /// The batch is done: `ready` slots became ready (or healthy again) in it, `stopping` ones
+    /// were asked to stop.
     fn settled(&mut self, ready: Vec<u32>, stopping: Vec<u32>);
 }
 
@@ -105,7 +106,9 @@ fn run_into<W: World>(
         match effect {
             Effect::Note(note) => {
                 match note {
-                    Note::Ready(_) => became_ready.push(index),
+                    // Ready, or healthy again (a worker that was stalled while it booted is
+                    // unhealthy when it becomes ready): a roll or a spare waits for either.
+                    Note::Ready(_) | Note::Healthy(_) => became_ready.push(index),
                     Note::Stopping(_) => stopping.push(index),
                     _ => {}
                 }

@@ -362,7 +362,12 @@ impl Supervisor {
                 continue;
             };
             let stopping = matches!(slot.life.state, State::Stopping(..));
-            if !slot.life.serving() || stopping || worker.health.probing {
+            // A roll's starting replacement (standby) is probed too: with --probe, a silent
+            // worker is ready at its first passing probe, and nothing else would make it so.
+            let replacement_starting =
+                slot.life.standby && matches!(slot.life.state, State::Starting(_));
+            if (!slot.life.serving() && !replacement_starting) || stopping || worker.health.probing
+            {
                 continue;
             }
             let Some(source) = probe::source_of(target, base, slot.index) else {

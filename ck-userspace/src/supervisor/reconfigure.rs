@@ -87,6 +87,8 @@ impl Supervisor {
             ..next
         };
         self.settings = super::settings(&self.cfg);
+        // The state file carries settings the orphan guard uses (`--stop-signal`).
+        self.state_dirty = true;
         if probes_changed {
             self.start_probe_ticker();
         }

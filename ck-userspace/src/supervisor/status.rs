@@ -242,6 +242,8 @@ impl Supervisor {
             migration: self.bpf_loaded() && crate::bpf::kernel_migrates(),
             queue_depth: self.queue_depth(),
             workers: self.cfg.workers,
+            stop_signal: self.cfg.stop_signal.name().to_string(),
+            drain_timeout_ms: self.cfg.drain_timeout.as_millis() as u64,
             metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
             version: env!("CARGO_PKG_VERSION").to_string(),

@@ -15,6 +15,7 @@ use crate::{
     os::notify::{self, NotifyMsg, NotifySocket},
     os::sockets,
     os::spawn::{self, SpawnSpec},
+    settings::stop_signal::StopSignal,
 };
 
 /// Describes how a process ended: `exit 0`, `exit 3`, `signal SIGKILL`.
@@ -34,17 +35,22 @@ pub(crate) fn describe_exit(status: &std::io::Result<ExitStatus>) -> String {
 }
 
 /// Whether the process was killed by a signal that only others send (an operator, the OOM
-/// killer, a chaos test): SIGKILL, SIGTERM or SIGINT. Crashes of its own (exit codes, SIGSEGV,
-/// SIGABRT, ...) are not.
-pub(crate) fn killed_from_outside(status: &std::io::Result<ExitStatus>) -> bool {
+/// killer, a chaos test): SIGKILL, SIGTERM, SIGINT, or the app's `--stop-signal` (an operator
+/// stops nginx with SIGQUIT). Crashes of its own (exit codes, SIGSEGV, SIGABRT, ...) are not.
+/// (A worker ck itself stopped is a clean stop whatever it died of: the machine knows it asked.)
+pub(crate) fn killed_from_outside(
+    status: &std::io::Result<ExitStatus>,
+    stop_signal: StopSignal,
+) -> bool {
     use std::os::unix::process::ExitStatusExt as _;
     let Ok(status) = status else {
         return false;
     };
-    matches!(
-        status.signal().and_then(|s| Signal::try_from(s).ok()),
-        Some(Signal::SIGKILL | Signal::SIGTERM | Signal::SIGINT)
-    )
+    let Some(signal) = status.signal().and_then(|s| Signal::try_from(s).ok()) else {
+        return false;
+    };
+    matches!(signal, Signal::SIGKILL | Signal::SIGTERM | Signal::SIGINT)
+        || signal == stop_signal.signal()
 }
 
 impl Supervisor {
@@ -257,7 +263,7 @@ impl Supervisor {
         );
         let spare = slot.spare;
         let replacement = self.is_replacement(index);
-        let outside = killed_from_outside(&status);
+        let outside = killed_from_outside(&status, self.cfg.stop_signal);
         if self.take_over(index) {
             return;
         }
@@ -329,4 +335,34 @@ pub(super) fn watch_notify(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt as _;
+
+    use super::*;
+
+    fn killed_by(signal: Signal) -> std::io::Result<ExitStatus> {
+        Ok(ExitStatus::from_raw(signal as i32))
+    }
+
+    #[test]
+    fn the_stop_signal_counts_as_from_outside_beside_kill_term_and_int() {
+        let quit: StopSignal = "QUIT".parse().unwrap();
+        for signal in [Signal::SIGKILL, Signal::SIGTERM, Signal::SIGINT] {
+            assert!(killed_from_outside(&killed_by(signal), StopSignal::TERM));
+            assert!(killed_from_outside(&killed_by(signal), quit));
+        }
+        assert!(killed_from_outside(&killed_by(Signal::SIGQUIT), quit));
+        assert!(!killed_from_outside(
+            &killed_by(Signal::SIGQUIT),
+            StopSignal::TERM
+        ));
+        assert!(!killed_from_outside(&killed_by(Signal::SIGSEGV), quit));
+        assert!(!killed_from_outside(
+            &Ok(ExitStatus::from_raw(3 << 8)),
+            quit
+        ));
+    }
 }

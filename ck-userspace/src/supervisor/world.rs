@@ -114,7 +114,7 @@ impl World for Supervisor {
             return;
         };
         let signal = match sig {
-            Sig::Term => Signal::SIGTERM,
+            Sig::Term => self.cfg.stop_signal.signal(),
             Sig::Kill => Signal::SIGKILL,
         };
         // SIGKILL takes the whole tree the worker started, not only its first process.
@@ -234,7 +234,8 @@ impl Supervisor {
                 slot = index,
                 pid,
                 reason = reason.as_str(),
-                "worker stopping (SIGTERM)"
+                signal = self.cfg.stop_signal.name(),
+                "worker stopping"
             ),
             Note::NotReadyInTime(timeout) => tracing::warn!(
                 slot = index,

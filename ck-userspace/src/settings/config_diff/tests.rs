@@ -21,6 +21,7 @@ fn base() -> RunConfig {
         drain_timeout: defaults::DRAIN_TIMEOUT,
         quiet_period: defaults::QUIET_PERIOD,
         quiet_max: defaults::QUIET_MAX,
+        stop_signal: defaults::STOP_SIGNAL,
         reload_batch: defaults::RELOAD_BATCH,
         restart: RestartPolicy::DEFAULT,
         min_workers: defaults::MIN_WORKERS,
@@ -80,6 +81,16 @@ fn live_changes_are_taken() {
         ]
     );
     assert!(changes.iter().all(|c| c.needs_restart.is_none()));
+}
+
+#[test]
+fn a_new_stop_signal_is_taken_at_once() {
+    let mut new = base();
+    new.stop_signal = "QUIT".parse().unwrap();
+    let (next, changes) = compare(&base(), &new);
+    assert_eq!(next, new);
+    assert_eq!(shown(&changes), ["stop-signal TERM -> QUIT"]);
+    assert!(changes[0].needs_restart.is_none());
 }
 
 #[test]

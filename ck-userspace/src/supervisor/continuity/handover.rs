@@ -98,6 +98,10 @@ pub struct Handover {
     /// The target worker count (`ck scale` changes it at run time; 0: none recorded).
     #[serde(default)]
     pub workers: u32,
+    /// `--stop-signal` as the running ck has it (a reload may have changed it since the
+    /// orphan guard started): the orphan guard stops the workers with it.
+    #[serde(default)]
+    pub stop_signal: Option<String>,
     /// Upgrades done so far (an upgrade's handover counts itself).
     pub upgrades: u32,
     /// Rolling restarts that ended well, and aborted.
@@ -278,6 +282,7 @@ impl Supervisor {
             started: self.started,
             next_worker_id: self.next_worker_id,
             workers: self.cfg.workers,
+            stop_signal: Some(self.cfg.stop_signal.to_string()),
             upgrades: self.upgrades,
             reloads: (self.reloads.ok, self.reloads.aborted),
             spare_failures: self.spare_failures,

@@ -1,8 +1,8 @@
 //! `ck orphan-guard`: with `--survive-supervisor`, a small process per instance that outlives
 //! ck. It waits on ck's pidfd; if ck dies and no new ck of the same name takes the fleet back
 //! within `--orphan-timeout` (a live ck answers on the control socket), it takes the instance
-//! lock, stops the workers recorded in the state file (SIGTERM, SIGKILL after the drain
-//! timeout; only processes whose start time matches), kills what is left in the instance's
+//! lock, stops the workers recorded in the state file (`--stop-signal`, SIGKILL after the
+//! drain timeout; only processes whose start time matches), kills what is left in the instance's
 //! cgroup, and removes the pins, the state file and the run-time files. A clean stop of ck
 //! removes the state file: the guard then just exits.
 use std::{
@@ -23,8 +23,10 @@ pub struct GuardSpec {
     pub name: String,
     /// How long the workers wait for a new ck.
     pub timeout: Duration,
-    /// How long a worker may drain after SIGTERM.
+    /// How long a worker may drain after the stop signal.
     pub drain_timeout: Duration,
+    /// The signal that stops a worker gracefully (`--stop-signal`).
+    pub stop_signal: Signal,
     /// The ck it guards.
     pub supervisor: u32,
 }
@@ -60,7 +62,7 @@ pub fn run(spec: GuardSpec) -> anyhow::Result<()> {
         "ck orphan-guard: no ck took instance {:?} back within {:?}: stopping its workers",
         spec.name, spec.timeout
     );
-    stop_workers(&state, spec.drain_timeout);
+    stop_workers(&state, spec.stop_signal, spec.drain_timeout);
     let _ = std::fs::remove_file(&state);
     let _ = pins::remove_instance(&spec.name);
     drop(lock);
@@ -72,15 +74,20 @@ fn answers(name: &str) -> bool {
     std::os::unix::net::UnixStream::connect(instance::control_path(name)).is_ok()
 }
 
-/// SIGTERMs the workers the state names (those still the same process), SIGKILLs them after
-/// `drain`, then kills and removes the instance's cgroup.
-fn stop_workers(state: &Path, drain: Duration) {
+/// Sends `stop` to the workers the state names (those still the same process), SIGKILLs them
+/// after `drain`, then kills and removes the instance's cgroup.
+fn stop_workers(state: &Path, stop: Signal, drain: Duration) {
     let Ok(text) = std::fs::read(state) else {
         return;
     };
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(&text) else {
         return;
     };
+    // The signal of the ck that wrote the state (a reload may have changed it).
+    let stop = value["stop_signal"]
+        .as_str()
+        .and_then(|s| s.parse::<crate::settings::stop_signal::StopSignal>().ok())
+        .map_or(stop, |s| s.signal());
     let empty = Vec::new();
     let slots = value["slots"].as_array().unwrap_or(&empty);
     let mut live = Vec::new();
@@ -94,7 +101,11 @@ fn stop_workers(state: &Path, drain: Duration) {
             continue;
         }
         if let Ok(fd) = pidfd::open(pid) {
-            let _ = pidfd::send_signal(&fd, Signal::SIGTERM);
+            eprintln!(
+                "ck orphan-guard: stopping worker pid={pid} ({}, SIGKILL after {drain:?})",
+                stop.as_str()
+            );
+            let _ = pidfd::send_signal(&fd, stop);
             live.push((pid, fd));
         }
     }

@@ -19,7 +19,7 @@ use crate::supervisor::{
 };
 use crate::{
     os::cgroup::WorkerCgroup, os::instance, os::notify::NotifySocket, os::pidfd,
-    settings::run_config::RunConfig,
+    settings::run_config::RunConfig, settings::stop_signal::StopSignal,
 };
 
 /// Where an instance's state is kept for the ck that takes over after a crash.
@@ -66,6 +66,7 @@ pub(in crate::supervisor) fn start_guard(cfg: &RunConfig) -> anyhow::Result<()> 
             "--drain-timeout",
             &format!("{}ms", cfg.drain_timeout.as_millis()),
         ])
+        .args(["--stop-signal", &cfg.stop_signal.to_string()])
         .args(["--supervisor", &std::process::id().to_string()])
         .env_remove("NOTIFY_SOCKET")
         .env_remove(crate::os::reexec::HANDOVER_ENV)
@@ -79,15 +80,19 @@ pub(in crate::supervisor) fn start_guard(cfg: &RunConfig) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// A worker that could not be taken back but still runs (the same process): SIGTERM, so it
-/// does not serve on unmanaged while a new worker takes its slot.
-fn stop_stray(w: &WorkerHandover) {
+/// A worker that could not be taken back but still runs (the same process): the stop signal,
+/// so it does not serve on unmanaged while a new worker takes its slot.
+fn stop_stray(w: &WorkerHandover, stop: StopSignal) {
     if w.start_ticks.is_some()
         && pidfd::start_ticks(w.pid) == w.start_ticks
         && let Ok(fd) = pidfd::open(w.pid)
     {
-        tracing::warn!(pid = w.pid, "stopping it (SIGTERM): ck cannot manage it");
-        let _ = pidfd::send_signal(&fd, nix::sys::signal::Signal::SIGTERM);
+        tracing::warn!(
+            pid = w.pid,
+            signal = stop.name(),
+            "stopping it: ck cannot manage it"
+        );
+        let _ = pidfd::send_signal(&fd, stop.signal());
     }
 }
 
@@ -130,6 +135,7 @@ impl Supervisor {
         let saved_ago = state.exec_at.elapsed().unwrap_or_default();
         let mut kept = Vec::new();
         let mut renew = Vec::new();
+        let stop = self.cfg.stop_signal;
         for saved in state.slots {
             let index = saved.index;
             if saved.life.standby && !saved.spare || saved.life.member {
@@ -139,7 +145,7 @@ impl Supervisor {
                 self.take_back(index, w)
                     .inspect_err(|e| {
                         tracing::warn!(slot = index, pid = w.pid, "not taken back: {e:#}");
-                        stop_stray(w);
+                        stop_stray(w, stop);
                     })
                     .ok()
             });

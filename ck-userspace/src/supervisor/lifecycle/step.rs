@@ -26,7 +26,7 @@ pub enum Timer {
 /// Signals the machine sends to the slot's worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sig {
-    /// Stop gracefully.
+    /// Stop gracefully: `--stop-signal` (SIGTERM unless told otherwise).
     Term,
     /// Stop now.
     Kill,
