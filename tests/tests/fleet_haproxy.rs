@@ -6,12 +6,12 @@
 
 mod fleet_support;
 
-use ck_tests::fleet::scenario::{ALL, Kind};
+use ck_tests::fleet::scenario::{Kind, TESTED};
 use ck_tests::fleet::{FrontKind, RigSpec};
 
 #[test]
 fn every_scenario_through_haproxy_mode_tcp() {
-    fleet_support::run(RigSpec::fast(FrontKind::HaproxyTcp), &ALL);
+    fleet_support::run(RigSpec::fast(FrontKind::HaproxyTcp), &TESTED);
 }
 
 #[test]

@@ -6,10 +6,10 @@
 
 mod fleet_support;
 
-use ck_tests::fleet::scenario::ALL;
+use ck_tests::fleet::scenario::TESTED;
 use ck_tests::fleet::{FrontKind, RigSpec};
 
 #[test]
 fn every_scenario_through_a_kubernetes_service() {
-    fleet_support::run(RigSpec::fast(FrontKind::Service), &ALL);
+    fleet_support::run(RigSpec::fast(FrontKind::Service), &TESTED);
 }

@@ -1,7 +1,7 @@
 //! What the integration tests run besides ck: Node.js, Python 3, a C compiler, tmux (the
-//! terminal `ck top` is tested in), tini, `systemd-analyze` and setpriv (Debian packages, installed when
-//! missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
-//! workspace (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate`
+//! terminal `ck top` is tested in), tini, `systemd-analyze`, setpriv, haproxy, nft, ip and
+//! nsenter (Debian packages, installed when missing), the real Python servers gunicorn and
+//! uvicorn from PyPI in a virtualenv of the workspace (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate`
 //! from PyPI (`target/k8s-validate`). [`ensure`] is idempotent and prints one `xtask: ...` line
 //! per thing it does.
 
@@ -14,8 +14,10 @@ use crate::cmd::{self, command};
 /// Programs the tests start, and the Debian package that has each: tmux is the terminal `ck top`
 /// is tested in, tini runs ck in the container image (`deploy/Dockerfile`), `systemd-analyze
 /// verify` checks `deploy/ck.service`, setpriv runs ck and its clients as `nobody` with chosen
-/// capabilities (`least_privilege.rs`, `control_peer.rs`).
-const PROGRAMS: [(&str, &str); 7] = [
+/// capabilities (`least_privilege.rs`, `control_peer.rs`); haproxy and nft are the fleet's
+/// fronts, ip makes its network namespaces and nsenter runs ck in them (`fleet_*.rs`, `cargo
+/// xtask fleet`).
+const PROGRAMS: [(&str, &str); 11] = [
     ("node", "nodejs"),
     ("python3", "python3"),
     ("cc", "gcc"),
@@ -23,6 +25,10 @@ const PROGRAMS: [(&str, &str); 7] = [
     ("tini", "tini"),
     ("systemd-analyze", "systemd"),
     ("setpriv", "util-linux"),
+    ("haproxy", "haproxy"),
+    ("nft", "nftables"),
+    ("ip", "iproute2"),
+    ("nsenter", "util-linux"),
 ];
 
 /// PyPI packages the tests run, and a binary each installs.
@@ -36,7 +42,7 @@ const K8S_VALIDATE: [(&str, &str); 1] = [("kubernetes-validate==1.37.0", "kubern
 pub fn ensure(workspace: &Path) -> Result<()> {
     let missing: Vec<&str> = PROGRAMS
         .iter()
-        .filter(|(program, _)| cmd::find_program(program, &[]).is_none())
+        .filter(|(program, _)| cmd::find_program(program, &["/usr/sbin", "/sbin"]).is_none())
         .map(|(_, package)| *package)
         .collect();
     if !missing.is_empty() {

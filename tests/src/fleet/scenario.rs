@@ -18,6 +18,8 @@ const TAIL: Duration = Duration::from_millis(1000);
 /// Which scenario a [`Row`] is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// Rolling replacement with the quiet wait off and no sleep: what neither gives.
+    NoWait,
     /// Rolling replacement with a preStop sleep and the quiet wait off.
     PreStopSleep,
     /// Rolling replacement with ck's quiet wait.
@@ -143,12 +145,18 @@ fn under_load<T>(rig: &mut Rig, action: impl FnOnce(&mut Rig, Instant) -> T) -> 
     (load.join(), out)
 }
 
-/// A rolling replacement of every host, one at a time, as a pod rollout does: the host is
+/// A rolling replacement of every host (a row of `kind`), one at a time, as a pod rollout
+/// does: the host is
 /// terminated (the Service removes it from its endpoints after the propagation delay; HAProxy
 /// learns only from its checks), after `pre_stop` (a preStop sleep, or none) its ck gets
 /// SIGTERM, and once it exited a new ck with `next_options` starts there; the next host waits
 /// until the front has the new one in rotation.
-pub fn rolling(rig: &mut Rig, pre_stop: Option<Duration>, next_options: &[String]) -> Row {
+pub fn rolling(
+    rig: &mut Rig,
+    kind: Kind,
+    pre_stop: Option<Duration>,
+    next_options: &[String],
+) -> Row {
     let (report, stop_times) = under_load(rig, |rig, _| {
         let mut times = Vec::new();
         for i in 0..rig.hosts.len() {
@@ -166,18 +174,13 @@ pub fn rolling(rig: &mut Rig, pre_stop: Option<Duration>, next_options: &[String
         }
         times
     });
-    let (kind, name) = match pre_stop {
-        Some(sleep) => (
-            Kind::PreStopSleep,
-            format!(
-                "rolling replacement, preStop sleep {} s, quiet wait off",
-                sleep.as_secs_f64()
-            ),
+    let name = match (kind, pre_stop) {
+        (_, Some(sleep)) => format!(
+            "rolling replacement, preStop sleep {} s, quiet wait off",
+            sleep.as_secs_f64()
         ),
-        None => (
-            Kind::Rolling,
-            "rolling replacement, ck's quiet wait".to_string(),
-        ),
+        (Kind::NoWait, None) => "rolling replacement, quiet wait off, no sleep".to_string(),
+        _ => "rolling replacement, ck's quiet wait".to_string(),
     };
     Row {
         stop_times,
@@ -320,8 +323,15 @@ pub fn run_all(spec: RigSpec, kinds: &[Kind], mut row: impl FnMut(&Row)) -> (Vec
         row(&r);
         rows.push(r);
     };
+    if kinds.contains(&Kind::NoWait) {
+        let off = spec.options(false);
+        done(rolling(&mut rig, Kind::NoWait, None, &off), &mut rows);
+    }
     if kinds.contains(&Kind::PreStopSleep) {
-        done(rolling(&mut rig, Some(spec.pre_stop), &quiet), &mut rows);
+        done(
+            rolling(&mut rig, Kind::PreStopSleep, Some(spec.pre_stop), &quiet),
+            &mut rows,
+        );
     } else {
         // The hosts get the quiet wait without a rollout under load.
         for i in 0..rig.hosts.len() {
@@ -335,7 +345,7 @@ pub fn run_all(spec: RigSpec, kinds: &[Kind], mut row: impl FnMut(&Row)) -> (Vec
     let steps: [(Kind, fn(&mut Rig) -> Row); 5] = [
         (Kind::Rolling, |rig| {
             let quiet = rig.spec().options(true);
-            rolling(rig, None, &quiet)
+            rolling(rig, Kind::Rolling, None, &quiet)
         }),
         (Kind::UpgradeReload, upgrade_and_reload),
         (Kind::Survive, survive),
@@ -351,8 +361,20 @@ pub fn run_all(spec: RigSpec, kinds: &[Kind], mut row: impl FnMut(&Row)) -> (Vec
     (rows, prefix)
 }
 
-/// Every scenario kind, in the order [`run_all`] runs them.
-pub const ALL: [Kind; 6] = [
+/// Every scenario kind, in the order [`run_all`] runs them: `cargo xtask fleet`.
+pub const ALL: [Kind; 7] = [
+    Kind::NoWait,
+    Kind::PreStopSleep,
+    Kind::Rolling,
+    Kind::UpgradeReload,
+    Kind::Survive,
+    Kind::DrainAll,
+    Kind::HostKilled,
+];
+
+/// The scenarios the tests run: every one but the rollout without any wait (which shows
+/// what neither the wait nor a sleep gives and promises nothing).
+pub const TESTED: [Kind; 6] = [
     Kind::PreStopSleep,
     Kind::Rolling,
     Kind::UpgradeReload,
