@@ -158,6 +158,26 @@ pub fn option_value<'a>(args: &'a [String], option: &str) -> Option<&'a str> {
         .map(|pair| pair[1].as_str())
 }
 
+/// Seconds a stop of `ck run ARGS` may take before ck exits on its own, less its clean-up:
+/// `--quiet-max` (the longest quiet wait; none without `--metrics` or with `--quiet-period 0`)
+/// plus `--drain-timeout`, each from `args` or ck's default. Also checks that the quiet period
+/// is shorter than the maximum, as `ck run` does.
+pub fn stop_budget(args: &[String]) -> f64 {
+    use ::ck::settings::defaults;
+    let value = |option: &str, default: std::time::Duration| {
+        option_value(args, option).map_or(default.as_secs_f64(), seconds)
+    };
+    let period = value("--quiet-period", defaults::QUIET_PERIOD);
+    let max = value("--quiet-max", defaults::QUIET_MAX);
+    let drain = value("--drain-timeout", defaults::DRAIN_TIMEOUT);
+    assert!(
+        period == 0.0 || period <= max,
+        "--quiet-period {period}s is longer than --quiet-max {max}s"
+    );
+    let waits = option_value(args, "--metrics").is_some() && period > 0.0;
+    if waits { max + drain } else { drain }
+}
+
 /// The capabilities (`BPF`, as Kubernetes spells them) that `ck run ARGS` needs, as
 /// `deploy/README.md` lists them: `BPF` and `PERFMON`; with `--adopt` `NET_ADMIN`; with `--user`
 /// `SETUID`, `SETGID` and `KILL` (and `SYS_PTRACE` with both); `NET_BIND_SERVICE` for a port

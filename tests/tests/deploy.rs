@@ -1,8 +1,9 @@
 //! The files of `deploy/`: the systemd unit passes `systemd-analyze verify` and stops later than
-//! ck's drain; the Kubernetes Deployment and Service pass the schema validator
+//! ck's quiet wait and drain; the Kubernetes Deployment and Service pass the schema validator
 //! (`kubernetes-validate`, strict, oldest and newest bundled Kubernetes); the Deployment runs the
 //! image's command, probes ck's `/healthz` and `/readyz`, gives ck its capabilities instead of
-//! privileged mode, and its grace period covers the preStop sleep and the drain; the
+//! privileged mode, it has no preStop sleep and its grace period covers the quiet wait
+//! (`--quiet-max`), the drain and a margin (so does the unit's `TimeoutStopSec`); the
 //! ServiceMonitor scrapes the Service's metrics port. (`deploy_container.rs` runs the image's
 //! command.)
 
@@ -12,13 +13,16 @@ use ck_tests::ck::said;
 use ck_tests::ck_bin;
 use ck_tests::deploy::{
     Yaml, container_command, integer, k8s_validator, manifest, needed_caps, option_value,
-    read_deploy, seconds, strings, text, unit_value, unit_values,
+    read_deploy, seconds, stop_budget, strings, text, unit_value, unit_values,
 };
 use ck_tests::sys::{TempDir, output_within};
 
 /// Kubernetes versions the manifests are validated against: the oldest and the newest schemas
 /// the pinned `kubernetes-validate` bundles.
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.25.0", "1.37.0"];
+
+/// Seconds a stop timeout leaves ck for its clean-up after the quiet wait and the drain.
+const CLEANUP_MARGIN: f64 = 5.0;
 
 /// Where the unit and the image install ck.
 const INSTALLED_CK: &str = "/usr/local/bin/ck";
@@ -67,12 +71,16 @@ fn the_unit_is_notified_by_ck_and_stops_after_the_drain() {
         option_value(&exec_start, "--metrics"),
         Some("127.0.0.1:9100")
     );
-    let drain = seconds(option_value(&exec_start, "--drain-timeout").expect("--drain-timeout"));
+    // The quiet wait and the drain, both spelled out, fit in the stop timeout with a margin.
+    for option in ["--quiet-period", "--quiet-max", "--drain-timeout"] {
+        assert!(option_value(&exec_start, option).is_some(), "no {option}");
+    }
+    let budget = stop_budget(&exec_start);
     let stop = seconds(&unit_value(&unit, "TimeoutStopSec"));
     assert!(
-        stop > drain,
-        "TimeoutStopSec={stop}s must exceed --drain-timeout {drain}s, or systemd SIGKILLs \
-         workers that are still draining"
+        stop >= budget + CLEANUP_MARGIN,
+        "TimeoutStopSec={stop}s must cover --quiet-max + --drain-timeout ({budget}s) + \
+         {CLEANUP_MARGIN}s, or systemd SIGKILLs workers that are still serving or draining"
     );
     // `systemctl reload` rolls this instance.
     let name = option_value(&exec_start, "--name").expect("--name");
@@ -195,21 +203,25 @@ fn the_deployment_runs_the_image_command_probes_ck_and_outlasts_the_drain() {
         assert_eq!(text(&get["port"], probe), "metrics");
     }
 
-    // Stopping: the grace period covers the preStop sleep and ck's whole drain.
-    let pre_stop = strings(
-        &container["lifecycle"]["preStop"]["exec"]["command"],
-        "preStop",
+    // Stopping: no preStop sleep (ck's quiet wait sees the traffic stop instead), and the
+    // grace period covers the longest wait, ck's whole drain and its clean-up.
+    assert!(
+        container["lifecycle"]["preStop"].is_badvalue(),
+        "a preStop hook: {:?}",
+        container["lifecycle"]
     );
-    assert_eq!(pre_stop[0], "sleep");
-    let sleep = seconds(&pre_stop[1]);
-    let drain = seconds(option_value(&args, "--drain-timeout").expect("--drain-timeout"));
+    for option in ["--quiet-period", "--quiet-max", "--drain-timeout"] {
+        assert!(option_value(&args, option).is_some(), "no {option}");
+    }
+    let budget = stop_budget(&args);
     let grace = integer(
         &pod["terminationGracePeriodSeconds"],
         "terminationGracePeriodSeconds",
     ) as f64;
     assert!(
-        grace >= sleep + drain,
-        "terminationGracePeriodSeconds {grace} < preStop sleep {sleep} + --drain-timeout {drain}"
+        grace >= budget + CLEANUP_MARGIN,
+        "terminationGracePeriodSeconds {grace} < --quiet-max + --drain-timeout ({budget}s) + \
+         {CLEANUP_MARGIN}s of clean-up"
     );
 
     // Capabilities instead of privileged mode.

@@ -2,7 +2,8 @@
 //! every slot drained, `/readyz` answers 503 (reason: drained) and `ck status` shows the host
 //! drained from the maps (no ready slot in the active set), yet every socket stays open and the
 //! connections that still arrive (a balancer that has not noticed yet) are all served, by the
-//! same workers; `ck undrain --all` puts every slot back and `/readyz` answers 200 again.
+//! same workers; a scale-up meanwhile starts drained; `ck undrain --all` puts every slot back
+//! and `/readyz` answers 200 again.
 
 use ck_tests::http::get_path;
 use ck_tests::{burst, local, start_ready};
@@ -43,10 +44,22 @@ fn drain_all_takes_the_host_out_of_rotation_and_keeps_serving() {
     let again = ck.ctl_ok(&["drain", "--all"]);
     assert!(again.contains("0 changed"), "{again}");
 
+    // A scale-up while drained keeps the host out of rotation: the new slot starts drained.
+    ck.ctl_ok(&["scale", "3"]);
+    let scaled = ck.wait_status("a third drained worker", ck_tests::READY_TIMEOUT, |s| {
+        s.slots.len() == 3 && s.slots.iter().all(|s| s.state == "draining")
+    });
+    assert!(scaled.host_drained, "{scaled:#?}");
+    assert!(scaled.active.is_empty(), "{scaled:#?}");
+    let pids = scaled.worker_pids();
+    let tally = burst(local(port), 30);
+    assert_eq!(tally.ok, 30, "{tally:?}");
+    assert!(tally.only_from(&pids), "{tally:?} not from {pids:?}");
+
     ck.ctl_ok(&["undrain", "--all"]);
-    let back = ck.wait_ready(2, ck_tests::READY_TIMEOUT);
+    let back = ck.wait_ready(3, ck_tests::READY_TIMEOUT);
     assert!(!back.host_drained, "{back:#?}");
-    assert_eq!(back.active.len(), 2, "{back:#?}");
+    assert_eq!(back.active.len(), 3, "{back:#?}");
     let (code, body) = get_path(metrics, "/readyz").expect("/readyz");
     assert_eq!(code, 200, "{body}");
     assert_eq!(burst(local(port), 20).ok, 20);

@@ -24,9 +24,14 @@ impl Supervisor {
     /// worker could not be started.
     pub(super) fn open_slot(&mut self) -> Result<u32, String> {
         let index = self.free_slot().ok_or("no free slot left")?;
+        // `ck drain --all` holds for new slots too: the host stays out of rotation.
+        let mut inputs = vec![(index, Input::Start)];
+        if self.host_drained() {
+            inputs.insert(0, (index, Input::Drain(true)));
+        }
         let life = Life::new(self.cfg.restart, false);
         self.slots.insert(index, Slot::new(index, life));
-        match self.apply(index, Input::Start).spawn_failure() {
+        match self.apply_all(inputs).spawn_failure() {
             Some(e) => Err(format!("could not start a worker: {e:#}")),
             None => Ok(index),
         }

@@ -113,13 +113,6 @@ impl Supervisor {
         if let Some(why) = self.quiet_readiness() {
             return Err(why);
         }
-        if self.host_drained() {
-            return Err(
-                "drained: every slot is drained (`ck drain --all`); `ck undrain --all` puts the \
-                 host back"
-                    .into(),
-            );
-        }
         let mut ready = Vec::new();
         let mut missing = Vec::new();
         for group in &self.groups {
@@ -148,6 +141,12 @@ impl Supervisor {
         }
         match missing.is_empty() {
             true => Ok(format!("in the active set: {}", ready.join("; "))),
+            // `ck drain --all` (or every slot drained one by one): the host is out of rotation.
+            false if self.host_drained() => Err(format!(
+                "drained: every worker's slot is drained (`ck undrain --all` puts the host \
+                 back); {}",
+                missing.join("; ")
+            )),
             false => Err(missing.join("; ")),
         }
     }

@@ -130,3 +130,17 @@ fn fixed_options_keep_their_value_until_a_restart() {
     let (_, again) = compare(&next, &new);
     assert_eq!(again.len(), fixed.len());
 }
+
+#[test]
+fn a_reload_takes_the_quiet_wait_settings_at_once() {
+    let mut new = base();
+    new.quiet_period = Duration::from_secs(5);
+    new.quiet_max = Duration::from_secs(40);
+    let (next, changes) = compare(&base(), &new);
+    assert_eq!(next, new);
+    assert_eq!(
+        shown(&changes),
+        ["quiet-period 3s -> 5s", "quiet-max 15s -> 40s"]
+    );
+    assert!(changes.iter().all(|c| c.needs_restart.is_none()));
+}
