@@ -403,21 +403,26 @@ mod tests {
     }
 
     #[test]
+    fn fleet_takes_a_front() {
+        for (args, want) in [
+            (&["xtask", "fleet"][..], multi_host::Front::All),
+            (
+                &["xtask", "fleet", "--front", "service"][..],
+                multi_host::Front::Service,
+            ),
+        ] {
+            match Cli::try_parse_from(args).unwrap().task {
+                Task::Fleet { front } => assert_eq!(front, want),
+                other => panic!("parsed as {other:?}"),
+            }
+        }
+        assert!(Cli::try_parse_from(["xtask", "fleet", "--front", "ipvs"]).is_err());
+    }
+
+    #[test]
     fn fuzz_takes_an_optional_target_and_seconds() {
         let cli = Cli::try_parse_from(["xtask", "fuzz", "notify_message", "--secs", "3"]).unwrap();
         match cli.task {
-            Task::Fleet { front } => {
-                if !cmd::is_root() {
-                    bail!(
-                        "the fleet creates network namespaces and loads ck's BPF programs: run \
-                     `cargo xtask fleet` as root"
-                    );
-                }
-                toolchain::ensure(Bpffs::Required)?;
-                test_deps::ensure(workspace_root()?)?;
-                build(false)?;
-                multi_host::run(front, &target_dir()?.join("bench"))
-            }
             Task::Fuzz { target, secs } => {
                 assert_eq!(target.as_deref(), Some("notify_message"));
                 assert_eq!(secs, 3);

@@ -342,7 +342,7 @@ pub fn run_all(spec: RigSpec, kinds: &[Kind], mut row: impl FnMut(&Row)) -> (Vec
             rig.wait_in_rotation(i);
         }
     }
-    let steps: [(Kind, fn(&mut Rig) -> Row); 5] = [
+    let steps: [(Kind, Step); 5] = [
         (Kind::Rolling, |rig| {
             let quiet = rig.spec().options(true);
             rolling(rig, Kind::Rolling, None, &quiet)
@@ -360,6 +360,9 @@ pub fn run_all(spec: RigSpec, kinds: &[Kind], mut row: impl FnMut(&Row)) -> (Vec
     drop(rig);
     (rows, prefix)
 }
+
+/// A scenario run on a rig.
+type Step = fn(&mut Rig) -> Row;
 
 /// Every scenario kind, in the order [`run_all`] runs them: `cargo xtask fleet`.
 pub const ALL: [Kind; 7] = [
