@@ -85,3 +85,12 @@ fn drain_takes_a_slot_or_all_but_not_both() {
         assert!(said.contains("--all") || said.contains("<SLOT>"), "{said}");
     }
 }
+
+#[test]
+fn drain_all_without_bpf_is_refused_with_the_reason() {
+    let (ck, _, _) = start_ready("drain-all-nobpf", 1, &["--no-bpf"]);
+    let out = ck.ctl(&["drain", "--all"]);
+    assert!(!out.status.success());
+    let said = ck_tests::ck::said(&out);
+    assert!(said.contains("--no-bpf"), "{said}");
+}

@@ -3,7 +3,8 @@
 //! drains only once no new connection came for the quiet period: a client that keeps opening
 //! connections is served (0 failed) and keeps ck from exiting; once it stops, ck drains and
 //! exits, and says the wait ended because it was quiet. A client that never stops is cut off at
-//! `--quiet-max` with a warning; a second SIGTERM or `ck stop --now` skips the wait; without
+//! `--quiet-max` with a warning; a second SIGTERM or SIGINT, or `ck stop --now`, skips the wait;
+//! a worker that dies during it is replaced and serves; `ck upgrade` is refused; without
 //! `--metrics` (or with `--quiet-period 0`) there is no wait. `/metrics` shows the time since
 //! each group's last new connection. (The refusal of a period longer than the maximum is in
 //! `bad_input.rs`.)
@@ -159,6 +160,22 @@ fn a_second_sigterm_skips_the_rest_of_the_wait() {
 }
 
 #[test]
+fn a_second_sigint_skips_the_rest_of_the_wait_too() {
+    let mut args = vec!["--metrics", "127.0.0.1:0"];
+    args.extend(LONG);
+    let (mut ck, _, _) = start_ready("quiet-int", 1, &args);
+    ck_tests::sys::signal(ck.pid(), nix::sys::signal::Signal::SIGINT);
+    ck.wait_status("the quiet wait", Duration::from_secs(10), waiting);
+    ck_tests::sys::signal(ck.pid(), nix::sys::signal::Signal::SIGINT);
+    ck.wait_clean_exit();
+    assert!(
+        ck.log().contains("SIGINT again during the wait"),
+        "{}",
+        ck.log()
+    );
+}
+
+#[test]
 fn ck_stop_waits_and_ck_stop_now_skips_the_wait() {
     let mut args = vec!["--metrics", "127.0.0.1:0"];
     args.extend(LONG);
@@ -166,12 +183,39 @@ fn ck_stop_waits_and_ck_stop_now_skips_the_wait() {
     let answer = ck.ctl_ok(&["stop"]);
     assert!(answer.contains("waiting for traffic to stop"), "{answer}");
     ck.wait_status("the quiet wait", Duration::from_secs(10), waiting);
-    // The control socket keeps answering during the wait.
+    // The control socket keeps answering during the wait; an upgrade (whose new image would
+    // not know of the wait) is refused.
     let again = ck.ctl_ok(&["stop"]);
     assert!(again.contains("ck stop --now"), "{again}");
+    let upgrade = ck.ctl(&["upgrade"]);
+    assert!(!upgrade.status.success(), "an upgrade during the wait");
+    assert!(
+        ck_tests::ck::said(&upgrade).contains("ck is stopping"),
+        "{}",
+        ck_tests::ck::said(&upgrade)
+    );
     ck.ctl_ok(&["stop", "--now"]);
     ck.wait_clean_exit();
     assert!(ck.log().contains("quiet wait ended"), "{}", ck.log());
+}
+
+#[test]
+fn a_worker_that_dies_during_the_wait_is_replaced_and_serves() {
+    let mut args = vec!["--metrics", "127.0.0.1:0"];
+    args.extend(LONG);
+    let (mut ck, port, status) = start_ready("quiet-crash", 2, &args);
+    let old = status.worker_pid(0);
+    ck.sigterm();
+    ck.wait_status("the quiet wait", Duration::from_secs(10), waiting);
+    ck_tests::sys::signal(old, nix::sys::signal::Signal::SIGKILL);
+    let replaced = ck.wait_status("slot 0 ready again", Duration::from_secs(15), |s| {
+        s.slot(0).pid.is_some_and(|p| p != old) && s.active.len() == 2
+    });
+    assert!(waiting(&replaced), "{replaced:#?}");
+    let tally = ck_tests::burst(local(port), 20);
+    assert_eq!(tally.ok, 20, "{tally:?}");
+    ck.ctl_ok(&["stop", "--now"]);
+    ck.wait_clean_exit();
 }
 
 #[test]

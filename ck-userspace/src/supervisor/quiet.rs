@@ -159,7 +159,6 @@ impl Supervisor {
         if self.stopping {
             return Response::Ok("already stopping: draining every worker".into());
         }
-        tracing::info!(now, "stop requested on the control socket");
         match now {
             true => {
                 tracing::info!("ck stop --now: draining every worker (no quiet wait)");
@@ -181,19 +180,20 @@ impl Supervisor {
             Some("no --metrics, so no balancer can be checking /readyz")
         } else if self.cfg.no_bpf {
             Some("--no-bpf: no program counts new connections")
-        } else if self.observe_traffic().is_none() {
-            Some("the BPF program is still being set up")
         } else {
             None
         };
-        if let Some(why) = skip {
-            tracing::info!(
-                signal = reason,
-                "stopping: draining every worker (no quiet wait: {why})"
-            );
-            return self.begin_shutdown(reason);
-        }
-        let (total, _) = self.observe_traffic().expect("checked");
+        let total = match (skip, self.observe_traffic()) {
+            (None, Some((total, _))) => total,
+            (why, _) => {
+                let why = why.unwrap_or("the BPF program is still being set up");
+                tracing::info!(
+                    signal = reason,
+                    "stopping: draining every worker (no quiet wait: {why})"
+                );
+                return self.begin_shutdown(reason);
+            }
+        };
         let now = Instant::now();
         let ticker = tasks::start_ticker(&self.events, POLL, || Event::QuietTick);
         self.quiet.wait = Some(Wait {

@@ -49,6 +49,8 @@ pub(super) struct FleetView {
     pub reloading: Option<(u32, u32)>,
     /// Shutting down, with the workers still running.
     pub stopping: Option<u32>,
+    /// A stop's quiet wait: not ready, every worker still serving (see `quiet`).
+    pub quiet_wait: bool,
 }
 
 /// Steering as [`FleetView`] reports it.
@@ -93,6 +95,12 @@ pub(super) fn status_text(view: &FleetView) -> String {
     if let Some(running) = view.stopping {
         return format!("stopping: draining {running} worker(s)");
     }
+    if view.quiet_wait {
+        return format!(
+            "stopping: waiting for traffic to stop before draining ({}/{} workers serving)",
+            view.ready, view.workers
+        );
+    }
     let mut text = String::new();
     if !view.breakers.is_empty() {
         let slots: Vec<String> = view
@@ -118,7 +126,7 @@ pub(super) fn status_text(view: &FleetView) -> String {
 /// What to tell after `told`, now that the fleet is `view`; updates `told`. Pure.
 pub(super) fn messages(told: &mut Told, view: &FleetView) -> Vec<Message> {
     let mut out = Vec::new();
-    if view.stopping.is_some() {
+    if view.stopping.is_some() || view.quiet_wait {
         if !told.stopping {
             told.stopping = true;
             out.push(Message::Stopping);
@@ -332,6 +340,7 @@ impl Supervisor {
             breakers,
             reloading: self.reload_progress(),
             stopping: self.stopping.then_some(running),
+            quiet_wait: self.quiet.waiting(),
         }
     }
 }
@@ -472,6 +481,33 @@ mod tests {
                 vec![Message::Stopping, status.clone()],
                 vec![status],
             ]
+        );
+    }
+
+    #[test]
+    fn the_quiet_wait_is_stopping_once_with_its_own_status() {
+        let waiting = FleetView {
+            quiet_wait: true,
+            ..fleet(2, 2)
+        };
+        let draining = FleetView {
+            stopping: Some(2),
+            ..fleet(2, 2)
+        };
+        let told = told_for(&[fleet(2, 2), waiting.clone(), waiting.clone(), draining]);
+        let status = Message::Status(String::new());
+        assert_eq!(
+            told,
+            vec![
+                vec![Message::Ready { first: true }, status.clone()],
+                vec![Message::Stopping, status.clone()],
+                vec![],
+                vec![status],
+            ]
+        );
+        assert_eq!(
+            status_text(&waiting),
+            "stopping: waiting for traffic to stop before draining (2/2 workers serving)"
         );
     }
 
