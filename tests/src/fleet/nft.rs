@@ -65,20 +65,7 @@ impl Table {
     /// Makes the endpoints of `ready` (indices into the endpoints) the service's, in one
     /// transaction.
     pub fn set_ready(&self, ready: &[usize]) {
-        let mut text = format!("flush chain ip {TABLE} service\n");
-        if !ready.is_empty() {
-            let arms: Vec<String> = ready
-                .iter()
-                .enumerate()
-                .map(|(n, ep)| format!("{n} : goto endpoint{ep}"))
-                .collect();
-            text += &format!(
-                "add rule ip {TABLE} service numgen random mod {} vmap {{ {} }}\n",
-                ready.len(),
-                arms.join(", ")
-            );
-        }
-        self.apply(&text);
+        self.apply(&service_script(ready));
     }
 
     /// The table as the kernel has it (`nft list table`).
@@ -121,6 +108,26 @@ impl Table {
     }
 }
 
+/// The transaction that makes the endpoints of `ready` the service's: the service chain
+/// flushed and, with any endpoint, one `numgen random mod N` rule over a verdict map of their
+/// chains.
+fn service_script(ready: &[usize]) -> String {
+    let mut text = format!("flush chain ip {TABLE} service\n");
+    if !ready.is_empty() {
+        let arms: Vec<String> = ready
+            .iter()
+            .enumerate()
+            .map(|(n, ep)| format!("{n} : goto endpoint{ep}"))
+            .collect();
+        text += &format!(
+            "add rule ip {TABLE} service numgen random mod {} vmap {{ {} }}\n",
+            ready.len(),
+            arms.join(", ")
+        );
+    }
+    text
+}
+
 impl Drop for Table {
     fn drop(&mut self) {
         if self.ns_path.exists() {
@@ -129,5 +136,21 @@ impl Drop for Table {
                 Duration::from_secs(20),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_service_picks_among_the_ready_endpoints_only() {
+        let script = service_script(&[0, 2]);
+        assert_eq!(
+            script,
+            "flush chain ip ck_fleet service\n\
+             add rule ip ck_fleet service numgen random mod 2 vmap { 0 : goto endpoint0, 1 : goto endpoint2 }\n"
+        );
+        assert_eq!(service_script(&[]), "flush chain ip ck_fleet service\n");
     }
 }
