@@ -72,6 +72,60 @@ struct Endpoint {
     added_at: Option<Instant>,
 }
 
+impl Endpoint {
+    /// A new endpoint probing `probe`, not ready, its first probe due at `now`.
+    fn new(probe: SocketAddr, now: Instant) -> Endpoint {
+        Endpoint {
+            probe,
+            terminating: false,
+            ready: false,
+            streak: 0,
+            next_probe: now,
+            applied: false,
+            pending: None,
+            removed_at: None,
+            added_at: None,
+        }
+    }
+
+    /// Takes the verdict of one probe at `now`: a change of readiness once the threshold is
+    /// reached, on its way to the set after the propagation. Ignored while terminating.
+    fn verdict(&mut self, ok: bool, now: Instant, timings: Probes) {
+        if self.terminating {
+            return;
+        }
+        if ok == self.ready {
+            self.streak = 0;
+            return;
+        }
+        self.streak += 1;
+        let needed = if ok {
+            timings.success_threshold
+        } else {
+            timings.failure_threshold
+        };
+        if self.streak >= needed {
+            self.ready = ok;
+            self.streak = 0;
+            self.pending = Some((now + timings.propagation, ok));
+        }
+    }
+}
+
+/// The changes that have reached the set by `now` (index, in or out), taken off their
+/// endpoints; a change that would leave the set as it is is dropped.
+fn landed(endpoints: &mut [Endpoint], now: Instant) -> Vec<(usize, bool)> {
+    endpoints
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(i, ep)| {
+            let (_, up) = ep.pending.filter(|(at, _)| *at <= now)?;
+            ep.pending = None;
+            (ep.applied != up).then_some((i, up))
+        })
+        .collect()
+}
+
 /// The controller's shared state.
 #[derive(Debug)]
 struct State {
@@ -96,20 +150,7 @@ impl Controller {
         timings: Probes,
     ) -> Controller {
         let now = Instant::now();
-        let endpoints = probes
-            .iter()
-            .map(|&probe| Endpoint {
-                probe,
-                terminating: false,
-                ready: false,
-                streak: 0,
-                next_probe: now,
-                applied: false,
-                pending: None,
-                removed_at: None,
-                added_at: None,
-            })
-            .collect();
+        let endpoints = probes.iter().map(|&p| Endpoint::new(p, now)).collect();
         let state = Arc::new(Mutex::new(State { endpoints }));
         let stop = Arc::new(AtomicBool::new(false));
         let ns = std::fs::File::open(netns).expect("opening the front's namespace");
@@ -201,36 +242,9 @@ fn run(table: &Table, state: &Mutex<State>, stop: &AtomicBool, timings: Probes) 
         let mut state = state.lock().expect("controller state");
         let now = Instant::now();
         for (i, ok) in verdicts {
-            let ep = &mut state.endpoints[i];
-            if ep.terminating {
-                continue;
-            }
-            if ok == ep.ready {
-                ep.streak = 0;
-                continue;
-            }
-            ep.streak += 1;
-            let needed = if ok {
-                timings.success_threshold
-            } else {
-                timings.failure_threshold
-            };
-            if ep.streak >= needed {
-                ep.ready = ok;
-                ep.streak = 0;
-                ep.pending = Some((now + timings.propagation, ok));
-            }
+            state.endpoints[i].verdict(ok, now, timings);
         }
-        let landed: Vec<(usize, bool)> = state
-            .endpoints
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, ep)| {
-                let (_, up) = ep.pending.filter(|(at, _)| *at <= now)?;
-                ep.pending = None;
-                (ep.applied != up).then_some((i, up))
-            })
-            .collect();
+        let landed = landed(&mut state.endpoints, now);
         if !landed.is_empty() {
             let ready: Vec<usize> = (0..state.endpoints.len())
                 .filter(|&i| {
@@ -270,4 +284,57 @@ fn probe(addr: SocketAddr, timeout: Duration) -> bool {
         Ok(head.starts_with(b"HTTP/1.") && head[9] == b'2')
     };
     attempt().unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Probes = Probes {
+        period: Duration::from_secs(10),
+        failure_threshold: 3,
+        success_threshold: 1,
+        timeout: Duration::from_secs(1),
+        propagation: Duration::from_millis(1500),
+    };
+
+    fn endpoint(now: Instant) -> Endpoint {
+        Endpoint::new(SocketAddr::from(([10, 77, 0, 11], 9100)), now)
+    }
+
+    #[test]
+    fn a_new_endpoint_joins_after_one_success_and_the_propagation() {
+        let now = Instant::now();
+        let mut eps = vec![endpoint(now)];
+        eps[0].verdict(true, now, T);
+        assert!(landed(&mut eps, now + Duration::from_millis(1400)).is_empty());
+        assert_eq!(landed(&mut eps, now + T.propagation), vec![(0, true)]);
+    }
+
+    #[test]
+    fn a_failing_endpoint_leaves_after_the_failure_threshold() {
+        let now = Instant::now();
+        let mut eps = vec![endpoint(now)];
+        eps[0].ready = true;
+        eps[0].applied = true;
+        eps[0].verdict(false, now, T);
+        eps[0].verdict(false, now, T);
+        // A success in between starts the count again.
+        eps[0].verdict(true, now, T);
+        eps[0].verdict(false, now, T);
+        eps[0].verdict(false, now, T);
+        assert!(eps[0].pending.is_none(), "{:?}", eps[0]);
+        eps[0].verdict(false, now, T);
+        assert_eq!(eps[0].pending, Some((now + T.propagation, false)));
+        assert_eq!(landed(&mut eps, now + T.propagation), vec![(0, false)]);
+    }
+
+    #[test]
+    fn a_terminating_endpoint_ignores_its_probe() {
+        let now = Instant::now();
+        let mut eps = vec![endpoint(now)];
+        eps[0].terminating = true;
+        eps[0].verdict(true, now, T);
+        assert!(landed(&mut eps, now + T.propagation).is_empty());
+    }
 }
