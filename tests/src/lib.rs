@@ -2,8 +2,9 @@
 //! port under a name of its own ([`ck::Ck`]), give it a wrapper app ([`app`]), talk HTTP to its
 //! demo workers ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect
 //! processes, ports and CPUs ([`sys`]); run real servers ([`pyservers`], [`real_servers`]) through
-//! one checklist ([`server_checks`]); run a program in a real terminal ([`tmux`]), and read
-//! the files of `deploy/` ([`deploy`]).
+//! one checklist ([`server_checks`]); run a program in a real terminal ([`tmux`]), read the
+//! files of `deploy/` ([`deploy`]), and put ck hosts behind a real balancer in network
+//! namespaces ([`fleet`]).
 //!
 //! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
 //! BPF programs and pin maps under `/sys/fs/bpf/ck/`. `cargo xtask test` builds ck and runs
@@ -14,6 +15,7 @@ pub mod churn;
 pub mod ck;
 pub mod cserver;
 pub mod deploy;
+pub mod fleet;
 pub mod http;
 pub mod load;
 pub mod privs;

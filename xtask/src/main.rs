@@ -1,4 +1,4 @@
-//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench` and `fuzz`.
+//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench`, `fleet` and `fuzz`.
 //!
 //! Every task first runs [`toolchain::ensure`], which installs what building the BPF program
 //! needs (nightly + rust-src, LLVM 22, bpf-linker, bpftool) and mounts the bpffs, printing one
@@ -7,6 +7,7 @@
 mod bench;
 mod cmd;
 mod fuzz;
+mod multi_host;
 mod tally;
 mod test_deps;
 mod toolchain;
@@ -94,6 +95,14 @@ enum Task {
         #[arg(long, value_name = "PATH")]
         against: Option<PathBuf>,
     },
+    /// Build `ck` and run three ck hosts in network namespaces behind HAProxy (`mode tcp`,
+    /// `mode http`) and a Kubernetes Service's nftables DNAT, with operators' health-check
+    /// timings, through every fleet scenario (needs root); prints one table per front.
+    Fleet {
+        /// Which front.
+        #[arg(long, value_enum, default_value = "all")]
+        front: multi_host::Front,
+    },
     /// Fuzz ck's parsers of untrusted input (cargo-fuzz, nightly): every target, or TARGET.
     Fuzz {
         /// One target (default: all of them, one after the other).
@@ -145,6 +154,18 @@ fn dispatch(task: Task) -> Result<()> {
                 against: against.map(|bin| root.join(bin)),
             };
             bench::run(scenario, &ck.map_or(built, |bin| root.join(bin)), &output)
+        }
+        Task::Fleet { front } => {
+            if !cmd::is_root() {
+                bail!(
+                    "the fleet creates network namespaces and loads ck's BPF programs: run \
+                     `cargo xtask fleet` as root"
+                );
+            }
+            toolchain::ensure(Bpffs::Required)?;
+            test_deps::ensure(workspace_root()?)?;
+            build(false)?;
+            multi_host::run(front, &target_dir()?.join("bench"))
         }
         Task::Fuzz { target, secs } => {
             toolchain::ensure(Bpffs::Optional)?;
@@ -379,6 +400,23 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["xtask", "bench"]).is_err());
         assert!(Cli::try_parse_from(["xtask", "bench", "nope"]).is_err());
+    }
+
+    #[test]
+    fn fleet_takes_a_front() {
+        for (args, want) in [
+            (&["xtask", "fleet"][..], multi_host::Front::All),
+            (
+                &["xtask", "fleet", "--front", "service"][..],
+                multi_host::Front::Service,
+            ),
+        ] {
+            match Cli::try_parse_from(args).unwrap().task {
+                Task::Fleet { front } => assert_eq!(front, want),
+                other => panic!("parsed as {other:?}"),
+            }
+        }
+        assert!(Cli::try_parse_from(["xtask", "fleet", "--front", "ipvs"]).is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What the integration tests run besides ck: Node.js, Python 3, a C compiler, tmux (the
-//! terminal `ck top` is tested in), tini, `systemd-analyze`, setpriv, and the real servers Go,
-//! nginx, puma and rack (Debian packages, installed when missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
+//! terminal `ck top` is tested in), tini, `systemd-analyze`, setpriv, the real servers Go,
+//! nginx, puma and rack, the fleet's haproxy, nft, ip and nsenter (Debian packages, installed
+//! when missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
 //! workspace (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate`
 //! from PyPI (`target/k8s-validate`). [`ensure`] is idempotent and prints one `xtask: ...` line
 //! per thing it does.
@@ -15,8 +16,10 @@ use crate::cmd::{self, command};
 /// is tested in, tini runs ck in the container image (`deploy/Dockerfile`), `systemd-analyze
 /// verify` checks `deploy/ck.service`, setpriv runs ck and its clients as `nobody` with chosen
 /// capabilities (`least_privilege.rs`, `control_peer.rs`); go, nginx, puma and rackup (rack,
-/// which puma runs apps with) are the real servers of `servers.rs` and `servers_adopt.rs`.
-const PROGRAMS: [(&str, &str); 11] = [
+/// which puma runs apps with) are the real servers of `servers.rs` and `servers_adopt.rs`;
+/// haproxy and nft are the fleet's fronts, ip makes its network namespaces and nsenter runs ck
+/// in them (`fleet_*.rs`, `cargo xtask fleet`).
+const PROGRAMS: [(&str, &str); 15] = [
     ("node", "nodejs"),
     ("python3", "python3"),
     ("cc", "gcc"),
@@ -28,6 +31,10 @@ const PROGRAMS: [(&str, &str); 11] = [
     ("nginx", "nginx-light"),
     ("puma", "puma"),
     ("rackup", "ruby-rack"),
+    ("haproxy", "haproxy"),
+    ("nft", "nftables"),
+    ("ip", "iproute2"),
+    ("nsenter", "util-linux"),
 ];
 
 /// PyPI packages the tests run, and a binary each installs.
@@ -41,7 +48,7 @@ const K8S_VALIDATE: [(&str, &str); 1] = [("kubernetes-validate==1.37.0", "kubern
 pub fn ensure(workspace: &Path) -> Result<()> {
     let missing: Vec<&str> = PROGRAMS
         .iter()
-        .filter(|(program, _)| cmd::find_program(program, &["/usr/sbin"]).is_none())
+        .filter(|(program, _)| cmd::find_program(program, &["/usr/sbin", "/sbin"]).is_none())
         .map(|(_, package)| *package)
         .collect();
     if !missing.is_empty() {

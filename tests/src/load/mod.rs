@@ -208,8 +208,31 @@ impl Drop for LoadHandle {
 /// When `spec` is invalid (no connection, neither duration nor requests, a rate that is not
 /// positive, a zero timeout, a path not starting with `/`), or the runtime cannot be built.
 pub fn start(spec: LoadSpec) -> LoadHandle {
+    start_on(spec, tokio::runtime::Builder::new_multi_thread())
+}
+
+/// Like [`start`], with every thread of the load's runtime in the network namespace of the
+/// file `netns` (`/run/netns/NAME`): a network namespace is per thread, so the load's sockets
+/// are the namespace's while the calling process stays where it is.
+///
+/// # Panics
+/// Like [`start`], and when `netns` cannot be opened or entered.
+pub fn start_in_netns(spec: LoadSpec, netns: &std::path::Path) -> LoadHandle {
+    let file = std::fs::File::open(netns)
+        .unwrap_or_else(|e| panic!("opening the network namespace {}: {e}", netns.display()));
+    let file = Arc::new(file);
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.on_thread_start(move || {
+        nix::sched::setns(&*file, nix::sched::CloneFlags::CLONE_NEWNET)
+            .expect("entering the load's network namespace");
+    });
+    start_on(spec, builder)
+}
+
+/// Starts `spec` on a runtime built from `builder` (two worker threads).
+fn start_on(spec: LoadSpec, mut builder: tokio::runtime::Builder) -> LoadHandle {
     spec.validate();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let runtime = builder
         .worker_threads(2)
         .thread_name("ck-load")
         .enable_all()
