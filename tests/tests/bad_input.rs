@@ -188,11 +188,3 @@ fn second_instance_with_the_same_name() {
     let tally = burst(local(first_port), 20);
     assert_eq!(tally.ok, 20, "{tally:?}");
 }
-
-#[test]
-fn survive_supervisor_with_adopt() {
-    let port = free_port();
-    let name = instance_name("bad-survive", port);
-    let out = run(&name, port, &["--survive-supervisor", "--adopt"]);
-    assert_refused(&out, "--survive-supervisor does not support --adopt", &name);
-}

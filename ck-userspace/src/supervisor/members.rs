@@ -108,10 +108,15 @@ impl Supervisor {
         if worker.pid == holder {
             return;
         }
+        let (events, id) = (self.events.clone(), worker.id);
         let Ok(watcher) = pidfd::open(holder) else {
+            // Gone already (e.g. while ck re-executed itself): as if it exited now.
+            let _ = events.send(Event::HolderExited {
+                slot: index,
+                worker: id,
+            });
             return;
         };
-        let (events, id) = (self.events.clone(), worker.id);
         let task = tokio::spawn(async move {
             let _ = pidfd::exited(watcher).await;
             let _ = events.send(Event::HolderExited {

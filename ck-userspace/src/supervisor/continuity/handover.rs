@@ -442,6 +442,34 @@ mod tests {
         );
     }
 
+    /// A slot record without `--adopt`'s fields (as a socket-activation fleet's, or one written
+    /// before them) reads as a root slot with nothing adopted.
+    #[test]
+    fn a_slot_without_adopt_fields_reads_as_a_plain_root() {
+        let life = Life::new(
+            crate::settings::restart_policy::RestartPolicy::DEFAULT,
+            false,
+        );
+        let mut value = serde_json::to_value(SlotHandover {
+            index: 0,
+            life,
+            sockets: vec![3],
+            spare: false,
+            last_pid: 0,
+            last_exit: None,
+            probe_failures: 0,
+            worker: None,
+            member_of: Some(2),
+            adopted: Vec::new(),
+        })
+        .unwrap();
+        let object = value.as_object_mut().unwrap();
+        object.remove("member_of");
+        object.remove("adopted");
+        let back: SlotHandover = serde_json::from_value(value).unwrap();
+        assert_eq!((back.member_of, back.adopted.len()), (None, 0));
+    }
+
     #[test]
     fn a_binary_with_another_format_or_map_layout_is_refused() {
         let this = Compat::this();

@@ -204,7 +204,12 @@ impl Supervisor {
                     members_kept += 1;
                 }
                 Err(e) => {
-                    tracing::warn!(slot = index, pid = w.pid, root, "member not taken back: {e:#}");
+                    tracing::warn!(
+                        slot = index,
+                        pid = w.pid,
+                        root,
+                        "member not taken back: {e:#}"
+                    );
                     stop_stray(w);
                 }
             }
