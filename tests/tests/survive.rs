@@ -390,3 +390,43 @@ fn a_forking_servers_members_are_taken_back_under_load_new_connections() {
 fn a_forking_servers_members_are_taken_back_under_load_keep_alive() {
     adopted_take_back_under_load("sv-fork-ka", Server::Forking, Mode::KeepAlive);
 }
+
+/// With `--adopt`, the orphan guard stops a forking server's whole tree when no ck comes back:
+/// the root worker, the child holding its socket and every member (recorded with their start
+/// times), then the pins and files.
+#[test]
+fn a_forking_servers_orphans_stop_when_no_ck_comes_back() {
+    let server = Server::Forking;
+    let flags = [
+        "--survive-supervisor",
+        "--orphan-timeout",
+        "2s",
+        "--drain-timeout",
+        "2s",
+    ];
+    let args = server.args(&flags);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (mut ck, port) = ck_tests::start("sv-fork-orphan", &args);
+    let name = ck.name().to_string();
+    adopted::wait_fleet(&mut ck, server, |_| true);
+    let pids: std::collections::BTreeSet<u32> =
+        sys::instance_processes(&name).into_iter().collect();
+    assert_eq!(pids.len(), 5, "the root and its four children: {pids:?}");
+    ck.kill_supervisor();
+    let tally = burst(local(port), 20);
+    assert_eq!(tally.ok, 20, "{tally:?}");
+    let left = wait_all_dead(&pids, Duration::from_secs(20));
+    assert!(left.is_empty(), "{left:?} still alive\n{}", ck.log());
+    let gone = sys::poll_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        !pins_dir(&name).exists() && !state_file(&name).exists() && !lock_file(&name).exists()
+    });
+    assert!(gone, "pins, state or lock left\n{}", ck.log());
+    assert!(std::net::TcpStream::connect(local(port)).is_err());
+    let cgroup = ck_tests::sys::cgroup_dir(&name);
+    assert!(
+        cgroup.is_none_or(|d| !d.exists()),
+        "the instance's cgroup left"
+    );
+    assert_guards_gone(&name);
+    ck.abandon();
+}
