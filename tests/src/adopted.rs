@@ -112,10 +112,13 @@ pub fn wait_fleet(ck: &mut Ck, server: Server, more: impl Fn(&Status) -> bool) -
     status
 }
 
-/// `now` is the fleet `was` was: the same slots, pids and members, every slot ready with the
-/// same generation and restarts, selections only grown.
+/// `now` is the fleet `was` was: the same slots, pids and members, the same active set (read
+/// from the maps), every slot ready with the same generation and restarts, selections only
+/// grown.
 pub fn assert_same_fleet(was: &Status, now: &Status) {
     assert_eq!(shape(now), shape(was), "{was:#?}\n{now:#?}");
+    let active = |s: &Status| s.active.iter().copied().collect::<BTreeSet<u32>>();
+    assert_eq!(active(now), active(was), "{was:#?}\n{now:#?}");
     for slot in &now.slots {
         let before = was.slot(slot.slot);
         assert_eq!(slot.state, "ready", "{now:#?}");
