@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::ck::{Ck, Status, control_socket, pins_dir};
 use crate::http::{burst, local};
-use crate::sys::{cgroup_dir, instance_processes, kill_hard, wait_all_dead};
+use crate::sys::{cgroup_dir, cgroup_of, instance_processes, kill_hard, wait_all_dead};
 use crate::{READY_TIMEOUT, ck_bin};
 
 /// A server that binds the instance's port itself.
@@ -223,4 +223,24 @@ pub fn stop_and_assert_clean(mut ck: Ck, port: u16, mut pids: BTreeSet<u32>) {
     );
     assert!(!control_socket(&name).exists(), "control socket left");
     assert!(!pins_dir(&name).exists(), "pins left");
+}
+
+/// Whether a new process in the cgroup of fleet process `pid` can bind the fleet's `port`
+/// without setting `SO_REUSEPORT` itself: only ck's bind hook gives it that while the fleet's
+/// sockets hold the port (it binds, never listens, and exits).
+pub fn binds_beside(pid: u32, port: u16) -> bool {
+    let procs = cgroup_of(&pid.to_string())
+        .expect("cgroup2")
+        .join("cgroup.procs");
+    let bind = format!("import socket; socket.socket().bind(('0.0.0.0', {port}))");
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > '{}' && exec python3 -c \"{bind}\"",
+            procs.display()
+        ))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("running sh")
+        .success()
 }

@@ -330,9 +330,16 @@ fn adopted_take_back_under_load(what: &str, server: Server, mode: Mode) {
     let load = Background::start_without_retry(port, mode);
     std::thread::sleep(SETTLE);
     let was = first.status();
+    let root = was.worker_pid(0);
+    assert!(adopted::binds_beside(root, port), "the bind hook is off");
     first.kill_supervisor();
     first.abandon();
-    // No ck: the pinned maps keep steering to every adopted socket (counted there too).
+    // No ck: the pinned bind hook still lets the fleet's processes bind the port.
+    assert!(
+        adopted::binds_beside(root, port),
+        "no bind hook while ck was away"
+    );
+    // And the pinned maps keep steering to every adopted socket (counted there too).
     std::thread::sleep(SETTLE / 2);
     let away = 10 * server.listeners() as u32;
     let tally = burst(local(port), away);

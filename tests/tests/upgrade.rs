@@ -450,6 +450,8 @@ fn adopted_upgrades_under_load(what: &str, server: Server, mode: Mode) {
     adopted::assert_same_fleet(&first, &after);
     adopted::assert_every_slot_gets_connections(&ck, port);
     assert_eq!(ck.log().matches("ck upgraded in place").count(), 3);
+    // The bind hook is the new image's (pinned in place of the old one's) and works.
+    assert!(adopted::binds_beside(after.worker_pid(0), port));
     adopted::assert_drain_works(&mut ck, port);
     adopted::assert_exits_seen(&mut ck, port, server);
     adopted::stop_and_assert_clean(ck, port, first.worker_pids());
