@@ -180,8 +180,9 @@ pub fn assert_drain_works(ck: &mut Ck, port: u16) {
     });
 }
 
-/// The new image watches every process of the fleet: a member that exits takes its slot with
-/// it (a forking server), a worker that is killed is replaced and its socket adopted (demo).
+/// This ck watches every process of the fleet: a member that exits takes its slot with it and
+/// the child holding the root's socket gives that up when it exits (a forking server); a worker
+/// that is killed is replaced and its socket adopted (demo).
 pub fn assert_exits_seen(ck: &mut Ck, port: u16, server: Server) {
     let before = ck.status();
     match server {
@@ -196,6 +197,20 @@ pub fn assert_exits_seen(ck: &mut Ck, port: u16, server: Server) {
             ck.wait_status("the member's slot removed", READY_TIMEOUT, |s| {
                 s.slots.iter().all(|slot| slot.slot != gone)
             });
+            let tally = burst(local(port), 20);
+            assert_eq!(tally.ok, 20, "{tally:?}");
+            // The root's socket is a child's: neither the root's pid nor a member's.
+            let known: BTreeSet<u32> = ck.status().worker_pids();
+            let tree = instance_processes(ck.name());
+            let holder = tree
+                .iter()
+                .find(|p| !known.contains(p))
+                .expect("the holder");
+            kill_hard(*holder);
+            ck.wait_status("the root gave its socket up", READY_TIMEOUT, |s| {
+                s.slot(0).state == "starting"
+            });
+            return;
         }
         Server::Demo => {
             let victim = before.worker_pid(0);

@@ -319,8 +319,8 @@ fn a_pid_that_names_another_process_now_is_neither_taken_back_nor_signalled() {
 }
 
 /// An adopted fleet under `mode`: SIGKILL ck, traffic flows on to every slot, the same `ck run`
-/// takes the fleet back (same slots, pids and members), no request failed; a roll afterwards
-/// replaces it, and a stop leaves nothing.
+/// takes the fleet back (same slots, pids and members), no request failed, the exits of its
+/// processes are seen; a roll afterwards replaces it, and a stop leaves nothing.
 fn adopted_take_back_under_load(what: &str, server: Server, mode: Mode) {
     let args = server.args(&["--survive-supervisor"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -365,6 +365,7 @@ fn adopted_take_back_under_load(what: &str, server: Server, mode: Mode) {
     let after = second.status();
     adopted::assert_same_fleet(&was, &after);
     adopted::assert_every_slot_gets_connections(&second, port);
+    adopted::assert_exits_seen(&mut second, port, server);
     // A roll after the take-back: a new fleet of the same shape, then 0 failed.
     let old = started.worker_pids();
     second.ctl_ok(&["reload"]);

@@ -151,8 +151,10 @@ impl Supervisor {
             });
             match taken {
                 Some((worker, sockets)) => {
-                    // The process of its tree holding its socket, if not the worker itself.
+                    // The process of its tree holding its socket, if not the worker itself
+                    // (watched with one group, as at adoption).
                     let holder = saved.adopted.first().map(|a| a.pid);
+                    let holder = holder.filter(|_| self.groups.len() == 1);
                     if let Some(holder) = holder.filter(|h| *h != worker.pid) {
                         holders.push((index, holder));
                     }
