@@ -10,6 +10,7 @@
 //! BPF programs and pin maps under `/sys/fs/bpf/ck/`. `cargo xtask test` builds ck and runs
 //! them. Every test uses its own port and `--name`, so they can run in parallel.
 
+pub mod adopted;
 pub mod app;
 pub mod churn;
 pub mod ck;

@@ -302,22 +302,23 @@ impl Drop for TempDir {
 /// The cgroup directory `ck run --name NAME` started from this process creates for its workers
 /// (`<cgroup2 mount><our cgroup>/ck-NAME`), if cgroup2 is mounted.
 pub fn cgroup_dir(name: &str) -> Option<std::path::PathBuf> {
+    Some(cgroup_of("self")?.join(format!("ck-{name}")))
+}
+
+/// The cgroup2 directory of process `pid` (a number, or `self`), if cgroup2 is mounted.
+pub fn cgroup_of(pid: &str) -> Option<std::path::PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let mount = info.lines().find_map(|line| {
         let (before, after) = line.split_once(" - ")?;
         (after.split_whitespace().next()? == "cgroup2").then(|| before.split_whitespace().nth(4))?
     })?;
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let own = own
         .lines()
         .find_map(|l| l.strip_prefix("0::"))?
         .trim_start_matches('/')
         .to_string();
-    Some(
-        std::path::Path::new(mount)
-            .join(own)
-            .join(format!("ck-{name}")),
-    )
+    Some(std::path::Path::new(mount).join(own))
 }
 
 /// Kills everything in cgroup `dir` and removes it and its children (test clean-up).

@@ -190,14 +190,6 @@ fn second_instance_with_the_same_name() {
 }
 
 #[test]
-fn survive_supervisor_with_adopt() {
-    let port = free_port();
-    let name = instance_name("bad-survive", port);
-    let out = run(&name, port, &["--survive-supervisor", "--adopt"]);
-    assert_refused(&out, "--survive-supervisor does not support --adopt", &name);
-}
-
-#[test]
 fn quiet_period_longer_than_quiet_max() {
     let port = free_port();
     let name = instance_name("bad-quiet", port);

@@ -1,10 +1,13 @@
 //! `--survive-supervisor`: when ck is killed (SIGKILL, no chance to clean up) its workers keep
 //! serving, and the next `ck run` of the same name takes the running fleet back (same worker
 //! pids, counters going on) with no failed request; if no ck comes back within
-//! `--orphan-timeout`, the orphan guard stops the workers and nothing is left.
+//! `--orphan-timeout`, the orphan guard stops the workers and nothing is left. With `--adopt`
+//! (servers that bind the port themselves, a forking one's member slots included) the program
+//! keeps steering to every adopted socket while ck is away and the next ck takes them back.
 
 use std::time::Duration;
 
+use ck_tests::adopted::{self, Server};
 use ck_tests::churn::{self, Background, SETTLE};
 use ck_tests::ck::{control_socket, lock_file, pins_dir, state_file};
 use ck_tests::http::hold;
@@ -353,4 +356,125 @@ fn the_orphan_guard_sends_the_stop_signal() {
         assert!(ck.log().contains(&line), "no {line:?} in:\n{}", ck.log());
     }
     assert_guards_gone(&name);
+}
+
+/// An adopted fleet under `mode`: SIGKILL ck, traffic flows on to every slot, the same `ck run`
+/// takes the fleet back (same slots, pids and members), no request failed, the exits of its
+/// processes are seen; a roll afterwards replaces it, and a stop leaves nothing.
+fn adopted_take_back_under_load(what: &str, server: Server, mode: Mode) {
+    let args = server.args(&["--survive-supervisor"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (mut first, port) = ck_tests::start(what, &args);
+    let name = first.name().to_string();
+    let started = adopted::wait_fleet(&mut first, server, |_| true);
+    let load = Background::start_without_retry(port, mode);
+    std::thread::sleep(SETTLE);
+    let was = first.status();
+    let root = was.worker_pid(0);
+    assert!(adopted::binds_beside(root, port), "the bind hook is off");
+    first.kill_supervisor();
+    first.abandon();
+    // No ck: the pinned bind hook still lets the fleet's processes bind the port.
+    assert!(
+        adopted::binds_beside(root, port),
+        "no bind hook while ck was away"
+    );
+    // And the pinned maps keep steering to every adopted socket (counted there too).
+    std::thread::sleep(SETTLE / 2);
+    let away = 10 * server.listeners() as u32;
+    let tally = burst(local(port), away);
+    assert_eq!(tally.ok, away, "while ck was away: {tally:?}");
+    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
+    let mut again = vec!["--port", &port_text, "--probe-port-base", &base_text];
+    again.extend_from_slice(&args);
+    let mut second = Ck::start(&name, &again);
+    let now = adopted::wait_fleet(&mut second, server, |_| true);
+    assert_ne!(now.pid, was.pid, "a new ck: {now:#?}");
+    adopted::assert_same_fleet(&was, &now);
+    adopted::assert_every_slot_selected(&was, &now);
+    assert!(
+        second
+            .log()
+            .contains("took back the fleet of a ck that died"),
+        "{}",
+        second.log()
+    );
+    std::thread::sleep(SETTLE);
+    let report = load.finish_and_print(what);
+    churn::assert_served(&report);
+    let after = second.status();
+    adopted::assert_same_fleet(&was, &after);
+    adopted::assert_every_slot_gets_connections(&second, port);
+    adopted::assert_exits_seen(&mut second, port, server);
+    // A roll after the take-back: a new fleet of the same shape, then 0 failed.
+    let old = started.worker_pids();
+    second.ctl_ok(&["reload"]);
+    let rolled = adopted::wait_fleet(&mut second, server, |s| s.worker_pids().is_disjoint(&old));
+    let tally = burst(local(port), 40);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    let mut pids = old;
+    pids.extend(rolled.worker_pids());
+    adopted::stop_and_assert_clean(second, port, pids);
+    assert!(!state_file(&name).exists(), "state file left");
+    assert_guards_gone(&name);
+}
+
+#[test]
+fn adopted_servers_are_taken_back_under_load_new_connections() {
+    adopted_take_back_under_load("sv-adopt-nc", Server::Demo, Mode::NewConnection);
+}
+
+#[test]
+fn adopted_servers_are_taken_back_under_load_keep_alive() {
+    adopted_take_back_under_load("sv-adopt-ka", Server::Demo, Mode::KeepAlive);
+}
+
+#[test]
+fn a_forking_servers_members_are_taken_back_under_load_new_connections() {
+    adopted_take_back_under_load("sv-fork-nc", Server::Forking, Mode::NewConnection);
+}
+
+#[test]
+fn a_forking_servers_members_are_taken_back_under_load_keep_alive() {
+    adopted_take_back_under_load("sv-fork-ka", Server::Forking, Mode::KeepAlive);
+}
+
+/// With `--adopt`, the orphan guard stops a forking server's whole tree when no ck comes back:
+/// the root worker, the child holding its socket and every member (recorded with their start
+/// times), then the pins and files.
+#[test]
+fn a_forking_servers_orphans_stop_when_no_ck_comes_back() {
+    let server = Server::Forking;
+    let flags = [
+        "--survive-supervisor",
+        "--orphan-timeout",
+        "2s",
+        "--drain-timeout",
+        "2s",
+    ];
+    let args = server.args(&flags);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (mut ck, port) = ck_tests::start("sv-fork-orphan", &args);
+    let name = ck.name().to_string();
+    adopted::wait_fleet(&mut ck, server, |_| true);
+    let pids: std::collections::BTreeSet<u32> =
+        sys::instance_processes(&name).into_iter().collect();
+    assert_eq!(pids.len(), 5, "the root and its four children: {pids:?}");
+    ck.kill_supervisor();
+    let tally = burst(local(port), 20);
+    assert_eq!(tally.ok, 20, "{tally:?}");
+    let left = wait_all_dead(&pids, Duration::from_secs(20));
+    assert!(left.is_empty(), "{left:?} still alive\n{}", ck.log());
+    let gone = sys::poll_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        !pins_dir(&name).exists() && !state_file(&name).exists() && !lock_file(&name).exists()
+    });
+    assert!(gone, "pins, state or lock left\n{}", ck.log());
+    assert!(std::net::TcpStream::connect(local(port)).is_err());
+    let cgroup = ck_tests::sys::cgroup_dir(&name);
+    assert!(
+        cgroup.is_none_or(|d| !d.exists()),
+        "the instance's cgroup left"
+    );
+    assert_guards_gone(&name);
+    ck.abandon();
 }

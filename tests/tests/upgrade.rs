@@ -3,10 +3,12 @@
 //! (new connections, keep-alive connections) fail no request; a binary that cannot take over
 //! is refused with the reason and the old ck carries on; SIGUSR2 upgrades too; `-w 1`, a
 //! worker still starting, and an upgrade asked in ck's first milliseconds work or are refused
-//! clearly.
+//! clearly. With `--adopt` (servers that bind the port themselves, a forking one's member slots
+//! included) upgrades under load keep every listener steered.
 
 use std::time::Duration;
 
+use ck_tests::adopted::{self, Server};
 use ck_tests::churn::{self, Background, SETTLE};
 use ck_tests::ck::{control_socket, pins_dir};
 use ck_tests::load::Mode;
@@ -141,7 +143,10 @@ fn a_binary_that_cannot_take_over_is_refused_and_ck_carries_on() {
     );
     let other_maps = dir.write(
         "ck-other-maps",
-        "#!/bin/sh\necho '{\"ck\":\"9.0.0\",\"format\":1,\"maps\":\"slots=64\"}'\n",
+        &format!(
+            "#!/bin/sh\necho '{{\"ck\":\"9.0.0\",\"format\":{},\"maps\":\"slots=64\"}}'\n",
+            ::ck::supervisor::Compat::this().format
+        ),
         true,
     );
     // A ck that does not accept the instance's command line (here: one more argument).
@@ -416,4 +421,58 @@ fn an_upgrade_during_a_rolling_restart_is_refused_and_the_roll_goes_on() {
     let tally = burst(local(port), 20);
     assert_eq!(tally.failed(), 0, "{tally:?}");
     stop_clean(ck);
+}
+
+/// Three upgrades of an adopted fleet under `mode`: the same pids, slots and members, no failed
+/// request, every slot selected after them; then a drain drains, the new image sees a member's
+/// or worker's exit, and a stop leaves nothing.
+fn adopted_upgrades_under_load(what: &str, server: Server, mode: Mode) {
+    let args = server.args(&[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (mut ck, port) = start(what, &args);
+    let first = adopted::wait_fleet(&mut ck, server, |_| true);
+    let load = Background::start_without_retry(port, mode);
+    std::thread::sleep(SETTLE);
+    let mut was = ck.status();
+    for n in 1..=3 {
+        let said = ck.ctl_ok(&["upgrade"]);
+        assert!(said.contains("upgraded:"), "upgrade {n}: {said}");
+        let now = adopted::wait_fleet(&mut ck, server, |s| s.upgrades == n);
+        assert_eq!(now.pid, ck.pid(), "ck's pid changed: {now:#?}");
+        adopted::assert_same_fleet(&was, &now);
+        was = now;
+        std::thread::sleep(SETTLE / 4);
+    }
+    std::thread::sleep(SETTLE);
+    let report = load.finish_and_print(what);
+    churn::assert_served(&report);
+    let after = ck.status();
+    adopted::assert_same_fleet(&first, &after);
+    adopted::assert_every_slot_gets_connections(&ck, port);
+    assert_eq!(ck.log().matches("ck upgraded in place").count(), 3);
+    // The bind hook is the new image's (pinned in place of the old one's) and works.
+    assert!(adopted::binds_beside(after.worker_pid(0), port));
+    adopted::assert_drain_works(&mut ck, port);
+    adopted::assert_exits_seen(&mut ck, port, server);
+    adopted::stop_and_assert_clean(ck, port, first.worker_pids());
+}
+
+#[test]
+fn adopted_servers_upgrade_under_load_new_connections() {
+    adopted_upgrades_under_load("up-adopt-nc", Server::Demo, Mode::NewConnection);
+}
+
+#[test]
+fn adopted_servers_upgrade_under_load_keep_alive() {
+    adopted_upgrades_under_load("up-adopt-ka", Server::Demo, Mode::KeepAlive);
+}
+
+#[test]
+fn a_forking_servers_members_upgrade_under_load_new_connections() {
+    adopted_upgrades_under_load("up-fork-nc", Server::Forking, Mode::NewConnection);
+}
+
+#[test]
+fn a_forking_servers_members_upgrade_under_load_keep_alive() {
+    adopted_upgrades_under_load("up-fork-ka", Server::Forking, Mode::KeepAlive);
 }

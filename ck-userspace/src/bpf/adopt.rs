@@ -1,13 +1,15 @@
 //! The `--adopt` hooks on the instance's cgroup: `cgroup/bind4` and `cgroup/bind6` programs that
 //! add `SO_REUSEPORT` to binds to the instance's ports, and a `sock_ops` program that reports
-//! every socket that starts to listen. Attached through bpf links, so they leave with ck.
+//! every socket that starts to listen. Attached through bpf links, which ck pins beside the
+//! instance's maps once they are loaded ([`AdoptHooks::pin`]): the hooks stay attached across
+//! `ck upgrade` and while a dead ck is away (`--survive-supervisor`), and leave with the pins.
 use std::{fs::File, path::Path};
 
 use anyhow::Context as _;
 use aya::{
     Ebpf, EbpfLoader,
     maps::{HashMap, MapData, RingBuf},
-    programs::{CgroupAttachMode, CgroupSockAddr, SockOps},
+    programs::{CgroupAttachMode, CgroupSockAddr, SockOps, links::FdLink, links::PinnedLink},
 };
 use ck_common::{ListenEvent, MAX_ADOPT_PORTS};
 
@@ -15,8 +17,12 @@ use super::BpfError;
 
 /// The loaded and attached hooks.
 pub struct AdoptHooks {
-    /// Keeps the programs (and their links) alive.
+    /// Keeps the programs alive.
     _ebpf: Ebpf,
+    /// Their links, by program name, until pinned.
+    links: Vec<(&'static str, FdLink)>,
+    /// The pinned links (dropping them closes ck's fds; the pins keep the hooks attached).
+    pinned: Vec<PinnedLink>,
 }
 
 fn load_err(what: &'static str) -> impl FnOnce(anyhow::Error) -> BpfError {
@@ -65,6 +71,7 @@ impl AdoptHooks {
         let cgroup = File::open(dir)
             .with_context(|| format!("opening {}", dir.display()))
             .map_err(load_err("opening the instance's cgroup"))?;
+        let mut links = Vec::new();
         for name in ["ck_bind4", "ck_bind6"] {
             let program: &mut CgroupSockAddr = ebpf
                 .program_mut(name)
@@ -75,10 +82,18 @@ impl AdoptHooks {
                 .load()
                 .context("the kernel refused the bind hook")
                 .map_err(load_err("loading the bind hooks"))?;
-            program
+            let id = program
                 .attach(&cgroup, CgroupAttachMode::Single)
                 .context("attaching to the instance's cgroup")
                 .map_err(load_err("attaching the bind hooks"))?;
+            // A link made by `bpf_link_create` (Linux 5.7+) can be pinned; else it stays ck's.
+            if let Some(link) = program
+                .take_link(id)
+                .ok()
+                .and_then(|l| FdLink::try_from(l).ok())
+            {
+                links.push((name, link));
+            }
         }
         let listen: &mut SockOps = ebpf
             .program_mut("ck_listen")
@@ -89,16 +104,51 @@ impl AdoptHooks {
             .load()
             .context("the kernel refused the listen hook")
             .map_err(load_err("loading the listen hook"))?;
-        listen
+        let id = listen
             .attach(&cgroup, CgroupAttachMode::Single)
             .context("attaching to the instance's cgroup")
             .map_err(load_err("attaching the listen hook"))?;
+        if let Some(link) = listen
+            .take_link(id)
+            .ok()
+            .and_then(|l| FdLink::try_from(l).ok())
+        {
+            links.push(("ck_listen", link));
+        }
         let ring = ebpf
             .take_map("listens")
             .context("map listens missing")
             .and_then(|m| RingBuf::try_from(m).context("listens is not a ring buffer"))
             .map_err(load_err("taking the listen events"))?;
-        Ok((AdoptHooks { _ebpf: ebpf }, ring))
+        Ok((
+            AdoptHooks {
+                _ebpf: ebpf,
+                links,
+                pinned: Vec::new(),
+            },
+            ring,
+        ))
+    }
+
+    /// Pins the hooks' links in `dir` (the instance's pin directory, once the program's load
+    /// has removed stale pins), in place of those an earlier image of ck pinned there: theirs
+    /// are unpinned only now, so some hook is attached at every moment. Cgroup links attach
+    /// side by side (the kernel's multi mode), so both ran meanwhile.
+    pub fn pin(&mut self, dir: &Path) -> Result<(), BpfError> {
+        super::pins::create_group_dir(dir)?;
+        for (name, link) in self.links.drain(..) {
+            let path = dir.join(name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(super::pins::error("replacing a pinned hook", &path, e)),
+            }
+            let pinned = link.pin(&path).map_err(|e| {
+                super::pins::error("pinning a hook", &path, std::io::Error::other(e))
+            })?;
+            self.pinned.push(pinned);
+        }
+        Ok(())
     }
 }
 

@@ -212,12 +212,6 @@ impl RunArgs {
                  and its program steers them): drop --no-bpf"
             );
         }
-        if self.survive_supervisor && self.adopt {
-            bail!(
-                "--survive-supervisor does not support --adopt yet (a new ck could not find the \
-                 sockets the workers opened themselves): drop one of them"
-            );
-        }
         if self.spares > run_config::MAX_WORKERS {
             bail!(
                 "--spares {} is out of range: give a number from 0 to {}",

@@ -4,9 +4,10 @@
 //! like any slot, removed when their process exits, retired with their root. If the process
 //! holding the root slot's socket is not the worker itself (a forked child) and exits, the root
 //! slot gives that socket up (`Unadopted`) and adopts the tree's next listener.
-use std::time::Instant;
+use std::{os::fd::OwnedFd, time::Instant};
 
 use socket2::Socket;
+use tokio::task::JoinHandle;
 
 use super::{
     Event, Supervisor,
@@ -43,14 +44,7 @@ impl Supervisor {
         };
         let id = self.next_worker_id;
         self.next_worker_id += 1;
-        let events = self.events.clone();
-        let task = tokio::spawn(async move {
-            let _ = pidfd::exited(watcher).await;
-            let _ = events.send(Event::MemberExited {
-                slot: index,
-                worker: id,
-            });
-        });
+        let task = self.watch_member(index, id, watcher);
         let selected_base = self.slot_stats(index).selected;
         let mut slot = Slot::new(index, Life::member(self.cfg.restart));
         slot.member_of = Some(root);
@@ -74,8 +68,11 @@ impl Supervisor {
             requests_limit: None,
             over_memory: 0,
             notify_refused: Default::default(),
-            start_ticks: None,
+            // Names the process for a ck that takes the fleet back after a crash, and for the
+            // orphan guard.
+            start_ticks: pidfd::start_ticks(pid),
             notify_name: None,
+            holder: None,
         });
         self.slots.insert(index, slot);
         tracing::info!(
@@ -89,6 +86,19 @@ impl Supervisor {
         self.mark_ready(index, format!("a listener of slot {root}'s process tree"));
     }
 
+    /// The task that sends member slot `index`'s `MemberExited` once the process behind
+    /// `watcher` (not ck's child) exits.
+    pub(super) fn watch_member(&self, index: u32, id: u64, watcher: OwnedFd) -> JoinHandle<()> {
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let _ = pidfd::exited(watcher).await;
+            let _ = events.send(Event::MemberExited {
+                slot: index,
+                worker: id,
+            });
+        })
+    }
+
     /// Watches `holder`, the process holding root slot `index`'s adopted socket, when it is
     /// not the worker itself.
     pub(super) fn watch_holder(&mut self, index: u32, holder: u32) {
@@ -98,10 +108,15 @@ impl Supervisor {
         if worker.pid == holder {
             return;
         }
+        let (events, id) = (self.events.clone(), worker.id);
         let Ok(watcher) = pidfd::open(holder) else {
+            // Gone already (e.g. while ck re-executed itself): as if it exited now.
+            let _ = events.send(Event::HolderExited {
+                slot: index,
+                worker: id,
+            });
             return;
         };
-        let (events, id) = (self.events.clone(), worker.id);
         let task = tokio::spawn(async move {
             let _ = pidfd::exited(watcher).await;
             let _ = events.send(Event::HolderExited {
@@ -111,6 +126,7 @@ impl Supervisor {
         });
         if let Some(worker) = self.slots.get_mut(&index).and_then(|s| s.worker.as_mut()) {
             worker.tasks.push(task);
+            worker.holder = Some(holder);
         }
     }
 
@@ -142,6 +158,7 @@ impl Supervisor {
             return;
         };
         worker.said_ready = false;
+        worker.holder = None;
         tracing::info!(
             slot = index,
             pid = worker.pid,

@@ -149,8 +149,9 @@ pub struct Supervisor {
     cgroups: Option<crate::os::cgroup::InstanceCgroup>,
     /// Cgroups of exited workers, killed and waiting to be empty to be removed.
     dead_cgroups: Vec<crate::os::cgroup::WorkerCgroup>,
-    /// `--adopt`: the hooks on the instance's cgroup (kept alive: dropping them detaches).
-    _adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
+    /// `--adopt`: the hooks on the instance's cgroup (kept alive: dropping them detaches them
+    /// unless pinned, see `steering`).
+    adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
     /// `--spares`: spares that died unused in a row, and when the next may start.
     spare_failures: u32,
     spare_due: Option<Instant>,
@@ -293,7 +294,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
                 })
                 .collect()
         }),
-        _adopt_hooks: adopt_hooks,
+        adopt_hooks,
         spare_failures: prior.map_or(0, |h| h.spare_failures),
         spare_due: None,
         fd_limit,

@@ -5,7 +5,7 @@ use std::{os::fd::OwnedFd, time::Instant};
 use socket2::Socket;
 use tokio::task::JoinHandle;
 
-use super::{health::Health, lifecycle::Life};
+use super::{continuity::handover::AdoptedSocket, health::Health, lifecycle::Life};
 
 /// A running worker process.
 pub struct Worker {
@@ -49,6 +49,9 @@ pub struct Worker {
     pub start_ticks: Option<u64>,
     /// Its `NOTIFY_SOCKET` (`@` + abstract name): a ck that takes it back binds it again.
     pub notify_name: Option<String>,
+    /// `--adopt`: the process of its tree holding the slot's adopted socket, when that is not
+    /// the worker itself (a forked child, watched: see `supervisor::members`).
+    pub holder: Option<u32>,
 }
 
 impl Drop for Worker {
@@ -133,6 +136,34 @@ impl Slot {
             queue_depth: self.queue_depth,
             flags: 0,
         }
+    }
+
+    /// `--adopt`: where each of the slot's sockets is open in its worker's process tree (the
+    /// holding process first, then the worker's cgroup), read from `/proc`; empty if one is
+    /// not found.
+    pub fn adopted_locations(&self) -> Vec<AdoptedSocket> {
+        use crate::os::{pidfd, sock_diag};
+        let Some(worker) = &self.worker else {
+            return Vec::new();
+        };
+        let mut pids = vec![worker.holder.unwrap_or(worker.pid)];
+        if let Some(cgroup) = &worker.cgroup {
+            pids.extend(cgroup.pids());
+        }
+        self.sockets
+            .iter()
+            .map(|socket| {
+                let inode = sock_diag::inode_of(socket).ok()?;
+                let (pid, fd) = sock_diag::fd_of(inode, &pids)?;
+                Some(AdoptedSocket {
+                    pid,
+                    start_ticks: pidfd::start_ticks(pid),
+                    fd,
+                    cookie: sock_diag::cookie(socket).ok()?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default()
     }
 
     /// The pid of the worker, or of the last one.

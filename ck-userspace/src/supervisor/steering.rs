@@ -190,6 +190,15 @@ impl Supervisor {
             }
         }
         self.bpf_resumed = false;
+        // `--adopt`: the hooks outlive this image (an upgrade, a crash) beside the maps.
+        if let Some(hooks) = self.adopt_hooks.as_mut()
+            && let Err(e) = hooks.pin(&pins::instance_dir(&self.cfg.name))
+        {
+            tracing::warn!(
+                "{e}; the --adopt hooks detach for the moment ck re-executes or while a dead \
+                 ck is away"
+            );
+        }
         if let Some(why) = self
             .groups
             .iter()

@@ -164,6 +164,7 @@ impl Supervisor {
             notify_refused: refused,
             start_ticks: crate::os::pidfd::start_ticks(pid),
             notify_name: Some(notify_name),
+            holder: None,
         });
         self.state_dirty = true;
         if founding && self.bpf_loaded() {

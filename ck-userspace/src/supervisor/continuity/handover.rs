@@ -1,7 +1,8 @@
 //! The state a running ck hands to the image it re-executes (`ck upgrade`): a versioned,
 //! serialized [`Handover`] (slots with their lifecycle, workers with pid, pidfd and notify
-//! socket, pending timers, counters) naming the descriptors kept open across `execve`, and
-//! the [`Compat`] answer a candidate binary gives before ck agrees to exec it.
+//! socket, pending timers, counters; with `--adopt` the member slots and where each adopted
+//! socket lives in the workers) naming the descriptors kept open across `execve`, and the
+//! [`Compat`] answer a candidate binary gives before ck agrees to exec it.
 use std::{
     os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, RawFd},
     path::PathBuf,
@@ -14,7 +15,9 @@ use crate::os::fd_limit::FdLimit;
 use crate::supervisor::{Supervisor, health::Health, lifecycle::Life, lifecycle::Timer};
 
 /// Version of the [`Handover`] format; a new image takes over only the format it knows.
-pub const FORMAT: u32 = 1;
+/// 2: `--adopt`'s member slots, their owners and where adopted sockets live (an image of
+/// format 1 would drop them).
+pub const FORMAT: u32 = 2;
 
 /// What a binary must share with the running ck to take over from it: the handover format
 /// and the layout of the pinned maps (the program keeps reading them across the exec). A ck
@@ -141,6 +144,28 @@ pub struct SlotHandover {
     pub probe_failures: u64,
     /// Its worker, if one runs.
     pub worker: Option<WorkerHandover>,
+    /// `--adopt`: the root slot this member slot belongs to (a further listener of its
+    /// worker's process tree).
+    #[serde(default)]
+    pub member_of: Option<u32>,
+    /// `--adopt`, in the `--survive-supervisor` state file: where each of its adopted sockets
+    /// (group order) is open in the worker's process tree, for the next ck's `pidfd_getfd`.
+    #[serde(default)]
+    pub adopted: Vec<AdoptedSocket>,
+}
+
+/// Where an adopted socket is open in a worker's process tree (the state file names no
+/// descriptor of ck's own: a ck that died had its copies closed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdoptedSocket {
+    /// The process holding it.
+    pub pid: u32,
+    /// When that process started (`pidfd::start_ticks`): the pid names it only with this.
+    pub start_ticks: Option<u64>,
+    /// Its descriptor number in that process.
+    pub fd: RawFd,
+    /// The socket's cookie (`SO_COOKIE`): the descriptor must still be this very socket.
+    pub cookie: u64,
 }
 
 /// One worker in a [`Handover`].
@@ -179,6 +204,10 @@ pub struct WorkerHandover {
     /// Its `NOTIFY_SOCKET` value.
     #[serde(default)]
     pub notify_name: Option<String>,
+    /// `--adopt`: the process of its tree holding the slot's socket when that is not the
+    /// worker itself (watched: its exit gives the socket up).
+    #[serde(default)]
+    pub holder: Option<u32>,
 }
 
 /// A lifecycle timer that had not fired, in a [`Handover`].
@@ -258,8 +287,14 @@ impl Supervisor {
                     notify_refused: w.notify_refused.load(std::sync::atomic::Ordering::Relaxed),
                     start_ticks: w.start_ticks,
                     notify_name: w.notify_name.clone(),
+                    holder: w.holder,
                 }
             });
+            // Only the state file needs them: an upgrade keeps ck's own copies open.
+            let adopted = match (self.cfg.survive_supervisor, slot.life.state.run()) {
+                (true, Some(run)) if run.adopted => slot.adopted_locations(),
+                _ => Vec::new(),
+            };
             fds.extend(slot.sockets.iter().map(|s| s.as_fd()));
             slots.push(SlotHandover {
                 index: slot.index,
@@ -270,6 +305,8 @@ impl Supervisor {
                 last_exit: slot.last_exit.clone(),
                 probe_failures: slot.probe_failures,
                 worker,
+                member_of: slot.member_of,
+                adopted,
             });
         }
         let handover = Handover {
@@ -368,6 +405,13 @@ mod tests {
             last_exit: Some("exit 3".into()),
             probe_failures: 5,
             worker: None,
+            member_of: Some(1),
+            adopted: vec![AdoptedSocket {
+                pid: 42,
+                start_ticks: Some(7),
+                fd: 5,
+                cookie: 9,
+            }],
         };
         let timer = TimerHandover {
             slot: 4,
@@ -395,10 +439,40 @@ mod tests {
         );
         assert_eq!(slot.life.crash.breaker(), life.crash.breaker());
         assert_eq!((slot.sockets, slot.probe_failures), (vec![12], 5));
+        assert_eq!(slot.member_of, Some(1));
+        assert_eq!((slot.adopted[0].pid, slot.adopted[0].fd), (42, 5));
         assert_eq!(
             (timer.timer, timer.epoch, timer.left_us),
             (Timer::Kill, 7, 1_500)
         );
+    }
+
+    /// A slot record without `--adopt`'s fields (as a socket-activation fleet's, or one written
+    /// before them) reads as a root slot with nothing adopted.
+    #[test]
+    fn a_slot_without_adopt_fields_reads_as_a_plain_root() {
+        let life = Life::new(
+            crate::settings::restart_policy::RestartPolicy::DEFAULT,
+            false,
+        );
+        let mut value = serde_json::to_value(SlotHandover {
+            index: 0,
+            life,
+            sockets: vec![3],
+            spare: false,
+            last_pid: 0,
+            last_exit: None,
+            probe_failures: 0,
+            worker: None,
+            member_of: Some(2),
+            adopted: Vec::new(),
+        })
+        .unwrap();
+        let object = value.as_object_mut().unwrap();
+        object.remove("member_of");
+        object.remove("adopted");
+        let back: SlotHandover = serde_json::from_value(value).unwrap();
+        assert_eq!((back.member_of, back.adopted.len()), (None, 0));
     }
 
     #[test]

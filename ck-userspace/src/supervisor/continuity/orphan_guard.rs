@@ -1,10 +1,10 @@
 //! `ck orphan-guard`: with `--survive-supervisor`, a small process per instance that outlives
 //! ck. It waits on ck's pidfd; if ck dies and no new ck of the same name takes the fleet back
 //! within `--orphan-timeout` (a live ck answers on the control socket), it takes the instance
-//! lock, stops the workers recorded in the state file (`--stop-signal`, SIGKILL after the
-//! drain timeout; only processes whose start time matches), kills what is left in the instance's
-//! cgroup, and removes the pins, the state file and the run-time files. A clean stop of ck
-//! removes the state file: the guard then just exits.
+//! lock, stops the workers and `--adopt`'s member processes recorded in the state file
+//! (`--stop-signal`, SIGKILL after the drain timeout; only processes whose start time matches),
+//! kills what is left in the instance's cgroup, and removes the pins, the state file and the
+//! run-time files. A clean stop of ck removes the state file: the guard then just exits.
 use std::{
     os::fd::AsFd as _,
     path::Path,
@@ -74,8 +74,9 @@ fn answers(name: &str) -> bool {
     std::os::unix::net::UnixStream::connect(instance::control_path(name)).is_ok()
 }
 
-/// Sends `stop` to the workers the state names (those still the same process), SIGKILLs them
-/// after `drain`, then kills and removes the instance's cgroup.
+/// Sends `stop` to the workers the state names (those still the same process), `--adopt`'s
+/// member processes among them (recorded with their start time, as ck's own stop signals them
+/// too), SIGKILLs them after `drain`, then kills and removes the instance's cgroup.
 fn stop_workers(state: &Path, stop: Signal, drain: Duration) {
     let Ok(text) = std::fs::read(state) else {
         return;

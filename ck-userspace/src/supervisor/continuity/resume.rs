@@ -1,7 +1,8 @@
 //! The new image's side of `ck upgrade`: reading the [`Handover`] the old image left in the
 //! memfd named by `CK_HANDOVER_FD`, and rebuilding the slots from it (sockets, workers watched
-//! again by pidfd, notify readers, pending timers) so the event loop carries on where the old
-//! image stopped. The program and pinned maps kept steering meanwhile.
+//! again by pidfd, notify readers, pending timers; with `--adopt` member slots and the processes
+//! holding adopted sockets watched again) so the event loop carries on where the old image
+//! stopped. The program and pinned maps kept steering meanwhile.
 use std::{
     os::fd::{OwnedFd, RawFd},
     sync::{Arc, atomic::AtomicU64},
@@ -68,6 +69,8 @@ impl Supervisor {
             slot.last_pid = saved.last_pid;
             slot.last_exit = saved.last_exit;
             slot.probe_failures = saved.probe_failures;
+            slot.member_of = saved.member_of;
+            let mut holder = None;
             if let Some(w) = saved.worker {
                 let pidfd = reexec::inherited(w.pidfd)
                     .with_context(|| format!("slot {index}: taking the pidfd of {} back", w.pid))?;
@@ -81,11 +84,20 @@ impl Supervisor {
                     .clone()
                     .map(|(dir, memory)| WorkerCgroup::resume(dir, memory))
                     .transpose()?;
-                let worker = self.watch_again(index, &w, pidfd, notify, cgroup, ExitSeen::Child)?;
+                // A member's process is not ck's child: its exit shows on its pidfd.
+                let exit = match saved.member_of {
+                    Some(_) => ExitSeen::Member,
+                    None => ExitSeen::Child,
+                };
+                let worker = self.watch_again(index, &w, pidfd, notify, cgroup, exit)?;
                 slot.worker = Some(worker);
+                holder = w.holder;
                 workers += 1;
             }
             self.slots.insert(index, slot);
+            if let Some(holder) = holder {
+                self.watch_holder(index, holder);
+            }
         }
         for t in handover.timers {
             self.set_timer(t.slot, t.epoch, t.timer, Duration::from_micros(t.left_us));
@@ -118,11 +130,15 @@ impl Supervisor {
 }
 
 /// How the exit of a worker watched again is seen.
+#[derive(Clone, Copy)]
 pub(in crate::supervisor) enum ExitSeen {
     /// Still ck's child (an upgrade): its status is reaped with `waitpid`.
     Child,
     /// Taken back from a ck that died: its exit shows on the pidfd; its status is init's.
     Adopted,
+    /// A member slot's process (`--adopt`, never ck's child): its exit shows on the pidfd and
+    /// is the member's `MemberExited`.
+    Member,
 }
 
 impl Supervisor {
@@ -155,22 +171,29 @@ impl Supervisor {
         }
         let waiter = pidfd.try_clone().context("duplicating a pidfd")?;
         let (events, id, pid) = (self.events.clone(), w.id, w.pid);
-        tokio::spawn(async move {
-            let status = match exit {
-                ExitSeen::Child => crate::os::pidfd::wait_child(waiter, pid).await,
-                ExitSeen::Adopted => crate::os::pidfd::exited(waiter).await.and_then(|()| {
-                    Err(std::io::Error::other(
-                        "exited; taken back from a ck that died, so its exit status is not \
-                         ck's to read",
-                    ))
-                }),
-            };
-            let _ = events.send(Event::Exited {
-                slot: index,
-                worker: id,
-                status,
-            });
-        });
+        match exit {
+            ExitSeen::Member => tasks.push(self.watch_member(index, id, waiter)),
+            ExitSeen::Child | ExitSeen::Adopted => {
+                tokio::spawn(async move {
+                    let status = match exit {
+                        ExitSeen::Adopted => {
+                            crate::os::pidfd::exited(waiter).await.and_then(|()| {
+                                Err(std::io::Error::other(
+                                    "exited; taken back from a ck that died, so its exit \
+                                     status is not ck's to read",
+                                ))
+                            })
+                        }
+                        _ => crate::os::pidfd::wait_child(waiter, pid).await,
+                    };
+                    let _ = events.send(Event::Exited {
+                        slot: index,
+                        worker: id,
+                        status,
+                    });
+                });
+            }
+        }
         Ok(Worker {
             id: w.id,
             pid: w.pid,
@@ -190,6 +213,7 @@ impl Supervisor {
             notify_refused: refused,
             start_ticks: w.start_ticks,
             notify_name: w.notify_name.clone(),
+            holder: None,
         })
     }
 }

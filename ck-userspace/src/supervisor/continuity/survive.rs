@@ -3,7 +3,9 @@
 //! state). ck writes its state (the [`Handover`] of `ck upgrade`, without descriptors) to
 //! `/run/ck/<name>.state` on every change (temporary file + rename); the next `ck run` of the
 //! same name reads it and takes the fleet back: each worker's pid is checked against its start
-//! time, its sockets copied back with `pidfd_getfd`, its notify socket bound again. An orphan
+//! time, its sockets copied back with `pidfd_getfd` (with `--adopt` from the descriptors the
+//! state names in the worker's tree, checked by cookie; member slots with their root), its
+//! notify socket bound again. An orphan
 //! guard process (`ck orphan-guard`) stops the workers if no ck comes back in time.
 use std::{io::Write as _, os::fd::AsRawFd as _, path::PathBuf, time::Duration};
 
@@ -12,13 +14,13 @@ use socket2::Socket;
 
 use crate::supervisor::{
     Supervisor,
-    continuity::handover::{FORMAT, Handover, WorkerHandover},
+    continuity::handover::{FORMAT, Handover, SlotHandover, WorkerHandover},
     continuity::resume::ExitSeen,
     lifecycle::{Input, Life},
     slot::{Slot, Worker},
 };
 use crate::{
-    os::cgroup::WorkerCgroup, os::instance, os::notify::NotifySocket, os::pidfd,
+    os::cgroup::WorkerCgroup, os::instance, os::notify::NotifySocket, os::pidfd, os::sock_diag,
     settings::run_config::RunConfig, settings::stop_signal::StopSignal,
 };
 
@@ -125,8 +127,8 @@ impl Supervisor {
     }
 
     /// Takes back the fleet of a ck that died: every worker still running (the same process:
-    /// pid and start time) with its sockets and notify socket; slots whose worker is gone
-    /// start a new one.
+    /// pid and start time) with its sockets and notify socket, and with `--adopt` the member
+    /// slots of the roots taken back; slots whose worker is gone start a new one.
     pub(in crate::supervisor) fn take_fleet_back(&mut self, state: Handover) -> anyhow::Result<()> {
         // `ck scale` may have changed the count since the command line was written.
         if state.workers > 0 {
@@ -136,13 +138,17 @@ impl Supervisor {
         let mut kept = Vec::new();
         let mut renew = Vec::new();
         let stop = self.cfg.stop_signal;
-        for saved in state.slots {
+        let mut holders = Vec::new();
+        // Roots first: a member is taken back only with its root.
+        let (members, roots): (Vec<_>, Vec<_>) =
+            state.slots.into_iter().partition(|s| s.member_of.is_some());
+        for saved in roots {
             let index = saved.index;
             if saved.life.standby && !saved.spare || saved.life.member {
                 continue;
             }
             let taken = saved.worker.as_ref().and_then(|w| {
-                self.take_back(index, w)
+                self.take_back(&saved, w)
                     .inspect_err(|e| {
                         tracing::warn!(slot = index, pid = w.pid, "not taken back: {e:#}");
                         stop_stray(w, stop);
@@ -151,6 +157,13 @@ impl Supervisor {
             });
             match taken {
                 Some((worker, sockets)) => {
+                    // The process of its tree holding its socket, if not the worker itself
+                    // (watched with one group, as at adoption).
+                    let holder = saved.adopted.first().map(|a| a.pid);
+                    let holder = holder.filter(|_| self.groups.len() == 1);
+                    if let Some(holder) = holder.filter(|h| *h != worker.pid) {
+                        holders.push((index, holder));
+                    }
                     let mut slot = Slot::new(index, saved.life);
                     slot.sockets = sockets;
                     slot.spare = saved.spare;
@@ -176,12 +189,49 @@ impl Supervisor {
                 }
             }
         }
+        let mut members_kept = 0;
+        for saved in members {
+            let (index, root) = (saved.index, saved.member_of.expect("partitioned"));
+            let Some(w) = saved.worker.as_ref() else {
+                continue;
+            };
+            let taken = match kept.contains(&root) {
+                true => self.take_back(&saved, w),
+                false => Err(anyhow::anyhow!("its root slot {root} was not taken back")),
+            };
+            match taken {
+                Ok((worker, sockets)) => {
+                    let mut slot = Slot::new(index, saved.life);
+                    slot.member_of = Some(root);
+                    slot.sockets = sockets;
+                    slot.last_pid = worker.pid;
+                    slot.probe_failures = saved.probe_failures;
+                    slot.worker = Some(worker);
+                    self.slots.insert(index, slot);
+                    kept.push(index);
+                    members_kept += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        slot = index,
+                        pid = w.pid,
+                        root,
+                        "member not taken back: {e:#}"
+                    );
+                    stop_stray(w, stop);
+                }
+            }
+        }
+        for (index, holder) in holders {
+            self.watch_holder(index, holder);
+        }
         for t in state.timers.iter().filter(|t| kept.contains(&t.slot)) {
             let left = Duration::from_micros(t.left_us).saturating_sub(saved_ago);
             self.set_timer(t.slot, t.epoch, t.timer, left);
         }
         tracing::info!(
             kept = kept.len(),
+            members = members_kept,
             renewed = renew.len(),
             state_age_ms = saved_ago.as_millis() as u64,
             "took back the fleet of a ck that died (--survive-supervisor)"
@@ -192,9 +242,16 @@ impl Supervisor {
         Ok(())
     }
 
-    /// One worker taken back: the same process, its sockets (its fds 3.., checked to be
-    /// listening on the groups' ports), its notify socket bound again, its exit watched.
-    fn take_back(&self, index: u32, w: &WorkerHandover) -> anyhow::Result<(Worker, Vec<Socket>)> {
+    /// One worker (or member) of slot record `saved` taken back: the same process, its sockets
+    /// (a socket-activation worker's fds 3..; with `--adopt`, the descriptors the record names
+    /// in its tree, each still the same socket), checked to listen on the groups' ports, its
+    /// notify socket bound again (not a member's: ck did not start it), its exit watched.
+    fn take_back(
+        &self,
+        saved: &SlotHandover,
+        w: &WorkerHandover,
+    ) -> anyhow::Result<(Worker, Vec<Socket>)> {
+        let index = saved.index;
         let started = pidfd::start_ticks(w.pid).context("the process is gone")?;
         anyhow::ensure!(
             w.start_ticks == Some(started),
@@ -203,46 +260,96 @@ impl Supervisor {
             w.start_ticks
         );
         let pidfd = pidfd::open(w.pid).context("pidfd_open")?;
-        let mut sockets = Vec::new();
-        for (i, group) in self.groups.iter().enumerate() {
-            let fd = 3 + i as i32;
-            let socket = Socket::from(
-                pidfd::get_fd(&pidfd, fd).with_context(|| format!("pidfd_getfd of its fd {fd}"))?,
-            );
-            let local = socket
-                .local_addr()
-                .ok()
-                .and_then(|a| a.as_socket())
-                .with_context(|| format!("its fd {fd} is not an inet socket"))?;
-            anyhow::ensure!(
-                local.port() == group.addr.addr.port() && socket.is_listener().unwrap_or(false),
-                "its fd {fd} is not listening on {} (it is {local})",
-                group.addr.addr
-            );
-            sockets.push(socket);
-        }
+        let sockets = match self.cfg.adopt {
+            true => self.adopted_back(saved)?,
+            false => (0..self.groups.len())
+                .map(|position| {
+                    let fd = 3 + position as i32;
+                    let socket = Socket::from(
+                        pidfd::get_fd(&pidfd, fd)
+                            .with_context(|| format!("pidfd_getfd of its fd {fd}"))?,
+                    );
+                    self.check_listening(position, &socket, &format!("its fd {fd}"))?;
+                    Ok(socket)
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        };
         let cgroup = w
             .cgroup
             .clone()
             .map(|(dir, memory)| WorkerCgroup::resume(dir, memory))
             .transpose()?;
-        let notify_name = w.notify_name.clone().context("no notify socket recorded")?;
-        let notify = NotifySocket::rebind(&notify_name)
-            .with_context(|| format!("binding {notify_name} again"))?;
+        let (notify, exit) = match saved.member_of {
+            Some(_) => (None, ExitSeen::Member),
+            None => {
+                let name = w.notify_name.clone().context("no notify socket recorded")?;
+                let notify =
+                    NotifySocket::rebind(&name).with_context(|| format!("binding {name} again"))?;
+                (Some(notify.socket), ExitSeen::Adopted)
+            }
+        };
         tracing::info!(
             slot = index,
             pid = w.pid,
             fd = pidfd.as_raw_fd(),
+            member_of = ?saved.member_of,
             "worker taken back"
         );
-        let worker = self.watch_again(
-            index,
-            w,
-            pidfd,
-            Some(notify.socket),
-            cgroup,
-            ExitSeen::Adopted,
-        )?;
+        let worker = self.watch_again(index, w, pidfd, notify, cgroup, exit)?;
         Ok((worker, sockets))
+    }
+
+    /// `--adopt`: the sockets of slot record `saved` copied back from the processes holding
+    /// them (none while its worker's were not adopted yet: ck adopts them as they come).
+    fn adopted_back(&self, saved: &SlotHandover) -> anyhow::Result<Vec<Socket>> {
+        if !saved.life.state.run().is_some_and(|run| run.adopted) {
+            anyhow::ensure!(
+                !saved.life.socket_open,
+                "it waited for a new listener with the socket of a process that exited, which \
+                 closed with ck"
+            );
+            return Ok(Vec::new());
+        }
+        anyhow::ensure!(
+            saved.adopted.len() == self.groups.len(),
+            "the state file does not say where its adopted sockets are open (written by a ck \
+             without --survive-supervisor?)"
+        );
+        let mut sockets = Vec::new();
+        for (position, at) in saved.adopted.iter().enumerate() {
+            let what = format!("fd {} of pid {}", at.fd, at.pid);
+            anyhow::ensure!(
+                at.start_ticks.is_some() && pidfd::start_ticks(at.pid) == at.start_ticks,
+                "pid {}, which held its socket, is gone",
+                at.pid
+            );
+            let holder = pidfd::open(at.pid).with_context(|| format!("pidfd_open {}", at.pid))?;
+            let socket = Socket::from(
+                pidfd::get_fd(&holder, at.fd).with_context(|| format!("pidfd_getfd of {what}"))?,
+            );
+            anyhow::ensure!(
+                sock_diag::cookie(&socket).ok() == Some(at.cookie),
+                "{what} is another socket now"
+            );
+            self.check_listening(position, &socket, &what)?;
+            sockets.push(socket);
+        }
+        Ok(sockets)
+    }
+
+    /// Whether `socket` (`what`, for the error) listens on group `position`'s port.
+    fn check_listening(&self, position: usize, socket: &Socket, what: &str) -> anyhow::Result<()> {
+        let group = &self.groups[position];
+        let local = socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .with_context(|| format!("{what} is not an inet socket"))?;
+        anyhow::ensure!(
+            local.port() == group.addr.addr.port() && socket.is_listener().unwrap_or(false),
+            "{what} is not listening on {} (it is {local})",
+            group.addr.addr
+        );
+        Ok(())
     }
 }

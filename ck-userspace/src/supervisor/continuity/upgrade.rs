@@ -107,13 +107,6 @@ async fn check(binary: PathBuf) -> Result<Compat, String> {
 impl Supervisor {
     /// Why an upgrade cannot start now, if it cannot.
     fn upgrade_refused(&self) -> Option<String> {
-        if self.cfg.adopt {
-            return Some(
-                "ck upgrade does not support --adopt yet; restart the instance instead \
-                 (`ck stop`, then `ck run`)"
-                    .into(),
-            );
-        }
         if self.stopping || self.quiet.waiting() {
             return Some("ck is stopping".into());
         }
