@@ -1,6 +1,6 @@
 //! What the integration tests run besides ck: Node.js, Python 3, a C compiler, tmux (the
-//! terminal `ck top` is tested in), tini, `systemd-analyze` and setpriv (Debian packages, installed when
-//! missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
+//! terminal `ck top` is tested in), tini, `systemd-analyze`, setpriv and puma with rack (Debian
+//! packages, installed when missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
 //! workspace (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate`
 //! from PyPI (`target/k8s-validate`). [`ensure`] is idempotent and prints one `xtask: ...` line
 //! per thing it does.
@@ -14,8 +14,9 @@ use crate::cmd::{self, command};
 /// Programs the tests start, and the Debian package that has each: tmux is the terminal `ck top`
 /// is tested in, tini runs ck in the container image (`deploy/Dockerfile`), `systemd-analyze
 /// verify` checks `deploy/ck.service`, setpriv runs ck and its clients as `nobody` with chosen
-/// capabilities (`least_privilege.rs`, `control_peer.rs`).
-const PROGRAMS: [(&str, &str); 7] = [
+/// capabilities (`least_privilege.rs`, `control_peer.rs`), puma and rack's `rackup` serve a Ruby
+/// app that boots slowly and waits in `pselect6` (`ready_slow.rs`).
+const PROGRAMS: [(&str, &str); 9] = [
     ("node", "nodejs"),
     ("python3", "python3"),
     ("cc", "gcc"),
@@ -23,6 +24,8 @@ const PROGRAMS: [(&str, &str); 7] = [
     ("tini", "tini"),
     ("systemd-analyze", "systemd"),
     ("setpriv", "util-linux"),
+    ("puma", "puma"),
+    ("rackup", "ruby-rack"),
 ];
 
 /// PyPI packages the tests run, and a binary each installs.
