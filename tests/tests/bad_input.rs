@@ -196,3 +196,21 @@ fn survive_supervisor_with_adopt() {
     let out = run(&name, port, &["--survive-supervisor", "--adopt"]);
     assert_refused(&out, "--survive-supervisor does not support --adopt", &name);
 }
+
+#[test]
+fn ready_probe_without_a_probe() {
+    refused(
+        "bad-readyprobe",
+        &["--ready", "probe"],
+        "add --probe http:/PATH",
+    );
+}
+
+#[test]
+fn ready_probe_with_a_tcp_probe() {
+    refused(
+        "bad-readytcp",
+        &["--ready", "probe", "--probe", "tcp"],
+        "use --probe http:/PATH",
+    );
+}
