@@ -17,6 +17,7 @@ pub mod http;
 pub mod load;
 pub mod privs;
 pub mod pyservers;
+pub mod slow_boot;
 pub mod sys;
 pub mod tmux;
 
