@@ -26,7 +26,7 @@ const CONNECTIONS: usize = 12;
 /// Requests per second of the load (a Python server per worker, on a small machine).
 const RATE: f64 = 300.0;
 /// The steady window.
-const STEADY: Duration = Duration::from_secs(3);
+const STEADY: Duration = Duration::from_secs(5);
 /// Load before `ck reload` starts.
 const LEAD: Duration = Duration::from_millis(500);
 /// Load after `ck reload` exits (the old workers drain meanwhile).
@@ -115,7 +115,8 @@ pub fn run(bench: &Bench) -> Result<Table> {
     t.note(format!(
         "during the roll = from {LEAD:?} before `ck reload` until {TAIL:?} after it exits; \
          with --no-bpf the kernel sends connections to the booting replacements' sockets, \
-         which wait for their boot (or time out at {:?})",
+         which wait for their boot (or time out at {:?}), and the old workers keep getting \
+         connections until --drain-timeout kills them",
         load::DEFAULT_TIMEOUT
     ));
     for (variant, o) in [("ck", &ck), ("baseline", &base)] {
