@@ -40,14 +40,18 @@ while True:
         conn, _ = listener.accept()
     except BlockingIOError:
         continue
-    conn.setblocking(True)
-    request = conn.recv(4096)
-    if health and request.startswith(b"GET /healthz "):
-        up = os.path.exists(health)
-        conn.sendall(answer(b"200 OK", b"up\n") if up else answer(b"503 Unavailable", b"booting\n"))
-    else:
-        conn.sendall(answer(b"200 OK", me))
-    conn.close()
+    try:
+        conn.setblocking(True)
+        request = conn.recv(4096)
+        if health and request.startswith(b"GET /healthz "):
+            up = os.path.exists(health)
+            conn.sendall(answer(b"200 OK", b"up\n") if up else answer(b"503 Unavailable", b"booting\n"))
+        else:
+            conn.sendall(answer(b"200 OK", me))
+    except OSError:
+        pass  # a client that gave up (a probe past its timeout resets its connection)
+    finally:
+        conn.close()
 "#;
 
 /// Writes [`POLL_SERVER`] as `poll_server.py` in `dir` and returns its path (run it with

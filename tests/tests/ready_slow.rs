@@ -144,6 +144,8 @@ fn ready_probe_waits_for_the_probe_not_for_ready_1() {
         "http:/healthz",
         "--probe-interval",
         "200ms",
+        "--probe-timeout",
+        "2s",
         "--",
         "python3",
         server,
