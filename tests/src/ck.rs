@@ -14,8 +14,9 @@ use serde::Deserialize;
 
 use crate::sys::{self, TempDir};
 
-/// How long one `ck status`/`drain`/... call may take before the test gives up on it.
-const CTL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one `ck status`/`drain`/... call may take before the test gives up on it (a `ck
+/// reload` waits for every replacement to boot: 10 s each for `ready_slow.rs`'s server).
+const CTL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Path of the `ck` binary: `$CK_BIN`, else `target/debug/ck` of this workspace.
 ///

@@ -23,6 +23,7 @@ pub mod privs;
 pub mod pyservers;
 pub mod real_servers;
 pub mod server_checks;
+pub mod slow_boot;
 pub mod sys;
 pub mod tmux;
 

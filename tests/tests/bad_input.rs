@@ -247,3 +247,21 @@ fn unknown_stop_signal() {
         ),
     );
 }
+
+#[test]
+fn ready_probe_without_a_probe() {
+    refused(
+        "bad-readyprobe",
+        &["--ready", "probe"],
+        "add --probe http:/PATH",
+    );
+}
+
+#[test]
+fn ready_probe_with_a_tcp_probe() {
+    refused(
+        "bad-readytcp",
+        &["--ready", "probe", "--probe", "tcp"],
+        "use --probe http:/PATH",
+    );
+}

@@ -18,7 +18,8 @@ use crate::cmd::{self, command};
 /// capabilities (`least_privilege.rs`, `control_peer.rs`); go, nginx, puma and rackup (rack,
 /// which puma runs apps with) are the real servers of `servers.rs` and `servers_adopt.rs`;
 /// haproxy and nft are the fleet's fronts, ip makes its network namespaces and nsenter runs ck
-/// in them (`fleet_*.rs`, `cargo xtask fleet`).
+/// in them (`fleet_*.rs`, `cargo xtask fleet`); puma also serves a Ruby app that boots slowly
+/// and waits in `pselect6` (`ready_slow.rs`).
 const PROGRAMS: [(&str, &str); 15] = [
     ("node", "nodejs"),
     ("python3", "python3"),

@@ -46,13 +46,15 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = defaults::POLICY)]
     policy: Policy,
     /// When a worker counts as ready: READY=1 (auto also takes a worker that is silent on
-    /// NOTIFY_SOCKET for --ready-grace as ready), or at spawn.
+    /// NOTIFY_SOCKET as ready once it waits for connections on its socket), at spawn, or when
+    /// the readiness probe (--probe http:/PATH) passes.
     #[arg(long, value_enum, default_value_t = defaults::READY)]
     ready: ReadyMode,
     /// Time a worker has to become ready before it is replaced.
     #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::READY_TIMEOUT))]
     ready_timeout: Duration,
-    /// With --ready auto: time after which a worker that said nothing on NOTIFY_SOCKET is ready.
+    /// With --ready auto: time after which a worker that said nothing on NOTIFY_SOCKET is ready
+    /// if ck cannot see whether it waits for connections (no access to its /proc).
     #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::READY_GRACE))]
     ready_grace: Duration,
     /// Time a stopping worker gets to finish before SIGKILL.
@@ -198,6 +200,7 @@ pub struct RunArgs {
 impl RunArgs {
     /// Checks the options and turns them into the supervisor's configuration.
     pub fn into_config(self) -> anyhow::Result<RunConfig> {
+        self.check_ready_probe()?;
         let listen = run_config::listen_addrs(&self.ports, &self.listen)?;
         let name = self
             .name
@@ -329,6 +332,29 @@ impl RunArgs {
             user: self.user,
         })
     }
+
+    /// `--ready probe` needs an HTTP readiness probe, sent to each worker by probe steering.
+    fn check_ready_probe(&self) -> anyhow::Result<()> {
+        if self.ready != ReadyMode::Probe {
+            return Ok(());
+        }
+        match &self.probe {
+            None => bail!(
+                "--ready probe waits for the readiness probe to pass, and there is no probe: add \
+                 --probe http:/PATH (e.g. --probe http:/healthz), or use --ready auto"
+            ),
+            Some(ProbeKind::Tcp) => bail!(
+                "--ready probe with --probe tcp would take a booting worker as ready (the kernel \
+                 completes the handshake on ck's socket before the worker accepts): use --probe \
+                 http:/PATH (e.g. --probe http:/healthz)"
+            ),
+            Some(ProbeKind::Http(_)) if self.no_bpf => bail!(
+                "--ready probe probes each worker through its own socket (probe steering), which \
+                 needs ck's BPF program, and --no-bpf has none: drop one of them"
+            ),
+            Some(ProbeKind::Http(_)) => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -342,6 +368,17 @@ mod tests {
         let matches = run_command()
             .try_get_matches_from(std::iter::once("run").chain(args.iter().copied()))?;
         RunArgs::from_arg_matches(&matches)?.into_config()
+    }
+
+    #[test]
+    fn ready_probe_needs_an_http_probe_and_steering() {
+        let refused = |args: &[&str]| config(args).unwrap_err().to_string();
+        assert!(refused(&["--ready", "probe"]).contains("add --probe http:/PATH"));
+        assert!(refused(&["--ready", "probe", "--probe", "tcp"]).contains("use --probe http:/"));
+        let no_bpf = refused(&["--ready", "probe", "--probe", "http:/up", "--no-bpf"]);
+        assert!(no_bpf.contains("drop one of them"), "{no_bpf}");
+        let cfg = config(&["--ready", "probe", "--probe", "http:/healthz"]).unwrap();
+        assert_eq!(cfg.ready, ReadyMode::Probe);
     }
 
     #[test]

@@ -161,13 +161,18 @@ impl Policy {
 /// When a worker counts as ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReadyMode {
-    /// Ready on `READY=1`; a worker that says nothing at all on `NOTIFY_SOCKET` within
-    /// `--ready-grace` is taken as not speaking the protocol and is ready then.
+    /// Ready on `READY=1`; a worker that says nothing on `NOTIFY_SOCKET` is ready once it is
+    /// seen waiting for connections on its socket (epoll set, `accept`, `poll`, `ppoll`,
+    /// `select`, `pselect6`) or, with an HTTP `--probe`, at its first passing probe.
+    /// `--ready-grace` takes a silent worker as ready only where ck cannot see that.
     Auto,
     /// Ready only on `READY=1` (bounded by `--ready-timeout`).
     Notify,
     /// Ready as soon as it is spawned.
     Spawn,
+    /// Ready when the readiness probe (`--probe http:/PATH`) passes through the worker's own
+    /// socket, as a Kubernetes readinessProbe; `READY=1` does not make a starting worker ready.
+    Probe,
 }
 
 /// How ck writes its own log lines (`--log-format`); workers' output passes through unchanged.

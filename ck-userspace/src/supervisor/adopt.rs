@@ -175,8 +175,12 @@ impl Supervisor {
         }
         self.check_steering_soon();
         match self.cfg.ready {
-            ReadyMode::Notify if !said_ready => {}
+            ReadyMode::Notify | ReadyMode::Probe if !said_ready => {}
             ReadyMode::Notify => self.mark_ready(index, "READY=1, and listening (adopted)".into()),
+            ReadyMode::Probe => self.mark_ready(
+                index,
+                "the readiness probe passed, and listening (adopted)".into(),
+            ),
             ReadyMode::Auto | ReadyMode::Spawn => {
                 self.mark_ready(index, "listening on the instance's port (adopted)".into())
             }

@@ -24,7 +24,7 @@ use super::{
 use crate::{
     bpf::queue_depth::QueueDepth,
     os::probe::{self, ProbeAnswer},
-    settings::run_config::ReadyMode,
+    settings::{health::ProbeKind, run_config::ReadyMode},
 };
 
 /// How much slower queues are sampled while there is no traffic.
@@ -362,12 +362,9 @@ impl Supervisor {
                 continue;
             };
             let stopping = matches!(slot.life.state, State::Stopping(..));
-            // A roll's starting replacement (standby) is probed too: with --probe, a silent
-            // worker is ready at its first passing probe, and nothing else would make it so.
-            let replacement_starting =
-                slot.life.standby && matches!(slot.life.state, State::Starting(_));
-            if (!slot.life.serving() && !replacement_starting) || stopping || worker.health.probing
-            {
+            // A roll's starting replacement (a standby) is probed too: it is ready at a pass.
+            let starting = matches!(slot.life.state, State::Starting(_));
+            if !(slot.life.serving() || starting) || stopping || worker.health.probing {
                 continue;
             }
             let Some(source) = probe::source_of(target, base, slot.index) else {
@@ -397,7 +394,11 @@ impl Supervisor {
         result: Result<ProbeAnswer, String>,
     ) {
         let (fails, passes) = (self.cfg.health.probe_fails, self.cfg.health.probe_passes);
-        let auto = self.cfg.ready == ReadyMode::Auto;
+        // A passing HTTP probe makes a starting worker ready: always with --ready probe, and
+        // with auto if it said nothing on NOTIFY_SOCKET (a TCP probe proves nothing: the kernel
+        // completes the handshake on ck's socket before the worker accepts).
+        let http = matches!(self.cfg.health.probe, Some(ProbeKind::Http(_)));
+        let mode = self.cfg.ready;
         let Some(slot) = self.slots.get_mut(&index) else {
             return;
         };
@@ -412,12 +413,17 @@ impl Supervisor {
                 health.probe_fails = 0;
                 health.probe_passes += 1;
                 let recovered = health.probe && health.probe_passes >= passes;
-                let silent_starter = auto && starting && !worker.spoke_notify;
+                let ready_now = starting
+                    && match mode {
+                        ReadyMode::Probe => true,
+                        ReadyMode::Auto => http && !worker.spoke_notify,
+                        ReadyMode::Notify | ReadyMode::Spawn => false,
+                    };
                 if recovered {
                     self.set_health(index, Signal::Probe, false, "probes pass");
                 }
-                if silent_starter {
-                    self.mark_ready(index, "first probe passed".into());
+                if ready_now {
+                    self.mark_ready(index, "the readiness probe passed".into());
                 }
             }
             Err(why) => {

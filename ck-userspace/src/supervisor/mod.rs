@@ -189,13 +189,23 @@ pub struct Supervisor {
     quiet: quiet::Quiet,
 }
 
+/// Whether the run probes its workers over HTTP (a TCP probe passes on ck's own listening
+/// socket before the worker accepts: it says nothing about readiness).
+fn http_probe(cfg: &RunConfig) -> bool {
+    matches!(
+        cfg.health.probe,
+        Some(crate::settings::health::ProbeKind::Http(_))
+    )
+}
+
 /// The lifecycle settings of a run.
 fn settings(cfg: &RunConfig) -> Settings {
     Settings {
         ready_on_spawn: cfg.ready == ReadyMode::Spawn,
-        // With probes, a silent worker is ready at its first passing probe instead; adopted,
-        // when its socket is.
-        ready_grace: (cfg.ready == ReadyMode::Auto && cfg.health.probe.is_none() && !cfg.adopt)
+        // With an HTTP probe, a silent worker is ready at its first passing probe instead;
+        // adopted, when its socket is. The grace only says when to look whether ck can see the
+        // worker wait for connections at all (`detect`).
+        ready_grace: (cfg.ready == ReadyMode::Auto && !http_probe(cfg) && !cfg.adopt)
             .then_some(cfg.ready_grace),
         ready_timeout: cfg.ready_timeout,
         drain_timeout: cfg.drain_timeout,

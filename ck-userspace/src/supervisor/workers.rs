@@ -203,11 +203,14 @@ impl Supervisor {
 
     pub(super) fn on_notify(&mut self, index: u32, id: u64, msgs: Vec<NotifyMsg>) {
         for msg in msgs {
+            let probe_decides = self.probe_decides(index);
             let Some(worker) = self.worker_mut(index, id) else {
                 return;
             };
             worker.spoke_notify = true;
             match msg {
+                // --ready probe: the probe, not READY=1, makes a starting worker ready.
+                NotifyMsg::Ready if probe_decides => {}
                 NotifyMsg::Ready => self.mark_ready(index, "READY=1".into()),
                 NotifyMsg::Stopping => {
                     self.apply(index, Input::WorkerDraining);
@@ -220,23 +223,10 @@ impl Supervisor {
     }
 
     pub(super) fn on_timer(&mut self, index: u32, epoch: u64, timer: Timer) {
-        if timer != Timer::ReadyGrace {
+        if timer == Timer::ReadyGrace {
+            self.on_ready_grace(index, epoch);
+        } else {
             self.apply(index, Input::Timer(timer, epoch));
-            return;
-        }
-        let grace = self.cfg.ready_grace;
-        let silent_starter = self.slots.get(&index).is_some_and(|s| {
-            matches!(s.life.state, State::Starting(run) if run.id == epoch)
-                && s.worker.as_ref().is_some_and(|w| !w.spoke_notify)
-        });
-        if silent_starter {
-            self.mark_ready(
-                index,
-                format!(
-                    "sent nothing on NOTIFY_SOCKET within {grace:?}; taken as ready \
-                     (use --ready notify to wait for READY=1)"
-                ),
-            );
         }
     }
 

@@ -5,7 +5,7 @@
 //!
 //! Every instance gets its own `--name` and port on 127.0.0.1, its log goes to a file under
 //! one directory per invocation, and it is stopped (killed, if need be) before the next one
-//! starts. Each scenario is bounded in time; `all` takes about 17 minutes (`upgrade` about 10 s). Long steps print a
+//! starts. Each scenario is bounded in time; `all` takes about 18 minutes (`upgrade` about 10 s, `ready-slow` about 1 minute). Long steps print a
 //! progress line on stderr ([`Bench::progress`]).
 
 mod bpf_cost;
@@ -20,6 +20,7 @@ mod long_lived;
 mod overhead;
 mod peers;
 mod plot;
+mod ready_slow;
 mod recovery;
 mod recovery_node;
 mod reload;
@@ -82,6 +83,9 @@ pub enum Scenario {
     Chaos,
     /// The SO_REUSEPORT + TCP_CORK article's matrix with its kind of C server under ck.
     Cork,
+    /// `ck reload` of a server that boots in 10 s and says nothing (waits in poll): p99 during
+    /// the roll vs steady, failed requests, how each worker was taken as ready.
+    ReadySlow,
     /// Every scenario, in the order above.
     All,
 }
@@ -104,6 +108,7 @@ impl Scenario {
                 Scenario::SupervisorCpu,
                 Scenario::Chaos,
                 Scenario::Cork,
+                Scenario::ReadySlow,
             ],
             one => vec![one],
         }
@@ -211,6 +216,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
             Scenario::SupervisorCpu => vec![supervisor_cpu::run(&bench)?],
             Scenario::Chaos => vec![chaos::run(&bench)?],
             Scenario::Cork => vec![cork::run(&bench)?],
+            Scenario::ReadySlow => vec![ready_slow::run(&bench)?],
             Scenario::All => unreachable!("expand() never yields All"),
         };
         if let Some(last) = tables.last_mut() {
@@ -278,7 +284,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 13);
+        assert_eq!(Scenario::All.expand().len(), 14);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
     }

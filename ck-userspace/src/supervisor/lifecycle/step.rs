@@ -12,8 +12,8 @@ use crate::settings::restart_policy::RestartPolicy;
 /// A timer the machine arms; it comes back as [`Input::Timer`] with the epoch it was armed in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Timer {
-    /// `--ready auto`: a worker silent on `NOTIFY_SOCKET` this long is taken as ready (the
-    /// supervisor checks the silence and answers with [`Input::Ready`]).
+    /// `--ready auto`: a worker silent on `NOTIFY_SOCKET` this long is looked at again (the
+    /// supervisor answers with [`Input::Ready`] only if it cannot see whether it accepts).
     ReadyGrace,
     /// A worker not ready by now is killed and its exit counts as a boot crash.
     ReadyTimeout,
