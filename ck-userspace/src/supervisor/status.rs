@@ -244,7 +244,7 @@ impl Supervisor {
             workers: self.cfg.workers,
             metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
-            version: env!("CARGO_PKG_VERSION").to_string(),
+            version: crate::VERSION.to_string(),
             upgrades: self.upgrades,
             last_upgrade: self.last_upgrade.clone(),
             connection_count,
