@@ -2,7 +2,7 @@
 //! port under a name of its own ([`ck::Ck`]), give it a wrapper app ([`app`]), talk HTTP to its
 //! demo workers ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect
 //! processes, ports and CPUs ([`sys`]); run a program in a real terminal ([`tmux`]), and read
-//! the files of `deploy/` ([`deploy`]).
+//! the files of `deploy/` ([`deploy`]), tell a static binary from a dynamic one ([`elf`]).
 //!
 //! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
 //! BPF programs and pin maps under `/sys/fs/bpf/ck/`. `cargo xtask test` builds ck and runs
@@ -13,6 +13,7 @@ pub mod churn;
 pub mod ck;
 pub mod cserver;
 pub mod deploy;
+pub mod elf;
 pub mod http;
 pub mod load;
 pub mod privs;
