@@ -265,7 +265,7 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             Ok(ExitCode::SUCCESS)
         }
         Command::Completions { shell } => {
-            cli::docs::completions(Cli::command(), shell);
+            cli::docs::completions(Cli::command(), shell)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::ExecWorker { argv } => {

@@ -24,9 +24,15 @@ pub fn man_pages(cmd: clap::Command, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints the completion script of `cmd` (named `ck`) for `shell` on stdout.
-pub fn completions(mut cmd: clap::Command, shell: Shell) {
-    clap_complete::generate(shell, &mut cmd, "ck", &mut std::io::stdout());
+/// Prints the completion script of `cmd` (named `ck`) for `shell` on stdout (an error, not a
+/// panic, when stdout is closed early, as by `| head`).
+pub fn completions(mut cmd: clap::Command, shell: Shell) -> anyhow::Result<()> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "ck", &mut script);
+    std::io::stdout()
+        .lock()
+        .write_all(&script)
+        .context("writing the completion script")
 }
 
 #[cfg(test)]
