@@ -50,7 +50,9 @@ mod tests {
     fn a_dynamic_program_names_its_loader() {
         // The test binary itself is linked dynamically against glibc.
         let me = std::env::current_exe().unwrap();
-        let interp = interpreter(&me).unwrap().expect("a dynamically linked test binary");
+        let interp = interpreter(&me)
+            .unwrap()
+            .expect("a dynamically linked test binary");
         assert!(interp.contains("ld-linux"), "{interp}");
     }
 

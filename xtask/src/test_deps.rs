@@ -14,8 +14,9 @@ use crate::cmd::{self, command};
 /// Programs the tests start, and the Debian package that has each: tmux is the terminal `ck top`
 /// is tested in, tini runs ck in the container image (`deploy/Dockerfile`), `systemd-analyze
 /// verify` checks `deploy/ck.service`, setpriv runs ck and its clients as `nobody` with chosen
-/// capabilities (`least_privilege.rs`, `control_peer.rs`).
-const PROGRAMS: [(&str, &str); 7] = [
+/// capabilities (`least_privilege.rs`, `control_peer.rs`), `file` and `man` check the static
+/// binary and the installed man pages of `cargo xtask dist` (`dist.rs`).
+const PROGRAMS: [(&str, &str); 9] = [
     ("node", "nodejs"),
     ("python3", "python3"),
     ("cc", "gcc"),
@@ -23,6 +24,8 @@ const PROGRAMS: [(&str, &str); 7] = [
     ("tini", "tini"),
     ("systemd-analyze", "systemd"),
     ("setpriv", "util-linux"),
+    ("file", "file"),
+    ("man", "man-db"),
 ];
 
 /// PyPI packages the tests run, and a binary each installs.
