@@ -20,8 +20,7 @@ fn main() -> anyhow::Result<()> {
     build_bpf()?;
     let out_dir = std::env::var_os("OUT_DIR").ok_or_else(|| anyhow!("OUT_DIR not set"))?;
     let object = Path::new(&out_dir).join("ck");
-    let bytes =
-        std::fs::read(&object).with_context(|| format!("reading {}", object.display()))?;
+    let bytes = std::fs::read(&object).with_context(|| format!("reading {}", object.display()))?;
     println!("cargo:rustc-env=CK_BPF_SHA256={}", short_sha256(&bytes));
     Ok(())
 }
@@ -64,10 +63,21 @@ fn git_commit() -> String {
         }
     }
     // The crates the binary is built from; cargo looks at every file under a directory.
-    for dir in ["src", "../ck-common", "../ck-ebpf", "../ck-worker/src", "../Cargo.lock"] {
+    for dir in [
+        "src",
+        "../ck-common",
+        "../ck-ebpf",
+        "../ck-worker/src",
+        "../Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={dir}");
     }
-    match git(&["--no-optional-locks", "status", "--porcelain", "--untracked-files=no"]) {
+    match git(&[
+        "--no-optional-locks",
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+    ]) {
         Some(changes) if !changes.is_empty() => format!("{commit}-dirty"),
         _ => commit,
     }

@@ -47,7 +47,10 @@ pub fn run(workspace: &Path, target: &Path, out: &Path) -> Result<()> {
     copy(&ck, &stage.join("ck"))?;
     generate_docs(&ck, &stage)?;
     for unit in units(workspace)? {
-        copy(&unit, &stage.join(unit.file_name().expect("a unit file name")))?;
+        copy(
+            &unit,
+            &stage.join(unit.file_name().expect("a unit file name")),
+        )?;
     }
     for doc in ["README.md", "LICENSE", "LICENSE-MIT", "LICENSE-APACHE"] {
         let path = workspace.join(doc);
@@ -73,8 +76,8 @@ pub fn run(workspace: &Path, target: &Path, out: &Path) -> Result<()> {
     fs::create_dir_all(&assets).with_context(|| format!("creating {}", assets.display()))?;
     generate_docs(&ck, &assets)?;
     for unit in units(workspace)? {
-        let text = fs::read_to_string(&unit)
-            .with_context(|| format!("reading {}", unit.display()))?;
+        let text =
+            fs::read_to_string(&unit).with_context(|| format!("reading {}", unit.display()))?;
         let file = assets.join(unit.file_name().expect("a unit file name"));
         fs::write(&file, packaged_unit(&text))
             .with_context(|| format!("writing {}", file.display()))?;
@@ -129,7 +132,10 @@ fn version_of(ck: &Path) -> Result<String> {
     let said = cmd::output(command(ck).arg("--version"), "the static ck does not run")?;
     match said.split_whitespace().collect::<Vec<_>>()[..] {
         ["ck", version, ..] => Ok(version.to_string()),
-        _ => bail!("`{} --version` said {said:?}, not `ck VERSION ...`", ck.display()),
+        _ => bail!(
+            "`{} --version` said {said:?}, not `ck VERSION ...`",
+            ck.display()
+        ),
     }
 }
 
@@ -147,8 +153,7 @@ fn generate_docs(ck: &Path, dir: &Path) -> Result<()> {
             command(ck).args(["completions", shell]),
             "the static ck cannot print its completions",
         )?;
-        fs::write(completions.join(file), script)
-            .with_context(|| format!("writing {file}"))?;
+        fs::write(completions.join(file), script).with_context(|| format!("writing {file}"))?;
     }
     Ok(())
 }
@@ -215,6 +220,9 @@ mod tests {
     #[test]
     fn the_deploy_units_are_found() {
         let units = units(crate::workspace_root().unwrap()).unwrap();
-        assert!(units.iter().any(|u| u.ends_with("deploy/ck.service")), "{units:?}");
+        assert!(
+            units.iter().any(|u| u.ends_with("deploy/ck.service")),
+            "{units:?}"
+        );
     }
 }
