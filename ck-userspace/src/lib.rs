@@ -17,3 +17,16 @@ pub mod metrics;
 pub mod os;
 pub mod settings;
 pub mod supervisor;
+
+/// What `ck --version` prints after `ck`, and what `ck status` and `ck upgrade` show of a
+/// binary: the version, the git commit it was built from (short hash, `-dirty` with uncommitted
+/// changes, `unknown` outside git) and [`bpf::OBJECT_SHA256`], e.g.
+/// `0.1.0 (commit 97598a0, bpf 3f2a9c01d4e7)`. Set by `build.rs`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CK_GIT_COMMIT"),
+    ", bpf ",
+    env!("CK_BPF_SHA256"),
+    ")"
+);

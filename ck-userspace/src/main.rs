@@ -19,7 +19,7 @@ use cli::control::{answer, probe_slot, simple};
 #[derive(Parser)]
 #[command(
     name = "ck",
-    version,
+    version = ck::VERSION,
     about = "Supervisor for SO_REUSEPORT worker fleets, steered by eBPF"
 )]
 struct Cli {
@@ -162,6 +162,19 @@ enum Command {
     },
     /// The built-in demo worker (HTTP/1.1): run by `ck run` when no APP is given.
     DemoWorker(ck_worker::demo::DemoOptions),
+    /// Writes ck's man pages (ck.1 and one page per subcommand, from this command line) into
+    /// DIR and prints their paths (`cargo xtask dist` packages them).
+    #[command(hide = true)]
+    Man {
+        /// The directory (created if missing).
+        dir: std::path::PathBuf,
+    },
+    /// Prints ck's completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    #[command(hide = true)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Internal: sets LISTEN_PID and execs the worker's program.
     #[command(hide = true)]
     ExecWorker {
@@ -279,6 +292,14 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
         Command::Scale { workers, target } => simple(target.name, Request::Scale { workers }),
         Command::DemoWorker(opts) => {
             ck_worker::demo::run(opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => {
+            cli::docs::man_pages(Cli::command(), &dir)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            cli::docs::completions(Cli::command(), shell)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::ExecWorker { argv } => {

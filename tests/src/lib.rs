@@ -3,7 +3,7 @@
 //! demo workers ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect
 //! processes, ports and CPUs ([`sys`]); run real servers ([`pyservers`], [`real_servers`]) through
 //! one checklist ([`server_checks`]); run a program in a real terminal ([`tmux`]), read the
-//! files of `deploy/` ([`deploy`]), and put ck hosts behind a real balancer in network
+//! files of `deploy/` ([`deploy`]), tell a static binary from a dynamic one ([`elf`]), and put ck hosts behind a real balancer in network
 //! namespaces ([`fleet`]).
 //!
 //! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
@@ -17,6 +17,7 @@ pub mod ck;
 pub mod cserver;
 pub mod deploy;
 pub mod fleet;
+pub mod elf;
 pub mod http;
 pub mod load;
 pub mod privs;

@@ -1,4 +1,4 @@
-//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench`, `fleet` and `fuzz`.
+//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench`, `fleet`, `fuzz` and `dist`.
 //!
 //! Every task first runs [`toolchain::ensure`], which installs what building the BPF program
 //! needs (nightly + rust-src, LLVM 22, bpf-linker, bpftool) and mounts the bpffs, printing one
@@ -6,6 +6,7 @@
 
 mod bench;
 mod cmd;
+mod dist;
 mod fuzz;
 mod multi_host;
 mod tally;
@@ -111,6 +112,15 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         secs: u64,
     },
+    /// Build the static release `ck` (musl, BPF program embedded) and package it:
+    /// `ck-VERSION-x86_64-linux.tar.gz` (ck, systemd unit, man pages, completions, README) and
+    /// a `.deb` (cargo-deb) that installs the same under /usr.
+    Dist {
+        /// Where the tarball and the `.deb` go (relative to the current directory; default
+        /// `target/dist`).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 fn main() {
@@ -174,6 +184,17 @@ fn dispatch(task: Task) -> Result<()> {
                 None => fuzz::TARGETS.to_vec(),
             };
             fuzz::run(workspace_root()?, &targets, secs).map(drop)
+        }
+        Task::Dist { out } => {
+            toolchain::ensure(Bpffs::Optional)?;
+            let target = target_dir()?;
+            let out = match out {
+                Some(dir) => env::current_dir()
+                    .context("reading the current directory")?
+                    .join(dir),
+                None => target.join("dist"),
+            };
+            dist::run(workspace_root()?, &target, &out)
         }
     }
 }
@@ -430,6 +451,21 @@ mod tests {
             other => panic!("parsed as {other:?}"),
         }
         assert!(fuzz::target("nope").is_err());
+    }
+
+    #[test]
+    fn dist_takes_an_optional_output_directory() {
+        let cli = Cli::try_parse_from(["xtask", "dist"]).unwrap();
+        match cli.task {
+            Task::Dist { out } => assert_eq!(out, None),
+            other => panic!("parsed as {other:?}"),
+        }
+        let cli = Cli::try_parse_from(["xtask", "dist", "--out", "/tmp/d"]).unwrap();
+        match cli.task {
+            Task::Dist { out } => assert_eq!(out, Some("/tmp/d".into())),
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(Cli::try_parse_from(["xtask", "dist", "extra"]).is_err());
     }
 
     #[test]

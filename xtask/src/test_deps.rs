@@ -19,8 +19,9 @@ use crate::cmd::{self, command};
 /// which puma runs apps with) are the real servers of `servers.rs` and `servers_adopt.rs`;
 /// haproxy and nft are the fleet's fronts, ip makes its network namespaces and nsenter runs ck
 /// in them (`fleet_*.rs`, `cargo xtask fleet`); puma also serves a Ruby app that boots slowly
-/// and waits in `pselect6` (`ready_slow.rs`).
-const PROGRAMS: [(&str, &str); 15] = [
+/// and waits in `pselect6` (`ready_slow.rs`); `file` and `man` check the static binary and the installed man pages of
+/// `cargo xtask dist` (`dist.rs`).
+const PROGRAMS: [(&str, &str); 17] = [
     ("node", "nodejs"),
     ("python3", "python3"),
     ("cc", "gcc"),
@@ -36,6 +37,8 @@ const PROGRAMS: [(&str, &str); 15] = [
     ("nft", "nftables"),
     ("ip", "iproute2"),
     ("nsenter", "util-linux"),
+    ("file", "file"),
+    ("man", "man-db"),
 ];
 
 /// PyPI packages the tests run, and a binary each installs.

@@ -21,6 +21,10 @@ pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR
 #[cfg(not(feature = "bpf-program"))]
 pub static BPF_OBJECT: &[u8] = &[];
 
+/// The first 12 hex digits of the SHA-256 of [`BPF_OBJECT`] (computed by `build.rs`; `sha256sum`
+/// of the object file starts with them), `none` without the `bpf-program` feature.
+pub const OBJECT_SHA256: &str = env!("CK_BPF_SHA256");
+
 /// [`BPF_OBJECT`], or why this build has none.
 fn object() -> anyhow::Result<&'static [u8]> {
     anyhow::ensure!(

@@ -246,7 +246,7 @@ impl Supervisor {
             drain_timeout_ms: self.cfg.drain_timeout.as_millis() as u64,
             metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
-            version: env!("CARGO_PKG_VERSION").to_string(),
+            version: crate::VERSION.to_string(),
             upgrades: self.upgrades,
             last_upgrade: self.last_upgrade.clone(),
             connection_count,

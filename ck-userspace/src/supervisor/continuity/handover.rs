@@ -36,7 +36,7 @@ impl Compat {
     /// This binary's.
     pub fn this() -> Compat {
         Compat {
-            ck: env!("CARGO_PKG_VERSION").to_string(),
+            ck: crate::VERSION.to_string(),
             format: FORMAT,
             maps: map_layout(),
         }

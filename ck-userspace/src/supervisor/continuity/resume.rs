@@ -113,7 +113,7 @@ impl Supervisor {
             .map_or(0.0, |d| d.as_secs_f64() * 1e3);
         tracing::info!(
             from = %handover.compat.ck,
-            to = env!("CARGO_PKG_VERSION"),
+            to = crate::VERSION,
             workers,
             slots = self.slots.len(),
             upgrades = self.upgrades,
@@ -123,7 +123,7 @@ impl Supervisor {
         self.last_upgrade = Some(format!(
             "ok: ck {} -> {} ({workers} worker(s) kept, resumed {exec_ms:.1} ms after the exec)",
             handover.compat.ck,
-            env!("CARGO_PKG_VERSION")
+            crate::VERSION
         ));
         Ok(())
     }

@@ -1,0 +1,63 @@
+//! `ck man DIR` and `ck completions SHELL` (hidden): the man pages (clap_mangen) and the shell
+//! completion scripts (clap_complete), generated from the binary's own clap definition, so
+//! what `cargo xtask dist` packages is the command line as it is.
+use std::{io::Write as _, path::Path};
+
+use anyhow::Context as _;
+use clap_complete::Shell;
+
+/// Writes `ck.1` and one page per visible subcommand (`ck-run.1`, `ck-status.1`, ...) of `cmd`
+/// into `dir` (created if missing) and prints each file's path.
+pub fn man_pages(cmd: clap::Command, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    clap_mangen::generate_to(cmd, dir)
+        .with_context(|| format!("writing the man pages into {}", dir.display()))?;
+    let mut pages: Vec<_> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "1"))
+        .collect();
+    pages.sort();
+    let mut out = std::io::stdout().lock();
+    for page in pages {
+        writeln!(out, "{}", page.display())?;
+    }
+    Ok(())
+}
+
+/// Prints the completion script of `cmd` (named `ck`) for `shell` on stdout (an error, not a
+/// panic, when stdout is closed early, as by `| head`).
+pub fn completions(mut cmd: clap::Command, shell: Shell) -> anyhow::Result<()> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "ck", &mut script);
+    std::io::stdout()
+        .lock()
+        .write_all(&script)
+        .context("writing the completion script")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command() -> clap::Command {
+        clap::Command::new("ck")
+            .version("1.2.3")
+            .subcommand(clap::Command::new("run").arg(clap::arg!(--workers <N> "How many")))
+            .subcommand(clap::Command::new("secret").hide(true))
+    }
+
+    #[test]
+    fn a_page_per_visible_subcommand() {
+        let dir = std::env::temp_dir().join(format!("ck-man-test-{}", std::process::id()));
+        man_pages(command(), &dir).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        let run = std::fs::read_to_string(dir.join("ck-run.1")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(names, ["ck-run.1", "ck.1"]);
+        assert!(run.contains("workers"), "{run}");
+    }
+}
