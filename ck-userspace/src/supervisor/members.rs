@@ -76,6 +76,7 @@ impl Supervisor {
             notify_refused: Default::default(),
             start_ticks: None,
             notify_name: None,
+            output: None,
         });
         self.slots.insert(index, slot);
         tracing::info!(

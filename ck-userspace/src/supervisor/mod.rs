@@ -15,6 +15,7 @@ mod foreign;
 mod health;
 pub mod lifecycle;
 mod members;
+pub mod output;
 mod publish;
 mod reconfigure;
 mod recycle;
@@ -51,7 +52,7 @@ use crate::{
     os::notify::NotifyMsg,
     os::reexec,
     settings::layers::RunCommandLine,
-    settings::run_config::{ListenAddr, ReadyMode, RunConfig},
+    settings::run_config::{ListenAddr, ReadyMode, RunConfig, WorkerOutput},
 };
 
 /// Something that happened, for the event loop.
@@ -180,6 +181,8 @@ pub struct Supervisor {
     bpf_resumed: bool,
     /// The state changed since the state file was last written (`--survive-supervisor`).
     state_dirty: bool,
+    /// `--worker-output capture`: the readers and writer of the workers' output.
+    output: Option<output::Hub>,
 }
 
 /// The lifecycle settings of a run.
@@ -310,6 +313,10 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
         timers: Vec::new(),
         bpf_resumed: reuse_maps,
         state_dirty: true,
+        output: match cfg.worker_output {
+            WorkerOutput::Capture => Some(output::Hub::start(cfg.log_format)?),
+            WorkerOutput::Inherit => None,
+        },
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
@@ -391,6 +398,10 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
     }
     drop(metrics_server);
     sup.finish();
+    // The workers' last lines (read to their pipes' end) before ck's own last one.
+    if let Some(output) = &sup.output {
+        output.finish(Duration::from_millis(500)).await;
+    }
     // Answers already given (`ck stop` to a fleet with no worker) reach their clients.
     control.flush(Duration::from_millis(500)).await;
     drop(lock);

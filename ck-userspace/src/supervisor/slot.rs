@@ -49,6 +49,9 @@ pub struct Worker {
     pub start_ticks: Option<u64>,
     /// Its `NOTIFY_SOCKET` (`@` + abstract name): a ck that takes it back binds it again.
     pub notify_name: Option<String>,
+    /// `--worker-output capture`: ck's read ends of its stdout and stderr pipes (read by the
+    /// output readers, handed over by `ck upgrade`).
+    pub output: Option<super::output::OutputEnds>,
 }
 
 impl Drop for Worker {
@@ -92,6 +95,9 @@ pub struct Slot {
     /// Probes of its workers that failed once they were past starting
     /// (`ck_probe_failures_total`).
     pub probe_failures: u64,
+    /// Lines of its workers' output dropped because ck's own output could not keep up
+    /// (counted by the output readers; `ck_worker_output_dropped_lines_total`).
+    pub output_dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Slot {
@@ -111,6 +117,7 @@ impl Slot {
             queue_depth: 0,
             queue_rising_since: None,
             probe_failures: 0,
+            output_dropped: Default::default(),
         }
     }
 

@@ -137,6 +137,9 @@ pub struct SlotHandover {
     pub probe_failures: u64,
     /// Its worker, if one runs.
     pub worker: Option<WorkerHandover>,
+    /// Lines of its workers' output dropped so far.
+    #[serde(default)]
+    pub output_dropped: u64,
 }
 
 /// One worker in a [`Handover`].
@@ -175,6 +178,21 @@ pub struct WorkerHandover {
     /// Its `NOTIFY_SOCKET` value.
     #[serde(default)]
     pub notify_name: Option<String>,
+    /// `--worker-output capture`: its output pipes.
+    #[serde(default)]
+    pub output: Option<OutputHandover>,
+}
+
+/// A worker's captured stdout and stderr in a [`Handover`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OutputHandover {
+    /// ck's read ends (stdout, stderr), kept across the exec (meaningless in the state file).
+    pub fds: [RawFd; 2],
+    /// The pipes' inodes.
+    pub inodes: [u64; 2],
+    /// `--survive-supervisor`: the worker's own copies of the read ends, which a ck taking it
+    /// back copies with `pidfd_getfd`.
+    pub in_worker: Option<[RawFd; 2]>,
 }
 
 /// A lifecycle timer that had not fired, in a [`Handover`].
@@ -254,6 +272,14 @@ impl Supervisor {
                     notify_refused: w.notify_refused.load(std::sync::atomic::Ordering::Relaxed),
                     start_ticks: w.start_ticks,
                     notify_name: w.notify_name.clone(),
+                    output: w.output.as_ref().map(|o| {
+                        fds.extend(o.ends.iter().map(|e| e.as_fd()));
+                        OutputHandover {
+                            fds: [o.ends[0].as_raw_fd(), o.ends[1].as_raw_fd()],
+                            inodes: o.inodes,
+                            in_worker: o.in_worker,
+                        }
+                    }),
                 }
             });
             fds.extend(slot.sockets.iter().map(|s| s.as_fd()));
@@ -266,6 +292,9 @@ impl Supervisor {
                 last_exit: slot.last_exit.clone(),
                 probe_failures: slot.probe_failures,
                 worker,
+                output_dropped: slot
+                    .output_dropped
+                    .load(std::sync::atomic::Ordering::Relaxed),
             });
         }
         let handover = Handover {
@@ -363,6 +392,7 @@ mod tests {
             last_exit: Some("exit 3".into()),
             probe_failures: 5,
             worker: None,
+            output_dropped: 0,
         };
         let timer = TimerHandover {
             slot: 4,

@@ -15,6 +15,7 @@ use tokio::net::UnixDatagram;
 use crate::supervisor::{
     Event, Supervisor,
     continuity::handover::{FORMAT, Handover, WorkerHandover},
+    continuity::output_back::EndsFrom,
     slot::{Slot, Worker},
     tasks,
     workers::watch_notify,
@@ -68,6 +69,7 @@ impl Supervisor {
             slot.last_pid = saved.last_pid;
             slot.last_exit = saved.last_exit;
             slot.probe_failures = saved.probe_failures;
+            slot.output_dropped = Arc::new(AtomicU64::new(saved.output_dropped));
             if let Some(w) = saved.worker {
                 let pidfd = reexec::inherited(w.pidfd)
                     .with_context(|| format!("slot {index}: taking the pidfd of {} back", w.pid))?;
@@ -81,7 +83,14 @@ impl Supervisor {
                     .clone()
                     .map(|(dir, memory)| WorkerCgroup::resume(dir, memory))
                     .transpose()?;
-                let worker = self.watch_again(index, &w, pidfd, notify, cgroup, ExitSeen::Child)?;
+                let mut worker =
+                    self.watch_again(index, &w, pidfd, notify, cgroup, ExitSeen::Child)?;
+                worker.output = self.output_back(
+                    output_source(index, w.pid, &slot),
+                    &slot.output_dropped,
+                    w.output.as_ref(),
+                    EndsFrom::Exec,
+                );
                 slot.worker = Some(worker);
                 workers += 1;
             }
@@ -190,6 +199,21 @@ impl Supervisor {
             notify_refused: refused,
             start_ticks: w.start_ticks,
             notify_name: w.notify_name.clone(),
+            output: None,
         })
+    }
+}
+
+/// Who writes the output of worker `pid` of `slot`, for its readers.
+pub(in crate::supervisor) fn output_source(
+    index: u32,
+    pid: u32,
+    slot: &Slot,
+) -> crate::supervisor::output::Source {
+    crate::supervisor::output::Source {
+        slot: index,
+        pid,
+        generation: slot.life.generation,
+        stream: crate::supervisor::output::Stream::Stdout,
     }
 }
