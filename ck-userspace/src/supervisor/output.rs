@@ -16,7 +16,7 @@
 use std::{
     os::fd::OwnedFd,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, Weak,
         atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
@@ -75,6 +75,8 @@ pub(super) struct Hub {
     /// exec, so nothing read is lost there.
     gate: Arc<Mutex<()>>,
     format: LogFormat,
+    /// Every reader's line in the making (logged as they are before `ck upgrade`'s exec).
+    partials: Mutex<Vec<(Weak<Mutex<Splitter>>, Source)>>,
 }
 
 /// ck's read ends of one worker's pipes (stdout, stderr): kept for the handover; the readers
@@ -107,6 +109,7 @@ impl Hub {
             reading: Default::default(),
             gate: Default::default(),
             format,
+            partials: Default::default(),
         })
     }
 
@@ -135,10 +138,15 @@ impl Hub {
                 }
             };
             let format = self.format;
+            let splitter = Arc::new(Mutex::new(Splitter::new(MAX_LINE)));
+            let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
+            partials.retain(|(s, _)| s.strong_count() > 0);
+            partials.push((Arc::downgrade(&splitter), from));
             self.readers.spawn(async move {
                 let mut reader = Reader {
                     from,
                     format,
+                    splitter,
                     dropped,
                     unreported: 0,
                     reported_at: None,
@@ -153,8 +161,20 @@ impl Hub {
     /// Stops reading (until the guard is dropped) and waits up to `timeout` for the lines
     /// queued so far to be written: before `ck upgrade`'s exec, so what is still in the pipes
     /// is the new image's to read.
+    /// A line a worker is in the middle of writing is logged as it is, marked; the rest comes
+    /// in the new image.
     pub(super) fn pause(&self, timeout: Duration) -> std::sync::MutexGuard<'_, ()> {
         let paused = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        let partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
+        for (splitter, from) in partials.iter() {
+            let Some(splitter) = splitter.upgrade() else {
+                continue;
+            };
+            let partial = splitter.lock().unwrap_or_else(|e| e.into_inner()).finish();
+            if let Some(text) = partial {
+                line_record(*from, &text, MARK_UPGRADE, self.format);
+            }
+        }
         sink::flush(timeout);
         paused
     }
@@ -173,6 +193,8 @@ impl Hub {
 struct Reader {
     from: Source,
     format: LogFormat,
+    /// Its line in the making (shared with the hub, see [`Hub::pause`]).
+    splitter: Arc<Mutex<Splitter>>,
     /// The slot's count of dropped lines.
     dropped: Arc<AtomicU64>,
     /// Dropped since the last report.
@@ -182,11 +204,15 @@ struct Reader {
 
 impl Reader {
     async fn run(&mut self, fd: crate::os::pipe::AsyncReadEnd, gate: &Mutex<()>) {
-        let mut splitter = Splitter::new(MAX_LINE);
+        let splitter = self.splitter.clone();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let take = |bytes: &[u8]| {
-                for (line, split) in splitter.push(bytes) {
+                let lines = splitter
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(bytes);
+                for (line, split) in lines {
                     self.emit(line, split);
                 }
             };
@@ -204,7 +230,8 @@ impl Reader {
                 }
             }
         }
-        if let Some(last) = splitter.finish() {
+        let last = splitter.lock().unwrap_or_else(|e| e.into_inner()).finish();
+        if let Some(last) = last {
             self.emit(last, false);
         }
         self.report(true);
@@ -213,7 +240,8 @@ impl Reader {
     fn emit(&mut self, text: String, split: bool) {
         self.report(false);
         let logged = sink::worker_room() && {
-            line_record(self.from, &text, split, self.format);
+            let mark = if split { MARK_LONG } else { "" };
+            line_record(self.from, &text, mark, self.format);
             !sink::take_dropped()
         };
         if !logged {
@@ -249,12 +277,15 @@ impl Reader {
     }
 }
 
-/// Logs one line (target `worker`): in text, the source before the line
+/// The mark of a piece of a line longer than [`MAX_LINE`].
+const MARK_LONG: &str = " [split: longer than 16 KiB]";
+/// The mark of the part of a line written before `ck upgrade`'s exec (the rest follows).
+const MARK_UPGRADE: &str = " [split: ck upgrade]";
+
+/// Logs one line (target `worker`), `mark` after it: in text, the source before the line
 /// (`slot=0 pid=123 gen=1 stdout: LINE`); in JSON, the line as `message` beside the fields
 /// `slot`, `pid`, `generation` and `stream`.
-fn line_record(from: Source, text: &str, split: bool, format: LogFormat) {
-    const MARK: &str = " [split: longer than 16 KiB]";
-    let mark = if split { MARK } else { "" };
+fn line_record(from: Source, text: &str, mark: &str, format: LogFormat) {
     let (slot, pid, generation, stream) =
         (from.slot, from.pid, from.generation, from.stream.name());
     match format {
