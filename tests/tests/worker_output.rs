@@ -324,3 +324,47 @@ fn inherit_leaves_the_workers_on_ck_s_own_output() {
     let log = ck.log();
     assert!(!log.contains(" INFO worker: "), "{log}");
 }
+
+#[test]
+fn a_line_in_the_making_at_an_upgrade_is_logged_in_two_marked_parts() {
+    let dir = ck_tests::sys::TempDir::new("out-half");
+    let go = dir.path().join("go");
+    let script = format!(
+        "echo started; printf 'half-'; while [ ! -e {} ]; do sleep 0.05; done; echo rest; \
+         exec sleep 600",
+        go.display()
+    );
+    let (mut ck, _port, status) = start_ready(
+        "out-half",
+        1,
+        &[
+            "--ready",
+            "spawn",
+            "--log-format",
+            "json",
+            "--",
+            "/bin/sh",
+            "-c",
+            &script,
+        ],
+    );
+    let pid = status.worker_pid(0);
+    wait_log(&ck, "the first line", |log| {
+        lines_of(&records(log), pid, "stdout").contains(&"started".to_string())
+    });
+    let said = ck.ctl_ok(&["upgrade"]);
+    assert!(said.contains("upgraded:"), "{said}");
+    ck.wait_status("upgrade done", READY_TIMEOUT, |s| s.upgrades == 1);
+    std::fs::write(&go, "").expect("the go file");
+    wait_log(&ck, "the rest of the line", |log| {
+        lines_of(&records(log), pid, "stdout").contains(&"rest".to_string())
+    });
+    let log = ck.log();
+    assert_eq!(
+        lines_of(&records(&log), pid, "stdout"),
+        ["started", "half- [split: ck upgrade]", "rest"],
+        "{log}"
+    );
+    ck.sigterm();
+    ck.wait_clean_exit();
+}
