@@ -257,7 +257,8 @@ impl Reader {
             || self
                 .reported_at
                 .is_none_or(|at| at.elapsed() >= REPORT_EVERY);
-        if self.unreported == 0 || !due {
+        // A full queue would only drop the report too.
+        if self.unreported == 0 || !due || !sink::worker_room() {
             return;
         }
         tracing::warn!(
