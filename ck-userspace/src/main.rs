@@ -209,14 +209,16 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             let (cfg, command_line) = layers::configure(*args, run_matches)?;
             let format = cfg.log_format;
             cli::logging::init(format);
-            match ck::supervisor::run_with(cfg, command_line) {
+            let code = match ck::supervisor::run_with(cfg, command_line) {
                 // A JSON log stays JSON to its last line.
                 Err(e) if format == ck::settings::run_config::LogFormat::Json => {
                     tracing::error!(error = format!("{e:#}"), "ck run failed");
                     Ok(ExitCode::FAILURE)
                 }
                 result => result.map(|()| ExitCode::SUCCESS),
-            }
+            };
+            cli::logging::flush();
+            code
         }
         Command::Status { target, json } => {
             let name = client::resolve_name(target.name)?;

@@ -245,7 +245,13 @@ impl Ck {
     /// Runs `cmd`, a command line that starts instance `name` (`ck run --name NAME ...`,
     /// possibly behind an init such as `tini --`), with stdout and stderr going to a log file.
     /// The instance is `--no-bpf` when `cmd` says so.
-    pub fn spawn(name: &str, mut cmd: Command) -> Ck {
+    pub fn spawn(name: &str, cmd: Command) -> Ck {
+        Ck::spawn_with_stderr(name, cmd, None)
+    }
+
+    /// Like [`Ck::spawn`], with ck's stderr (where it logs) going to `stderr` when given: the
+    /// log file then holds only its stdout.
+    pub fn spawn_with_stderr(name: &str, mut cmd: Command, stderr: Option<Stdio>) -> Ck {
         let dir = TempDir::new(name);
         let log = dir.path().join("ck.log");
         let file = File::create(&log).expect("creating the ck log file");
@@ -254,7 +260,7 @@ impl Ck {
         let child = cmd
             .stdin(Stdio::null())
             .stdout(file2)
-            .stderr(file)
+            .stderr(stderr.unwrap_or_else(|| file.into()))
             .spawn()
             .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
         Ck {

@@ -265,3 +265,21 @@ fn ready_probe_with_a_tcp_probe() {
         "use --probe http:/PATH",
     );
 }
+
+#[test]
+fn unknown_worker_output_mode() {
+    let port = free_port();
+    let name = instance_name("bad-output", port);
+    let out = run(&name, port, &["--worker-output", "file"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    // clap names the value and the choices.
+    assert!(
+        err.contains("invalid value 'file' for '--worker-output <MODE>'")
+            && err.contains("[possible values: capture, inherit]"),
+        "{err}"
+    );
+    assert!(!pins_dir(&name).exists() && !control_socket(&name).exists());
+    assert!(!lock_file(&name).exists(), "lock file left");
+    assert!(port_bindable(port), "port {port} left bound");
+}

@@ -68,9 +68,13 @@ fn the_file_sets_workers_app_and_log_format() {
     let status = wait_exactly(&mut ck, 3);
     assert_eq!(status.workers, 3);
     assert_workers_run(&status, "50ms");
-    // ck's own lines are JSON (the workers' own output is not ck's to format).
+    // Every line is JSON, the workers' captured ones too.
     let log = ck.log();
-    let first = log.lines().find(|l| !l.starts_with("demo worker"));
+    for line in log.lines() {
+        let _: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+    let first = log.lines().next();
     let first = first.unwrap_or_else(|| panic!("no line of ck's in: {log}"));
     let line: serde_json::Value =
         serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: {first}"));

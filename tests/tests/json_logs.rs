@@ -1,6 +1,7 @@
 //! `--log-format json`: every line ck writes is one JSON object with a timestamp, a level, a
 //! message and the event's fields at the top level; a worker's lifecycle lines carry its slot
-//! and pid. The workers' own output passes through unchanged.
+//! and pid. The workers' own lines are records too, with their slot, pid, generation and
+//! stream.
 
 use std::collections::BTreeSet;
 
@@ -8,9 +9,6 @@ use ck_tests::ck::ck_output;
 use ck_tests::sys::free_port;
 use ck_tests::{instance_name, start_ready};
 use serde_json::Value;
-
-/// The demo worker's own lines (it writes them to the stderr it shares with ck).
-const WORKER_PREFIX: &str = "demo worker ";
 
 #[test]
 fn every_line_of_ck_is_a_json_object_with_level_message_and_fields() {
@@ -20,12 +18,7 @@ fn every_line_of_ck_is_a_json_object_with_level_message_and_fields() {
     ck.wait_clean_exit();
     let log = ck.log();
     let mut lines = Vec::new();
-    let mut worker_lines = 0;
     for text in log.lines().filter(|l| !l.is_empty()) {
-        if text.starts_with(WORKER_PREFIX) {
-            worker_lines += 1;
-            continue;
-        }
         let line: Value = serde_json::from_str(text)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {text}\n--- log ---\n{log}"));
         for field in ["timestamp", "level", "message", "target"] {
@@ -33,8 +26,28 @@ fn every_line_of_ck_is_a_json_object_with_level_message_and_fields() {
         }
         lines.push(line);
     }
-    // The workers' own lines came through as they wrote them (one "listening on" each).
-    assert!(worker_lines >= 2, "{log}");
+    // Each worker's own "listening on" line is a record of its slot, pid and generation.
+    for slot in 0..2u64 {
+        let said: Vec<&Value> = lines
+            .iter()
+            .filter(|l| l["target"] == "worker" && l["slot"] == slot)
+            .filter(|l| {
+                l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(" listening on "))
+            })
+            .collect();
+        assert_eq!(said.len(), 1, "slot {slot}: {log}");
+        let pid = said[0]["pid"].as_u64().expect("a pid") as u32;
+        assert!(pids.contains(&pid), "{}", said[0]);
+        assert_eq!(said[0]["generation"], 1, "{}", said[0]);
+        assert_eq!(said[0]["stream"], "stderr", "{}", said[0]);
+        let message = said[0]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!("demo worker slot={slot} pid={pid} ")),
+            "{message}"
+        );
+    }
     let messages: Vec<&str> = lines.iter().filter_map(|l| l["message"].as_str()).collect();
     assert_eq!(messages.first(), Some(&"ck started"), "{log}");
     assert_eq!(messages.last(), Some(&"ck stopped"), "{log}");

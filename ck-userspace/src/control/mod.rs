@@ -258,6 +258,9 @@ pub struct SlotReport {
     /// Notify messages ignored because their sender was not the worker or of its tree.
     #[serde(default)]
     pub notify_refused: u64,
+    /// Lines of its workers' output dropped because ck's own output could not keep up.
+    #[serde(default)]
+    pub output_dropped: u64,
 }
 
 impl QuietWaitReport {

@@ -133,6 +133,12 @@ const PROBE_FAILURES: Family = counter(
     "Failed probes of the slot's workers (not counting a starting worker's)",
     None,
 );
+const OUTPUT_DROPPED: Family = counter(
+    "ck_worker_output_dropped_lines",
+    "Lines of the slot's workers' stdout and stderr dropped because ck's own output \
+     (its stderr) could not keep up",
+    None,
+);
 const CONNECTIONS: Family = gauge(
     "ck_worker_connections",
     "Open connections of the slot: counted by the kernel (those its listeners created, queued \
@@ -272,6 +278,7 @@ impl Exposition {
         MEMORY.encode(encoder, self.per_slot(|s| s.memory_bytes))?;
         CPU.encode(encoder, self.per_slot(|s| Some(s.cpu_usec? as f64 / 1e6)))?;
         PROBE_FAILURES.encode(encoder, self.per_slot(|s| Some(s.probe_failures)))?;
+        OUTPUT_DROPPED.encode(encoder, self.per_slot(|s| Some(s.output_dropped)))?;
         let connections = self.connections.iter();
         CONNECTIONS.encode(encoder, connections.map(|(s, n)| (slot_label(*s), *n)))?;
         let reloads = [

@@ -89,6 +89,8 @@ pub struct SlotScrape {
     pub restarts: u32,
     /// Probes of its workers that failed (not counting those of a starting worker).
     pub probe_failures: u64,
+    /// Lines of its workers' output dropped because ck's own output could not keep up.
+    pub output_dropped: u64,
     /// Memory of its worker's tree, when it has a cgroup.
     pub memory_bytes: Option<u64>,
     /// CPU time of its worker's tree in microseconds, when it has a cgroup.

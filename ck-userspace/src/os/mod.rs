@@ -8,6 +8,7 @@ pub mod instance;
 pub mod memory;
 pub mod notify;
 pub mod pidfd;
+pub mod pipe;
 pub mod privileges;
 pub mod probe;
 pub mod readiness;

@@ -48,7 +48,17 @@ pub struct SpawnSpec<'a> {
     pub user: Option<&'a crate::os::privileges::WorkerUser>,
     /// SIGTERM the worker when ck dies (`PR_SET_PDEATHSIG`); off with `--survive-supervisor`.
     pub pdeathsig: bool,
+    /// `--worker-output capture`: the write ends of its stdout and stderr pipes (else it
+    /// inherits ck's).
+    pub output: Option<[OwnedFd; 2]>,
+    /// Further descriptors it holds, placed after its sockets (not counted in `LISTEN_FDS`):
+    /// with `--survive-supervisor`, the read ends of its own output pipes, so that its writes
+    /// never meet a pipe without a reader (SIGPIPE) while no ck runs.
+    pub keep_fds: Vec<RawFd>,
 }
+
+/// Most further descriptors ([`SpawnSpec::keep_fds`]) a worker can hold.
+pub const MAX_KEPT: usize = 2;
 
 /// A started worker.
 pub struct Spawned {
@@ -65,6 +75,11 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     if spec.fds.len() > MAX_GROUPS {
         return Err(io::Error::other(format!(
             "at most {MAX_GROUPS} listen addresses are supported"
+        )));
+    }
+    if spec.keep_fds.len() > MAX_KEPT {
+        return Err(io::Error::other(format!(
+            "at most {MAX_KEPT} further descriptors can be kept"
         )));
     }
     let mut cmd = match spec.adopt_port {
@@ -96,13 +111,17 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
         .env_remove(crate::os::reexec::HANDOVER_ENV)
         .stdin(Stdio::null())
         .process_group(0);
+    if let Some([stdout, stderr]) = spec.output {
+        cmd.stdout(Stdio::from(stdout)).stderr(Stdio::from(stderr));
+    }
     if spec.adopt_port.is_some() {
         cmd.env_remove("LISTEN_FDS").env_remove("LISTEN_FDNAMES");
     }
     if let Some(usec) = spec.watchdog_usec {
         cmd.env("WATCHDOG_USEC", usec.to_string());
     }
-    let fds = spec.fds;
+    let mut fds = spec.fds;
+    fds.extend(spec.keep_fds);
     let cgroup = spec.cgroup_procs;
     let fd_limit = spec.fd_limit;
     // Decided here: the comparison reads ck's groups, which allocates.
@@ -165,11 +184,12 @@ pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
     Ok(())
 }
 
-/// In the child: moves `fds` to 3, 4, ... (clearing close-on-exec there) and, with `pdeathsig`,
+/// In the child: moves `fds` (the sockets, then the kept descriptors) to 3, 4, ... (clearing
+/// close-on-exec there) and, with `pdeathsig`,
 /// asks for SIGTERM should the supervisor die, so no worker outlives it.
 fn place_fds(fds: &[RawFd], supervisor: libc::pid_t, pdeathsig: bool) -> io::Result<()> {
     let n = fds.len() as libc::c_int;
-    let mut tmp: [RawFd; MAX_GROUPS] = [-1; MAX_GROUPS];
+    let mut tmp: [RawFd; MAX_GROUPS + MAX_KEPT] = [-1; MAX_GROUPS + MAX_KEPT];
     // First copy every fd above the target range so dup2 never overwrites a source.
     for (i, fd) in fds.iter().enumerate() {
         // SAFETY: fcntl on an fd we own; returns a new fd or -1.

@@ -76,6 +76,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         bpf_log,
         metrics,
         log_format,
+        worker_output,
         app,
         user,
     } = &mut next;
@@ -192,6 +193,13 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         &old.log_format,
         log_format,
         "ck's logging is set up at start",
+        show_enum,
+    );
+    diff.fixed(
+        "worker-output",
+        &old.worker_output,
+        worker_output,
+        "ck's output readers are set up at start",
         show_enum,
     );
     diff.fixed(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::{
     restart_policy::Backoff,
-    run_config::{LogFormat, Policy, ReadyMode},
+    run_config::{LogFormat, Policy, ReadyMode, WorkerOutput},
     stop_signal::StopSignal,
 };
 
@@ -79,6 +79,8 @@ pub const SPARES: u32 = 0;
 pub const ORPHAN_TIMEOUT: Duration = Duration::from_secs(30);
 /// `--log-format`: how ck writes its own log lines.
 pub const LOG_FORMAT: LogFormat = LogFormat::Text;
+/// `--worker-output`: workers' stdout and stderr become ck's log records.
+pub const WORKER_OUTPUT: WorkerOutput = WorkerOutput::Capture;
 
 /// A duration default as `ck run` takes it and `--help` shows it: `30s`, `500ms`.
 pub fn duration_text(d: Duration) -> String {

@@ -12,7 +12,7 @@ use crate::settings::{
     defaults::{self, duration_text},
     health::{HealthConfig, ProbeKind},
     restart_policy::{Backoff, RestartPolicy, parse_backoff},
-    run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig},
+    run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig, WorkerOutput},
     stop_signal::StopSignal,
 };
 
@@ -179,10 +179,14 @@ pub struct RunArgs {
     /// 127.0.0.1; port 0: any free port, shown by `ck status`).
     #[arg(long, value_name = "ADDR", value_parser = crate::metrics::server::parse_addr)]
     metrics: Option<std::net::SocketAddr>,
-    /// ck's own log lines on stderr: text, or json (one object per line: timestamp, level,
-    /// message and the event's fields). Workers' output passes through unchanged.
+    /// ck's log lines on stderr: text, or json (one object per line: timestamp, level,
+    /// message and the event's fields), workers' captured lines included.
     #[arg(long, value_enum, default_value_t = defaults::LOG_FORMAT)]
     log_format: LogFormat,
+    /// Workers' stdout and stderr: capture (each line a ck log record on ck's stderr, with
+    /// slot, pid, generation and stream), or inherit (ck's own stdout and stderr, unchanged).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = defaults::WORKER_OUTPUT)]
+    worker_output: WorkerOutput,
     /// Run the workers as USER (and GROUP, else USER's groups) with no capability; ck opens
     /// the sockets, so they can serve a port below 1024. ck needs root (or CAP_SETUID,
     /// CAP_SETGID and CAP_KILL).
@@ -328,6 +332,7 @@ impl RunArgs {
             bpf_log: self.bpf_log,
             metrics: self.metrics,
             log_format: self.log_format,
+            worker_output: self.worker_output,
             app,
             user: self.user,
         })
@@ -404,6 +409,7 @@ mod tests {
         assert_eq!(cfg.spares, defaults::SPARES);
         assert_eq!(cfg.orphan_timeout, defaults::ORPHAN_TIMEOUT);
         assert_eq!(cfg.log_format, defaults::LOG_FORMAT);
+        assert_eq!(cfg.worker_output, defaults::WORKER_OUTPUT);
         assert_eq!(cfg.app.args, ["demo-worker"]);
     }
 

@@ -175,7 +175,7 @@ pub enum ReadyMode {
     Probe,
 }
 
-/// How ck writes its own log lines (`--log-format`); workers' output passes through unchanged.
+/// How ck writes its log lines (`--log-format`), workers' captured lines included.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     /// One human-readable line per event.
@@ -183,6 +183,17 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line: timestamp, level, message and the event's fields.
     Json,
+}
+
+/// Where workers' stdout and stderr go (`--worker-output`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorkerOutput {
+    /// Pipes read by ck: each line becomes a ck log record with slot, pid, generation and
+    /// stream (prefixed in text, one JSON object with `--log-format json`).
+    #[default]
+    Capture,
+    /// ck's own stdout and stderr, unchanged.
+    Inherit,
 }
 
 /// The command a worker runs.
@@ -253,6 +264,8 @@ pub struct RunConfig {
     pub metrics: Option<SocketAddr>,
     /// How ck's own log lines are written (set up by the binary before the supervisor starts).
     pub log_format: LogFormat,
+    /// `--worker-output`: workers' stdout and stderr as ck's log records, or ck's own.
+    pub worker_output: WorkerOutput,
     /// The worker command.
     pub app: AppSpec,
     /// `--user`: the user workers run as (with no capability), when not ck's own.

@@ -73,6 +73,7 @@ impl Supervisor {
             start_ticks: pidfd::start_ticks(pid),
             notify_name: None,
             holder: None,
+            output: None,
         });
         self.slots.insert(index, slot);
         tracing::info!(

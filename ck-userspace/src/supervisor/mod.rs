@@ -16,6 +16,7 @@ mod foreign;
 mod health;
 pub mod lifecycle;
 mod members;
+pub mod output;
 mod publish;
 mod quiet;
 mod reconfigure;
@@ -53,7 +54,7 @@ use crate::{
     os::notify::NotifyMsg,
     os::reexec,
     settings::layers::RunCommandLine,
-    settings::run_config::{ListenAddr, ReadyMode, RunConfig},
+    settings::run_config::{ListenAddr, ReadyMode, RunConfig, WorkerOutput},
 };
 
 /// Something that happened, for the event loop.
@@ -185,6 +186,8 @@ pub struct Supervisor {
     bpf_resumed: bool,
     /// The state changed since the state file was last written (`--survive-supervisor`).
     state_dirty: bool,
+    /// `--worker-output capture`: the readers and writer of the workers' output.
+    output: Option<output::Hub>,
     /// A stop's quiet wait, and the traffic seen per group (`quiet`).
     quiet: quiet::Quiet,
 }
@@ -328,6 +331,10 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
         bpf_resumed: reuse_maps,
         state_dirty: true,
         quiet: Default::default(),
+        output: match cfg.worker_output {
+            WorkerOutput::Capture => Some(output::Hub::start(cfg.log_format)?),
+            WorkerOutput::Inherit => None,
+        },
         cfg,
     };
     tasks::watch_signals(&sup.events)?;
@@ -409,6 +416,10 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
     }
     drop(metrics_server);
     sup.finish();
+    // The workers' last lines (read to their pipes' end) before ck's own last one.
+    if let Some(output) = &sup.output {
+        output.finish(Duration::from_millis(500)).await;
+    }
     // Answers already given (`ck stop` to a fleet with no worker) reach their clients.
     control.flush(Duration::from_millis(500)).await;
     drop(lock);

@@ -66,6 +66,7 @@ impl Supervisor {
                     breaker_open: s.life.crash.breaker() != Breaker::Closed,
                     restarts: s.life.restarts,
                     probe_failures: s.probe_failures,
+                    output_dropped: s.output_dropped.load(std::sync::atomic::Ordering::Relaxed),
                     memory_bytes: usage.map(|u| u.memory_bytes),
                     cpu_usec: usage.map(|u| u.cpu_usec),
                     pids,

@@ -52,6 +52,9 @@ pub struct Worker {
     /// `--adopt`: the process of its tree holding the slot's adopted socket, when that is not
     /// the worker itself (a forked child, watched: see `supervisor::members`).
     pub holder: Option<u32>,
+    /// `--worker-output capture`: ck's read ends of its stdout and stderr pipes (read by the
+    /// output readers, handed over by `ck upgrade`).
+    pub output: Option<super::output::OutputEnds>,
 }
 
 impl Drop for Worker {
@@ -95,6 +98,9 @@ pub struct Slot {
     /// Probes of its workers that failed once they were past starting
     /// (`ck_probe_failures_total`).
     pub probe_failures: u64,
+    /// Lines of its workers' output dropped because ck's own output could not keep up
+    /// (counted by the output readers; `ck_worker_output_dropped_lines_total`).
+    pub output_dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Slot {
@@ -114,6 +120,7 @@ impl Slot {
             queue_depth: 0,
             queue_rising_since: None,
             probe_failures: 0,
+            output_dropped: Default::default(),
         }
     }
 

@@ -193,6 +193,7 @@ impl Supervisor {
                     notify_refused: worker.map_or(0, |w| {
                         w.notify_refused.load(std::sync::atomic::Ordering::Relaxed)
                     }),
+                    output_dropped: s.output_dropped.load(std::sync::atomic::Ordering::Relaxed),
                 }
             })
             .collect();

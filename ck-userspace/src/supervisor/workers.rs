@@ -9,6 +9,7 @@ use nix::sys::signal::Signal;
 use super::{
     Event, Supervisor,
     lifecycle::{After, Input, State, Timer},
+    output,
     slot::Worker,
 };
 use crate::{
@@ -83,7 +84,20 @@ impl Supervisor {
         let notify = NotifySocket::bind(&self.cfg.name, index, worker_id)
             .context("binding the worker's NOTIFY_SOCKET")?;
         let cgroup = self.worker_cgroup(worker_id)?;
+        let pipes = self
+            .output
+            .as_ref()
+            .map(|_| capture_pipes())
+            .transpose()
+            .context("making the worker's output pipes")?;
         let slot = self.slots.get_mut(&index).context("no such slot")?;
+        let socket_fds = match self.cfg.adopt {
+            true => 0,
+            false => slot.sockets.len(),
+        };
+        // --survive-supervisor: the worker holds its pipes' read ends too (after its sockets),
+        // so its writes block, and never fail, while no ck reads; the next ck copies them.
+        let keep = self.cfg.survive_supervisor && pipes.is_some();
         let spawned = spawn::spawn(SpawnSpec {
             app: &self.cfg.app,
             slot: index,
@@ -104,6 +118,11 @@ impl Supervisor {
             fd_limit: self.fd_limit,
             user: self.cfg.user.as_ref(),
             pdeathsig: !self.cfg.survive_supervisor,
+            output: pipes.as_ref().map(|p| p.writes()).transpose()?,
+            keep_fds: match (&pipes, keep) {
+                (Some(p), true) => p.reads().to_vec(),
+                _ => Vec::new(),
+            },
         });
         let spawned = match spawned {
             Ok(spawned) => spawned,
@@ -116,6 +135,24 @@ impl Supervisor {
             }
         };
         let pid = spawned.pid;
+        let generation = slot.life.generation + 1;
+        let output = match (pipes, &self.output) {
+            (Some(pipes), Some(hub)) => {
+                let first = 3 + socket_fds as i32;
+                let ends = pipes.into_ends(keep.then_some([first, first + 1]))?;
+                let from = output::Source {
+                    slot: index,
+                    pid,
+                    // The `Spawned` input that follows this spawn counts the new generation.
+                    generation,
+                    stream: output::Stream::Stdout,
+                };
+                hub.read(&ends, from, &slot.output_dropped)
+                    .context("reading the worker's output")?;
+                Some(ends)
+            }
+            _ => None,
+        };
         let events = self.events.clone();
         let mut child = spawned.child;
         tokio::spawn(async move {
@@ -165,6 +202,7 @@ impl Supervisor {
             start_ticks: crate::os::pidfd::start_ticks(pid),
             notify_name: Some(notify_name),
             holder: None,
+            output,
         });
         self.state_dirty = true;
         if founding && self.bpf_loaded() {
@@ -279,6 +317,48 @@ impl Supervisor {
     pub(super) fn kill_all(&mut self) {
         let all = self.slots.keys().map(|i| (*i, Input::KillNow)).collect();
         self.apply_all(all);
+    }
+}
+
+/// A new worker's stdout and stderr pipes.
+struct CapturePipes {
+    stdout: crate::os::pipe::OutputPipe,
+    stderr: crate::os::pipe::OutputPipe,
+}
+
+fn capture_pipes() -> std::io::Result<CapturePipes> {
+    Ok(CapturePipes {
+        stdout: crate::os::pipe::OutputPipe::new()?,
+        stderr: crate::os::pipe::OutputPipe::new()?,
+    })
+}
+
+impl CapturePipes {
+    /// Copies of the write ends, for the child's fds 1 and 2 (ck's own close with `self`).
+    fn writes(&self) -> std::io::Result<[std::os::fd::OwnedFd; 2]> {
+        Ok([
+            self.stdout.write.try_clone()?,
+            self.stderr.write.try_clone()?,
+        ])
+    }
+
+    /// The read ends' numbers in ck.
+    fn reads(&self) -> [std::os::fd::RawFd; 2] {
+        [self.stdout.read.as_raw_fd(), self.stderr.read.as_raw_fd()]
+    }
+
+    /// ck's read ends (the write ends close here: the worker holds its own).
+    fn into_ends(self, in_worker: Option<[i32; 2]>) -> std::io::Result<output::OutputEnds> {
+        use std::os::fd::AsFd as _;
+        let inodes = [
+            crate::os::pipe::inode(self.stdout.read.as_fd())?,
+            crate::os::pipe::inode(self.stderr.read.as_fd())?,
+        ];
+        Ok(output::OutputEnds {
+            ends: [self.stdout.read, self.stderr.read],
+            inodes,
+            in_worker,
+        })
     }
 }
 

@@ -37,6 +37,7 @@ fn base() -> RunConfig {
         bpf_log: false,
         metrics: None,
         log_format: defaults::LOG_FORMAT,
+        worker_output: defaults::WORKER_OUTPUT,
         app: AppSpec {
             program: PathBuf::from("/bin/app"),
             args: vec!["--mode".into(), "a".into()],

@@ -144,6 +144,9 @@ pub struct SlotHandover {
     pub probe_failures: u64,
     /// Its worker, if one runs.
     pub worker: Option<WorkerHandover>,
+    /// Lines of its workers' output dropped so far.
+    #[serde(default)]
+    pub output_dropped: u64,
     /// `--adopt`: the root slot this member slot belongs to (a further listener of its
     /// worker's process tree).
     #[serde(default)]
@@ -208,6 +211,21 @@ pub struct WorkerHandover {
     /// worker itself (watched: its exit gives the socket up).
     #[serde(default)]
     pub holder: Option<u32>,
+    /// `--worker-output capture`: its output pipes.
+    #[serde(default)]
+    pub output: Option<OutputHandover>,
+}
+
+/// A worker's captured stdout and stderr in a [`Handover`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OutputHandover {
+    /// ck's read ends (stdout, stderr), kept across the exec (meaningless in the state file).
+    pub fds: [RawFd; 2],
+    /// The pipes' inodes.
+    pub inodes: [u64; 2],
+    /// `--survive-supervisor`: the worker's own copies of the read ends, which a ck taking it
+    /// back copies with `pidfd_getfd`.
+    pub in_worker: Option<[RawFd; 2]>,
 }
 
 /// A lifecycle timer that had not fired, in a [`Handover`].
@@ -288,6 +306,14 @@ impl Supervisor {
                     start_ticks: w.start_ticks,
                     notify_name: w.notify_name.clone(),
                     holder: w.holder,
+                    output: w.output.as_ref().map(|o| {
+                        fds.extend(o.ends.iter().map(|e| e.as_fd()));
+                        OutputHandover {
+                            fds: [o.ends[0].as_raw_fd(), o.ends[1].as_raw_fd()],
+                            inodes: o.inodes,
+                            in_worker: o.in_worker,
+                        }
+                    }),
                 }
             });
             // Only the state file needs them: an upgrade keeps ck's own copies open.
@@ -307,6 +333,9 @@ impl Supervisor {
                 worker,
                 member_of: slot.member_of,
                 adopted,
+                output_dropped: slot
+                    .output_dropped
+                    .load(std::sync::atomic::Ordering::Relaxed),
             });
         }
         let handover = Handover {
@@ -412,6 +441,7 @@ mod tests {
                 fd: 5,
                 cookie: 9,
             }],
+            output_dropped: 0,
         };
         let timer = TimerHandover {
             slot: 4,

@@ -5,6 +5,7 @@ pub(super) mod handover;
 pub(super) mod instant_age;
 pub(super) mod origin;
 pub mod orphan_guard;
+pub(super) mod output_back;
 pub(super) mod resume;
 pub(super) mod survive;
 pub(super) mod upgrade;

@@ -16,6 +16,7 @@ use tokio::net::UnixDatagram;
 use crate::supervisor::{
     Event, Supervisor,
     continuity::handover::{FORMAT, Handover, WorkerHandover},
+    continuity::output_back::EndsFrom,
     slot::{Slot, Worker},
     tasks,
     workers::watch_notify,
@@ -71,6 +72,7 @@ impl Supervisor {
             slot.probe_failures = saved.probe_failures;
             slot.member_of = saved.member_of;
             let mut holder = None;
+            slot.output_dropped = Arc::new(AtomicU64::new(saved.output_dropped));
             if let Some(w) = saved.worker {
                 let pidfd = reexec::inherited(w.pidfd)
                     .with_context(|| format!("slot {index}: taking the pidfd of {} back", w.pid))?;
@@ -89,7 +91,13 @@ impl Supervisor {
                     Some(_) => ExitSeen::Member,
                     None => ExitSeen::Child,
                 };
-                let worker = self.watch_again(index, &w, pidfd, notify, cgroup, exit)?;
+                let mut worker = self.watch_again(index, &w, pidfd, notify, cgroup, exit)?;
+                worker.output = self.output_back(
+                    output_source(index, w.pid, &slot),
+                    &slot.output_dropped,
+                    w.output.as_ref(),
+                    EndsFrom::Exec,
+                );
                 slot.worker = Some(worker);
                 holder = w.holder;
                 workers += 1;
@@ -214,6 +222,21 @@ impl Supervisor {
             start_ticks: w.start_ticks,
             notify_name: w.notify_name.clone(),
             holder: None,
+            output: None,
         })
+    }
+}
+
+/// Who writes the output of worker `pid` of `slot`, for its readers.
+pub(in crate::supervisor) fn output_source(
+    index: u32,
+    pid: u32,
+    slot: &Slot,
+) -> crate::supervisor::output::Source {
+    crate::supervisor::output::Source {
+        slot: index,
+        pid,
+        generation: slot.life.generation,
+        stream: crate::supervisor::output::Stream::Stdout,
     }
 }

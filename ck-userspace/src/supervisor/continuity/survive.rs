@@ -7,7 +7,13 @@
 //! state names in the worker's tree, checked by cookie; member slots with their root), its
 //! notify socket bound again. An orphan
 //! guard process (`ck orphan-guard`) stops the workers if no ck comes back in time.
-use std::{io::Write as _, os::fd::AsRawFd as _, path::PathBuf, time::Duration};
+use std::{
+    io::Write as _,
+    os::fd::AsRawFd as _,
+    path::PathBuf,
+    sync::{Arc, atomic::AtomicU64},
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use socket2::Socket;
@@ -15,7 +21,8 @@ use socket2::Socket;
 use crate::supervisor::{
     Supervisor,
     continuity::handover::{FORMAT, Handover, SlotHandover, WorkerHandover},
-    continuity::resume::ExitSeen,
+    continuity::output_back::EndsFrom,
+    continuity::resume::{ExitSeen, output_source},
     lifecycle::{Input, Life},
     slot::{Slot, Worker},
 };
@@ -156,7 +163,7 @@ impl Supervisor {
                     .ok()
             });
             match taken {
-                Some((worker, sockets)) => {
+                Some((mut worker, sockets)) => {
                     // The process of its tree holding its socket, if not the worker itself
                     // (watched with one group, as at adoption).
                     let holder = saved.adopted.first().map(|a| a.pid);
@@ -170,6 +177,14 @@ impl Supervisor {
                     slot.last_pid = worker.pid;
                     slot.last_exit = saved.last_exit;
                     slot.probe_failures = saved.probe_failures;
+                    slot.output_dropped = Arc::new(AtomicU64::new(saved.output_dropped));
+                    // The pipes' read ends, from the worker's own copies.
+                    worker.output = self.output_back(
+                        output_source(index, worker.pid, &slot),
+                        &slot.output_dropped,
+                        saved.worker.as_ref().and_then(|w| w.output.as_ref()),
+                        EndsFrom::Worker(&worker.pidfd),
+                    );
                     slot.worker = Some(worker);
                     self.slots.insert(index, slot);
                     kept.push(index);

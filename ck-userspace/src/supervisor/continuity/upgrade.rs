@@ -244,6 +244,11 @@ impl Supervisor {
         let Some(upgrade) = self.upgrade.take() else {
             return;
         };
+        // The workers' output: what is read is written; what is not stays in the pipes.
+        let paused = self
+            .output
+            .as_ref()
+            .map(|o| o.pause(Duration::from_millis(200)));
         let error = match self.upgrade_refused() {
             Some(why) => why,
             None => match self.exec_image(&upgrade.binary, lock, control, metrics) {
@@ -254,6 +259,7 @@ impl Supervisor {
                 ),
             },
         };
+        drop(paused);
         tracing::error!(reason = %error, "upgrade failed");
         self.last_upgrade = Some(format!("failed: {error}"));
     }
@@ -291,6 +297,8 @@ impl Supervisor {
             format = FORMAT,
             "upgrade: handing over and re-executing"
         );
+        // What is logged so far reaches stderr before the exec.
+        crate::supervisor::output::sink::flush(Duration::from_millis(200));
         let result = keep(true)
             .and_then(|()| reexec::block_handled())
             .map(|()| reexec::exec(binary, &args, memfd.as_raw_fd()));
