@@ -3,15 +3,16 @@
 //! The child runs `/proc/self/exe exec-worker APP ARGS...` (a trampoline inside ck's own binary)
 //! that sets `LISTEN_PID` to its own pid and then execs APP, so `LISTEN_PID` is right without
 //! touching the environment between fork and exec. Its sockets are placed at fds 3.. before exec.
+//! The process itself is started by [`crate::os::fork`] (born in its cgroup).
 use std::{
-    ffi::{CStr, CString, OsString},
+    collections::BTreeMap,
+    ffi::{CStr, CString, OsStr, OsString},
     io,
-    os::fd::{OwnedFd, RawFd},
-    os::unix::process::CommandExt as _,
-    process::Stdio,
+    os::fd::{AsFd as _, OwnedFd, RawFd},
+    os::unix::{ffi::OsStringExt as _, process::CommandExt as _},
 };
 
-use crate::settings::run_config::AppSpec;
+use crate::{os::fork, settings::run_config::AppSpec};
 
 /// Most listen groups one worker can receive.
 pub const MAX_GROUPS: usize = 16;
@@ -32,9 +33,9 @@ pub struct SpawnSpec<'a> {
     pub notify_socket: String,
     /// Value of `WATCHDOG_USEC`, when heartbeats are on.
     pub watchdog_usec: Option<u64>,
-    /// The `cgroup.procs` file of the worker's cgroup: the child moves itself there before it
-    /// execs, so the whole tree it starts lives in that cgroup.
-    pub cgroup_procs: Option<CString>,
+    /// The worker's cgroup: the child is born there (or, on kernels before 5.7, moves itself
+    /// there before it execs), so the whole tree it starts lives in that cgroup.
+    pub cgroup: Option<&'a crate::os::cgroup::WorkerCgroup>,
     /// `--adopt`: the worker binds the port itself, gets `PORT` instead of inherited sockets,
     /// and runs APP directly (no `LISTEN_*` variables).
     pub adopt_port: Option<u16>,
@@ -52,98 +53,136 @@ pub struct SpawnSpec<'a> {
 
 /// A started worker.
 pub struct Spawned {
-    /// The child, to wait on.
-    pub child: tokio::process::Child,
     /// Its pid.
     pub pid: u32,
-    /// A pidfd for signalling it without pid-reuse races.
+    /// A pidfd for signalling it (and waiting for it: [`crate::os::pidfd::wait_child`])
+    /// without pid-reuse races.
     pub pidfd: OwnedFd,
 }
 
-/// Spawns a worker.
+/// Spawns a worker with [`crate::os::fork`]: born in its cgroup (`clone3` with
+/// `CLONE_INTO_CGROUP`), so neither ck's loop nor the child waits for a cgroup migration.
+/// Returns once the child has exec'd (the trampoline or, with `--adopt`, APP).
 pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     if spec.fds.len() > MAX_GROUPS {
         return Err(io::Error::other(format!(
             "at most {MAX_GROUPS} listen addresses are supported"
         )));
     }
-    let mut cmd = match spec.adopt_port {
-        Some(port) => {
-            let mut cmd = tokio::process::Command::new(&spec.app.program);
-            let listen: Vec<String> = spec.adopt_listen.iter().map(|a| a.to_string()).collect();
-            cmd.args(&spec.app.args)
-                .env("PORT", port.to_string())
-                .env("CK_LISTEN", listen.join(" "));
-            cmd
-        }
-        None => {
-            let mut cmd = tokio::process::Command::new("/proc/self/exe");
-            cmd.arg("exec-worker")
-                .arg("--")
-                .arg(&spec.app.program)
-                .args(&spec.app.args)
-                .env("LISTEN_FDS", spec.fds.len().to_string())
-                .env("LISTEN_FDNAMES", spec.fd_names.join(":"));
-            cmd
-        }
+    let exec = exec_of(&spec)?;
+    let stdin = std::fs::File::open("/dev/null")?;
+    let cgroup_dir = spec
+        .cgroup
+        .map(|c| std::fs::File::open(c.dir()))
+        .transpose()?;
+    let cgroup = match (spec.cgroup, &cgroup_dir) {
+        (Some(c), Some(dir)) => fork::Cgroup::Into(dir.as_fd(), c.procs_file()),
+        _ => fork::Cgroup::Parent,
     };
-    cmd.env_remove("LISTEN_PID")
-        .env("NOTIFY_SOCKET", &spec.notify_socket)
-        .env("CK_SLOT", spec.slot.to_string())
-        .env("CK_WORKER_ID", spec.worker_id.to_string())
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("WATCHDOG_PID")
-        .env_remove(crate::os::reexec::HANDOVER_ENV)
-        .stdin(Stdio::null())
-        .process_group(0);
-    if spec.adopt_port.is_some() {
-        cmd.env_remove("LISTEN_FDS").env_remove("LISTEN_FDNAMES");
-    }
-    if let Some(usec) = spec.watchdog_usec {
-        cmd.env("WATCHDOG_USEC", usec.to_string());
-    }
     let fds = spec.fds;
-    let cgroup = spec.cgroup_procs;
     let fd_limit = spec.fd_limit;
     // Decided here: the comparison reads ck's groups, which allocates.
     let user = spec.user.map(|u| (u.clone(), !u.is_ck_itself()));
     let pdeathsig = spec.pdeathsig;
     let supervisor = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // system calls (open, write, close, fcntl, dup2, prctl, getppid, setrlimit, setgroups,
-    // setgid, setuid, capset); it allocates nothing (`fds`, the cgroup path and the user were
-    // built before the fork).
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(procs) = &cgroup {
-                join_cgroup(procs)?;
-            }
-            if let Some(limit) = fd_limit {
-                crate::os::fd_limit::restore_in_child(limit)?;
-            }
-            // Before `place_fds`: a change of credentials clears the parent-death signal.
-            if let Some((user, switch_ids)) = &user {
-                crate::os::privileges::switch_in_child(user, *switch_ids)?;
-            }
-            place_fds(&fds, supervisor, pdeathsig)
-        });
-    }
-    let child = cmd.spawn().map_err(|e| match (spec.user, e.kind()) {
-        (Some(user), io::ErrorKind::PermissionDenied) => io::Error::new(
-            e.kind(),
-            format!(
-                "{e} (as --user {}: the app, and ck's own binary that starts it, must be \
-                 executable by that user, and their directories searchable)",
-                user.spec
+    // In the child, in this order (its cgroup it was born in): the open-file limit, the user,
+    // the fds at 3.. and the parent-death signal. Raw system calls only.
+    let mut setup = move || {
+        if let Some(limit) = fd_limit {
+            crate::os::fd_limit::restore_in_child(limit)?;
+        }
+        // Before `place_fds`: a change of credentials clears the parent-death signal.
+        if let Some((user, switch_ids)) = &user {
+            crate::os::privileges::switch_in_child(user, *switch_ids)?;
+        }
+        place_fds(&fds, supervisor, pdeathsig)
+    };
+    let child = fork::spawn(&exec, cgroup, stdin.as_fd(), &mut setup).map_err(|e| {
+        match (spec.user, e.kind()) {
+            (Some(user), io::ErrorKind::PermissionDenied) => io::Error::new(
+                e.kind(),
+                format!(
+                    "{e} (as --user {}: the app, and ck's own binary that starts it, must be \
+                     executable by that user, and their directories searchable)",
+                    user.spec
+                ),
             ),
-        ),
-        _ => e,
+            _ => e,
+        }
     })?;
-    let pid = child
-        .id()
-        .ok_or_else(|| io::Error::other("worker exited before its pid was read"))?;
-    let pidfd = crate::os::pidfd::open(pid)?;
-    Ok(Spawned { child, pid, pidfd })
+    Ok(Spawned {
+        pid: child.pid,
+        pidfd: child.pidfd,
+    })
+}
+
+/// The program, arguments and environment of the worker `spec` describes: ck's environment
+/// with the activation protocol's variables set (and stale ones removed).
+fn exec_of(spec: &SpawnSpec<'_>) -> io::Result<fork::Exec> {
+    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    for stale in [
+        "LISTEN_PID",
+        "LISTEN_FDS",
+        "LISTEN_FDNAMES",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+        crate::os::reexec::HANDOVER_ENV,
+    ] {
+        env.remove(OsStr::new(stale));
+    }
+    let mut set = |key: &str, value: String| {
+        env.insert(key.into(), value.into());
+    };
+    let (path, mut argv): (OsString, Vec<OsString>) = match spec.adopt_port {
+        Some(port) => {
+            let listen: Vec<String> = spec.adopt_listen.iter().map(|a| a.to_string()).collect();
+            set("PORT", port.to_string());
+            set("CK_LISTEN", listen.join(" "));
+            let program = spec.app.program.clone().into_os_string();
+            (program.clone(), vec![program])
+        }
+        None => {
+            set("LISTEN_FDS", spec.fds.len().to_string());
+            set("LISTEN_FDNAMES", spec.fd_names.join(":"));
+            let trampoline = OsString::from("/proc/self/exe");
+            let argv = ["exec-worker", "--"].map(OsString::from);
+            let mut all = vec![trampoline.clone()];
+            all.extend(argv);
+            all.push(spec.app.program.clone().into_os_string());
+            (trampoline, all)
+        }
+    };
+    argv.extend(spec.app.args.iter().map(OsString::from));
+    set("NOTIFY_SOCKET", spec.notify_socket.clone());
+    set("CK_SLOT", spec.slot.to_string());
+    set("CK_WORKER_ID", spec.worker_id.to_string());
+    if let Some(usec) = spec.watchdog_usec {
+        set("WATCHDOG_USEC", usec.to_string());
+    }
+    let envp = env
+        .into_iter()
+        .map(|(key, value)| {
+            let mut entry = key;
+            entry.push("=");
+            entry.push(value);
+            c_string(entry)
+        })
+        .collect::<io::Result<_>>()?;
+    let argv = argv.into_iter().map(c_string).collect::<io::Result<_>>()?;
+    Ok(fork::Exec::new(c_string(path)?, argv, envp))
+}
+
+/// `s` as a C string; a NUL inside is an error naming it.
+fn c_string(s: OsString) -> io::Result<CString> {
+    CString::new(s.into_vec()).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{:?} holds a NUL byte, which no program argument or environment variable can",
+                String::from_utf8_lossy(&e.into_vec())
+            ),
+        )
+    })
 }
 
 /// In a child before exec: moves the calling process into the cgroup whose `cgroup.procs` is
@@ -191,7 +230,8 @@ fn place_fds(fds: &[RawFd], supervisor: libc::pid_t, pdeathsig: bool) -> io::Res
     }
     // SAFETY: getppid cannot fail. If the supervisor already died we were re-parented: stop.
     if unsafe { libc::getppid() } != supervisor {
-        return Err(io::Error::other("supervisor exited"));
+        // ESRCH ("no such process"): errors here carry an errno only (nothing is allocated).
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
     Ok(())
 }
