@@ -1,8 +1,8 @@
 //! `--ready auto` without a word from the worker: a starting worker that says nothing on
 //! `NOTIFY_SOCKET` is ready as soon as it accepts on its socket (seen in `/proc`: the socket in
-//! one of its epoll sets, or a thread of it in `accept`), checked every few sample intervals
+//! one of its epoll sets, or a thread of it in `accept`), checked every sample interval (1 ms)
 //! while such a worker starts (on the sampler's ticks, whatever the pace of queue sampling:
-//! see `health`). `READY=1` and the grace stay the other ways in; a worker that speaks
+//! see `health`), so it is seen within about a millisecond. `READY=1` and the grace stay the other ways in; a worker that speaks
 //! the notify protocol is left to say `READY=1` itself.
 use super::{Supervisor, lifecycle::State};
 use crate::{os::notify, os::readiness, os::sock_diag, settings::run_config::ReadyMode};
