@@ -9,8 +9,8 @@
 //! The child is a copy of a multi-threaded process: until `execve` it makes only raw system
 //! calls (no allocation, no lock, nothing that thinks other threads exist: glibc's and musl's
 //! `setuid` would signal the parent's threads), reports a failure as its errno through a
-//! close-on-exec pipe, and `_exit`s. The parent reads that pipe until it closes (the exec
-//! happened) or carries an errno.
+//! close-on-exec pipe, and `_exit`s. The parent does not wait for it: it reads that pipe later,
+//! without blocking ([`ExecReport`]), until it closes (the exec happened) or carries an errno.
 use std::{
     ffi::{CStr, CString},
     io,
@@ -67,12 +67,58 @@ pub struct Child {
     pub pid: u32,
     /// Its pidfd.
     pub pidfd: OwnedFd,
+    /// Whether it got as far as its exec (read later, off the caller's path).
+    pub exec: ExecReport,
+}
+
+/// The read end of the child's report pipe: closed empty by a successful exec, or an errno
+/// from a child that failed before (which then exits 127).
+pub struct ExecReport(OwnedFd);
+
+impl ExecReport {
+    /// Waits for the exec without blocking the thread: `Err` with the child's errno if it
+    /// failed.
+    pub async fn result(self) -> io::Result<()> {
+        // SAFETY: the AsyncFd owns the pipe for its whole life, so the fd it registers stays
+        // open (and is not reused) until the registration is dropped with it.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(self.0, tokio::io::Interest::READABLE)
+        }?;
+        loop {
+            let mut guard = fd.readable().await?;
+            match guard.try_io(|fd| read_report(fd.get_ref())) {
+                Ok(result) => return result,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// The same, blocking the calling thread.
+    pub fn wait(self) -> io::Result<()> {
+        set_nonblocking(&self.0, false)?;
+        read_report(&self.0)
+    }
+}
+
+fn set_nonblocking(fd: &OwnedFd, on: bool) -> io::Result<()> {
+    // SAFETY: fcntl on an fd we own, with integer arguments.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    let flags = match on {
+        true => flags | libc::O_NONBLOCK,
+        false => flags & !libc::O_NONBLOCK,
+    };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Starts `exec` in a new child process, after `setup` has run in the child (only raw system
 /// calls, no allocation: it runs in a copy of a multi-threaded process). The child gets its
 /// own process group, `stdin` as fd 0, an empty signal mask and SIGPIPE's default action.
-/// Returns once the child has exec'd, or with the errno at which setup or exec failed.
+/// Returns at once: the parent waits neither for the child's setup nor for its exec; whether
+/// the exec happened is [`Child::exec`]'s to tell (a child that failed exits 127).
 pub fn spawn(
     exec: &Exec,
     cgroup: Cgroup<'_>,
@@ -154,16 +200,12 @@ pub fn spawn(
         fd if fd >= 0 => unsafe { OwnedFd::from_raw_fd(fd) },
         _ => crate::os::pidfd::open(pid)?,
     };
-    match read_report(&report_read) {
-        None => Ok(Child { pid, pidfd }),
-        Some(errno) => {
-            // The child _exit'ed: reap it so that no zombie is left.
-            let mut status = 0;
-            // SAFETY: waitpid on our own child with a pointer to a local int.
-            unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
-            Err(io::Error::from_raw_os_error(errno))
-        }
-    }
+    set_nonblocking(&report_read, true)?;
+    Ok(Child {
+        pid,
+        pidfd,
+        exec: ExecReport(report_read),
+    })
 }
 
 /// A close-on-exec pipe: (read end, write end).
@@ -177,17 +219,23 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// The errno the child wrote before it exited, or None once the pipe closed empty (exec).
-fn read_report(pipe: &OwnedFd) -> Option<i32> {
+/// `Err` with the errno the child wrote before it exited, `Ok` once the pipe closed empty
+/// (the exec); `WouldBlock` while neither happened on a non-blocking pipe.
+fn read_report(pipe: &OwnedFd) -> io::Result<()> {
     let mut buf = [0u8; 4];
     loop {
         // SAFETY: reads at most 4 bytes into a local buffer from a pipe we own.
         let n = unsafe { libc::read(pipe.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         match n {
-            4 => return Some(i32::from_ne_bytes(buf)),
-            n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            4 => return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf))),
+            n if n < 0 => {
+                let err = io::Error::last_os_error();
+                if err.kind() != io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
             // 0: closed by the exec. A short read cannot happen (4 bytes are atomic in a pipe).
-            _ => return None,
+            _ => return Ok(()),
         }
     }
 }
@@ -251,59 +299,48 @@ mod tests {
         )
     }
 
-    fn wait(child: &Child) -> libc::c_int {
+    /// Starts `argv` with `setup`, and returns its exec's result and its wait status.
+    fn run(
+        argv: &[&str],
+        env: &[&str],
+        setup: &mut dyn FnMut() -> io::Result<()>,
+    ) -> (io::Result<()>, libc::c_int) {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let child = spawn(&exec(argv, env), Cgroup::Parent, null.as_fd(), setup).unwrap();
+        let exec = child.exec.wait();
         let mut status = 0;
         // SAFETY: waitpid on our own child with a pointer to a local int.
         let rc = unsafe { libc::waitpid(child.pid as libc::pid_t, &mut status, 0) };
         assert_eq!(rc, child.pid as libc::pid_t);
-        status
+        (exec, status)
     }
 
     /// The child runs the program with exactly the given environment, in a process group of
     /// its own, and its exit status is ours to reap.
     #[test]
     fn a_child_execs_with_its_environment_and_own_process_group() {
-        let null = std::fs::File::open("/dev/null").unwrap();
         // /proc/PID/stat: pid (comm) state ppid pgrp ...
         let script = r#"read -r _ _ _ _ pgrp _ < /proc/$$/stat
             [ "$CK_TEST" = yes ] && [ -z "$HOME" ] && [ "$pgrp" = $$ ] && exit 7"#;
-        let child = spawn(
-            &exec(
-                &["/bin/sh", "-c", script],
-                &["CK_TEST=yes", "PATH=/usr/bin:/bin"],
-            ),
-            Cgroup::Parent,
-            null.as_fd(),
-            &mut || Ok(()),
-        )
-        .unwrap();
-        let status = wait(&child);
+        let env = ["CK_TEST=yes", "PATH=/usr/bin:/bin"];
+        let (exec, status) = run(&["/bin/sh", "-c", script], &env, &mut || Ok(()));
+        exec.unwrap();
         assert!(libc::WIFEXITED(status), "{status:#x}");
         assert_eq!(libc::WEXITSTATUS(status), 7);
     }
 
-    /// A program that cannot be executed is the caller's error (its errno); so is a failure of
-    /// the setup in the child.
+    /// A program that cannot be executed, or a setup that fails in the child, is reported
+    /// with its errno, and that child exits 127.
     #[test]
-    fn a_failed_exec_or_setup_is_the_callers_error() {
-        let null = std::fs::File::open("/dev/null").unwrap();
-        let err = spawn(
-            &exec(&["/nonexistent/ck-test"], &[]),
-            Cgroup::Parent,
-            null.as_fd(),
-            &mut || Ok(()),
-        )
-        .err()
-        .expect("no such program");
+    fn a_failed_exec_or_setup_is_reported_and_the_child_exits_127() {
+        let (exec, status) = run(&["/nonexistent/ck-test"], &[], &mut || Ok(()));
+        let err = exec.expect_err("no such program");
         assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
-        let err = spawn(
-            &exec(&["/bin/true"], &[]),
-            Cgroup::Parent,
-            null.as_fd(),
-            &mut || Err(io::Error::from_raw_os_error(libc::EPERM)),
-        )
-        .err()
-        .expect("setup failed");
+        assert_eq!(libc::WEXITSTATUS(status), 127);
+        let mut fail = || Err(io::Error::from_raw_os_error(libc::EPERM));
+        let (exec, status) = run(&["/bin/true"], &[], &mut fail);
+        let err = exec.expect_err("setup failed");
         assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
+        assert_eq!(libc::WEXITSTATUS(status), 127);
     }
 }

@@ -58,11 +58,40 @@ pub struct Spawned {
     /// A pidfd for signalling it (and waiting for it: [`crate::os::pidfd::wait_child`])
     /// without pid-reuse races.
     pub pidfd: OwnedFd,
+    /// Whether it exec'd (the trampoline or, with `--adopt`, APP).
+    pub exec: ExecOutcome,
+}
+
+/// Whether a worker exec'd, told after [`spawn`] returned: the caller does not wait for it.
+pub struct ExecOutcome {
+    report: fork::ExecReport,
+    /// `--user` as given, for the hint on a permission error.
+    user: Option<String>,
+}
+
+impl ExecOutcome {
+    /// Resolves once the worker exec'd (`Ok`) or failed to (the error, with the fix for a
+    /// `--user` that may not execute it; the worker then exits 127).
+    pub async fn result(self) -> io::Result<()> {
+        self.report
+            .result()
+            .await
+            .map_err(|e| match (self.user, e.kind()) {
+                (Some(user), io::ErrorKind::PermissionDenied) => io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{e} (as --user {user}: the app, and ck's own binary that starts it, \
+                         must be executable by that user, and their directories searchable)"
+                    ),
+                ),
+                _ => e,
+            })
+    }
 }
 
 /// Spawns a worker with [`crate::os::fork`]: born in its cgroup (`clone3` with
-/// `CLONE_INTO_CGROUP`), so neither ck's loop nor the child waits for a cgroup migration.
-/// Returns once the child has exec'd (the trampoline or, with `--adopt`, APP).
+/// `CLONE_INTO_CGROUP`), so neither ck's loop nor the child waits for a cgroup migration, and
+/// ck does not wait for the child's exec either ([`Spawned::exec`] tells how it went).
 pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     if spec.fds.len() > MAX_GROUPS {
         return Err(io::Error::other(format!(
@@ -97,22 +126,14 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
         }
         place_fds(&fds, supervisor, pdeathsig)
     };
-    let child = fork::spawn(&exec, cgroup, stdin.as_fd(), &mut setup).map_err(|e| {
-        match (spec.user, e.kind()) {
-            (Some(user), io::ErrorKind::PermissionDenied) => io::Error::new(
-                e.kind(),
-                format!(
-                    "{e} (as --user {}: the app, and ck's own binary that starts it, must be \
-                     executable by that user, and their directories searchable)",
-                    user.spec
-                ),
-            ),
-            _ => e,
-        }
-    })?;
+    let child = fork::spawn(&exec, cgroup, stdin.as_fd(), &mut setup)?;
     Ok(Spawned {
         pid: child.pid,
         pidfd: child.pidfd,
+        exec: ExecOutcome {
+            report: child.exec,
+            user: spec.user.map(|u| u.spec.clone()),
+        },
     })
 }
 

@@ -115,7 +115,13 @@ impl Supervisor {
             .pidfd
             .try_clone()
             .context("duplicating the worker's pidfd")?;
+        let (exec, program) = (spawned.exec, self.cfg.app.program.clone());
         tokio::spawn(async move {
+            // Read here, not in `spawn`: the loop does not wait for the child's exec. A child
+            // that could not exec exits 127 (a boot crash).
+            if let Err(e) = exec.result().await {
+                tracing::error!(slot = index, pid, "spawning {}: {e}", program.display());
+            }
             let status = crate::os::pidfd::wait_child(waiter, pid).await;
             let _ = events.send(Event::Exited {
                 slot: index,
