@@ -4,6 +4,7 @@
 pub mod capabilities;
 pub mod cgroup;
 pub mod fd_limit;
+pub mod fork;
 pub mod instance;
 pub mod memory;
 pub mod notify;

@@ -51,8 +51,9 @@ pub async fn exited(pidfd: OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Waits for child `pid` (behind `pidfd`) to exit and reaps it: its exit status. For workers
-/// an earlier image of ck spawned (`ck upgrade`), which this image's runtime does not know.
+/// Waits for child `pid` (behind `pidfd`) to exit and reaps it: its exit status. For every
+/// worker (`os::fork` starts them, and after `ck upgrade` an earlier image did): no runtime
+/// knows them as its children.
 pub async fn wait_child(pidfd: OwnedFd, pid: u32) -> io::Result<std::process::ExitStatus> {
     use std::os::unix::process::ExitStatusExt as _;
     exited(pidfd).await?;
@@ -62,7 +63,7 @@ pub async fn wait_child(pidfd: OwnedFd, pid: u32) -> io::Result<std::process::Ex
     let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
     if rc <= 0 {
         return Err(io::Error::other(
-            "exited while ck re-executed itself; its exit status is unknown",
+            "exited, but its exit status was reaped elsewhere (unknown)",
         ));
     }
     Ok(std::process::ExitStatus::from_raw(status))

@@ -233,9 +233,20 @@ fn why(cap: Cap) -> &'static str {
 /// calls only, nothing allocated.
 pub fn switch_in_child(user: &WorkerUser, switch_ids: bool) -> io::Result<()> {
     if switch_ids {
-        nix::unistd::setgroups(&user.groups)?;
-        nix::unistd::setgid(user.gid)?;
-        nix::unistd::setuid(user.uid)?;
+        // Raw system calls, for the calling thread alone: the child of a clone has one thread,
+        // and the C library's wrappers would apply them to the threads it remembers from the
+        // parent (signalling them and waiting, under a lock another thread may have held).
+        let groups = user.groups.as_ptr().cast::<libc::gid_t>();
+        // SAFETY: `Gid` is a transparent `gid_t`, so `groups` points at `len` of them, which
+        // setgroups reads; setgid and setuid take integers.
+        let failed = unsafe {
+            libc::syscall(libc::SYS_setgroups, user.groups.len(), groups) < 0
+                || libc::syscall(libc::SYS_setgid, user.gid.as_raw()) < 0
+                || libc::syscall(libc::SYS_setuid, user.uid.as_raw()) < 0
+        };
+        if failed {
+            return Err(io::Error::last_os_error());
+        }
     }
     clear_capabilities()
 }

@@ -3,15 +3,16 @@
 //! The child runs `/proc/self/exe exec-worker APP ARGS...` (a trampoline inside ck's own binary)
 //! that sets `LISTEN_PID` to its own pid and then execs APP, so `LISTEN_PID` is right without
 //! touching the environment between fork and exec. Its sockets are placed at fds 3.. before exec.
+//! The process itself is started by [`crate::os::fork`] (born in its cgroup).
 use std::{
-    ffi::{CStr, CString, OsString},
+    collections::BTreeMap,
+    ffi::{CStr, CString, OsStr, OsString},
     io,
-    os::fd::{OwnedFd, RawFd},
-    os::unix::process::CommandExt as _,
-    process::Stdio,
+    os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd},
+    os::unix::{ffi::OsStringExt as _, process::CommandExt as _},
 };
 
-use crate::settings::run_config::AppSpec;
+use crate::{os::fork, settings::run_config::AppSpec};
 
 /// Most listen groups one worker can receive.
 pub const MAX_GROUPS: usize = 16;
@@ -32,9 +33,9 @@ pub struct SpawnSpec<'a> {
     pub notify_socket: String,
     /// Value of `WATCHDOG_USEC`, when heartbeats are on.
     pub watchdog_usec: Option<u64>,
-    /// The `cgroup.procs` file of the worker's cgroup: the child moves itself there before it
-    /// execs, so the whole tree it starts lives in that cgroup.
-    pub cgroup_procs: Option<CString>,
+    /// The worker's cgroup: the child is born there (or, on kernels before 5.7, moves itself
+    /// there before it execs), so the whole tree it starts lives in that cgroup.
+    pub cgroup: Option<&'a crate::os::cgroup::WorkerCgroup>,
     /// `--adopt`: the worker binds the port itself, gets `PORT` instead of inherited sockets,
     /// and runs APP directly (no `LISTEN_*` variables).
     pub adopt_port: Option<u16>,
@@ -62,15 +63,45 @@ pub const MAX_KEPT: usize = 2;
 
 /// A started worker.
 pub struct Spawned {
-    /// The child, to wait on.
-    pub child: tokio::process::Child,
     /// Its pid.
     pub pid: u32,
-    /// A pidfd for signalling it without pid-reuse races.
+    /// A pidfd for signalling it (and waiting for it: [`crate::os::pidfd::wait_child`])
+    /// without pid-reuse races.
     pub pidfd: OwnedFd,
+    /// Whether it exec'd (the trampoline or, with `--adopt`, APP).
+    pub exec: ExecOutcome,
 }
 
-/// Spawns a worker.
+/// Whether a worker exec'd, told after [`spawn`] returned: the caller does not wait for it.
+pub struct ExecOutcome {
+    report: fork::ExecReport,
+    /// `--user` as given, for the hint on a permission error.
+    user: Option<String>,
+}
+
+impl ExecOutcome {
+    /// Resolves once the worker exec'd (`Ok`) or failed to (the error, with the fix for a
+    /// `--user` that may not execute it; the worker then exits 127).
+    pub async fn result(self) -> io::Result<()> {
+        self.report
+            .result()
+            .await
+            .map_err(|e| match (self.user, e.kind()) {
+                (Some(user), io::ErrorKind::PermissionDenied) => io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{e} (as --user {user}: the app, and ck's own binary that starts it, \
+                         must be executable by that user, and their directories searchable)"
+                    ),
+                ),
+                _ => e,
+            })
+    }
+}
+
+/// Spawns a worker with [`crate::os::fork`]: born in its cgroup (`clone3` with
+/// `CLONE_INTO_CGROUP`), so neither ck's loop nor the child waits for a cgroup migration, and
+/// ck does not wait for the child's exec either ([`Spawned::exec`] tells how it went).
 pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     if spec.fds.len() > MAX_GROUPS {
         return Err(io::Error::other(format!(
@@ -82,87 +113,121 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
             "at most {MAX_KEPT} further descriptors can be kept"
         )));
     }
-    let mut cmd = match spec.adopt_port {
-        Some(port) => {
-            let mut cmd = tokio::process::Command::new(&spec.app.program);
-            let listen: Vec<String> = spec.adopt_listen.iter().map(|a| a.to_string()).collect();
-            cmd.args(&spec.app.args)
-                .env("PORT", port.to_string())
-                .env("CK_LISTEN", listen.join(" "));
-            cmd
-        }
-        None => {
-            let mut cmd = tokio::process::Command::new("/proc/self/exe");
-            cmd.arg("exec-worker")
-                .arg("--")
-                .arg(&spec.app.program)
-                .args(&spec.app.args)
-                .env("LISTEN_FDS", spec.fds.len().to_string())
-                .env("LISTEN_FDNAMES", spec.fd_names.join(":"));
-            cmd
-        }
+    let exec = exec_of(&spec)?;
+    let stdin = std::fs::File::open("/dev/null")?;
+    let cgroup_dir = spec
+        .cgroup
+        .map(|c| std::fs::File::open(c.dir()))
+        .transpose()?;
+    let cgroup = match (spec.cgroup, &cgroup_dir) {
+        (Some(c), Some(dir)) => fork::Cgroup::Into(dir.as_fd(), c.procs_file()),
+        _ => fork::Cgroup::Parent,
     };
-    cmd.env_remove("LISTEN_PID")
-        .env("NOTIFY_SOCKET", &spec.notify_socket)
-        .env("CK_SLOT", spec.slot.to_string())
-        .env("CK_WORKER_ID", spec.worker_id.to_string())
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("WATCHDOG_PID")
-        .env_remove(crate::os::reexec::HANDOVER_ENV)
-        .stdin(Stdio::null())
-        .process_group(0);
-    if let Some([stdout, stderr]) = spec.output {
-        cmd.stdout(Stdio::from(stdout)).stderr(Stdio::from(stderr));
-    }
-    if spec.adopt_port.is_some() {
-        cmd.env_remove("LISTEN_FDS").env_remove("LISTEN_FDNAMES");
-    }
-    if let Some(usec) = spec.watchdog_usec {
-        cmd.env("WATCHDOG_USEC", usec.to_string());
-    }
+    // Held open until the child has its copies (closed here after the spawn).
+    let output = spec.output;
+    let output_fds = output.as_ref().map(|[o, e]| [o.as_raw_fd(), e.as_raw_fd()]);
     let mut fds = spec.fds;
-    fds.extend(spec.keep_fds);
-    let cgroup = spec.cgroup_procs;
+    fds.extend(spec.keep_fds.iter().copied());
     let fd_limit = spec.fd_limit;
     // Decided here: the comparison reads ck's groups, which allocates.
     let user = spec.user.map(|u| (u.clone(), !u.is_ck_itself()));
     let pdeathsig = spec.pdeathsig;
     let supervisor = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // system calls (open, write, close, fcntl, dup2, prctl, getppid, setrlimit, setgroups,
-    // setgid, setuid, capset); it allocates nothing (`fds`, the cgroup path and the user were
-    // built before the fork).
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(procs) = &cgroup {
-                join_cgroup(procs)?;
-            }
-            if let Some(limit) = fd_limit {
-                crate::os::fd_limit::restore_in_child(limit)?;
-            }
-            // Before `place_fds`: a change of credentials clears the parent-death signal.
-            if let Some((user, switch_ids)) = &user {
-                crate::os::privileges::switch_in_child(user, *switch_ids)?;
-            }
-            place_fds(&fds, supervisor, pdeathsig)
-        });
+    // In the child, in this order (its cgroup it was born in): the open-file limit, the user,
+    // the fds at 3.. and the parent-death signal. Raw system calls only.
+    let mut setup = move || {
+        if let Some(limit) = fd_limit {
+            crate::os::fd_limit::restore_in_child(limit)?;
+        }
+        // Before `place_fds`: a change of credentials clears the parent-death signal.
+        if let Some((user, switch_ids)) = &user {
+            crate::os::privileges::switch_in_child(user, *switch_ids)?;
+        }
+        // Before `place_fds`, whose dup2 onto 3.. could close a pipe's write end.
+        if let Some(output) = output_fds {
+            output_to_pipes(output)?;
+        }
+        place_fds(&fds, supervisor, pdeathsig)
+    };
+    let child = fork::spawn(&exec, cgroup, stdin.as_fd(), &mut setup)?;
+    drop(output);
+    Ok(Spawned {
+        pid: child.pid,
+        pidfd: child.pidfd,
+        exec: ExecOutcome {
+            report: child.exec,
+            user: spec.user.map(|u| u.spec.clone()),
+        },
+    })
+}
+
+/// The program, arguments and environment of the worker `spec` describes: ck's environment
+/// with the activation protocol's variables set (and stale ones removed).
+fn exec_of(spec: &SpawnSpec<'_>) -> io::Result<fork::Exec> {
+    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    for stale in [
+        "LISTEN_PID",
+        "LISTEN_FDS",
+        "LISTEN_FDNAMES",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+        crate::os::reexec::HANDOVER_ENV,
+    ] {
+        env.remove(OsStr::new(stale));
     }
-    let child = cmd.spawn().map_err(|e| match (spec.user, e.kind()) {
-        (Some(user), io::ErrorKind::PermissionDenied) => io::Error::new(
-            e.kind(),
+    let mut set = |key: &str, value: String| {
+        env.insert(key.into(), value.into());
+    };
+    let (path, mut argv): (OsString, Vec<OsString>) = match spec.adopt_port {
+        Some(port) => {
+            let listen: Vec<String> = spec.adopt_listen.iter().map(|a| a.to_string()).collect();
+            set("PORT", port.to_string());
+            set("CK_LISTEN", listen.join(" "));
+            let program = spec.app.program.clone().into_os_string();
+            (program.clone(), vec![program])
+        }
+        None => {
+            set("LISTEN_FDS", spec.fds.len().to_string());
+            set("LISTEN_FDNAMES", spec.fd_names.join(":"));
+            let trampoline = OsString::from("/proc/self/exe");
+            let argv = ["exec-worker", "--"].map(OsString::from);
+            let mut all = vec![trampoline.clone()];
+            all.extend(argv);
+            all.push(spec.app.program.clone().into_os_string());
+            (trampoline, all)
+        }
+    };
+    argv.extend(spec.app.args.iter().map(OsString::from));
+    set("NOTIFY_SOCKET", spec.notify_socket.clone());
+    set("CK_SLOT", spec.slot.to_string());
+    set("CK_WORKER_ID", spec.worker_id.to_string());
+    if let Some(usec) = spec.watchdog_usec {
+        set("WATCHDOG_USEC", usec.to_string());
+    }
+    let envp = env
+        .into_iter()
+        .map(|(key, value)| {
+            let mut entry = key;
+            entry.push("=");
+            entry.push(value);
+            c_string(entry)
+        })
+        .collect::<io::Result<_>>()?;
+    let argv = argv.into_iter().map(c_string).collect::<io::Result<_>>()?;
+    Ok(fork::Exec::new(c_string(path)?, argv, envp))
+}
+
+/// `s` as a C string; a NUL inside is an error naming it.
+fn c_string(s: OsString) -> io::Result<CString> {
+    CString::new(s.into_vec()).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
             format!(
-                "{e} (as --user {}: the app, and ck's own binary that starts it, must be \
-                 executable by that user, and their directories searchable)",
-                user.spec
+                "{:?} holds a NUL byte, which no program argument or environment variable can",
+                String::from_utf8_lossy(&e.into_vec())
             ),
-        ),
-        _ => e,
-    })?;
-    let pid = child
-        .id()
-        .ok_or_else(|| io::Error::other("worker exited before its pid was read"))?;
-    let pidfd = crate::os::pidfd::open(pid)?;
-    Ok(Spawned { child, pid, pidfd })
+        )
+    })
 }
 
 /// In a child before exec: moves the calling process into the cgroup whose `cgroup.procs` is
@@ -180,6 +245,18 @@ pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
     unsafe { libc::close(fd) };
     if written != 1 {
         return Err(err);
+    }
+    Ok(())
+}
+
+/// In the child: makes the pipes' write ends `[stdout, stderr]` its fds 1 and 2
+/// (`--worker-output capture`). Raw system calls only.
+fn output_to_pipes([stdout, stderr]: [RawFd; 2]) -> io::Result<()> {
+    for (fd, target) in [(stdout, 1), (stderr, 2)] {
+        // SAFETY: dup2 of an fd the parent holds open onto 1 or 2; returns -1 on error.
+        if unsafe { libc::dup2(fd, target) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
     }
     Ok(())
 }
@@ -211,7 +288,8 @@ fn place_fds(fds: &[RawFd], supervisor: libc::pid_t, pdeathsig: bool) -> io::Res
     }
     // SAFETY: getppid cannot fail. If the supervisor already died we were re-parented: stop.
     if unsafe { libc::getppid() } != supervisor {
-        return Err(io::Error::other("supervisor exited"));
+        // ESRCH ("no such process"): errors here carry an errno only (nothing is allocated).
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
     }
     Ok(())
 }

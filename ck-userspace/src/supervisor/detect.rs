@@ -1,12 +1,13 @@
 //! `--ready auto` without a word from the worker: a starting worker that says nothing on
 //! `NOTIFY_SOCKET` is ready as soon as it accepts on its socket (seen in `/proc`: the socket in
 //! one of its epoll sets, or a thread of it in `accept`, `poll`, `ppoll`, `select` or
-//! `pselect6` on it), checked every few sample intervals while such a worker starts (on the
-//! sampler's ticks, whatever the pace of queue sampling: see `health`). A worker that speaks
-//! the notify protocol is left to say `READY=1` itself. The grace is no answer on its own: when
-//! it is over, a silent worker is taken as ready only if ck cannot see what it waits in (its
-//! `/proc` unreadable); else it stays starting until it accepts or `--ready-timeout` ends it.
-//! With `--ready probe` the readiness probe alone decides (`health`).
+//! `pselect6` on it), checked every sample interval (1 ms) while such a worker starts (on the
+//! sampler's ticks, whatever the pace of queue sampling: see `health`), so it is seen within
+//! about a millisecond. A worker that speaks the notify protocol is left to say `READY=1`
+//! itself. The grace is no answer on its own: when it is over, a silent worker is taken as
+//! ready only if ck cannot see what it waits in (its `/proc` unreadable); else it stays
+//! starting until it accepts or `--ready-timeout` ends it. With `--ready probe` the readiness
+//! probe alone decides (`health`).
 use super::{Supervisor, lifecycle::State};
 use crate::{os::notify, os::readiness, os::sock_diag, settings::run_config::ReadyMode};
 

@@ -8,7 +8,9 @@
 //! `--stall-timeout` / [`STALL_SAMPLES`], at least [`MIN_STALL_PERIOD`]: a stall is then seen
 //! within a tenth of its timeout late, at ten `TCP_INFO` reads a second per socket, which costs
 //! nothing measurable. `--ready auto`'s detection of silent starting workers keeps its own fast
-//! pace ([`READY_CHECK_EVERY`] sample intervals) while such a worker boots, without sampling.
+//! pace (every [`READY_CHECK_EVERY`] sample interval, 1 ms) while such a worker boots, without
+//! sampling, so readiness is seen within about a millisecond of the worker starting to wait for
+//! connections.
 use std::{
     sync::{
         Arc,
@@ -34,8 +36,10 @@ const BUSY_HOLD: Duration = Duration::from_secs(1);
 /// While sampling fast, traffic (the program's `selected` counters) is checked every this many
 /// ticks.
 const TRAFFIC_CHECK_EVERY: u32 = 16;
-/// Starting workers are checked for accepting (`detect`) every this many sample intervals.
-const READY_CHECK_EVERY: u32 = 3;
+/// Starting workers are checked for accepting (`detect`) every this many sample intervals: every
+/// one (1 ms by default), since a replacement's readiness is part of a fleet's recovery time and
+/// the check (~0.1 ms of `/proc` reads a starting worker) runs only while a silent worker starts.
+const READY_CHECK_EVERY: u32 = 1;
 /// Without the sampled fallback, queues are sampled this many times per `--stall-timeout`.
 const STALL_SAMPLES: u32 = 10;
 /// ... but never more often than this.
@@ -178,7 +182,7 @@ impl Supervisor {
             self.pacer.fallback = fallback;
             self.sample(now, fallback);
         }
-        // Reading /proc costs ~0.1 ms a worker: every few sample intervals is soon enough.
+        // Reading /proc costs ~0.1 ms a starting worker, paid only while one starts.
         let ready_every = self.cfg.health.sample_interval * READY_CHECK_EVERY;
         if watching && now >= self.pacer.next_ready_check {
             self.pacer.next_ready_check = now + ready_every;

@@ -109,7 +109,7 @@ impl Supervisor {
             fd_names: self.groups.iter().map(|g| g.name.clone()).collect(),
             notify_socket: notify.env_value.clone(),
             watchdog_usec: self.cfg.health.watchdog.map(|d| d.as_micros() as u64),
-            cgroup_procs: cgroup.as_ref().map(|c| c.procs_file().clone()),
+            cgroup: cgroup.as_ref(),
             adopt_port: self.cfg.adopt.then(|| self.cfg.listen[0].addr.port()),
             adopt_listen: match self.cfg.adopt {
                 true => self.cfg.listen.iter().map(|a| a.addr).collect(),
@@ -154,9 +154,18 @@ impl Supervisor {
             _ => None,
         };
         let events = self.events.clone();
-        let mut child = spawned.child;
+        let waiter = spawned
+            .pidfd
+            .try_clone()
+            .context("duplicating the worker's pidfd")?;
+        let (exec, program) = (spawned.exec, self.cfg.app.program.clone());
         tokio::spawn(async move {
-            let status = child.wait().await;
+            // Read here, not in `spawn`: the loop does not wait for the child's exec. A child
+            // that could not exec exits 127 (a boot crash).
+            if let Err(e) = exec.result().await {
+                tracing::error!(slot = index, pid, "spawning {}: {e}", program.display());
+            }
+            let status = crate::os::pidfd::wait_child(waiter, pid).await;
             let _ = events.send(Event::Exited {
                 slot: index,
                 worker: worker_id,
