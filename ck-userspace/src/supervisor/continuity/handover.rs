@@ -496,6 +496,7 @@ mod tests {
             worker: None,
             member_of: Some(2),
             adopted: Vec::new(),
+            output_dropped: 0,
         })
         .unwrap();
         let object = value.as_object_mut().unwrap();
