@@ -291,3 +291,40 @@ fn metrics_show_the_time_since_the_last_new_connection() {
     assert!(after < grown, "after a new connection: {grown} -> {after}");
     assert!(ck.try_exit().is_none());
 }
+
+/// systemd's SIGKILL after `TimeoutStopSec` (or kubelet's after the grace period) lands during
+/// the wait: the workers stop with ck (`PR_SET_PDEATHSIG`), nothing of theirs is left, and the
+/// same `ck run` starts again on the same name and port (the stale pins removed) and serves.
+#[test]
+fn a_sigkill_during_the_wait_leaves_nothing_that_blocks_the_next_run() {
+    let mut args = vec!["--metrics", "127.0.0.1:0"];
+    args.extend(LONG);
+    let (mut ck, port, status) = start_ready("quiet-kill", 2, &args);
+    let name = ck.name().to_string();
+    let workers = status.worker_pids();
+    ck.sigterm();
+    ck.wait_status("the quiet wait", Duration::from_secs(10), waiting);
+    ck.kill_supervisor();
+    let left = ck_tests::sys::wait_all_dead(&workers, Duration::from_secs(10));
+    assert!(left.is_empty(), "workers {left:?} outlived a SIGKILLed ck");
+    assert!(
+        ck_tests::sys::instance_processes(&name).is_empty(),
+        "processes of {name} left"
+    );
+    ck.abandon();
+    let (port_text, base_text) = (port.to_string(), ck_tests::probe_base_for(port).to_string());
+    let mut again = vec![
+        "-w",
+        "2",
+        "--port",
+        &port_text,
+        "--probe-port-base",
+        &base_text,
+    ];
+    again.extend_from_slice(&args);
+    let mut second = Ck::start(&name, &again);
+    second.wait_ready(2, Duration::from_secs(20));
+    get_new_conn(local(port)).expect("the next run serves");
+    second.ctl_ok(&["stop", "--now"]);
+    second.wait_clean_exit();
+}

@@ -355,6 +355,12 @@ impl Supervisor {
         let Some(kind) = self.cfg.health.probe.clone() else {
             return;
         };
+        // Until the program is attached nothing steers a probe to its slot: the kernel would
+        // hash it to any worker, and another worker's answer would count for this one (a
+        // starting worker taken as ready by a probe it never saw).
+        if !self.cfg.no_bpf && !self.bpf_loaded() {
+            return;
+        }
         let Some(group) = self.groups.first() else {
             return;
         };
