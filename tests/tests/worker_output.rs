@@ -20,6 +20,21 @@ use serde_json::Value;
 /// A worker that writes `tick N` to stdout every 50 ms, N counting from 0.
 const TICKER: &str = "i=0; while :; do echo \"tick $i\"; i=$((i+1)); sleep 0.05; done";
 
+/// One worker running the shell `script`, ready at once, ck logging JSON.
+fn start_script(name: &str, script: &str) -> (Ck, u16, ck_tests::Status) {
+    let flags = [
+        "--ready",
+        "spawn",
+        "--log-format",
+        "json",
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+    ];
+    start_ready(name, 1, &flags)
+}
+
 /// Every line of a JSON log as an object (panics on a line that is not one).
 fn records(log: &str) -> Vec<Value> {
     log.lines()
@@ -83,20 +98,7 @@ fn lines_keep_their_order_and_a_partial_last_line_is_logged_at_exit() {
         "i=1; while [ $i -le {LINES} ]; do echo \"line $i\"; i=$((i+1)); done; \
          echo to-stderr >&2; printf 'no newline'; exec sleep 600"
     );
-    let (mut ck, _port, status) = start_ready(
-        "out-order",
-        1,
-        &[
-            "--ready",
-            "spawn",
-            "--log-format",
-            "json",
-            "--",
-            "/bin/sh",
-            "-c",
-            &script,
-        ],
-    );
+    let (mut ck, _port, status) = start_script("out-order", &script);
     let pid = status.worker_pid(0);
     wait_log(&ck, "the stderr line", |log| log.contains("to-stderr"));
     assert_eq!(ck.status().slot(0).output_dropped, 0);
@@ -221,20 +223,7 @@ fn a_flood_while_ck_s_stderr_is_stalled_blocks_nothing_and_is_counted() {
 
 #[test]
 fn the_pipes_survive_an_upgrade_and_nothing_is_lost() {
-    let (mut ck, _port, status) = start_ready(
-        "out-upgrade",
-        1,
-        &[
-            "--ready",
-            "spawn",
-            "--log-format",
-            "json",
-            "--",
-            "/bin/sh",
-            "-c",
-            TICKER,
-        ],
-    );
+    let (mut ck, _port, status) = start_script("out-upgrade", TICKER);
     let pid = status.worker_pid(0);
     wait_log(&ck, "5 ticks", |log| ticks(log, pid).len() >= 5);
     let said = ck.ctl_ok(&["upgrade"]);
@@ -334,20 +323,7 @@ fn a_line_in_the_making_at_an_upgrade_is_logged_in_two_marked_parts() {
          exec sleep 600",
         go.display()
     );
-    let (mut ck, _port, status) = start_ready(
-        "out-half",
-        1,
-        &[
-            "--ready",
-            "spawn",
-            "--log-format",
-            "json",
-            "--",
-            "/bin/sh",
-            "-c",
-            &script,
-        ],
-    );
+    let (mut ck, _port, status) = start_script("out-half", &script);
     let pid = status.worker_pid(0);
     wait_log(&ck, "the first line", |log| {
         lines_of(&records(log), pid, "stdout").contains(&"started".to_string())
