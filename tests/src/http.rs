@@ -135,6 +135,18 @@ pub fn get_path(addr: SocketAddr, path: &str) -> Result<(u16, String), Failure> 
     Ok((code, body.to_string()))
 }
 
+/// The text of ck's `/metrics` at `addr` (as `ck status` names the listener); panics, naming
+/// the address, when it does not answer 200.
+pub fn metrics_text(addr: &str) -> String {
+    let socket: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|e| panic!("metrics address {addr:?}: {e}"));
+    match get_path(socket, "/metrics") {
+        Ok((200, body)) => body,
+        other => panic!("GET /metrics on {addr}: {other:?}"),
+    }
+}
+
 /// A connection on which one `GET /` was sent and whose answer is not read yet.
 #[derive(Debug)]
 pub struct Pending {

@@ -4,11 +4,9 @@
 //! `CK_CONN_COUNT=scan` forces the sock_diag fallback, which says so and counts the same.
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::time::Duration;
 
-use ck_tests::http::{IO_TIMEOUT, KeepAlive, hold};
+use ck_tests::http::{KeepAlive, hold};
 use ck_tests::sys::{free_port, kill_hard, on_one_cpu, signal};
 use ck_tests::{Ck, READY_TIMEOUT, Status, instance_name, local, probe_base_for, start_ready};
 use nix::sys::signal::Signal;
@@ -36,15 +34,7 @@ fn metrics_connections(status: &Status) -> BTreeMap<u32, u64> {
         .metrics
         .as_deref()
         .expect("--metrics address in ck status");
-    let mut stream = TcpStream::connect(addr).expect("connecting to /metrics");
-    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: ck\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("reading /metrics");
+    let text = ck_tests::http::metrics_text(addr);
     text.lines()
         .filter_map(|l| l.strip_prefix("ck_worker_connections{slot=\""))
         .filter_map(|rest| {

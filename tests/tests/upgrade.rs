@@ -286,21 +286,7 @@ fn http_code(addr: &str, path: &str) -> Option<u16> {
 
 /// `GET /metrics` on `addr`: the body of a 200 answer.
 fn metrics(addr: &str) -> String {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(addr)
-        .unwrap_or_else(|e| panic!("connecting to the metrics listener {addr}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: ck\r\nConnection: close\r\n\r\n"
-    )
-    .expect("sending the request");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("reading /metrics");
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text
+    ck_tests::http::metrics_text(addr)
 }
 
 #[test]

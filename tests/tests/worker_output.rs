@@ -7,8 +7,7 @@
 //! ck was away is lost); `--worker-output inherit` keeps the workers on ck's own stdout and
 //! stderr.
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
+use std::io::Read as _;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -139,17 +138,7 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// The value of `ck_worker_output_dropped_lines_total` for `slot` on the metrics listener.
 fn dropped_metric(addr: &str, slot: u32) -> u64 {
-    let mut stream = TcpStream::connect(addr).expect("connecting to the metrics listener");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: ck\r\nConnection: close\r\n\r\n"
-    )
-    .expect("sending the request");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("reading /metrics");
+    let text = ck_tests::http::metrics_text(addr);
     let series = format!("ck_worker_output_dropped_lines_total{{slot=\"{slot}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&series))
