@@ -191,37 +191,57 @@ fn without_cap_bpf_or_cap_perfmon_ck_says_which_it_lacks() {
     );
 }
 
-/// A ck without ptrace access to its workers (`nobody`, workers as `daemon`, no
-/// `CAP_SYS_PTRACE`) cannot see what a silent worker waits in: only there is the grace the
-/// answer, and the ready line says why.
-#[test]
-fn without_ptrace_access_the_grace_makes_a_silent_worker_ready_and_says_why() {
+/// Starts a ck without ptrace access to its workers (`nobody`, workers as `daemon`, no
+/// `CAP_SYS_PTRACE`) with `env`, and returns it, its directories (removed when dropped) and its
+/// first worker's ready line.
+fn without_ptrace(what: &str, env: &[(&str, &str)]) -> (Ck, Dirs, String) {
     let port = free_port();
-    let name = instance_name("lp-grace", port);
+    let name = instance_name(what, port);
     let dirs = Dirs::new(&name);
-    let app_dir = TempDir::new("lp-grace-app");
+    let app_dir = TempDir::new(what);
     let server = ck_tests::slow_boot::poll_server(&app_dir);
     let (port_text, base) = (port.to_string(), probe_base_for(port).to_string());
     let caps = ["bpf", "perfmon", "setuid", "setgid", "kill"];
     let mut cmd = as_nobody(&caps, &ck_bin());
     cmd.args(["run", "--name", &name, "--port", &port_text])
         .args(["--probe-port-base", &base, "-w", "1", "--user", "daemon"])
-        .args(["--", "python3", server.to_str().expect("UTF-8 path"), "0"])
-        .envs(dirs.env());
+        .args(["--", "python3", server.to_str().expect("UTF-8 path"), "1"])
+        .envs(dirs.env())
+        .envs(env.iter().copied());
     let mut ck = Ck::spawn(&name, cmd).with_ctl_env(&dirs.env());
     ck.wait_ready(1, READY_TIMEOUT);
     let log = ck.log();
     let line = log
         .lines()
         .find(|l| l.contains("worker ready"))
-        .unwrap_or_else(|| panic!("no ready line:\n{log}"));
+        .unwrap_or_else(|| panic!("no ready line:\n{log}"))
+        .to_string();
+    eprintln!("{line}");
+    let served = burst_pinned(local(port), 5);
+    assert_eq!(served.ok, 5, "{served:?}");
+    (ck, dirs, line)
+}
+
+/// Without ptrace access ck cannot read what a silent worker waits in, but its accept probe
+/// needs no /proc: the worker is ready once it accepts, after its boot, not at the grace.
+#[test]
+fn without_ptrace_access_the_accept_probe_sees_a_silent_worker_accept() {
+    let (mut ck, _dirs, line) = without_ptrace("lp-probe", &[]);
+    assert!(line.contains("(accept probe)"), "{line}");
+    ck.ctl_ok(&["stop"]);
+    ck.wait_clean_exit();
+}
+
+/// Without ptrace access and without the accept probe (`CK_READY_DETECT=proc`), ck cannot see
+/// what a silent worker waits in: only there is the grace the answer, and the ready line says
+/// why.
+#[test]
+fn without_ptrace_access_the_grace_makes_a_silent_worker_ready_and_says_why() {
+    let (mut ck, _dirs, line) = without_ptrace("lp-grace", &[("CK_READY_DETECT", "proc")]);
     assert!(
         line.contains("within --ready-grace") && line.contains("ck may not read /proc/"),
         "{line}"
     );
-    eprintln!("{line}");
-    let served = burst_pinned(local(port), 5);
-    assert_eq!(served.ok, 5, "{served:?}");
     ck.ctl_ok(&["stop"]);
     ck.wait_clean_exit();
 }

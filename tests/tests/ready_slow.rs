@@ -1,9 +1,10 @@
-//! Servers that boot slowly and never say READY=1 (issue 14): a worker is ready when it waits
-//! for connections on its socket, never because a fixed grace ran out. puma (Ruby's `IO.select`:
-//! `pselect6`) with a rack app that takes 4 s to boot, and a Python server that boots in 10 s
-//! and waits in `poll`, each rolled by `ck reload` under new-connection load: no request fails,
-//! every worker is ready only after its boot (the log's `boot_ms`), from the detection of its
-//! wait (the log's reason), and the grace passed without making it ready. `--ready probe`: a
+//! Servers that boot slowly and never say READY=1 (issue 14): a worker is ready when it accepts
+//! on its socket, never because a fixed grace ran out. puma with a rack app that takes 4 s to
+//! boot, seen by ck's accept probe, and a Python server that boots in 10 s and waits in `poll`,
+//! seen by the `/proc` scan alone (`CK_READY_DETECT=proc`), each rolled by `ck reload` under
+//! new-connection load: no request fails, every worker is ready only after its boot (the log's
+//! `boot_ms`), from the detection (the log's reason), and the grace passed without making it
+//! ready. `--ready probe`: a
 //! worker that says READY=1 is ready only once its readiness probe passes.
 
 use std::time::Duration;
@@ -43,6 +44,7 @@ fn rolls_without_a_failure(
     what: &str,
     app: impl FnOnce(u16) -> Vec<String>,
     boot: Duration,
+    env: &[(&str, &str)],
     reason: &str,
 ) {
     let port = free_port();
@@ -51,7 +53,7 @@ fn rolls_without_a_failure(
     let mut args = vec!["--port", &port_text, "--probe-port-base", &base];
     args.extend(["-w", "2", "--ready-timeout", "90s", "--"]);
     args.extend(app.iter().map(String::as_str));
-    let mut ck = Ck::start(&instance_name(what, port), &args);
+    let mut ck = Ck::start_with_env(&instance_name(what, port), &args, env);
     let first = ck.wait_ready(2, SLOW_READY);
     let load = Background::start_with(port, Mode::NewConnection, true, RATE);
     let run = churn::reload_times_under(&mut ck, load, 1);
@@ -91,7 +93,7 @@ fn assert_ready_by_detection(ck: &Ck, n: usize, boot: Duration, reason: &str) {
 }
 
 #[test]
-fn puma_booting_in_4s_is_ready_when_it_waits_in_pselect6() {
+fn puma_booting_in_4s_is_ready_when_it_accepts() {
     let dir = TempDir::new("ready-puma");
     let config = dir.write("config.ru", RACK_APP, false);
     let config = config.to_str().unwrap().to_string();
@@ -107,7 +109,8 @@ fn puma_booting_in_4s_is_ready_when_it_waits_in_pselect6() {
             ]
         },
         Duration::from_secs(4),
-        "pselect6()",
+        &[],
+        "(accept probe)",
     );
 }
 
@@ -125,6 +128,7 @@ fn a_server_booting_in_10s_is_ready_when_it_waits_in_poll() {
             ]
         },
         Duration::from_secs(10),
+        &[("CK_READY_DETECT", "proc")],
         "poll()",
     );
 }

@@ -104,10 +104,11 @@ fn uvicorn_runs_under_ck_on_fd_3() {
     server_checks::run(ck, port, checks);
 }
 
-/// puma says nothing on NOTIFY_SOCKET without the sd_notify gem; it waits for connections in
-/// `pselect6`, which `--ready auto` sees in `/proc`, and with `--probe http` its first passing
-/// probe (an HTTP GET steered through its own socket) makes it ready too: each worker is ready by
-/// one of the two, never by the grace.
+/// puma says nothing on NOTIFY_SOCKET without the sd_notify gem; `--ready auto` sees it accept
+/// (its accept probe taken off the queue, or, before the program steers, its wait in
+/// `pselect6` in `/proc`), and with `--probe http` its first passing probe (an HTTP GET steered
+/// through its own socket) makes it ready too: each worker is ready by one of these, never by
+/// the grace.
 #[test]
 fn puma_runs_under_ck_on_its_activated_socket() {
     let dir = TempDir::new("puma");
@@ -122,7 +123,9 @@ fn puma_runs_under_ck_on_its_activated_socket() {
             .find(|l| l.contains("worker ready") && l.contains(&format!("pid={pid} ")))
             .unwrap_or_else(|| panic!("no ready line for puma pid {pid}: {log}"));
         assert!(
-            ready.contains("waits in pselect6()") || ready.contains("the readiness probe passed"),
+            ready.contains("waits in pselect6()")
+                || ready.contains("(accept probe)")
+                || ready.contains("the readiness probe passed"),
             "puma pid {pid} ready for another reason: {ready}"
         );
     }

@@ -1,10 +1,15 @@
 //! One probe of one worker through its own listening socket: the connection comes from the
 //! source port that the BPF program maps to the worker's slot (probe steering), so it reaches
-//! that worker whatever its state. Used by the supervisor's periodic probes and by `ck probe`.
+//! that worker whatever its state. Used by the supervisor's periodic probes, by `ck probe`, and
+//! by `--ready auto`'s accept probe ([`open_accept_probe`]: one connection left in a starting
+//! worker's accept queue, so that its first `accept` shows in the queue's length).
 use std::{
+    io,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     time::Duration,
 };
+
+use socket2::{Domain, SockAddr, Socket, Type};
 
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
@@ -45,6 +50,39 @@ pub fn source_of(target: SocketAddr, base: u16, slot: u32) -> Option<SocketAddr>
         IpAddr::V6(Ipv6Addr::LOCALHOST)
     };
     Some(SocketAddr::new(ip, port))
+}
+
+/// Starts the accept probe's connection from `source` to `target` without waiting for it: a
+/// non-blocking socket that closes with RST when dropped (no TIME_WAIT on the probe port,
+/// as for every probe). Once [`connected`], dropping it leaves the connection in the worker's
+/// accept queue (reset, as a client that gave up: `accept` still returns it).
+pub fn open_accept_probe(target: SocketAddr, source: SocketAddr) -> io::Result<Socket> {
+    let socket = Socket::new(
+        Domain::for_address(target),
+        Type::STREAM.nonblocking(),
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_linger(Some(Duration::ZERO))?;
+    socket.bind(&SockAddr::from(source))?;
+    match socket.connect(&SockAddr::from(target)) {
+        Ok(()) => Ok(socket),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(socket),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a socket from [`open_accept_probe`] has completed its handshake (`Ok(false)`: not
+/// yet; `Err`: it failed).
+pub fn connected(socket: &Socket) -> io::Result<bool> {
+    if let Some(e) = socket.take_error()? {
+        return Err(e);
+    }
+    match socket.peer_addr() {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Probes `target` from `source`. `Err` says why the probe failed.

@@ -161,9 +161,10 @@ impl Policy {
 /// When a worker counts as ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReadyMode {
-    /// Ready on `READY=1`; a worker that says nothing on `NOTIFY_SOCKET` is ready once it is
-    /// seen waiting for connections on its socket (epoll set, `accept`, `poll`, `ppoll`,
-    /// `select`, `pselect6`) or, with an HTTP `--probe`, at its first passing probe.
+    /// Ready on `READY=1`; a worker that says nothing on `NOTIFY_SOCKET` is ready once it
+    /// accepts on its socket (it takes ck's accept probe off its queue; before the program
+    /// steers, seen in `/proc` waiting in epoll, `accept`, `poll`, `ppoll`, `select`,
+    /// `pselect6`) or, with an HTTP `--probe`, at its first passing probe.
     /// `--ready-grace` takes a silent worker as ready only where ck cannot see that.
     Auto,
     /// Ready only on `READY=1` (bounded by `--ready-timeout`).

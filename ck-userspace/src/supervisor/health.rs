@@ -9,8 +9,7 @@
 //! within a tenth of its timeout late, at ten `TCP_INFO` reads a second per socket, which costs
 //! nothing measurable. `--ready auto`'s detection of silent starting workers keeps its own fast
 //! pace (every [`READY_CHECK_EVERY`] sample interval, 1 ms) while such a worker boots, without
-//! sampling, so readiness is seen within about a millisecond of the worker starting to wait for
-//! connections.
+//! sampling, so readiness is seen within about a millisecond of the worker's first `accept`.
 use std::{
     sync::{
         Arc,
@@ -37,8 +36,10 @@ const BUSY_HOLD: Duration = Duration::from_secs(1);
 /// ticks.
 const TRAFFIC_CHECK_EVERY: u32 = 16;
 /// Starting workers are checked for accepting (`detect`) every this many sample intervals: every
-/// one (1 ms by default), since a replacement's readiness is part of a fleet's recovery time and
-/// the check (~0.1 ms of `/proc` reads a starting worker) runs only while a silent worker starts.
+/// one (1 ms by default), since a replacement's readiness is part of a fleet's recovery time. The
+/// check is one `TCP_INFO` read per worker once its accept probe is in the queue; until then
+/// (or where the probe cannot work) ~0.1 ms of `/proc` reads, and only while a silent worker
+/// starts.
 const READY_CHECK_EVERY: u32 = 1;
 /// Without the sampled fallback, queues are sampled this many times per `--stall-timeout`.
 const STALL_SAMPLES: u32 = 10;
@@ -220,8 +221,12 @@ impl Supervisor {
                 slot.queue_rising_since = None;
                 continue;
             };
+            // A starting worker is not expected to accept yet (its accept probe, or a
+            // connection the fallback queued, waits for its boot): its stall clock starts when
+            // it is ready.
+            let starting = matches!(slot.life.state, State::Starting(_));
             if let Some(timeout) = stall_timeout {
-                if depth > 0 && depth >= previous {
+                if depth > 0 && depth >= previous && !starting {
                     let since = *slot.queue_rising_since.get_or_insert(now);
                     if !worker.health.stalled && now.duration_since(since) >= timeout {
                         changes.push((

@@ -74,6 +74,7 @@ impl Supervisor {
             notify_name: None,
             holder: None,
             output: None,
+            accept_probe: Default::default(),
         });
         self.slots.insert(index, slot);
         tracing::info!(

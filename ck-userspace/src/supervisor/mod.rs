@@ -6,6 +6,7 @@
 //! timers, the control server) only send events. A slot's state changes only through the
 //! lifecycle machine ([`lifecycle`]), whose effects the [`executor`] runs on the supervisor
 //! (`world`).
+mod accept_probe;
 mod adopt;
 mod cgroups;
 pub mod continuity;

@@ -55,6 +55,8 @@ pub struct Worker {
     /// `--worker-output capture`: ck's read ends of its stdout and stderr pipes (read by the
     /// output readers, handed over by `ck upgrade`).
     pub output: Option<super::output::OutputEnds>,
+    /// `--ready auto`: the accept probe that shows when a silent starter accepts.
+    pub accept_probe: super::accept_probe::AcceptProbe,
 }
 
 impl Drop for Worker {

@@ -212,6 +212,7 @@ impl Supervisor {
             notify_name: Some(notify_name),
             holder: None,
             output,
+            accept_probe: Default::default(),
         });
         self.state_dirty = true;
         if founding && self.bpf_loaded() {

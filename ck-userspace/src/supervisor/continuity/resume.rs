@@ -223,6 +223,7 @@ impl Supervisor {
             notify_name: w.notify_name.clone(),
             holder: None,
             output: None,
+            accept_probe: Default::default(),
         })
     }
 }

@@ -1,0 +1,234 @@
+//! `--ready auto`'s accept probe: a silent starting worker is ready when it takes a connection
+//! off its own accept queue. ck leaves one connection there (probe steering: from the slot's
+//! probe port, so the program hands it to that slot's socket, which is not in the active set
+//! yet), then reads the queue's length on its own copy of the socket (`TCP_INFO`, one
+//! `getsockopt`) at each readiness tick. The queue only shrinks when someone `accept`s, and
+//! only the worker does, so a shorter queue than the last reading is the worker accepting: seen
+//! by the kernel, a millisecond after it happens, for microseconds of ck's CPU where the
+//! `/proc` scan (`os::readiness`) costs ~0.1 ms a tick (a fifth of a core for two booting
+//! workers). The connection is reset before the worker sees it (as a client that gave up); the
+//! worker accepts it, reads ECONNRESET and closes it.
+//!
+//! Where the probe cannot work, the `/proc` scan decides as before: no steering yet (the program
+//! not attached or not checked), a probe port another socket holds, a connection that never
+//! shows in the queue (the worker set `TCP_DEFER_ACCEPT`, so a connection without data stays in
+//! SYN_RECV; or it accepted within the same tick), or `CK_READY_DETECT=proc` ([`FORCE_ENV`]),
+//! which tests use to check the scan on its own.
+use std::{net::SocketAddr, time::Instant};
+
+use socket2::Socket;
+
+use crate::os::probe;
+
+/// The environment variable that turns the accept probe off (`CK_READY_DETECT=proc`): only the
+/// `/proc` scan then sees a silent worker accept.
+pub const FORCE_ENV: &str = "CK_READY_DETECT";
+
+/// How long a connecting probe may take before ck gives up on it (loopback completes a
+/// handshake in microseconds; a probe this late is lost, e.g. to a full SYN queue).
+const CONNECT_LIMIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Whether `CK_READY_DETECT=proc` asks for the `/proc` scan alone.
+pub fn forced_off() -> bool {
+    std::env::var(FORCE_ENV).is_ok_and(|v| v == "proc")
+}
+
+/// The accept probe of one starting worker.
+#[derive(Debug, Default)]
+pub enum AcceptProbe {
+    /// Not sent yet (waiting for steering).
+    #[default]
+    Unsent,
+    /// Connecting; `before` is the queue length before it was sent.
+    Connecting {
+        /// The probe's socket (reset when dropped).
+        socket: Socket,
+        /// The accept queue's length before the probe.
+        before: u32,
+        /// When it was sent.
+        sent: Instant,
+    },
+    /// In the queue: the worker accepts once the queue is shorter than `last`.
+    Armed {
+        /// The queue's length at the last reading.
+        last: u32,
+    },
+    /// Not usable for this worker: the `/proc` scan decides.
+    Off,
+}
+
+/// What a step of the probe found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing yet.
+    Waiting,
+    /// The worker took a connection off its queue.
+    Accepted,
+}
+
+impl AcceptProbe {
+    /// Whether the probe watches the queue, so the `/proc` scan can rest.
+    pub fn armed(&self) -> bool {
+        matches!(self, AcceptProbe::Armed { .. })
+    }
+
+    /// Whether the probe cannot be used for this worker (the `/proc` scan decides alone).
+    pub fn off(&self) -> bool {
+        matches!(self, AcceptProbe::Off)
+    }
+
+    /// Sends the probe from `source` to `target` if it is not sent yet, given the queue's
+    /// length `queue` before it; says whether it sent it now.
+    pub fn send(
+        &mut self,
+        target: SocketAddr,
+        source: SocketAddr,
+        queue: u32,
+        now: Instant,
+    ) -> bool {
+        if !matches!(self, AcceptProbe::Unsent) {
+            return false;
+        }
+        *self = match probe::open_accept_probe(target, source) {
+            Ok(socket) => AcceptProbe::Connecting {
+                socket,
+                before: queue,
+                sent: now,
+            },
+            Err(e) => {
+                tracing::debug!(%source, error = %e, "accept probe not sent; /proc decides");
+                AcceptProbe::Off
+            }
+        };
+        true
+    }
+
+    /// One reading of the accept queue's length `queue`: moves the probe on, and says whether
+    /// the worker accepted.
+    pub fn step(&mut self, queue: u32, now: Instant) -> Step {
+        match self {
+            AcceptProbe::Unsent | AcceptProbe::Off => Step::Waiting,
+            AcceptProbe::Connecting {
+                socket,
+                before,
+                sent,
+            } => {
+                match probe::connected(socket) {
+                    Ok(false) if now.duration_since(*sent) < CONNECT_LIMIT => {}
+                    // In the queue (the reset that dropping the socket sends keeps it there).
+                    Ok(true) if queue > *before => *self = AcceptProbe::Armed { last: queue },
+                    // Connected but not queued (TCP_DEFER_ACCEPT, or accepted at once), failed
+                    // or lost: the queue says nothing sure, the scan decides.
+                    _ => *self = AcceptProbe::Off,
+                }
+                Step::Waiting
+            }
+            AcceptProbe::Armed { last } => {
+                if queue < *last {
+                    return Step::Accepted;
+                }
+                *last = queue;
+                Step::Waiting
+            }
+        }
+    }
+}
+
+/// Why the worker counts as ready when its probe says so, for logs.
+pub const REASON: &str =
+    "it accepted a connection from its listening socket's queue (accept probe)";
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use super::*;
+
+    /// A listener of its own (the "slot socket") and the queue length ck reads on it.
+    fn listener() -> (Socket, SocketAddr) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        (Socket::from(l), addr)
+    }
+
+    fn queue(s: &Socket) -> u32 {
+        crate::os::sockets::accept_queue_len(s).unwrap()
+    }
+
+    /// Steps until the probe leaves `Connecting` (loopback: microseconds).
+    fn settle(p: &mut AcceptProbe, s: &Socket) {
+        for _ in 0..1000 {
+            p.step(queue(s), Instant::now());
+            if !matches!(p, AcceptProbe::Connecting { .. }) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+
+    #[test]
+    fn an_accept_is_seen_and_nothing_before_it() {
+        let (l, addr) = listener();
+        let mut p = AcceptProbe::default();
+        p.send(
+            addr,
+            "127.0.0.1:0".parse().unwrap(),
+            queue(&l),
+            Instant::now(),
+        );
+        settle(&mut p, &l);
+        assert!(p.armed(), "{p:?}");
+        assert_eq!(queue(&l), 1, "the reset probe stays queued");
+        for _ in 0..3 {
+            assert_eq!(p.step(queue(&l), Instant::now()), Step::Waiting);
+        }
+        let (conn, _) = l.accept().unwrap();
+        assert_eq!(p.step(queue(&l), Instant::now()), Step::Accepted);
+        // What the worker gets: a connection its client reset.
+        let mut buf = [0u8; 8];
+        let err = std::io::Read::read(&mut &conn, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
+    }
+
+    #[test]
+    fn a_connection_that_never_queues_turns_the_probe_off() {
+        let (l, addr) = listener();
+        l.set_nonblocking(true).unwrap();
+        let mut p = AcceptProbe::default();
+        p.send(
+            addr,
+            "127.0.0.1:0".parse().unwrap(),
+            queue(&l),
+            Instant::now(),
+        );
+        // Accepted before ck reads the queue: nothing sure to compare with.
+        let mut taken = None;
+        for _ in 0..1000 {
+            if let Ok(c) = l.accept() {
+                taken = Some(c);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        assert!(taken.is_some());
+        settle(&mut p, &l);
+        assert!(matches!(p, AcceptProbe::Off), "{p:?}");
+        assert_eq!(p.step(0, Instant::now()), Step::Waiting);
+    }
+
+    #[test]
+    fn a_refused_probe_turns_the_probe_off() {
+        let (l, addr) = listener();
+        drop(l);
+        let mut p = AcceptProbe::default();
+        p.send(addr, "127.0.0.1:0".parse().unwrap(), 0, Instant::now());
+        for _ in 0..1000 {
+            p.step(0, Instant::now());
+            if matches!(p, AcceptProbe::Off) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        assert!(matches!(p, AcceptProbe::Off), "{p:?}");
+    }
+}
