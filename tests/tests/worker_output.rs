@@ -183,6 +183,13 @@ fn a_flood_while_ck_s_stderr_is_stalled_blocks_nothing_and_is_counted() {
     }
     let addr = ck.status().metrics.clone().expect("a metrics address");
     assert!(dropped_metric(&addr, 0) >= dropped);
+    let text = ck.ctl_ok(&["status"]);
+    assert!(
+        text.contains(
+            "worker output: lines dropped because ck's own output could not keep up (slot 0: "
+        ),
+        "{text}"
+    );
     let after = rss_kib(ck_pid);
     assert!(
         after < before + 64 * 1024,

@@ -70,6 +70,19 @@ pub fn render(report: &StatusReport) -> String {
             report.connection_count
         );
     }
+    let dropped: Vec<String> = report
+        .slots
+        .iter()
+        .filter(|s| s.output_dropped > 0)
+        .map(|s| format!("slot {}: {}", s.slot, s.output_dropped))
+        .collect();
+    if !dropped.is_empty() {
+        let _ = writeln!(
+            out,
+            "worker output: lines dropped because ck's own output could not keep up ({})",
+            dropped.join(", ")
+        );
+    }
     for s in report.steering.iter().filter(|s| s.attached != Some(true)) {
         let state = match s.attached {
             None => "not checked yet",
@@ -182,6 +195,21 @@ mod tests {
                 .next()
                 .unwrap()
                 .ends_with("BPF steering OFF (plain SO_REUSEPORT), migration off, reloading"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn dropped_worker_output_is_shown_per_slot() {
+        assert!(!render(&report(json!({}))).contains("worker output"));
+        let mut r = report(json!({}));
+        r.slots[1].output_dropped = 12;
+        let text = render(&r);
+        assert!(
+            text.contains(
+                "\nworker output: lines dropped because ck's own output could not keep up \
+                 (slot 1: 12)\n"
+            ),
             "{text}"
         );
     }
