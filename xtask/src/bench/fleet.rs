@@ -19,6 +19,9 @@ use super::peers::{NodeCluster, Pm2};
 pub enum Contender {
     /// ck with its BPF program.
     Ck,
+    /// ck with its readiness seen by the `/proc` scan alone (`CK_READY_DETECT=proc`: no
+    /// accept probe), as before the probe.
+    CkProcScan,
     /// ck with two hot spares (`--spares 2`).
     CkSpares,
     /// ck `--no-bpf`.
@@ -38,9 +41,11 @@ impl Contender {
         Contender::Pm2,
     ];
 
-    /// [`Contender::ALL`] with ck's hot spares beside ck.
-    pub const WITH_SPARES: [Contender; 5] = [
+    /// The `recovery` scenario's: [`Contender::ALL`] with ck's `/proc` scan and ck's hot spares
+    /// beside ck.
+    pub const RECOVERY: [Contender; 6] = [
         Contender::Ck,
+        Contender::CkProcScan,
         Contender::CkSpares,
         Contender::CkNoBpf,
         Contender::NodeCluster,
@@ -51,6 +56,7 @@ impl Contender {
     pub fn label(self) -> &'static str {
         match self {
             Contender::Ck => "ck",
+            Contender::CkProcScan => "ck, /proc scan",
             Contender::CkSpares => "ck --spares 2",
             Contender::CkNoBpf => "ck --no-bpf",
             Contender::NodeCluster => "node:cluster",
@@ -79,6 +85,14 @@ impl Fleet {
         }
     }
 
+    /// ck's own pid (none for the peers, whose master or daemon also serves or forwards).
+    pub fn supervisor(&self) -> Option<u32> {
+        match self {
+            Fleet::Ck(inst) => Some(inst.pid()),
+            _ => None,
+        }
+    }
+
     /// Its worker processes (for ck, the serving ones: not its spares).
     pub fn workers(&self) -> Vec<u32> {
         match self {
@@ -103,7 +117,7 @@ impl Fleet {
         let worker_js = worker_js.to_string_lossy().to_string();
         let node_app = ["--", "node", worker_js.as_str()];
         Ok(match contender {
-            Contender::Ck | Contender::CkSpares | Contender::CkNoBpf => {
+            Contender::Ck | Contender::CkProcScan | Contender::CkSpares | Contender::CkNoBpf => {
                 let variant = match contender {
                     Contender::CkNoBpf => Variant::Baseline,
                     _ => Variant::Ck,
@@ -113,13 +127,18 @@ impl Fleet {
                     args.extend(["--spares", "2"]);
                 }
                 args.extend(node_app);
-                let mut inst = Instance::start(
+                let env: &[(&str, &str)] = match contender {
+                    Contender::CkProcScan => &[("CK_READY_DETECT", "proc")],
+                    _ => &[],
+                };
+                let mut inst = Instance::start_with_env(
                     &bench.bin,
                     &bench.log_dir,
                     what,
                     variant,
                     workers as u32,
                     &args,
+                    env,
                 )?;
                 inst.wait_ready(workers)?;
                 if contender == Contender::CkSpares {

@@ -1,9 +1,11 @@
 //! The Node part of the `recovery` scenario: 3 workers of the Node hello app, 8 clients making
 //! a new connection per request at [`RATE`] requests/s in total (the same offered load for
 //! every supervisor), and at each of [`ROUNDS`] rounds 2 of the 3
-//! workers SIGKILLed at once. Measures, for ck (default settings: it sees Node accept), ck with
-//! two hot spares, ck `--no-bpf`, node:cluster and pm2, the time from the kill until every worker serves again (3
-//! distinct pids, none a victim, answered after the kill) and the failed requests.
+//! workers SIGKILLed at once. Measures, for ck (default settings: its accept probe sees Node
+//! accept), ck seeing it by the `/proc` scan alone (`CK_READY_DETECT=proc`), ck with two hot
+//! spares, ck `--no-bpf`, node:cluster and pm2, the time from the kill until every worker serves
+//! again (3 distinct pids, none a victim, answered after the kill), the failed requests, and
+//! ck's own CPU time per round (`/proc/PID/schedstat`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -41,11 +43,13 @@ struct Outcome {
     restored: Vec<Option<Duration>>,
     /// When each round's kill happened, since the load's start.
     kills: Vec<Duration>,
+    /// ck's own CPU time per round (none for the peers).
+    supervisor_cpu: Option<Duration>,
 }
 
 /// Runs the rounds for every contender and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
-    let contenders = Contender::WITH_SPARES;
+    let contenders = Contender::RECOVERY;
     let outcomes = fleet::each(bench, "recovery-node", WORKERS, &contenders, measure)?;
     let mut t = Table::with_columns(
         &format!(
@@ -55,19 +59,21 @@ pub fn run(bench: &Bench) -> Result<Table> {
         ),
         &contenders.map(Contender::label),
     );
-    // Column order is [`Contender::WITH_SPARES`]: ck, ck --spares 2, ck --no-bpf, node:cluster, pm2.
-    t.ratio_against(3);
+    // Column order is [`Contender::RECOVERY`]: ck, ck with the /proc scan, ck --spares 2,
+    // ck --no-bpf, node:cluster, pm2.
+    let (spares, cluster_at) = (2, 4);
+    t.ratio_against(cluster_at);
     let median_of = |o: &Outcome| {
         let all: Option<Vec<Duration>> = o.restored.iter().copied().collect();
         all.map(|d| median_duration(&d))
     };
     let median = |o: &Outcome| median_of(o).map_or_else(|| Cell::text("not always"), Cell::ms);
     let median_ms = |o: &Outcome| median_of(o).map(|d| d.as_secs_f64() * 1000.0);
-    let fastest_peer = outcomes[3..]
+    let fastest_peer = outcomes[cluster_at..]
         .iter()
         .filter_map(median_ms)
         .fold(f64::INFINITY, f64::min);
-    let cluster = median_ms(&outcomes[3]);
+    let cluster = median_ms(&outcomes[cluster_at]);
     t.row_of(
         "kill -> every worker answering, median",
         outcomes.iter().map(median).collect(),
@@ -97,6 +103,14 @@ pub fn run(bench: &Bench) -> Result<Table> {
         Goal::None,
     );
     t.row_of(
+        "ck's own CPU time per round",
+        outcomes
+            .iter()
+            .map(|o| o.supervisor_cpu.map_or_else(|| Cell::text("-"), Cell::ms))
+            .collect(),
+        Goal::None,
+    );
+    t.row_of(
         "requests answered",
         outcomes.iter().map(|o| Cell::count(o.report.ok)).collect(),
         Goal::None,
@@ -112,7 +126,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
                             in every round"
             .into(),
     });
-    t.note(match median_ms(&outcomes[1]) {
+    t.note(match median_ms(&outcomes[spares]) {
         Some(ms) => format!(
             "goal for ck --spares 2: {ms:.1} ms vs {fastest_peer:.1} ms for the faster of \
              node:cluster and pm2: {}",
@@ -157,6 +171,7 @@ fn measure(fleet: &Fleet) -> Result<Outcome> {
     spec.timeout = REQUEST_TIMEOUT;
     spec.rate = Some(RATE);
     let started = Instant::now();
+    let cpu_before = fleet.supervisor().and_then(cpu_time);
     let handle = load::start(spec);
     let mut pick = Pick(0x0063_6b72_6563_6f76);
     let mut kills = Vec::new();
@@ -180,6 +195,11 @@ fn measure(fleet: &Fleet) -> Result<Outcome> {
         kills.push((at, victims));
     }
     let report = handle.join();
+    let supervisor_cpu = fleet
+        .supervisor()
+        .and_then(cpu_time)
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before) / ROUNDS as u32);
     let restored = kills
         .iter()
         .enumerate()
@@ -201,5 +221,13 @@ fn measure(fleet: &Fleet) -> Result<Outcome> {
         report,
         restored,
         kills,
+        supervisor_cpu,
     })
+}
+
+/// The CPU time `pid` has used (`/proc/PID/schedstat`'s first field, in nanoseconds).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    let ns = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
