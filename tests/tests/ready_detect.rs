@@ -96,26 +96,38 @@ fn a_replaced_node_worker_is_ready_when_it_accepts_the_probe() {
     }
 }
 
-/// A server that accepts in a blocking loop on fd 3 and never speaks NOTIFY_SOCKET.
-const BLOCKING: &str = r#"
-import os, socket
-listener = socket.socket(fileno=3)
-while True:
-    conn, _ = listener.accept()
+/// What the Python servers below do with a connection: answer `slot=S pid=P`, or drop a client
+/// that gave up (ck's accept probe is one).
+const SERVE: &str = r#"
+import os, select, socket
+def serve(conn):
     try:
         conn.recv(4096)
         body = f"slot={os.environ['CK_SLOT']} pid={os.getpid()}\n".encode()
         conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     except OSError:
-        pass  # a client that gave up (ck's accept probe is one)
+        pass
     conn.close()
+listener = socket.socket(fileno=3)
+"#;
+
+/// Writes a Python server: [`SERVE`] followed by `body`, its accept loop.
+fn python_server(dir: &TempDir, body: &str) -> String {
+    let server = script(dir, "server.py", &format!("{SERVE}{body}"));
+    server.to_str().unwrap().to_string()
+}
+
+/// A server that accepts in a blocking loop on fd 3 and never speaks NOTIFY_SOCKET.
+const BLOCKING: &str = r#"
+while True:
+    serve(listener.accept()[0])
 "#;
 
 #[test]
 fn a_blocking_worker_is_ready_when_a_thread_waits_in_accept() {
     let dir = TempDir::new("detect-accept");
-    let server = script(&dir, "server.py", BLOCKING);
-    let app = ["python3", server.to_str().unwrap()];
+    let server = python_server(&dir, BLOCKING);
+    let app = ["python3", server.as_str()];
     let (mut ck, port) = start_one("detect-accept", &app, &PROC_ONLY);
     let line = replacement_ready(&mut ck, port);
     assert!(line.contains("accept()"), "{line}");
@@ -135,28 +147,19 @@ fn a_slow_silent_server_is_ready_by_the_probe_only_after_its_boot() {
 /// A server that sets `TCP_DEFER_ACCEPT` on its socket (a connection is queued only once it
 /// carries data, so the probe's never is) and then waits in poll().
 const DEFER_ACCEPT: &str = r#"
-import os, select, socket
-listener = socket.socket(fileno=3)
 listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 30)
 poller = select.poll()
 poller.register(listener, select.POLLIN)
 while True:
     poller.poll()
-    conn, _ = listener.accept()
-    try:
-        conn.recv(4096)
-        body = f"slot={os.environ['CK_SLOT']} pid={os.getpid()}\n".encode()
-        conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-    except OSError:
-        pass
-    conn.close()
+    serve(listener.accept()[0])
 "#;
 
 #[test]
 fn with_tcp_defer_accept_the_proc_scan_decides() {
     let dir = TempDir::new("detect-defer");
-    let server = script(&dir, "server.py", DEFER_ACCEPT);
-    let app = ["python3", server.to_str().unwrap()];
+    let server = python_server(&dir, DEFER_ACCEPT);
+    let app = ["python3", server.as_str()];
     let (mut ck, port) = start_one("detect-defer", &app, &[]);
     let line = replacement_ready(&mut ck, port);
     assert!(line.contains("poll()"), "{line}");

@@ -155,6 +155,13 @@ mod tests {
         crate::os::sockets::accept_queue_len(s).unwrap()
     }
 
+    /// A probe sent to `addr`, whose queue is `queue` long before it.
+    fn sent(addr: SocketAddr, queue: u32) -> AcceptProbe {
+        let mut p = AcceptProbe::default();
+        assert!(p.send(addr, "127.0.0.1:0".parse().unwrap(), queue, Instant::now()));
+        p
+    }
+
     /// Steps until the probe leaves `Connecting` (loopback: microseconds).
     fn settle(p: &mut AcceptProbe, s: &Socket) {
         for _ in 0..1000 {
@@ -169,13 +176,7 @@ mod tests {
     #[test]
     fn an_accept_is_seen_and_nothing_before_it() {
         let (l, addr) = listener();
-        let mut p = AcceptProbe::default();
-        p.send(
-            addr,
-            "127.0.0.1:0".parse().unwrap(),
-            queue(&l),
-            Instant::now(),
-        );
+        let mut p = sent(addr, queue(&l));
         settle(&mut p, &l);
         assert!(p.armed(), "{p:?}");
         assert_eq!(queue(&l), 1, "the reset probe stays queued");
@@ -194,13 +195,7 @@ mod tests {
     fn a_connection_that_never_queues_turns_the_probe_off() {
         let (l, addr) = listener();
         l.set_nonblocking(true).unwrap();
-        let mut p = AcceptProbe::default();
-        p.send(
-            addr,
-            "127.0.0.1:0".parse().unwrap(),
-            queue(&l),
-            Instant::now(),
-        );
+        let mut p = sent(addr, queue(&l));
         // Accepted before ck reads the queue: nothing sure to compare with.
         let mut taken = None;
         for _ in 0..1000 {
@@ -220,8 +215,7 @@ mod tests {
     fn a_refused_probe_turns_the_probe_off() {
         let (l, addr) = listener();
         drop(l);
-        let mut p = AcceptProbe::default();
-        p.send(addr, "127.0.0.1:0".parse().unwrap(), 0, Instant::now());
+        let mut p = sent(addr, 0);
         for _ in 0..1000 {
             p.step(0, Instant::now());
             if matches!(p, AcceptProbe::Off) {
