@@ -24,6 +24,10 @@ const READ_KERNEL: &str = "CK_READ_KERNEL";
 /// verifier drops that helper call and the program loads on older kernels too.
 const SUM_CONNS: &str = "CK_SUM_CONNS";
 
+/// The program's read-only count of possible CPUs: `least-conn` asks for the other CPUs' counts up
+/// to it and no further.
+const CPUS: &str = "CK_CPUS";
+
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
 /// open-connection counting's ([`super::conns::MAPS`]).
 pub(crate) const PINNED_MAPS: [&str; 12] = [
@@ -402,12 +406,17 @@ fn open(
     let level: u8 = if log { u8::MAX } else { 0 };
     let read_kernel = u8::from(switches.read_kernel);
     let sum_conns = u8::from(switches.sum_conns);
+    let cpus = aya::util::nr_cpus()
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0);
     let mut loader = EbpfLoader::new();
     loader
         .btf(None)
         .override_global(aya_log::LEVEL, &level, true)
         .override_global(READ_KERNEL, &read_kernel, true)
-        .override_global(SUM_CONNS, &sum_conns, true);
+        .override_global(SUM_CONNS, &sum_conns, true)
+        .override_global(CPUS, &cpus, true);
     let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
     if reuse {
         // aya opens a map pinned at the path instead of creating one.
