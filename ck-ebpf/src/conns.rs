@@ -14,12 +14,16 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
+    Global,
     bindings::{
         BPF_F_CLONE, BPF_F_NO_PREALLOC, BPF_TCP_CLOSE, BPF_TCP_ESTABLISHED, BPF_TCP_NEW_SYN_RECV,
         BPF_TCP_SYN_RECV, bpf_map_type::BPF_MAP_TYPE_SK_STORAGE,
     },
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray},
-    helpers::{bpf_get_socket_cookie, bpf_map_lookup_percpu_elem, bpf_sk_storage_get},
+    helpers::{
+        bpf_get_smp_processor_id, bpf_get_socket_cookie, bpf_map_lookup_percpu_elem,
+        bpf_sk_storage_get,
+    },
     macros::{btf_map, btf_tracepoint},
     programs::{BtfTracePointContext, SkReuseportContext},
 };
@@ -200,24 +204,42 @@ pub fn migrated(ctx: &SkReuseportContext, migrating: *mut c_void, slot: u32) {
 /// slot's connections that opened and closed on the first 64 CPUs).
 const MAX_SUMMED_CPUS: u32 = 64;
 
-/// Open connections of `slot`: its per-CPU counts summed over the possible CPUs (the lookup
-/// returns null past the last one, which ends the loop), at most [`MAX_SUMMED_CPUS`] of them. A
-/// sum below zero (a close seen before its open on a CPU not read) counts as 0.
+/// The kernel's possible CPUs, set by the supervisor at load (read-only data, a constant for the
+/// verifier): [`open`] asks for the other CPUs' counts up to it and no further (0, not set: until
+/// the lookup returns null).
+#[unsafe(no_mangle)]
+static CK_CPUS: Global<u32> = Global::new(0);
+
+/// Open connections of `slot`: its per-CPU counts summed over the possible CPUs, at most
+/// [`MAX_SUMMED_CPUS`] of them. This CPU's count is the plain per-CPU lookup (which the verifier
+/// inlines: no helper call); each other CPU's is one `bpf_map_lookup_percpu_elem`. A sum below
+/// zero (a close seen before its open on a CPU not read) counts as 0.
 #[inline(always)]
 pub fn open(slot: u32) -> u32 {
+    let Some(own) = CONNS.get(slot) else {
+        return 0;
+    };
+    let mut total: i64 = *own;
+    // SAFETY: no arguments; the verifier inlines it on x86-64 and arm64.
+    let this_cpu = unsafe { bpf_get_smp_processor_id() };
+    let cpus = match CK_CPUS.load() {
+        0 => MAX_SUMMED_CPUS,
+        n => n,
+    };
     let map = core::ptr::from_ref(&CONNS).cast_mut().cast();
     let key = core::ptr::from_ref(&slot).cast();
-    let mut total: i64 = 0;
     let mut cpu = 0;
-    while cpu < MAX_SUMMED_CPUS {
-        // SAFETY: `CONNS` is a per-CPU array and `key` a u32 index into it; the helper returns
-        // null (past the last CPU, or an index out of range) or this CPU's i64 value.
-        let value = unsafe { bpf_map_lookup_percpu_elem(map, key, cpu) }.cast::<i64>();
-        if value.is_null() {
-            break;
+    while cpu < MAX_SUMMED_CPUS && cpu < cpus {
+        if cpu != this_cpu {
+            // SAFETY: `CONNS` is a per-CPU array and `key` a u32 index into it; the helper
+            // returns null (past the last CPU) or that CPU's i64 value.
+            let value = unsafe { bpf_map_lookup_percpu_elem(map, key, cpu) }.cast::<i64>();
+            if value.is_null() {
+                break;
+            }
+            // SAFETY: non-null: the CPU's value, valid for the program's run.
+            total += unsafe { *value };
         }
-        // SAFETY: non-null: the CPU's value, valid for the program's run.
-        total += unsafe { *value };
         cpu += 1;
     }
     total.clamp(0, i64::from(u32::MAX >> 1)) as u32

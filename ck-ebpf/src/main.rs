@@ -9,6 +9,7 @@
 
 mod adopt;
 mod conns;
+mod sock_addr;
 
 use aya_ebpf::{
     EbpfContext as _, Global,
@@ -115,7 +116,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     // the fallback (the table holds ready slots only) go to the hash policy below.
     if config.policy == policy::STICKY && !fallback && !migrating {
         if let Some(slot) = sticky_slot(ctx, config.live_half) {
-            if try_select(ctx, slot, false, false, false) {
+            if try_select(ctx, slot, false, false) {
                 return SK_PASS;
             }
         }
@@ -124,11 +125,11 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     // `pos < SLOTS` and drop the bounds checks below, which the verifier needs to see.
     // No division on this path (a `%` is a 64-bit divide, tens of cycles on x86): positions
     // come from a cursor kept below `len`, a multiply-shift of the hash, and one subtraction.
-    let (first, selected) = match config.policy {
-        policy::ROUND_ROBIN => (next_cursor(len), false),
+    let first = match config.policy {
+        policy::ROUND_ROBIN => next_cursor(len),
         policy::LEAST_QUEUE => least_queue(ctx, set, len, config),
-        policy::LEAST_CONN => (least_conn(set, len), false),
-        _ => (scale(ctx.hash(), len), false),
+        policy::LEAST_CONN => least_conn(set, len),
+        _ => scale(ctx.hash(), len),
     };
     let tries = if len < MAX_SELECT_TRIES {
         len
@@ -147,8 +148,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
             break;
         }
         let slot = set.slots[pos];
-        // least-queue's trial selection of the winner may be the kernel's choice already.
-        if slot < MAX_SLOTS && try_select(ctx, slot, fallback, migrating, i == 0 && selected) {
+        if slot < MAX_SLOTS && try_select(ctx, slot, fallback, migrating) {
             return SK_PASS;
         }
         i += 1;
@@ -158,17 +158,10 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     SK_DROP
 }
 
-/// Selects `slot`'s socket (unless a trial selection left it `selected` already) and counts
-/// the outcome in its counters.
+/// Selects `slot`'s socket and counts the outcome in its counters.
 #[inline(always)]
-fn try_select(
-    ctx: &SkReuseportContext,
-    slot: u32,
-    fallback: bool,
-    migrating: bool,
-    selected: bool,
-) -> bool {
-    if !selected && SOCKETS.select_reuseport(ctx, slot).is_err() {
+fn try_select(ctx: &SkReuseportContext, slot: u32, fallback: bool, migrating: bool) -> bool {
+    if SOCKETS.select_reuseport(ctx, slot).is_err() {
         count(slot, |s| s.errors += 1);
         return false;
     }
@@ -212,18 +205,12 @@ fn sticky_slot(ctx: &SkReuseportContext, half: u32) -> Option<u32> {
 /// Position (in `set.slots[..len]`) chosen by power of two choices on queue depth: the
 /// round-robin candidate, unless a second candidate picked by the connection's hash (as good as
 /// random across connections, and free: no helper call) has a shorter queue. The depths are
-/// exact ([`exact_depth`]) when the supervisor set it up, else its samples. Also returns
-/// whether that position's socket is selected already (by the last trial selection).
+/// exact ([`exact_depth`]) when the supervisor set it up, else its samples.
 #[inline(always)]
-fn least_queue(
-    ctx: &SkReuseportContext,
-    set: &ActiveSet,
-    len: u32,
-    config: &Config,
-) -> (u32, bool) {
+fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Config) -> u32 {
     let first = next_cursor(len);
     if len < 2 {
-        return (first, false);
+        return first;
     }
     // first + 1 + [0, len - 1) < 2 * len: one subtraction wraps it, never onto `first`.
     let mut second = first + 1 + scale(ctx.hash(), len - 1);
@@ -242,19 +229,12 @@ fn least_queue(
         true => exact_depth(ctx, slot, &config.queue),
         false => sampled_depth(slot),
     };
-    // An empty queue cannot lose (ties go to `first`): the second candidate is not read, and
-    // `first`, selected by its trial, is the kernel's choice already.
+    // An empty queue cannot lose (ties go to `first`): the second candidate is not read.
     let depth_a = depth(a);
     if depth_a == 0 {
-        return (first, exact);
+        return first;
     }
-    // A shorter queue than `first`'s is a readable one (< u32::MAX): `second`'s trial
-    // selection worked and is the last one.
-    if depth(b) < depth_a {
-        (second, exact)
-    } else {
-        (first, false)
-    }
+    if depth(b) < depth_a { second } else { first }
 }
 
 /// Candidates `least-conn` compares: every ready slot up to this many, else this many spread
@@ -305,30 +285,21 @@ fn least_conn(set: &ActiveSet, len: u32) -> u32 {
 }
 
 /// The live queue depth of `slot`'s socket: established connections not accepted yet plus
-/// requests still in SYN_RECV, read from the socket itself. A trial selection makes the kernel
-/// hold the socket in its context (`selected_sk`); the caller selects the winner afterwards,
-/// which replaces it. A slot whose socket is gone, or whose memory cannot be read, counts as
-/// full.
+/// requests still in SYN_RECV, read from the socket itself at the address [`sock_addr`] keeps
+/// (two `bpf_probe_read_kernel`, no trial selection while the address is known). A slot whose
+/// socket is gone, or whose memory cannot be read, counts as full. (One read of the 428 bytes
+/// from `sk_ack_backlog` to `icsk_accept_queue.qlen` into a per-CPU scratch value cost 8 to 23 %
+/// more per selection in `bench bpf-cost`: its seven cache lines instead of two. It also needs a
+/// constant size: the verifier refused the span's length computed from the offsets as unbounded,
+/// whatever the checks before it.)
 #[inline(always)]
 fn exact_depth(ctx: &SkReuseportContext, slot: u32, at: &QueueOffsets) -> u32 {
-    if SOCKETS.select_reuseport(ctx, slot).is_err() {
+    let Some(sk) = sock_addr::address(ctx, slot, at.selected_sk) else {
         return u32::MAX;
-    }
-    // The context really is the kernel's `struct sk_reuseport_kern`; only its public prefix
-    // (`sk_reuseport_md`) may be loaded directly, so `selected_sk` is read as kernel memory.
-    // The socket is then a plain number for the verifier (a `PTR_TO_SOCKET` would refuse the
-    // arithmetic), and its fields are read the same way. Handing the helper an address made
-    // from the context is a pointer leak to the verifier unless ck has CAP_PERFMON.
-    let kern = ctx.as_ptr() as u64;
+    };
     // SAFETY: `bpf_probe_read_kernel` copies from kernel memory without faulting (an
     // unmapped address is an error return) into a value of the requested type.
     let read = |addr: u64| unsafe { bpf_probe_read_kernel(addr as *const u32) };
-    // SAFETY: as above.
-    let Ok(sk) =
-        (unsafe { bpf_probe_read_kernel((kern + u64::from(at.selected_sk)) as *const u64) })
-    else {
-        return u32::MAX;
-    };
     match (
         read(sk + u64::from(at.ack_backlog)),
         read(sk + u64::from(at.syn_recv)),

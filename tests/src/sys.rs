@@ -180,11 +180,18 @@ pub fn wait_all_dead(pids: &BTreeSet<u32>, timeout: Duration) -> Vec<u32> {
     alive
 }
 
-/// The first CPU this thread may run on.
-pub fn first_allowed_cpu() -> usize {
+/// The CPUs this thread may run on, in order.
+pub fn allowed_cpus() -> Vec<usize> {
     let set = sched_getaffinity(Pid::from_raw(0)).expect("sched_getaffinity");
     (0..CpuSet::count())
-        .find(|cpu| set.is_set(*cpu).unwrap_or(false))
+        .filter(|cpu| set.is_set(*cpu).unwrap_or(false))
+        .collect()
+}
+
+/// The first CPU this thread may run on.
+pub fn first_allowed_cpu() -> usize {
+    *allowed_cpus()
+        .first()
         .expect("this thread may run on some CPU")
 }
 
@@ -192,7 +199,12 @@ pub fn first_allowed_cpu() -> usize {
 /// cursor is per CPU, and a loopback SYN is processed on the CPU of the thread that sends it, so
 /// connections opened from one pinned thread walk one cursor: the spread is exact.
 pub fn on_one_cpu<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    let cpu = first_allowed_cpu();
+    on_cpu(first_allowed_cpu(), work)
+}
+
+/// Runs `work` on a new thread pinned to `cpu` and returns its result (a loopback connection
+/// opened there is also established there: the kernel's per-CPU counts of it are that CPU's).
+pub fn on_cpu<T: Send + 'static>(cpu: usize, work: impl FnOnce() -> T + Send + 'static) -> T {
     std::thread::spawn(move || {
         let mut set = CpuSet::new();
         set.set(cpu).expect("CPU index in range");

@@ -13,6 +13,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use ck_tests::http::hold;
+use ck_tests::sys::{allowed_cpus, on_cpu};
 use ck_tests::{Ck, Status, local, probe_base_for, start_ready};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -84,6 +85,28 @@ fn least_conn_sends_the_next_connections_to_the_emptiest_worker() {
     );
     assert_eq!(last.slot(1).selected - emptied.slot(1).selected, 0);
     drop((next, again));
+    wait_counts(&mut ck, &BTreeMap::from([(0, 0), (1, 0)]));
+}
+
+/// The kernel counts per CPU and each selection sums them: slot 0's connections, established on
+/// the last CPU, keep the next ones (opened from the first CPU, whose own counts are all 0) off
+/// slot 0.
+#[test]
+fn least_conn_sums_the_counts_of_connections_opened_on_another_cpu() {
+    let cpus = allowed_cpus();
+    let (first, last) = (cpus[0], cpus[cpus.len() - 1]);
+    assert_ne!(first, last, "this test needs two CPUs: {cpus:?}");
+    let (mut ck, port, _) = start_ready("lconn-cpus", 2, &["--policy", "least-conn"]);
+    let base = probe_base_for(port);
+    let on_slot0 = on_cpu(last, move || {
+        (1..=HELD)
+            .map(|h| held_on(port, base, 0, h))
+            .collect::<Vec<_>>()
+    });
+    wait_counts(&mut ck, &BTreeMap::from([(0, u64::from(HELD)), (1, 0)]));
+    let (next, answered) = hold(local(port), NEXT);
+    assert_eq!(answered, BTreeMap::from([(1, NEXT as u64)]));
+    drop((on_slot0, next));
     wait_counts(&mut ck, &BTreeMap::from([(0, 0), (1, 0)]));
 }
 

@@ -133,6 +133,44 @@ fn least_queue_sends_nothing_more_to_a_worker_whose_queue_holds_more() {
     });
 }
 
+/// A restarted worker's slot gets a new socket, and the program reads that one's queue: the
+/// socket address it keeps per slot (read once, not at every selection) is renewed with the
+/// slot's `sockets` entry. Read from the old, closed socket, the stopped replacement's queue would
+/// look empty and it would keep getting connections.
+#[test]
+fn least_queue_reads_the_new_socket_of_a_restarted_worker() {
+    let (mut ck, addr, pid, _) = start_and_freeze("lq-renew", &[]);
+    // Every slot is a first candidate in turn: the program has read (and kept) each socket.
+    let (answered, queued) = one_by_one(addr, N);
+    assert_eq!(
+        (answered.ok, queued.len()),
+        (N - 1, 1),
+        "before the restart: {answered:?}"
+    );
+    signal(pid, Signal::SIGKILL);
+    let restarted = ck.wait_status("the killed worker restarted", READY_TIMEOUT, |s| {
+        s.ready_count() == 3 && s.slot(STOPPED).pid.is_some_and(|p| p != pid)
+    });
+    drop(queued);
+    let new_pid = restarted.worker_pid(STOPPED);
+    signal(new_pid, Signal::SIGSTOP);
+
+    let (answered, queued) = one_by_one(addr, N);
+    eprintln!("after the restart: {answered:?}, queued: {}", queued.len());
+    assert_eq!(queued.len(), 1, "{answered:?}");
+    assert_eq!(answered.ok, N - 1, "{answered:?}");
+    assert_eq!(answered.slot(STOPPED), 0, "{answered:?}");
+    assert_eq!(selected_since(&ck, &restarted, STOPPED), 1);
+
+    signal(new_pid, Signal::SIGCONT);
+    let late = finish_all(queued);
+    assert_eq!(
+        (late.ok, late.slot(STOPPED), late.pid(new_pid)),
+        (1, 1, 1),
+        "{late:?}"
+    );
+}
+
 #[test]
 fn the_forced_fallback_says_so_and_steers_by_the_sampled_depth() {
     let forced = [("CK_QUEUE_DEPTH", "sampled")];

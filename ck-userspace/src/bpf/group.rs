@@ -24,6 +24,10 @@ const READ_KERNEL: &str = "CK_READ_KERNEL";
 /// verifier drops that helper call and the program loads on older kernels too.
 const SUM_CONNS: &str = "CK_SUM_CONNS";
 
+/// The program's read-only count of possible CPUs: `least-conn` asks for the other CPUs' counts up
+/// to it and no further.
+const CPUS: &str = "CK_CPUS";
+
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
 /// open-connection counting's ([`super::conns::MAPS`]).
 pub(crate) const PINNED_MAPS: [&str; 12] = [
@@ -50,6 +54,11 @@ pub struct BpfGroup {
     active: Array<MapData, ActiveSet>,
     config_map: Array<MapData, Config>,
     stats: PerCpuArray<MapData, SlotStats>,
+    /// slot -> generation of its `sockets` entry, bumped after each write of it: the program
+    /// keeps each socket's kernel address while the generation stays (its `sock_addr.rs`).
+    sock_gens: Array<MapData, u32>,
+    /// The last generation written to `sock_gens` (each write takes the next one).
+    sock_gen: u32,
     config: Config,
     sticky: Sticky,
     /// Why `least-queue` steers by sampled depths, when it does.
@@ -161,6 +170,7 @@ impl BpfGroup {
         let active = take(&mut ebpf, "active")?;
         let config_map = take(&mut ebpf, "config")?;
         let stats = take(&mut ebpf, "stats")?;
+        let sock_gens = take(&mut ebpf, "sock_gens")?;
         let sticky = Sticky::new(take(&mut ebpf, "sticky")?);
         let mut group = BpfGroup {
             ebpf,
@@ -169,6 +179,8 @@ impl BpfGroup {
             active,
             config_map,
             stats,
+            sock_gens,
+            sock_gen: 0,
             sticky,
             conns,
             config: Config {
@@ -242,7 +254,17 @@ impl BpfGroup {
             .set(slot, &socket.as_raw_fd(), 0)
             .map_err(write_err("sockets"))?;
         self.tag(slot, socket);
-        Ok(())
+        self.bump_generation(slot)
+    }
+
+    /// Gives `slot`'s `sockets` entry, just written, a new generation: the program finds the
+    /// entry's socket again instead of reading the one it knew. A failed write would leave it
+    /// reading the earlier socket's queue, so it is an error.
+    fn bump_generation(&mut self, slot: u32) -> Result<(), BpfError> {
+        self.sock_gen = self.sock_gen.wrapping_add(1);
+        self.sock_gens
+            .set(slot, self.sock_gen, 0)
+            .map_err(write_err("sock_gens"))
     }
 
     /// Tags `socket` so the kernel counts its connections for `slot` (when it counts them).
@@ -280,13 +302,19 @@ impl BpfGroup {
         }
         // The pinned storage keeps the tag; writing it again also refills `listeners`' cookies.
         self.tag(slot, socket);
-        Ok(())
+        self.bump_generation(slot)
     }
 
     /// Removes `slot` from the `sockets` map (closing the socket does this too).
     pub fn remove(&mut self, slot: u32) {
         // A socket that already closed has left the map by itself; nothing to report then.
         let _ = self.sockets.clear_index(&slot);
+        if let Err(e) = self.bump_generation(slot) {
+            tracing::warn!(
+                slot,
+                "least-queue may read the removed socket's queue for this slot: {e}"
+            );
+        }
     }
 
     /// Publishes a new active set: writes the idle half (with `--policy sticky`, the idle half
@@ -378,12 +406,17 @@ fn open(
     let level: u8 = if log { u8::MAX } else { 0 };
     let read_kernel = u8::from(switches.read_kernel);
     let sum_conns = u8::from(switches.sum_conns);
+    let cpus = aya::util::nr_cpus()
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0);
     let mut loader = EbpfLoader::new();
     loader
         .btf(None)
         .override_global(aya_log::LEVEL, &level, true)
         .override_global(READ_KERNEL, &read_kernel, true)
-        .override_global(SUM_CONNS, &sum_conns, true);
+        .override_global(SUM_CONNS, &sum_conns, true)
+        .override_global(CPUS, &cpus, true);
     let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
     if reuse {
         // aya opens a map pinned at the path instead of creating one.
