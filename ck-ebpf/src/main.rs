@@ -229,8 +229,8 @@ const _: () = assert!(QUEUE_CHOICES <= 4 && CONN_CHOICES <= 4);
 ///   set (the usual 2-4 workers) is compared, not one random other: a stalled worker holds a
 ///   connection or two while the healthy ones, on a busy machine, are often non-empty for a
 ///   moment (1-5 queued). Against one random other it keeps winning while its queue is no
-///   longer than that one's (~5 connections a 200 ms stall, each a client stuck until the
-///   stall ends), against all of them only while every other queue is as long as its own.
+///   longer than that one's (each a client stuck until the stall ends; 2 stopped of 4 got
+///   10-12 of 40), against all of them only while every other queue is as long (1 each).
 ///   Reads: 1 when the round-robin candidate is empty, 2 when the next is, at most
 ///   [`QUEUE_CHOICES`].
 /// - No margin (leave the round-robin candidate only when longer by 2 or more, or by a
