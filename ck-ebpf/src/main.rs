@@ -202,39 +202,76 @@ fn sticky_slot(ctx: &SkReuseportContext, half: u32) -> Option<u32> {
     (slot < MAX_SLOTS).then_some(slot)
 }
 
-/// Position (in `set.slots[..len]`) chosen by power of two choices on queue depth: the
-/// round-robin candidate, unless a second candidate picked by the connection's hash (as good as
-/// random across connections, and free: no helper call) has a shorter queue. The depths are
-/// exact ([`exact_depth`]) when the supervisor set it up, else its samples.
+/// Candidates `least-queue` compares at most: every ready slot up to this many, else this many
+/// spread evenly over the set ([`spread_position`]).
+const QUEUE_CHOICES: u32 = 4;
+// Both policies' candidates are quarters of the set ([`spread_position`]): at most 4.
+const _: () = assert!(QUEUE_CHOICES <= 4 && CONN_CHOICES <= 4);
+
+/// Position (in `set.slots[..len]`) of the shortest queue among up to [`QUEUE_CHOICES`]
+/// candidates: the round-robin candidate first, then the others in [`spread_position`] order.
+/// The depths are exact ([`exact_depth`]) when the supervisor set it up, else its samples.
+///
+/// Why this shape:
+/// - An empty round-robin candidate cannot lose, and is not compared: in the common case (a
+///   worker that keeps up) one depth read, and the round-robin spread of counts.
+/// - Otherwise the others are read until one is empty (nothing can beat it), and the first
+///   strictly shortest wins; ties go to the round-robin candidate. Every ready slot of a small
+///   set (the usual 2-4 workers) is compared, not one random other: a stalled worker holds a
+///   connection or two while the healthy ones, on a busy machine, are often non-empty for a
+///   moment (1-5 queued). Against one random other it keeps winning while its queue is no
+///   longer than that one's (each a client stuck until the stall ends; 2 stopped of 4 got
+///   10-12 of 40), against all of them only while every other queue is as long (1 each).
+///   Reads: 1 when the round-robin candidate is empty, 2 when the next is, at most
+///   [`QUEUE_CHOICES`].
+/// - No margin (leave the round-robin candidate only when longer by 2 or more, or by a
+///   ratio): a margin lets a stalled worker take that many more connections each stall, and it
+///   does not even out a burst of connections opened at once on a busy machine, where a worker
+///   that is not scheduled for a few milliseconds is tens of connections behind one that is
+///   (`bench spread`: margins of 2 and of 2x gave larger shares than none, 69 % and 63 %, in
+///   runs at load average 4; BENCHMARKS.md).
 #[inline(always)]
 fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Config) -> u32 {
     let first = next_cursor(len);
     if len < 2 {
         return first;
     }
-    // first + 1 + [0, len - 1) < 2 * len: one subtraction wraps it, never onto `first`.
-    let mut second = first + 1 + scale(ctx.hash(), len - 1);
-    if second >= len {
-        second -= len;
-    }
-    // Masks, not comparisons: each index register must be bounded on its own for the verifier
-    // (the compiler merges `a >= N || b >= N` into one test on `a | b`). Both are < len <= SLOTS
-    // for any set the supervisor writes, so the masks change nothing there.
-    let (a, b) = (
-        set.slots[first as usize & SLOT_MASK],
-        set.slots[second as usize & SLOT_MASK],
-    );
     let exact = CK_READ_KERNEL.load() != 0 && config.flags & config_flags::EXACT_QUEUE != 0;
-    let depth = |slot| match exact {
-        true => exact_depth(ctx, slot, &config.queue),
-        false => sampled_depth(slot),
+    // Masks, not comparisons: each index register must be bounded on its own for the verifier
+    // (the compiler merges `a >= N || b >= N` into one test on `a | b`). Positions are < len <=
+    // SLOTS for any set the supervisor writes, so the masks change nothing there.
+    let depth = |pos: u32| {
+        let slot = set.slots[pos as usize & SLOT_MASK];
+        match exact {
+            true => exact_depth(ctx, slot, &config.queue),
+            false => sampled_depth(slot),
+        }
     };
-    // An empty queue cannot lose (ties go to `first`): the second candidate is not read.
-    let depth_a = depth(a);
-    if depth_a == 0 {
-        return first;
+    let (mut best, mut best_depth) = (first, depth(first));
+    let mut k = 1;
+    while best_depth > 0 && k < QUEUE_CHOICES && k < len {
+        let pos = spread_position(first, k, len);
+        let d = depth(pos);
+        if d < best_depth {
+            (best, best_depth) = (pos, d);
+        }
+        k += 1;
     }
-    if depth(b) < depth_a { second } else { first }
+    best
+}
+
+/// The `k`th of up to 4 candidates after the round-robin one at `first` (`k` in `[0, 4)` and
+/// `k < len`): `first + k` in a set of fewer than 4 (every slot), else `first` plus `k`
+/// quarters of the set, wrapped into `[0, len)` by one subtraction (`k * len / 4 < len`, by a
+/// shift, no divide).
+#[inline(always)]
+fn spread_position(first: u32, k: u32, len: u32) -> u32 {
+    let offset = if len >= 4 { (k * len) >> 2 } else { k };
+    let mut pos = first + offset;
+    if pos >= len {
+        pos -= len;
+    }
+    pos
 }
 
 /// Candidates `least-conn` compares: every ready slot up to this many, else this many spread
@@ -261,16 +298,7 @@ fn least_conn(set: &ActiveSet, len: u32) -> u32 {
     let (mut best, mut best_load) = (first, u32::MAX);
     let mut k = 0;
     while k < CONN_CHOICES && k < len {
-        // k * len / 4 < len (by a shift, no divide), or k < len: one subtraction wraps it.
-        let offset = if len >= CONN_CHOICES {
-            (k * len) >> 2
-        } else {
-            k
-        };
-        let mut pos = first + offset;
-        if pos >= len {
-            pos -= len;
-        }
+        let pos = spread_position(first, k, len);
         // A mask, as in least_queue: the index register bounded on its own for the verifier.
         let load = conns::open(set.slots[pos as usize & SLOT_MASK]);
         if load < best_load {

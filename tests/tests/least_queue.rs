@@ -1,10 +1,11 @@
 //! `least-queue` on the exact queue depth: the select program reads each candidate socket's
 //! live depth itself, so a worker that stops accepting gets no new connection once its queue
-//! holds more than the others', however rarely the supervisor samples; and the forced
-//! fallback (`CK_QUEUE_DEPTH=sampled`) says so in the log and in `ck status`, and steers by the
+//! holds more than the others', however rarely the supervisor samples (every worker of a small
+//! fleet is compared: two stopped of four get one connection each); and the forced fallback
+//! (`CK_QUEUE_DEPTH=sampled`) says so in the log and in `ck status`, and steers by the
 //! supervisor's samples instead.
 //!
-//! Both run with `--stall-timeout 0` (the stopped worker stays in the active set: only the
+//! All run with `--stall-timeout 0` (a stopped worker stays in the active set: only the
 //! policy keeps connections away from it) and `--sample-interval 4s` (samples far apart, so
 //! that steering by them shows).
 
@@ -27,11 +28,26 @@ const ANSWER_WAIT: Duration = Duration::from_millis(300);
 /// until the fleet is ready and steering on, and stops slot [`STOPPED`]'s worker (SIGSTOP: it
 /// accepts nothing until SIGCONT). Returns ck, the address, the stopped pid and the status.
 fn start_and_freeze(what: &str, env: &[(&str, &str)]) -> (Ck, SocketAddr, u32, Status) {
+    let (ck, addr, pids, status) = start_and_stop(what, 3, &[STOPPED], env);
+    (ck, addr, pids[0], status)
+}
+
+/// Starts `-w workers --policy least-queue` (no stall detection, rare samples) with `env`,
+/// waits until the fleet is ready and steering on, and stops the workers of the slots
+/// `stopped` (SIGSTOP). Returns ck, the address, the stopped pids (in `stopped`'s order) and
+/// the status.
+fn start_and_stop(
+    what: &str,
+    workers: usize,
+    stopped: &[u32],
+    env: &[(&str, &str)],
+) -> (Ck, SocketAddr, Vec<u32>, Status) {
     let port = free_port();
     let (port_text, base) = (port.to_string(), probe_base_for(port).to_string());
+    let workers_text = workers.to_string();
     let args = [
         "-w",
-        "3",
+        &workers_text,
         "--port",
         &port_text,
         "--probe-port-base",
@@ -44,12 +60,17 @@ fn start_and_freeze(what: &str, env: &[(&str, &str)]) -> (Ck, SocketAddr, u32, S
         "4s",
     ];
     let mut ck = Ck::start_with_env(&instance_name(what, port), &args, env);
-    let status = ck.wait_status("3 ready, steering on", READY_TIMEOUT, |s| {
-        s.ready_count() == 3 && s.bpf && s.queue_depth.is_some()
+    let status = ck.wait_status("all ready, steering on", READY_TIMEOUT, |s| {
+        s.ready_count() == workers && s.bpf && s.queue_depth.is_some()
     });
-    let pid = status.worker_pid(STOPPED);
-    signal(pid, Signal::SIGSTOP);
-    (ck, local(port), pid, status)
+    let pids: Vec<u32> = stopped
+        .iter()
+        .map(|&slot| status.worker_pid(slot))
+        .collect();
+    for &pid in &pids {
+        signal(pid, Signal::SIGSTOP);
+    }
+    (ck, local(port), pids, status)
 }
 
 /// The first group's `config` entry as `ck maps --json` reads it from the pinned map.
@@ -232,4 +253,37 @@ fn the_forced_fallback_says_so_and_steers_by_the_sampled_depth() {
     let late = finish_all(burst);
     assert_eq!(late.ok, N, "requests lost: {late:?}");
     assert_eq!(u64::from(late.slot(STOPPED)), fed, "{late:?}");
+}
+
+#[test]
+fn least_queue_compares_every_worker_of_a_small_fleet() {
+    // Two of 4 stopped: against one random other, a stopped worker holding one connection
+    // ties with the other stopped one (1 in 3 of its turns) and takes another; compared with
+    // every worker, an empty queue always beats it.
+    let stopped = [1, 3];
+    let (ck, addr, pids, before) = start_and_stop("lq-all", 4, &stopped, &[]);
+    let n = 40;
+    let (answered, queued) = one_by_one(addr, n);
+    eprintln!(
+        "answered: {answered:?}, queued on the stopped workers: {}",
+        queued.len()
+    );
+    // Each stopped worker gets the connection of its first round-robin turn (an empty queue
+    // ties, and ties go to the round-robin candidate), and none after it.
+    assert_eq!(queued.len(), 2, "{answered:?}");
+    assert_eq!(answered.ok, n - 2, "{answered:?}");
+    for slot in stopped {
+        assert_eq!(answered.slot(slot), 0, "{answered:?}");
+        assert_eq!(selected_since(&ck, &before, slot), 1, "slot {slot}");
+    }
+    assert!(answered.slot(0) > 0 && answered.slot(2) > 0, "{answered:?}");
+
+    for pid in &pids {
+        signal(*pid, Signal::SIGCONT);
+    }
+    let late = finish_all(queued);
+    assert_eq!(late.ok, 2, "{late:?}");
+    for (slot, pid) in stopped.iter().zip(&pids) {
+        assert_eq!((late.slot(*slot), late.pid(*pid)), (1, 1), "{late:?}");
+    }
 }

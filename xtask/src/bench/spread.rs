@@ -1,10 +1,10 @@
 //! The `spread` scenario: how evenly new connections land on 3 workers, per policy. One
-//! instance per policy (hash, round-robin, least-queue) and a baseline, side by side; in
-//! each of [`ROUNDS`] rounds (alternating over the instances), [`OPENERS`] threads together
-//! open [`CONNECTIONS`] connections at once (source ports and CPUs as the OS picks), then send
-//! one keep-alive `GET /` on each and read which slot answered. Reports each slot's share of
-//! the connections and the largest share, worst of the rounds, and checks the answers against
-//! the BPF program's own `selected` counters.
+//! instance per policy (hash, round-robin, least-queue, least-conn) and a baseline, side by
+//! side; in each of [`ROUNDS`] rounds (alternating over the instances), [`OPENERS`] threads
+//! together open [`CONNECTIONS`] connections at once (source ports and CPUs as the OS picks),
+//! then send one keep-alive `GET /` on each and read which slot answered. Reports each slot's
+//! share of the connections and the largest share, worst of the rounds, and checks the answers
+//! against the BPF program's own `selected` counters.
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
@@ -39,7 +39,7 @@ const GOAL_SHARE: f64 = 36.0;
 const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: b\r\n\r\n";
 
 /// The ck policies measured, in table order.
-const POLICIES: [&str; 3] = ["hash", "round-robin", "least-queue"];
+const POLICIES: [&str; 4] = ["hash", "round-robin", "least-queue", "least-conn"];
 
 /// One measured instance: a ck policy or the baseline.
 struct Measured {
@@ -147,8 +147,8 @@ pub fn run(bench: &Bench) -> Result<Table> {
         }
     }
     t.note(
-        "round-robin and least-queue use a per-CPU cursor: connections opened from different \
-         CPUs each advance their own CPU's cursor",
+        "round-robin, least-queue and least-conn use a per-CPU cursor: connections opened \
+         from different CPUs each advance their own CPU's cursor",
     );
     let plot = share_plot(all.iter().chain([&base]));
     t.plot_with(bench.plot_path("spread-shares"), |path| {
