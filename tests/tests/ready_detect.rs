@@ -32,7 +32,7 @@ fn boot_ms(line: &str) -> u64 {
         .unwrap_or_else(|| panic!("no boot_ms in {line}"))
 }
 
-/// Starts `app` as the only worker (with `env`) and a grace far beyond the test's patience, so
+/// Starts `app` (none: the demo worker) as the only worker (with `env`) and a grace far beyond the test's patience, so
 /// that only detection can make it ready; waits until it is ready and serves.
 fn start_one(what: &str, app: &[&str], env: &[(&str, &str)]) -> (Ck, u16) {
     let port = free_port();
@@ -163,4 +163,17 @@ fn with_tcp_defer_accept_the_proc_scan_decides() {
     let (mut ck, port) = start_one("detect-defer", &app, &[]);
     let line = replacement_ready(&mut ck, port);
     assert!(line.contains("poll()"), "{line}");
+}
+
+/// A worker that speaks the notify protocol (the demo worker) becomes ready on READY=1; an
+/// accept probe sent while it was still silent is reset then, so it holds no connection of ck's
+/// (the kernel's open count of its slot goes back to 0).
+#[test]
+fn a_worker_that_says_ready_keeps_no_probe_connection() {
+    let (mut ck, port) = start_one("detect-notify", &[], &[]);
+    let line = replacement_ready(&mut ck, port);
+    assert!(line.contains("READY=1"), "{line}");
+    ck.wait_status("no open connection", Duration::from_secs(10), |s| {
+        s.slot(0).connections == Some(0)
+    });
 }

@@ -72,6 +72,12 @@ impl AcceptProbe {
         matches!(self, AcceptProbe::Armed { .. })
     }
 
+    /// Ends the probe (the worker is ready, or spoke on `NOTIFY_SOCKET`): a connecting probe's
+    /// socket is reset now, not left open while the worker lives.
+    pub fn end(&mut self) {
+        *self = AcceptProbe::Off;
+    }
+
     /// Whether the probe cannot be used for this worker (the `/proc` scan decides alone).
     pub fn off(&self) -> bool {
         matches!(self, AcceptProbe::Off)

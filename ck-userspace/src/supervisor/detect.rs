@@ -60,6 +60,10 @@ impl Supervisor {
         let mut ready: Vec<(u32, &'static str)> = Vec::new();
         for slot in self.slots.values_mut() {
             if !is_silent_starter(slot) {
+                // It spoke on NOTIFY_SOCKET: READY=1 decides, the probe has nothing to add.
+                if let Some(worker) = slot.worker.as_mut() {
+                    worker.accept_probe.end();
+                }
                 continue;
             }
             let queue = slot

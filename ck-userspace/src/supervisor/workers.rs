@@ -236,6 +236,9 @@ impl Supervisor {
             worker.said_ready = true;
             return;
         }
+        if let Some(worker) = slot.worker.as_mut() {
+            worker.accept_probe.end();
+        }
         let healthy = slot.worker.as_ref().is_some_and(|w| w.health.is_healthy());
         self.apply(index, Input::Ready { why, healthy });
     }
@@ -256,6 +259,8 @@ impl Supervisor {
                 return;
             };
             worker.spoke_notify = true;
+            // It speaks the protocol: READY=1 decides, its accept probe (if sent) is reset.
+            worker.accept_probe.end();
             match msg {
                 // --ready probe: the probe, not READY=1, makes a starting worker ready.
                 NotifyMsg::Ready if probe_decides => {}
