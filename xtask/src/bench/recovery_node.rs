@@ -102,6 +102,24 @@ pub fn run(bench: &Bench) -> Result<Table> {
         outcomes.iter().map(|o| Cell::failures(&o.report)).collect(),
         Goal::None,
     );
+    // What a fleet's speed costs its clients: a supervisor that holds connections back while
+    // workers boot (node:cluster's master hands each worker one at a time) frees CPU for the
+    // boot and makes those clients wait.
+    t.row_of(
+        "latency p99 / p99.9 over the run",
+        outcomes
+            .iter()
+            .map(|o| {
+                let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+                Cell::text(&format!(
+                    "{:.1} / {:.1} ms",
+                    ms(o.report.p99()),
+                    ms(o.report.p999())
+                ))
+            })
+            .collect(),
+        Goal::None,
+    );
     t.row_of(
         "ck's own CPU time per round",
         outcomes
