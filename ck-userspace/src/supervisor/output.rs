@@ -17,7 +17,7 @@ use std::{
     os::fd::OwnedFd,
     sync::{
         Arc, Mutex, Weak,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -71,6 +71,8 @@ pub(super) struct Hub {
     readers: tokio::runtime::Handle,
     /// Pipes not at their end yet.
     reading: Arc<AtomicUsize>,
+    /// Set by [`Hub::finish`]: ck's last line is written, so readers log nothing more.
+    closed: Arc<AtomicBool>,
     /// Held by every read (and the logging of its lines); held by `ck upgrade` across its
     /// exec, so nothing read is lost there.
     gate: Arc<Mutex<()>>,
@@ -107,6 +109,7 @@ impl Hub {
         Ok(Hub {
             readers,
             reading: Default::default(),
+            closed: Default::default(),
             gate: Default::default(),
             format,
             partials: Default::default(),
@@ -127,6 +130,7 @@ impl Hub {
             let from = Source { stream, ..from };
             let (reading, dropped, gate) =
                 (self.reading.clone(), dropped.clone(), self.gate.clone());
+            let closed = self.closed.clone();
             reading.fetch_add(1, Ordering::SeqCst);
             // On the reader's runtime (its reactor registers the pipe).
             let _guard = self.readers.enter();
@@ -144,6 +148,7 @@ impl Hub {
             partials.push((Arc::downgrade(&splitter), from));
             self.readers.spawn(async move {
                 let mut reader = Reader {
+                    closed,
                     from,
                     format,
                     splitter,
@@ -180,17 +185,22 @@ impl Hub {
     }
 
     /// Waits up to `timeout` for every pipe to end (after the last worker exited), so that
-    /// the workers' last lines are logged before ck's last one.
+    /// the workers' last lines are logged before ck's last one; then closes the readers (under
+    /// the gate, so a batch being logged ends first): nothing comes after ck's last line.
     pub(super) async fn finish(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while self.reading.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        let _held = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        self.closed.store(true, Ordering::SeqCst);
     }
 }
 
 /// One pipe's reader.
 struct Reader {
+    /// The hub's [`Hub::finish`] flag: set, lines are no longer logged.
+    closed: Arc<AtomicBool>,
     from: Source,
     format: LogFormat,
     /// Its line in the making (shared with the hub, see [`Hub::pause`]).
@@ -205,9 +215,13 @@ struct Reader {
 impl Reader {
     async fn run(&mut self, fd: crate::os::pipe::AsyncReadEnd, gate: &Mutex<()>) {
         let splitter = self.splitter.clone();
+        let closed = self.closed.clone();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let take = |bytes: &[u8]| {
+                if closed.load(Ordering::SeqCst) {
+                    return;
+                }
                 let lines = splitter
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -229,6 +243,11 @@ impl Reader {
                     break;
                 }
             }
+        }
+        // Under the gate, as every batch: not after ck's last line (see `Hub::finish`).
+        let _held = gate.lock().unwrap_or_else(|e| e.into_inner());
+        if closed.load(Ordering::SeqCst) {
+            return;
         }
         let last = splitter.lock().unwrap_or_else(|e| e.into_inner()).finish();
         if let Some(last) = last {
