@@ -9,12 +9,10 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, ReusePortSockArray},
     programs::SkReuseport,
 };
-use ck_common::{
-    ActiveSet, Config, QueueOffsets, STATS_NO_SLOT, SlotInfo, SlotStats, config_flags, policy,
-};
+use ck_common::{ActiveSet, Config, QueueOffsets, SlotInfo, SlotStats, config_flags, policy};
 use socket2::Socket;
 
-use super::{BpfError, conns::ConnCounter, pins, queue_depth::QueueDepth, sticky::Sticky};
+use super::{BpfError, conns::ConnCounter, pins, queue_depth::QueueDepth, stats, sticky::Sticky};
 
 /// The program's read-only switch that lets it read queue depths from kernel memory.
 const READ_KERNEL: &str = "CK_READ_KERNEL";
@@ -357,24 +355,12 @@ impl BpfGroup {
 
     /// Zeroes a slot's counters (a slot index used again starts from zero).
     pub fn reset_stats(&mut self, slot: u32) {
-        let cpus = aya::util::nr_cpus().unwrap_or(1);
-        if let Ok(zero) = aya::maps::PerCpuValues::try_from(vec![SlotStats::default(); cpus]) {
-            let _ = self.stats.set(slot, zero, 0);
-        }
+        stats::reset(&mut self.stats, slot);
     }
 
     /// A slot's counters summed over CPUs.
     pub fn stats(&self, slot: u32) -> SlotStats {
-        let mut total = SlotStats::default();
-        if slot > STATS_NO_SLOT {
-            return total;
-        }
-        if let Ok(values) = self.stats.get(&slot, 0) {
-            for v in values.iter() {
-                total.add(v);
-            }
-        }
-        total
+        stats::sum(&self.stats, slot)
     }
 }
 
@@ -483,39 +469,6 @@ where
     T::try_from(map)
         .with_context(|| format!("map {name} has an unexpected type"))
         .map_err(load_err("taking maps"))
-}
-
-/// A group's pinned `stats` map opened on its own (`ck upgrade`: the counters the new image
-/// reports while it loads its program, so they go on from the old image's).
-pub struct PinnedStats(PerCpuArray<MapData, SlotStats>);
-
-impl PinnedStats {
-    /// Opens the `stats` map pinned for group `group` of instance `name`.
-    pub fn open(name: &str, group: &str) -> Result<PinnedStats, BpfError> {
-        let path = pins::group_dir(name, group).join("stats");
-        let pin_err = |e: &dyn std::fmt::Display| BpfError::Pin {
-            what: "opening the pinned map",
-            path: path.display().to_string(),
-            error: std::io::Error::other(e.to_string()),
-            advice: String::new(),
-        };
-        let data = MapData::from_pin(&path).map_err(|e| pin_err(&e))?;
-        let map = aya::maps::Map::PerCpuArray(data);
-        PerCpuArray::try_from(map)
-            .map(PinnedStats)
-            .map_err(|e| pin_err(&e))
-    }
-
-    /// A slot's counters summed over CPUs.
-    pub fn stats(&self, slot: u32) -> SlotStats {
-        let mut total = SlotStats::default();
-        if let Ok(values) = self.0.get(&slot, 0) {
-            for v in values.iter() {
-                total.add(v);
-            }
-        }
-        total
-    }
 }
 
 #[cfg(test)]

@@ -8,10 +8,12 @@ mod group;
 pub mod maglev;
 pub mod pins;
 pub mod queue_depth;
+mod stats;
 mod sticky;
 
+pub use group::BpfGroup;
 pub(crate) use group::PINNED_MAPS;
-pub use group::{BpfGroup, PinnedStats};
+pub use stats::PinnedStats;
 
 /// The compiled `ck-ebpf` object, embedded at build time by `build.rs`.
 #[cfg(feature = "bpf-program")]
