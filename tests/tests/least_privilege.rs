@@ -237,7 +237,8 @@ fn without_ptrace_access_the_accept_probe_sees_a_silent_worker_accept() {
 /// why.
 #[test]
 fn without_ptrace_access_the_grace_makes_a_silent_worker_ready_and_says_why() {
-    let (mut ck, _dirs, line) = without_ptrace("lp-grace", &[("CK_READY_DETECT", "proc")]);
+    let (mut ck, _dirs, line) =
+        without_ptrace("lp-grace", &[(ck::supervisor::READY_DETECT_ENV, "proc")]);
     assert!(
         line.contains("within --ready-grace") && line.contains("ck may not read /proc/"),
         "{line}"

@@ -14,7 +14,7 @@ use ck_tests::sys::{TempDir, free_port, kill_hard};
 use ck_tests::{Ck, READY_TIMEOUT, burst, instance_name, local, probe_base_for};
 
 /// The `/proc` scan alone.
-const PROC_ONLY: [(&str, &str); 1] = [("CK_READY_DETECT", "proc")];
+const PROC_ONLY: [(&str, &str); 1] = [(ck::supervisor::READY_DETECT_ENV, "proc")];
 
 /// The `worker ready` lines of ck's log.
 fn ready_lines(ck: &Ck) -> Vec<String> {

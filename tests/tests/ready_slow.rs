@@ -128,7 +128,7 @@ fn a_server_booting_in_10s_is_ready_when_it_waits_in_poll() {
             ]
         },
         Duration::from_secs(10),
-        &[("CK_READY_DETECT", "proc")],
+        &[(ck::supervisor::READY_DETECT_ENV, "proc")],
         "poll()",
     );
 }

@@ -19,9 +19,9 @@ use serde_json::Value;
 /// A worker that writes `tick N` to stdout every 50 ms, N counting from 0.
 const TICKER: &str = "i=0; while :; do echo \"tick $i\"; i=$((i+1)); sleep 0.05; done";
 
-/// One worker running the shell `script`, ready at once, ck logging JSON.
-fn start_script(name: &str, script: &str) -> (Ck, u16, ck_tests::Status) {
-    let flags = [
+/// `ck run` flags for a worker running the shell `script`, ready at once, ck logging JSON.
+fn shell_flags(script: &str) -> [&str; 8] {
+    [
         "--ready",
         "spawn",
         "--log-format",
@@ -30,8 +30,12 @@ fn start_script(name: &str, script: &str) -> (Ck, u16, ck_tests::Status) {
         "/bin/sh",
         "-c",
         script,
-    ];
-    start_ready(name, 1, &flags)
+    ]
+}
+
+/// One worker running the shell `script` (see [`shell_flags`]).
+fn start_script(name: &str, script: &str) -> (Ck, u16, ck_tests::Status) {
+    start_ready(name, 1, &shell_flags(script))
 }
 
 /// Every line of a JSON log as an object (panics on a line that is not one).
@@ -250,17 +254,8 @@ fn the_pipes_survive_an_upgrade_and_nothing_is_lost() {
 
 #[test]
 fn a_worker_writes_on_while_ck_is_dead_and_the_next_ck_reads_what_it_wrote() {
-    let flags = [
-        "--survive-supervisor",
-        "--ready",
-        "spawn",
-        "--log-format",
-        "json",
-        "--",
-        "/bin/sh",
-        "-c",
-        TICKER,
-    ];
+    let mut flags = vec!["--survive-supervisor"];
+    flags.extend(shell_flags(TICKER));
     let (mut first, port, status) = start_ready("out-survive", 1, &flags);
     let (name, pid) = (first.name().to_string(), status.worker_pid(0));
     wait_log(&first, "5 ticks", |log| ticks(log, pid).len() >= 5);

@@ -28,9 +28,11 @@ pub const FORCE_ENV: &str = "CK_READY_DETECT";
 /// handshake in microseconds; a probe this late is lost, e.g. to a full SYN queue).
 const CONNECT_LIMIT: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Whether `CK_READY_DETECT=proc` asks for the `/proc` scan alone.
+/// Whether `CK_READY_DETECT=proc` asks for the `/proc` scan alone (read once: the readiness
+/// tick asks every millisecond).
 pub fn forced_off() -> bool {
-    std::env::var(FORCE_ENV).is_ok_and(|v| v == "proc")
+    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| std::env::var(FORCE_ENV).is_ok_and(|v| v == "proc"))
 }
 
 /// The accept probe of one starting worker.

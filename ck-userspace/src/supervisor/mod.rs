@@ -46,6 +46,7 @@ use continuity::origin::Origin;
 use lifecycle::{Input, Settings, Timer};
 use slot::Slot;
 
+pub use accept_probe::FORCE_ENV as READY_DETECT_ENV;
 pub use continuity::handover::Compat;
 
 use crate::{

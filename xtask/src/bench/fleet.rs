@@ -128,7 +128,7 @@ impl Fleet {
                 }
                 args.extend(node_app);
                 let env: &[(&str, &str)] = match contender {
-                    Contender::CkProcScan => &[("CK_READY_DETECT", "proc")],
+                    Contender::CkProcScan => &[(ck::supervisor::READY_DETECT_ENV, "proc")],
                     _ => &[],
                 };
                 let mut inst = Instance::start_with_env(
