@@ -171,6 +171,11 @@ pub struct Config {
     /// Where `least-queue` finds a socket's queue depth in kernel memory (with
     /// [`config_flags::EXACT_QUEUE`]).
     pub queue: QueueOffsets,
+    /// `least-queue`'s patience, in microseconds: a queue whose oldest connection has waited
+    /// less than this (since the kernel sent its SYN-ACK) keeps up, and the round-robin
+    /// candidate keeps its turn while its queue keeps up; only longer waits are compared by
+    /// depth (0: every non-empty queue is compared). Read with exact depths only.
+    pub queue_patience_us: u32,
 }
 
 /// Where the select program finds a candidate socket's queue depth in kernel memory: byte
@@ -185,6 +190,12 @@ pub struct QueueOffsets {
     pub ack_backlog: u32,
     /// `icsk_accept_queue.qlen` in `struct inet_connection_sock`: requests still in SYN_RECV.
     pub syn_recv: u32,
+    /// `icsk_accept_queue.rskq_accept_head` in `struct inet_connection_sock`: the oldest
+    /// established connection not accepted yet (a `struct request_sock *`).
+    pub accept_head: u32,
+    /// `snt_synack` in `struct tcp_request_sock`: when the kernel sent that connection's first
+    /// SYN-ACK, in microseconds of `CLOCK_MONOTONIC` (`tcp_clock_us`).
+    pub synack_sent: u32,
 }
 
 /// Per-slot counters in the per-CPU `stats` map (summed over CPUs by the reader).

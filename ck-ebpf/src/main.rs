@@ -18,7 +18,7 @@ use aya_ebpf::{
         sk_action::{SK_DROP, SK_PASS},
     },
     btf_maps::{Array, PerCpuArray, ReusePortSockArray},
-    helpers::{bpf_probe_read_kernel, bpf_skb_load_bytes_relative},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_skb_load_bytes_relative},
     macros::{btf_map, sk_reuseport},
     programs::SkReuseportContext,
 };
@@ -208,28 +208,31 @@ const QUEUE_CHOICES: u32 = 4;
 // Both policies' candidates are quarters of the set ([`spread_position`]): at most 4.
 const _: () = assert!(QUEUE_CHOICES <= 4 && CONN_CHOICES <= 4);
 
-/// Position (in `set.slots[..len]`) of the shortest queue among up to [`QUEUE_CHOICES`]
-/// candidates: the round-robin candidate first, then the others in [`spread_position`] order.
-/// The depths are exact ([`exact_depth`]) when the supervisor set it up, else its samples.
+/// Position (in `set.slots[..len]`) `least-queue` chooses among up to [`QUEUE_CHOICES`]
+/// candidates: the round-robin candidate while its queue keeps up, else the first other that
+/// keeps up (in [`spread_position`] order), else the shortest queue. A queue keeps up when it is
+/// empty, or when its oldest connection has waited less than `config.queue_patience_us` (read
+/// from the kernel: [`queue_of`]); with sampled depths, only when it is empty.
 ///
 /// Why this shape:
-/// - An empty round-robin candidate cannot lose, and is not compared: in the common case (a
-///   worker that keeps up) one depth read, and the round-robin spread of counts.
-/// - Otherwise the others are read until one is empty (nothing can beat it), and the first
-///   strictly shortest wins; ties go to the round-robin candidate. Every ready slot of a small
-///   set (the usual 2-4 workers) is compared, not one random other: a stalled worker holds a
-///   connection or two while the healthy ones, on a busy machine, are often non-empty for a
-///   moment (1-5 queued). Against one random other it keeps winning while its queue is no
-///   longer than that one's (each a client stuck until the stall ends; 2 stopped of 4 got
-///   10-12 of 40), against all of them only while every other queue is as long (1 each).
-///   Reads: 1 when the round-robin candidate is empty, 2 when the next is, at most
-///   [`QUEUE_CHOICES`].
-/// - No margin (leave the round-robin candidate only when longer by 2 or more, or by a
-///   ratio): a margin lets a stalled worker take that many more connections each stall, and it
-///   does not even out a burst of connections opened at once on a busy machine, where a worker
-///   that is not scheduled for a few milliseconds is tens of connections behind one that is
-///   (`bench spread`: margins of 2 and of 2x gave larger shares than none, 69 % and 63 %, in
-///   runs at load average 4; BENCHMARKS.md).
+/// - An empty or young round-robin candidate is not compared: in the common case (a worker
+///   that keeps up) one depth read, and the round-robin spread of counts.
+/// - The patience: on a busy machine a worker that is not scheduled for a few milliseconds is
+///   tens of connections behind one that is, during a burst of connections opened at once
+///   (`bench spread`). Compared by depth alone, the worker that happens to run takes most of
+///   the burst (largest shares of 37-55 % of 150 over 3, goal 36 %; BENCHMARKS.md). Such a
+///   queue is young: its oldest connection is milliseconds old. A stalled worker's is not: once
+///   its oldest connection has waited the patience, it gets nothing more while another keeps up.
+///   The kernel says exactly how long that connection has waited (`snt_synack`), so no timer
+///   or sample is needed.
+/// - Past the patience, every ready slot of a small set (the usual 2-4 workers) is compared, not
+///   one random other: a stalled worker holds a connection or two while the healthy ones are
+///   often non-empty for a moment (1-5 queued). Against one random other it keeps winning while
+///   its queue is no longer than that one's, against all of them only while every other queue
+///   is as long. Reads: 1 when the round-robin candidate keeps up, at most [`QUEUE_CHOICES`].
+/// - No depth margin (leave the round-robin candidate only when longer by 2 or more, or by a
+///   ratio): a margin lets a stalled worker take that many more connections each stall, and none
+///   evened out the burst (BENCHMARKS.md).
 #[inline(always)]
 fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Config) -> u32 {
     let first = next_cursor(len);
@@ -240,24 +243,55 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Con
     // Masks, not comparisons: each index register must be bounded on its own for the verifier
     // (the compiler merges `a >= N || b >= N` into one test on `a | b`). Positions are < len <=
     // SLOTS for any set the supervisor writes, so the masks change nothing there.
-    let depth = |pos: u32| {
+    let queue = |pos: u32| {
         let slot = set.slots[pos as usize & SLOT_MASK];
         match exact {
-            true => exact_depth(ctx, slot, &config.queue),
-            false => sampled_depth(slot),
+            true => queue_of(ctx, slot, config),
+            false => Queue::sampled(slot),
         }
     };
-    let (mut best, mut best_depth) = (first, depth(first));
+    let head = queue(first);
+    if head.keeps_up {
+        return first;
+    }
+    let (mut best, mut best_depth) = (first, head.depth);
     let mut k = 1;
-    while best_depth > 0 && k < QUEUE_CHOICES && k < len {
+    while k < QUEUE_CHOICES && k < len {
         let pos = spread_position(first, k, len);
-        let d = depth(pos);
-        if d < best_depth {
-            (best, best_depth) = (pos, d);
+        let other = queue(pos);
+        if other.keeps_up {
+            return pos;
+        }
+        if other.depth < best_depth {
+            (best, best_depth) = (pos, other.depth);
         }
         k += 1;
     }
     best
+}
+
+/// A candidate's accept queue as `least-queue` compares it.
+struct Queue {
+    /// Connections waiting: established ones not accepted yet plus requests in SYN_RECV
+    /// (`u32::MAX` when it cannot be read: it never wins).
+    depth: u32,
+    /// Empty, or its oldest established connection has waited less than the patience.
+    keeps_up: bool,
+}
+
+impl Queue {
+    /// `slot`'s queue as the supervisor last sampled it (`slots` map): no age, so it keeps up
+    /// only when it is empty.
+    #[inline(always)]
+    fn sampled(slot: u32) -> Queue {
+        let depth = SLOT_INFO
+            .get(slot)
+            .map_or(u32::MAX, |info| info.queue_depth);
+        Queue {
+            depth,
+            keeps_up: depth == 0,
+        }
+    }
 }
 
 /// The `k`th of up to 4 candidates after the round-robin one at `first` (`k` in `[0, 4)` and
@@ -312,29 +346,70 @@ fn least_conn(set: &ActiveSet, len: u32) -> u32 {
     best
 }
 
-/// The live queue depth of `slot`'s socket: established connections not accepted yet plus
-/// requests still in SYN_RECV, read from the socket itself at the address [`sock_addr`] keeps
-/// (two `bpf_probe_read_kernel`, no trial selection while the address is known). A slot whose
-/// socket is gone, or whose memory cannot be read, counts as full. (One read of the 428 bytes
-/// from `sk_ack_backlog` to `icsk_accept_queue.qlen` into a per-CPU scratch value cost 8 to 23 %
-/// more per selection in `bench bpf-cost`: its seven cache lines instead of two. It also needs a
-/// constant size: the verifier refused the span's length computed from the offsets as unbounded,
-/// whatever the checks before it.)
+/// `slot`'s live queue, read from its socket at the address [`sock_addr`] keeps (no trial
+/// selection while the address is known): the depth is established connections not accepted
+/// yet plus requests still in SYN_RECV (two `bpf_probe_read_kernel`); when established ones
+/// wait, two more reads find how long the oldest has (the accept queue's head request and its
+/// `snt_synack`, the time of its first SYN-ACK, on the clock of `bpf_ktime_get_ns`). A slot
+/// whose socket is gone, or whose memory cannot be read, counts as full and not keeping up. (One
+/// read of the 428 bytes from `sk_ack_backlog` to `icsk_accept_queue.qlen` into a per-CPU
+/// scratch value cost 8 to 23 % more per selection in `bench bpf-cost`: its seven cache lines
+/// instead of two. It also needs a constant size: the verifier refused the span's length
+/// computed from the offsets as unbounded, whatever the checks before it.)
+///
+/// The head request is read without the queue's lock: if the worker accepts it meanwhile, the
+/// request may be freed and reused, and its age read wrong for this one selection. Request
+/// sockets are `SLAB_TYPESAFE_BY_RCU` and the reads never fault, so nothing worse can happen.
 #[inline(always)]
-fn exact_depth(ctx: &SkReuseportContext, slot: u32, at: &QueueOffsets) -> u32 {
+fn queue_of(ctx: &SkReuseportContext, slot: u32, config: &Config) -> Queue {
+    const UNREADABLE: Queue = Queue {
+        depth: u32::MAX,
+        keeps_up: false,
+    };
+    let at = &config.queue;
     let Some(sk) = sock_addr::address(ctx, slot, at.selected_sk) else {
-        return u32::MAX;
+        return UNREADABLE;
     };
     // SAFETY: `bpf_probe_read_kernel` copies from kernel memory without faulting (an
     // unmapped address is an error return) into a value of the requested type.
     let read = |addr: u64| unsafe { bpf_probe_read_kernel(addr as *const u32) };
-    match (
+    let (Ok(backlog), Ok(syn_recv)) = (
         read(sk + u64::from(at.ack_backlog)),
         read(sk + u64::from(at.syn_recv)),
-    ) {
-        (Ok(backlog), Ok(syn_recv)) => backlog.saturating_add(syn_recv),
-        _ => u32::MAX,
+    ) else {
+        return UNREADABLE;
+    };
+    let depth = backlog.saturating_add(syn_recv);
+    if backlog == 0 {
+        // Nothing waits for the worker (requests in SYN_RECV wait for their client).
+        return Queue {
+            depth,
+            keeps_up: true,
+        };
     }
+    let patience = u64::from(config.queue_patience_us);
+    Queue {
+        depth,
+        keeps_up: patience != 0 && oldest_wait_us(sk, at).is_some_and(|us| us < patience),
+    }
+}
+
+/// How long the oldest established connection in the accept queue of the listener at `sk`
+/// has waited, in microseconds since its first SYN-ACK; None when it cannot be read (the queue
+/// emptied meanwhile, or a request made from a SYN cookie, which has no SYN-ACK time).
+#[inline(always)]
+fn oldest_wait_us(sk: u64, at: &QueueOffsets) -> Option<u64> {
+    // SAFETY: as in `queue_of`: copies that never fault, into values of the requested types.
+    let head = unsafe { bpf_probe_read_kernel((sk + u64::from(at.accept_head)) as *const u64) }
+        .ok()
+        .filter(|head| *head != 0)?;
+    // SAFETY: as above.
+    let sent = unsafe { bpf_probe_read_kernel((head + u64::from(at.synack_sent)) as *const u64) }
+        .ok()
+        .filter(|sent| *sent != 0)?;
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() } / 1000;
+    now.checked_sub(sent)
 }
 
 /// `value` scaled onto `[0, n)` by a multiply and a shift (Lemire's "fast range"): uniform for a
@@ -342,14 +417,6 @@ fn exact_depth(ctx: &SkReuseportContext, slot: u32, at: &QueueOffsets) -> u32 {
 #[inline(always)]
 fn scale(value: u32, n: u32) -> u32 {
     ((u64::from(value) * u64::from(n)) >> 32) as u32
-}
-
-/// `slot`'s queue depth as the supervisor last sampled it (`slots` map).
-#[inline(always)]
-fn sampled_depth(slot: u32) -> u32 {
-    SLOT_INFO
-        .get(slot)
-        .map_or(u32::MAX, |info| info.queue_depth)
 }
 
 /// The slot a probe connection asks for: its TCP source port minus `base`, when that port lies

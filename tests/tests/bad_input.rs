@@ -249,6 +249,15 @@ fn unknown_stop_signal() {
 }
 
 #[test]
+fn queue_patience_too_long() {
+    refused(
+        "bad-patience",
+        &["--policy", "least-queue", "--queue-patience", "2h"],
+        "--queue-patience 7200s is longer than the program can hold: give at most 3600s",
+    );
+}
+
+#[test]
 fn ready_probe_without_a_probe() {
     refused(
         "bad-readyprobe",

@@ -1,9 +1,14 @@
 //! `least-queue` on the exact queue depth: the select program reads each candidate socket's
 //! live depth itself, so a worker that stops accepting gets no new connection once its queue
-//! holds more than the others', however rarely the supervisor samples (every worker of a small
-//! fleet is compared: two stopped of four get one connection each); and the forced fallback
-//! (`CK_QUEUE_DEPTH=sampled`) says so in the log and in `ck status`, and steers by the
-//! supervisor's samples instead.
+//! holds more than the others' and its oldest connection has waited `--queue-patience`,
+//! however rarely the supervisor samples (every worker of a small fleet is compared: two
+//! stopped of four get one connection each); a queue younger than the patience keeps its
+//! round-robin turn; and the forced fallback (`CK_QUEUE_DEPTH=sampled`) says so in the log and
+//! in `ck status`, and steers by the supervisor's samples instead.
+//!
+//! The tests that send one connection after the other wait [`ANSWER_WAIT`] for each answer, far
+//! longer than the default patience (10 ms): a connection queued on the stopped worker has
+//! waited the patience before the next one is sent.
 //!
 //! All run with `--stall-timeout 0` (a stopped worker stays in the active set: only the
 //! policy keeps connections away from it) and `--sample-interval 4s` (samples far apart, so
@@ -28,19 +33,20 @@ const ANSWER_WAIT: Duration = Duration::from_millis(300);
 /// until the fleet is ready and steering on, and stops slot [`STOPPED`]'s worker (SIGSTOP: it
 /// accepts nothing until SIGCONT). Returns ck, the address, the stopped pid and the status.
 fn start_and_freeze(what: &str, env: &[(&str, &str)]) -> (Ck, SocketAddr, u32, Status) {
-    let (ck, addr, pids, status) = start_and_stop(what, 3, &[STOPPED], env);
+    let (ck, addr, pids, status) = start_and_stop(what, 3, &[STOPPED], env, &[]);
     (ck, addr, pids[0], status)
 }
 
-/// Starts `-w workers --policy least-queue` (no stall detection, rare samples) with `env`,
-/// waits until the fleet is ready and steering on, and stops the workers of the slots
-/// `stopped` (SIGSTOP). Returns ck, the address, the stopped pids (in `stopped`'s order) and
-/// the status.
+/// Starts `-w workers --policy least-queue` (no stall detection, rare samples) with `env` and
+/// the options `extra`, waits until the fleet is ready and steering on, and stops the workers
+/// of the slots `stopped` (SIGSTOP). Returns ck, the address, the stopped pids (in `stopped`'s
+/// order) and the status.
 fn start_and_stop(
     what: &str,
     workers: usize,
     stopped: &[u32],
     env: &[(&str, &str)],
+    extra: &[&str],
 ) -> (Ck, SocketAddr, Vec<u32>, Status) {
     let port = free_port();
     let (port_text, base) = (port.to_string(), probe_base_for(port).to_string());
@@ -59,6 +65,7 @@ fn start_and_stop(
         "--sample-interval",
         "4s",
     ];
+    let args: Vec<&str> = args.iter().chain(extra).copied().collect();
     let mut ck = Ck::start_with_env(&instance_name(what, port), &args, env);
     let status = ck.wait_status("all ready, steering on", READY_TIMEOUT, |s| {
         s.ready_count() == workers && s.bpf && s.queue_depth.is_some()
@@ -261,7 +268,7 @@ fn least_queue_compares_every_worker_of_a_small_fleet() {
     // ties with the other stopped one (1 in 3 of its turns) and takes another; compared with
     // every worker, an empty queue always beats it.
     let stopped = [1, 3];
-    let (ck, addr, pids, before) = start_and_stop("lq-all", 4, &stopped, &[]);
+    let (ck, addr, pids, before) = start_and_stop("lq-all", 4, &stopped, &[], &[]);
     let n = 40;
     let (answered, queued) = one_by_one(addr, n);
     eprintln!(
@@ -286,4 +293,51 @@ fn least_queue_compares_every_worker_of_a_small_fleet() {
     for (slot, pid) in stopped.iter().zip(&pids) {
         assert_eq!((late.slot(*slot), late.pid(*pid)), (1, 1), "{late:?}");
     }
+}
+
+#[test]
+fn a_young_queue_keeps_its_turn_until_its_oldest_connection_waited_the_patience() {
+    let patience = Duration::from_secs(2);
+    let (ck, addr, pids, before) = start_and_stop(
+        "lq-patience",
+        3,
+        &[STOPPED],
+        &[],
+        &["--queue-patience", "2s"],
+    );
+    assert_eq!(pinned_config(&ck)["queue_patience_us"], 2_000_000);
+    let text = ck.ctl_ok(&["maps"]);
+    assert!(text.contains("queue patience 2000000 us"), "{text}");
+
+    // A burst from one CPU, well within the patience: every queue keeps up (the stopped worker's
+    // oldest connection is younger than 2 s), so each slot gets its round-robin turn: exactly
+    // a third, however long the stopped worker's queue grows.
+    let burst_len = 9;
+    let sent = std::time::Instant::now();
+    let burst: Vec<Pending> = on_one_cpu(move || {
+        (0..burst_len)
+            .map(|i| send_new_conn(addr).unwrap_or_else(|e| panic!("request {i}: {e}")))
+            .collect()
+    });
+    let fed = selected_since(&ck, &before, STOPPED);
+    assert!(
+        sent.elapsed() < patience,
+        "the burst took {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(fed, u64::from(burst_len / 3), "{:#?}", ck.status());
+    assert_eq!(ck.status().slot(STOPPED).queue_depth, burst_len / 3);
+
+    // Once the oldest of them has waited the patience, the stopped worker gets nothing more.
+    std::thread::sleep(patience.saturating_sub(sent.elapsed()) + Duration::from_millis(200));
+    let waited = ck.status();
+    let (answered, queued) = one_by_one(addr, N);
+    assert!(queued.is_empty(), "{} more queued", queued.len());
+    assert_eq!(answered.ok, N, "{answered:?}");
+    assert_eq!(selected_since(&ck, &waited, STOPPED), 0);
+
+    signal(pids[0], Signal::SIGCONT);
+    let late = finish_all(burst);
+    assert_eq!(late.ok, burst_len, "requests lost: {late:?}");
+    assert_eq!(late.pid(pids[0]), burst_len / 3, "{late:?}");
 }

@@ -328,6 +328,13 @@ impl BpfGroup {
         self.write_config()
     }
 
+    /// Sets `least-queue`'s patience ([`Config::queue_patience_us`], whole microseconds, at most
+    /// `u32::MAX`) in the `config` map.
+    pub fn set_queue_patience(&mut self, patience: std::time::Duration) -> Result<(), BpfError> {
+        self.config.queue_patience_us = u32::try_from(patience.as_micros()).unwrap_or(u32::MAX);
+        self.write_config()
+    }
+
     fn write_config(&mut self) -> Result<(), BpfError> {
         self.config_map
             .set(0, self.config, 0)

@@ -1,5 +1,6 @@
 //! What `least-queue` steers by. Exact: the select program reads each candidate socket's live
-//! queue depth (`sk_ack_backlog` + requests in SYN_RECV) from kernel memory, at offsets
+//! queue depth (`sk_ack_backlog` + requests in SYN_RECV) and how long its oldest connection has
+//! waited (the accept queue's head request's `snt_synack`) from kernel memory, at offsets
 //! resolved here from the kernel's BTF at load. Sampled: the supervisor's `TCP_INFO` samples
 //! in the `slots` map, where the kernel refuses the exact read (no BTF, a field not found,
 //! `bpf_probe_read_kernel` denied: no CAP_PERFMON, or lockdown) or when
@@ -83,10 +84,18 @@ pub fn from_btf(btf: &Btf) -> Result<QueueOffsets, BtfError> {
         });
     }
     let syn_recv = sized("inet_connection_sock", &["icsk_accept_queue", "qlen"], 4)?;
+    let head = sized(
+        "inet_connection_sock",
+        &["icsk_accept_queue", "rskq_accept_head"],
+        8,
+    )?;
+    let synack_sent = sized("tcp_request_sock", &["snt_synack"], 8)?;
     Ok(QueueOffsets {
         selected_sk: selected.offset,
         ack_backlog: backlog.offset,
         syn_recv: syn_recv.offset,
+        accept_head: head.offset,
+        synack_sent: synack_sent.offset,
     })
 }
 
@@ -119,6 +128,16 @@ mod tests {
             btf.field("sock", &["sk_ack_backlog"]).unwrap().offset
         );
         assert!(offsets.syn_recv > offsets.ack_backlog);
+        assert_eq!(
+            offsets.accept_head,
+            btf.field(
+                "inet_connection_sock",
+                &["icsk_accept_queue", "rskq_accept_head"]
+            )
+            .unwrap()
+            .offset
+        );
+        assert!(offsets.synack_sent > 0);
         assert_eq!(QueueDepth::Exact.describe(), "exact (BPF)");
         assert_eq!(
             QueueDepth::Sampled("no BTF".into()).describe(),

@@ -53,11 +53,11 @@ fn render_group(out: &mut String, g: &GroupMaps) {
         );
     }
     let c = &g.config;
-    let [selected, backlog, syn_recv] = c.queue_offsets;
+    let [selected, backlog, syn_recv, head, synack] = c.queue_offsets;
     let _ = writeln!(
         out,
-        "config:   policy {}, live half {}, probe base {}, flags {}, queue offsets (selected_sk/sk_ack_backlog/qlen) {selected}/{backlog}/{syn_recv}",
-        c.policy, c.live_half, c.probe_base, c.flags
+        "config:   policy {}, live half {}, probe base {}, flags {}, queue offsets (selected_sk/sk_ack_backlog/qlen/rskq_accept_head/snt_synack) {selected}/{backlog}/{syn_recv}/{head}/{synack}, queue patience {} us",
+        c.policy, c.live_half, c.probe_base, c.flags, c.queue_patience_us
     );
     let a = &g.active;
     let _ = writeln!(

@@ -54,6 +54,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         listen,
         workers,
         policy,
+        queue_patience,
         ready,
         ready_timeout,
         ready_grace,
@@ -158,6 +159,13 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         policy,
         "set in the BPF program when it loads",
         show_enum,
+    );
+    diff.fixed(
+        "queue-patience",
+        &old.queue_patience,
+        queue_patience,
+        "set in the BPF program when it loads",
+        show_duration,
     );
     diff.fixed("adopt", &old.adopt, adopt, sockets, bool::to_string);
     diff.fixed(

@@ -18,6 +18,13 @@ use super::{
 pub const PORT: u16 = 8080;
 /// `--policy`: how new connections are spread over ready workers.
 pub const POLICY: Policy = Policy::RoundRobin;
+/// `--queue-patience`: with `least-queue`, how long a worker's oldest queued connection may
+/// wait before its queue is compared with the others'. 0: every non-empty queue is compared, so
+/// a worker that stops accepting gets about one connection per stall whatever the rate (`bench
+/// stall`). A patience evens out bursts of connections opened at once (`bench spread`: 4 ms
+/// gives round-robin's spread on a busy 2-core machine) at the price of every connection sent
+/// to a stalled worker within it (each stuck until the stall ends).
+pub const QUEUE_PATIENCE: Duration = Duration::ZERO;
 /// `--ready`: when a worker counts as ready.
 pub const READY: ReadyMode = ReadyMode::Auto;
 /// `--ready-timeout`: time a worker has to become ready before it is replaced.
@@ -84,7 +91,10 @@ pub const WORKER_OUTPUT: WorkerOutput = WorkerOutput::Capture;
 
 /// A duration default as `ck run` takes it and `--help` shows it: `30s`, `500ms`.
 pub fn duration_text(d: Duration) -> String {
-    format!("{d:?}")
+    match d.is_zero() {
+        true => "0".into(),
+        false => format!("{d:?}"),
+    }
 }
 
 #[cfg(test)]
@@ -99,11 +109,13 @@ mod tests {
             PROBE_TIMEOUT,
             SAMPLE_INTERVAL,
             RESTART_STABLE,
+            QUEUE_PATIENCE,
         ] {
             assert_eq!(parse_duration(&duration_text(d)), Ok(d));
         }
         assert_eq!(duration_text(PROBE_TIMEOUT), "500ms");
         assert_eq!(duration_text(READY_TIMEOUT), "30s");
         assert_eq!(duration_text(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(duration_text(QUEUE_PATIENCE), "0");
     }
 }

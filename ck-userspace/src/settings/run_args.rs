@@ -45,6 +45,13 @@ pub struct RunArgs {
     /// How new connections are spread over ready workers.
     #[arg(long, value_enum, default_value_t = defaults::POLICY)]
     policy: Policy,
+    /// With --policy least-queue: a worker whose oldest queued connection has waited less than
+    /// this (as the kernel says) keeps its round-robin turn, which evens out bursts; only longer
+    /// waits are compared by queue length (0: every non-empty queue is, so a stalled worker gets
+    /// about one connection per stall). The wait counts from the SYN-ACK: keep it above the
+    /// clients' round-trip time.
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::QUEUE_PATIENCE), value_name = "DUR")]
+    queue_patience: Duration,
     /// When a worker counts as ready: READY=1 (auto also takes a worker that is silent on
     /// NOTIFY_SOCKET as ready once it waits for connections on its socket), at spawn, or when
     /// the readiness probe (--probe http:/PATH) passes.
@@ -201,6 +208,9 @@ pub struct RunArgs {
     app: Vec<String>,
 }
 
+/// The longest `--queue-patience`: the program holds it in whole microseconds in a `u32`.
+const MAX_QUEUE_PATIENCE: Duration = Duration::from_secs(3600);
+
 impl RunArgs {
     /// Checks the options and turns them into the supervisor's configuration.
     pub fn into_config(self) -> anyhow::Result<RunConfig> {
@@ -265,6 +275,14 @@ impl RunArgs {
                 self.quiet_max
             );
         }
+        if self.queue_patience > MAX_QUEUE_PATIENCE {
+            bail!(
+                "--queue-patience {:?} is longer than the program can hold: give at most {:?} \
+                 (0 compares every non-empty queue)",
+                self.queue_patience,
+                MAX_QUEUE_PATIENCE
+            );
+        }
         if self.crash_limit == 0 {
             bail!("--crash-limit 0: give at least 1 (crashes that open the breaker)");
         }
@@ -290,6 +308,7 @@ impl RunArgs {
             listen,
             workers,
             policy: self.policy,
+            queue_patience: self.queue_patience,
             ready: self.ready,
             ready_timeout: self.ready_timeout,
             ready_grace: self.ready_grace,
@@ -395,6 +414,7 @@ mod tests {
         );
         assert_eq!(cfg.name, format!("ck-{}", defaults::PORT));
         assert_eq!(cfg.policy, defaults::POLICY);
+        assert_eq!(cfg.queue_patience, defaults::QUEUE_PATIENCE);
         assert_eq!(cfg.ready, defaults::READY);
         assert_eq!(cfg.ready_timeout, defaults::READY_TIMEOUT);
         assert_eq!(cfg.ready_grace, defaults::READY_GRACE);

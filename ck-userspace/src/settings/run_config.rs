@@ -217,6 +217,9 @@ pub struct RunConfig {
     pub workers: u32,
     /// Selection policy.
     pub policy: Policy,
+    /// `--queue-patience`: with `least-queue`, a queue whose oldest connection has waited less
+    /// than this keeps its round-robin turn (zero: every non-empty queue is compared).
+    pub queue_patience: Duration,
     /// Readiness rule.
     pub ready: ReadyMode,
     /// Time a worker has to become ready before it is replaced.

@@ -18,7 +18,7 @@ use tokio::{net::TcpSocket, sync::oneshot};
 
 use super::{Event, Supervisor, lifecycle::Input, scale::CANARY_SLOT};
 use crate::{
-    bpf::{BpfGroup, pins, queue_depth::QueueDepth},
+    bpf::{BpfError, BpfGroup, pins, queue_depth::QueueDepth},
     os::probe,
     settings::run_config::RunConfig,
 };
@@ -87,16 +87,23 @@ fn reload(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
     cfg.listen
         .iter()
         .map(|addr| {
-            BpfGroup::resume(
+            let group = BpfGroup::resume(
                 &cfg.name,
                 &addr.group_name(),
                 cfg.policy.code(),
                 cfg.health.probe_port_base,
                 cfg.bpf_log,
-            )
-            .map_err(anyhow::Error::from)
+            );
+            with_patience(group, cfg).map_err(anyhow::Error::from)
         })
         .collect()
+}
+
+/// `group` with `--queue-patience` written to its `config` map.
+fn with_patience(group: Result<BpfGroup, BpfError>, cfg: &RunConfig) -> Result<BpfGroup, BpfError> {
+    let mut group = group?;
+    group.set_queue_patience(cfg.queue_patience)?;
+    Ok(group)
 }
 
 /// Mounts bpffs if needed, removes stale pins of the same name, and loads and pins one program
@@ -112,13 +119,14 @@ fn load(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
     }
     let mut loaded = Vec::new();
     for addr in &cfg.listen {
-        match BpfGroup::load(
+        let group = BpfGroup::load(
             &cfg.name,
             &addr.group_name(),
             cfg.policy.code(),
             cfg.health.probe_port_base,
             cfg.bpf_log,
-        ) {
+        );
+        match with_patience(group, cfg) {
             Ok(bpf) => loaded.push(bpf),
             Err(e) => {
                 drop(loaded);

@@ -1,6 +1,6 @@
 //! The `spread` scenario: how evenly new connections land on 3 workers, per policy. One
-//! instance per policy (hash, round-robin, least-queue, least-conn) and a baseline, side by
-//! side; in each of [`ROUNDS`] rounds (alternating over the instances), [`OPENERS`] threads
+//! instance per policy (hash, round-robin, least-queue, least-conn), least-queue with a
+//! `--queue-patience`, and a baseline, side by side; in each of [`ROUNDS`] rounds (alternating over the instances), [`OPENERS`] threads
 //! together open [`CONNECTIONS`] connections at once (source ports and CPUs as the OS picks),
 //! then send one keep-alive `GET /` on each and read which slot answered. Reports each slot's
 //! share of the connections and the largest share, worst of the rounds, and checks the answers
@@ -38,8 +38,20 @@ const GOAL_SHARE: f64 = 36.0;
 /// The request sent on every connection (keep-alive: the worker does not close it).
 const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: b\r\n\r\n";
 
-/// The ck policies measured, in table order.
-const POLICIES: [&str; 4] = ["hash", "round-robin", "least-queue", "least-conn"];
+/// The ck variants measured, in table order: label, instance name suffix, `ck run` options.
+/// The last is least-queue with a patience (a queue whose oldest connection has waited less
+/// than 10 ms keeps its round-robin turn), beside its default (every non-empty queue compared).
+const VARIANTS: [(&str, &str, &[&str]); 5] = [
+    ("hash", "hash", &["--policy", "hash"]),
+    ("round-robin", "round-robin", &["--policy", "round-robin"]),
+    ("least-queue", "least-queue", &["--policy", "least-queue"]),
+    ("least-conn", "least-conn", &["--policy", "least-conn"]),
+    (
+        "least-queue --queue-patience 10ms",
+        "lq-patient",
+        &["--policy", "least-queue", "--queue-patience", "10ms"],
+    ),
+];
 
 /// One measured instance: a ck policy or the baseline.
 struct Measured {
@@ -55,16 +67,16 @@ struct Measured {
 /// Runs the scenario and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
     let mut all = Vec::new();
-    for policy in POLICIES {
+    for (label, suffix, args) in VARIANTS {
         let inst = Instance::start(
             &bench.bin,
             &bench.log_dir,
-            &format!("spread-{policy}"),
+            &format!("spread-{suffix}"),
             Variant::Ck,
             WORKERS,
-            &["--policy", policy],
+            args,
         )?;
-        all.push(Measured::new(policy, inst));
+        all.push(Measured::new(label, inst));
     }
     let base = Instance::start(
         &bench.bin,

@@ -3,7 +3,8 @@
 //! small sh script that is the app of every run), under a paced new-connection load of
 //! [`RATE`] req/s over [`CONNECTIONS`] connections for [`DURATION`]. One fresh instance per
 //! setup: each policy with the default `--stall-timeout` (1s, longer than the stall) and with
-//! 100ms, and the baseline, which runs first and again last. Reports p50/p99/p99.9 latency,
+//! 100ms, least-queue with a `--queue-patience` (the price of evening out bursts), and the
+//! baseline, which runs first and again last. Reports p50/p99/p99.9 latency,
 //! failed requests, slot 0's share of the answers and how often ck marked it stalled.
 
 use std::fs;
@@ -57,7 +58,7 @@ const BASELINE: Setup = Setup {
 };
 
 /// The ck setups, in the order they run (between the two baseline runs).
-const SETUPS: [Setup; 6] = [
+const SETUPS: [Setup; 7] = [
     Setup {
         label: "hash, stall-timeout 1s (default)",
         what: "stall-hash-1s",
@@ -75,6 +76,12 @@ const SETUPS: [Setup; 6] = [
         what: "stall-least-queue-1s",
         variant: Variant::Ck,
         flags: &["--policy", "least-queue"],
+    },
+    Setup {
+        label: "least-queue --queue-patience 10ms, stall-timeout 1s",
+        what: "stall-lq-patient-1s",
+        variant: Variant::Ck,
+        flags: &["--policy", "least-queue", "--queue-patience", "10ms"],
     },
     Setup {
         label: "hash, stall-timeout 100ms",

@@ -114,9 +114,14 @@ pub struct ConfigEntry {
     pub flags: u32,
     /// Byte offsets of the exact queue depth's fields in kernel memory: `selected_sk` in
     /// `struct sk_reuseport_kern`, `sk_ack_backlog` in `struct sock`, and
-    /// `icsk_accept_queue.qlen` (SYN_RECV) in `struct inet_connection_sock` (0: not set).
+    /// `icsk_accept_queue.qlen` (SYN_RECV) and `icsk_accept_queue.rskq_accept_head` in
+    /// `struct inet_connection_sock`, and `snt_synack` in `struct tcp_request_sock` (0: not
+    /// set).
     #[serde(default)]
-    pub queue_offsets: [u32; 3],
+    pub queue_offsets: [u32; 5],
+    /// `least-queue`'s patience in microseconds (0: every non-empty queue is compared).
+    #[serde(default)]
+    pub queue_patience_us: u32,
 }
 
 /// The `active` map.

@@ -532,15 +532,18 @@ mod tests {
     }
 
     /// An image from before least-queue read exact depths (its `config` had no queue offsets:
-    /// 16 bytes) is refused: the program would read offsets that are not there.
+    /// 16 bytes), or before it read the oldest connection's wait (28 bytes), is refused: the
+    /// program would read offsets that are not there.
     #[test]
     fn an_image_without_the_queue_offsets_is_refused() {
         let this = Compat::this();
-        assert!(this.maps.contains(" config=28B "), "{}", this.maps);
-        let before = Compat {
-            maps: this.maps.replace(" config=28B ", " config=16B "),
-            ..this.clone()
-        };
-        assert!(this.refuses(&before).unwrap().contains("map layout"));
+        assert!(this.maps.contains(" config=40B "), "{}", this.maps);
+        for older in [" config=16B ", " config=28B "] {
+            let before = Compat {
+                maps: this.maps.replace(" config=40B ", older),
+                ..this.clone()
+            };
+            assert!(this.refuses(&before).unwrap().contains("map layout"));
+        }
     }
 }
