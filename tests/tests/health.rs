@@ -309,3 +309,78 @@ fn a_worker_unhealthy_too_long_is_replaced() {
     assert!(!pids.contains(&sick));
     assert!(tally.only_from(&pids), "answers from other pids: {tally:?}");
 }
+
+/// A worker that accepts one connection every 20 ms, answers it and closes it, on ck's socket.
+const SLOW_ACCEPTER: &str = r#"import os, socket, time
+s = socket.socket(fileno=3)
+s.setblocking(True)
+body = f"slot={os.environ.get('CK_SLOT')} pid={os.getpid()}\n".encode()
+answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+while True:
+    c, _ = s.accept()
+    try:
+        c.settimeout(2)
+        c.recv(1024)
+        c.sendall(answer)
+    except OSError:
+        pass
+    finally:
+        c.close()
+    time.sleep(0.02)
+"#;
+
+#[test]
+fn a_worker_that_keeps_up_with_a_queue_never_empty_is_not_marked_stalled() {
+    // Three clients, each sending its next request as soon as it has the answer, against a
+    // worker that accepts one connection every 20 ms: two or three connections wait in its
+    // queue at every sample (every 50 ms with a 200 ms stall timeout), so the depths read
+    // 2, 2, 3, 2, ... and never shrink for long, while about 50 connections a second go
+    // through. By depths alone it was stalled within 200 ms; with the program's counts of the
+    // connections it sent the slot, ck sees them leave the queue.
+    let dir = TempDir::new("slow-accepter");
+    let app = dir.write("slow_accepter.py", SLOW_ACCEPTER, false);
+    let app = app.to_str().expect("UTF-8 path");
+    let (ck, port, _) = start_ready(
+        "hkeepsup",
+        1,
+        &["--stall-timeout", "200ms", "--", "python3", app],
+    );
+    let addr = local(port);
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut tally = ck_tests::Tally::default();
+                while std::time::Instant::now() < until {
+                    tally.add(&ck_tests::http::get_new_conn(addr));
+                }
+                tally
+            })
+        })
+        .collect();
+    let mut total = ck_tests::Tally::default();
+    let mut deepest = 0;
+    while std::time::Instant::now() < until {
+        deepest = deepest.max(ck.status().slot(0).queue_depth);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for client in clients {
+        let tally = client.join().expect("client thread");
+        total.ok += tally.ok;
+        assert_eq!(tally.failed(), 0, "{tally:?}");
+    }
+    eprintln!("answered {} in 3 s, deepest queue seen {deepest}", total.ok);
+    assert!(total.ok >= 60, "{total:?}: the worker did not keep up");
+    assert!(
+        deepest >= 1,
+        "the queue was never seen holding a connection"
+    );
+    let health = health_lines(&ck);
+    assert!(
+        !health.contains("worker unhealthy"),
+        "a worker that keeps up was marked stalled:\n{health}"
+    );
+    let status = ck.status();
+    assert_eq!(status.slot(0).state, "ready", "{status:#?}");
+    assert_eq!(status.active, vec![0], "{status:#?}");
+}

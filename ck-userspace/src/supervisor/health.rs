@@ -21,6 +21,7 @@ use std::{
 use super::{
     Event, Supervisor,
     lifecycle::{Input, State},
+    queue_motion,
 };
 use crate::{
     bpf::queue_depth::QueueDepth,
@@ -210,9 +211,23 @@ impl Supervisor {
         let watchdog = self.cfg.health.watchdog;
         let mut depth_changed = Vec::new();
         let mut changes = Vec::new();
-        for slot in self.slots.values_mut() {
+        // Connections the program sent each slot so far: with the depths, how many left its
+        // queue since the last sample (`queue_motion`).
+        let sent: Vec<(u32, Option<u64>)> = self
+            .slots
+            .keys()
+            .map(|&index| {
+                let stats = self.slot_stats(index);
+                let counted = stall_timeout.is_some() && !self.cfg.no_bpf;
+                (index, counted.then(|| stats.selected + stats.probe_hits))
+            })
+            .collect();
+        for (slot, (index, sent)) in self.slots.values_mut().zip(sent) {
+            debug_assert_eq!(slot.index, index);
             let depth = slot.live_queue_depth();
             let previous = slot.queue_depth;
+            let arrivals = sent.map(|sent| sent.saturating_sub(slot.sent_seen.unwrap_or(sent)));
+            slot.sent_seen = sent;
             if depth != previous {
                 slot.queue_depth = depth;
                 depth_changed.push(slot.index);
@@ -226,7 +241,7 @@ impl Supervisor {
             // it is ready.
             let starting = matches!(slot.life.state, State::Starting(_));
             if let Some(timeout) = stall_timeout {
-                if depth > 0 && depth >= previous && !starting {
+                if depth > 0 && !queue_motion::moved(previous, depth, arrivals) && !starting {
                     let since = *slot.queue_rising_since.get_or_insert(now);
                     if !worker.health.stalled && now.duration_since(since) >= timeout {
                         changes.push((

@@ -19,6 +19,7 @@ pub mod lifecycle;
 mod members;
 pub mod output;
 mod publish;
+mod queue_motion;
 mod quiet;
 mod reconfigure;
 mod recycle;

@@ -95,8 +95,11 @@ pub struct Slot {
     /// Accept-queue depth last sampled (all groups): what the sampled fallback steers by and
     /// `ck maps` shows.
     pub queue_depth: u32,
-    /// Since when the queue has been non-empty and not shrinking.
+    /// Since when the queue has been non-empty and not moving (`queue_motion`).
     pub queue_rising_since: Option<Instant>,
+    /// Connections the program had sent the slot (`selected` + `probe_hits`, all groups) at the
+    /// last sample (None: not counted, or no sample yet).
+    pub sent_seen: Option<u64>,
     /// Probes of its workers that failed once they were past starting
     /// (`ck_probe_failures_total`).
     pub probe_failures: u64,
@@ -121,6 +124,7 @@ impl Slot {
             last_exit: None,
             queue_depth: 0,
             queue_rising_since: None,
+            sent_seen: None,
             probe_failures: 0,
             output_dropped: Default::default(),
         }

@@ -109,6 +109,8 @@ struct Outcome {
     report: LoadReport,
     /// Times ck logged slot 0 unhealthy (stalled).
     marked: usize,
+    /// Times ck logged another slot (which never stalls) unhealthy: false stalls.
+    marked_others: usize,
     /// 1-minute load average before the run.
     load_before: String,
 }
@@ -181,12 +183,13 @@ pub fn run(bench: &Bench) -> Result<Table> {
     ));
     for o in [&first].into_iter().chain(&ck).chain([&last]) {
         t.note(format!(
-            "{}: slot 0 answered {:.1} % of {} requests, marked stalled {} time(s); \
-             load average before {}",
+            "{}: slot 0 answered {:.1} % of {} requests, marked stalled {} time(s) (the other \
+             slots, which never stall: {}); load average before {}",
             o.label,
             o.stalled_share(),
             o.report.ok,
             o.marked,
+            o.marked_others,
             o.load_before
         ));
     }
@@ -223,17 +226,20 @@ fn measure(bench: &Bench, app: &Path, setup: &Setup) -> Result<Outcome> {
     let report = load::run(spec);
     bench.progress(format_args!("stall: {}: {}", setup.label, report.summary()));
 
-    let marked = inst
+    let unhealthy: Vec<String> = inst
         .complaints()
-        .iter()
-        .filter(|l| l.contains("worker unhealthy") && l.contains("slot=0"))
-        .count();
+        .into_iter()
+        .filter(|l| l.contains("worker unhealthy"))
+        .collect();
+    let marked = unhealthy.iter().filter(|l| l.contains("slot=0 ")).count();
+    let marked_others = unhealthy.len() - marked;
     bench.report_log(&inst);
     inst.stop()?;
     Ok(Outcome {
         label: setup.label,
         report,
         marked,
+        marked_others,
         load_before,
     })
 }
