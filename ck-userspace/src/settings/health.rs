@@ -59,8 +59,8 @@ pub struct HealthConfig {
     pub probe_passes: u32,
     /// Probe source ports: slot S is probed from `probe_port_base + S`.
     pub probe_port_base: u16,
-    /// A queue that stays non-empty without shrinking this long marks its worker stalled
-    /// (`None`: off).
+    /// A queue that stays non-empty with no connection leaving it this long marks its worker
+    /// stalled (`None`: off).
     pub stall_timeout: Option<Duration>,
     /// How often least-queue's sampled fallback samples accept queues under traffic (stall
     /// detection alone samples every tenth of `stall_timeout`).

@@ -128,8 +128,8 @@ pub struct RunArgs {
     /// loopback connections to slot S).
     #[arg(long, default_value_t = defaults::PROBE_PORT_BASE)]
     probe_port_base: u16,
-    /// A worker whose accept queue stays non-empty without shrinking this long is taken out of
-    /// the active set until it moves again (0: off).
+    /// A worker whose accept queue stays non-empty with no connection leaving it this long is
+    /// taken out of the active set until it moves again (0: off).
     #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::STALL_TIMEOUT))]
     stall_timeout: Duration,
     /// The sampled fallback's interval: how often accept queues are sampled while there is

@@ -69,6 +69,8 @@ pub(super) struct Pacer {
     ticks: u32,
     /// When queues are sampled next (ticks in between only check readiness).
     next_sample: Instant,
+    /// When queues were last sampled: a queue that did not move since was still since then.
+    last_sample: Option<Instant>,
     /// When silent starting workers are checked for readiness next.
     next_ready_check: Instant,
     /// Whether the last sample was for the sampled fallback (a change samples at once).
@@ -85,6 +87,7 @@ impl Pacer {
             selected_seen: 0,
             ticks: 0,
             next_sample: Instant::now(),
+            last_sample: None,
             next_ready_check: Instant::now(),
             fallback: false,
         }
@@ -211,6 +214,9 @@ impl Supervisor {
         let watchdog = self.cfg.health.watchdog;
         let mut depth_changed = Vec::new();
         let mut changes = Vec::new();
+        // A queue that did not move since the last sample has been still since that sample.
+        let still_since = self.pacer.last_sample.unwrap_or(now);
+        self.pacer.last_sample = Some(now);
         // Connections the program sent each slot so far: with the depths, how many left its
         // queue since the last sample (`queue_motion`).
         let sent: Vec<(u32, Option<u64>)> = self
@@ -242,7 +248,7 @@ impl Supervisor {
             let starting = matches!(slot.life.state, State::Starting(_));
             if let Some(timeout) = stall_timeout {
                 if depth > 0 && !queue_motion::moved(previous, depth, arrivals) && !starting {
-                    let since = *slot.queue_rising_since.get_or_insert(now);
+                    let since = *slot.queue_rising_since.get_or_insert(still_since);
                     if !worker.health.stalled && now.duration_since(since) >= timeout {
                         changes.push((
                             slot.index,
