@@ -111,6 +111,10 @@ pub mod config_flags {
     /// `least-queue` reads each candidate's exact queue depth from kernel memory at the
     /// offsets of [`super::Config::queue`] (set only when the program was loaded able to).
     pub const EXACT_QUEUE: u32 = 1;
+    /// `least-conn` sums the kernel's per-CPU open-connection counts (set only when the
+    /// counting program runs and the program was loaded able to sum them); without it,
+    /// `least-conn` compares the supervisor's samples in `conn_samples`.
+    pub const KERNEL_CONNS: u32 = 2;
 }
 
 /// Per-slot record in the `slots` map: the readable truth about each slot.

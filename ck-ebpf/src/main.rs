@@ -70,9 +70,15 @@ static STICKY: Array<StickyTable, 2> = Array::new();
 #[unsafe(no_mangle)]
 static CK_READ_KERNEL: Global<u8> = Global::new(0);
 
+/// slot -> open connections as the supervisor last sampled them: what `least-conn` compares
+/// when the program cannot sum the kernel's own counts (no [`config_flags::KERNEL_CONNS`]).
+#[btf_map(name = "conn_samples")]
+static CONN_SAMPLES: Array<u32, SLOTS> = Array::new();
+
 /// 1 when the supervisor loads the program for `least-conn`, which sums the per-CPU open-connection
 /// counts with `bpf_map_lookup_percpu_elem` (Linux >= 5.19). Read-only data: with 0 the verifier
-/// drops that helper call, so the program loads on older kernels under the other policies.
+/// drops that helper call, so the program loads on older kernels (and `least-conn` compares the
+/// supervisor's samples, `conn_samples`).
 #[unsafe(no_mangle)]
 static CK_SUM_CONNS: Global<u8> = Global::new(0);
 
@@ -128,7 +134,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     let first = match config.policy {
         policy::ROUND_ROBIN => next_cursor(len),
         policy::LEAST_QUEUE => least_queue(ctx, set, len, config),
-        policy::LEAST_CONN => least_conn(set, len),
+        policy::LEAST_CONN => least_conn(set, len, config),
         _ => scale(ctx.hash(), len),
     };
     let tries = if len < MAX_SELECT_TRIES {
@@ -317,24 +323,30 @@ const CONN_CHOICES: u32 = 4;
 /// quarters of the set further on (with fewer than 4 ready slots, all of them), each scored by
 /// its connections as the kernel counts them ([`conns::open`]: every established connection
 /// its listener created, the ones still queued for `accept` included, until it closes; only
-/// requests still in SYN_RECV are not counted). Two random choices leave old workers ahead
+/// requests still in SYN_RECV are not counted), or, where the program cannot sum those counts
+/// (no [`config_flags::KERNEL_CONNS`]), as the supervisor last sampled them (`conn_samples`). Two random choices leave old workers ahead
 /// after a scale-up (both candidates old in 1 of 6 connections with 2 old of 4); spread choices
 /// find the emptiest of 4 workers every time. Ties go to the earlier candidate (the
 /// round-robin one first); an empty candidate ends the search. No queue read: the counts hold
 /// the queued connections, and a trial selection per candidate would cost more than the
 /// count.
 #[inline(always)]
-fn least_conn(set: &ActiveSet, len: u32) -> u32 {
+fn least_conn(set: &ActiveSet, len: u32, config: &Config) -> u32 {
     let first = next_cursor(len);
-    if len < 2 || CK_SUM_CONNS.load() == 0 {
+    if len < 2 {
         return first;
     }
+    let kernel = CK_SUM_CONNS.load() != 0 && config.flags & config_flags::KERNEL_CONNS != 0;
     let (mut best, mut best_load) = (first, u32::MAX);
     let mut k = 0;
     while k < CONN_CHOICES && k < len {
         let pos = spread_position(first, k, len);
         // A mask, as in least_queue: the index register bounded on its own for the verifier.
-        let load = conns::open(set.slots[pos as usize & SLOT_MASK]);
+        let slot = set.slots[pos as usize & SLOT_MASK];
+        let load = match kernel {
+            true => conns::open(slot),
+            false => CONN_SAMPLES.get(slot).map_or(u32::MAX, |n| *n),
+        };
         if load < best_load {
             (best, best_load) = (pos, load);
         }

@@ -49,13 +49,117 @@ fn wait_counts(ck: &mut Ck, want: &BTreeMap<u32, u64>) -> Status {
 
 #[test]
 fn least_conn_sends_the_next_connections_to_the_emptiest_worker() {
-    let (mut ck, port, status) = start_ready("lconn", 2, &["--policy", "least-conn"]);
+    let (ck, port, status) = start_ready("lconn", 2, &["--policy", "least-conn"]);
     assert_eq!(status.policy.name(), "least-conn", "{status:#?}");
     assert_eq!(status.connection_count, "kernel", "{status:#?}");
+    assert_eq!(
+        status.conn_steering.as_deref(),
+        Some("kernel (BPF)"),
+        "{status:#?}"
+    );
+    assert!(
+        ck.log()
+            .contains("least-conn sums each candidate's kernel-counted connections in BPF"),
+        "{}",
+        ck.log()
+    );
+    emptiest_worker_takes_the_next(ck, port, Duration::ZERO);
+}
+
+/// Where the program cannot sum the kernel's counts (Linux 5.14 to 5.18, forced here), least-conn
+/// compares the counts the supervisor samples: the same choices, once a sample has seen the
+/// change (the test waits [`SAMPLE_WAIT`] after each).
+#[test]
+fn the_forced_fallback_says_so_and_steers_by_sampled_counts() {
+    let port = ck_tests::sys::free_port();
+    let base = probe_base_for(port).to_string();
+    let args = [
+        "-w",
+        "2",
+        "--port",
+        &port.to_string(),
+        "--probe-port-base",
+        &base,
+        "--policy",
+        "least-conn",
+    ];
+    let forced = [("CK_LEAST_CONN", "sampled")];
+    let name = ck_tests::instance_name("lconn-sampled", port);
+    let mut ck = Ck::start_with_env(&name, &args, &forced);
+    let status = ck.wait_ready(2, ck_tests::READY_TIMEOUT);
+    let said = "sampled (forced by CK_LEAST_CONN=sampled)";
+    assert_eq!(status.conn_steering.as_deref(), Some(said), "{status:#?}");
+    assert_eq!(status.connection_count, "kernel", "{status:#?}");
+    let text = ck.ctl_ok(&["status"]);
+    assert!(
+        text.contains(&format!("least-conn counts: {said}")),
+        "{text}"
+    );
+    let warned: Vec<_> = ck
+        .log()
+        .lines()
+        .filter(|l| l.contains("least-conn steers by sampled connection counts"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warned.len(), 1, "one warning line: {}", ck.log());
+    assert!(warned[0].contains("CK_LEAST_CONN=sampled"), "{warned:?}");
+    emptiest_worker_takes_the_next(ck, port, SAMPLE_WAIT);
+}
+
+/// Where the kernel does not count connections at all (forced: `CK_CONN_COUNT=scan`),
+/// least-conn has nothing to compare, says so, and spreads round-robin: 4 connections from one
+/// CPU go 2 and 2 although slot 0 holds 6.
+#[test]
+fn without_kernel_counts_least_conn_says_so_and_spreads_round_robin() {
+    let port = ck_tests::sys::free_port();
+    let base = probe_base_for(port);
+    let base_text = base.to_string();
+    let args = [
+        "-w",
+        "2",
+        "--port",
+        &port.to_string(),
+        "--probe-port-base",
+        &base_text,
+        "--policy",
+        "least-conn",
+    ];
+    let name = ck_tests::instance_name("lconn-rr", port);
+    let mut ck = Ck::start_with_env(&name, &args, &[("CK_CONN_COUNT", "scan")]);
+    let status = ck.wait_ready(2, ck_tests::READY_TIMEOUT);
+    let steering = status.conn_steering.clone().unwrap_or_default();
+    assert!(
+        steering.starts_with("round-robin (the kernel does not count connections here")
+            && steering.contains("CK_CONN_COUNT=scan"),
+        "{status:#?}"
+    );
+    assert_eq!(
+        ck.log()
+            .matches("least-conn has no connection counts to steer by")
+            .count(),
+        1,
+        "{}",
+        ck.log()
+    );
+    let on_slot0: Vec<_> = (1..=HELD).map(|h| held_on(port, base, 0, h)).collect();
+    let cpu = allowed_cpus()[0];
+    let (next, answered) = on_cpu(cpu, move || hold(local(port), NEXT));
+    assert_eq!(answered, BTreeMap::from([(0, 2), (1, 2)]));
+    drop((on_slot0, next));
+}
+
+/// How long the fallback's samples take to see a change (sampled every `--sample-interval`,
+/// 1 ms, under traffic; 50 ms idle).
+const SAMPLE_WAIT: Duration = Duration::from_millis(300);
+
+/// Slot 0 holds 6 (probe steering), then the next 4 go to slot 1, the emptier; slot 0's closed,
+/// the next 4 go to slot 0. `settle`: how long a sample takes to see each change.
+fn emptiest_worker_takes_the_next(mut ck: Ck, port: u16, settle: Duration) {
     let base = probe_base_for(port);
     let on_slot0: Vec<_> = (1..=HELD).map(|h| held_on(port, base, 0, h)).collect();
     let before = wait_counts(&mut ck, &BTreeMap::from([(0, u64::from(HELD)), (1, 0)]));
     assert_eq!(before.slot(0).probe_hits, u64::from(HELD), "{before:#?}");
+    std::thread::sleep(settle);
 
     // Slot 1 holds fewer until it holds 6: all 4 go there.
     let (next, answered) = hold(local(port), NEXT);
@@ -73,6 +177,7 @@ fn least_conn_sends_the_next_connections_to_the_emptiest_worker() {
     // Slot 0's connections closed: now it is the emptiest, and takes the next 4.
     drop(on_slot0);
     let emptied = wait_counts(&mut ck, &BTreeMap::from([(0, 0), (1, NEXT as u64)]));
+    std::thread::sleep(settle);
     let (again, answered) = hold(local(port), NEXT);
     assert_eq!(answered, BTreeMap::from([(0, NEXT as u64)]));
     let last = wait_counts(

@@ -5,26 +5,23 @@ use std::os::fd::AsRawFd;
 
 use anyhow::Context as _;
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, MapData, PerCpuArray, ReusePortSockArray},
     programs::SkReuseport,
 };
 use ck_common::{ActiveSet, Config, QueueOffsets, SlotInfo, SlotStats, config_flags, policy};
 use socket2::Socket;
 
-use super::{BpfError, conns::ConnCounter, pins, queue_depth::QueueDepth, stats, sticky::Sticky};
-
-/// The program's read-only switch that lets it read queue depths from kernel memory.
-const READ_KERNEL: &str = "CK_READ_KERNEL";
-
-/// The program's read-only switch that lets `least-conn` sum the per-CPU open-connection counts
-/// (`bpf_map_lookup_percpu_elem`, Linux >= 5.19): off under the other policies, so that the
-/// verifier drops that helper call and the program loads on older kernels too.
-const SUM_CONNS: &str = "CK_SUM_CONNS";
-
-/// The program's read-only count of possible CPUs: `least-conn` asks for the other CPUs' counts up
-/// to it and no further.
-const CPUS: &str = "CK_CPUS";
+use super::{
+    BpfError,
+    conn_steering::ConnSteering,
+    conns::ConnCounter,
+    load::{Loaded, open_for},
+    pins,
+    queue_depth::QueueDepth,
+    stats,
+    sticky::Sticky,
+};
 
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
 /// open-connection counting's ([`super::conns::MAPS`]).
@@ -63,9 +60,14 @@ pub struct BpfGroup {
     sampled_why: String,
     /// Open connections counted by the kernel, or why the kernel does not count them here.
     conns: Result<ConnCounter, String>,
+    /// slot -> open connections as last sampled: what least-conn compares when the program
+    /// cannot sum the kernel's counts.
+    conn_samples: Array<MapData, u32>,
+    /// What least-conn steers by (None: another policy).
+    conn_steering: Option<ConnSteering>,
 }
 
-fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
+pub(super) fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
     move |error| BpfError::Load {
         what: what.to_string(),
         error,
@@ -119,36 +121,11 @@ impl BpfGroup {
     ) -> Result<BpfGroup, BpfError> {
         let pin_dir = pins::group_dir(name, group);
         let started = std::time::Instant::now();
-        let sum_conns = policy == policy::LEAST_CONN;
-        let open = |read_kernel: bool| {
-            let switches = Switches {
-                read_kernel,
-                sum_conns,
-            };
-            open(&pin_dir, group, log, reuse, switches, started)
-        };
-        // least-queue reads exact queue depths where the kernel lets the program read them
-        // (BTF offsets found, and the kernel takes the program that reads kernel memory);
-        // otherwise the same program is loaded without those reads.
-        let exact = match policy {
-            policy::LEAST_QUEUE => super::queue_depth::offsets(),
-            _ => Err("the policy does not read queue depths".to_string()),
-        };
-        let (mut ebpf, queue) = match exact {
-            Ok(offsets) => match open(true) {
-                Ok(ebpf) => (ebpf, Ok(offsets)),
-                Err(refused) => {
-                    tracing::debug!(group, "the program that reads queue depths: {refused}");
-                    let why = format!(
-                        "the kernel refused the program that reads them ({}); \
-                         bpf_probe_read_kernel needs CAP_PERFMON and no kernel lockdown",
-                        refusal(&refused)
-                    );
-                    (open(false)?, Err(why))
-                }
-            },
-            Err(why) => (open(false)?, Err(why)),
-        };
+        let Loaded {
+            mut ebpf,
+            queue,
+            conn_sum,
+        } = open_for(&pin_dir, group, log, reuse, policy, started)?;
         if !reuse {
             pins::create_group_dir(&pin_dir)?;
         }
@@ -163,6 +140,16 @@ impl BpfGroup {
             })?;
         }
         let conns = ConnCounter::start(&mut ebpf, &pin_dir, reuse).map_err(|e| format!("{e:#}"));
+        // Summed counts of a counter that does not run would be zeros: least-conn then has
+        // nothing to steer by (its candidates tie: round-robin).
+        let conn_steering = match (&conn_sum, &conns) {
+            (_, Err(why)) => ConnSteering::RoundRobin(format!(
+                "the kernel does not count connections here: {why}"
+            )),
+            (Ok(()), Ok(_)) => ConnSteering::Kernel,
+            (Err(why), Ok(_)) => ConnSteering::Sampled(why.clone()),
+        };
+        let conn_samples = take(&mut ebpf, "conn_samples")?;
         let sockets = take(&mut ebpf, "sockets")?;
         let slots = take(&mut ebpf, "slots")?;
         let active = take(&mut ebpf, "active")?;
@@ -184,15 +171,19 @@ impl BpfGroup {
             config: Config {
                 policy,
                 probe_base: u32::from(probe_base),
-                flags: if queue.is_ok() {
-                    config_flags::EXACT_QUEUE
-                } else {
-                    0
+                flags: match queue.is_ok() {
+                    true => config_flags::EXACT_QUEUE,
+                    false => 0,
+                } | match conn_steering {
+                    ConnSteering::Kernel => config_flags::KERNEL_CONNS,
+                    _ => 0,
                 },
                 queue: queue.clone().unwrap_or(QueueOffsets::default()),
                 ..Config::default()
             },
             sampled_why: queue.err().unwrap_or_default(),
+            conn_samples,
+            conn_steering: (policy == policy::LEAST_CONN).then_some(conn_steering),
         };
         if reuse {
             // The program reads the live half of `active` from `config`: keep it.
@@ -218,6 +209,40 @@ impl BpfGroup {
             Ok(_) => QueueDepth::Sampled(self.sampled_why.clone()),
             Err(e) => QueueDepth::Sampled(format!("the config map could not be read: {e}")),
         }
+    }
+
+    /// What `least-conn` steers by (None under another policy): the kernel's counts, summed by
+    /// the program, only when `config` says so.
+    pub fn conn_steering(&self) -> Option<ConnSteering> {
+        let steering = self.conn_steering.clone()?;
+        Some(match (&steering, self.config_map.get(&0, 0)) {
+            (ConnSteering::Kernel, Ok(c)) if c.flags & config_flags::KERNEL_CONNS == 0 => {
+                ConnSteering::Sampled("the config map says so".into())
+            }
+            (_, Err(e)) => ConnSteering::Sampled(format!("the config map could not be read: {e}")),
+            _ => steering,
+        })
+    }
+
+    /// Writes each slot's kernel-counted open connections to `conn_samples`, for least-conn
+    /// where the program cannot sum them ([`ConnSteering::Sampled`]); nothing otherwise.
+    pub fn sample_connections(
+        &mut self,
+        slots: impl IntoIterator<Item = u32>,
+    ) -> Result<(), BpfError> {
+        if !matches!(self.conn_steering, Some(ConnSteering::Sampled(_))) {
+            return Ok(());
+        }
+        let Ok(counter) = &self.conns else {
+            return Ok(());
+        };
+        for slot in slots {
+            let open = u32::try_from(counter.count(slot).max(0)).unwrap_or(u32::MAX);
+            self.conn_samples
+                .set(slot, open, 0)
+                .map_err(write_err("conn_samples"))?;
+        }
+        Ok(())
     }
 
     /// Starts forwarding the program's aya-log records to the `log` crate (and so to tracing).
@@ -371,98 +396,6 @@ impl BpfGroup {
     }
 }
 
-/// The program's read-only switches, set at load.
-#[derive(Clone, Copy)]
-struct Switches {
-    /// Read queue depths from kernel memory ([`READ_KERNEL`]).
-    read_kernel: bool,
-    /// Sum the per-CPU open-connection counts ([`SUM_CONNS`]).
-    sum_conns: bool,
-}
-
-/// Parses the object (maps created, or opened from their pins in `pin_dir` with `reuse`) and
-/// loads the program with `switches`.
-fn open(
-    pin_dir: &std::path::Path,
-    group: &str,
-    log: bool,
-    reuse: bool,
-    switches: Switches,
-    started: std::time::Instant,
-) -> Result<Ebpf, BpfError> {
-    // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
-    // 0.14's `EbpfLoader::new` still reads and parses it, ~20 ms of ck's start-up; its API
-    // has no way around that.)
-    // aya-log's level lives in the object's read-only data: 0 turns every log statement off
-    // (the verifier then drops them), so the program writes no record without --bpf-log. The
-    // kernel-read switch works the same way.
-    let level: u8 = if log { u8::MAX } else { 0 };
-    let read_kernel = u8::from(switches.read_kernel);
-    let sum_conns = u8::from(switches.sum_conns);
-    let cpus = aya::util::nr_cpus()
-        .ok()
-        .and_then(|n| u32::try_from(n).ok())
-        .unwrap_or(0);
-    let mut loader = EbpfLoader::new();
-    loader
-        .btf(None)
-        .override_global(aya_log::LEVEL, &level, true)
-        .override_global(READ_KERNEL, &read_kernel, true)
-        .override_global(SUM_CONNS, &sum_conns, true)
-        .override_global(CPUS, &cpus, true);
-    let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
-    if reuse {
-        // aya opens a map pinned at the path instead of creating one.
-        for (map, path) in &paths {
-            if !path.exists() {
-                return Err(BpfError::Pin {
-                    what: "finding the pinned map",
-                    path: path.display().to_string(),
-                    error: std::io::Error::from(std::io::ErrorKind::NotFound),
-                    advice: String::new(),
-                });
-            }
-            loader.map_pin_path(map, path.as_path());
-        }
-    }
-    let mut ebpf = super::object()
-        .and_then(|object| loader.load(object).context("loading the BPF object"))
-        .map_err(load_err("loading the BPF program"))?;
-    tracing::debug!(
-        group,
-        ms = started.elapsed().as_secs_f64() * 1e3,
-        "BPF object parsed, maps created"
-    );
-    let program: &mut SkReuseport = ebpf
-        .program_mut("ck_select")
-        .context("program ck_select missing from the object")
-        .and_then(|p| {
-            p.try_into()
-                .context("ck_select is not an sk_reuseport program")
-        })
-        .map_err(load_err("finding the program"))?;
-    program
-        .load()
-        .context("the kernel refused the program")
-        .map_err(load_err("loading the program"))?;
-    tracing::debug!(
-        group,
-        ms = started.elapsed().as_secs_f64() * 1e3,
-        "BPF object and program loaded"
-    );
-    Ok(ebpf)
-}
-
-/// The kernel's answer in a load error, without the verifier's log.
-fn refusal(e: &BpfError) -> String {
-    let text = match e {
-        BpfError::Load { error, .. } => format!("{error:#}"),
-        other => other.to_string(),
-    };
-    let first = text.split(". Verifier output").next().unwrap_or_default();
-    first.lines().next().unwrap_or_default().to_string()
-}
-
 /// Takes map `name` out of `ebpf` as a `T`.
 pub(super) fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, BpfError>
 where
@@ -494,7 +427,7 @@ mod tests {
         let plain = BpfGroup::load(&name, "tcp4-2", policy::ROUND_ROBIN, 0, false);
         let plain = plain.map(|g| g.queue_depth());
         let conn = BpfGroup::load(&name, "tcp4-3", policy::LEAST_CONN, 0, false);
-        let conn = conn.map(|g| g.queue_depth());
+        let conn = conn.map(|g| (g.queue_depth(), g.conn_steering()));
         pins::remove_instance(&name).unwrap();
         let (depth, config) = exact.expect("loading as root");
         assert_eq!(depth, QueueDepth::Exact);
@@ -507,32 +440,10 @@ mod tests {
             plain.expect("loading as root"),
             QueueDepth::Sampled(_)
         ));
-        // least-conn loads (summing the open-connection counts) without the queue reads.
-        assert!(matches!(
-            conn.expect("loading least-conn as root"),
-            QueueDepth::Sampled(_)
-        ));
-    }
-
-    /// The reason `ck status` gives for a refused program is the kernel's answer, without the
-    /// verifier's log.
-    #[test]
-    fn a_refusal_is_the_kernels_answer_without_the_log() {
-        let error = anyhow::anyhow!(
-            "the BPF_PROG_LOAD syscall returned Invalid argument (os error 22). Verifier output: \
-             0: R1=ctx()\n1: (85) call bpf_probe_read_kernel#113\nunknown func"
-        )
-        .context("the kernel refused the program");
-        let err = BpfError::Load {
-            what: "loading the program".into(),
-            error,
-            advice: "run with --no-bpf".into(),
-        };
-        assert_eq!(
-            refusal(&err),
-            "the kernel refused the program: the BPF_PROG_LOAD syscall returned Invalid argument \
-             (os error 22)"
-        );
+        // least-conn loads summing the open-connection counts, without the queue reads.
+        let (depth, counts) = conn.expect("loading least-conn as root");
+        assert!(matches!(depth, QueueDepth::Sampled(_)));
+        assert_eq!(counts, Some(ConnSteering::Kernel));
     }
 
     /// A runtime map write the kernel refuses is reported as a map-write error, not as a load

@@ -2,9 +2,11 @@
 //! supervisor keeps current, and their pins under `/sys/fs/bpf/ck/<name>/<group>/`.
 pub mod adopt;
 pub mod btf;
+pub mod conn_steering;
 pub mod conns;
 pub mod dump;
 mod group;
+mod load;
 pub mod maglev;
 pub mod pins;
 pub mod queue_depth;

@@ -54,6 +54,9 @@ pub fn render(report: &StatusReport) -> String {
     if let Some(depth) = &report.queue_depth {
         let _ = writeln!(out, "{} depth: {depth}", report.policy.name());
     }
+    if let Some(counts) = &report.conn_steering {
+        let _ = writeln!(out, "{} counts: {counts}", report.policy.name());
+    }
     for line in &report.degraded {
         let _ = writeln!(out, "DEGRADED: {line}");
     }

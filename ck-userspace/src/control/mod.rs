@@ -119,6 +119,12 @@ pub struct StatusReport {
     /// `CK_QUEUE_DEPTH=sampled`).
     #[serde(default)]
     pub queue_depth: Option<String>,
+    /// With `least-conn`: what it compares, read back from the loaded program's `config`:
+    /// `kernel (BPF)` (the program sums the kernel's counts), `sampled (why)` (the supervisor
+    /// writes them: Linux < 5.19, `CK_LEAST_CONN=sampled`) or `round-robin (why)` (the kernel
+    /// does not count connections).
+    #[serde(default)]
+    pub conn_steering: Option<String>,
     /// Target worker count.
     pub workers: u32,
     /// `--stop-signal` (`SIGTERM`, `SIGQUIT`, ...): what stops a worker gracefully.

@@ -24,7 +24,7 @@ use super::{
     queue_motion,
 };
 use crate::{
-    bpf::queue_depth::QueueDepth,
+    bpf::{conn_steering::ConnSteering, queue_depth::QueueDepth},
     os::probe::{self, ProbeAnswer},
     settings::{health::ProbeKind, run_config::ReadyMode},
 };
@@ -196,15 +196,19 @@ impl Supervisor {
         self.pace(now, watching);
     }
 
-    /// Whether some group's least-queue steers by sampled depths (its program cannot read the
-    /// exact ones): only then must queues be sampled every `--sample-interval`.
+    /// Whether some group steers by samples: least-queue by sampled depths (its program cannot
+    /// read the exact ones) or least-conn by sampled counts (its program cannot sum them): only
+    /// then must queues (and counts) be sampled every `--sample-interval`.
     fn sampled_steering(&self) -> bool {
-        self.cfg.policy == crate::settings::run_config::Policy::LeastQueue
-            && self.groups.iter().any(|g| {
-                g.bpf
-                    .as_ref()
-                    .is_some_and(|b| matches!(b.queue_depth(), QueueDepth::Sampled(_)))
-            })
+        use crate::settings::run_config::Policy;
+        let sampled = |b: &crate::bpf::BpfGroup| match self.cfg.policy {
+            Policy::LeastQueue => matches!(b.queue_depth(), QueueDepth::Sampled(_)),
+            Policy::LeastConn => matches!(b.conn_steering(), Some(ConnSteering::Sampled(_))),
+            _ => false,
+        };
+        self.groups
+            .iter()
+            .any(|g| g.bpf.as_ref().is_some_and(sampled))
     }
 
     /// Samples every slot's accept queue (`TCP_INFO` of ck's copy of each socket), detects
@@ -287,6 +291,14 @@ impl Supervisor {
             self.set_health(index, signal, bad, &detail);
         }
         self.write_depths(&depth_changed);
+        let indices: Vec<u32> = self.slots.keys().copied().collect();
+        for group in &mut self.groups {
+            if let Some(bpf) = &mut group.bpf
+                && let Err(e) = bpf.sample_connections(indices.iter().copied())
+            {
+                tracing::warn!(group = %group.addr, "writing least-conn's sampled counts: {e}");
+            }
+        }
         self.replace_long_unhealthy(now);
         let period = if fallback {
             self.fallback_period(now)

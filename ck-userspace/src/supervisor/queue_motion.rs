@@ -12,9 +12,9 @@
 //! Arrivals are counted at the SYN, the depth once the handshake is done: connections still in
 //! their handshake at one sample and not at the other make `accepted` off by that difference.
 //! On loopback or a LAN that is 0 or 1; with long round trips at high rates it is more. So a
-//! queue moved when at least one connection left it and at least a quarter of the arrivals did
-//! (a stalled worker's error stays near its handshakes in flight; a worker that keeps up
-//! accepts about all of its arrivals).
+//! queue moved when more connections left it than a quarter of the arrivals (rounded down): at
+//! least one (a stalled worker's error stays near its handshakes in flight; a worker that keeps
+//! up accepts about all of its arrivals).
 //!
 //! Without the program's counters (`--no-bpf`), a queue moved only when it shrank.
 
@@ -26,7 +26,8 @@ pub(super) fn moved(previous: u32, depth: u32, arrivals: Option<u64>) -> bool {
         return depth < previous;
     };
     let accepted = i128::from(arrivals) + i128::from(previous) - i128::from(depth);
-    accepted >= 1 + i128::from(arrivals / 4)
+    // At least 1, and more than a quarter of the arrivals.
+    accepted > i128::from(arrivals / 4)
 }
 
 #[cfg(test)]

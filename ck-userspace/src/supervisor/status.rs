@@ -11,7 +11,7 @@ use super::{
     Supervisor,
     lifecycle::{active_set, crash::Breaker},
 };
-use crate::bpf::queue_depth::QueueDepth;
+use crate::bpf::{conn_steering::ConnSteering, queue_depth::QueueDepth};
 use crate::control::{GroupSteering, SlotReport, StatusReport};
 
 impl Supervisor {
@@ -155,6 +155,24 @@ impl Supervisor {
         })
     }
 
+    /// What `least-conn` compares, read back from the groups' `config` maps (None with another
+    /// policy): the first group that does not sum the kernel's counts says why.
+    fn conn_steering(&self) -> Option<String> {
+        if self.cfg.policy != crate::settings::run_config::Policy::LeastConn {
+            return None;
+        }
+        if self.cfg.no_bpf {
+            return Some("none (--no-bpf: the kernel hashes)".into());
+        }
+        let mut all = self.groups.iter().map(|g| g.bpf.as_ref()?.conn_steering());
+        let first_not_kernel = all.find(|s| s.as_ref() != Some(&ConnSteering::Kernel));
+        Some(match first_not_kernel {
+            None => ConnSteering::Kernel.describe(),
+            Some(Some(other)) => other.describe(),
+            Some(None) => "not known yet (the BPF program is loading)".into(),
+        })
+    }
+
     /// The report `ck status` prints.
     pub(super) fn status(&self) -> StatusReport {
         let (connections, connection_count) = self.open_connections();
@@ -242,6 +260,7 @@ impl Supervisor {
             reloading: self.roll.is_some(),
             migration: self.bpf_loaded() && crate::bpf::kernel_migrates(),
             queue_depth: self.queue_depth(),
+            conn_steering: self.conn_steering(),
             workers: self.cfg.workers,
             stop_signal: self.cfg.stop_signal.name().to_string(),
             drain_timeout_ms: self.cfg.drain_timeout.as_millis() as u64,

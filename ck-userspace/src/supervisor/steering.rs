@@ -18,7 +18,7 @@ use tokio::{net::TcpSocket, sync::oneshot};
 
 use super::{Event, Supervisor, lifecycle::Input, scale::CANARY_SLOT};
 use crate::{
-    bpf::{BpfError, BpfGroup, pins, queue_depth::QueueDepth},
+    bpf::{BpfError, BpfGroup, conn_steering::ConnSteering, pins, queue_depth::QueueDepth},
     os::probe,
     settings::run_config::RunConfig,
 };
@@ -63,8 +63,25 @@ pub(super) fn load_in_background(cfg: &RunConfig, resume: bool) -> Loading {
 }
 
 /// Says once, with `least-queue` or `least-conn`, what it steers by: a warning when it is the
-/// sampled depths.
+/// sampled depths or counts.
 fn log_queue_depth(cfg: &RunConfig, groups: &[BpfGroup]) {
+    let unsummed = groups.iter().find_map(|g| match g.conn_steering() {
+        None | Some(ConnSteering::Kernel) => None,
+        Some(other) => Some(other),
+    });
+    match unsummed {
+        Some(ConnSteering::Sampled(why)) => tracing::warn!(
+            "least-conn steers by sampled connection counts (written every --sample-interval \
+             under traffic, behind bursts), not by the program's own sums: {why}"
+        ),
+        Some(ConnSteering::RoundRobin(why)) => tracing::warn!(
+            "least-conn has no connection counts to steer by and spreads round-robin: {why}"
+        ),
+        _ if groups.iter().any(|g| g.conn_steering().is_some()) => {
+            tracing::info!("least-conn sums each candidate's kernel-counted connections in BPF")
+        }
+        _ => {}
+    }
     if !cfg.policy.reads_queue() {
         return;
     }

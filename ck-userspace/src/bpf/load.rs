@@ -1,0 +1,230 @@
+//! Loading one group's BPF object: the maps created (or opened from their pins), the
+//! program's read-only switches set (aya-log's level, reading kernel memory, summing the
+//! per-CPU connection counts, the CPU count), and `ck_select` loaded; plus the kernel's
+//! one-line answer when it refuses.
+use anyhow::Context as _;
+use aya::{Ebpf, EbpfLoader, programs::SkReuseport};
+use ck_common::QueueOffsets;
+
+use super::{
+    BpfError,
+    group::{PINNED_MAPS, load_err},
+};
+
+/// The program's read-only switch that lets it read queue depths from kernel memory.
+const READ_KERNEL: &str = "CK_READ_KERNEL";
+
+/// The program's read-only switch that lets `least-conn` sum the per-CPU open-connection counts
+/// (`bpf_map_lookup_percpu_elem`, Linux >= 5.19): off under the other policies, so that the
+/// verifier drops that helper call and the program loads on older kernels too.
+const SUM_CONNS: &str = "CK_SUM_CONNS";
+
+/// The program's read-only count of possible CPUs: `least-conn` asks for the other CPUs' counts up
+/// to it and no further.
+const CPUS: &str = "CK_CPUS";
+
+/// The program's read-only switches, set at load.
+#[derive(Clone, Copy)]
+pub(super) struct Switches {
+    /// Read queue depths from kernel memory ([`READ_KERNEL`]).
+    pub read_kernel: bool,
+    /// Sum the per-CPU open-connection counts ([`SUM_CONNS`]).
+    pub sum_conns: bool,
+}
+
+/// Parses the object (maps created, or opened from their pins in `pin_dir` with `reuse`) and
+/// loads the program with `switches`.
+pub(super) fn open(
+    pin_dir: &std::path::Path,
+    group: &str,
+    log: bool,
+    reuse: bool,
+    switches: Switches,
+    started: std::time::Instant,
+) -> Result<Ebpf, BpfError> {
+    // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
+    // 0.14's `EbpfLoader::new` still reads and parses it, ~20 ms of ck's start-up; its API
+    // has no way around that.)
+    // aya-log's level lives in the object's read-only data: 0 turns every log statement off
+    // (the verifier then drops them), so the program writes no record without --bpf-log. The
+    // kernel-read switch works the same way.
+    let level: u8 = if log { u8::MAX } else { 0 };
+    let read_kernel = u8::from(switches.read_kernel);
+    let sum_conns = u8::from(switches.sum_conns);
+    let cpus = aya::util::nr_cpus()
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(0);
+    let mut loader = EbpfLoader::new();
+    loader
+        .btf(None)
+        .override_global(aya_log::LEVEL, &level, true)
+        .override_global(READ_KERNEL, &read_kernel, true)
+        .override_global(SUM_CONNS, &sum_conns, true)
+        .override_global(CPUS, &cpus, true);
+    let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
+    if reuse {
+        // aya opens a map pinned at the path instead of creating one.
+        for (map, path) in &paths {
+            if !path.exists() {
+                return Err(BpfError::Pin {
+                    what: "finding the pinned map",
+                    path: path.display().to_string(),
+                    error: std::io::Error::from(std::io::ErrorKind::NotFound),
+                    advice: String::new(),
+                });
+            }
+            loader.map_pin_path(map, path.as_path());
+        }
+    }
+    let mut ebpf = super::object()
+        .and_then(|object| loader.load(object).context("loading the BPF object"))
+        .map_err(load_err("loading the BPF program"))?;
+    tracing::debug!(
+        group,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "BPF object parsed, maps created"
+    );
+    let program: &mut SkReuseport = ebpf
+        .program_mut("ck_select")
+        .context("program ck_select missing from the object")
+        .and_then(|p| {
+            p.try_into()
+                .context("ck_select is not an sk_reuseport program")
+        })
+        .map_err(load_err("finding the program"))?;
+    program
+        .load()
+        .context("the kernel refused the program")
+        .map_err(load_err("loading the program"))?;
+    tracing::debug!(
+        group,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "BPF object and program loaded"
+    );
+    Ok(ebpf)
+}
+
+/// The kernel's answer in a load error, without the verifier's log.
+pub(super) fn refusal(e: &BpfError) -> String {
+    let text = match e {
+        BpfError::Load { error, .. } => format!("{error:#}"),
+        other => other.to_string(),
+    };
+    let first = text.split(". Verifier output").next().unwrap_or_default();
+    first.lines().next().unwrap_or_default().to_string()
+}
+
+/// A group's object as [`open_for`] loaded it for its policy.
+pub(super) struct Loaded {
+    /// The object, its program loaded.
+    pub ebpf: Ebpf,
+    /// least-queue: the offsets its exact depth reads use, or why it steers by samples.
+    pub queue: Result<QueueOffsets, String>,
+    /// least-conn: Ok when the program sums the kernel's counts, else why it cannot.
+    pub conn_sum: Result<(), String>,
+}
+
+/// Loads the object for `policy`: least-queue's program reads exact queue depths where the
+/// kernel lets it (BTF offsets found, and the kernel takes the program that reads kernel
+/// memory), least-conn's sums the per-CPU connection counts where the kernel has the helper
+/// (Linux >= 5.19); otherwise the same program is loaded without those parts, and why is kept.
+pub(super) fn open_for(
+    pin_dir: &std::path::Path,
+    group: &str,
+    log: bool,
+    reuse: bool,
+    policy: u32,
+    started: std::time::Instant,
+) -> Result<Loaded, BpfError> {
+    let open = |read_kernel: bool, sum_conns: bool| {
+        let switches = Switches {
+            read_kernel,
+            sum_conns,
+        };
+        open(pin_dir, group, log, reuse, switches, started)
+    };
+    let plain = |queue: Result<QueueOffsets, String>, conn_sum: Result<(), String>| {
+        Ok(Loaded {
+            ebpf: open(false, false)?,
+            queue,
+            conn_sum,
+        })
+    };
+    let not_queue = || Err("the policy does not read queue depths".to_string());
+    let not_conn = || Err("the policy does not sum connection counts".to_string());
+    match policy {
+        ck_common::policy::LEAST_QUEUE => match super::queue_depth::offsets() {
+            Ok(offsets) => match open(true, false) {
+                Ok(ebpf) => Ok(Loaded {
+                    ebpf,
+                    queue: Ok(offsets),
+                    conn_sum: not_conn(),
+                }),
+                Err(refused) => {
+                    tracing::debug!(group, "the program that reads queue depths: {refused}");
+                    let why = format!(
+                        "the kernel refused the program that reads them ({}); \
+                         bpf_probe_read_kernel needs CAP_PERFMON and no kernel lockdown",
+                        refusal(&refused)
+                    );
+                    plain(Err(why), not_conn())
+                }
+            },
+            Err(why) => plain(Err(why), not_conn()),
+        },
+        ck_common::policy::LEAST_CONN => {
+            let forced = super::conn_steering::forced().map_err(|e| BpfError::Load {
+                what: "choosing least-conn's counts".into(),
+                error: anyhow::anyhow!(e),
+                advice: String::new(),
+            })?;
+            if let Some(why) = forced {
+                return plain(not_queue(), Err(why));
+            }
+            match open(false, true) {
+                Ok(ebpf) => Ok(Loaded {
+                    ebpf,
+                    queue: not_queue(),
+                    conn_sum: Ok(()),
+                }),
+                Err(refused) => {
+                    tracing::debug!(group, "the program that sums connection counts: {refused}");
+                    let why = format!(
+                        "the kernel refused the program that sums them ({}); \
+                         bpf_map_lookup_percpu_elem needs Linux >= 5.19",
+                        refusal(&refused)
+                    );
+                    plain(not_queue(), Err(why))
+                }
+            }
+        }
+        _ => plain(not_queue(), not_conn()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reason `ck status` gives for a refused program is the kernel's answer, without the
+    /// verifier's log.
+    #[test]
+    fn a_refusal_is_the_kernels_answer_without_the_log() {
+        let error = anyhow::anyhow!(
+            "the BPF_PROG_LOAD syscall returned Invalid argument (os error 22). Verifier output: \
+             0: R1=ctx()\n1: (85) call bpf_probe_read_kernel#113\nunknown func"
+        )
+        .context("the kernel refused the program");
+        let err = BpfError::Load {
+            what: "loading the program".into(),
+            error,
+            advice: "run with --no-bpf".into(),
+        };
+        assert_eq!(
+            refusal(&err),
+            "the kernel refused the program: the BPF_PROG_LOAD syscall returned Invalid argument \
+             (os error 22)"
+        );
+    }
+}
