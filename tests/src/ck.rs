@@ -312,6 +312,15 @@ impl Ck {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The lines of [`Ck::log`] that contain `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Whether the supervisor has exited (and its exit status, once known).
     pub fn try_exit(&mut self) -> Option<ExitStatus> {
         if self.exited.is_none() {

@@ -71,21 +71,7 @@ fn least_conn_sends_the_next_connections_to_the_emptiest_worker() {
 /// change (the test waits [`SAMPLE_WAIT`] after each).
 #[test]
 fn the_forced_fallback_says_so_and_steers_by_sampled_counts() {
-    let port = ck_tests::sys::free_port();
-    let base = probe_base_for(port).to_string();
-    let args = [
-        "-w",
-        "2",
-        "--port",
-        &port.to_string(),
-        "--probe-port-base",
-        &base,
-        "--policy",
-        "least-conn",
-    ];
-    let forced = [("CK_LEAST_CONN", "sampled")];
-    let name = ck_tests::instance_name("lconn-sampled", port);
-    let mut ck = Ck::start_with_env(&name, &args, &forced);
+    let (mut ck, port) = start_least_conn("lconn-sampled", &[("CK_LEAST_CONN", "sampled")]);
     let status = ck.wait_ready(2, ck_tests::READY_TIMEOUT);
     let said = "sampled (forced by CK_LEAST_CONN=sampled)";
     assert_eq!(status.conn_steering.as_deref(), Some(said), "{status:#?}");
@@ -95,12 +81,7 @@ fn the_forced_fallback_says_so_and_steers_by_sampled_counts() {
         text.contains(&format!("least-conn counts: {said}")),
         "{text}"
     );
-    let warned: Vec<_> = ck
-        .log()
-        .lines()
-        .filter(|l| l.contains("least-conn steers by sampled connection counts"))
-        .map(str::to_string)
-        .collect();
+    let warned = ck.log_lines("least-conn steers by sampled connection counts");
     assert_eq!(warned.len(), 1, "one warning line: {}", ck.log());
     assert!(warned[0].contains("CK_LEAST_CONN=sampled"), "{warned:?}");
     emptiest_worker_takes_the_next(ck, port, SAMPLE_WAIT);
@@ -111,21 +92,8 @@ fn the_forced_fallback_says_so_and_steers_by_sampled_counts() {
 /// CPU go 2 and 2 although slot 0 holds 6.
 #[test]
 fn without_kernel_counts_least_conn_says_so_and_spreads_round_robin() {
-    let port = ck_tests::sys::free_port();
+    let (mut ck, port) = start_least_conn("lconn-rr", &[("CK_CONN_COUNT", "scan")]);
     let base = probe_base_for(port);
-    let base_text = base.to_string();
-    let args = [
-        "-w",
-        "2",
-        "--port",
-        &port.to_string(),
-        "--probe-port-base",
-        &base_text,
-        "--policy",
-        "least-conn",
-    ];
-    let name = ck_tests::instance_name("lconn-rr", port);
-    let mut ck = Ck::start_with_env(&name, &args, &[("CK_CONN_COUNT", "scan")]);
     let status = ck.wait_ready(2, ck_tests::READY_TIMEOUT);
     let steering = status.conn_steering.clone().unwrap_or_default();
     assert!(
@@ -146,6 +114,24 @@ fn without_kernel_counts_least_conn_says_so_and_spreads_round_robin() {
     let (next, answered) = on_cpu(cpu, move || hold(local(port), NEXT));
     assert_eq!(answered, BTreeMap::from([(0, 2), (1, 2)]));
     drop((on_slot0, next));
+}
+
+/// Starts `-w 2 --policy least-conn` with `env` on a free port (probe steering on its own base).
+fn start_least_conn(what: &str, env: &[(&str, &str)]) -> (Ck, u16) {
+    let port = ck_tests::sys::free_port();
+    let (port_text, base) = (port.to_string(), probe_base_for(port).to_string());
+    let args = [
+        "-w",
+        "2",
+        "--port",
+        &port_text,
+        "--probe-port-base",
+        &base,
+        "--policy",
+        "least-conn",
+    ];
+    let name = ck_tests::instance_name(what, port);
+    (Ck::start_with_env(&name, &args, env), port)
 }
 
 /// How long the fallback's samples take to see a change (sampled every `--sample-interval`,

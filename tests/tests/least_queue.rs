@@ -100,6 +100,16 @@ fn pinned_depth(ck: &Ck, slot: u32) -> u64 {
     record.map_or(0, |s| s["queue_depth"].as_u64().expect("queue_depth"))
 }
 
+/// Sends `n` requests on new connections at once from one CPU (one round-robin cursor), without
+/// waiting for answers.
+fn burst_from_one_cpu(addr: SocketAddr, n: u32) -> Vec<Pending> {
+    on_one_cpu(move || {
+        (0..n)
+            .map(|i| send_new_conn(addr).unwrap_or_else(|e| panic!("request {i}: {e}")))
+            .collect()
+    })
+}
+
 /// Connections the program sent to `slot` since `before`.
 fn selected_since(ck: &Ck, before: &Status, slot: u32) -> u64 {
     ck.status().slot(slot).selected - before.slot(slot).selected
@@ -211,22 +221,13 @@ fn the_forced_fallback_says_so_and_steers_by_the_sampled_depth() {
         "{text}"
     );
     assert_eq!(pinned_config(&ck)["flags"], 0);
-    let warned: Vec<_> = ck
-        .log()
-        .lines()
-        .filter(|l| l.contains("least-queue steers by sampled queue depths"))
-        .map(str::to_string)
-        .collect();
+    let warned = ck.log_lines("least-queue steers by sampled queue depths");
     assert_eq!(warned.len(), 1, "one warning line: {}", ck.log());
     assert!(warned[0].contains("CK_QUEUE_DEPTH=sampled"), "{warned:?}");
 
     // A quick burst from one CPU between two samples: the sampled depths are all 0, so every
     // pair ties and goes to the round-robin candidate, the stopped worker included.
-    let burst: Vec<Pending> = on_one_cpu(move || {
-        (0..N)
-            .map(|i| send_new_conn(addr).unwrap_or_else(|e| panic!("request {i}: {e}")))
-            .collect()
-    });
+    let burst = burst_from_one_cpu(addr, N);
     let fed = selected_since(&ck, &before, STOPPED);
     assert!(
         fed >= 2,
@@ -314,11 +315,7 @@ fn a_young_queue_keeps_its_turn_until_its_oldest_connection_waited_the_patience(
     // a third, however long the stopped worker's queue grows.
     let burst_len = 9;
     let sent = std::time::Instant::now();
-    let burst: Vec<Pending> = on_one_cpu(move || {
-        (0..burst_len)
-            .map(|i| send_new_conn(addr).unwrap_or_else(|e| panic!("request {i}: {e}")))
-            .collect()
-    });
+    let burst = burst_from_one_cpu(addr, burst_len);
     let fed = selected_since(&ck, &before, STOPPED);
     assert!(
         sent.elapsed() < patience,
