@@ -258,6 +258,16 @@ fn queue_patience_too_long() {
 }
 
 #[test]
+fn queue_patience_without_least_queue() {
+    refused(
+        "bad-patience-policy",
+        &["--queue-patience", "10ms"],
+        "--queue-patience is least-queue's (how long a queue may wait before its depth is \
+         compared), and --policy is round-robin: add --policy least-queue or drop --queue-patience",
+    );
+}
+
+#[test]
 fn ready_probe_without_a_probe() {
     refused(
         "bad-readyprobe",

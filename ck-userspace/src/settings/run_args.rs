@@ -275,6 +275,13 @@ impl RunArgs {
                 self.quiet_max
             );
         }
+        if !self.queue_patience.is_zero() && self.policy != Policy::LeastQueue {
+            bail!(
+                "--queue-patience is least-queue's (how long a queue may wait before its depth is \
+                 compared), and --policy is {}: add --policy least-queue or drop --queue-patience",
+                self.policy.name()
+            );
+        }
         if self.queue_patience > MAX_QUEUE_PATIENCE {
             bail!(
                 "--queue-patience {:?} is longer than the program can hold: give at most {:?} \
