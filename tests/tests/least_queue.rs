@@ -141,6 +141,8 @@ fn least_queue_sends_nothing_more_to_a_worker_whose_queue_holds_more() {
     );
     let text = ck.ctl_ok(&["status"]);
     assert!(text.contains("least-queue depth: exact (BPF)"), "{text}");
+    assert_eq!(before.queue_patience_us, Some(0), "{before:#?}");
+    assert!(text.contains("least-queue patience: 0 ("), "{text}");
     let config = pinned_config(&ck);
     assert_eq!(config["flags"], 1, "{config}");
     assert!(config["queue_offsets"][2].as_u64() > Some(0), "{config}");
@@ -307,6 +309,12 @@ fn a_young_queue_keeps_its_turn_until_its_oldest_connection_waited_the_patience(
         &["--queue-patience", "2s"],
     );
     assert_eq!(pinned_config(&ck)["queue_patience_us"], 2_000_000);
+    assert_eq!(before.queue_patience_us, Some(2_000_000), "{before:#?}");
+    let status_text = ck.ctl_ok(&["status"]);
+    assert!(
+        status_text.contains("least-queue patience: 2s"),
+        "{status_text}"
+    );
     let text = ck.ctl_ok(&["maps"]);
     assert!(text.contains("queue patience 2000000 us"), "{text}");
 

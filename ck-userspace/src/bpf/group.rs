@@ -201,6 +201,14 @@ impl BpfGroup {
         Ok(group)
     }
 
+    /// `least-queue`'s patience as the kernel's `config` map holds it (None: unreadable).
+    pub fn queue_patience(&self) -> Option<std::time::Duration> {
+        let config = self.config_map.get(&0, 0).ok()?;
+        Some(std::time::Duration::from_micros(
+            config.queue_patience_us.into(),
+        ))
+    }
+
     /// What `least-queue` steers by, read back from the kernel's `config` map: exact only when
     /// the loaded program was set up to read the depths.
     pub fn queue_depth(&self) -> QueueDepth {

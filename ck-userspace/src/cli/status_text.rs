@@ -54,6 +54,15 @@ pub fn render(report: &StatusReport) -> String {
     if let Some(depth) = &report.queue_depth {
         let _ = writeln!(out, "{} depth: {depth}", report.policy.name());
     }
+    if let Some(us) = report.queue_patience_us {
+        let patience = std::time::Duration::from_micros(us);
+        let _ = writeln!(
+            out,
+            "{} patience: {} (0: every non-empty queue compared)",
+            report.policy.name(),
+            ck::settings::defaults::duration_text(patience)
+        );
+    }
     if let Some(counts) = &report.conn_steering {
         let _ = writeln!(out, "{} counts: {counts}", report.policy.name());
     }

@@ -119,6 +119,10 @@ pub struct StatusReport {
     /// `CK_QUEUE_DEPTH=sampled`).
     #[serde(default)]
     pub queue_depth: Option<String>,
+    /// With `least-queue`: its `--queue-patience` in microseconds, read back from the first
+    /// group's `config` map (None with another policy, or before the program is loaded).
+    #[serde(default)]
+    pub queue_patience_us: Option<u64>,
     /// With `least-conn`: what it compares, read back from the loaded program's `config`:
     /// `kernel (BPF)` (the program sums the kernel's counts), `sampled (why)` (the supervisor
     /// writes them: Linux < 5.19, `CK_LEAST_CONN=sampled`) or `round-robin (why)` (the kernel

@@ -155,6 +155,16 @@ impl Supervisor {
         })
     }
 
+    /// `least-queue`'s patience as the first group's program holds it (None with another policy).
+    fn queue_patience_us(&self) -> Option<u64> {
+        if !self.cfg.policy.reads_queue() {
+            return None;
+        }
+        let bpf = self.groups.first()?.bpf.as_ref()?;
+        bpf.queue_patience()
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    }
+
     /// What `least-conn` compares, read back from the groups' `config` maps (None with another
     /// policy): the first group that does not sum the kernel's counts says why.
     fn conn_steering(&self) -> Option<String> {
@@ -260,6 +270,7 @@ impl Supervisor {
             reloading: self.roll.is_some(),
             migration: self.bpf_loaded() && crate::bpf::kernel_migrates(),
             queue_depth: self.queue_depth(),
+            queue_patience_us: self.queue_patience_us(),
             conn_steering: self.conn_steering(),
             workers: self.cfg.workers,
             stop_signal: self.cfg.stop_signal.name().to_string(),
