@@ -324,10 +324,11 @@ const CONN_CHOICES: u32 = 4;
 /// its connections as the kernel counts them ([`conns::open`]: every established connection
 /// its listener created, the ones still queued for `accept` included, until it closes; only
 /// requests still in SYN_RECV are not counted), or, where the program cannot sum those counts
-/// (no [`config_flags::KERNEL_CONNS`]), as the supervisor last sampled them (`conn_samples`). Two random choices leave old workers ahead
-/// after a scale-up (both candidates old in 1 of 6 connections with 2 old of 4); spread choices
-/// find the emptiest of 4 workers every time. Ties go to the earlier candidate (the
-/// round-robin one first); an empty candidate ends the search. No queue read: the counts hold
+/// (no [`config_flags::KERNEL_CONNS`]), as the supervisor last sampled them (`conn_samples`).
+/// Two random choices leave old workers ahead after a scale-up (both candidates old in 1 of 6
+/// connections with 2 old of 4); spread choices find the emptiest of 4 workers every time.
+/// Ties go to the earlier candidate (the round-robin one first); an empty candidate ends the
+/// search. No queue read: the counts hold
 /// the queued connections, and a trial selection per candidate would cost more than the
 /// count.
 #[inline(always)]
@@ -399,18 +400,20 @@ fn queue_of(ctx: &SkReuseportContext, slot: u32, config: &Config) -> Queue {
             keeps_up: true,
         };
     }
-    let patience = u64::from(config.queue_patience_us);
+    // In nanoseconds, by a multiply: no divide on this path (see `select`).
+    let patience_ns = u64::from(config.queue_patience_us) * 1000;
     Queue {
         depth,
-        keeps_up: patience != 0 && oldest_wait_us(sk, at).is_some_and(|us| us < patience),
+        keeps_up: patience_ns != 0 && oldest_wait_ns(sk, at).is_some_and(|ns| ns < patience_ns),
     }
 }
 
 /// How long the oldest established connection in the accept queue of the listener at `sk`
-/// has waited, in microseconds since its first SYN-ACK; None when it cannot be read (the queue
-/// emptied meanwhile, or a request made from a SYN cookie, which has no SYN-ACK time).
+/// has waited, in nanoseconds since its first SYN-ACK (which the kernel keeps in whole
+/// microseconds); None when it cannot be read (the queue emptied meanwhile, or a request made
+/// from a SYN cookie, which has no SYN-ACK time).
 #[inline(always)]
-fn oldest_wait_us(sk: u64, at: &QueueOffsets) -> Option<u64> {
+fn oldest_wait_ns(sk: u64, at: &QueueOffsets) -> Option<u64> {
     // SAFETY: as in `queue_of`: copies that never fault, into values of the requested types.
     let head = unsafe { bpf_probe_read_kernel((sk + u64::from(at.accept_head)) as *const u64) }
         .ok()
@@ -420,8 +423,11 @@ fn oldest_wait_us(sk: u64, at: &QueueOffsets) -> Option<u64> {
         .ok()
         .filter(|sent| *sent != 0)?;
     // SAFETY: a helper without arguments.
-    let now = unsafe { bpf_ktime_get_ns() } / 1000;
-    now.checked_sub(sent)
+    let now = unsafe { bpf_ktime_get_ns() };
+    // A plain multiply (a checked one is a 128-bit product, which the BPF target lacks):
+    // microseconds since boot times 1000 fit in 64 bits; a garbage `sent` (the race above) only
+    // gives a wrong age for one selection.
+    now.checked_sub(sent.wrapping_mul(1000))
 }
 
 /// `value` scaled onto `[0, n)` by a multiply and a shift (Lemire's "fast range"): uniform for a
