@@ -63,6 +63,8 @@ pub struct BpfGroup {
     /// slot -> open connections as last sampled: what least-conn compares when the program
     /// cannot sum the kernel's counts.
     conn_samples: Array<MapData, u32>,
+    /// What this group last wrote to `conn_samples`, per slot.
+    conn_sampled: std::collections::BTreeMap<u32, u32>,
     /// What least-conn steers by (None: another policy).
     conn_steering: Option<ConnSteering>,
 }
@@ -183,6 +185,7 @@ impl BpfGroup {
             },
             sampled_why: queue.err().unwrap_or_default(),
             conn_samples,
+            conn_sampled: Default::default(),
             conn_steering: (policy == policy::LEAST_CONN).then_some(conn_steering),
         };
         if reuse {
@@ -199,6 +202,19 @@ impl BpfGroup {
             "BPF maps pinned and configured"
         );
         Ok(group)
+    }
+
+    /// Whether the supervisor must sample for this group's policy: least-queue loaded without
+    /// the exact depth reads, or least-conn without the sum of the kernel's counts. From what
+    /// this group wrote to `config` at load (set once), so that the sampler's pace needs no map
+    /// read at every tick; `ck status` reads the map ([`BpfGroup::queue_depth`],
+    /// [`BpfGroup::conn_steering`]).
+    pub fn steers_by_samples(&self) -> bool {
+        match self.config.policy {
+            policy::LEAST_QUEUE => self.config.flags & config_flags::EXACT_QUEUE == 0,
+            policy::LEAST_CONN => matches!(self.conn_steering, Some(ConnSteering::Sampled(_))),
+            _ => false,
+        }
     }
 
     /// `least-queue`'s patience as the kernel's `config` map holds it (None: unreadable).
@@ -246,9 +262,13 @@ impl BpfGroup {
         };
         for slot in slots {
             let open = u32::try_from(counter.count(slot).max(0)).unwrap_or(u32::MAX);
-            self.conn_samples
-                .set(slot, open, 0)
-                .map_err(write_err("conn_samples"))?;
+            // Written only when it changed: one syscall per change, not per slot and sample.
+            if self.conn_sampled.get(&slot) != Some(&open) {
+                self.conn_samples
+                    .set(slot, open, 0)
+                    .map_err(write_err("conn_samples"))?;
+                self.conn_sampled.insert(slot, open);
+            }
         }
         Ok(())
     }

@@ -11,6 +11,7 @@
 //! pace (every [`READY_CHECK_EVERY`] sample interval, 1 ms) while such a worker boots, without
 //! sampling, so readiness is seen within about a millisecond of the worker's first `accept`.
 use std::{
+    collections::BTreeMap,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -24,7 +25,6 @@ use super::{
     queue_motion,
 };
 use crate::{
-    bpf::{conn_steering::ConnSteering, queue_depth::QueueDepth},
     os::probe::{self, ProbeAnswer},
     settings::{health::ProbeKind, run_config::ReadyMode},
 };
@@ -200,15 +200,9 @@ impl Supervisor {
     /// read the exact ones) or least-conn by sampled counts (its program cannot sum them): only
     /// then must queues (and counts) be sampled every `--sample-interval`.
     fn sampled_steering(&self) -> bool {
-        use crate::settings::run_config::Policy;
-        let sampled = |b: &crate::bpf::BpfGroup| match self.cfg.policy {
-            Policy::LeastQueue => matches!(b.queue_depth(), QueueDepth::Sampled(_)),
-            Policy::LeastConn => matches!(b.conn_steering(), Some(ConnSteering::Sampled(_))),
-            _ => false,
-        };
         self.groups
             .iter()
-            .any(|g| g.bpf.as_ref().is_some_and(sampled))
+            .any(|g| g.bpf.as_ref().is_some_and(|b| b.steers_by_samples()))
     }
 
     /// Samples every slot's accept queue (`TCP_INFO` of ck's copy of each socket), detects
@@ -223,17 +217,21 @@ impl Supervisor {
         self.pacer.last_sample = Some(now);
         // Connections the program sent each slot so far: with the depths, how many left its
         // queue since the last sample (`queue_motion`).
-        let sent: Vec<(u32, Option<u64>)> = self
-            .slots
-            .keys()
-            .map(|&index| {
-                let stats = self.slot_stats(index);
-                let counted = stall_timeout.is_some() && !self.cfg.no_bpf;
-                (index, counted.then(|| stats.selected + stats.probe_hits))
-            })
-            .collect();
-        for (slot, (index, sent)) in self.slots.values_mut().zip(sent) {
-            debug_assert_eq!(slot.index, index);
+        // Read only where stall detection runs and the program counts.
+        let counted = stall_timeout.is_some() && !self.cfg.no_bpf;
+        let sent: BTreeMap<u32, u64> = match counted {
+            true => self
+                .slots
+                .keys()
+                .map(|&index| {
+                    let stats = self.slot_stats(index);
+                    (index, stats.selected + stats.probe_hits)
+                })
+                .collect(),
+            false => BTreeMap::new(),
+        };
+        for slot in self.slots.values_mut() {
+            let sent = sent.get(&slot.index).copied();
             let depth = slot.live_queue_depth();
             let previous = slot.queue_depth;
             let arrivals = sent.map(|sent| sent.saturating_sub(slot.sent_seen.unwrap_or(sent)));

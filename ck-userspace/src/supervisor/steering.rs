@@ -65,10 +65,8 @@ pub(super) fn load_in_background(cfg: &RunConfig, resume: bool) -> Loading {
 /// Says once, with `least-queue` or `least-conn`, what it steers by: a warning when it is the
 /// sampled depths or counts.
 fn log_queue_depth(cfg: &RunConfig, groups: &[BpfGroup]) {
-    let unsummed = groups.iter().find_map(|g| match g.conn_steering() {
-        None | Some(ConnSteering::Kernel) => None,
-        Some(other) => Some(other),
-    });
+    let counts: Vec<ConnSteering> = groups.iter().filter_map(BpfGroup::conn_steering).collect();
+    let unsummed = counts.iter().find(|c| **c != ConnSteering::Kernel).cloned();
     match unsummed {
         Some(ConnSteering::Sampled(why)) => tracing::warn!(
             "least-conn steers by sampled connection counts (written every --sample-interval \
@@ -77,7 +75,7 @@ fn log_queue_depth(cfg: &RunConfig, groups: &[BpfGroup]) {
         Some(ConnSteering::RoundRobin(why)) => tracing::warn!(
             "least-conn has no connection counts to steer by and spreads round-robin: {why}"
         ),
-        _ if groups.iter().any(|g| g.conn_steering().is_some()) => {
+        _ if !counts.is_empty() => {
             tracing::info!("least-conn sums each candidate's kernel-counted connections in BPF")
         }
         _ => {}
