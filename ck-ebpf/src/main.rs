@@ -246,17 +246,7 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Con
         return first;
     }
     let exact = CK_READ_KERNEL.load() != 0 && config.flags & config_flags::EXACT_QUEUE != 0;
-    // Masks, not comparisons: each index register must be bounded on its own for the verifier
-    // (the compiler merges `a >= N || b >= N` into one test on `a | b`). Positions are < len <=
-    // SLOTS for any set the supervisor writes, so the masks change nothing there.
-    let queue = |pos: u32| {
-        let slot = set.slots[pos as usize & SLOT_MASK];
-        match exact {
-            true => queue_of(ctx, slot, config),
-            false => Queue::sampled(slot),
-        }
-    };
-    let head = queue(first);
+    let head = candidate_queue(ctx, set, first, config, exact);
     if head.keeps_up {
         return first;
     }
@@ -264,7 +254,7 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Con
     let mut k = 1;
     while k < QUEUE_CHOICES && k < len {
         let pos = spread_position(first, k, len);
-        let other = queue(pos);
+        let other = candidate_queue(ctx, set, pos, config, exact);
         if other.keeps_up {
             return pos;
         }
@@ -276,10 +266,31 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Con
     best
 }
 
+/// The queue of the slot at `pos` in `set`: read from the kernel (`exact`) or as sampled. A
+/// function forced inline, not a closure: the compiler made the closure a BPF-to-BPF call.
+#[inline(always)]
+fn candidate_queue(
+    ctx: &SkReuseportContext,
+    set: &ActiveSet,
+    pos: u32,
+    config: &Config,
+    exact: bool,
+) -> Queue {
+    // A mask, not a comparison: each index register must be bounded on its own for the verifier
+    // (the compiler merges `a >= N || b >= N` into one test on `a | b`). Positions are < len <=
+    // SLOTS for any set the supervisor writes, so the mask changes nothing there.
+    let slot = set.slots[pos as usize & SLOT_MASK];
+    match exact {
+        true => queue_of(ctx, slot, config),
+        false => Queue::sampled(slot),
+    }
+}
+
 /// A candidate's accept queue as `least-queue` compares it.
 struct Queue {
     /// Connections waiting: established ones not accepted yet plus requests in SYN_RECV
-    /// (`u32::MAX` when it cannot be read: it never wins).
+    /// (`u32::MAX` when it cannot be read: it never wins). Read only for a queue that does not
+    /// keep up (the only kind compared by depth): 0 for an exact one with none established.
     depth: u32,
     /// Empty, or its oldest established connection has waited less than the patience.
     keeps_up: bool,
@@ -360,10 +371,12 @@ fn least_conn(set: &ActiveSet, len: u32, config: &Config) -> u32 {
 }
 
 /// `slot`'s live queue, read from its socket at the address [`sock_addr`] keeps (no trial
-/// selection while the address is known): the depth is established connections not accepted
-/// yet plus requests still in SYN_RECV (two `bpf_probe_read_kernel`); when established ones
-/// wait, two more reads find how long the oldest has (the accept queue's head request and its
-/// `snt_synack`, the time of its first SYN-ACK, on the clock of `bpf_ktime_get_ns`). A slot
+/// selection while the address is known). With no established connection waiting
+/// (`sk_ack_backlog` 0, one `bpf_probe_read_kernel`) the queue keeps up, and that is all the
+/// common path reads. Otherwise the depth is those connections plus the requests still in
+/// SYN_RECV (a second read), and two more reads find how long the oldest has waited (the accept
+/// queue's head request and its `snt_synack`, the time of its first SYN-ACK, on the clock of
+/// `bpf_ktime_get_ns`). A slot
 /// whose socket is gone, or whose memory cannot be read, counts as full and not keeping up. (One
 /// read of the 428 bytes from `sk_ack_backlog` to `icsk_accept_queue.qlen` into a per-CPU
 /// scratch value cost 8 to 23 % more per selection in `bench bpf-cost`: its seven cache lines
@@ -386,20 +399,22 @@ fn queue_of(ctx: &SkReuseportContext, slot: u32, config: &Config) -> Queue {
     // SAFETY: `bpf_probe_read_kernel` copies from kernel memory without faulting (an
     // unmapped address is an error return) into a value of the requested type.
     let read = |addr: u64| unsafe { bpf_probe_read_kernel(addr as *const u32) };
-    let (Ok(backlog), Ok(syn_recv)) = (
-        read(sk + u64::from(at.ack_backlog)),
-        read(sk + u64::from(at.syn_recv)),
-    ) else {
+    let Ok(backlog) = read(sk + u64::from(at.ack_backlog)) else {
         return UNREADABLE;
     };
-    let depth = backlog.saturating_add(syn_recv);
     if backlog == 0 {
-        // Nothing waits for the worker (requests in SYN_RECV wait for their client).
+        // Nothing waits for the worker (requests in SYN_RECV wait for their client), and a
+        // queue that keeps up is never compared by depth: the SYN_RECV count is not read (a
+        // second helper call and cache line on the common path).
         return Queue {
-            depth,
+            depth: 0,
             keeps_up: true,
         };
     }
+    let Ok(syn_recv) = read(sk + u64::from(at.syn_recv)) else {
+        return UNREADABLE;
+    };
+    let depth = backlog.saturating_add(syn_recv);
     // In nanoseconds, by a multiply: no divide on this path (see `select`).
     let patience_ns = u64::from(config.queue_patience_us) * 1000;
     Queue {

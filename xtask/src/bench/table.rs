@@ -95,8 +95,6 @@ pub enum Goal {
     AtMost(f64, &'static str),
     /// The first column's value is at least this (in the cell's unit).
     AtLeast(f64, &'static str),
-    /// The ratio ck/baseline is at least this.
-    RatioAtLeast(f64),
     /// The ratio of the first two columns is at most this.
     RatioAtMost(f64),
 }
@@ -108,7 +106,6 @@ impl Goal {
             Goal::None => return String::new(),
             Goal::AtMost(max, text) => ((*text).to_string(), ck.num.map(|v| v <= *max)),
             Goal::AtLeast(min, text) => ((*text).to_string(), ck.num.map(|v| v >= *min)),
-            Goal::RatioAtLeast(min) => (format!("ratio >= {min}"), ratio.map(|r| r >= *min)),
             Goal::RatioAtMost(max) => (format!("ratio <= {max}"), ratio.map(|r| r <= *max)),
         };
         match met {
@@ -300,7 +297,7 @@ mod tests {
             "rate",
             Cell::rate(99.0, "req/s"),
             Cell::rate(100.0, "req/s"),
-            Goal::RatioAtLeast(0.98),
+            Goal::RatioAtMost(1.0),
         );
         t.row(
             "time",
@@ -309,7 +306,7 @@ mod tests {
             Goal::AtMost(500.0, "<= 500 ms"),
         );
         let text = t.render();
-        assert!(text.contains("0.99 | ratio >= 0.98: met"), "{text}");
+        assert!(text.contains("0.99 | ratio <= 1: met"), "{text}");
         assert!(text.contains("- | <= 500 ms: NOT met"), "{text}");
     }
 
