@@ -4,6 +4,7 @@
 //! the layout byte for byte; BTF carries the field names so `bpftool map dump` prints them.
 #![no_std]
 
+pub mod exits;
 pub mod sticky;
 
 /// Number of slots per group: the size of every per-slot map. Slots outnumber workers so that

@@ -9,6 +9,7 @@
 
 mod adopt;
 mod conns;
+mod exits;
 mod sock_addr;
 
 use aya_ebpf::{

@@ -346,6 +346,19 @@ impl Btf {
             })
     }
 
+    /// [`Btf::field`], refused unless it is `size` bytes (the size a program reads it as).
+    pub fn sized_field(&self, within: &str, path: &[&str], size: u32) -> Result<Field, BtfError> {
+        let field = self.field(within, path)?;
+        if field.size != size {
+            return Err(BtfError::Unexpected {
+                field: format!("{within}.{}", path.join(".")),
+                found: format!("{} bytes", field.size),
+                expected: format!("{size} bytes"),
+            });
+        }
+        Ok(field)
+    }
+
     /// Where `path` (member names, each within the previous one's type) lies in struct
     /// `within`: its byte offset from the struct's start and its size. A bitfield anywhere on
     /// the path is refused (it cannot be read as whole bytes).

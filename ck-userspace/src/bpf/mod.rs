@@ -5,6 +5,7 @@ pub mod btf;
 pub mod conn_steering;
 pub mod conns;
 pub mod dump;
+pub mod exits;
 mod group;
 mod load;
 pub mod maglev;

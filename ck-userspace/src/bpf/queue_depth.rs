@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use ck_common::QueueOffsets;
 
-use super::btf::{Btf, BtfError, Field};
+use super::btf::{Btf, BtfError};
 
 /// The environment variable that forces sampled depths (`sampled`; `exact` or unset: exact
 /// where the kernel allows it).
@@ -60,17 +60,7 @@ fn resolve(forced: Option<&str>) -> Result<QueueOffsets, String> {
 
 /// Finds the offsets in `btf`, checking that each field has the size the program reads.
 pub fn from_btf(btf: &Btf) -> Result<QueueOffsets, BtfError> {
-    let sized = |within: &str, path: &[&str], size: u32| -> Result<Field, BtfError> {
-        let field = btf.field(within, path)?;
-        if field.size != size {
-            return Err(BtfError::Unexpected {
-                field: format!("{within}.{}", path.join(".")),
-                found: format!("{} bytes", field.size),
-                expected: format!("{size} bytes"),
-            });
-        }
-        Ok(field)
-    };
+    let sized = |within: &str, path: &[&str], size: u32| btf.sized_field(within, path, size);
     let selected = sized("sk_reuseport_kern", &["selected_sk"], 8)?;
     let backlog = sized("sock", &["sk_ack_backlog"], 4)?;
     // The program reads both fields from the same address (a `struct sock *`), which is also

@@ -66,6 +66,14 @@ pub fn render(report: &StatusReport) -> String {
     if let Some(counts) = &report.conn_steering {
         let _ = writeln!(out, "{} counts: {counts}", report.policy.name());
     }
+    let _ = match &report.exits_watched {
+        Some(pids) => writeln!(
+            out,
+            "worker exits: seen as they begin (sched_process_exit), {} watched",
+            pids.len()
+        ),
+        None => writeln!(out, "worker exits: seen when the process is gone (pidfd)"),
+    };
     for line in &report.degraded {
         let _ = writeln!(out, "DEGRADED: {line}");
     }

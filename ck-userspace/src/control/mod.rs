@@ -129,6 +129,10 @@ pub struct StatusReport {
     /// does not count connections).
     #[serde(default)]
     pub conn_steering: Option<String>,
+    /// The pids whose exit the kernel's `sched_process_exit` reports to ck as it begins, read
+    /// from the exit watch's map (None: no exit watch, exits are seen from the pidfds alone).
+    #[serde(default)]
+    pub exits_watched: Option<Vec<u32>>,
     /// Target worker count.
     pub workers: u32,
     /// `--stop-signal` (`SIGTERM`, `SIGQUIT`, ...): what stops a worker gracefully.

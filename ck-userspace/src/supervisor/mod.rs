@@ -13,6 +13,7 @@ pub mod continuity;
 mod detect;
 mod drain;
 mod executor;
+mod exits;
 mod foreign;
 mod health;
 pub mod lifecycle;
@@ -69,6 +70,10 @@ pub(crate) enum Event {
         worker: u64,
         status: std::io::Result<std::process::ExitStatus>,
     },
+    /// A watched worker's last thread is exiting (the exit watch).
+    Exiting(ck_common::exits::ExitEvent),
+    /// The exit watch is loaded.
+    ExitWatch(crate::bpf::exits::ExitWatch),
     /// A worker sent notify messages.
     Notify {
         slot: u32,
@@ -156,6 +161,8 @@ pub struct Supervisor {
     /// `--adopt`: the hooks on the instance's cgroup (kept alive: dropping them detaches them
     /// unless pinned, see `steering`).
     adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
+    /// The exit watch, where the kernel allows it.
+    exit_watch: Option<crate::bpf::exits::ExitWatch>,
     /// `--spares`: spares that died unused in a row, and when the next may start.
     spare_failures: u32,
     spare_due: Option<Instant>,
@@ -289,6 +296,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
     }
     let (calls_tx, mut calls) = mpsc::unbounded_channel::<ControlCall>();
     let control = origin.control(&cfg, calls_tx)?;
+    exits::start(bpf_on, &events_tx);
     let mut sup = Supervisor {
         settings: settings(&cfg),
         groups,
@@ -311,6 +319,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
                 .collect()
         }),
         adopt_hooks,
+        exit_watch: None,
         spare_failures: prior.map_or(0, |h| h.spare_failures),
         spare_due: None,
         fd_limit,
@@ -453,7 +462,9 @@ impl Supervisor {
                 slot,
                 worker,
                 status,
-            } => self.on_exit(slot, worker, status),
+            } => self.on_exit(slot, worker, status, exits::ExitSeen::Pidfd),
+            Event::Exiting(exit) => self.on_exiting(exit),
+            Event::ExitWatch(watch) => self.on_exit_watch(watch),
             Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),
             Event::Timer { slot, epoch, timer } => {
                 self.timer_fired(slot, epoch, timer);

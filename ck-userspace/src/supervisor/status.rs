@@ -272,6 +272,7 @@ impl Supervisor {
             queue_depth: self.queue_depth(),
             queue_patience_us: self.queue_patience_us(),
             conn_steering: self.conn_steering(),
+            exits_watched: self.exit_watch.as_ref().map(|w| w.watched()),
             workers: self.cfg.workers,
             stop_signal: self.cfg.stop_signal.name().to_string(),
             drain_timeout_ms: self.cfg.drain_timeout.as_millis() as u64,

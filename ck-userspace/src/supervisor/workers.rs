@@ -215,6 +215,7 @@ impl Supervisor {
             accept_probe: Default::default(),
         });
         self.state_dirty = true;
+        self.watch_exit(index, pid);
         if founding && self.bpf_loaded() {
             self.check_steering_soon();
         }
@@ -283,7 +284,14 @@ impl Supervisor {
         }
     }
 
-    pub(super) fn on_exit(&mut self, index: u32, id: u64, status: std::io::Result<ExitStatus>) {
+    /// Slot `index`'s worker `id` exited with `status`, as `seen` says.
+    pub(super) fn on_exit(
+        &mut self,
+        index: u32,
+        id: u64,
+        status: std::io::Result<ExitStatus>,
+        seen: super::exits::ExitSeen,
+    ) {
         let Some(slot) = self.slots.get_mut(&index) else {
             return;
         };
@@ -291,6 +299,10 @@ impl Supervisor {
             return;
         };
         let (pid, ran) = (worker.pid, worker.started.elapsed());
+        self.unwatch_exit(pid);
+        let Some(slot) = self.slots.get_mut(&index) else {
+            return;
+        };
         let reason = describe_exit(&status);
         let never_ready = matches!(slot.life.state, State::Stopping(_, After::Crash));
         slot.last_exit = Some(if never_ready {
@@ -303,6 +315,7 @@ impl Supervisor {
             pid,
             reason = %slot.last_exit.as_deref().unwrap_or(""),
             ran_ms = ran.as_millis() as u64,
+            seen = seen.name(),
             "worker exited"
         );
         let spare = slot.spare;

@@ -1,0 +1,144 @@
+//! The exit watch in the supervisor: loads `ck_exits` (`tp_btf/sched_process_exit`), keeps the
+//! watched pids (`exit_watch`) and forwards the `exits` ring buffer. One per ck process, beside
+//! the groups' programs; not pinned: a ck that takes a fleet over (`ck upgrade`, a restarted ck
+//! under `--survive-supervisor`) loads its own and watches the workers it took.
+use anyhow::Context as _;
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, HashMap, MapData, RingBuf},
+    programs::BtfTracePoint,
+};
+use ck_common::exits::{ExitEvent, ExitOffsets};
+
+use super::btf::{Btf as FieldBtf, BtfError};
+
+/// The kernel's tracepoint.
+const TRACEPOINT: &str = "sched_process_exit";
+
+/// The loaded and attached program and its watch list.
+pub struct ExitWatch {
+    /// Keeps the program attached.
+    _ebpf: Ebpf,
+    watched: HashMap<MapData, u32, u32>,
+}
+
+impl std::fmt::Debug for ExitWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExitWatch")
+    }
+}
+
+impl ExitWatch {
+    /// Loads and attaches the program, and returns it with its ring buffer of exits. The error
+    /// says why the kernel refused (ck then learns of exits from the pidfds alone).
+    pub fn attach() -> anyhow::Result<(ExitWatch, RingBuf<MapData>)> {
+        let fields = FieldBtf::kernel().context("reading the kernel's BTF")?;
+        let offsets = offsets(&fields).context("finding the exit status in the kernel's BTF")?;
+        let off: u8 = 0;
+        let mut ebpf = EbpfLoader::new()
+            .btf(None)
+            .override_global(aya_log::LEVEL, &off, true)
+            .load(super::object()?)
+            .context("loading the BPF object")?;
+        {
+            let mut at: Array<_, ExitOffsets> = Array::try_from(
+                ebpf.map_mut("exit_offsets")
+                    .context("map exit_offsets missing")?,
+            )?;
+            at.set(0, offsets, 0).context("writing exit_offsets")?;
+        }
+        let btf = aya::Btf::from_sys_fs().context("reading /sys/kernel/btf/vmlinux")?;
+        let program: &mut BtfTracePoint = ebpf
+            .program_mut("ck_exits")
+            .context("program ck_exits missing from the object")?
+            .try_into()
+            .context("ck_exits is not a tp_btf program")?;
+        program.load(TRACEPOINT, &btf).with_context(|| {
+            format!(
+                "the kernel refused tp_btf/{TRACEPOINT} (its tracepoint has no group_dead \
+                 argument before the kernel moved it ahead of the memory teardown)"
+            )
+        })?;
+        program
+            .attach()
+            .with_context(|| format!("attaching to tp_btf/{TRACEPOINT}"))?;
+        let watched = HashMap::try_from(ebpf.take_map("exit_watch").context("no exit_watch")?)?;
+        let ring = RingBuf::try_from(ebpf.take_map("exits").context("no exits")?)?;
+        Ok((
+            ExitWatch {
+                _ebpf: ebpf,
+                watched,
+            },
+            ring,
+        ))
+    }
+
+    /// Watches `pid` (slot `slot`'s worker).
+    pub fn watch(&mut self, pid: u32, slot: u32) {
+        if let Err(e) = self.watched.insert(pid, slot, 0) {
+            tracing::warn!(slot, pid, "watching the worker's exit: {e}");
+        }
+    }
+
+    /// Stops watching `pid` (it exited, or is no longer ck's).
+    pub fn unwatch(&mut self, pid: u32) {
+        let _ = self.watched.remove(&pid);
+    }
+
+    /// The pids watched, as the kernel's map holds them.
+    pub fn watched(&self) -> Vec<u32> {
+        self.watched.keys().filter_map(Result::ok).collect()
+    }
+}
+
+/// The offsets of the fields the program reads the wait status from.
+pub fn offsets(btf: &FieldBtf) -> Result<ExitOffsets, BtfError> {
+    // The sizes the program reads: pointers, then 4-byte integers.
+    let at = |within: &str, name: &str, size: u32| {
+        btf.sized_field(within, &[name], size).map(|f| f.offset)
+    };
+    Ok(ExitOffsets {
+        signal: at("task_struct", "signal", 8)?,
+        signal_flags: at("signal_struct", "flags", 4)?,
+        group_exit_code: at("signal_struct", "group_exit_code", 4)?,
+        group_leader: at("task_struct", "group_leader", 8)?,
+        exit_code: at("task_struct", "exit_code", 4)?,
+    })
+}
+
+/// Reads `ring` on the runtime and hands every exit to `send`, until it returns false.
+pub fn forward_exits(
+    ring: RingBuf<MapData>,
+    send: impl Fn(ExitEvent) -> bool + Send + 'static,
+) -> anyhow::Result<()> {
+    super::read_when_ready(ring, move |ring| {
+        while let Some(record) = ring.next() {
+            if record.len() < std::mem::size_of::<ExitEvent>() {
+                continue;
+            }
+            // SAFETY: the record holds at least one ExitEvent (checked above), a plain-data
+            // type of integers, read without alignment assumptions.
+            let event = unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<ExitEvent>()) };
+            if !send(event) {
+                return false;
+            }
+        }
+        true
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offsets_come_from_the_kernels_btf() {
+        let btf = FieldBtf::kernel().unwrap();
+        let at = offsets(&btf).unwrap();
+        assert_eq!(
+            at.exit_code,
+            btf.field("task_struct", &["exit_code"]).unwrap().offset
+        );
+        assert_ne!(at.signal, at.group_leader);
+    }
+}
