@@ -152,29 +152,10 @@ impl AdoptHooks {
     }
 }
 
-/// Decodes one record of the `listens` ring buffer.
-pub fn decode(record: &[u8]) -> Option<ListenEvent> {
-    if record.len() < std::mem::size_of::<ListenEvent>() {
-        return None;
-    }
-    // SAFETY: the record holds at least one ListenEvent (checked above), a plain-data type
-    // of integers, read without alignment assumptions.
-    Some(unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<ListenEvent>()) })
-}
-
 /// Reads `ring` on the runtime and hands every listen event to `send`, until it returns false.
 pub fn forward_listens(
     ring: RingBuf<MapData>,
     send: impl Fn(ListenEvent) -> bool + Send + 'static,
 ) -> anyhow::Result<()> {
-    super::read_when_ready(ring, move |ring| {
-        while let Some(record) = ring.next() {
-            if let Some(event) = decode(&record)
-                && !send(event)
-            {
-                return false;
-            }
-        }
-        true
-    })
+    super::forward_records(ring, send)
 }

@@ -111,20 +111,7 @@ pub fn forward_exits(
     ring: RingBuf<MapData>,
     send: impl Fn(ExitEvent) -> bool + Send + 'static,
 ) -> anyhow::Result<()> {
-    super::read_when_ready(ring, move |ring| {
-        while let Some(record) = ring.next() {
-            if record.len() < std::mem::size_of::<ExitEvent>() {
-                continue;
-            }
-            // SAFETY: the record holds at least one ExitEvent (checked above), a plain-data
-            // type of integers, read without alignment assumptions.
-            let event = unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<ExitEvent>()) };
-            if !send(event) {
-                return false;
-            }
-        }
-        true
-    })
+    super::forward_records(ring, send)
 }
 
 #[cfg(test)]

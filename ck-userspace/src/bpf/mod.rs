@@ -40,6 +40,28 @@ fn object() -> anyhow::Result<&'static [u8]> {
     Ok(BPF_OBJECT)
 }
 
+/// Reads the ring buffer `ring` on the runtime and hands every record, a `T` the program wrote,
+/// to `send`, until it returns false (a record shorter than a `T` is skipped).
+pub(crate) fn forward_records<T: aya::Pod + Send + 'static>(
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    send: impl Fn(T) -> bool + Send + 'static,
+) -> anyhow::Result<()> {
+    read_when_ready(ring, move |ring| {
+        while let Some(record) = ring.next() {
+            if record.len() < std::mem::size_of::<T>() {
+                continue;
+            }
+            // SAFETY: the record holds at least one `T` (checked above), a plain-data type
+            // (`Pod`), read without alignment assumptions.
+            let value = unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<T>()) };
+            if !send(value) {
+                return false;
+            }
+        }
+        true
+    })
+}
+
 /// Watches `source` (a ring buffer, aya-log's logger) on the runtime and calls `drain` each
 /// time it is readable, until `drain` returns false.
 pub(crate) fn read_when_ready<T>(

@@ -16,19 +16,19 @@ use crate::bpf::exits::{self, ExitWatch};
 
 /// How ck learned that a worker exited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ExitSeen {
+pub(super) enum ExitReport {
     /// Its pidfd: the process is gone.
     Pidfd,
     /// The kernel's exit tracepoint: its last thread is exiting.
     Tracepoint,
 }
 
-impl ExitSeen {
+impl ExitReport {
     /// The log field's value.
     pub(super) fn name(self) -> &'static str {
         match self {
-            ExitSeen::Pidfd => "pidfd",
-            ExitSeen::Tracepoint => "exit tracepoint",
+            ExitReport::Pidfd => "pidfd",
+            ExitReport::Tracepoint => "exit tracepoint",
         }
     }
 }
@@ -105,7 +105,7 @@ impl Supervisor {
             index,
             id,
             Ok(ExitStatus::from_raw(exit.status)),
-            ExitSeen::Tracepoint,
+            ExitReport::Tracepoint,
         );
     }
 }

@@ -462,7 +462,7 @@ impl Supervisor {
                 slot,
                 worker,
                 status,
-            } => self.on_exit(slot, worker, status, exits::ExitSeen::Pidfd),
+            } => self.on_exit(slot, worker, status, exits::ExitReport::Pidfd),
             Event::Exiting(exit) => self.on_exiting(exit),
             Event::ExitWatch(watch) => self.on_exit_watch(watch),
             Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),

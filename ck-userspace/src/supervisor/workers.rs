@@ -290,7 +290,7 @@ impl Supervisor {
         index: u32,
         id: u64,
         status: std::io::Result<ExitStatus>,
-        seen: super::exits::ExitSeen,
+        seen: super::exits::ExitReport,
     ) {
         let Some(slot) = self.slots.get_mut(&index) else {
             return;

@@ -141,10 +141,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         let paired_median = median(&paired);
         t.row_of(
             &format!("{}: ck / baseline, median of the runs' pairs", spec.name),
-            vec![Cell {
-                text: format!("{paired_median:.2}"),
-                num: Some(paired_median),
-            }],
+            vec![Cell::ratio(paired_median)],
             Goal::AtLeast(0.98, ">= 0.98"),
         );
         t.note(format!(
@@ -159,10 +156,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         let adopt_ratio = medians[2] / medians[0];
         t.row_of(
             &format!("{}: --adopt / ck (socket activation)", spec.name),
-            vec![Cell {
-                text: format!("{adopt_ratio:.2}"),
-                num: Some(adopt_ratio),
-            }],
+            vec![Cell::ratio(adopt_ratio)],
             Goal::AtLeast(0.98, ">= 0.98"),
         );
         t.row_of(

@@ -45,6 +45,14 @@ impl Cell {
         }
     }
 
+    /// A ratio, two decimals.
+    pub fn ratio(r: f64) -> Cell {
+        Cell {
+            text: format!("{r:.2}"),
+            num: Some(r),
+        }
+    }
+
     /// A rate per second, `unit` naming what is counted (`req/s`).
     pub fn rate(r: f64, unit: &str) -> Cell {
         Cell {
