@@ -93,13 +93,17 @@ impl ConnCounter {
             .insert(socket, tag, 0)
             .context("writing the conn_tags socket storage")?;
         let cookie = crate::os::sock_diag::cookie(socket).context("reading SO_COOKIE")?;
-        // One listener per slot: an earlier socket of the slot (closed, or replaced, perhaps by
-        // an earlier image of ck: the map is pinned) leaves. At most a few hundred entries.
+        // An earlier socket of the slot (replaced, perhaps by an earlier image of ck: the map is
+        // pinned) leaves once it no longer listens. One that still does (held by a worker whose
+        // exit was reported as it began, the kernel still tearing it down) stays: when its last
+        // fd closes, the connections queued on it migrate, and their count moves off this slot
+        // through this entry. Where the listeners cannot be listed, every earlier one leaves.
+        let live = listening_cookies(socket);
         let earlier: Vec<u64> = self
             .listeners
             .iter()
             .filter_map(Result::ok)
-            .filter(|(c, s)| *s == slot && *c != cookie)
+            .filter(|(c, s)| *s == slot && *c != cookie && !live.contains(c))
             .map(|(c, _)| c)
             .collect();
         for old in earlier {
@@ -120,6 +124,17 @@ impl ConnCounter {
             .map(|values| values.iter().sum())
             .unwrap_or(0)
     }
+}
+
+/// The cookies of the sockets listening on `socket`'s port and family (sock_diag); none when
+/// they cannot be listed.
+fn listening_cookies(socket: &Socket) -> Vec<u64> {
+    let Some(addr) = socket.local_addr().ok().and_then(|a| a.as_socket()) else {
+        return Vec::new();
+    };
+    crate::os::sock_diag::listeners(addr.port(), addr.is_ipv6())
+        .map(|all| all.iter().map(|l| l.cookie).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
