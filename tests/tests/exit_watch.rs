@@ -11,8 +11,11 @@ use ck_tests::start;
 use ck_tests::sys::{self, poll_until};
 use nix::sys::signal::Signal;
 
-/// A worker that fills 1 GiB of memory (so that the kernel takes a while to free it) and waits.
-const BIG_WORKER: &str = "b = b'x' * (1 << 30)\nimport time\ntime.sleep(600)";
+/// A worker that fills 1 GiB of memory (so that the kernel takes a while to free it), then
+/// accepts on its socket (ck's fd 3): ready by the accept probe, so that its death is a served
+/// worker's, replaced at once (not a boot crash, which waits for the backoff).
+const BIG_WORKER: &str = "b = b'x' * (1 << 30)\nimport socket\ns = socket.socket(fileno=3)\n\
+                          while True:\n    c, _ = s.accept()\n    c.close()";
 
 /// Whether process `pid` exists (running, exiting, or a zombie not reaped yet).
 fn exists(pid: u32) -> bool {
@@ -27,17 +30,19 @@ fn resident(pid: u32) -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// Starts `-w 1` of [`BIG_WORKER`] and returns ck and the worker's pid once it holds its 1 GiB.
+/// Starts `-w 1` of [`BIG_WORKER`] and returns ck and the worker's pid once it is ready and
+/// holds its 1 GiB.
 fn big_worker(what: &str) -> (ck_tests::ck::Ck, u32) {
     let (mut ck, _port) = start(what, &["-w", "1", "--", "python3", "-c", BIG_WORKER]);
     // The watch loads beside the first worker; `ck status` lists the pids in its map.
     let status = ck.wait_status(
-        "a worker whose exit is watched",
-        Duration::from_secs(10),
+        "a ready worker whose exit is watched",
+        Duration::from_secs(20),
         |s| {
-            s.slot(0)
-                .pid
-                .is_some_and(|pid| s.exits_watched.as_ref().is_some_and(|w| w.contains(&pid)))
+            s.slot(0).state == "ready"
+                && s.slot(0)
+                    .pid
+                    .is_some_and(|pid| s.exits_watched.as_ref().is_some_and(|w| w.contains(&pid)))
         },
     );
     let pid = status.worker_pid(0);
