@@ -66,7 +66,8 @@ pub(super) fn start(bpf_on: bool, events: &tokio::sync::mpsc::UnboundedSender<Ev
 impl Supervisor {
     /// The exit watch is loaded: it watches every worker from now on, the running ones first.
     pub(super) fn on_exit_watch(&mut self, mut watch: ExitWatch) {
-        for (index, slot) in &self.slots {
+        // Member slots (`--adopt`'s further listeners) are left to their own watcher.
+        for (index, slot) in self.slots.iter().filter(|(_, s)| s.member_of.is_none()) {
             if let Some(worker) = &slot.worker {
                 watch.watch(worker.pid, *index);
             }
@@ -91,7 +92,10 @@ impl Supervisor {
     /// A watched process began to exit: a worker that died on its own is handled as exited now.
     pub(super) fn on_exiting(&mut self, exit: ExitEvent) {
         let found = self.slots.iter().find_map(|(index, slot)| {
-            let worker = slot.worker.as_ref().filter(|w| w.pid == exit.pid)?;
+            let worker = slot
+                .worker
+                .as_ref()
+                .filter(|w| w.pid == exit.pid && slot.member_of.is_none())?;
             let asked = matches!(slot.life.state, State::Stopping(..));
             Some((*index, worker.id, asked))
         });
