@@ -2,13 +2,15 @@
 //! tracepoint, as the process begins to exit, not when its pidfd reports it torn down. A worker
 //! with 1 GiB of memory takes the kernel over 100 ms to tear down on these machines: a worker
 //! that died on its own is replaced while the old process still exists, with the exit status
-//! the kernel will report; a worker ck stops is reported gone only once its process is.
+//! the kernel will report; a worker ck stops is reported gone only once its process is. Forced
+//! to the pidfds (`CK_EXIT_WATCH=pidfd`, the path of a kernel without the tracepoint's
+//! `group_dead`), the replacement comes only once the old process is gone.
 
 use std::path::Path;
 use std::time::Duration;
 
-use ck_tests::start;
 use ck_tests::sys::{self, poll_until};
+use ck_tests::{Ck, Status, probe_base_for, start};
 use nix::sys::signal::Signal;
 
 /// A worker that fills 1 GiB of memory (so that the kernel takes a while to free it), then
@@ -30,19 +32,34 @@ fn resident(pid: u32) -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// Starts `-w 1` of [`BIG_WORKER`] and returns ck and the worker's pid once it is ready and
-/// holds its 1 GiB.
-fn big_worker(what: &str) -> (ck_tests::ck::Ck, u32) {
-    let (mut ck, _port) = start(what, &["-w", "1", "--", "python3", "-c", BIG_WORKER]);
+/// Starts `-w 1` of [`BIG_WORKER`] with `env` and returns ck and the worker's pid once it is
+/// ready, holds its 1 GiB, and (unless `env` forces the pidfds) its exit is watched.
+fn big_worker(what: &str, env: &[(&str, &str)]) -> (Ck, u32) {
+    let port = sys::free_port();
+    let (port_text, base) = (port.to_string(), probe_base_for(port).to_string());
+    let args = [
+        "-w",
+        "1",
+        "--port",
+        &port_text,
+        "--probe-port-base",
+        &base,
+        "--",
+        "python3",
+        "-c",
+        BIG_WORKER,
+    ];
+    let mut ck = Ck::start_with_env(&ck_tests::instance_name(what, port), &args, env);
+    let watched = env.is_empty();
     // The watch loads beside the first worker; `ck status` lists the pids in its map.
     let status = ck.wait_status(
-        "a ready worker whose exit is watched",
+        "a ready worker (whose exit is watched)",
         Duration::from_secs(20),
         |s| {
             s.slot(0).state == "ready"
-                && s.slot(0)
-                    .pid
-                    .is_some_and(|pid| s.exits_watched.as_ref().is_some_and(|w| w.contains(&pid)))
+                && s.slot(0).pid.is_some_and(|pid| {
+                    !watched || s.exits_watched.as_ref().is_some_and(|w| w.contains(&pid))
+                })
         },
     );
     let pid = status.worker_pid(0);
@@ -56,25 +73,41 @@ fn big_worker(what: &str) -> (ck_tests::ck::Ck, u32) {
     (ck, pid)
 }
 
-#[test]
-fn a_killed_worker_is_replaced_while_the_kernel_still_tears_it_down() {
-    let (mut ck, old) = big_worker("exitwatch");
+/// SIGKILLs slot 0's worker `old`, waits for its replacement, and returns whether `old` still
+/// existed when `ck status` first showed the replacement, with the status then.
+fn kill_and_replace(ck: &Ck, old: u32) -> (bool, Status) {
     sys::signal(old, Signal::SIGKILL);
-    let mut replaced_while_old_existed = None;
+    let mut existed = None;
     poll_until(Duration::from_secs(10), Duration::from_millis(1), || {
         let Ok(status) = ck.try_status() else {
             return false;
         };
         let replaced = status.slot(0).pid.is_some_and(|p| p != old);
         if replaced {
-            replaced_while_old_existed = Some(exists(old));
+            existed = Some(exists(old));
         }
         replaced
     });
     let status = ck.status();
-    assert_eq!(
-        replaced_while_old_existed,
-        Some(true),
+    let existed =
+        existed.unwrap_or_else(|| panic!("slot 0 was not replaced: {status:#?}\n{}", ck.log()));
+    (existed, status)
+}
+
+/// The `worker exited` lines of `pid`.
+fn exit_lines(ck: &Ck, pid: u32) -> Vec<String> {
+    ck.log_lines(&format!("pid={pid} "))
+        .into_iter()
+        .filter(|l| l.contains("worker exited"))
+        .collect()
+}
+
+#[test]
+fn a_killed_worker_is_replaced_while_the_kernel_still_tears_it_down() {
+    let (mut ck, old) = big_worker("exitwatch", &[]);
+    let (existed, status) = kill_and_replace(&ck, old);
+    assert!(
+        existed,
         "slot 0 was not replaced while the killed worker {old} still existed: {status:#?}\n{}",
         ck.log()
     );
@@ -83,18 +116,10 @@ fn a_killed_worker_is_replaced_while_the_kernel_still_tears_it_down() {
         Some("signal SIGKILL"),
         "{status:#?}"
     );
-    let seen = ck.log_lines(&format!("pid={old} "));
-    assert!(
-        seen.iter()
-            .any(|l| l.contains("worker exited") && l.contains("seen=\"exit tracepoint\"")),
-        "the exit of {old} was not seen from the tracepoint: {seen:#?}"
-    );
     // The pidfd's later report is not a second exit: one line, one restart.
-    assert_eq!(
-        seen.iter().filter(|l| l.contains("worker exited")).count(),
-        1,
-        "{seen:#?}"
-    );
+    let exits = exit_lines(&ck, old);
+    assert_eq!(exits.len(), 1, "{exits:#?}");
+    assert!(exits[0].contains("seen=\"exit tracepoint\""), "{exits:#?}");
     assert_eq!(status.slot(0).restarts, 1, "{status:#?}");
     // And the zombie is reaped.
     assert!(
@@ -103,6 +128,31 @@ fn a_killed_worker_is_replaced_while_the_kernel_still_tears_it_down() {
         }),
         "the killed worker {old} was never reaped"
     );
+    ck.sigterm();
+    ck.wait_clean_exit();
+}
+
+#[test]
+fn forced_to_the_pidfds_a_killed_worker_is_replaced_once_it_is_gone() {
+    let (mut ck, old) = big_worker("exitpidfd", &[("CK_EXIT_WATCH", "pidfd")]);
+    let status = ck.status();
+    assert_eq!(status.exits_watched, None, "{status:#?}");
+    let said = ck.log_lines("worker exits are seen when");
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(said[0].contains("CK_EXIT_WATCH=pidfd"), "{said:#?}");
+    let (existed, status) = kill_and_replace(&ck, old);
+    assert!(
+        !existed,
+        "replaced while {old} still existed without the watch: {status:#?}"
+    );
+    assert_eq!(
+        status.slot(0).last_exit.as_deref(),
+        Some("signal SIGKILL"),
+        "{status:#?}"
+    );
+    let exits = exit_lines(&ck, old);
+    assert_eq!(exits.len(), 1, "{exits:#?}");
+    assert!(exits[0].contains("seen=\"pidfd\""), "{exits:#?}");
     ck.sigterm();
     ck.wait_clean_exit();
 }
@@ -145,7 +195,7 @@ fn an_exit_code_reads_from_the_tracepoint_as_waitid_reports_it() {
 
 #[test]
 fn a_worker_ck_stops_is_gone_when_ck_says_so() {
-    let (mut ck, pid) = big_worker("exitstop");
+    let (mut ck, pid) = big_worker("exitstop", &[]);
     ck.sigterm();
     ck.wait_clean_exit();
     assert!(

@@ -15,6 +15,10 @@ use super::btf::{Btf as FieldBtf, BtfError};
 /// The kernel's tracepoint.
 const TRACEPOINT: &str = "sched_process_exit";
 
+/// The environment variable that leaves exits to the pidfds alone (`pidfd`), as a kernel without
+/// the tracepoint's `group_dead` does: for tests and benchmarks of that path.
+pub const FORCE_ENV: &str = "CK_EXIT_WATCH";
+
 /// The loaded and attached program and its watch list.
 pub struct ExitWatch {
     /// Keeps the program attached.
@@ -32,6 +36,14 @@ impl ExitWatch {
     /// Loads and attaches the program, and returns it with its ring buffer of exits. The error
     /// says why the kernel refused (ck then learns of exits from the pidfds alone).
     pub fn attach() -> anyhow::Result<(ExitWatch, RingBuf<MapData>)> {
+        match std::env::var(FORCE_ENV).as_deref() {
+            Ok("pidfd") => anyhow::bail!("{FORCE_ENV}=pidfd asks for the pidfds alone"),
+            Ok("" | "tracepoint") | Err(_) => {}
+            Ok(other) => anyhow::bail!(
+                "{FORCE_ENV}={other} is neither `tracepoint` nor `pidfd`; unset it for the exit \
+                 watch"
+            ),
+        }
         let fields = FieldBtf::kernel().context("reading the kernel's BTF")?;
         let offsets = offsets(&fields).context("finding the exit status in the kernel's BTF")?;
         let off: u8 = 0;

@@ -22,6 +22,9 @@ pub enum Contender {
     /// ck with its readiness seen by the `/proc` scan alone (`CK_READY_DETECT=proc`: no
     /// accept probe), as before the probe.
     CkProcScan,
+    /// ck learning of exits from the pidfds alone (`CK_EXIT_WATCH=pidfd`: no exit watch), as
+    /// before the watch.
+    CkPidfdExits,
     /// ck with two hot spares (`--spares 2`).
     CkSpares,
     /// ck `--no-bpf`.
@@ -41,11 +44,12 @@ impl Contender {
         Contender::Pm2,
     ];
 
-    /// The `recovery` scenario's: [`Contender::ALL`] with ck's `/proc` scan and ck's hot spares
-    /// beside ck.
-    pub const RECOVERY: [Contender; 6] = [
+    /// The `recovery` scenario's: [`Contender::ALL`] with ck's `/proc` scan, ck without its
+    /// exit watch and ck's hot spares beside ck.
+    pub const RECOVERY: [Contender; 7] = [
         Contender::Ck,
         Contender::CkProcScan,
+        Contender::CkPidfdExits,
         Contender::CkSpares,
         Contender::CkNoBpf,
         Contender::NodeCluster,
@@ -57,6 +61,7 @@ impl Contender {
         match self {
             Contender::Ck => "ck",
             Contender::CkProcScan => "ck, /proc scan",
+            Contender::CkPidfdExits => "ck, exits by pidfd",
             Contender::CkSpares => "ck --spares 2",
             Contender::CkNoBpf => "ck --no-bpf",
             Contender::NodeCluster => "node:cluster",
@@ -93,6 +98,14 @@ impl Fleet {
         }
     }
 
+    /// ck's log file (none for the peers).
+    pub fn log(&self) -> Option<&std::path::Path> {
+        match self {
+            Fleet::Ck(inst) => Some(inst.log()),
+            _ => None,
+        }
+    }
+
     /// Its worker processes (for ck, the serving ones: not its spares).
     pub fn workers(&self) -> Vec<u32> {
         match self {
@@ -117,7 +130,11 @@ impl Fleet {
         let worker_js = worker_js.to_string_lossy().to_string();
         let node_app = ["--", "node", worker_js.as_str()];
         Ok(match contender {
-            Contender::Ck | Contender::CkProcScan | Contender::CkSpares | Contender::CkNoBpf => {
+            Contender::Ck
+            | Contender::CkProcScan
+            | Contender::CkPidfdExits
+            | Contender::CkSpares
+            | Contender::CkNoBpf => {
                 let variant = match contender {
                     Contender::CkNoBpf => Variant::Baseline,
                     _ => Variant::Ck,
@@ -129,6 +146,7 @@ impl Fleet {
                 args.extend(node_app);
                 let env: &[(&str, &str)] = match contender {
                     Contender::CkProcScan => &[(ck::supervisor::READY_DETECT_ENV, "proc")],
+                    Contender::CkPidfdExits => &[(ck::bpf::exits::FORCE_ENV, "pidfd")],
                     _ => &[],
                 };
                 let mut inst = Instance::start_with_env(

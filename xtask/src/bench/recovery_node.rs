@@ -8,7 +8,7 @@
 //! ck's own CPU time per round (`/proc/PID/schedstat`).
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Result, bail};
 use ck_tests::load::{self, LoadReport, LoadSpec, Mode};
@@ -45,6 +45,21 @@ struct Outcome {
     kills: Vec<Duration>,
     /// ck's own CPU time per round (none for the peers).
     supervisor_cpu: Option<Duration>,
+    /// Per round: kill -> the second replacement's `worker started` line in ck's log (empty
+    /// for the peers).
+    spawned: Vec<Option<Duration>>,
+}
+
+/// Milliseconds of `d`.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The median of the rounds' spawn delays, in ms, if every round has one.
+fn median_of_spawns(spawned: &[Option<Duration>]) -> Option<f64> {
+    let all: Option<Vec<Duration>> = spawned.iter().copied().collect();
+    all.filter(|a| !a.is_empty())
+        .map(|a| ms(median_duration(&a)))
 }
 
 /// Runs the rounds for every contender and returns the table.
@@ -59,9 +74,9 @@ pub fn run(bench: &Bench) -> Result<Table> {
         ),
         &contenders.map(Contender::label),
     );
-    // Column order is [`Contender::RECOVERY`]: ck, ck with the /proc scan, ck --spares 2,
-    // ck --no-bpf, node:cluster, pm2.
-    let (spares, cluster_at) = (2, 4);
+    // Column order is [`Contender::RECOVERY`]: ck, ck with the /proc scan, ck with exits by
+    // pidfd, ck --spares 2, ck --no-bpf, node:cluster, pm2.
+    let (spares, cluster_at) = (3, 5);
     t.ratio_against(cluster_at);
     let median_of = |o: &Outcome| {
         let all: Option<Vec<Duration>> = o.restored.iter().copied().collect();
@@ -93,6 +108,24 @@ pub fn run(bench: &Bench) -> Result<Table> {
                     .map(|d| d.map_or("-".into(), |d| format!("{:.0}", d.as_secs_f64() * 1000.0)))
                     .collect();
                 Cell::text(&format!("{} ms", rounds.join("/")))
+            })
+            .collect(),
+        Goal::None,
+    );
+    t.row_of(
+        "kill -> both replacements spawned (ck's log), median / each round",
+        outcomes
+            .iter()
+            .map(|o| match median_of_spawns(&o.spawned) {
+                Some(median) => Cell::text(&format!(
+                    "{median:.1} ms / {}",
+                    o.spawned
+                        .iter()
+                        .map(|d| d.map_or("-".into(), |d| format!("{:.1}", ms(d))))
+                        .collect::<Vec<_>>()
+                        .join("/")
+                )),
+                None => Cell::text("-"),
             })
             .collect(),
         Goal::None,
@@ -193,6 +226,7 @@ fn measure(fleet: &Fleet) -> Result<Outcome> {
     let handle = load::start(spec);
     let mut pick = Pick(0x0063_6b72_6563_6f76);
     let mut kills = Vec::new();
+    let mut wall_kills = Vec::new();
     for round in 1..=ROUNDS {
         std::thread::sleep(
             (started + BETWEEN * round as u32).saturating_duration_since(Instant::now()),
@@ -207,6 +241,7 @@ fn measure(fleet: &Fleet) -> Result<Outcome> {
             victims.insert(live[pick.next(live.len())]);
         }
         let at = started.elapsed();
+        wall_kills.push(SystemTime::now());
         for pid in &victims {
             kill(*pid, Signal::SIGKILL)?;
         }
@@ -235,12 +270,61 @@ fn measure(fleet: &Fleet) -> Result<Outcome> {
         })
         .collect();
     let kills = kills.into_iter().map(|(at, _)| at).collect();
+    let spawned = match fleet.log() {
+        Some(path) => spawn_delays(&std::fs::read_to_string(path)?, &wall_kills),
+        None => Vec::new(),
+    };
     Ok(Outcome {
         report,
         restored,
         kills,
         supervisor_cpu,
+        spawned,
     })
+}
+
+/// For each kill (wall clock), the time until the second `worker started` line after it in
+/// ck's log (None when there are not two before the next kill).
+fn spawn_delays(log: &str, kills: &[SystemTime]) -> Vec<Option<Duration>> {
+    let starts: Vec<SystemTime> = log
+        .lines()
+        .filter(|l| l.contains("worker started"))
+        .filter_map(|l| log_time(l.split_whitespace().next()?))
+        .collect();
+    kills
+        .iter()
+        .enumerate()
+        .map(|(i, kill)| {
+            let until = kills.get(i + 1).copied();
+            let after: Vec<&SystemTime> = starts
+                .iter()
+                .filter(|t| *t >= kill && until.is_none_or(|u| **t < u))
+                .collect();
+            after.get(KILLED - 1)?.duration_since(*kill).ok()
+        })
+        .collect()
+}
+
+/// A log line's timestamp (`2026-12-01T20:31:22.578657Z`, UTC) as a wall-clock time.
+fn log_time(stamp: &str) -> Option<SystemTime> {
+    let (date, time) = stamp.strip_suffix('Z')?.split_once('T')?;
+    let mut ymd = date.split('-').map(|x| x.parse::<i64>().ok());
+    let (y, m, d) = (ymd.next()??, ymd.next()??, ymd.next()??);
+    let mut hms = time.split(':');
+    let (h, min) = (
+        hms.next()?.parse::<u64>().ok()?,
+        hms.next()?.parse::<u64>().ok()?,
+    );
+    let secs: f64 = hms.next()?.parse().ok()?;
+    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = u64::try_from(era * 146_097 + doe - 719_468).ok()?;
+    let whole = days * 86_400 + h * 3600 + min * 60;
+    Some(UNIX_EPOCH + Duration::from_secs(whole) + Duration::from_secs_f64(secs))
 }
 
 /// The CPU time `pid` has used (`/proc/PID/schedstat`'s first field, in nanoseconds).
@@ -248,4 +332,36 @@ fn cpu_time(pid: u32) -> Option<Duration> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
     let ns = text.split_whitespace().next()?.parse().ok()?;
     Some(Duration::from_nanos(ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_times_read_as_utc() {
+        let t = log_time("2026-12-01T20:31:22.578657Z").unwrap();
+        let since = t.duration_since(UNIX_EPOCH).unwrap();
+        // date -u -d 2026-12-01T20:31:22Z +%s
+        assert_eq!(since.as_secs(), 1_796_157_082);
+        assert_eq!(since.subsec_micros(), 578_657);
+        assert_eq!(log_time("not a time"), None);
+    }
+
+    #[test]
+    fn the_second_start_after_each_kill_counts() {
+        let log = "2026-12-01T00:00:01.000000Z  INFO worker started slot=0\n\
+                   2026-12-01T00:00:01.010000Z  INFO worker exited slot=1\n\
+                   2026-12-01T00:00:01.012000Z  INFO worker started slot=1\n\
+                   2026-12-01T00:00:01.020000Z  INFO worker started slot=2\n\
+                   2026-12-01T00:00:03.005000Z  INFO worker started slot=1\n";
+        let at = |s: &str| log_time(s).unwrap();
+        let kills = [
+            at("2026-12-01T00:00:01.005000Z"),
+            at("2026-12-01T00:00:03.000000Z"),
+        ];
+        let delays = spawn_delays(log, &kills);
+        assert_eq!(delays[0], Some(Duration::from_millis(15)));
+        assert_eq!(delays[1], None);
+    }
 }
