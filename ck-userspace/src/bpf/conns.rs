@@ -98,14 +98,17 @@ impl ConnCounter {
         // exit was reported as it began, the kernel still tearing it down) stays: when its last
         // fd closes, the connections queued on it migrate, and their count moves off this slot
         // through this entry. Where the listeners cannot be listed, every earlier one leaves.
-        let live = listening_cookies(socket);
-        let earlier: Vec<u64> = self
+        let mut earlier: Vec<u64> = self
             .listeners
             .iter()
             .filter_map(Result::ok)
-            .filter(|(c, s)| *s == slot && *c != cookie && !live.contains(c))
+            .filter(|(c, s)| *s == slot && *c != cookie)
             .map(|(c, _)| c)
             .collect();
+        if !earlier.is_empty() {
+            let live = listening_cookies(socket);
+            earlier.retain(|c| !live.contains(c));
+        }
         for old in earlier {
             let _ = self.listeners.remove(&old);
         }
