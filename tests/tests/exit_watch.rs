@@ -102,6 +102,18 @@ fn exit_lines(ck: &Ck, pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// Slot 0's last exit is `old`'s SIGKILL, logged in one `worker exited` line as `seen`.
+fn assert_killed_once(ck: &Ck, status: &Status, old: u32, seen: &str) {
+    assert_eq!(
+        status.slot(0).last_exit.as_deref(),
+        Some("signal SIGKILL"),
+        "{status:#?}"
+    );
+    let exits = exit_lines(ck, old);
+    assert_eq!(exits.len(), 1, "{exits:#?}");
+    assert!(exits[0].contains(&format!("seen=\"{seen}\"")), "{exits:#?}");
+}
+
 #[test]
 fn a_killed_worker_is_replaced_while_the_kernel_still_tears_it_down() {
     let (mut ck, old) = big_worker("exitwatch", &[]);
@@ -111,15 +123,8 @@ fn a_killed_worker_is_replaced_while_the_kernel_still_tears_it_down() {
         "slot 0 was not replaced while the killed worker {old} still existed: {status:#?}\n{}",
         ck.log()
     );
-    assert_eq!(
-        status.slot(0).last_exit.as_deref(),
-        Some("signal SIGKILL"),
-        "{status:#?}"
-    );
     // The pidfd's later report is not a second exit: one line, one restart.
-    let exits = exit_lines(&ck, old);
-    assert_eq!(exits.len(), 1, "{exits:#?}");
-    assert!(exits[0].contains("seen=\"exit tracepoint\""), "{exits:#?}");
+    assert_killed_once(&ck, &status, old, "exit tracepoint");
     assert_eq!(status.slot(0).restarts, 1, "{status:#?}");
     // And the zombie is reaped.
     assert!(
@@ -145,14 +150,7 @@ fn forced_to_the_pidfds_a_killed_worker_is_replaced_once_it_is_gone() {
         !existed,
         "replaced while {old} still existed without the watch: {status:#?}"
     );
-    assert_eq!(
-        status.slot(0).last_exit.as_deref(),
-        Some("signal SIGKILL"),
-        "{status:#?}"
-    );
-    let exits = exit_lines(&ck, old);
-    assert_eq!(exits.len(), 1, "{exits:#?}");
-    assert!(exits[0].contains("seen=\"pidfd\""), "{exits:#?}");
+    assert_killed_once(&ck, &status, old, "pidfd");
     ck.sigterm();
     ck.wait_clean_exit();
 }

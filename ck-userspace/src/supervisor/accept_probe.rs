@@ -10,10 +10,11 @@
 //! worker accepts it, reads ECONNRESET and closes it.
 //!
 //! Where the probe cannot work, the `/proc` scan decides as before: no steering yet (the program
-//! not attached or not checked), a probe port another socket holds, a connection that never
-//! shows in the queue (the worker set `TCP_DEFER_ACCEPT`, so a connection without data stays in
-//! SYN_RECV; or it accepted within the same tick), or `CK_READY_DETECT=proc` ([`FORCE_ENV`]),
-//! which tests use to check the scan on its own.
+//! not attached or not checked), a probe port another socket holds (tried again at each tick:
+//! a replaced worker's connections free it once the kernel has torn that worker down), a
+//! connection that never shows in the queue (the worker set `TCP_DEFER_ACCEPT`, so a
+//! connection without data stays in SYN_RECV; or it accepted within the same tick), or
+//! `CK_READY_DETECT=proc` ([`FORCE_ENV`]), which tests use to check the scan on its own.
 use std::{net::SocketAddr, time::Instant};
 
 use socket2::Socket;
@@ -103,6 +104,18 @@ impl AcceptProbe {
                 before: queue,
                 sent: now,
             },
+            // The probe port, or its connection to this socket, is still taken: by ck's end of
+            // a connection (a canary, a health probe) to the worker this one replaces, whose
+            // exit was reported as it began and whose sockets close once the kernel has torn
+            // it down. Tried again at the next tick.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL)
+                ) =>
+            {
+                return false;
+            }
             Err(e) => {
                 tracing::debug!(%source, error = %e, "accept probe not sent; /proc decides");
                 AcceptProbe::Off
@@ -217,6 +230,26 @@ mod tests {
         settle(&mut p, &l);
         assert!(matches!(p, AcceptProbe::Off), "{p:?}");
         assert_eq!(p.step(0, Instant::now()), Step::Waiting);
+    }
+
+    #[test]
+    fn a_probe_port_still_taken_is_tried_again() {
+        let (l, addr) = listener();
+        // ck's end of an earlier connection from the probe port to the same socket.
+        let held = Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        held.set_reuse_address(true).unwrap();
+        held.bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let source = held.local_addr().unwrap().as_socket().unwrap();
+        held.connect(&addr.into()).unwrap();
+        let mut p = AcceptProbe::default();
+        assert!(!p.send(addr, source, queue(&l), Instant::now()));
+        assert!(matches!(p, AcceptProbe::Unsent), "{p:?}");
+        drop(held);
+        drop(l.accept().unwrap());
+        assert!(p.send(addr, source, queue(&l), Instant::now()));
+        settle(&mut p, &l);
+        assert!(p.armed(), "{p:?}");
     }
 
     #[test]
