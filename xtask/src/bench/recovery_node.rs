@@ -8,7 +8,7 @@
 //! ck's own CPU time per round (`/proc/PID/schedstat`).
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Result, bail};
 use ck_tests::load::{self, LoadReport, LoadSpec, Mode};
@@ -307,24 +307,9 @@ fn spawn_delays(log: &str, kills: &[SystemTime]) -> Vec<Option<Duration>> {
 
 /// A log line's timestamp (`2026-12-01T20:31:22.578657Z`, UTC) as a wall-clock time.
 fn log_time(stamp: &str) -> Option<SystemTime> {
-    let (date, time) = stamp.strip_suffix('Z')?.split_once('T')?;
-    let mut ymd = date.split('-').map(|x| x.parse::<i64>().ok());
-    let (y, m, d) = (ymd.next()??, ymd.next()??, ymd.next()??);
-    let mut hms = time.split(':');
-    let (h, min) = (
-        hms.next()?.parse::<u64>().ok()?,
-        hms.next()?.parse::<u64>().ok()?,
-    );
-    let secs: f64 = hms.next()?.parse().ok()?;
-    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = u64::try_from(era * 146_097 + doe - 719_468).ok()?;
-    let whole = days * 86_400 + h * 3600 + min * 60;
-    Some(UNIX_EPOCH + Duration::from_secs(whole) + Duration::from_secs_f64(secs))
+    chrono::DateTime::parse_from_rfc3339(stamp)
+        .ok()
+        .map(SystemTime::from)
 }
 
 /// The CPU time `pid` has used (`/proc/PID/schedstat`'s first field, in nanoseconds).
@@ -341,7 +326,7 @@ mod tests {
     #[test]
     fn log_times_read_as_utc() {
         let t = log_time("2026-12-01T20:31:22.578657Z").unwrap();
-        let since = t.duration_since(UNIX_EPOCH).unwrap();
+        let since = t.duration_since(std::time::UNIX_EPOCH).unwrap();
         // date -u -d 2026-12-01T20:31:22Z +%s
         assert_eq!(since.as_secs(), 1_796_157_082);
         assert_eq!(since.subsec_micros(), 578_657);
