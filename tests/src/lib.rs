@@ -53,6 +53,11 @@ pub fn probe_base_for(port: u16) -> u16 {
 /// free port (base from [`probe_base_for`]) and returns it with the port. `args` may end with
 /// `--` and an APP.
 pub fn start(what: &str, args: &[&str]) -> (Ck, u16) {
+    start_with_env(what, args, &[])
+}
+
+/// Starts like [`start`] with `env` set for ck.
+pub fn start_with_env(what: &str, args: &[&str], env: &[(&str, &str)]) -> (Ck, u16) {
     let port = sys::free_port();
     let name = instance_name(what, port);
     let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
@@ -63,7 +68,7 @@ pub fn start(what: &str, args: &[&str]) -> (Ck, u16) {
         base_text.as_str(),
     ];
     all.extend_from_slice(args);
-    (Ck::start(&name, &all), port)
+    (Ck::start_with_env(&name, &all, env), port)
 }
 
 /// Starts like [`start`] and waits until `workers` slots are ready (`-w <workers>` is added).

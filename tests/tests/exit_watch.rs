@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ck_tests::sys::{self, poll_until};
-use ck_tests::{Ck, Status, probe_base_for, start};
+use ck_tests::{Ck, Status, start, start_with_env};
 use nix::sys::signal::Signal;
 
 /// A worker that fills 1 GiB of memory (so that the kernel takes a while to free it), then
@@ -35,21 +35,8 @@ fn resident(pid: u32) -> u64 {
 /// Starts `-w 1` of [`BIG_WORKER`] with `env` and returns ck and the worker's pid once it is
 /// ready, holds its 1 GiB, and (unless `env` forces the pidfds) its exit is watched.
 fn big_worker(what: &str, env: &[(&str, &str)]) -> (Ck, u32) {
-    let port = sys::free_port();
-    let (port_text, base) = (port.to_string(), probe_base_for(port).to_string());
-    let args = [
-        "-w",
-        "1",
-        "--port",
-        &port_text,
-        "--probe-port-base",
-        &base,
-        "--",
-        "python3",
-        "-c",
-        BIG_WORKER,
-    ];
-    let mut ck = Ck::start_with_env(&ck_tests::instance_name(what, port), &args, env);
+    let (mut ck, _port) =
+        start_with_env(what, &["-w", "1", "--", "python3", "-c", BIG_WORKER], env);
     let watched = env.is_empty();
     // The watch loads beside the first worker; `ck status` lists the pids in its map.
     let status = ck.wait_status(

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ck_tests::http::hold;
 use ck_tests::sys::{allowed_cpus, on_cpu};
-use ck_tests::{Ck, Status, local, probe_base_for, start_ready};
+use ck_tests::{Ck, Status, local, probe_base_for, start_ready, start_with_env};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 /// Connections held on slot 0 before the ordinary ones.
@@ -118,20 +118,7 @@ fn without_kernel_counts_least_conn_says_so_and_spreads_round_robin() {
 
 /// Starts `-w 2 --policy least-conn` with `env` on a free port (probe steering on its own base).
 fn start_least_conn(what: &str, env: &[(&str, &str)]) -> (Ck, u16) {
-    let port = ck_tests::sys::free_port();
-    let (port_text, base) = (port.to_string(), probe_base_for(port).to_string());
-    let args = [
-        "-w",
-        "2",
-        "--port",
-        &port_text,
-        "--probe-port-base",
-        &base,
-        "--policy",
-        "least-conn",
-    ];
-    let name = ck_tests::instance_name(what, port);
-    (Ck::start_with_env(&name, &args, env), port)
+    start_with_env(what, &["-w", "2", "--policy", "least-conn"], env)
 }
 
 /// How long the fallback's samples take to see a change (sampled every `--sample-interval`,
