@@ -82,13 +82,6 @@ impl Supervisor {
         }
     }
 
-    /// Stops watching `pid`.
-    pub(super) fn unwatch_exit(&mut self, pid: u32) {
-        if let Some(watch) = &mut self.exit_watch {
-            watch.unwatch(pid);
-        }
-    }
-
     /// A watched process began to exit: a worker that died on its own is handled as exited now.
     pub(super) fn on_exiting(&mut self, exit: ExitEvent) {
         let found = self.slots.iter().find_map(|(index, slot)| {

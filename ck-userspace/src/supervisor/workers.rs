@@ -299,10 +299,9 @@ impl Supervisor {
             return;
         };
         let (pid, ran) = (worker.pid, worker.started.elapsed());
-        self.unwatch_exit(pid);
-        let Some(slot) = self.slots.get_mut(&index) else {
-            return;
-        };
+        if let Some(watch) = &mut self.exit_watch {
+            watch.unwatch(pid);
+        }
         let reason = describe_exit(&status);
         let never_ready = matches!(slot.life.state, State::Stopping(_, After::Crash));
         slot.last_exit = Some(if never_ready {
