@@ -7,7 +7,7 @@ use std::{fs::File, path::Path};
 
 use anyhow::Context as _;
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{HashMap, MapData, RingBuf},
     programs::{CgroupAttachMode, CgroupSockAddr, SockOps, links::FdLink, links::PinnedLink},
 };
@@ -45,16 +45,7 @@ impl AdoptHooks {
                 "at most {MAX_ADOPT_PORTS} ports can be adopted"
             )));
         }
-        let off: u8 = 0;
-        let mut ebpf = super::object()
-            .and_then(|object| {
-                EbpfLoader::new()
-                    .btf(None)
-                    .override_global(aya_log::LEVEL, &off, true)
-                    .load(object)
-                    .context("loading the BPF object")
-            })
-            .map_err(load_err("loading the --adopt hooks"))?;
+        let mut ebpf = super::load_object().map_err(load_err("loading the --adopt hooks"))?;
         {
             let mut map: HashMap<_, u16, u8> = ebpf
                 .map_mut("adopt_ports")

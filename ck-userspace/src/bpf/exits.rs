@@ -4,7 +4,7 @@
 //! under `--survive-supervisor`) loads its own and watches the workers it took.
 use anyhow::Context as _;
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, HashMap, MapData, RingBuf},
     programs::BtfTracePoint,
 };
@@ -46,12 +46,7 @@ impl ExitWatch {
         }
         let fields = FieldBtf::kernel().context("reading the kernel's BTF")?;
         let offsets = offsets(&fields).context("finding the exit status in the kernel's BTF")?;
-        let off: u8 = 0;
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            .override_global(aya_log::LEVEL, &off, true)
-            .load(super::object()?)
-            .context("loading the BPF object")?;
+        let mut ebpf = super::load_object()?;
         {
             let mut at: Array<_, ExitOffsets> = Array::try_from(
                 ebpf.map_mut("exit_offsets")

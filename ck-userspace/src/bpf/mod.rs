@@ -40,6 +40,17 @@ fn object() -> anyhow::Result<&'static [u8]> {
     Ok(BPF_OBJECT)
 }
 
+/// The object loaded for one of the programs beside `ck_select` (the `--adopt` hooks, the exit
+/// watch): maps created, no program loaded yet, aya-log's level off, no BTF relocation.
+pub(crate) fn load_object() -> anyhow::Result<aya::Ebpf> {
+    let off: u8 = 0;
+    aya::EbpfLoader::new()
+        .btf(None)
+        .override_global(aya_log::LEVEL, &off, true)
+        .load(object()?)
+        .map_err(|e| anyhow::anyhow!("loading the BPF object: {e}"))
+}
+
 /// Reads the ring buffer `ring` on the runtime and hands every record, a `T` the program wrote,
 /// to `send`, until it returns false (a record shorter than a `T` is skipped).
 pub(crate) fn forward_records<T: aya::Pod + Send + 'static>(
