@@ -35,11 +35,9 @@ impl ExitReport {
 
 /// Loads the exit watch off the event loop (parsing the kernel's BTF takes tens of
 /// milliseconds) and forwards its reports; the loop gets the watch as [`Event::ExitWatch`]. One
-/// log line says why where the kernel refuses it.
-pub(super) fn start(bpf_on: bool, events: &tokio::sync::mpsc::UnboundedSender<Event>) {
-    if !bpf_on {
-        return;
-    }
+/// log line says why where the kernel refuses it. Started once steering is in use (`--no-bpf`
+/// goes without it).
+pub(super) fn start(events: &tokio::sync::mpsc::UnboundedSender<Event>) {
     let events = events.clone();
     tokio::spawn(async move {
         let attached = match tokio::task::spawn_blocking(ExitWatch::attach).await {

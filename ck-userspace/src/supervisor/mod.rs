@@ -296,7 +296,6 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
     }
     let (calls_tx, mut calls) = mpsc::unbounded_channel::<ControlCall>();
     let control = origin.control(&cfg, calls_tx)?;
-    exits::start(bpf_on, &events_tx);
     let mut sup = Supervisor {
         settings: settings(&cfg),
         groups,
@@ -400,10 +399,15 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             tokio::select! {
                 loaded = async { bpf_loading.as_mut().expect("guarded").await }, if bpf_loading.is_some() => {
                     bpf_loading = None;
-                    if let Err(e) = sup.adopt_bpf(loaded) {
-                        tracing::error!("{e:#}");
-                        failure = Some(e);
-                        sup.begin_shutdown("BPF set-up failure");
+                    match sup.adopt_bpf(loaded) {
+                        // After steering, not beside it: its load takes CPU the first
+                        // workers' readiness checks need on a small machine.
+                        Ok(()) => exits::start(&sup.events),
+                        Err(e) => {
+                            tracing::error!("{e:#}");
+                            failure = Some(e);
+                            sup.begin_shutdown("BPF set-up failure");
+                        }
                     }
                 }
                 Some(event) = events.recv() => sup.handle(event),
