@@ -143,11 +143,15 @@ pub fn render(report: &StatusReport) -> String {
             "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:>6}  {:>8}  {:>9}  {:<16}  {:<9}  {}",
             s.slot,
             s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-            match (&s.unhealthy, s.member_of, s.spare) {
-                (Some(why), _, _) => format!("unhealthy:{why}"),
-                (None, Some(root), _) => format!("{} (of {root})", s.state),
-                (None, None, true) => format!("{} (spare)", s.state),
-                (None, None, false) => s.state.clone(),
+            match (&s.unhealthy, s.member_of, s.spare, s.nice) {
+                (Some(why), ..) => format!("unhealthy:{why}"),
+                (None, Some(root), ..) => format!("{} (of {root})", s.state),
+                (None, None, true, _) => format!("{} (spare)", s.state),
+                // A booting replacement (`--boot-boost`), or a worker that set its own.
+                (None, None, false, Some(nice)) if nice != report.nice => {
+                    format!("{} (nice {nice})", s.state)
+                }
+                (None, None, false, _) => s.state.clone(),
             },
             s.uptime_ms as f64 / 1000.0,
             s.restarts,
@@ -217,6 +221,20 @@ mod tests {
                 .ends_with("BPF steering OFF (plain SO_REUSEPORT), migration off, reloading"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_worker_at_another_priority_than_ck_shows_its_nice_value() {
+        let mut r = report(json!({}));
+        r.slots[0].nice = Some(0);
+        assert!(
+            !render(&r).contains("(nice"),
+            "ck's own priority is not shown"
+        );
+        r.slots[0].nice = Some(-5);
+        let text = render(&r);
+        let row = text.lines().find(|l| l.contains(" 100 ")).unwrap();
+        assert!(row.contains("ready (nice -5)"), "{text}");
     }
 
     #[test]

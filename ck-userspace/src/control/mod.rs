@@ -133,6 +133,10 @@ pub struct StatusReport {
     /// from the exit watch's map (None: no exit watch, exits are seen from the pidfds alone).
     #[serde(default)]
     pub exits_watched: Option<Vec<u32>>,
+    /// ck's own nice value: the fleet's CPU priority (a booting replacement's is higher: see
+    /// `--boot-boost`).
+    #[serde(default)]
+    pub nice: i32,
     /// Target worker count.
     pub workers: u32,
     /// `--stop-signal` (`SIGTERM`, `SIGQUIT`, ...): what stops a worker gracefully.
@@ -275,6 +279,9 @@ pub struct SlotReport {
     /// Lines of its workers' output dropped because ck's own output could not keep up.
     #[serde(default)]
     pub output_dropped: u64,
+    /// The worker's nice value, as the kernel has it (`getpriority`).
+    #[serde(default)]
+    pub nice: Option<i32>,
 }
 
 impl QuietWaitReport {

@@ -10,6 +10,7 @@ pub mod memory;
 pub mod notify;
 pub mod pidfd;
 pub mod pipe;
+pub mod priority;
 pub mod privileges;
 pub mod probe;
 pub mod readiness;

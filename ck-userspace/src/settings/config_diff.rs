@@ -70,6 +70,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         max_memory,
         max_requests,
         spares,
+        boot_boost,
         survive_supervisor,
         orphan_timeout,
         health,
@@ -126,6 +127,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         n.map_or("off".into(), |n| n.to_string())
     });
     diff.live("spares", &old.spares, spares, u32::to_string);
+    diff.live("boot-boost", &old.boot_boost, boot_boost, u8::to_string);
     diff.live(
         "orphan-timeout",
         &old.orphan_timeout,

@@ -162,6 +162,14 @@ pub struct RunArgs {
     /// spare takes its place at once (and a new spare boots).
     #[arg(long, value_name = "N", default_value_t = defaults::SPARES)]
     spares: u32,
+    /// A replacement for a worker that died boots N nice levels above the fleet's CPU priority
+    /// (every thread and process it starts), and gets the fleet's back when it is ready: the
+    /// survivors serving the whole load meanwhile do not slow its boot. 0: no boost. Needs
+    /// CAP_SYS_NICE (ck says so once where it lacks it); rolls, scale-ups and spares boot
+    /// at the fleet's priority.
+    #[arg(long, value_name = "N", default_value_t = defaults::BOOT_BOOST,
+          value_parser = clap::value_parser!(u8).range(0..=39))]
+    boot_boost: u8,
     /// Workers keep serving if ck dies (kill -9, a crash); the next `ck run` with the same
     /// name takes the running fleet back (same workers) instead of starting a new one.
     #[arg(long)]
@@ -352,6 +360,7 @@ impl RunArgs {
             max_memory: self.max_memory,
             max_requests: self.max_requests,
             spares: self.spares,
+            boot_boost: self.boot_boost,
             survive_supervisor: self.survive_supervisor,
             orphan_timeout: self.orphan_timeout,
             no_bpf: self.no_bpf,

@@ -75,6 +75,7 @@ impl Supervisor {
             holder: None,
             output: None,
             accept_probe: Default::default(),
+            boot_nice: None,
         });
         self.slots.insert(index, slot);
         tracing::info!(

@@ -57,6 +57,9 @@ pub struct Worker {
     pub output: Option<super::output::OutputEnds>,
     /// `--ready auto`: the accept probe that shows when a silent starter accepts.
     pub accept_probe: super::accept_probe::AcceptProbe,
+    /// `--boot-boost`: a replacement's nice value while it boots (the fleet's comes back
+    /// when it is ready).
+    pub boot_nice: Option<i32>,
 }
 
 impl Drop for Worker {

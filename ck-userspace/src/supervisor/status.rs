@@ -222,6 +222,7 @@ impl Supervisor {
                         w.notify_refused.load(std::sync::atomic::Ordering::Relaxed)
                     }),
                     output_dropped: s.output_dropped.load(std::sync::atomic::Ordering::Relaxed),
+                    nice: worker.and_then(|w| crate::os::priority::nice_of(w.pid).ok()),
                 }
             })
             .collect();
@@ -273,6 +274,7 @@ impl Supervisor {
             queue_patience_us: self.queue_patience_us(),
             conn_steering: self.conn_steering(),
             exits_watched: self.exit_watch.as_ref().map(|w| w.watched()),
+            nice: crate::os::priority::own_nice(),
             workers: self.cfg.workers,
             stop_signal: self.cfg.stop_signal.name().to_string(),
             drain_timeout_ms: self.cfg.drain_timeout.as_millis() as u64,

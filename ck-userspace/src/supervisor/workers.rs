@@ -98,6 +98,15 @@ impl Supervisor {
         // --survive-supervisor: the worker holds its pipes' read ends too (after its sockets),
         // so its writes block, and never fail, while no ck reads; the next ck copies them.
         let keep = self.cfg.survive_supervisor && pipes.is_some();
+        // A replacement of a worker that died (its slot waits or holds its socket; not a spare):
+        // the fleet is short of it until it boots.
+        let restoring = matches!(
+            slot.life.state,
+            State::Waiting | State::Held | State::Broken
+        ) && !slot.spare;
+        let boot_nice = restoring
+            .then(|| crate::os::priority::boot_nice(self.cfg.boot_boost))
+            .flatten();
         let spawned = spawn::spawn(SpawnSpec {
             app: &self.cfg.app,
             slot: index,
@@ -123,6 +132,7 @@ impl Supervisor {
                 (Some(p), true) => p.reads().to_vec(),
                 _ => Vec::new(),
             },
+            boot_nice,
         });
         let spawned = match spawned {
             Ok(spawned) => spawned,
@@ -213,6 +223,7 @@ impl Supervisor {
             holder: None,
             output,
             accept_probe: Default::default(),
+            boot_nice,
         });
         self.state_dirty = true;
         self.watch_exit(index, pid);

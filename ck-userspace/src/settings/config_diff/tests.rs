@@ -31,6 +31,7 @@ fn base() -> RunConfig {
         max_memory: None,
         max_requests: None,
         spares: defaults::SPARES,
+        boot_boost: defaults::BOOT_BOOST,
         survive_supervisor: false,
         orphan_timeout: defaults::ORPHAN_TIMEOUT,
         health: HealthConfig::default(),

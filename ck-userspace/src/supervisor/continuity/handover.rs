@@ -197,6 +197,9 @@ pub struct WorkerHandover {
     pub selected_base: u64,
     /// `--max-requests`: its own limit.
     pub requests_limit: Option<u64>,
+    /// `--boot-boost`: the nice value it boots at, until it is ready.
+    #[serde(default)]
+    pub boot_nice: Option<i32>,
     /// `--max-memory`: samples in a row above the limit.
     pub over_memory: u32,
     /// Notify messages refused so far.
@@ -301,6 +304,7 @@ impl Supervisor {
                     cgroup: w.cgroup.as_ref().map(cgroup_of),
                     selected_base: w.selected_base,
                     requests_limit: w.requests_limit,
+                    boot_nice: w.boot_nice,
                     over_memory: w.over_memory,
                     notify_refused: w.notify_refused.load(std::sync::atomic::Ordering::Relaxed),
                     start_ticks: w.start_ticks,

@@ -217,6 +217,7 @@ impl Supervisor {
             adopt_latency_us: None,
             selected_base: w.selected_base,
             requests_limit: w.requests_limit,
+            boot_nice: w.boot_nice,
             over_memory: w.over_memory,
             notify_refused: refused,
             start_ticks: w.start_ticks,
