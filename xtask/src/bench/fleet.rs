@@ -19,9 +19,9 @@ use super::peers::{NodeCluster, Pm2};
 pub enum Contender {
     /// ck with its BPF program.
     Ck,
-    /// ck with its readiness seen by the `/proc` scan alone (`CK_READY_DETECT=proc`: no
-    /// accept probe), as before the probe.
-    CkProcScan,
+    /// ck whose replacements boot at the fleet's CPU priority (`--boot-boost 0`), as before
+    /// the boost.
+    CkNoBoost,
     /// ck learning of exits from the pidfds alone (`CK_EXIT_WATCH=pidfd`: no exit watch), as
     /// before the watch.
     CkPidfdExits,
@@ -44,11 +44,11 @@ impl Contender {
         Contender::Pm2,
     ];
 
-    /// The `recovery` scenario's: [`Contender::ALL`] with ck's `/proc` scan, ck without its
-    /// exit watch and ck's hot spares beside ck.
+    /// The `recovery` scenario's: [`Contender::ALL`] with ck without its boot boost, ck
+    /// without its exit watch and ck's hot spares beside ck.
     pub const RECOVERY: [Contender; 7] = [
         Contender::Ck,
-        Contender::CkProcScan,
+        Contender::CkNoBoost,
         Contender::CkPidfdExits,
         Contender::CkSpares,
         Contender::CkNoBpf,
@@ -60,7 +60,7 @@ impl Contender {
     pub fn label(self) -> &'static str {
         match self {
             Contender::Ck => "ck",
-            Contender::CkProcScan => "ck, /proc scan",
+            Contender::CkNoBoost => "ck --boot-boost 0",
             Contender::CkPidfdExits => "ck, exits by pidfd",
             Contender::CkSpares => "ck --spares 2",
             Contender::CkNoBpf => "ck --no-bpf",
@@ -131,7 +131,7 @@ impl Fleet {
         let node_app = ["--", "node", worker_js.as_str()];
         Ok(match contender {
             Contender::Ck
-            | Contender::CkProcScan
+            | Contender::CkNoBoost
             | Contender::CkPidfdExits
             | Contender::CkSpares
             | Contender::CkNoBpf => {
@@ -140,12 +140,13 @@ impl Fleet {
                     _ => Variant::Ck,
                 };
                 let mut args = Vec::new();
-                if contender == Contender::CkSpares {
-                    args.extend(["--spares", "2"]);
+                match contender {
+                    Contender::CkSpares => args.extend(["--spares", "2"]),
+                    Contender::CkNoBoost => args.extend(["--boot-boost", "0"]),
+                    _ => {}
                 }
                 args.extend(node_app);
                 let env: &[(&str, &str)] = match contender {
-                    Contender::CkProcScan => &[(ck::supervisor::READY_DETECT_ENV, "proc")],
                     Contender::CkPidfdExits => &[(ck::bpf::exits::FORCE_ENV, "pidfd")],
                     _ => &[],
                 };

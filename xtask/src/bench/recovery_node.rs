@@ -1,11 +1,12 @@
 //! The Node part of the `recovery` scenario: 3 workers of the Node hello app, 8 clients making
 //! a new connection per request at [`RATE`] requests/s in total (the same offered load for
 //! every supervisor), and at each of [`ROUNDS`] rounds 2 of the 3
-//! workers SIGKILLed at once. Measures, for ck (default settings: its accept probe sees Node
-//! accept), ck seeing it by the `/proc` scan alone (`CK_READY_DETECT=proc`), ck with two hot
-//! spares, ck `--no-bpf`, node:cluster and pm2, the time from the kill until every worker serves
-//! again (3 distinct pids, none a victim, answered after the kill), the failed requests, and
-//! ck's own CPU time per round (`/proc/PID/schedstat`).
+//! workers SIGKILLed at once. Measures, for ck (default settings: replacements boot above the
+//! fleet's CPU priority, its accept probe sees Node accept), ck with `--boot-boost 0`, ck with
+//! its exits by pidfd alone (`CK_EXIT_WATCH=pidfd`), ck with two hot spares, ck `--no-bpf`,
+//! node:cluster and pm2, the time from the kill until every worker serves again (3 distinct
+//! pids, none a victim, answered after the kill), the failed requests, and ck's own CPU time
+//! per round (`/proc/PID/schedstat`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
@@ -74,7 +75,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         ),
         &contenders.map(Contender::label),
     );
-    // Column order is [`Contender::RECOVERY`]: ck, ck with the /proc scan, ck with exits by
+    // Column order is [`Contender::RECOVERY`]: ck, ck without its boot boost, ck with exits by
     // pidfd, ck --spares 2, ck --no-bpf, node:cluster, pm2.
     let (spares, cluster_at) = (3, 5);
     t.ratio_against(cluster_at);
