@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ck_tests::ck::control_socket;
 use ck_tests::sys::poll_until;
-use ck_tests::{READY_TIMEOUT, burst, local, start_ready};
+use ck_tests::{Ck, READY_TIMEOUT, burst, local, start_ready};
 
 /// `{"cmd":"status"}`: what `ck status` sends.
 const STATUS: &[u8] = b"{\"cmd\":\"status\"}\n";
@@ -118,10 +118,20 @@ fn a_request_that_is_not_json_is_answered_and_the_connection_stays_usable() {
     assert!(status.contains("\"slots\""), "{status}");
 }
 
+/// Starts `workers` ready workers and waits until ck has opened all it opens at start: the
+/// exit watch loads after steering, a few dozen descriptors (maps, program, ring buffer).
+fn start_settled(what: &str, workers: usize) -> (Ck, u16) {
+    let (mut ck, port, _) = start_ready(what, workers, &[]);
+    ck.wait_status("the exit watch loaded", READY_TIMEOUT, |s| {
+        s.exits_watched.is_some()
+    });
+    (ck, port)
+}
+
 #[test]
 fn a_thousand_idle_connections_do_not_lock_out_other_clients() {
     raise_own_fd_limit();
-    let (ck, port, _) = start_ready("ctl-crowd", 2, &[]);
+    let (ck, port) = start_settled("ctl-crowd", 2);
     let fds_before = open_fds(ck.pid());
     let crowd: Vec<UnixStream> = (0..1000).map(|_| connect(ck.name())).collect();
     // A client that talks is answered although a thousand connections say nothing.
@@ -145,7 +155,7 @@ fn a_thousand_idle_connections_do_not_lock_out_other_clients() {
 #[test]
 fn accept_failing_for_lack_of_file_descriptors_pauses_instead_of_spinning() {
     raise_own_fd_limit();
-    let (ck, port, _) = start_ready("ctl-emfile", 1, &[]);
+    let (ck, port) = start_settled("ctl-emfile", 1);
     // Leave ck room for a few more files only.
     let limit = open_fds(ck.pid()) + 8;
     let set = std::process::Command::new("prlimit")
