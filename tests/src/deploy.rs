@@ -181,7 +181,7 @@ pub fn stop_budget(args: &[String]) -> f64 {
 /// The capabilities (`BPF`, as Kubernetes spells them) that `ck run ARGS` needs, as
 /// `deploy/README.md` lists them: `BPF` and `PERFMON`; with `--adopt` `NET_ADMIN`; with `--user`
 /// `SETUID`, `SETGID` and `KILL` (and `SYS_PTRACE` with both); `NET_BIND_SERVICE` for a port
-/// below 1024. Sorted.
+/// below 1024; `SYS_NICE` unless `--boot-boost 0`. Sorted.
 pub fn needed_caps(args: &[String]) -> Vec<&'static str> {
     let ck_args = args.split(|a| a == "--").next().unwrap_or(args);
     let adopt = ck_args.iter().any(|a| a == "--adopt");
@@ -202,6 +202,9 @@ pub fn needed_caps(args: &[String]) -> Vec<&'static str> {
     }
     if low_port {
         caps.push("NET_BIND_SERVICE");
+    }
+    if option_value(args, "--boot-boost") != Some("0") {
+        caps.push("SYS_NICE");
     }
     caps.sort_unstable();
     caps
