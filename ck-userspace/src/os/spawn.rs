@@ -56,9 +56,6 @@ pub struct SpawnSpec<'a> {
     /// with `--survive-supervisor`, the read ends of its own output pipes, so that its writes
     /// never meet a pipe without a reader (SIGPIPE) while no ck runs.
     pub keep_fds: Vec<RawFd>,
-    /// A replacement of a worker that died: the nice value it boots at
-    /// ([`crate::os::priority`]), set before it drops to `--user`.
-    pub boot_nice: Option<i32>,
 }
 
 /// Most further descriptors ([`SpawnSpec::keep_fds`]) a worker can hold.
@@ -135,17 +132,12 @@ pub fn spawn(spec: SpawnSpec<'_>) -> io::Result<Spawned> {
     // Decided here: the comparison reads ck's groups, which allocates.
     let user = spec.user.map(|u| (u.clone(), !u.is_ck_itself()));
     let pdeathsig = spec.pdeathsig;
-    let boot_nice = spec.boot_nice;
     let supervisor = std::process::id() as libc::pid_t;
-    // In the child, in this order (its cgroup it was born in): the open-file limit, the boot
-    // priority, the user, the fds at 3.. and the parent-death signal. Raw system calls only.
+    // In the child, in this order (its cgroup it was born in): the open-file limit, the user,
+    // the fds at 3.. and the parent-death signal. Raw system calls only.
     let mut setup = move || {
         if let Some(limit) = fd_limit {
             crate::os::fd_limit::restore_in_child(limit)?;
-        }
-        // Before the user: raising a priority needs ck's CAP_SYS_NICE.
-        if let Some(nice) = boot_nice {
-            crate::os::priority::boost_in_child(nice);
         }
         // Before `place_fds`: a change of credentials clears the parent-death signal.
         if let Some((user, switch_ids)) = &user {

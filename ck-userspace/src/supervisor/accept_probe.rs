@@ -114,6 +114,7 @@ impl AcceptProbe {
                     Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL)
                 ) =>
             {
+                tracing::debug!(%source, error = %e, "accept probe port taken; tried again");
                 return false;
             }
             Err(e) => {
@@ -140,7 +141,10 @@ impl AcceptProbe {
                     Ok(true) if queue > *before => *self = AcceptProbe::Armed { last: queue },
                     // Connected but not queued (TCP_DEFER_ACCEPT, or accepted at once), failed
                     // or lost: the queue says nothing sure, the scan decides.
-                    _ => *self = AcceptProbe::Off,
+                    other => {
+                        tracing::debug!(?other, queue, before = *before, "accept probe off");
+                        *self = AcceptProbe::Off
+                    }
                 }
                 Step::Waiting
             }

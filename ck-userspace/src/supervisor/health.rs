@@ -314,10 +314,14 @@ impl Supervisor {
         if watching {
             next = next.min(pacer.next_ready_check);
         }
-        let period = next.saturating_duration_since(now);
-        self.pacer
-            .period
-            .store(period.as_micros().max(1) as u64, Ordering::Relaxed);
+        let period = next.saturating_duration_since(now).as_micros().max(1) as u64;
+        let before = self.pacer.period.swap(period, Ordering::Relaxed);
+        // The sampler read the period for its current sleep before this tick was handled: a
+        // shorter one (a silent worker begins to boot) starts now, not after that sleep (up to
+        // a stall period, 100 ms, of a boot unwatched).
+        if period < before {
+            self.pacer.wake.notify_one();
+        }
     }
 
     /// The sampled fallback's period: every `--sample-interval` while there is traffic
