@@ -1,8 +1,8 @@
-//! `--boot-boost`: a replacement for a worker that died boots some nice levels above the
-//! fleet's CPU priority, with every thread it starts, and has the fleet's priority back on all
-//! of them once it is ready. The first workers, a roll's new workers and `--boot-boost 0` boot
-//! at the fleet's priority. Priorities are read from `/proc/TID/stat`, as the scheduler has
-//! them.
+//! `--boot-boost`: while a replacement for a worker that died boots, the rest of the fleet
+//! steps back some nice levels, on every thread, and has the fleet's priority back once the
+//! replacement is ready; the replacement itself boots at ck's priority. The first workers, a
+//! roll and `--boot-boost 0` change nobody's priority. Priorities are read from
+//! `/proc/TID/stat`, as the scheduler has them.
 
 use std::time::Duration;
 
@@ -46,9 +46,11 @@ fn start_slow(what: &str, flags: &[&str]) -> Ck {
     ck
 }
 
-/// SIGKILLs slot 0's worker and returns its replacement's pid and the nice values of its two
-/// threads while it boots (once its second thread exists).
-fn kill_and_watch_boot(ck: &mut Ck) -> (u32, Vec<i32>) {
+/// SIGKILLs slot 0's worker and returns its replacement's pid, the nice values of its two
+/// threads while it boots (once its second thread exists), and those of slot 1's worker's
+/// then.
+fn kill_and_watch_boot(ck: &mut Ck) -> (u32, Vec<i32>, Vec<i32>) {
+    let survivor = ck.status().worker_pid(1);
     let old = ck.status().worker_pid(0);
     sys::signal(old, Signal::SIGKILL);
     let status = ck.wait_status("slot 0 replaced", Duration::from_secs(10), |s| {
@@ -64,17 +66,18 @@ fn kill_and_watch_boot(ck: &mut Ck) -> (u32, Vec<i32>) {
         ck.log()
     );
     let booting = thread_nices(new);
+    let survivor_then = thread_nices(survivor);
     assert_eq!(
         ck.status().slot(0).state,
         "starting",
         "the replacement was ready before its boot ended\n{}",
         ck.log()
     );
-    (new, booting)
+    (new, booting, survivor_then)
 }
 
 #[test]
-fn a_replacement_boots_above_the_fleet_and_gets_its_priority_back_when_ready() {
+fn while_a_replacement_boots_the_rest_of_the_fleet_steps_back() {
     let mut ck = start_slow("boot-boost", &[]);
     let fleet = nice_of(ck.pid()).expect("ck's nice");
     let first = ck.status();
@@ -86,33 +89,53 @@ fn a_replacement_boots_above_the_fleet_and_gets_its_priority_back_when_ready() {
         );
     }
     let survivor = first.worker_pid(1);
-    let (new, booting) = kill_and_watch_boot(&mut ck);
-    let boosted = (fleet - 5).max(-20);
+    let (new, booting, survivor_then) = kill_and_watch_boot(&mut ck);
+    let back = (fleet + 5).min(19);
     assert_eq!(
         booting,
-        [boosted, boosted],
-        "the replacement and the thread it started boot 5 levels above the fleet ({fleet})"
+        [fleet, fleet],
+        "the replacement boots at ck's priority"
     );
     assert_eq!(
-        thread_nices(survivor),
-        [fleet, fleet],
-        "the survivor is untouched"
+        survivor_then,
+        [back, back],
+        "both threads of the survivor step back 5 levels while it boots"
+    );
+    let status = ck.status();
+    assert_eq!(
+        status.slot(1).nice,
+        Some(back),
+        "ck status reads it from the kernel"
     );
     ck.wait_status("the replacement ready", Duration::from_secs(20), |s| {
         s.slot(0).state == "ready" && s.slot(0).pid == Some(new)
     });
+    assert!(
+        poll_until(Duration::from_secs(2), Duration::from_millis(10), || {
+            thread_nices(survivor) == [fleet, fleet]
+        }),
+        "every thread of the survivor has the fleet's priority back: {:?}\n{}",
+        thread_nices(survivor),
+        ck.log()
+    );
     assert_eq!(
         thread_nices(new),
         [fleet, fleet],
-        "every thread of the ready replacement has the fleet's priority back\n{}",
-        ck.log()
+        "the replacement is untouched"
     );
-    let started = ck.log_lines("worker started");
+    let lines = ck.log_lines("worker priority");
+    assert_eq!(
+        lines.len(),
+        2,
+        "one line stepping back, one coming back: {lines:?}"
+    );
     assert!(
-        started
-            .last()
-            .is_some_and(|l| l.contains(&format!("boot_nice={boosted}"))),
-        "the replacement's start line says its boot priority: {started:?}"
+        lines[0].contains(&format!("slot=1 pid={survivor} nice={back}")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].contains(&format!("slot=1 pid={survivor} nice={fleet}")),
+        "{lines:?}"
     );
     ck.sigterm();
     ck.wait_clean_exit();
@@ -146,10 +169,15 @@ fn a_rolls_workers_and_boot_boost_0_boot_at_the_fleets_priority() {
         }),
         "the roll's worker did not start its second thread"
     );
+    let old_nices: Vec<Vec<i32>> = before.iter().map(|pid| thread_nices(*pid)).collect();
     assert_eq!(
         thread_nices(new),
         [fleet, fleet],
         "a roll's worker boots at the fleet's priority (capacity is not short)"
+    );
+    assert!(
+        old_nices.iter().all(|n| n.iter().all(|v| *v == fleet)),
+        "nobody steps back for a roll: {old_nices:?}"
     );
     let rolled = reload.wait_with_output().expect("ck reload");
     assert!(rolled.status.success(), "the roll failed\n{}", ck.log());
@@ -157,12 +185,13 @@ fn a_rolls_workers_and_boot_boost_0_boot_at_the_fleets_priority() {
     ck.wait_clean_exit();
 
     let mut ck = start_slow("boot-boost-off", &["--boot-boost", "0"]);
-    let (_new, booting) = kill_and_watch_boot(&mut ck);
+    let (_new, booting, survivor_then) = kill_and_watch_boot(&mut ck);
     assert_eq!(
-        booting,
-        [fleet, fleet],
-        "--boot-boost 0: the replacement boots at the fleet's priority"
+        (booting, survivor_then),
+        (vec![fleet, fleet], vec![fleet, fleet]),
+        "--boot-boost 0: nobody's priority changes"
     );
+    assert!(ck.log_lines("worker priority").is_empty());
     ck.sigterm();
     ck.wait_clean_exit();
 }

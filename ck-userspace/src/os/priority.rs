@@ -1,17 +1,19 @@
-//! CPU priority (nice) of a booting replacement. When workers die, the survivors serve the whole
-//! load while the replacements boot on the same CPUs; on a small machine the boot then takes
-//! as long as the survivors leave it. A replacement boots some nice levels above the fleet
-//! (`--boot-boost`), set in the child before it execs so that every thread and process it
-//! starts inherits it, and gets the fleet's priority back, on every one of its threads, when it
-//! becomes ready.
+//! CPU priority (nice) of a fleet while a replacement boots. When workers die, the survivors
+//! serve the whole load while the replacements boot on the same CPUs; on a small machine the
+//! boot then takes as long as the survivors leave it. While a replacement of a worker that died
+//! boots, the rest of the fleet steps back some nice levels (`--boot-boost`), every thread of
+//! each worker's cgroup, and gets the fleet's priority back once no replacement boots. The
+//! booting worker itself stays at ck's priority: above the rest of the fleet, never above ck,
+//! the kernel's threads at nice 0 (`ksoftirqd`, which processes the host's packets when
+//! softirqs back up) or the host's other processes, as raising the boot itself would put it.
 //!
-//! Raising a priority needs `CAP_SYS_NICE` (or an `RLIMIT_NICE` that allows it); lowering it
-//! back is always allowed to root and to ck for its own user's processes.
+//! Stepping back is allowed for processes of ck's own user; coming back needs `CAP_SYS_NICE`
+//! (or an `RLIMIT_NICE` that allows it), as does either for another user's (`--user`).
 use std::{io, path::Path, sync::Once};
 
 use super::capabilities::{self, Cap};
 
-/// Raising a process's priority above its parent's.
+/// Lowering a nice value (the fleet's priority back), and any change to another user's.
 pub const SYS_NICE: Cap = Cap {
     name: "CAP_SYS_NICE",
     bit: 23,
@@ -44,29 +46,29 @@ fn set_nice(tid: u32, nice: i32) -> io::Result<()> {
     }
 }
 
-/// The nice value a replacement boots at, `boost` levels above the fleet's, if ck may give it
-/// that (`CAP_SYS_NICE`, or `RLIMIT_NICE` high enough). Says once, in one log line, when it
-/// may not.
-pub fn boot_nice(boost: u8) -> Option<i32> {
+/// The nice value the rest of the fleet steps back to, `boost` levels below ck's (at most 19),
+/// if ck may bring it back (`CAP_SYS_NICE`, or `RLIMIT_NICE` high enough). Says once, in one
+/// log line, when it may not.
+pub fn step_back_nice(boost: u8) -> Option<i32> {
     if boost == 0 {
         return None;
     }
     let base = own_nice();
-    let nice = (base - i32::from(boost)).max(-20);
-    if nice >= base {
+    let nice = (base + i32::from(boost)).min(19);
+    if nice <= base {
         return None;
     }
     let capable = capabilities::effective().is_some_and(|set| set & (1 << SYS_NICE.bit) != 0);
-    if capable || rlimit_allows(nice) {
+    if capable || rlimit_allows(base) {
         return Some(nice);
     }
     static SAID: Once = Once::new();
     SAID.call_once(|| {
         tracing::info!(
-            "replacements boot at the fleet's CPU priority: raising it needs {} (or an \
-             RLIMIT_NICE of {}); --boot-boost 0 says you do not want it",
+            "the fleet does not step back while a replacement boots: bringing it back needs {} \
+             (or an RLIMIT_NICE of {}); --boot-boost 0 says you do not want it",
             SYS_NICE.name,
-            20 - nice
+            20 - base
         )
     });
     None
@@ -85,17 +87,11 @@ fn rlimit_allows(nice: i32) -> bool {
     limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur as i64 >= i64::from(20 - nice)
 }
 
-/// In a child before it execs (a raw system call): takes nice value `nice`. A refusal leaves
-/// it at the fleet's priority (the parent checked beforehand, and a boot must not fail for it).
-pub fn boost_in_child(nice: i32) {
-    let _ = set_nice(0, nice);
-}
-
-/// Gives every thread of a ready worker the fleet's nice value `base` back: the threads of its
-/// cgroup (`cgroup.threads`: its whole tree), else of its process. Threads started meanwhile by
-/// a thread not yet reset inherit the boost, so it goes over them again until none is left
-/// (at most 3 passes). Returns how many threads it reset.
-pub fn end_boost(pid: u32, cgroup: Option<&Path>, base: i32) -> usize {
+/// Gives every thread of worker `pid` nice value `nice`: the threads of its cgroup
+/// (`cgroup.threads`: its whole tree), else of its process. Threads started meanwhile by a
+/// thread not yet set inherit the old value, so it goes over them again until none is left (at
+/// most 3 passes). Returns how many threads it set.
+pub fn set_worker_nice(pid: u32, cgroup: Option<&Path>, nice: i32) -> usize {
     let mut reset = 0;
     for _ in 0..3 {
         let threads = match cgroup {
@@ -104,7 +100,7 @@ pub fn end_boost(pid: u32, cgroup: Option<&Path>, base: i32) -> usize {
         };
         let boosted: Vec<u32> = threads
             .into_iter()
-            .filter(|tid| nice_of(*tid).is_ok_and(|nice| nice != base))
+            .filter(|tid| nice_of(*tid).is_ok_and(|n| n != nice))
             .collect();
         if boosted.is_empty() {
             break;
@@ -112,7 +108,7 @@ pub fn end_boost(pid: u32, cgroup: Option<&Path>, base: i32) -> usize {
         // A thread that exited meanwhile (ESRCH) needs nothing.
         reset += boosted
             .iter()
-            .filter(|tid| set_nice(**tid, base).is_ok())
+            .filter(|tid| set_nice(**tid, nice).is_ok())
             .count();
     }
     reset
@@ -139,38 +135,39 @@ fn threads_of_process(pid: u32) -> Vec<u32> {
 mod tests {
     use super::*;
 
-    /// A boosted child's threads (a shell's one) all get the base back, as `/proc` shows.
+    /// A process stepped back and brought back has the value on every thread, as the kernel
+    /// reports it.
     #[test]
-    fn a_boosted_process_gets_the_base_back_on_every_thread() {
+    fn a_worker_steps_back_and_comes_back_on_every_thread() {
         let base = own_nice();
-        let Some(nice) = boot_nice(5) else {
-            // Without CAP_SYS_NICE nothing is raised, and nothing is to reset.
+        let Some(nice) = step_back_nice(5) else {
+            // Without CAP_SYS_NICE nothing steps back.
             assert!(
                 capabilities::effective().is_some_and(|s| s & (1 << SYS_NICE.bit) == 0),
-                "boot_nice refused though ck is capable"
+                "step_back_nice refused though ck is capable"
             );
             return;
         };
-        assert_eq!(nice, (base - 5).max(-20));
+        assert_eq!(nice, (base + 5).min(19));
         let mut child = std::process::Command::new("sleep")
             .arg("5")
             .spawn()
             .unwrap();
-        set_nice(child.id(), nice).unwrap();
+        assert_eq!(set_worker_nice(child.id(), None, nice), 1);
         assert_eq!(nice_of(child.id()).unwrap(), nice);
-        assert_eq!(end_boost(child.id(), None, base), 1);
-        assert_eq!(nice_of(child.id()).unwrap(), base);
         assert_eq!(
-            end_boost(child.id(), None, base),
+            set_worker_nice(child.id(), None, nice),
             0,
-            "nothing left to reset"
+            "nothing left to set"
         );
+        assert_eq!(set_worker_nice(child.id(), None, base), 1);
+        assert_eq!(nice_of(child.id()).unwrap(), base);
         child.kill().unwrap();
         child.wait().unwrap();
     }
 
     #[test]
     fn no_boost_asked_is_none() {
-        assert_eq!(boot_nice(0), None);
+        assert_eq!(step_back_nice(0), None);
     }
 }

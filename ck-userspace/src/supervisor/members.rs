@@ -75,7 +75,8 @@ impl Supervisor {
             holder: None,
             output: None,
             accept_probe: Default::default(),
-            boot_nice: None,
+            replacing: false,
+            stepped_back: None,
         });
         self.slots.insert(index, slot);
         tracing::info!(

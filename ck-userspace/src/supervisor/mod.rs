@@ -8,6 +8,7 @@
 //! (`world`).
 mod accept_probe;
 mod adopt;
+mod boot_priority;
 mod cgroups;
 pub mod continuity;
 mod detect;

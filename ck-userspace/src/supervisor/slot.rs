@@ -57,9 +57,11 @@ pub struct Worker {
     pub output: Option<super::output::OutputEnds>,
     /// `--ready auto`: the accept probe that shows when a silent starter accepts.
     pub accept_probe: super::accept_probe::AcceptProbe,
-    /// `--boot-boost`: a replacement's nice value while it boots (the fleet's comes back
-    /// when it is ready).
-    pub boot_nice: Option<i32>,
+    /// Spawned in place of a worker that died: while it starts, the rest of the fleet steps
+    /// back (`--boot-boost`, see `supervisor::boot_priority`).
+    pub replacing: bool,
+    /// The nice value ck stepped it back to while a replacement boots (None: the fleet's).
+    pub stepped_back: Option<i32>,
 }
 
 impl Drop for Worker {

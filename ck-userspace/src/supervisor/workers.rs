@@ -100,13 +100,10 @@ impl Supervisor {
         let keep = self.cfg.survive_supervisor && pipes.is_some();
         // A replacement of a worker that died (its slot waits or holds its socket; not a spare):
         // the fleet is short of it until it boots.
-        let restoring = matches!(
+        let replacing = matches!(
             slot.life.state,
             State::Waiting | State::Held | State::Broken
         ) && !slot.spare;
-        let boot_nice = restoring
-            .then(|| crate::os::priority::boot_nice(self.cfg.boot_boost))
-            .flatten();
         let spawned = spawn::spawn(SpawnSpec {
             app: &self.cfg.app,
             slot: index,
@@ -132,7 +129,6 @@ impl Supervisor {
                 (Some(p), true) => p.reads().to_vec(),
                 _ => Vec::new(),
             },
-            boot_nice,
         });
         let spawned = match spawned {
             Ok(spawned) => spawned,
@@ -223,7 +219,8 @@ impl Supervisor {
             holder: None,
             output,
             accept_probe: Default::default(),
-            boot_nice,
+            replacing,
+            stepped_back: None,
         });
         self.state_dirty = true;
         self.watch_exit(index, pid);

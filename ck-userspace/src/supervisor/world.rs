@@ -69,9 +69,6 @@ impl World for Supervisor {
     }
 
     fn note(&mut self, index: u32, note: Note) {
-        if matches!(note, Note::Ready(_)) {
-            self.end_boot_boost(index);
-        }
         self.log_note(index, note);
     }
 
@@ -173,6 +170,8 @@ impl World for Supervisor {
 
     fn settled(&mut self, ready: Vec<u32>, stopping: Vec<u32>) {
         self.state_dirty = true;
+        // A replacement began or ended its boot: the rest of the fleet steps back or returns.
+        self.settle_boot_priority();
         // A stopping worker's further listeners (--adopt, forking servers) stop with it.
         if !stopping.is_empty() {
             self.retire_members(&stopping);
@@ -186,27 +185,6 @@ impl World for Supervisor {
 }
 
 impl Supervisor {
-    /// A boosted replacement is ready: every thread of it gets the fleet's priority back.
-    fn end_boot_boost(&mut self, index: u32) {
-        let Some(worker) = self.slots.get_mut(&index).and_then(|s| s.worker.as_mut()) else {
-            return;
-        };
-        let Some(boot_nice) = worker.boot_nice.take() else {
-            return;
-        };
-        let base = crate::os::priority::own_nice();
-        let cgroup = worker.cgroup.as_ref().map(|c| c.dir());
-        let threads = crate::os::priority::end_boost(worker.pid, cgroup, base);
-        tracing::debug!(
-            slot = index,
-            pid = worker.pid,
-            boot_nice,
-            nice = base,
-            threads,
-            "boot boost ended"
-        );
-    }
-
     /// Writes the machine's note as one lifecycle log line with the slot and pid.
     fn log_note(&self, index: u32, note: Note) {
         let Some(slot) = self.slots.get(&index) else {
@@ -215,10 +193,7 @@ impl Supervisor {
         let pid = slot.pid();
         let generation = slot.life.generation;
         match note {
-            Note::Started => {
-                let boot_nice = slot.worker.as_ref().and_then(|w| w.boot_nice);
-                tracing::info!(slot = index, pid, generation, boot_nice, "worker started")
-            }
+            Note::Started => tracing::info!(slot = index, pid, generation, "worker started"),
             Note::Ready(reason) => {
                 let boot_ms = slot
                     .worker

@@ -197,9 +197,12 @@ pub struct WorkerHandover {
     pub selected_base: u64,
     /// `--max-requests`: its own limit.
     pub requests_limit: Option<u64>,
-    /// `--boot-boost`: the nice value it boots at, until it is ready.
+    /// Spawned in place of a worker that died (`--boot-boost`).
     #[serde(default)]
-    pub boot_nice: Option<i32>,
+    pub replacing: bool,
+    /// The nice value ck stepped it back to while a replacement boots.
+    #[serde(default)]
+    pub stepped_back: Option<i32>,
     /// `--max-memory`: samples in a row above the limit.
     pub over_memory: u32,
     /// Notify messages refused so far.
@@ -304,7 +307,8 @@ impl Supervisor {
                     cgroup: w.cgroup.as_ref().map(cgroup_of),
                     selected_base: w.selected_base,
                     requests_limit: w.requests_limit,
-                    boot_nice: w.boot_nice,
+                    replacing: w.replacing,
+                    stepped_back: w.stepped_back,
                     over_memory: w.over_memory,
                     notify_refused: w.notify_refused.load(std::sync::atomic::Ordering::Relaxed),
                     start_ticks: w.start_ticks,
