@@ -69,7 +69,7 @@ fn a_silent_client_is_closed_with_the_reason_while_others_are_served() {
 
 #[test]
 fn an_endless_request_is_cut_off_and_memory_stays_bounded() {
-    let (ck, port, _) = start_ready("ctl-endless", 2, &[]);
+    let (ck, port) = start_settled("ctl-endless", 2);
     let before = rss_kib(ck.pid());
     let stream = connect(ck.name());
     let mut writer = stream.try_clone().unwrap();
@@ -119,7 +119,8 @@ fn a_request_that_is_not_json_is_answered_and_the_connection_stays_usable() {
 }
 
 /// Starts `workers` ready workers and waits until ck has opened all it opens at start: the
-/// exit watch loads after steering, a few dozen descriptors (maps, program, ring buffer).
+/// exit watch loads after steering (a few dozen descriptors: maps, program, ring buffer; and
+/// the memory of its BTF parse, while it lasts).
 fn start_settled(what: &str, workers: usize) -> (Ck, u16) {
     let (mut ck, port, _) = start_ready(what, workers, &[]);
     ck.wait_status("the exit watch loaded", READY_TIMEOUT, |s| {

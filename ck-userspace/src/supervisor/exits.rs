@@ -40,7 +40,14 @@ impl ExitReport {
 pub(super) fn start(events: &tokio::sync::mpsc::UnboundedSender<Event>) {
     let events = events.clone();
     tokio::spawn(async move {
-        let attached = match tokio::task::spawn_blocking(ExitWatch::attach).await {
+        let attached = match tokio::task::spawn_blocking(|| {
+            let attached = ExitWatch::attach();
+            // As after the steering load: the BTF parse's freed arena goes back to the kernel.
+            crate::os::memory::trim_heap();
+            attached
+        })
+        .await
+        {
             Ok(attached) => attached,
             Err(e) => Err(anyhow::anyhow!("the loading task failed: {e}")),
         };
