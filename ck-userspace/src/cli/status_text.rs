@@ -147,7 +147,7 @@ pub fn render(report: &StatusReport) -> String {
                 (Some(why), ..) => format!("unhealthy:{why}"),
                 (None, Some(root), ..) => format!("{} (of {root})", s.state),
                 (None, None, true, _) => format!("{} (spare)", s.state),
-                // A booting replacement (`--boot-boost`), or a worker that set its own.
+                // Stepped back while a replacement boots (`--boot-boost`), or set by the app.
                 (None, None, false, Some(nice)) if nice != report.nice => {
                     format!("{} (nice {nice})", s.state)
                 }

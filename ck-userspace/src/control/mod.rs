@@ -133,8 +133,8 @@ pub struct StatusReport {
     /// from the exit watch's map (None: no exit watch, exits are seen from the pidfds alone).
     #[serde(default)]
     pub exits_watched: Option<Vec<u32>>,
-    /// ck's own nice value: the fleet's CPU priority (a booting replacement's is higher: see
-    /// `--boot-boost`).
+    /// ck's own nice value: the fleet's CPU priority (the rest of the fleet steps back from it
+    /// while a replacement boots: see `--boot-boost`).
     #[serde(default)]
     pub nice: i32,
     /// Target worker count.

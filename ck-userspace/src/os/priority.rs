@@ -92,26 +92,26 @@ fn rlimit_allows(nice: i32) -> bool {
 /// thread not yet set inherit the old value, so it goes over them again until none is left (at
 /// most 3 passes). Returns how many threads it set.
 pub fn set_worker_nice(pid: u32, cgroup: Option<&Path>, nice: i32) -> usize {
-    let mut reset = 0;
+    let mut set = 0;
     for _ in 0..3 {
         let threads = match cgroup {
             Some(dir) => threads_of_cgroup(dir),
             None => threads_of_process(pid),
         };
-        let boosted: Vec<u32> = threads
+        let differing: Vec<u32> = threads
             .into_iter()
             .filter(|tid| nice_of(*tid).is_ok_and(|n| n != nice))
             .collect();
-        if boosted.is_empty() {
+        if differing.is_empty() {
             break;
         }
         // A thread that exited meanwhile (ESRCH) needs nothing.
-        reset += boosted
+        set += differing
             .iter()
             .filter(|tid| set_nice(**tid, nice).is_ok())
             .count();
     }
-    reset
+    set
 }
 
 /// The thread ids in cgroup `dir` (`cgroup.threads` lists every thread of every process in it).

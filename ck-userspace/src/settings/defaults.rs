@@ -82,8 +82,9 @@ pub const STALL_TIMEOUT: Duration = Duration::from_secs(1);
 pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
 /// `--spares`: hot spare workers.
 pub const SPARES: u32 = 0;
-/// `--boot-boost`: nice levels a replacement of a dead worker boots above the fleet (5: a CFS
-/// weight about 3 times the fleet's, so a boot gets most of a CPU the survivors also want).
+/// `--boot-boost`: nice levels the rest of the fleet steps back while a replacement of a dead
+/// worker boots (5: the boot's CFS weight about 3 times theirs, so it gets most of a CPU the
+/// survivors also want).
 pub const BOOT_BOOST: u8 = 5;
 /// `--orphan-timeout`: with `--survive-supervisor`, how long workers wait for a new ck.
 pub const ORPHAN_TIMEOUT: Duration = Duration::from_secs(30);

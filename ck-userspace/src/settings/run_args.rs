@@ -162,11 +162,11 @@ pub struct RunArgs {
     /// spare takes its place at once (and a new spare boots).
     #[arg(long, value_name = "N", default_value_t = defaults::SPARES)]
     spares: u32,
-    /// A replacement for a worker that died boots N nice levels above the fleet's CPU priority
-    /// (every thread and process it starts), and gets the fleet's back when it is ready: the
-    /// survivors serving the whole load meanwhile do not slow its boot. 0: no boost. Needs
-    /// CAP_SYS_NICE (ck says so once where it lacks it); rolls, scale-ups and spares boot
-    /// at the fleet's priority.
+    /// While a replacement for a worker that died boots, the rest of the fleet steps back N
+    /// nice levels (every thread of every worker), and comes back once no replacement boots:
+    /// the survivors serving the whole load meanwhile do not slow the boot, which keeps ck's
+    /// priority. 0: off. Needs CAP_SYS_NICE (ck says so once where it lacks it); rolls,
+    /// scale-ups and spares change no priority.
     #[arg(long, value_name = "N", default_value_t = defaults::BOOT_BOOST,
           value_parser = clap::value_parser!(u8).range(0..=39))]
     boot_boost: u8,

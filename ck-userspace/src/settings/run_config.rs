@@ -252,7 +252,8 @@ pub struct RunConfig {
     pub max_requests: Option<u64>,
     /// `--spares`: hot spares booted beside the workers, taking a dead worker's place at once.
     pub spares: u32,
-    /// `--boot-boost`: nice levels a replacement of a dead worker boots above the fleet.
+    /// `--boot-boost`: nice levels the rest of the fleet steps back while a replacement of a
+    /// dead worker boots.
     pub boot_boost: u8,
     /// `--survive-supervisor`: workers keep serving when ck dies (no `PR_SET_PDEATHSIG`); the
     /// next `ck run` of the same name takes the running fleet back.

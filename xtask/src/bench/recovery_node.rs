@@ -1,8 +1,9 @@
 //! The Node part of the `recovery` scenario: 3 workers of the Node hello app, 8 clients making
 //! a new connection per request at [`RATE`] requests/s in total (the same offered load for
 //! every supervisor), and at each of [`ROUNDS`] rounds 2 of the 3
-//! workers SIGKILLed at once. Measures, for ck (default settings: replacements boot above the
-//! fleet's CPU priority, its accept probe sees Node accept), ck with `--boot-boost 0`, ck with
+//! workers SIGKILLed at once. Measures, for ck (default settings: the survivor steps back in CPU
+//! priority while the replacements boot, its accept probe sees Node accept), ck with
+//! `--boot-boost 0`, ck with
 //! its exits by pidfd alone (`CK_EXIT_WATCH=pidfd`), ck with two hot spares, ck `--no-bpf`,
 //! node:cluster and pm2, the time from the kill until every worker serves again (3 distinct
 //! pids, none a victim, answered after the kill), the failed requests, and ck's own CPU time
