@@ -9,7 +9,8 @@ use crate::os::priority;
 
 impl Supervisor {
     /// Steps every other worker back while some replacement is starting, brings back the ones
-    /// it stepped back once none is. One log line for each change, with the slot and pid.
+    /// it stepped back once none is. One log line for each change, with the slot and pid. Reads
+    /// nothing from the kernel unless some worker's priority is to change.
     pub(super) fn settle_boot_priority(&mut self) {
         let booting: Vec<u32> = self
             .slots
@@ -18,35 +19,33 @@ impl Supervisor {
             .filter(|s| s.worker.as_ref().is_some_and(|w| w.replacing))
             .map(|s| s.index)
             .collect();
-        let any_stepped_back = self
+        let back = !booting.is_empty() && self.cfg.boot_boost != 0;
+        let changing: Vec<u32> = self
             .slots
             .values()
-            .any(|s| s.worker.as_ref().is_some_and(|w| w.stepped_back.is_some()));
-        if booting.is_empty() && !any_stepped_back {
+            .filter(|s| !booting.contains(&s.index))
+            .filter(|s| s.worker.as_ref().is_some_and(|w| w.stepped_back != back))
+            .map(|s| s.index)
+            .collect();
+        if changing.is_empty() {
             return;
         }
-        let step_back = match booting.is_empty() {
-            true => None,
-            false => priority::step_back_nice(self.cfg.boot_boost),
+        let (nice, reason) = match back {
+            true => match priority::step_back_nice(self.cfg.boot_boost) {
+                Some(nice) => (nice, "a replacement boots"),
+                None => return,
+            },
+            false => (priority::own_nice(), "no replacement boots"),
         };
-        let base = priority::own_nice();
-        for slot in self.slots.values_mut() {
-            if booting.contains(&slot.index) {
+        for index in changing {
+            let Some(worker) = self.slots.get_mut(&index).and_then(|s| s.worker.as_mut()) else {
                 continue;
-            }
-            let Some(worker) = slot.worker.as_mut() else {
-                continue;
-            };
-            let (nice, reason) = match (step_back, worker.stepped_back) {
-                (Some(nice), None) => (nice, "a replacement boots"),
-                (None, Some(_)) => (base, "no replacement boots"),
-                _ => continue,
             };
             let cgroup = worker.cgroup.as_ref().map(|c| c.dir());
             let threads = priority::set_worker_nice(worker.pid, cgroup, nice);
-            worker.stepped_back = step_back;
+            worker.stepped_back = back;
             tracing::info!(
-                slot = slot.index,
+                slot = index,
                 pid = worker.pid,
                 nice,
                 threads,

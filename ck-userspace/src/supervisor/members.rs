@@ -76,7 +76,7 @@ impl Supervisor {
             output: None,
             accept_probe: Default::default(),
             replacing: false,
-            stepped_back: None,
+            stepped_back: false,
         });
         self.slots.insert(index, slot);
         tracing::info!(

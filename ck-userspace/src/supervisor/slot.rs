@@ -60,8 +60,8 @@ pub struct Worker {
     /// Spawned in place of a worker that died: while it starts, the rest of the fleet steps
     /// back (`--boot-boost`, see `supervisor::boot_priority`).
     pub replacing: bool,
-    /// The nice value ck stepped it back to while a replacement boots (None: the fleet's).
-    pub stepped_back: Option<i32>,
+    /// ck stepped it back while a replacement boots (else it runs at the fleet's priority).
+    pub stepped_back: bool,
 }
 
 impl Drop for Worker {

@@ -220,7 +220,7 @@ impl Supervisor {
             output,
             accept_probe: Default::default(),
             replacing,
-            stepped_back: None,
+            stepped_back: false,
         });
         self.state_dirty = true;
         self.watch_exit(index, pid);

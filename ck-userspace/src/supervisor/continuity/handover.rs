@@ -200,9 +200,9 @@ pub struct WorkerHandover {
     /// Spawned in place of a worker that died (`--boot-boost`).
     #[serde(default)]
     pub replacing: bool,
-    /// The nice value ck stepped it back to while a replacement boots.
+    /// ck stepped it back while a replacement boots.
     #[serde(default)]
-    pub stepped_back: Option<i32>,
+    pub stepped_back: bool,
     /// `--max-memory`: samples in a row above the limit.
     pub over_memory: u32,
     /// Notify messages refused so far.
