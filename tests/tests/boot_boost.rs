@@ -195,3 +195,50 @@ fn a_rolls_workers_and_boot_boost_0_boot_at_the_fleets_priority() {
     ck.sigterm();
     ck.wait_clean_exit();
 }
+
+/// Every slot at once: both workers SIGKILLed together, so both replacements boot at the
+/// fleet's priority (neither steps the other back), and once both are ready every thread is at
+/// the fleet's priority. (Whichever becomes ready first steps back until the other is ready,
+/// as a survivor would; the first replacement's spawn may step back the other killed worker
+/// before ck has seen its exit, which sets no thread.)
+#[test]
+fn when_every_worker_died_nobody_steps_back() {
+    let mut ck = start_slow("boot-boost-all", &[]);
+    let fleet = nice_of(ck.pid()).expect("ck's nice");
+    let old = ck.status().worker_pids();
+    for pid in &old {
+        sys::signal(*pid, Signal::SIGKILL);
+    }
+    let status = ck.wait_status("both slots replaced", Duration::from_secs(10), |s| {
+        s.slots
+            .iter()
+            .all(|slot| slot.pid.is_some_and(|p| !old.contains(&p)))
+    });
+    let new: Vec<u32> = status.worker_pids().into_iter().collect();
+    assert!(
+        poll_until(Duration::from_secs(5), Duration::from_millis(10), || {
+            new.iter().all(|pid| thread_nices(*pid).len() == 2)
+        }),
+        "the replacements did not start their second threads"
+    );
+    for pid in &new {
+        assert_eq!(thread_nices(*pid), [fleet, fleet], "replacement {pid}");
+    }
+    ck.wait_ready(2, Duration::from_secs(20));
+    assert!(
+        poll_until(Duration::from_secs(2), Duration::from_millis(10), || {
+            new.iter().all(|pid| thread_nices(*pid) == [fleet, fleet])
+        }),
+        "every thread at the fleet's priority once both are ready\n{}",
+        ck.log()
+    );
+    let lines = ck.log_lines("worker priority");
+    assert!(
+        lines
+            .last()
+            .is_none_or(|l| l.contains("no replacement boots")),
+        "the last priority change brings the fleet back: {lines:?}"
+    );
+    ck.sigterm();
+    ck.wait_clean_exit();
+}
