@@ -37,6 +37,19 @@ fn thread_nices(pid: u32) -> Vec<i32> {
         .unwrap_or_default()
 }
 
+/// Waits until each worker of `pids` has started its second thread (what [`SLOW_WORKER`] does
+/// first), so that the nice values read cover every thread it will have while it boots.
+fn wait_second_threads(ck: &Ck, pids: &[u32]) {
+    assert!(
+        poll_until(Duration::from_secs(5), Duration::from_millis(10), || {
+            pids.iter().all(|pid| thread_nices(*pid).len() == 2)
+        }),
+        "not every worker of {pids:?} started its second thread: {:?}\n{}",
+        pids.iter().map(|p| thread_nices(*p)).collect::<Vec<_>>(),
+        ck.log()
+    );
+}
+
 fn start_slow(what: &str, flags: &[&str]) -> Ck {
     let mut args = vec!["-w", "2"];
     args.extend(flags);
@@ -57,14 +70,7 @@ fn kill_and_watch_boot(ck: &mut Ck) -> (u32, Vec<i32>, Vec<i32>) {
         s.slot(0).pid.is_some_and(|p| p != old)
     });
     let new = status.worker_pid(0);
-    assert!(
-        poll_until(Duration::from_secs(5), Duration::from_millis(10), || {
-            thread_nices(new).len() == 2
-        }),
-        "the replacement {new} did not start its second thread: {:?}\n{}",
-        thread_nices(new),
-        ck.log()
-    );
+    wait_second_threads(ck, &[new]);
     let booting = thread_nices(new);
     let survivor_then = thread_nices(survivor);
     assert_eq!(
@@ -163,12 +169,7 @@ fn a_rolls_workers_and_boot_boost_0_boot_at_the_fleets_priority() {
         .iter()
         .find_map(|slot| slot.pid.filter(|p| !before.contains(p)))
         .expect("a new worker");
-    assert!(
-        poll_until(Duration::from_secs(5), Duration::from_millis(10), || {
-            thread_nices(new).len() == 2
-        }),
-        "the roll's worker did not start its second thread"
-    );
+    wait_second_threads(&ck, &[new]);
     let old_nices: Vec<Vec<i32>> = before.iter().map(|pid| thread_nices(*pid)).collect();
     assert_eq!(
         thread_nices(new),
@@ -202,7 +203,7 @@ fn a_rolls_workers_and_boot_boost_0_boot_at_the_fleets_priority() {
 /// as a survivor would; the first replacement's spawn may step back the other killed worker
 /// before ck has seen its exit, which sets no thread.)
 #[test]
-fn when_every_worker_died_nobody_steps_back() {
+fn when_every_worker_died_both_replacements_boot_at_the_fleets_priority() {
     let mut ck = start_slow("boot-boost-all", &[]);
     let fleet = nice_of(ck.pid()).expect("ck's nice");
     let old = ck.status().worker_pids();
@@ -215,12 +216,7 @@ fn when_every_worker_died_nobody_steps_back() {
             .all(|slot| slot.pid.is_some_and(|p| !old.contains(&p)))
     });
     let new: Vec<u32> = status.worker_pids().into_iter().collect();
-    assert!(
-        poll_until(Duration::from_secs(5), Duration::from_millis(10), || {
-            new.iter().all(|pid| thread_nices(*pid).len() == 2)
-        }),
-        "the replacements did not start their second threads"
-    );
+    wait_second_threads(&ck, &new);
     for pid in &new {
         assert_eq!(thread_nices(*pid), [fleet, fleet], "replacement {pid}");
     }
