@@ -1,7 +1,7 @@
 //! Harness for ck's integration tests (`tests/tests/*.rs`): start a `ck run` instance on a free
 //! port under a name of its own ([`ck::Ck`]), give it a wrapper app ([`app`]), talk HTTP to its
 //! demo workers ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect
-//! processes, ports and CPUs ([`sys`]); run real servers ([`pyservers`], [`real_servers`]) through
+//! processes, ports and CPUs ([`sys`]) and what a process costs ([`cpu`]); run real servers ([`pyservers`], [`real_servers`]) through
 //! one checklist ([`server_checks`]); run a program in a real terminal ([`tmux`]), read the
 //! files of `deploy/` ([`deploy`]), tell a static binary from a dynamic one ([`elf`]), and put ck hosts behind a real balancer in network
 //! namespaces ([`fleet`]).
@@ -14,6 +14,7 @@ pub mod adopted;
 pub mod app;
 pub mod churn;
 pub mod ck;
+pub mod cpu;
 pub mod cserver;
 pub mod deploy;
 pub mod elf;

@@ -163,9 +163,10 @@ fn is_silent_starter(slot: &Slot) -> bool {
     let Some(worker) = slot.worker.as_ref() else {
         return false;
     };
-    let starting = matches!(slot.life.state, State::Starting(_));
-    let pending = worker.notify.as_deref().is_some_and(notify::pending);
-    starting && !worker.spoke_notify && !pending
+    // The notify socket is peeked last: only for a silent worker that is starting.
+    matches!(slot.life.state, State::Starting(_))
+        && !worker.spoke_notify
+        && !worker.notify.as_deref().is_some_and(notify::pending)
 }
 
 /// The processes of `worker` (its cgroup's, else its own pid).

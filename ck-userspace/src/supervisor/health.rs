@@ -5,19 +5,18 @@
 //!
 //! Pace: only the sampled fallback needs millisecond-fresh depths (`--sample-interval` under
 //! traffic, [`IDLE_SAMPLING_FACTOR`] times slower idle). Otherwise queues are sampled every
-//! `--stall-timeout` / [`STALL_SAMPLES`], at least [`MIN_STALL_PERIOD`]: a stall is then seen
-//! within a tenth of its timeout late, at ten `TCP_INFO` reads a second per socket, which costs
-//! nothing measurable. `--ready auto`'s detection of silent starting workers keeps its own fast
+//! `--stall-timeout` / [`STALL_SAMPLES`], at least [`MIN_STALL_PERIOD`], while connections
+//! arrive or wait: a stall is then seen within a tenth of its timeout late. While nothing
+//! arrives and nothing waits, once every [`quiet_period`] (a second by default): an idle ck
+//! wakes about once a second. `--ready auto`'s detection of silent starting workers keeps its own fast
 //! pace (every [`READY_CHECK_EVERY`] sample interval, 1 ms) while such a worker boots, without
 //! sampling, so readiness is seen within about a millisecond of the worker's first `accept`.
 use std::{
     collections::BTreeMap,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
     time::{Duration, Instant},
 };
+
+use tokio::sync::watch;
 
 use super::{
     Event, Supervisor,
@@ -49,6 +48,8 @@ const MIN_STALL_PERIOD: Duration = Duration::from_millis(50);
 /// The sampling period without the sampled fallback and without `--stall-timeout` (watchdog and
 /// replacement checks still run on it).
 const NO_STALL_PERIOD: Duration = Duration::from_millis(100);
+/// The longest sampling period, while nothing is queued or sent (see [`quiet_period`]).
+const QUIET_PERIOD: Duration = Duration::from_secs(1);
 
 /// The sampling period when nothing steers by sampled depths: a tenth of the stall timeout, at
 /// least [`MIN_STALL_PERIOD`].
@@ -58,12 +59,22 @@ pub(super) fn stall_period(stall_timeout: Option<Duration>) -> Duration {
     })
 }
 
+/// The sampling period after a sample that found every queue empty and no connection sent
+/// since the one before: the stall timeout, at most [`QUIET_PERIOD`] (and never faster than
+/// [`stall_period`]). A queue cannot stall before a connection arrives, and the first sample
+/// that sees one brings the pace back to [`stall_period`]: a stall that starts from quiet is
+/// seen at most this much later. Each tick wakes ck (about 0.1 ms of CPU on a small VM), so a
+/// quiet fleet costs ck about a wake-up a second.
+pub(super) fn quiet_period(stall_timeout: Option<Duration>) -> Duration {
+    let quiet = stall_timeout.map_or(QUIET_PERIOD, |t| t.min(QUIET_PERIOD));
+    quiet.max(stall_period(stall_timeout))
+}
+
 /// The pace of queue sampling, shared with the sampler task.
 pub(super) struct Pacer {
-    /// Current period in microseconds, read by the sampler task.
-    pub period: Arc<AtomicU64>,
-    /// Ends the sampler task's current wait (a worker was spawned: readiness checks start).
-    pub wake: Arc<tokio::sync::Notify>,
+    /// When the sampler task sends the next tick: a deadline, not a period, so that a tick
+    /// handled late never shortens the wait after it (see `tasks::start_sampler`).
+    pub next_tick: watch::Sender<Instant>,
     busy_until: Instant,
     selected_seen: u64,
     ticks: u32,
@@ -81,8 +92,7 @@ impl Pacer {
     /// Starts fast (`interval`), as if traffic had just been seen.
     pub fn new(interval: Duration) -> Pacer {
         Pacer {
-            period: Arc::new(AtomicU64::new(interval.as_micros() as u64)),
-            wake: Arc::new(tokio::sync::Notify::new()),
+            next_tick: watch::Sender::new(Instant::now() + interval),
             busy_until: Instant::now() + BUSY_HOLD,
             selected_seen: 0,
             ticks: 0,
@@ -91,6 +101,20 @@ impl Pacer {
             next_ready_check: Instant::now(),
             fallback: false,
         }
+    }
+
+    /// Sets the next tick's deadline (the sampler is woken only when it changes).
+    pub fn tick_at(&self, at: Instant) {
+        self.next_tick.send_if_modified(|deadline| {
+            let moved = *deadline != at;
+            *deadline = at;
+            moved
+        });
+    }
+
+    /// The next tick comes now (a worker was spawned: its readiness checks start).
+    pub fn tick_now(&self) {
+        self.tick_at(Instant::now());
     }
 }
 
@@ -212,6 +236,8 @@ impl Supervisor {
         let watchdog = self.cfg.health.watchdog;
         let mut depth_changed = Vec::new();
         let mut changes = Vec::new();
+        // Nothing queued anywhere and no connection sent since the last sample.
+        let mut quiet = true;
         // A queue that did not move since the last sample has been still since that sample.
         let still_since = self.pacer.last_sample.unwrap_or(now);
         self.pacer.last_sample = Some(now);
@@ -236,6 +262,7 @@ impl Supervisor {
             let previous = slot.queue_depth;
             let arrivals = sent.map(|sent| sent.saturating_sub(slot.sent_seen.unwrap_or(sent)));
             slot.sent_seen = sent;
+            quiet &= depth == 0 && arrivals.unwrap_or(0) == 0;
             if depth != previous {
                 slot.queue_depth = depth;
                 depth_changed.push(slot.index);
@@ -298,30 +325,23 @@ impl Supervisor {
             }
         }
         self.replace_long_unhealthy(now);
-        let period = if fallback {
-            self.fallback_period(now)
-        } else {
-            stall_period(stall_timeout)
+        let period = match (fallback, quiet) {
+            (true, _) => self.fallback_period(now),
+            (false, false) => stall_period(stall_timeout),
+            (false, true) => quiet_period(stall_timeout),
         };
         self.pacer.next_sample = now + period;
     }
 
-    /// The next tick's period: the time to the next sample, or while a silent worker boots, to
-    /// its next readiness check if sooner.
+    /// The next tick: at the next sample, or while a silent worker boots, at its next
+    /// readiness check if sooner. The sampler is told only when the deadline moves.
     fn pace(&mut self, now: Instant, watching: bool) {
         let pacer = &self.pacer;
         let mut next = pacer.next_sample;
         if watching {
             next = next.min(pacer.next_ready_check);
         }
-        let period = next.saturating_duration_since(now).as_micros().max(1) as u64;
-        let before = self.pacer.period.swap(period, Ordering::Relaxed);
-        // The sampler read the period for its current sleep before this tick was handled: a
-        // shorter one (a silent worker begins to boot) starts now, not after that sleep (up to
-        // a stall period, 100 ms, of a boot unwatched).
-        if period < before {
-            self.pacer.wake.notify_one();
-        }
+        pacer.tick_at(next.max(now + Duration::from_micros(1)));
     }
 
     /// The sampled fallback's period: every `--sample-interval` while there is traffic

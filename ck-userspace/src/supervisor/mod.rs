@@ -352,11 +352,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
     tasks::watch_signals(&sup.events)?;
     // An upgrade blocked these across the exec: the handlers are in place now.
     reexec::unblock_handled().context("unblocking signals")?;
-    tasks::start_sampler(
-        &sup.events,
-        sup.pacer.period.clone(),
-        sup.pacer.wake.clone(),
-    );
+    tasks::start_sampler(&sup.events, sup.pacer.next_tick.subscribe());
     sup.start_probe_ticker();
     tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::SteeringTick);
     if let Some(period) = sup.systemd.as_ref().and_then(|s| s.watchdog_period()) {

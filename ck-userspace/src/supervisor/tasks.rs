@@ -1,39 +1,47 @@
 //! The small tasks that feed the event loop: signal watchers, tickers and timers. They only send
 //! [`Event`]s; all state stays in the loop.
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::Duration,
-};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::{
     signal::unix::{SignalKind, signal},
-    sync::mpsc,
+    sync::{mpsc, watch},
 };
 
 use super::Event;
 
-/// Sends [`Event::Tick`] every `period` (microseconds, changed by the supervisor as it goes:
-/// the time to its next queue sample or readiness check, see `health`) until the event loop is
-/// gone; `wake` ends a wait early.
+/// Sends [`Event::Tick`] at each deadline the supervisor sets in `deadline` (its next queue
+/// sample or readiness check, see `health`) until the event loop is gone. One tick per
+/// deadline: after a tick the task waits for the loop to set the next one, so a tick the loop
+/// has not handled yet is never sent again, and an earlier deadline (a worker began to boot)
+/// ends the current wait at once.
 pub(super) fn start_sampler(
     events: &mpsc::UnboundedSender<Event>,
-    period: Arc<AtomicU64>,
-    wake: Arc<tokio::sync::Notify>,
+    mut deadline: watch::Receiver<std::time::Instant>,
 ) {
     let events = events.clone();
     tokio::spawn(async move {
+        let mut ticked_for = None;
         loop {
-            let wait = Duration::from_micros(period.load(Ordering::Relaxed));
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = wake.notified() => {}
+            let at = *deadline.borrow_and_update();
+            if ticked_for == Some(at) {
+                if deadline.changed().await.is_err() {
+                    return;
+                }
+                continue;
             }
-            if events.send(Event::Tick).is_err() {
-                return;
+            tokio::select! {
+                _ = tokio::time::sleep_until(at.into()) => {
+                    ticked_for = Some(at);
+                    if events.send(Event::Tick).is_err() {
+                        return;
+                    }
+                }
+                changed = deadline.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
             }
         }
     });

@@ -229,7 +229,7 @@ impl Supervisor {
         }
         // A silent starter is checked for readiness within a few sample intervals, whatever
         // the pace of sampling: the next tick comes now.
-        self.pacer.wake.notify_one();
+        self.pacer.tick_now();
         Ok(worker_id)
     }
 

@@ -6,11 +6,11 @@
 //! [`MEASURE`] window that starts [`WARM_UP`] into the load; the finer sum of
 //! `/proc/PID/task/*/schedstat` (nanoseconds on CPU per thread) is shown beside it.
 
-use std::fs;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
+use ck_tests::cpu::{CpuSnapshot, clock_ticks, ticks_cpu};
 use ck_tests::load::{self, LoadReport, LoadSpec, Mode};
 
 use super::Bench;
@@ -174,10 +174,10 @@ fn measure(bench: &Bench, contender: &Contender) -> Result<Sample> {
     let load = load::start(spec);
     thread::sleep(WARM_UP);
     let pid = inst.pid();
-    let (ticks0, sched0) = (ticks_cpu(pid)?, sched_cpu(pid)?);
+    let (ticks0, sched0) = (ticks_of(pid)?, sched_of(pid)?);
     let window = Instant::now();
     thread::sleep(MEASURE);
-    let (ticks1, sched1) = (ticks_cpu(pid)?, sched_cpu(pid)?);
+    let (ticks1, sched1) = (ticks_of(pid)?, sched_of(pid)?);
     let scale = MEASURE.as_secs_f64() / window.elapsed().as_secs_f64();
     let report = load.join();
     bench.progress(format_args!(
@@ -189,71 +189,17 @@ fn measure(bench: &Bench, contender: &Contender) -> Result<Sample> {
     inst.stop()?;
     Ok(Sample {
         ticks_cpu: ticks1.saturating_sub(ticks0).mul_f64(scale),
-        sched_cpu: sched1.saturating_sub(sched0).mul_f64(scale),
+        sched_cpu: sched1.since(&sched0).mul_f64(scale),
         report,
     })
 }
 
-/// Clock ticks per second (`utime`'s unit).
-fn clock_ticks() -> u64 {
-    // SAFETY: sysconf reads a constant of the system; no memory is involved.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 { ticks as u64 } else { 100 }
+/// `utime` + `stime` of ck's process.
+fn ticks_of(pid: u32) -> Result<Duration> {
+    ticks_cpu(pid).with_context(|| format!("reading /proc/{pid}/stat: ck is gone"))
 }
 
-/// `utime` + `stime` of `pid` (all its threads, dead ones included; not its children).
-fn ticks_cpu(pid: u32) -> Result<Duration> {
-    let path = format!("/proc/{pid}/stat");
-    let stat = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    let ticks = utime_stime(&stat).with_context(|| format!("parsing {path}: {stat}"))?;
-    Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64))
-}
-
-/// `utime` + `stime` (fields 14 and 15) of a `/proc/PID/stat` line; the command name (field 2)
-/// may hold spaces and parentheses, so fields are counted after its last `)`.
-fn utime_stime(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state).
-    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
-    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// The sum of the first field of `/proc/PID/task/*/schedstat`: nanoseconds on CPU of every
-/// thread alive now.
-fn sched_cpu(pid: u32) -> Result<Duration> {
-    let dir = format!("/proc/{pid}/task");
-    let mut ns = 0u64;
-    for entry in fs::read_dir(&dir).with_context(|| format!("listing {dir}"))? {
-        let path = entry?.path().join("schedstat");
-        // A thread that exited in between has no file any more: it counts nothing.
-        let Ok(text) = fs::read_to_string(&path) else {
-            continue;
-        };
-        ns += text
-            .split_whitespace()
-            .next()
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    Ok(Duration::from_nanos(ns))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utime_and_stime_are_read_after_the_command_name() {
-        let stat = "42 (ck (x) y) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 3 0";
-        assert_eq!(utime_stime(stat), Some(12));
-    }
-
-    #[test]
-    fn the_own_process_has_a_cpu_time() {
-        let pid = std::process::id();
-        assert!(ticks_cpu(pid).is_ok());
-        assert!(sched_cpu(pid).unwrap() > Duration::ZERO);
-    }
+/// The run time of each of ck's threads.
+fn sched_of(pid: u32) -> Result<CpuSnapshot> {
+    CpuSnapshot::take(pid).with_context(|| format!("reading /proc/{pid}/task: ck is gone"))
 }
