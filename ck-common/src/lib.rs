@@ -243,6 +243,17 @@ pub struct ConnTag {
     pub flags: u32,
 }
 
+/// `--adopt`: the group a `ck_tag_bind4`/`ck_tag_bind6` program tags binds for (the
+/// `bind_group` map's one value, written by the supervisor before it attaches them).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BindGroup {
+    /// The group's port, host byte order.
+    pub port: u16,
+    /// The group's address family (`AF_INET` or `AF_INET6`).
+    pub family: u16,
+}
+
 /// [`ConnTag::flags`]: the connection is counted in `conns` (set on `SYN_RECV -> ESTABLISHED`,
 /// cleared on `-> CLOSE`, so that no connection counts twice).
 pub const CONN_COUNTED: u32 = 1;
@@ -295,6 +306,8 @@ mod pod {
     unsafe impl aya::Pod for super::ListenEvent {}
     // SAFETY: as above: two u32 fields.
     unsafe impl aya::Pod for super::ConnTag {}
+    // SAFETY: as above (two u16, no padding).
+    unsafe impl aya::Pod for super::BindGroup {}
     // SAFETY: as above: two u32 fields.
     unsafe impl aya::Pod for super::MovedConn {}
 }

@@ -11,6 +11,10 @@
 //! chosen slot at once, and `moved` remembers it by the connection's cookie, so that its close
 //! takes one off the slot it moved to. A request still in `SYN_RECV` needs nothing: its
 //! connection is created from (and tagged by) the listener it was re-homed to.
+//!
+//! `--adopt`: a worker's own socket is tagged when it binds the group's port ([`tag_bind`],
+//! from the worker's cgroup: `bind_slots`), before it listens, so the connections it takes
+//! before the supervisor adopts it count too.
 use core::ffi::c_void;
 
 use aya_ebpf::{
@@ -21,13 +25,13 @@ use aya_ebpf::{
     },
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray},
     helpers::{
-        bpf_get_smp_processor_id, bpf_get_socket_cookie, bpf_map_lookup_percpu_elem,
-        bpf_sk_storage_get,
+        bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf_get_socket_cookie,
+        bpf_map_lookup_percpu_elem, bpf_sk_storage_get,
     },
-    macros::{btf_map, btf_tracepoint},
-    programs::{BtfTracePointContext, SkReuseportContext},
+    macros::{btf_map, btf_tracepoint, cgroup_sock_addr},
+    programs::{BtfTracePointContext, SkReuseportContext, SockAddrContext},
 };
-use ck_common::{CONN_COUNTED, ConnTag, MAX_MOVED_CONNS, MAX_SLOTS, MovedConn};
+use ck_common::{BindGroup, CONN_COUNTED, ConnTag, MAX_MOVED_CONNS, MAX_SLOTS, MovedConn};
 
 const SLOTS: usize = MAX_SLOTS as usize;
 
@@ -75,6 +79,14 @@ impl<T> CloneSkStorage<T> {
 #[btf_map(name = "conn_tags")]
 static CONN_TAGS: CloneSkStorage<ConnTag> = CloneSkStorage::new();
 
+/// `--adopt`: a worker's cgroup id -> its slot (written by the supervisor before it starts).
+#[btf_map(name = "bind_slots")]
+static BIND_SLOTS: HashMap<u64, u32, { 2 * SLOTS }> = HashMap::new();
+
+/// `--adopt`: the group's port and family, whose binds [`tag_bind`] tags.
+#[btf_map(name = "bind_group")]
+static BIND_GROUP: Array<BindGroup, 1> = Array::new();
+
 /// Open connections per slot, per CPU (signed: the sum over CPUs is the count).
 #[btf_map(name = "conns")]
 static CONNS: PerCpuArray<i64, SLOTS> = PerCpuArray::new();
@@ -92,6 +104,56 @@ static MOVED: LruHashMap<u64, MovedConn, { MAX_MOVED_CONNS as usize }> = LruHash
 /// every socket that has none: a global atomic, most of this program's cost on each close).
 #[btf_map(name = "moved_any")]
 static MOVED_ANY: Array<u32, 1> = Array::new();
+
+#[cgroup_sock_addr(bind4)]
+pub fn ck_tag_bind4(ctx: SockAddrContext) -> i32 {
+    tag_bind(&ctx);
+    1
+}
+
+#[cgroup_sock_addr(bind6)]
+pub fn ck_tag_bind6(ctx: SockAddrContext) -> i32 {
+    tag_bind(&ctx);
+    1
+}
+
+/// A process of a worker's cgroup binds a socket to the group's port: the socket is tagged
+/// with the worker's slot now, before it can listen. (A bind that then fails leaves a tag on
+/// a socket that never listens here: harmless.) Other binds are left alone.
+#[inline(always)]
+fn tag_bind(ctx: &SockAddrContext) {
+    let Some(group) = BIND_GROUP.get(0) else {
+        return;
+    };
+    // SAFETY: the context pointer is the kernel's `bpf_sock_addr` for this call; `user_port`
+    // holds the port in network byte order in its low 16 bits.
+    let (port, family) = unsafe {
+        let addr = &*ctx.sock_addr;
+        (u16::from_be(addr.user_port as u16), addr.user_family)
+    };
+    if port == 0 || port != group.port || family != u32::from(group.family) {
+        return;
+    }
+    // SAFETY: helper without arguments (the current task's cgroup v2 id).
+    let cgroup = unsafe { bpf_get_current_cgroup_id() };
+    // SAFETY: a lookup copied out at once.
+    let Some(slot) = (unsafe { BIND_SLOTS.get(&cgroup) }).copied() else {
+        return;
+    };
+    let mut tag = ConnTag { slot, flags: 0 };
+    let map = core::ptr::from_ref(&CONN_TAGS).cast_mut().cast();
+    // SAFETY: `sk` is the context's socket (the verifier's PTR_TO_SOCKET); the helper copies
+    // `tag` into the socket's new storage (or finds the one there) and returns null or it.
+    unsafe {
+        let sk = (*ctx.sock_addr).__bindgen_anon_1.sk;
+        bpf_sk_storage_get(
+            map,
+            sk.cast(),
+            core::ptr::from_mut(&mut tag).cast(),
+            aya_ebpf::bindings::BPF_SK_STORAGE_GET_F_CREATE as u64,
+        );
+    }
+}
 
 #[btf_tracepoint(function = "inet_sock_set_state")]
 pub fn ck_conns(ctx: BtfTracePointContext) -> i32 {

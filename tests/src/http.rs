@@ -272,6 +272,35 @@ pub fn hold(addr: SocketAddr, n: usize) -> (Vec<KeepAlive>, BTreeMap<u32, u64>) 
     })
 }
 
+/// Opens `n` keep-alive connections to `addr` from its first moment: a refused connection (no
+/// socket listens yet) is tried again at once, for up to `within`, so the first ones land in
+/// the first microseconds a socket listens. Then sends each one request: the connections, held
+/// open, with how many each slot answered.
+///
+/// # Panics
+/// When `within` passes before `n` are open, or a request fails.
+pub fn hold_from_first(
+    addr: SocketAddr,
+    n: usize,
+    within: std::time::Duration,
+) -> (Vec<KeepAlive>, BTreeMap<u32, u64>) {
+    let deadline = std::time::Instant::now() + within;
+    let mut conns = Vec::with_capacity(n);
+    while conns.len() < n {
+        match KeepAlive::connect(addr) {
+            Ok(conn) => conns.push(conn),
+            Err(Failure::Refused) if std::time::Instant::now() < deadline => {}
+            Err(e) => panic!("connection {} of {n} to {addr}: {e}", conns.len()),
+        }
+    }
+    let mut per_slot = BTreeMap::new();
+    for (i, conn) in conns.iter_mut().enumerate() {
+        let answer = conn.get().unwrap_or_else(|e| panic!("answer {i}: {e}"));
+        *per_slot.entry(answer.slot).or_insert(0) += 1;
+    }
+    (conns, per_slot)
+}
+
 /// Reads one response from `stream`, with `buf` holding bytes already read past the previous
 /// response (and left holding those past this one).
 fn read_answer(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Answer, Failure> {

@@ -60,6 +60,12 @@ pub fn start(what: &str, args: &[&str]) -> (Ck, u16) {
 /// Starts like [`start`] with `env` set for ck.
 pub fn start_with_env(what: &str, args: &[&str], env: &[(&str, &str)]) -> (Ck, u16) {
     let port = sys::free_port();
+    (start_on(what, port, args, env), port)
+}
+
+/// Starts like [`start_with_env`] on `port` (from [`sys::free_port`]), e.g. one a client is
+/// already trying to reach.
+pub fn start_on(what: &str, port: u16, args: &[&str], env: &[(&str, &str)]) -> Ck {
     let name = instance_name(what, port);
     let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
     let mut all = vec![
@@ -69,7 +75,7 @@ pub fn start_with_env(what: &str, args: &[&str], env: &[(&str, &str)]) -> (Ck, u
         base_text.as_str(),
     ];
     all.extend_from_slice(args);
-    (Ck::start_with_env(&name, &all, env), port)
+    Ck::start_with_env(&name, &all, env)
 }
 
 /// Starts like [`start`] and waits until `workers` slots are ready (`-w <workers>` is added).

@@ -14,6 +14,7 @@ use socket2::Socket;
 
 use super::{
     BpfError,
+    bind_tags::BindTagger,
     conn_steering::ConnSteering,
     conns::ConnCounter,
     load::{Loaded, open_for},
@@ -67,6 +68,8 @@ pub struct BpfGroup {
     conn_sampled: std::collections::BTreeMap<u32, u32>,
     /// What least-conn steers by (None: another policy).
     conn_steering: Option<ConnSteering>,
+    /// `--adopt`: the tagger of workers' own sockets, once attached.
+    bind_tagger: Option<BindTagger>,
 }
 
 pub(super) fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
@@ -187,6 +190,7 @@ impl BpfGroup {
             conn_samples,
             conn_sampled: Default::default(),
             conn_steering: (policy == policy::LEAST_CONN).then_some(conn_steering),
+            bind_tagger: None,
         };
         if reuse {
             // The program reads the live half of `active` from `config`: keep it.
@@ -301,10 +305,17 @@ impl BpfGroup {
 
     /// Puts `socket` in the group's `sockets` map at `slot` (and tags it for counting).
     pub fn insert(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
+        self.place(slot, socket)?;
+        self.tag(slot, socket);
+        Ok(())
+    }
+
+    /// Puts a listening `socket`, tagged (see [`BpfGroup::tag`]) before it listened, in
+    /// `slot`'s place in the `sockets` map.
+    pub fn place(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
         self.sockets
             .set(slot, &socket.as_raw_fd(), 0)
             .map_err(write_err("sockets"))?;
-        self.tag(slot, socket);
         self.bump_generation(slot)
     }
 
@@ -319,7 +330,9 @@ impl BpfGroup {
     }
 
     /// Tags `socket` so the kernel counts its connections for `slot` (when it counts them).
-    fn tag(&mut self, slot: u32, socket: &Socket) {
+    /// Tagged before it listens, every connection it takes counts; tagged later, those it
+    /// took before count nowhere.
+    pub fn tag(&mut self, slot: u32, socket: &Socket) {
         if let Ok(conns) = &mut self.conns
             && let Err(e) = conns.tag(slot, socket)
         {
@@ -328,6 +341,38 @@ impl BpfGroup {
                 "open connections of this socket will not be counted: {e:#}; ck status \
                  and /metrics undercount the slot (restart ck to tag it again)"
             );
+        }
+    }
+
+    /// `--adopt`: tags the sockets that processes in cgroups under `dir` bind to `addr`'s port
+    /// (see `bind_tags`), so the kernel counts their connections from the first one. Only where
+    /// the kernel counts connections; a failure leaves tagging to adoption, as it was.
+    pub fn tag_binds(&mut self, dir: &std::path::Path, addr: std::net::SocketAddr) {
+        if self.conns.is_err() || self.bind_tagger.is_some() {
+            return;
+        }
+        match BindTagger::attach(&mut self.ebpf, dir, addr) {
+            Ok(tagger) => self.bind_tagger = Some(tagger),
+            Err(e) => tracing::warn!(
+                "adopted sockets are tagged for the connection counts when adopted, not when \
+                 bound: {e:#}; connections they take before that are not counted"
+            ),
+        }
+    }
+
+    /// `--adopt`: sockets bound by the processes of the worker cgroup `dir` count for `slot`.
+    pub fn bind_slot(&mut self, dir: &std::path::Path, slot: u32) {
+        if let Some(tagger) = &mut self.bind_tagger
+            && let Err(e) = tagger.add(dir, slot)
+        {
+            tracing::warn!(slot, "{e:#}; the worker's socket is tagged once adopted");
+        }
+    }
+
+    /// `--adopt`: the worker cgroup `dir` is going.
+    pub fn unbind_slot(&mut self, dir: &std::path::Path) {
+        if let Some(tagger) = &mut self.bind_tagger {
+            tagger.remove(dir);
         }
     }
 

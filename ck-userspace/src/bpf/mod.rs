@@ -1,6 +1,7 @@
 //! The BPF side of ck as seen from userspace: loading the program once per group, the maps the
 //! supervisor keeps current, and their pins under `/sys/fs/bpf/ck/<name>/<group>/`.
 pub mod adopt;
+mod bind_tags;
 pub mod btf;
 pub mod conn_steering;
 pub mod conns;

@@ -98,16 +98,22 @@ pub fn ensure_free(addr: ListenAddr) -> Result<(), SocketError> {
     Ok(())
 }
 
-/// Opens one member of the group: `SO_REUSEPORT`, bound, listening, blocking (the worker shares
-/// the file description, so it gets the flags we set; it picks its own blocking mode).
-pub fn open_member(addr: ListenAddr) -> Result<Socket, SocketError> {
+/// Binds one member of the group: `SO_REUSEPORT`, bound, blocking (the worker shares the file
+/// description, so it gets the flags we set; it picks its own blocking mode). It takes no
+/// connection until [`listen_member`]: what must be in place for its first one (the tag the
+/// kernel counts its connections by) goes on it in between.
+pub fn bind_member(addr: ListenAddr) -> Result<Socket, SocketError> {
     let socket = new_socket(addr.addr).map_err(|e| classify(addr, e))?;
     socket.set_reuse_port(true).map_err(|e| classify(addr, e))?;
     socket
         .bind(&SockAddr::from(addr.addr))
         .map_err(|e| classify(addr, e))?;
-    socket.listen(BACKLOG).map_err(|e| classify(addr, e))?;
     Ok(socket)
+}
+
+/// Makes a member bound by [`bind_member`] listen: it joins the group.
+pub fn listen_member(socket: &Socket, addr: ListenAddr) -> Result<(), SocketError> {
+    socket.listen(BACKLOG).map_err(|e| classify(addr, e))
 }
 
 /// Connections waiting in a listening socket's accept queue (`TCP_INFO.tcpi_unacked`, which the
@@ -144,6 +150,13 @@ mod tests {
             .local_addr()
             .unwrap()
             .port()
+    }
+
+    /// A member bound and listening.
+    fn open_member(addr: ListenAddr) -> Result<Socket, SocketError> {
+        let socket = bind_member(addr)?;
+        listen_member(&socket, addr)?;
+        Ok(socket)
     }
 
     #[test]

@@ -282,8 +282,11 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
         })
         .collect();
     // The program loads on a thread of its own (aya parses the kernel's BTF, ~20 ms) while the
-    // workers start; it is attached as soon as it is ready (see `steering`). After an upgrade
-    // it loads on the pinned maps, and the program attached before keeps steering meanwhile.
+    // rest of ck sets up. A fresh fleet waits for it: every socket is tagged for the kernel's
+    // connection counts before it listens, and the program is attached to the group's first
+    // socket before a second one listens, so the first connection is steered and counted.
+    // After an upgrade or a take-back it loads on the pinned maps while the fleet resumes: the
+    // program attached before keeps steering, and its pinned counter keeps counting, meanwhile.
     let mut bpf_loading = bpf_on.then(|| steering::load_in_background(&cfg, reuse_maps));
     if !bpf_on && !origin.upgraded() {
         tracing::warn!(
@@ -377,7 +380,11 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
                 bpf = bpf_on,
                 "ck started"
             );
-            sup.start_fleet()
+            match bpf_loading.take() {
+                Some(loading) => sup.steer_with(loading.await),
+                None => Ok(()),
+            }
+            .and_then(|()| sup.start_fleet())
         }
     };
     if let Err(e) = &result {
@@ -396,15 +403,10 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             tokio::select! {
                 loaded = async { bpf_loading.as_mut().expect("guarded").await }, if bpf_loading.is_some() => {
                     bpf_loading = None;
-                    match sup.adopt_bpf(loaded) {
-                        // After steering, not beside it: its load takes CPU the first
-                        // workers' readiness checks need on a small machine.
-                        Ok(()) => exits::start(&sup.events),
-                        Err(e) => {
-                            tracing::error!("{e:#}");
-                            failure = Some(e);
-                            sup.begin_shutdown("BPF set-up failure");
-                        }
+                    if let Err(e) = sup.steer_with(loaded) {
+                        tracing::error!("{e:#}");
+                        failure = Some(e);
+                        sup.begin_shutdown("BPF set-up failure");
                     }
                 }
                 Some(event) = events.recv() => sup.handle(event),
@@ -446,6 +448,15 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
 impl Supervisor {
     fn all_stopped(&self) -> bool {
         self.slots.values().all(|s| s.worker.is_none())
+    }
+
+    /// Takes the loaded programs into use (see `steering`), then starts the exit watch: after
+    /// steering, not beside it, since its load takes CPU the first workers' readiness checks
+    /// need on a small machine.
+    fn steer_with(&mut self, loaded: steering::Loaded) -> anyhow::Result<()> {
+        self.adopt_bpf(loaded)?;
+        exits::start(&self.events);
+        Ok(())
     }
 
     /// Opens slots 0..workers and starts a worker on each, then the spares.

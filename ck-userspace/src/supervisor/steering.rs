@@ -1,5 +1,5 @@
 //! BPF steering: loading the program and its maps for every group on a thread of its own while
-//! the first workers start, adopting them into the running supervisor (maps filled before the
+//! ck sets up (a fresh fleet starts once they are in; a resumed one meanwhile), adopting them into the running supervisor (maps filled before the
 //! program is attached, so that its first run finds a complete picture), and checking from the
 //! kernel that every group still has the program, re-attaching it where it does not.
 //!
@@ -30,6 +30,9 @@ pub(super) const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// A load under way; resolves to the groups' programs in group order.
 pub(super) type Loading = oneshot::Receiver<anyhow::Result<Vec<BpfGroup>>>;
+
+/// What a [`Loading`] resolves to.
+pub(super) type Loaded = Result<anyhow::Result<Vec<BpfGroup>>, oneshot::error::RecvError>;
 
 /// The last word from the kernel on one group's program.
 #[derive(Clone, Copy, Debug, Default)]
@@ -176,10 +179,7 @@ async fn canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool>
 impl Supervisor {
     /// Takes the loaded programs into use: maps first (slot records, active set, every open
     /// socket), then the program is attached to each group, and a canary checks it.
-    pub(super) fn adopt_bpf(
-        &mut self,
-        loaded: Result<anyhow::Result<Vec<BpfGroup>>, oneshot::error::RecvError>,
-    ) -> anyhow::Result<()> {
+    pub(super) fn adopt_bpf(&mut self, loaded: Loaded) -> anyhow::Result<()> {
         let started = Instant::now();
         let loaded = loaded.context("the BPF loading thread ended without an answer")??;
         for (group, mut bpf) in self.groups.iter_mut().zip(loaded) {
@@ -213,6 +213,7 @@ impl Supervisor {
             }
         }
         self.bpf_resumed = false;
+        self.tag_binds();
         // `--adopt`: the hooks outlive this image (an upgrade, a crash) beside the maps.
         if let Some(hooks) = self.adopt_hooks.as_mut()
             && let Err(e) = hooks.pin(&pins::instance_dir(&self.cfg.name))
@@ -240,6 +241,34 @@ impl Supervisor {
         );
         self.check_steering_soon();
         Ok(())
+    }
+
+    /// `--adopt`: every group tags the sockets its workers bind, from their cgroups (those
+    /// running now included).
+    fn tag_binds(&mut self) {
+        let Some(instance) = self.cgroups.as_ref().filter(|_| self.cfg.adopt) else {
+            return;
+        };
+        for group in &mut self.groups {
+            if let Some(bpf) = group.bpf.as_mut() {
+                bpf.tag_binds(instance.dir(), group.addr.addr);
+            }
+        }
+        let running: Vec<_> = self
+            .slots
+            .values()
+            .filter_map(|s| {
+                Some((
+                    s.index,
+                    s.worker.as_ref()?.cgroup.as_ref()?.dir().to_owned(),
+                ))
+            })
+            .collect();
+        for (slot, dir) in running {
+            for bpf in self.groups.iter_mut().filter_map(|g| g.bpf.as_mut()) {
+                bpf.bind_slot(&dir, slot);
+            }
+        }
     }
 
     /// Whether every group's program is loaded (steering may still be unverified).

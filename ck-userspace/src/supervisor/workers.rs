@@ -69,9 +69,14 @@ impl Supervisor {
         // adopted (a held socket stays the slot's until then).
         if slot.sockets.is_empty() && !self.cfg.adopt {
             for group in &mut self.groups {
-                let socket = sockets::open_member(group.addr)?;
+                let socket = sockets::bind_member(group.addr)?;
+                // Tagged before it listens: the kernel counts its first connection too.
                 if let Some(bpf) = &mut group.bpf {
-                    bpf.insert(index, &socket)?;
+                    bpf.tag(index, &socket);
+                }
+                sockets::listen_member(&socket, group.addr)?;
+                if let Some(bpf) = &mut group.bpf {
+                    bpf.place(index, &socket)?;
                     if founding {
                         // Attachment belongs to the group: a group founded anew has no program.
                         bpf.attach(&socket)?;
@@ -84,6 +89,9 @@ impl Supervisor {
         let notify = NotifySocket::bind(&self.cfg.name, index, worker_id)
             .context("binding the worker's NOTIFY_SOCKET")?;
         let cgroup = self.worker_cgroup(worker_id)?;
+        if let Some(cgroup) = &cgroup {
+            self.bind_cgroup(cgroup, index);
+        }
         let pipes = self
             .output
             .as_ref()
@@ -134,6 +142,7 @@ impl Supervisor {
             Ok(spawned) => spawned,
             Err(e) => {
                 if let Some(cgroup) = cgroup {
+                    self.unbind_cgroup(&cgroup);
                     cgroup.remove();
                 }
                 return Err(e)
