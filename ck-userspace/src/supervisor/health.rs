@@ -217,7 +217,11 @@ impl Supervisor {
             self.pacer.next_ready_check = now + ready_every;
             self.detect_ready();
         }
-        self.pace(now, watching);
+        let leaving = self.watching_leavers();
+        if leaving {
+            self.check_leavers(now);
+        }
+        self.pace(now, watching, leaving);
     }
 
     /// Whether some group steers by samples: least-queue by sampled depths (its program cannot
@@ -334,12 +338,16 @@ impl Supervisor {
     }
 
     /// The next tick: at the next sample, or while a silent worker boots, at its next
-    /// readiness check if sooner. The sampler is told only when the deadline moves.
-    fn pace(&mut self, now: Instant, watching: bool) {
+    /// readiness check if sooner, or while a worker leaves, at its next count (`leaving`).
+    /// The sampler is told only when the deadline moves.
+    fn pace(&mut self, now: Instant, watching: bool, leaving: bool) {
         let pacer = &self.pacer;
         let mut next = pacer.next_sample;
         if watching {
             next = next.min(pacer.next_ready_check);
+        }
+        if leaving {
+            next = next.min(now + super::leaving::CHECK_EVERY);
         }
         pacer.tick_at(next.max(now + Duration::from_micros(1)));
     }

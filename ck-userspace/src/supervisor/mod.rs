@@ -17,6 +17,7 @@ mod executor;
 mod exits;
 mod foreign;
 mod health;
+mod leaving;
 pub mod lifecycle;
 mod members;
 pub mod output;
@@ -226,6 +227,9 @@ fn settings(cfg: &RunConfig) -> Settings {
         restart: cfg.restart,
         min_workers: cfg.min_workers,
         adopt: cfg.adopt,
+        // Without the program nothing counts a slot's connections, and its socket keeps taking
+        // new ones from the kernel's hash: it stops at once.
+        linger: (!cfg.no_bpf).then_some(cfg.drain_timeout),
     }
 }
 

@@ -111,6 +111,8 @@ pub struct Slot {
     /// Lines of its workers' output dropped because ck's own output could not keep up
     /// (counted by the output readers; `ck_worker_output_dropped_lines_total`).
     pub output_dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// While it leaves: what its open connections did so far (`leaving`).
+    pub leave_watch: Option<super::leaving::Watch>,
 }
 
 impl Slot {
@@ -132,6 +134,7 @@ impl Slot {
             sent_seen: None,
             probe_failures: 0,
             output_dropped: Default::default(),
+            leave_watch: None,
         }
     }
 

@@ -42,15 +42,18 @@ impl Supervisor {
         Ok(self
             .slots
             .keys()
-            .map(|index| {
-                let sum: i64 = self
-                    .groups
-                    .iter()
-                    .filter_map(|g| g.bpf.as_ref()?.connections(*index))
-                    .sum();
-                (*index, sum.max(0) as u64)
-            })
+            .map(|index| (*index, self.kernel_connections_of(*index).unwrap_or(0)))
             .collect())
+    }
+
+    /// Open connections of `index` as the kernel counts them, summed over every group (None
+    /// where it does not count them).
+    pub(super) fn kernel_connections_of(&self, index: u32) -> Option<u64> {
+        self.groups
+            .iter()
+            .map(|g| g.bpf.as_ref()?.connections(index))
+            .sum::<Option<i64>>()
+            .map(|n| n.max(0) as u64)
     }
 
     /// The workers' process trees, for the sock_diag scan: `(slot, pids)` of slots with one.

@@ -232,6 +232,12 @@ impl Supervisor {
                 "worker healthy again"
             ),
             Note::FlippedIn => tracing::info!(slot = index, pid, "replacement flipped in"),
+            Note::Leaving(reason) => tracing::info!(
+                slot = index,
+                pid,
+                reason = reason.as_str(),
+                "worker leaving: out of the active set, stopped once its connections are done"
+            ),
             Note::Stopping(reason) => tracing::info!(
                 slot = index,
                 pid,

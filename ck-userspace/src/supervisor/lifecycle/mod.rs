@@ -13,6 +13,7 @@
 //! | `Ready` | yes | open | yes (unless drained/standby) | health -> Unhealthy; `STOPPING=1` -> Draining; stop -> Stopping; exit -> crash rule |
 //! | `Unhealthy` | yes | open | fallback | healthy -> Ready; stop; exit |
 //! | `Draining` | yes | open | fallback | `READY=1` -> Ready; stop; exit |
+//! | `Leaving` | yes | open | fallback | connections done or linger -> Stopping(Retire); exit -> removed |
 //! | `Stopping` | yes | open | fallback | exit -> Idle / removed / crash rule; drain timeout -> SIGKILL |
 //! | `Waiting` | - | closed | no | restart timer -> spawn |
 //! | `Held` | - | open (last of its group) | last resort | restart timer (or at once) -> spawn on the same socket |
@@ -22,11 +23,17 @@
 //! backoff; too many boot crashes open the breaker unless the group would have fewer than
 //! `--min-workers` trying slots (then half-open: retried at the maximum backoff). Whatever the
 //! verdict, a slot whose sockets are the last open ones of the group keeps them (`Held`).
+//!
+//! A retired worker that served (a roll, a scale-down) is `Leaving` first: out of the active
+//! set, signalled only once its connections are done (`Finished`, from the supervisor's count)
+//! or at the linger's end (`--drain-timeout`).
 mod active;
 pub mod crash;
 mod state;
 mod step;
 
+#[cfg(test)]
+mod leaving_tests;
 #[cfg(test)]
 mod props;
 #[cfg(test)]

@@ -60,6 +60,8 @@ enum Op {
     SpareDue,
     /// The BPF program loaded (`adopt_bpf`): every slot re-published on the fresh maps.
     Loaded,
+    /// The n-th leaving slot's connections are done (`leaving`).
+    Finish(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -81,6 +83,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..6usize).prop_map(Op::Unadopt),
         1 => Just(Op::SpareDue),
         1 => Just(Op::Loaded),
+        2 => (0..6usize).prop_map(Op::Finish),
     ]
 }
 
@@ -129,6 +132,7 @@ impl Model {
                 },
                 min_workers,
                 adopt,
+                linger: Some(Duration::from_secs(10)),
             },
             lives: BTreeMap::new(),
             os_open: BTreeMap::new(),
@@ -377,6 +381,18 @@ impl Model {
             Op::Loaded => {
                 let all = self.lives.keys().map(|i| (*i, Input::Republish)).collect();
                 self.apply(all);
+            }
+            Op::Finish(n) => {
+                let leaving: Vec<u32> = self
+                    .lives
+                    .iter()
+                    .filter(|(_, l)| matches!(l.state, State::Leaving(_)))
+                    .map(|(i, _)| *i)
+                    .collect();
+                if !leaving.is_empty() {
+                    let index = leaving[n % leaving.len()];
+                    self.apply(vec![(index, Input::Finished("done".into()))]);
+                }
             }
             Op::Wait(ms) => self.now += Duration::from_millis(ms),
             Op::Shutdown => {

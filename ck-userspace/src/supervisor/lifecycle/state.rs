@@ -49,6 +49,11 @@ pub enum State {
     Unhealthy(Run),
     /// The worker said `STOPPING=1`: not selected, socket open, still serving what it has.
     Draining(Run),
+    /// Retired while it serves (a roll replaced it, a scale-down chose it): not selected,
+    /// socket open, not signalled yet. The connections it holds finish first: it gets the stop
+    /// signal once they are done ([`super::Input::Finished`]) or at the linger's end, so a
+    /// server that dies on the signal (no graceful shutdown) fails nothing it was given.
+    Leaving(Run),
     /// ck sent the worker SIGTERM (SIGKILL at the drain timeout): not selected, socket open.
     Stopping(Run, After),
     /// No worker; a restart is due (after a backoff). Socket closed.
@@ -68,6 +73,7 @@ impl State {
             | State::Ready(run)
             | State::Unhealthy(run)
             | State::Draining(run)
+            | State::Leaving(run)
             | State::Stopping(run, _) => Some(run),
             State::Idle | State::Waiting | State::Held | State::Broken => None,
         }
@@ -80,6 +86,7 @@ impl State {
             State::Ready(_) => State::Ready(run),
             State::Unhealthy(_) => State::Unhealthy(run),
             State::Draining(_) => State::Draining(run),
+            State::Leaving(_) => State::Leaving(run),
             State::Stopping(_, after) => State::Stopping(run, after),
             other => other,
         }
@@ -140,7 +147,15 @@ impl Life {
     /// In the fleet for good: not leaving, not a roll's standby. Only serving slots count
     /// when deciding whether a socket is the last of its group or the breaker may open.
     pub fn serving(&self) -> bool {
-        !self.standby && !self.member && !matches!(self.state, State::Stopping(_, After::Retire))
+        !self.standby && !self.member && !self.leaving()
+    }
+
+    /// Retired and not gone yet: its connections finishing, or its worker stopping.
+    pub fn leaving(&self) -> bool {
+        matches!(
+            self.state,
+            State::Leaving(_) | State::Stopping(_, After::Retire)
+        )
     }
 
     /// Selected for new connections: a ready worker, not drained, not standby, socket open.
@@ -162,7 +177,7 @@ impl Life {
             State::Ready(_) if self.drained => SlotState::Draining,
             State::Ready(_) => SlotState::Ready,
             State::Unhealthy(_) => SlotState::Unhealthy,
-            State::Draining(_) => SlotState::Draining,
+            State::Draining(_) | State::Leaving(_) => SlotState::Draining,
             State::Stopping(..) => SlotState::Stopping,
             State::Waiting => SlotState::Restarting,
             State::Held => SlotState::Held,

@@ -21,6 +21,8 @@ pub enum Timer {
     Kill,
     /// Start a worker on the slot (after a backoff or the breaker's cool-down).
     Restart,
+    /// A leaving worker still holding connections now gets the stop signal.
+    Linger,
 }
 
 /// Signals the machine sends to the slot's worker.
@@ -92,8 +94,12 @@ pub enum Input {
     /// The maps were replaced (the BPF program was loaded, or loaded again on pinned maps):
     /// write the active set and every record again.
     Republish,
-    /// Leave for good (scale down, replaced by a roll, aborted replacement).
+    /// Leave for good (scale down, replaced by a roll, aborted replacement). A serving worker
+    /// leaves once its connections are done (see [`Settings::linger`]).
     Retire(String),
+    /// A leaving worker's connections are done (none open, or those left stay open: keep-alive
+    /// pools, streams, which its stop signal is the cue to close).
+    Finished(String),
     /// ck is shutting down.
     Shutdown(String),
     /// Kill the worker now (a second SIGINT).
@@ -122,6 +128,8 @@ pub enum Note {
     Healthy(String),
     /// A standby replacement flipped in.
     FlippedIn,
+    /// Out of the active set for good; the stop signal follows once its connections are done.
+    Leaving(String),
     /// SIGTERM sent.
     Stopping(String),
     /// Killed: not ready within `--ready-timeout`.
@@ -225,6 +233,9 @@ pub struct Settings {
     pub min_workers: u32,
     /// `--adopt`: a spawned worker opens its own sockets; the slot has them once adopted.
     pub adopt: bool,
+    /// How long a retired worker that served may hold connections before it gets the stop
+    /// signal (None: at once, as where nothing counts its connections).
+    pub linger: Option<Duration>,
 }
 
 /// What the machine needs to know of the rest of the fleet (see `Fleet::of`).
@@ -304,6 +315,7 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
             };
             life.state = match state {
                 State::Stopping(_, after) => State::Stopping(run, after),
+                State::Leaving(_) => State::Leaving(run),
                 _ => State::Starting(run),
             };
             out.push(Publish);
@@ -366,6 +378,21 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
         (State::Stopping(run, _), Input::Retire(_)) => {
             life.state = State::Stopping(run, After::Retire);
         }
+        (State::Leaving(_), Input::Retire(_)) => {}
+        // A worker that served may hold connections: they finish before it is signalled.
+        (State::Ready(run) | State::Unhealthy(run) | State::Draining(run), Input::Retire(why))
+            if run.ready_at.is_some() && settings.linger.is_some() =>
+        {
+            life.state = State::Leaving(run);
+            out.extend([
+                Effect::Note(Note::Leaving(why)),
+                Publish,
+                Arm(Timer::Linger, settings.linger.expect("guarded"), run.id),
+            ]);
+        }
+        (State::Leaving(run), Input::Finished(why)) => {
+            stop(life, run, After::Retire, why, settings, &mut out)
+        }
         (state, Input::Retire(why)) => match state.run() {
             Some(run) => stop(life, run, After::Retire, why, settings, &mut out),
             None => {
@@ -412,6 +439,13 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
                 Signal(Sig::Kill),
             ]);
         }
+        (State::Leaving(run), Input::Timer(Timer::Linger, _)) => {
+            let why = format!(
+                "connections still open after {:?}",
+                settings.linger.unwrap_or_default()
+            );
+            stop(life, run, After::Retire, why, settings, &mut out);
+        }
         (State::Stopping(..), Input::Timer(Timer::Kill, _)) => {
             out.extend([Effect::Note(Note::KilledAtDrainTimeout), Signal(Sig::Kill)]);
         }
@@ -431,7 +465,7 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
                 exit(
                     life,
                     Some((run, outside)),
-                    matches!(state, State::Stopping(..)),
+                    matches!(state, State::Stopping(..) | State::Leaving(_)),
                     fleet,
                     settings,
                     &mut out,
@@ -474,6 +508,7 @@ fn exit(
     out.push(Effect::Publish);
     let after = match life.state {
         State::Stopping(_, after) if after != After::Crash => after,
+        State::Leaving(_) => After::Retire,
         _ if fleet.stopping => After::Idle,
         _ if life.standby || life.member => After::Retire,
         _ => After::Crash,

@@ -17,6 +17,7 @@ fn settings() -> Settings {
         restart: P,
         min_workers: 1,
         adopt: false,
+        linger: None,
     }
 }
 
