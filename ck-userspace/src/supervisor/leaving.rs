@@ -96,7 +96,11 @@ mod tests {
     fn no_connection_for_the_settle_time_is_done() {
         let t0 = Instant::now();
         let mut watch = None;
-        assert_eq!(done(&mut watch, Some(0), t0), None, "one read is not enough");
+        assert_eq!(
+            done(&mut watch, Some(0), t0),
+            None,
+            "one read is not enough"
+        );
         assert_eq!(done(&mut watch, Some(0), t0 + SETTLE / 2), None);
         assert_eq!(
             done(&mut watch, Some(0), t0 + SETTLE).as_deref(),
