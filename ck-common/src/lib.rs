@@ -250,7 +250,8 @@ pub struct ConnTag {
 pub struct BindGroup {
     /// The group's port, host byte order.
     pub port: u16,
-    /// The group's address family (`AF_INET` or `AF_INET6`).
+    /// The group's address family (`AF_INET` or `AF_INET6`), or 0 for any (the instance's
+    /// only group on the port).
     pub family: u16,
 }
 

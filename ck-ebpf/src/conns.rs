@@ -131,7 +131,9 @@ fn tag_bind(ctx: &SockAddrContext) {
         let addr = &*ctx.sock_addr;
         (u16::from_be(addr.user_port as u16), addr.user_family)
     };
-    if port == 0 || port != group.port || family != u32::from(group.family) {
+    // Family 0: the instance has one group on the port, whatever family a worker binds (Go's
+    // `:PORT` is an IPv6 dual-stack socket in a group that listens on 0.0.0.0).
+    if port == 0 || port != group.port || (group.family != 0 && family != u32::from(group.family)) {
         return;
     }
     // SAFETY: helper without arguments (the current task's cgroup v2 id).

@@ -29,19 +29,30 @@ pub struct BindTagger {
     slots: HashMap<MapData, u64, u32>,
     /// The ids written, by cgroup directory (read when written: gone with the directory).
     ids: BTreeMap<PathBuf, u64>,
-    /// Keeps the program attached.
-    _link: FdLink,
+    /// Keep the programs attached.
+    _links: Vec<FdLink>,
 }
 
 impl BindTagger {
-    /// Loads the tagger for the family of `addr` from `ebpf` (the group's object: its
-    /// `conn_tags` is the group's), writes `addr`'s port and family to `bind_group`, and
-    /// attaches it to the cgroup `dir`.
-    pub fn attach(ebpf: &mut Ebpf, dir: &Path, addr: SocketAddr) -> anyhow::Result<BindTagger> {
-        let (name, family) = match addr {
+    /// Loads the tagger from `ebpf` (the group's object: its `conn_tags` is the group's),
+    /// writes `addr`'s port and family to `bind_group`, and attaches it to the cgroup `dir`:
+    /// for binds of `addr`'s family, or (`any_family`: no other group of the instance has the
+    /// port) of either.
+    pub fn attach(
+        ebpf: &mut Ebpf,
+        dir: &Path,
+        addr: SocketAddr,
+        any_family: bool,
+    ) -> anyhow::Result<BindTagger> {
+        let (program, family) = match addr {
             SocketAddr::V4(_) => ("ck_tag_bind4", libc::AF_INET),
             SocketAddr::V6(_) => ("ck_tag_bind6", libc::AF_INET6),
         };
+        let programs: &[&str] = match any_family {
+            true => &["ck_tag_bind4", "ck_tag_bind6"],
+            false => &[program],
+        };
+        let family = if any_family { 0 } else { family };
         let mut group: Array<MapData, BindGroup> = super::group::take(ebpf, "bind_group")?;
         group
             .set(
@@ -55,28 +66,33 @@ impl BindTagger {
             .context("writing bind_group")?;
         let slots = super::group::take(ebpf, "bind_slots")?;
         let cgroup = File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
-        let program: &mut CgroupSockAddr = ebpf
-            .program_mut(name)
-            .with_context(|| format!("program {name} missing"))?
-            .try_into()
-            .context("not a cgroup/bind program")?;
-        program
-            .load()
-            .with_context(|| format!("the kernel refused {name}"))?;
-        let id = program
-            // Through a bpf link, which takes no mode flags: links of one attach type always
-            // run side by side (the --adopt hooks' bind programs too).
-            .attach(&cgroup, CgroupAttachMode::Single)
-            .context("attaching to the instance's cgroup")?;
-        let link = program
-            .take_link(id)
-            .context("taking the link")?
-            .try_into()
-            .context("the kernel made no bpf link (Linux 5.7+)")?;
+        let mut links = Vec::new();
+        for name in programs {
+            let program: &mut CgroupSockAddr = ebpf
+                .program_mut(name)
+                .with_context(|| format!("program {name} missing"))?
+                .try_into()
+                .context("not a cgroup/bind program")?;
+            program
+                .load()
+                .with_context(|| format!("the kernel refused {name}"))?;
+            let id = program
+                // Through a bpf link, which takes no mode flags: links of one attach type
+                // always run side by side (the --adopt hooks' bind programs too).
+                .attach(&cgroup, CgroupAttachMode::Single)
+                .context("attaching to the instance's cgroup")?;
+            links.push(
+                program
+                    .take_link(id)
+                    .context("taking the link")?
+                    .try_into()
+                    .context("the kernel made no bpf link (Linux 5.7+)")?,
+            );
+        }
         Ok(BindTagger {
             slots,
             ids: BTreeMap::new(),
-            _link: link,
+            _links: links,
         })
     }
 

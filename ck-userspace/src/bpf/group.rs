@@ -345,13 +345,19 @@ impl BpfGroup {
     }
 
     /// `--adopt`: tags the sockets that processes in cgroups under `dir` bind to `addr`'s port
-    /// (see `bind_tags`), so the kernel counts their connections from the first one. Only where
-    /// the kernel counts connections; a failure leaves tagging to adoption, as it was.
-    pub fn tag_binds(&mut self, dir: &std::path::Path, addr: std::net::SocketAddr) {
+    /// (see `bind_tags`; of either family with `any_family`), so the kernel counts their
+    /// connections from the first one. Only where the kernel counts connections; a failure
+    /// leaves tagging to adoption, as it was.
+    pub fn tag_binds(
+        &mut self,
+        dir: &std::path::Path,
+        addr: std::net::SocketAddr,
+        any_family: bool,
+    ) {
         if self.conns.is_err() || self.bind_tagger.is_some() {
             return;
         }
-        match BindTagger::attach(&mut self.ebpf, dir, addr) {
+        match BindTagger::attach(&mut self.ebpf, dir, addr, any_family) {
             Ok(tagger) => self.bind_tagger = Some(tagger),
             Err(e) => tracing::warn!(
                 "adopted sockets are tagged for the connection counts when adopted, not when \

@@ -249,9 +249,12 @@ impl Supervisor {
         let Some(instance) = self.cgroups.as_ref().filter(|_| self.cfg.adopt) else {
             return;
         };
+        let ports: Vec<u16> = self.groups.iter().map(|g| g.addr.addr.port()).collect();
         for group in &mut self.groups {
+            let port = group.addr.addr.port();
+            let alone = ports.iter().filter(|p| **p == port).count() == 1;
             if let Some(bpf) = group.bpf.as_mut() {
-                bpf.tag_binds(instance.dir(), group.addr.addr);
+                bpf.tag_binds(instance.dir(), group.addr.addr, alone);
             }
         }
         let running: Vec<_> = self
