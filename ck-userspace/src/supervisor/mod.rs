@@ -84,6 +84,8 @@ pub(crate) enum Event {
     },
     /// A slot's worker became ready (a roll may flip its batch).
     BecameReady(u32),
+    /// Slots changed during a roll (its old workers may all have been told to stop).
+    RollCheck,
     /// `--spares`: time to boot spares again after one died unused.
     SpareDue,
     /// A timer the lifecycle armed (in epoch `epoch`) fired.
@@ -492,6 +494,7 @@ impl Supervisor {
                 self.spare_ready(slot);
                 self.roll_on_ready(slot);
             }
+            Event::RollCheck => self.finish_when_left(),
             Event::SpareDue => self.replenish_spares(),
             Event::Signal(name) => self.on_stop_signal(name),
             Event::QuietTick => self.on_quiet_tick(),

@@ -1,7 +1,9 @@
 //! Rolling restart (`SIGHUP`, `ck reload`): per batch, start each replacement on a free slot,
 //! wait until every one is ready, then flip them in and the old workers out in one active-set
-//! publish; the old ones get SIGTERM and their sockets close (leftovers migrate) when they exit.
-//! A replacement that exits or never becomes ready aborts the roll; old workers keep serving.
+//! publish; the old ones leave (their connections finish, see `leaving`), get SIGTERM, and their
+//! sockets close (leftovers migrate) when they exit. The roll ends, and `ck reload` answers,
+//! once every old worker has been told to stop. A replacement that exits or never becomes ready
+//! aborts the roll; old workers keep serving.
 use std::collections::VecDeque;
 
 use tokio::sync::oneshot;
@@ -21,6 +23,8 @@ pub(super) struct Roll {
     batch: Vec<(u32, u32)>,
     /// Workers replaced so far.
     replaced: u32,
+    /// Old slots flipped out: the roll ends once none of them is still `Leaving`.
+    leaving: Vec<u32>,
     /// Who asked (`ck reload`); `None` for SIGHUP.
     reply: Option<oneshot::Sender<Response>>,
     /// A reload of the fleet (`ck reload`, SIGHUP), counted in `ck_reloads_total`; not the
@@ -82,6 +86,7 @@ impl Supervisor {
             pending,
             batch: Vec::new(),
             replaced: 0,
+            leaving: Vec::new(),
             reply,
             reload,
         });
@@ -122,8 +127,23 @@ impl Supervisor {
                 return;
             }
         }
-        if self.roll.as_ref().is_some_and(|r| r.batch.is_empty()) {
-            let replaced = self.roll.as_ref().map_or(0, |r| r.replaced);
+        self.finish_when_left();
+    }
+
+    /// Ends the roll once no batch is in flight and every old worker it flipped out has been
+    /// told to stop (or is gone): from then on no old worker takes a request but the last one
+    /// on each of its keep-alive connections.
+    pub(super) fn finish_when_left(&mut self) {
+        let Some(roll) = self.roll.as_ref() else {
+            return;
+        };
+        let leaving = roll.leaving.iter().any(|old| {
+            self.slots
+                .get(old)
+                .is_some_and(|s| matches!(s.life.state, State::Leaving(_)))
+        });
+        if roll.batch.is_empty() && roll.pending.is_empty() && !leaving {
+            let replaced = roll.replaced;
             self.finish_roll(Ok(format!("reloaded {replaced} worker(s)")));
         }
     }
@@ -155,6 +175,7 @@ impl Supervisor {
         self.apply_all(inputs);
         if let Some(roll) = self.roll.as_mut() {
             roll.replaced += batch.len() as u32;
+            roll.leaving.extend(batch.iter().map(|(old, _)| *old));
         }
         self.next_batch();
     }

@@ -181,6 +181,10 @@ impl World for Supervisor {
         for index in ready {
             let _ = self.events.send(Event::BecameReady(index));
         }
+        // A roll's old worker told to stop (or gone) may end the roll (from the loop, as above).
+        if self.roll.is_some() {
+            let _ = self.events.send(Event::RollCheck);
+        }
     }
 }
 
