@@ -80,6 +80,11 @@ pub struct DemoOptions {
     /// testing ck's `--max-memory` recycling.
     #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_size)]
     pub leak_per_request: Option<u64>,
+    /// When it binds $PORT itself (no LISTEN_FDS): with SO_REUSEPORT, so that several share the
+    /// port with no supervisor at all (the kernel's plain hash over them: the benchmarks'
+    /// baseline of what ck is held to).
+    #[arg(long)]
+    pub reuse_port: bool,
 }
 
 impl Default for DemoOptions {
@@ -94,6 +99,7 @@ impl Default for DemoOptions {
             slow_ms: None,
             watchdog_stop_after: None,
             leak_per_request: None,
+            reuse_port: false,
         }
     }
 }
@@ -131,7 +137,7 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
         // 0.0.0.0:$PORT (under `ck run --adopt`, ck's bind hook adds SO_REUSEPORT and ck
         // adopts the sockets).
         for addr in bind_addresses()? {
-            let listener = bind(addr)?;
+            let listener = bind(addr, opts.reuse_port)?;
             addrs.push(listener.local_addr()?.to_string());
             listeners.push(listener);
         }
@@ -217,8 +223,9 @@ fn bind_addresses() -> anyhow::Result<Vec<SocketAddr>> {
     Ok(vec![SocketAddr::from(([0, 0, 0, 0], port))])
 }
 
-/// Binds and listens on `addr` (IPv6 only for an IPv6 address, as ck's own sockets).
-fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+/// Binds and listens on `addr` (IPv6 only for an IPv6 address, as ck's own sockets; with
+/// `SO_REUSEPORT` when `reuse_port`).
+fn bind(addr: SocketAddr, reuse_port: bool) -> anyhow::Result<std::net::TcpListener> {
     use nix::sys::socket::{
         AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, setsockopt, socket,
     };
@@ -233,6 +240,9 @@ fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
         setsockopt(&fd, sockopt::Ipv6V6Only, &true).context("setting IPV6_V6ONLY")?;
     }
     setsockopt(&fd, sockopt::ReuseAddr, &true).context("setting SO_REUSEADDR")?;
+    if reuse_port {
+        setsockopt(&fd, sockopt::ReusePort, &true).context("setting SO_REUSEPORT")?;
+    }
     nix::sys::socket::bind(fd.as_raw_fd(), &SockaddrStorage::from(addr))
         .with_context(|| format!("binding {addr}"))?;
     nix::sys::socket::listen(&fd, Backlog::new(1024)?)

@@ -8,6 +8,7 @@
 //! starts. Each scenario is bounded in time; `all` takes about 18 minutes (`upgrade` about 10 s, `ready-slow` about 1 minute). Long steps print a
 //! progress line on stderr ([`Bench::progress`]).
 
+mod bare;
 mod bpf_cost;
 mod bpf_stats;
 mod chaos;
@@ -194,7 +195,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
         started,
     };
 
-    println!("{}", machine());
+    println!("{}", machine_line());
     println!("ck: {}", bench.bin.display());
     println!("ck logs: {}", bench.log_dir.display());
     println!("plots: {}\n", bench.results.display());
@@ -259,6 +260,35 @@ fn load_average() -> String {
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_string))
         .unwrap_or_else(|| "?".into())
+}
+
+/// One line describing what is measured where: the machine's CPUs, kernel and CPU model, the
+/// commit of the tree (`+changes` when it differs from it) and the 1-minute load average.
+pub(crate) fn machine_line() -> String {
+    format!(
+        "{}; commit {}; load average {}",
+        machine(),
+        commit(),
+        load_average()
+    )
+}
+
+/// The tree's commit, `git describe`'s way: its short hash, `+changes` when files differ.
+fn commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(crate::workspace_root().ok()?)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let hash = git(&["rev-parse", "--short=10", "HEAD"]).unwrap_or_else(|| "?".into());
+    match git(&["status", "--porcelain", "--untracked-files=no"]) {
+        Some(changes) if !changes.is_empty() => format!("{hash}+changes"),
+        _ => hash,
+    }
 }
 
 /// One line describing the machine: CPUs, kernel, CPU model.

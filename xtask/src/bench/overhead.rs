@@ -1,10 +1,12 @@
 //! The `overhead` scenario: the throughput cost of ck's steering, and of `--adopt`. One ck, one
-//! baseline and one `ck --adopt` instance (4 demo workers each; the adopted ones bind the port
-//! themselves) run side by side; unpaced loads go to one at a time, in turn ([`RUNS`] each, the
-//! order rotating from run to run so that none always runs first): keep-alive requests/s, then
-//! new connections/s. Reports the medians, the ratio ck/baseline of each run's pair and their
-//! median (the goal: a machine whose speed drifts during the bench moves both of a pair), and the
-//! ratio `--adopt`/ck.
+//! `ck --no-bpf`, one `ck --adopt` instance and the same workers with no supervisor at all
+//! (`bare`: each binds the port with `SO_REUSEPORT`) (4 demo workers each; the adopted ones
+//! bind the port themselves) run side by side; unpaced loads go to one at a time, in turn
+//! ([`RUNS`] each, the order rotating from run to run so that none always runs first):
+//! keep-alive requests/s, then new connections/s. Reports the medians, the ratios ck/`--no-bpf`
+//! and ck/no supervisor of each run's pair and their medians (the goal: a machine whose speed
+//! drifts during the bench moves both of a pair), and the ratio `--adopt`/ck. `--no-bpf` carries
+//! ck's own cost too (the supervisor runs beside its workers); no supervisor is the limit.
 
 use std::thread;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use anyhow::Result;
 use ck_tests::load::{self, LoadReport, LoadSpec, Mode};
 
 use super::Bench;
+use super::bare::BareFleet;
 use super::instance::{Instance, Variant};
 use super::plot::bars::{self, Bars, Group};
 use super::table::{Cell, Goal, Table, median, median_duration};
@@ -27,6 +30,8 @@ const DURATION: Duration = Duration::from_secs(4);
 const PAUSE: Duration = Duration::from_millis(300);
 /// Limit of one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The contenders' columns.
+const LABELS: [&str; 4] = ["ck", "baseline", "ck --adopt", "no supervisor"];
 
 /// One measured mode.
 struct Load {
@@ -83,26 +88,27 @@ pub fn run(bench: &Bench) -> Result<Table> {
     ck.wait_ready(WORKERS as usize)?;
     base.wait_ready(WORKERS as usize)?;
     adopt.wait_ready(WORKERS as usize)?;
+    let bare = BareFleet::start(&bench.bin, &bench.log_dir, WORKERS)?;
     let adopt_latencies = adopt_latencies(&adopt)?;
 
     let mut t = Table::with_columns(
         &format!(
             "overhead: {WORKERS} workers, unpaced load for {DURATION:?} per run, \
-             runs take turns (ck, baseline, --adopt, rotating), {RUNS} each, median shown"
+             runs take turns (ck, baseline, --adopt, no supervisor, rotating), {RUNS} each, \
+             median shown"
         ),
-        &["ck", "baseline", "ck --adopt"],
+        &LABELS,
     );
-    let labels = ["ck", "baseline", "ck --adopt"];
-    let mut failed = [0u64; 3];
+    let labels = LABELS;
+    let mut failed = [0u64; 4];
     let mut groups = Vec::new();
     for spec in &LOADS {
-        let mut runs: [Vec<LoadReport>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+        let mut runs: [Vec<LoadReport>; 4] = Default::default();
         for run in 1..=RUNS {
-            let instances = [&ck, &base, &adopt];
-            for i in (0..instances.len()).map(|k| (k + run) % instances.len()) {
-                let inst = instances[i];
+            let addrs = [ck.addr(), base.addr(), adopt.addr(), bare.addr()];
+            for i in (0..addrs.len()).map(|k| (k + run) % addrs.len()) {
                 let mut load =
-                    LoadSpec::for_duration(inst.addr(), spec.mode, spec.connections, DURATION);
+                    LoadSpec::for_duration(addrs[i], spec.mode, spec.connections, DURATION);
                 load.timeout = REQUEST_TIMEOUT;
                 let report = load::run(load);
                 bench.progress(format_args!(
@@ -133,26 +139,27 @@ pub fn run(bench: &Bench) -> Result<Table> {
             medians.iter().map(|m| Cell::rate(*m, spec.unit)).collect(),
             Goal::None,
         );
-        let paired: Vec<f64> = runs[0]
-            .iter()
-            .zip(&runs[1])
-            .map(|(ck, base)| ck.rps() / base.rps())
-            .collect();
-        let paired_median = median(&paired);
-        t.row_of(
-            &format!("{}: ck / baseline, median of the runs' pairs", spec.name),
-            vec![Cell::ratio(paired_median)],
-            Goal::AtLeast(0.98, ">= 0.98"),
-        );
-        t.note(format!(
-            "{} ck / baseline per run: {}",
-            spec.name,
-            paired
+        for (other, label) in [(1, "baseline (--no-bpf)"), (3, "no supervisor")] {
+            let paired: Vec<f64> = runs[0]
                 .iter()
-                .map(|r| format!("{r:.3}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+                .zip(&runs[other])
+                .map(|(ck, base)| ck.rps() / base.rps())
+                .collect();
+            t.row_of(
+                &format!("{}: ck / {label}, median of the runs' pairs", spec.name),
+                vec![Cell::ratio(median(&paired))],
+                Goal::AtLeast(0.98, ">= 0.98"),
+            );
+            t.note(format!(
+                "{} ck / {label} per run: {}",
+                spec.name,
+                paired
+                    .iter()
+                    .map(|r| format!("{r:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         let adopt_ratio = medians[2] / medians[0];
         t.row_of(
             &format!("{}: --adopt / ck (socket activation)", spec.name),
@@ -172,12 +179,13 @@ pub fn run(bench: &Bench) -> Result<Table> {
                 .join(", ")
         };
         t.note(format!(
-            "{} runs ({}): ck {}; baseline {}; --adopt {}",
+            "{} runs ({}): ck {}; baseline {}; --adopt {}; no supervisor {}",
             spec.name,
             spec.unit,
             list(&runs[0]),
             list(&runs[1]),
-            list(&runs[2])
+            list(&runs[2]),
+            list(&runs[3])
         ));
     }
     let restarted = restart_latencies(&mut adopt)?;
@@ -189,6 +197,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             &format!("--adopt: listen() -> socket adopted, {what}, median"),
             vec![
                 Cell::ms(median_duration(latencies)),
+                Cell::text("-"),
                 Cell::text("-"),
                 Cell::text("-"),
             ],
@@ -231,6 +240,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
     ck.stop()?;
     base.stop()?;
     adopt.stop()?;
+    drop(bare);
     Ok(t)
 }
 
