@@ -3,8 +3,8 @@
 //! demo workers ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect
 //! processes, ports and CPUs ([`sys`]) and what a process costs ([`cpu`]); run real servers ([`pyservers`], [`real_servers`]) through
 //! one checklist ([`server_checks`]); run a program in a real terminal ([`tmux`]), read the
-//! files of `deploy/` ([`deploy`]), tell a static binary from a dynamic one ([`elf`]), and put ck hosts behind a real balancer in network
-//! namespaces ([`fleet`]).
+//! files of `deploy/` ([`deploy`]), tell a static binary from a dynamic one ([`elf`]), put ck hosts behind a real balancer in network
+//! namespaces ([`fleet`]), and hold ck to README's promises ([`promises`]).
 //!
 //! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
 //! BPF programs and pin maps under `/sys/fs/bpf/ck/`. `cargo xtask test` builds ck and runs
@@ -22,6 +22,7 @@ pub mod fleet;
 pub mod http;
 pub mod load;
 pub mod privs;
+pub mod promises;
 pub mod pyservers;
 pub mod real_servers;
 pub mod server_checks;

@@ -1,6 +1,7 @@
-//! Real servers no one here wrote, set up for ck's tests (`tests/tests/servers*.rs`): a Go
-//! net/http server (`tests/servers/go-hello/main.go`, built with `go build` into the target
-//! directory), nginx (its own master and worker, one config per worker from a template), and
+//! Real servers no one here wrote, set up for ck's tests (`tests/tests/servers*.rs`): Go
+//! net/http servers (`tests/servers/go-hello/main.go`, graceful on SIGTERM, and
+//! `tests/servers/go-bare/main.go`, a bare `ListenAndServe`, built with `go build` into the
+//! target directory), nginx (its own master and worker, one config per worker from a template), and
 //! puma (Debian's, with a rack `config.ru`). Each answers `/` with `slot=S pid=P`, like ck's
 //! demo worker, so the harness counts answers per slot. `cargo xtask test` installs golang-go,
 //! nginx-light, puma and ruby-rack when missing.
@@ -17,49 +18,63 @@ fn target_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target")
 }
 
-/// Path of the built Go server (built once per test binary, with its build cache and GOPATH
-/// under `target/`).
+/// Path of the built Go server `tests/servers/go-hello` (graceful on SIGTERM).
 ///
 /// # Panics
 /// When `go` is missing or the build fails (the message says how to fix it).
 pub fn go_hello() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("servers/go-hello");
-            let out_dir = target_dir().join("go-servers");
-            std::fs::create_dir_all(&out_dir).expect("creating target/go-servers");
-            // One build per test binary: a name of its own, then an atomic rename.
-            let tmp = out_dir.join(format!("go-hello.{}", std::process::id()));
-            let out = Command::new("go")
-                .args(["build", "-o"])
-                .arg(&tmp)
-                .arg("main.go")
-                .current_dir(&source)
-                .env("GOCACHE", out_dir.join("cache"))
-                .env("GOPATH", out_dir.join("gopath"))
-                .env("GO111MODULE", "off")
-                .env("CGO_ENABLED", "0")
-                .output()
-                .expect("running go (install it: apt-get install golang-go)");
-            assert!(
-                out.status.success(),
-                "go build failed in {}: {}",
-                source.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let built = out_dir.join("go-hello");
-            std::fs::rename(&tmp, &built).expect("installing the built server");
-            built
-        })
-        .clone()
+    BUILT.get_or_init(|| go_build("go-hello")).clone()
+}
+
+/// Path of the built Go server `tests/servers/go-bare` (a bare `http.ListenAndServe`: SIGTERM
+/// kills it).
+///
+/// # Panics
+/// As [`go_hello`].
+pub fn go_bare() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| go_build("go-bare")).clone()
+}
+
+/// Builds `tests/servers/NAME` into `target/go-servers/NAME` (once per test binary, with its
+/// build cache and GOPATH under `target/`) and returns its path.
+fn go_build(name: &str) -> PathBuf {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("servers")
+        .join(name);
+    let out_dir = target_dir().join("go-servers");
+    std::fs::create_dir_all(&out_dir).expect("creating target/go-servers");
+    // One build per test binary: a name of its own, then an atomic rename.
+    let tmp = out_dir.join(format!("{name}.{}", std::process::id()));
+    let out = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&tmp)
+        .arg("main.go")
+        .current_dir(&source)
+        .env("GOCACHE", out_dir.join("cache"))
+        .env("GOPATH", out_dir.join("gopath"))
+        .env("GO111MODULE", "off")
+        .env("CGO_ENABLED", "0")
+        .output()
+        .expect("running go (install it: apt-get install golang-go)");
+    assert!(
+        out.status.success(),
+        "go build failed in {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let built = out_dir.join(name);
+    std::fs::rename(&tmp, &built).expect("installing the built server");
+    built
 }
 
 /// Size of nginx's slow file `/slow.bin`: served at [`SLOW_RATE`] bytes a second, each
-/// response takes about a second.
+/// response takes a few seconds (what is sent before the rate applies fills the socket's
+/// buffers first).
 pub const SLOW_BYTES: usize = 64 * 1024;
 /// nginx's `limit_rate` for `/slow.bin`, bytes a second.
-pub const SLOW_RATE: usize = 64 * 1024;
+pub const SLOW_RATE: usize = 16 * 1024;
 
 /// nginx's configuration; `@SLOT@`, `@PORT@` and `@ID@` are filled in per worker. Its master
 /// binds the port (ck's bind hook adds SO_REUSEPORT) and hands the socket to its worker; `/`

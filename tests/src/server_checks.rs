@@ -189,7 +189,7 @@ fn cgroup_pids(dir: &std::path::Path) -> BTreeSet<u32> {
 /// `ck stop`: ck exits 0, and every process the instance had (its cgroup's, the workers'
 /// children nginx and gunicorn start included) is gone, with the cgroup, the pins, the control
 /// socket and every listening socket on the port.
-fn stops_clean(mut ck: Ck, port: u16, label: &str) {
+pub fn stops_clean(mut ck: Ck, port: u16, label: &str) {
     let name = ck.name().to_string();
     let cgroup = cgroup_dir(&name).expect("cgroup2 is mounted");
     let mut pids = cgroup_pids(&cgroup);

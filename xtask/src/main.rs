@@ -1,4 +1,4 @@
-//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench`, `fleet`, `fuzz` and `dist`.
+//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench`, `promises`, `fleet`, `fuzz` and `dist`.
 //!
 //! Every task first runs [`toolchain::ensure`], which installs what building the BPF program
 //! needs (nightly + rust-src, LLVM 22, bpf-linker, bpftool) and mounts the bpffs, printing one
@@ -9,6 +9,7 @@ mod cmd;
 mod dist;
 mod fuzz;
 mod multi_host;
+mod promises;
 mod tally;
 mod test_deps;
 mod toolchain;
@@ -71,7 +72,8 @@ enum Task {
         args: Vec<OsString>,
     },
     /// Build `ck` and run `cargo test --workspace --exclude ck-ebpf --exclude ck-fuzz ARGS...`
-    /// as root, then each fuzz target for a few seconds.
+    /// as root, then each fuzz target for a few seconds and (without ARGS) README's promises on
+    /// the release build (`promises`).
     Test {
         /// Extra arguments for `cargo test` (put them after `--`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -95,6 +97,13 @@ enum Task {
         /// to the workspace root), in the same rounds, e.g. a copy of the build before a change.
         #[arg(long, value_name = "PATH")]
         against: Option<PathBuf>,
+    },
+    /// Build the release `ck` and check README's headline promises on it (needs root): each
+    /// beside the README section that makes it; fails if one is broken.
+    Promises {
+        /// Only the promises whose name contains this (e.g. `server-go`, `counts`).
+        #[arg(long, value_name = "NAME")]
+        only: Option<String>,
     },
     /// Build `ck` and run three ck hosts in network namespaces behind HAProxy (`mode tcp`,
     /// `mode http`) and a Kubernetes Service's nftables DNAT, with operators' health-check
@@ -164,6 +173,18 @@ fn dispatch(task: Task) -> Result<()> {
                 against: against.map(|bin| root.join(bin)),
             };
             bench::run(scenario, &ck.map_or(built, |bin| root.join(bin)), &output)
+        }
+        Task::Promises { only } => {
+            if !cmd::is_root() {
+                bail!(
+                    "the promises run ck with its BPF programs and real servers: run `cargo \
+                     xtask promises` as root ({})",
+                    bpf_caps(true)
+                );
+            }
+            toolchain::ensure(Bpffs::Required)?;
+            test_deps::ensure(workspace_root()?)?;
+            promises::run(&build(true)?, only.as_deref())
         }
         Task::Fleet { front } => {
             if !cmd::is_root() {
@@ -345,6 +366,14 @@ fn test(args: Vec<OsString>) -> Result<()> {
     if let Some(Err(e)) = fuzzed {
         eprintln!("error: fuzzing: {e:#}");
         process::exit(1);
+    }
+    // README's promises on the release build (only after a whole run that passed).
+    if fuzzed.is_some() {
+        let kept = build(true).and_then(|bin| promises::run(&bin, None));
+        if let Err(e) = kept {
+            eprintln!("error: promises: {e:#}");
+            process::exit(1);
+        }
     }
     process::exit(cmd::exit_code(status))
 }
