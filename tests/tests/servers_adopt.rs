@@ -3,9 +3,10 @@
 //! graceful on SIGTERM with `http.Server.Shutdown`) and nginx (its own master and worker,
 //! `--stop-signal QUIT`: nginx stops gracefully on SIGQUIT and fast on SIGTERM).
 //!
-//! And what `--stop-signal` is for: nginx rolled while slow requests (about 1 s each) are in
-//! flight loses none with QUIT, and loses those in flight on the old workers with TERM (both
-//! printed).
+//! And what `--stop-signal` is for: ck signals an old worker once its connections are done,
+//! or once they stay as many for 100 ms (long requests, keep-alive connections); nginx rolled
+//! while slow requests (a few seconds each, all started at once) are in flight then loses none with
+//! QUIT, and loses those in flight on the old workers with TERM (both printed).
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use ck_tests::real_servers::{SLOW_BYTES, go_hello, nginx_app};
 use ck_tests::server_checks::{self, Checks};
 use ck_tests::sys::TempDir;
-use ck_tests::{local, start_ready};
+use ck_tests::{READY_TIMEOUT, local, start_ready};
 
 #[test]
 fn go_net_http_server_runs_under_adopt() {
@@ -57,9 +58,10 @@ fn nginx_with_its_own_master_runs_under_adopt() {
     server_checks::run(ck, port, Checks::new("nginx", ck_tests::churn::RATE));
 }
 
-/// Slow requests started one every 100 ms.
+/// Slow requests, all started at once: all in flight, none ending, for most of a second after
+/// the roll flips the old workers out (so ck's wait for their connections, which ends once they
+/// stay as many for 100 ms, hands them to the stop signal).
 const SLOW_REQUESTS: usize = 30;
-const SLOW_EVERY: Duration = Duration::from_millis(100);
 
 /// `GET /slow.bin` on a new connection: its time, or what went wrong.
 fn slow_get(port: u16) -> Result<Duration, String> {
@@ -98,8 +100,8 @@ struct SlowRun {
     longest: Duration,
 }
 
-/// nginx `-w 2 --adopt --stop-signal stop`; [`SLOW_REQUESTS`] slow requests, one every
-/// [`SLOW_EVERY`], and a `ck reload` once about ten are in flight.
+/// nginx `-w 2 --adopt --stop-signal stop`; [`SLOW_REQUESTS`] slow requests at once, and a
+/// `ck reload` once all are in flight.
 fn roll_under_slow_requests(stop: &str) -> SlowRun {
     let dir = TempDir::new("nginx-stop");
     let app = nginx_app(&dir);
@@ -116,18 +118,16 @@ fn roll_under_slow_requests(stop: &str) -> SlowRun {
         ],
     );
     let requests: Vec<JoinHandle<Result<Duration, String>>> = (0..SLOW_REQUESTS)
-        .map(|i| {
-            std::thread::spawn(move || {
-                std::thread::sleep(SLOW_EVERY * i as u32);
-                slow_get(port)
-            })
-        })
+        .map(|_| std::thread::spawn(move || slow_get(port)))
         .collect();
-    std::thread::sleep(Duration::from_millis(1200));
+    std::thread::sleep(Duration::from_millis(400));
     let before = ck.status().worker_pids();
     let reload = ck.ctl(&["reload"]);
     assert!(reload.status.success(), "reload failed: {}", ck.log());
     let outcomes: Vec<_> = requests.into_iter().map(|h| h.join().unwrap()).collect();
+    ck.wait_status("the old workers gone", READY_TIMEOUT, |s| {
+        s.worker_pids().is_disjoint(&before)
+    });
     let signal = format!("SIG{}", stop.to_uppercase());
     // One line per old worker: stopping, with the signal ck sent.
     let log = ck.log();
