@@ -56,6 +56,10 @@ fn assert_counts(ck: &mut Ck, held: &Held, after: &str) {
     let what = format!("ck to count what the clients hold after {after}: {want:?}");
     let status = ck.wait_status(&what, SETTLE, |s| counted(s) == want);
     assert_eq!(status.connection_count, "kernel", "after {after}");
+    eprintln!(
+        "{}: after {after}, ck counts what the clients hold: {want:?}",
+        ck.name()
+    );
 }
 
 /// A client holds [`FIRST`] connections from the moment the port answers, on a fleet of two
