@@ -39,6 +39,8 @@ impl BareFleet {
         for slot in 0..workers {
             let child = Command::new(bin)
                 .args(["demo-worker", "--reuse-port"])
+                // Not socket-activated: it binds $CK_LISTEN itself ($PORT says it may).
+                .env("PORT", port.to_string())
                 .env("CK_LISTEN", fleet.addr().to_string())
                 .env("CK_SLOT", slot.to_string())
                 .env_remove("NOTIFY_SOCKET")
