@@ -4,29 +4,16 @@
 //! sockets (tagged for the kernel's count before they listen) and `--adopt` (a worker's own
 //! socket tagged when it binds, before it listens and before ck adopts it). The policy is
 //! least-conn, which steers by these counts: an uncounted connection would also skew it. (The
-//! check is `ck_tests::promises::counts`', shared with the promise suite.)
+//! checks are `ck_tests::promises::counts`', shared with the promise suite.)
 
-use ck_tests::ck_bin;
-use ck_tests::promises::counts::first_connections_counted;
+use ck_tests::promises::counts;
 
 #[test]
 fn connections_of_the_first_moments_are_counted_on_cks_sockets() {
-    first_connections_counted("first-conns", &["-w", "2", "--policy", "least-conn"]);
+    counts::first_connections_counted_on_cks_sockets();
 }
 
 #[test]
 fn connections_of_the_first_moments_are_counted_on_adopted_sockets() {
-    let bin = ck_bin();
-    let bin = bin.to_str().expect("UTF-8 path");
-    let args = [
-        "-w",
-        "2",
-        "--adopt",
-        "--policy",
-        "least-conn",
-        "--",
-        bin,
-        "demo-worker",
-    ];
-    first_connections_counted("first-conns-adopt", &args);
+    counts::first_connections_counted_with_adopt();
 }

@@ -456,15 +456,6 @@ impl Supervisor {
         self.slots.values().all(|s| s.worker.is_none())
     }
 
-    /// Takes the loaded programs into use (see `steering`), then starts the exit watch: after
-    /// steering, not beside it, since its load takes CPU the first workers' readiness checks
-    /// need on a small machine.
-    fn steer_with(&mut self, loaded: steering::Loaded) -> anyhow::Result<()> {
-        self.adopt_bpf(loaded)?;
-        exits::start(&self.events);
-        Ok(())
-    }
-
     /// Opens slots 0..workers and starts a worker on each, then the spares.
     fn start_fleet(&mut self) -> anyhow::Result<()> {
         for _ in 0..self.cfg.workers {

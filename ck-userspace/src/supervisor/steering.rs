@@ -177,6 +177,15 @@ async fn canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool>
 }
 
 impl Supervisor {
+    /// Takes the loaded programs into use ([`Supervisor::adopt_bpf`]), then starts the exit
+    /// watch: after steering, not beside it, since its load takes CPU the first workers'
+    /// readiness checks need on a small machine.
+    pub(super) fn steer_with(&mut self, loaded: Loaded) -> anyhow::Result<()> {
+        self.adopt_bpf(loaded)?;
+        super::exits::start(&self.events);
+        Ok(())
+    }
+
     /// Takes the loaded programs into use: maps first (slot records, active set, every open
     /// socket), then the program is attached to each group, and a canary checks it.
     pub(super) fn adopt_bpf(&mut self, loaded: Loaded) -> anyhow::Result<()> {

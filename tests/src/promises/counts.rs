@@ -64,7 +64,7 @@ fn assert_counts(ck: &mut Ck, held: &Held, after: &str) {
 
 /// A client holds [`FIRST`] connections from the moment the port answers, on a fleet of two
 /// workers started with `args` after it: ck counts every one of them, per slot.
-pub fn first_connections_counted(what: &str, args: &[&str]) {
+fn first_connections_counted(what: &str, args: &[&str]) {
     let port = free_port();
     let client = thread::spawn(move || hold_from_first(local(port), FIRST, READY_TIMEOUT));
     let mut ck = start_on(what, port, args, &[]);
@@ -77,7 +77,17 @@ pub fn first_connections_counted(what: &str, args: &[&str]) {
 
 /// The first connections of a fleet are counted, on ck's sockets and with `--adopt`.
 pub fn the_first_connections_are_counted() {
+    first_connections_counted_on_cks_sockets();
+    first_connections_counted_with_adopt();
+}
+
+/// [`first_connections_counted`] on ck's sockets, least-conn (which steers by these counts).
+pub fn first_connections_counted_on_cks_sockets() {
     first_connections_counted("first-conns", &["-w", "2", "--policy", "least-conn"]);
+}
+
+/// [`first_connections_counted`] on demo workers that bind the port themselves, least-conn.
+pub fn first_connections_counted_with_adopt() {
     let bin = ck_bin();
     let bin = bin.to_str().expect("UTF-8 path");
     let adopt = [
