@@ -8,9 +8,10 @@
 //! `--stall-timeout` / [`STALL_SAMPLES`], at least [`MIN_STALL_PERIOD`], while connections
 //! arrive or wait: a stall is then seen within a tenth of its timeout late. While nothing
 //! arrives and nothing waits, once every [`quiet_period`] (a second by default): an idle ck
-//! wakes about once a second. `--ready auto`'s detection of silent starting workers keeps its own fast
-//! pace (every [`READY_CHECK_EVERY`] sample interval, 1 ms) while such a worker boots, without
-//! sampling, so readiness is seen within about a millisecond of the worker's first `accept`.
+//! wakes about once a second. `--ready auto`'s detection of silent starting workers keeps its
+//! own fast pace (every [`READY_CHECK_EVERY`] sample interval, 1 ms) while such a worker
+//! boots, without sampling, so readiness is seen within about a millisecond of the worker's
+//! first `accept`; so does the count of a leaving worker's connections (`leaving`).
 use std::{
     collections::BTreeMap,
     time::{Duration, Instant},

@@ -1,7 +1,8 @@
 //! BPF steering: loading the program and its maps for every group on a thread of its own while
-//! ck sets up (a fresh fleet starts once they are in; a resumed one meanwhile), adopting them into the running supervisor (maps filled before the
-//! program is attached, so that its first run finds a complete picture), and checking from the
-//! kernel that every group still has the program, re-attaching it where it does not.
+//! ck sets up (a fresh fleet starts once they are in; a resumed one meanwhile), adopting them
+//! into the running supervisor (maps filled before the program is attached, so that its first
+//! run finds a complete picture), and checking from the kernel that every group still has the
+//! program, re-attaching it where it does not.
 //!
 //! The check is a canary: a loopback SYN from the probe source port of [`CANARY_SLOT`], a slot
 //! that never has a socket. With the program attached, probe steering sends it to that slot,
