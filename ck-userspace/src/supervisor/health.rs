@@ -282,7 +282,8 @@ impl Supervisor {
             let starting = matches!(slot.life.state, State::Starting(_));
             if let Some(timeout) = stall_timeout {
                 if depth > 0 && !queue_motion::moved(previous, depth, arrivals) && !starting {
-                    let since = *slot.queue_rising_since.get_or_insert(still_since);
+                    let from = queue_motion::still_since(previous, still_since, now);
+                    let since = *slot.queue_rising_since.get_or_insert(from);
                     if !worker.health.stalled && now.duration_since(since) >= timeout {
                         changes.push((
                             slot.index,

@@ -17,6 +17,10 @@
 //! up accepts about all of its arrivals).
 //!
 //! Without the program's counters (`--no-bpf`), a queue moved only when it shrank.
+//!
+//! A queue that did not move has been still since the last sample, unless it was empty then
+//! ([`still_since`]).
+use std::time::Instant;
 
 /// Whether the queue of one slot moved between the sample that read `previous` and the one
 /// that read `depth`, with `arrivals` the connections the program sent it meanwhile (None:
@@ -30,9 +34,24 @@ pub(super) fn moved(previous: u32, depth: u32, arrivals: Option<u64>) -> bool {
     accepted > i128::from(arrivals / 4)
 }
 
+/// Since when a queue that did not move has been still, read at `now` with `previous` the depth
+/// of the sample taken at `last`: since that sample, unless the queue was empty then (after a
+/// quiet second, the last sample is that long ago), in which case since now.
+pub(super) fn still_since(previous: u32, last: Instant, now: Instant) -> Instant {
+    if previous == 0 { now } else { last }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::moved;
+    use super::{moved, still_since};
+
+    #[test]
+    fn a_queue_empty_at_the_last_sample_is_still_only_from_now() {
+        let last = std::time::Instant::now();
+        let now = last + std::time::Duration::from_secs(1);
+        assert_eq!(still_since(0, last, now), now);
+        assert_eq!(still_since(3, last, now), last);
+    }
 
     #[test]
     fn without_counters_only_a_shrinking_queue_moved() {
