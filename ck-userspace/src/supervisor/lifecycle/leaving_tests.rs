@@ -4,69 +4,45 @@ use std::time::{Duration, Instant};
 
 use ck_common::SlotState;
 
+use super::tests::{P, fleet, ranks, ready_slot};
 use super::*;
-use crate::settings::restart_policy::RestartPolicy;
 
-const P: RestartPolicy = RestartPolicy::DEFAULT;
 const LINGER: Duration = Duration::from_secs(10);
 
+/// The lifecycle tests' settings, with a linger.
 fn settings() -> Settings {
     Settings {
-        ready_on_spawn: false,
-        ready_grace: None,
-        ready_timeout: Duration::from_secs(30),
-        drain_timeout: Duration::from_secs(10),
-        restart: P,
-        min_workers: 1,
-        adopt: false,
         linger: Some(LINGER),
+        ..super::tests::settings()
     }
 }
 
-fn fleet(now: Instant) -> Fleet {
-    Fleet {
-        now,
-        random: 0.0,
-        stopping: false,
-        others_open: 1,
-        others_trying: 1,
-    }
-}
-
-/// A slot whose worker `id` is ready.
-fn ready(now: Instant, id: u64) -> Life {
-    let mut life = Life::new(P, false);
-    let s = settings();
-    step(&mut life, Input::Start, &fleet(now), &s);
-    step(&mut life, Input::Spawned { id }, &fleet(now), &s);
-    let ready = Input::Ready {
-        why: "READY=1".into(),
-        healthy: true,
-    };
-    step(&mut life, ready, &fleet(now), &s);
+/// A slot whose worker `id` served and was retired: leaving.
+fn leaving(t0: Instant, id: u64) -> Life {
+    let mut life = ready_slot(t0, id);
+    step(
+        &mut life,
+        Input::Retire("retired".into()),
+        &fleet(t0, 1),
+        &settings(),
+    );
+    assert!(matches!(life.state, State::Leaving(_)), "{life:?}");
     life
-}
-
-/// The effects without notes, in the executor's order.
-fn ranked(mut effects: Vec<Effect>) -> Vec<Effect> {
-    effects.retain(|e| !matches!(e, Effect::Note(_)));
-    effects.sort_by_key(Effect::rank);
-    effects
 }
 
 #[test]
 fn a_retired_worker_leaves_the_active_set_and_is_signalled_once_its_connections_are_done() {
     let t0 = Instant::now();
     let s = settings();
-    let mut life = ready(t0, 3);
+    let mut life = ready_slot(t0, 3);
     let effects = step(
         &mut life,
         Input::Retire("scaled down".into()),
-        &fleet(t0),
+        &fleet(t0, 1),
         &s,
     );
     assert_eq!(
-        ranked(effects),
+        ranks(&effects),
         vec![Effect::Publish, Effect::Arm(Timer::Linger, LINGER, 3)]
     );
     assert!(matches!(life.state, State::Leaving(_)));
@@ -74,10 +50,10 @@ fn a_retired_worker_leaves_the_active_set_and_is_signalled_once_its_connections_
     assert_eq!(life.shown(), SlotState::Draining);
     assert_eq!(tier(&life), Tier::Live, "a fallback while it still accepts");
     // A second Retire (the roll and a scale-down) changes nothing.
-    assert!(step(&mut life, Input::Retire("again".into()), &fleet(t0), &s).is_empty());
-    let effects = step(&mut life, Input::Finished("done".into()), &fleet(t0), &s);
+    assert!(step(&mut life, Input::Retire("again".into()), &fleet(t0, 1), &s).is_empty());
+    let effects = step(&mut life, Input::Finished("done".into()), &fleet(t0, 1), &s);
     assert_eq!(
-        ranked(effects),
+        ranks(&effects),
         vec![
             Effect::Publish,
             Effect::Signal(Sig::Term),
@@ -88,9 +64,14 @@ fn a_retired_worker_leaves_the_active_set_and_is_signalled_once_its_connections_
         life.state,
         State::Stopping(life.state.run().unwrap(), After::Retire)
     );
-    let effects = step(&mut life, Input::Exited { outside: false }, &fleet(t0), &s);
+    let effects = step(
+        &mut life,
+        Input::Exited { outside: false },
+        &fleet(t0, 1),
+        &s,
+    );
     assert_eq!(
-        ranked(effects),
+        ranks(&effects),
         vec![Effect::Publish, Effect::CloseSockets, Effect::Remove]
     );
 }
@@ -99,31 +80,29 @@ fn a_retired_worker_leaves_the_active_set_and_is_signalled_once_its_connections_
 fn the_linger_ends_a_leave_whose_connections_stay_open() {
     let t0 = Instant::now();
     let s = settings();
-    let mut life = ready(t0, 4);
-    step(&mut life, Input::Retire("replaced".into()), &fleet(t0), &s);
+    let mut life = leaving(t0, 4);
     // A linger of an earlier worker is stale.
-    assert!(step(&mut life, Input::Timer(Timer::Linger, 1), &fleet(t0), &s).is_empty());
-    let effects = step(&mut life, Input::Timer(Timer::Linger, 4), &fleet(t0), &s);
-    assert!(ranked(effects).contains(&Effect::Signal(Sig::Term)));
+    assert!(step(&mut life, Input::Timer(Timer::Linger, 1), &fleet(t0, 1), &s).is_empty());
+    let effects = step(&mut life, Input::Timer(Timer::Linger, 4), &fleet(t0, 1), &s);
+    assert!(ranks(&effects).contains(&Effect::Signal(Sig::Term)));
     assert!(matches!(life.state, State::Stopping(_, After::Retire)));
     // Finished comes too late: nothing more.
-    assert!(step(&mut life, Input::Finished("late".into()), &fleet(t0), &s).is_empty());
+    assert!(step(&mut life, Input::Finished("late".into()), &fleet(t0, 1), &s).is_empty());
 }
 
 #[test]
 fn a_leaving_worker_that_exits_on_its_own_is_removed_not_restarted() {
     let t0 = Instant::now();
     let s = settings();
-    let mut life = ready(t0, 5);
-    step(
+    let mut life = leaving(t0, 5);
+    let effects = step(
         &mut life,
-        Input::Retire("scaled down".into()),
-        &fleet(t0),
+        Input::Exited { outside: true },
+        &fleet(t0, 1),
         &s,
     );
-    let effects = step(&mut life, Input::Exited { outside: true }, &fleet(t0), &s);
     assert_eq!(
-        ranked(effects),
+        ranks(&effects),
         vec![Effect::Publish, Effect::CloseSockets, Effect::Remove]
     );
     assert_eq!(life.state, State::Idle);
@@ -134,15 +113,14 @@ fn a_leaving_worker_that_exits_on_its_own_is_removed_not_restarted() {
 fn a_shutdown_stops_a_leaving_worker_at_once() {
     let t0 = Instant::now();
     let s = settings();
-    let mut life = ready(t0, 6);
-    step(
+    let mut life = leaving(t0, 6);
+    let effects = step(
         &mut life,
-        Input::Retire("scaled down".into()),
-        &fleet(t0),
+        Input::Shutdown("SIGTERM".into()),
+        &fleet(t0, 1),
         &s,
     );
-    let effects = step(&mut life, Input::Shutdown("SIGTERM".into()), &fleet(t0), &s);
-    assert!(ranked(effects).contains(&Effect::Signal(Sig::Term)));
+    assert!(ranks(&effects).contains(&Effect::Signal(Sig::Term)));
     assert!(matches!(life.state, State::Stopping(..)));
 }
 
@@ -151,25 +129,25 @@ fn a_worker_that_never_served_or_without_a_linger_is_signalled_at_once() {
     let t0 = Instant::now();
     let s = settings();
     let mut starting = Life::new(P, true);
-    step(&mut starting, Input::Start, &fleet(t0), &s);
-    step(&mut starting, Input::Spawned { id: 7 }, &fleet(t0), &s);
+    step(&mut starting, Input::Start, &fleet(t0, 1), &s);
+    step(&mut starting, Input::Spawned { id: 7 }, &fleet(t0, 1), &s);
     let effects = step(
         &mut starting,
         Input::Retire("aborted".into()),
-        &fleet(t0),
+        &fleet(t0, 1),
         &s,
     );
-    assert!(ranked(effects).contains(&Effect::Signal(Sig::Term)));
+    assert!(ranks(&effects).contains(&Effect::Signal(Sig::Term)));
     let plain = Settings {
         linger: None,
         ..settings()
     };
-    let mut life = ready(t0, 8);
+    let mut life = ready_slot(t0, 8);
     let effects = step(
         &mut life,
         Input::Retire("scaled down".into()),
-        &fleet(t0),
+        &fleet(t0, 1),
         &plain,
     );
-    assert!(ranked(effects).contains(&Effect::Signal(Sig::Term)));
+    assert!(ranks(&effects).contains(&Effect::Signal(Sig::Term)));
 }

@@ -1,4 +1,5 @@
-//! Unit tests of the transition function, one input at a time (no root needed).
+//! Unit tests of the transition function, one input at a time (no root needed); its helpers
+//! serve `leaving_tests` too.
 use std::time::{Duration, Instant};
 
 use ck_common::SlotState;
@@ -6,9 +7,9 @@ use ck_common::SlotState;
 use super::{crash::Breaker, *};
 use crate::settings::restart_policy::RestartPolicy;
 
-const P: RestartPolicy = RestartPolicy::DEFAULT;
+pub(super) const P: RestartPolicy = RestartPolicy::DEFAULT;
 
-fn settings() -> Settings {
+pub(super) fn settings() -> Settings {
     Settings {
         ready_on_spawn: false,
         ready_grace: Some(Duration::from_secs(1)),
@@ -22,7 +23,7 @@ fn settings() -> Settings {
 }
 
 /// A fleet view at `now` with `others_open` other open serving slots, all trying.
-fn fleet(now: Instant, others_open: usize) -> Fleet {
+pub(super) fn fleet(now: Instant, others_open: usize) -> Fleet {
     Fleet {
         now,
         random: 0.0,
@@ -33,7 +34,7 @@ fn fleet(now: Instant, others_open: usize) -> Fleet {
 }
 
 /// A slot with worker `id` ready since `t0`.
-fn ready_slot(t0: Instant, id: u64) -> Life {
+pub(super) fn ready_slot(t0: Instant, id: u64) -> Life {
     let mut life = Life::new(P, false);
     let s = settings();
     step(&mut life, Input::Start, &fleet(t0, 1), &s);
@@ -47,7 +48,7 @@ fn ready_slot(t0: Instant, id: u64) -> Life {
     life
 }
 
-fn ranks(effects: &[Effect]) -> Vec<Effect> {
+pub(super) fn ranks(effects: &[Effect]) -> Vec<Effect> {
     let mut tagged: Vec<((), Effect)> = effects.iter().cloned().map(|e| ((), e)).collect();
     schedule(&mut tagged);
     tagged
