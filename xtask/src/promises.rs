@@ -1,4 +1,4 @@
-//! `cargo xtask promises`: README's headline promises (`ck_tests::promises::PROMISES`, each
+//! `cargo xtask promises`: README's headline promises (`ck_tests::promises::promises`, each
 //! beside the README section that makes it) checked on a given ck binary, the release build:
 //! each check on a thread of its own, one line per promise as it ends, a table at the end, and
 //! an error if any promise is broken. `cargo xtask test` runs them after the tests.
@@ -6,11 +6,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use ck_tests::promises::{PROMISES, Promise};
+use ck_tests::promises::{Promise, promises};
 
 /// How one promise went.
 struct Outcome {
-    promise: &'static Promise,
+    promise: Promise,
     took: Duration,
     /// The panic message, when it is broken.
     broken: Option<String>,
@@ -21,12 +21,13 @@ pub fn run(bin: &Path, only: Option<&str>) -> Result<()> {
     // SAFETY: xtask runs on one thread until the checks start below; nothing reads the
     // environment concurrently. The checks find ck (and its examples) through `CK_BIN`.
     unsafe { std::env::set_var("CK_BIN", bin) };
-    let chosen: Vec<&'static Promise> = PROMISES
-        .iter()
+    let all = promises();
+    let names: Vec<String> = all.iter().map(|p| p.name.clone()).collect();
+    let chosen: Vec<Promise> = all
+        .into_iter()
         .filter(|p| only.is_none_or(|o| p.name.contains(o)))
         .collect();
     if chosen.is_empty() {
-        let names: Vec<&str> = PROMISES.iter().map(|p| p.name).collect();
         bail!(
             "no promise is named like {:?}: choose among {}",
             only.unwrap_or_default(),
@@ -49,12 +50,13 @@ pub fn run(bin: &Path, only: Option<&str>) -> Result<()> {
 }
 
 /// Runs one promise's check on a thread of its own (a broken promise panics there).
-fn check(promise: &'static Promise) -> Outcome {
+fn check(promise: Promise) -> Outcome {
     println!("promise {}: {}", promise.name, promise.claim);
     let started = Instant::now();
+    let on_thread = promise.clone();
     let joined = std::thread::Builder::new()
-        .name(promise.name.into())
-        .spawn(promise.check)
+        .name(promise.name.clone())
+        .spawn(move || on_thread.check())
         .map(|handle| handle.join());
     let broken = match joined {
         Ok(Ok(())) => None,

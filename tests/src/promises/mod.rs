@@ -1,5 +1,5 @@
 //! The promise suite: every headline promise of README.md, each beside the README section that
-//! makes it ([`PROMISES`]), checked on the binary `ck_bin()` names (`cargo xtask promises` runs
+//! makes it ([`promises`]), checked on the binary `ck_bin()` names (`cargo xtask promises` runs
 //! them on the release build, and `cargo xtask test` after the tests) with bounds that do not
 //! depend on the machine's speed: failed requests counted by the clients, connections counted
 //! by the clients against ck's counts, CPU time against a spin's, files and processes left.
@@ -13,16 +13,36 @@ pub mod servers;
 
 use servers::Server;
 
+/// How a promise is checked.
+#[derive(Clone, Copy, Debug)]
+pub enum Check {
+    /// A check of its own.
+    Fn(fn()),
+    /// [`fleet::server_keeps_its_promises`] for a real server.
+    Server(Server),
+}
+
 /// One promise: what README says, where, and the check that holds ck to it.
+#[derive(Clone, Debug)]
 pub struct Promise {
     /// A short name (`cargo xtask promises --only NAME`).
-    pub name: &'static str,
+    pub name: String,
     /// The README section (its heading's text) that makes the promise.
     pub readme: &'static str,
     /// The promise, as the section makes it.
     pub claim: &'static str,
     /// Panics when the promise is broken.
-    pub check: fn(),
+    pub check: Check,
+}
+
+impl Promise {
+    /// Runs the check (panics when the promise is broken).
+    pub fn check(&self) {
+        match self.check {
+            Check::Fn(check) => check(),
+            Check::Server(server) => fleet::server_keeps_its_promises(server),
+        }
+    }
 }
 
 /// What the real servers promise (each checked by [`fleet::server_keeps_its_promises`]).
@@ -30,91 +50,65 @@ const SERVER_CLAIM: &str = "five rolls, a scale-up and a scale-down under a new-
     load and under a keep-alive load fail no request; a SIGKILLed worker fails no more requests \
     than it held; `ck stop` leaves no process, cgroup, socket, pin or file";
 
-/// Every promise, in the order the suite checks them.
-pub const PROMISES: &[Promise] = &[
-    Promise {
-        name: "idle-cost",
-        readme: "ck",
-        claim: "ck itself sleeps between its chores: an idle fleet costs it next to no CPU (a \
-                spin, a core, fails)",
-        check: quiet::idle_fleets_leave_ck_asleep,
-    },
-    Promise {
-        name: "first-scrape",
-        readme: "Metrics and health endpoints",
-        claim: "every metric is there from the first scrape (counters at 0), and none vanishes",
-        check: quiet::the_first_scrape_is_complete,
-    },
-    Promise {
-        name: "counts-first",
-        readme: "Metrics and health endpoints",
-        claim: "open connections per worker are counted exactly from the first connection, on \
-                ck's sockets and with --adopt",
-        check: counts::the_first_connections_are_counted,
-    },
-    Promise {
-        name: "counts-fleet",
-        readme: "Metrics and health endpoints",
-        claim: "the counts are exact after a scale-up, a scale-down, a roll, `ck upgrade` and a \
-                --survive-supervisor take-back, and nothing is left after `ck stop`",
-        check: counts::counts_stay_exact_on_cks_sockets,
-    },
-    Promise {
-        name: "counts-fleet-adopt",
-        readme: "Servers that bind the port themselves (`--adopt`)",
-        claim: "adopted sockets are counted like ck's own across scale, roll, upgrade and \
-                take-back",
-        check: counts::counts_stay_exact_with_adopt,
-    },
-    Promise {
-        name: "server-hyper",
-        readme: "The worker contract",
-        claim: SERVER_CLAIM,
-        check: || fleet::server_keeps_its_promises(Server::Hyper),
-    },
-    Promise {
-        name: "server-node",
-        readme: "Examples and real servers",
-        claim: SERVER_CLAIM,
-        check: || fleet::server_keeps_its_promises(Server::Node),
-    },
-    Promise {
-        name: "server-gunicorn",
-        readme: "Examples and real servers",
-        claim: SERVER_CLAIM,
-        check: || fleet::server_keeps_its_promises(Server::Gunicorn),
-    },
-    Promise {
-        name: "server-uvicorn",
-        readme: "Examples and real servers",
-        claim: SERVER_CLAIM,
-        check: || fleet::server_keeps_its_promises(Server::Uvicorn),
-    },
-    Promise {
-        name: "server-puma",
-        readme: "Examples and real servers",
-        claim: SERVER_CLAIM,
-        check: || fleet::server_keeps_its_promises(Server::Puma),
-    },
-    Promise {
-        name: "server-go",
-        readme: "Servers that bind the port themselves (`--adopt`)",
-        claim: SERVER_CLAIM,
-        check: || fleet::server_keeps_its_promises(Server::Go),
-    },
-    Promise {
-        name: "server-go-bare",
-        readme: "Servers that bind the port themselves (`--adopt`)",
-        claim: SERVER_CLAIM,
-        check: || fleet::server_keeps_its_promises(Server::GoBare),
-    },
-    Promise {
-        name: "server-nginx",
-        readme: "Servers that bind the port themselves (`--adopt`)",
-        claim: SERVER_CLAIM,
-        check: || fleet::server_keeps_its_promises(Server::Nginx),
-    },
+/// A promise checked by a function of its own: name, README section, claim, check.
+type OwnCheck = (&'static str, &'static str, &'static str, fn());
+
+/// The promises checked by a function of their own.
+const OWN_CHECKS: [OwnCheck; 5] = [
+    (
+        "idle-cost",
+        "ck",
+        "ck itself sleeps between its chores: an idle fleet costs it next to no CPU (a spin, a \
+         core, fails)",
+        quiet::idle_fleets_leave_ck_asleep,
+    ),
+    (
+        "first-scrape",
+        "Metrics and health endpoints",
+        "every metric is there from the first scrape (counters at 0), and none vanishes",
+        quiet::the_first_scrape_is_complete,
+    ),
+    (
+        "counts-first",
+        "Metrics and health endpoints",
+        "open connections per worker are counted exactly from the first connection, on ck's \
+         sockets and with --adopt",
+        counts::the_first_connections_are_counted,
+    ),
+    (
+        "counts-fleet",
+        "Metrics and health endpoints",
+        "the counts are exact after a scale-up, a scale-down, a roll, `ck upgrade` and a \
+         --survive-supervisor take-back, and nothing is left after `ck stop`",
+        counts::counts_stay_exact_on_cks_sockets,
+    ),
+    (
+        "counts-fleet-adopt",
+        "Servers that bind the port themselves (`--adopt`)",
+        "adopted sockets are counted like ck's own across scale, roll, upgrade and take-back",
+        counts::counts_stay_exact_with_adopt,
+    ),
 ];
+
+/// Every promise, in the order the suite checks them: the own checks, then each real server
+/// (`server-LABEL`, beside the README section that tells how to run it).
+pub fn promises() -> Vec<Promise> {
+    let own = OWN_CHECKS
+        .iter()
+        .map(|(name, readme, claim, check)| Promise {
+            name: name.to_string(),
+            readme,
+            claim,
+            check: Check::Fn(*check),
+        });
+    let servers = Server::ALL.iter().map(|server| Promise {
+        name: format!("server-{}", server.label()),
+        readme: server.readme(),
+        claim: SERVER_CLAIM,
+        check: Check::Server(*server),
+    });
+    own.chain(servers).collect()
+}
 
 #[cfg(test)]
 mod tests {
@@ -131,14 +125,14 @@ mod tests {
             .map(|l| l.trim_start_matches('#').trim())
             .collect();
         let mut names = std::collections::BTreeSet::new();
-        for promise in PROMISES {
+        for promise in promises() {
             assert!(
                 headings.contains(&promise.readme),
                 "promise {}: README.md has no section {:?}",
                 promise.name,
                 promise.readme
             );
-            assert!(names.insert(promise.name), "{} twice", promise.name);
+            assert!(names.insert(promise.name.clone()), "{} twice", promise.name);
         }
     }
 }

@@ -44,6 +44,31 @@ pub enum KeepAliveStop {
 }
 
 impl Server {
+    /// Every server, in the suite's order.
+    pub const ALL: [Server; 8] = [
+        Server::Hyper,
+        Server::Node,
+        Server::Gunicorn,
+        Server::Uvicorn,
+        Server::Puma,
+        Server::Go,
+        Server::GoBare,
+        Server::Nginx,
+    ];
+
+    /// The README section that tells how to run it under ck.
+    pub fn readme(self) -> &'static str {
+        match self {
+            Server::Hyper => "The worker contract",
+            Server::Node | Server::Gunicorn | Server::Uvicorn | Server::Puma => {
+                "Examples and real servers"
+            }
+            Server::Go | Server::GoBare | Server::Nginx => {
+                "Servers that bind the port themselves (`--adopt`)"
+            }
+        }
+    }
+
     /// Its name in the output.
     pub fn label(self) -> &'static str {
         match self {
