@@ -50,6 +50,9 @@ const SERVER_CLAIM: &str = "five rolls, a scale-up and a scale-down under a new-
     load and under a keep-alive load fail no request; a SIGKILLed worker fails no more requests \
     than it held; `ck stop` leaves no process, cgroup, socket, pin or file";
 
+/// The README section that lists the promises the own checks hold ck to.
+const PROMISES_SECTION: &str = "What ck promises, and checks";
+
 /// A promise checked by a function of its own: name, README section, claim, check.
 type OwnCheck = (&'static str, &'static str, &'static str, fn());
 
@@ -57,34 +60,34 @@ type OwnCheck = (&'static str, &'static str, &'static str, fn());
 const OWN_CHECKS: [OwnCheck; 5] = [
     (
         "idle-cost",
-        "ck",
+        PROMISES_SECTION,
         "ck itself sleeps between its chores: an idle fleet costs it next to no CPU (a spin, a \
          core, fails)",
         quiet::idle_fleets_leave_ck_asleep,
     ),
     (
         "first-scrape",
-        "Metrics and health endpoints",
+        PROMISES_SECTION,
         "every metric is there from the first scrape (counters at 0), and none vanishes",
         quiet::the_first_scrape_is_complete,
     ),
     (
         "counts-first",
-        "Metrics and health endpoints",
+        PROMISES_SECTION,
         "open connections per worker are counted exactly from the first connection, on ck's \
          sockets and with --adopt",
         counts::the_first_connections_are_counted,
     ),
     (
         "counts-fleet",
-        "Metrics and health endpoints",
+        PROMISES_SECTION,
         "the counts are exact after a scale-up, a scale-down, a roll, `ck upgrade` and a \
          --survive-supervisor take-back, and nothing is left after `ck stop`",
         counts::counts_stay_exact_on_cks_sockets,
     ),
     (
         "counts-fleet-adopt",
-        "Servers that bind the port themselves (`--adopt`)",
+        PROMISES_SECTION,
         "adopted sockets are counted like ck's own across scale, roll, upgrade and take-back",
         counts::counts_stay_exact_with_adopt,
     ),

@@ -56,17 +56,9 @@ impl Server {
         Server::Nginx,
     ];
 
-    /// The README section that tells how to run it under ck.
+    /// The README section that tells how to run it under ck (the runtime table).
     pub fn readme(self) -> &'static str {
-        match self {
-            Server::Hyper => "The worker contract",
-            Server::Node | Server::Gunicorn | Server::Uvicorn | Server::Puma => {
-                "Examples and real servers"
-            }
-            Server::Go | Server::GoBare | Server::Nginx => {
-                "Servers that bind the port themselves (`--adopt`)"
-            }
-        }
+        "Your app under ck"
     }
 
     /// Its name in the output.
