@@ -97,6 +97,14 @@ enum Task {
         /// to the workspace root), in the same rounds, e.g. a copy of the build before a change.
         #[arg(long, value_name = "PATH")]
         against: Option<PathBuf>,
+        /// Write the run to docs/bench/runs/DATE-TIME-COMMIT.json, its plots to docs/bench, and
+        /// draw BENCHMARKS.md's tables again from the latest record of each scenario.
+        #[arg(long)]
+        record: bool,
+        /// With `summary`: fail if BENCHMARKS.md's tables differ from what the records give,
+        /// instead of writing them.
+        #[arg(long)]
+        check: bool,
     },
     /// Build the release `ck` and check README's headline promises on it (needs root): each
     /// beside the README section that makes it; fails if one is broken.
@@ -155,7 +163,12 @@ fn dispatch(task: Task) -> Result<()> {
             save,
             ck,
             against,
+            record,
+            check,
         } => {
+            if scenario == bench::Scenario::Summary {
+                return bench::summary(check);
+            }
             if !cmd::is_root() {
                 // The overhead scenario runs ck with --adopt.
                 bail!(
@@ -171,6 +184,7 @@ fn dispatch(task: Task) -> Result<()> {
                 results: target_dir()?.join("bench"),
                 save: save.map(|dir| root.join(dir)),
                 against: against.map(|bin| root.join(bin)),
+                record,
             };
             bench::run(scenario, &ck.map_or(built, |bin| root.join(bin)), &output)
         }
@@ -433,9 +447,11 @@ mod tests {
                 save,
                 ck,
                 against,
+                record,
+                check,
             } => assert_eq!(
-                (scenario, save, ck, against),
-                (bench::Scenario::All, None, None, None)
+                (scenario, save, ck, against, record, check),
+                (bench::Scenario::All, None, None, None, false, false)
             ),
             other => panic!("parsed as {other:?}"),
         }
@@ -448,6 +464,15 @@ mod tests {
             ),
             other => panic!("parsed as {other:?}"),
         }
+        let cli = Cli::try_parse_from(["xtask", "bench", "summary", "--check"]).unwrap();
+        assert!(matches!(
+            cli.task,
+            Task::Bench {
+                scenario: bench::Scenario::Summary,
+                check: true,
+                ..
+            }
+        ));
         assert!(Cli::try_parse_from(["xtask", "bench"]).is_err());
         assert!(Cli::try_parse_from(["xtask", "bench", "nope"]).is_err());
     }

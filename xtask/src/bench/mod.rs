@@ -7,6 +7,11 @@
 //! one directory per invocation, and it is stopped (killed, if need be) before the next one
 //! starts. Each scenario is bounded in time; `all` takes about 18 minutes (`upgrade` about 10 s, `ready-slow` about 1 minute). Long steps print a
 //! progress line on stderr ([`Bench::progress`]).
+//!
+//! With `--record` the run is also written to `docs/bench/runs/` as data (`record.rs`), its
+//! plots are copied to `docs/bench/`, and BENCHMARKS.md's tables are drawn again from the
+//! latest record of each scenario (`summary.rs`; `cargo xtask bench summary [--check]` does
+//! only that).
 
 mod bare;
 mod bpf_cost;
@@ -22,12 +27,14 @@ mod overhead;
 mod peers;
 mod plot;
 mod ready_slow;
+mod record;
 mod recovery;
 mod recovery_node;
 mod reload;
 mod spread;
 mod stall;
 mod sticky;
+mod summary;
 mod supervisor_cpu;
 mod survive;
 mod table;
@@ -41,6 +48,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result};
 
+use record::{Machine, Record, ScenarioRun, Tree};
 use table::Table;
 
 /// What to measure.
@@ -89,6 +97,9 @@ pub enum Scenario {
     ReadySlow,
     /// Every scenario, in the order above.
     All,
+    /// Measures nothing: draws BENCHMARKS.md's tables again from the latest record of each
+    /// scenario in docs/bench/runs (`--check`: fails if the file differs instead).
+    Summary,
 }
 
 impl Scenario {
@@ -111,8 +122,17 @@ impl Scenario {
                 Scenario::Cork,
                 Scenario::ReadySlow,
             ],
+            Scenario::Summary => vec![],
             one => vec![one],
         }
+    }
+
+    /// The scenario's name on the command line (`supervisor-cpu`), as records and
+    /// BENCHMARKS.md's markers name it.
+    fn name(self) -> String {
+        use clap::ValueEnum as _;
+        self.to_possible_value()
+            .map_or_else(|| format!("{self:?}"), |v| v.get_name().to_string())
     }
 }
 
@@ -170,18 +190,34 @@ pub struct Options {
     pub save: Option<PathBuf>,
     /// Another ck binary for `bpf-cost` to measure side by side (`--against`).
     pub against: Option<PathBuf>,
+    /// Write the run to `docs/bench/runs/` and draw BENCHMARKS.md's tables again (`--record`).
+    pub record: bool,
+}
+
+/// `cargo xtask bench summary [--check]`: draws BENCHMARKS.md's tables from the records
+/// (`check`: fails, naming the fix, if the file is not what the records give).
+pub fn summary(check: bool) -> Result<()> {
+    summary::run(crate::workspace_root()?, check)
 }
 
 /// Runs `scenario` with the ck binary `bin` and prints the machine, then each table with the
-/// paths of its plots.
+/// paths of its plots; with `output.record`, writes the run's record and draws BENCHMARKS.md's
+/// tables again (also when a scenario fails: the ones done are recorded).
 pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
     let started = Instant::now();
-    let stamp = SystemTime::now()
+    let now = SystemTime::now();
+    let stamp = now
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_secs();
     let log_dir = std::env::temp_dir().join(format!("ck-bench-{stamp}"));
-    for dir in [Some(&log_dir), Some(&output.results), output.save.as_ref()]
+    let root = crate::workspace_root()?;
+    // A recorded run's plots go where BENCHMARKS.md shows them.
+    let save = output
+        .save
+        .clone()
+        .or_else(|| output.record.then(|| root.join("docs/bench")));
+    for dir in [Some(&log_dir), Some(&output.results), save.as_ref()]
         .into_iter()
         .flatten()
     {
@@ -195,47 +231,85 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
         started,
     };
 
+    let tree = Tree::now();
+    let mut record = Record {
+        date: record::rfc3339(now),
+        commit: tree.commit.clone(),
+        dirty: !tree.changed.is_empty(),
+        changed: tree.changed,
+        machine: Machine::here(),
+        load_before: record::load_average(),
+        load_after: None,
+        scenarios: Vec::new(),
+    };
     println!("{}", machine_line());
     println!("ck: {}", bench.bin.display());
     println!("ck logs: {}", bench.log_dir.display());
     println!("plots: {}\n", bench.results.display());
+    let mut failed = None;
     for one in scenario.expand() {
         bench.progress(format_args!("{one:?} ..."));
-        let load_before = load_average();
-        let mut tables = match one {
-            Scenario::Recovery => vec![recovery::run(&bench)?, recovery_node::run(&bench)?],
-            Scenario::Reload => vec![reload::run(&bench)?],
-            Scenario::Upgrade => vec![upgrade::run(&bench)?, survive::run(&bench)?],
-            Scenario::Overhead => vec![bpf_cost::run(&bench)?, overhead::run(&bench)?],
-            Scenario::BpfCost => vec![bpf_cost::run(&bench)?],
-            Scenario::Footprint => vec![footprint::run(&bench)?],
-            Scenario::ConnCount => vec![conn_count::run(&bench)?],
-            Scenario::Spread => vec![spread::run(&bench)?],
-            Scenario::Stall => vec![stall::run(&bench)?],
-            Scenario::Sticky => vec![sticky::run(&bench)?],
-            Scenario::LongLived => vec![long_lived::run(&bench)?],
-            Scenario::SupervisorCpu => vec![supervisor_cpu::run(&bench)?],
-            Scenario::Chaos => vec![chaos::run(&bench)?],
-            Scenario::Cork => vec![cork::run(&bench)?],
-            Scenario::ReadySlow => vec![ready_slow::run(&bench)?],
-            Scenario::All => unreachable!("expand() never yields All"),
-        };
-        if let Some(last) = tables.last_mut() {
-            last.note(format!(
-                "1-min load average before -> after: {load_before} -> {} (other processes on \
-                 the machine compete for its CPUs)",
-                load_average()
-            ));
-        }
-        for table in &tables {
-            println!("{}", table.render());
-            if let Some(save) = &output.save {
-                save_plots(table, save)?;
+        match run_one(&bench, one) {
+            Ok(done) => {
+                for table in &done.tables {
+                    println!("{}", table.render());
+                    if let Some(save) = &save {
+                        save_plots(table, save)?;
+                    }
+                }
+                println!(
+                    "  1-min load average before -> after: {} -> {} (other processes on the \
+                     machine compete for its CPUs)\n",
+                    load_text(done.load_before),
+                    load_text(done.load_after)
+                );
+                record.scenarios.push(done);
+            }
+            Err(e) => {
+                failed = Some(e.context(format!("bench {}", one.name())));
+                break;
             }
         }
     }
     bench.progress("done");
-    Ok(())
+    record.load_after = record::load_average();
+    if output.record && !record.scenarios.is_empty() {
+        let path = record.write(&root.join(record::RUNS_DIR))?;
+        println!("recorded: {}", path.display());
+        summary::run(root, false)?;
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Runs one scenario; its tables with the load average around it.
+fn run_one(bench: &Bench, one: Scenario) -> Result<ScenarioRun> {
+    let load_before = record::load_average();
+    let started = Instant::now();
+    let tables = match one {
+        Scenario::Recovery => vec![recovery::run(bench)?, recovery_node::run(bench)?],
+        Scenario::Reload => vec![reload::run(bench)?],
+        Scenario::Upgrade => vec![upgrade::run(bench)?, survive::run(bench)?],
+        Scenario::Overhead => vec![bpf_cost::run(bench)?, overhead::run(bench)?],
+        Scenario::BpfCost => vec![bpf_cost::run(bench)?],
+        Scenario::Footprint => vec![footprint::run(bench)?],
+        Scenario::ConnCount => vec![conn_count::run(bench)?],
+        Scenario::Spread => vec![spread::run(bench)?],
+        Scenario::Stall => vec![stall::run(bench)?],
+        Scenario::Sticky => vec![sticky::run(bench)?],
+        Scenario::LongLived => vec![long_lived::run(bench)?],
+        Scenario::SupervisorCpu => vec![supervisor_cpu::run(bench)?],
+        Scenario::Chaos => vec![chaos::run(bench)?],
+        Scenario::Cork => vec![cork::run(bench)?],
+        Scenario::ReadySlow => vec![ready_slow::run(bench)?],
+        Scenario::All | Scenario::Summary => unreachable!("expand() never yields these"),
+    };
+    Ok(ScenarioRun {
+        scenario: one.name(),
+        seconds: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        load_before,
+        load_after: record::load_average(),
+        tables,
+    })
 }
 
 /// Copies the plots of `table` into `dir`.
@@ -254,58 +328,34 @@ fn progress_line(elapsed: Duration, what: impl Display) -> String {
     format!("bench [{:>7.1} s] {what}", elapsed.as_secs_f64())
 }
 
-/// The 1-minute load average, from `/proc/loadavg`.
+/// The 1-minute load average, from `/proc/loadavg`, as text (`?` when unknown).
 fn load_average() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "?".into())
+    load_text(record::load_average())
+}
+
+/// A load average as text, `?` when unknown.
+fn load_text(load: Option<f64>) -> String {
+    load.map_or_else(|| "?".into(), |l| format!("{l:.2}"))
 }
 
 /// One line describing what is measured where: the machine's CPUs, kernel and CPU model, the
 /// commit of the tree (`+changes` when it differs from it) and the 1-minute load average.
 pub(crate) fn machine_line() -> String {
+    let m = Machine::here();
+    let tree = Tree::now();
+    let changes = if tree.changed.is_empty() {
+        ""
+    } else {
+        "+changes"
+    };
     format!(
-        "{}; commit {}; load average {}",
-        machine(),
-        commit(),
+        "machine: nproc={}, kernel {}, CPU {}; commit {}{changes}; load average {}",
+        m.cpus,
+        m.kernel,
+        m.cpu,
+        tree.commit,
         load_average()
     )
-}
-
-/// The tree's commit, `git describe`'s way: its short hash, `+changes` when files differ.
-fn commit() -> String {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .current_dir(crate::workspace_root().ok()?)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let hash = git(&["rev-parse", "--short=10", "HEAD"]).unwrap_or_else(|| "?".into());
-    match git(&["status", "--porcelain", "--untracked-files=no"]) {
-        Some(changes) if !changes.is_empty() => format!("{hash}+changes"),
-        _ => hash,
-    }
-}
-
-/// One line describing the machine: CPUs, kernel, CPU model.
-fn machine() -> String {
-    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|k| k.trim().to_string())
-        .unwrap_or_else(|_| "?".into());
-    let model = fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_string())
-        })
-        .unwrap_or_else(|| "?".into());
-    format!("machine: nproc={nproc}, kernel {kernel}, CPU {model}")
 }
 
 #[cfg(test)]
@@ -317,6 +367,8 @@ mod tests {
         assert_eq!(Scenario::All.expand().len(), 14);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
+        assert!(Scenario::Summary.expand().is_empty());
+        assert_eq!(Scenario::SupervisorCpu.name(), "supervisor-cpu");
     }
 
     #[test]
@@ -328,7 +380,11 @@ mod tests {
     }
 
     #[test]
-    fn machine_names_the_kernel() {
-        assert!(machine().contains("kernel"));
+    fn machine_line_names_the_kernel_and_the_load() {
+        let line = machine_line();
+        assert!(
+            line.contains("kernel") && line.contains("load average"),
+            "{line}"
+        );
     }
 }

@@ -1,15 +1,18 @@
 //! The result tables of `cargo xtask bench`: one row per metric with the value for ck, for the
 //! `--no-bpf` baseline (and, in some scenarios, other supervisors), the ratio of the first two
-//! and the goal (with whether ck meets it), rendered as aligned text.
+//! and the goal (with whether ck meets it), rendered as aligned text. A table is also data:
+//! `--record` writes it as JSON (`record.rs`) and BENCHMARKS.md's tables are drawn from that
+//! (`summary.rs`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ck_tests::load::LoadReport;
+use serde::{Deserialize, Serialize};
 
 /// One measured value: its text and, when it is a number, the number (for ratios and goals).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cell {
     /// What the table shows.
     pub text: String,
@@ -108,15 +111,32 @@ pub enum Goal {
 }
 
 impl Goal {
-    /// The goal column: what is wanted and whether ck's value (or the ratio) meets it.
-    fn render(&self, ck: &Cell, ratio: Option<f64>) -> String {
+    /// What is wanted and whether ck's value (or the ratio) meets it; `None` without a goal.
+    fn verdict(&self, ck: &Cell, ratio: Option<f64>) -> Option<Verdict> {
         let (wanted, met) = match self {
-            Goal::None => return String::new(),
+            Goal::None => return None,
             Goal::AtMost(max, text) => ((*text).to_string(), ck.num.map(|v| v <= *max)),
             Goal::AtLeast(min, text) => ((*text).to_string(), ck.num.map(|v| v >= *min)),
             Goal::RatioAtMost(max) => (format!("ratio <= {max}"), ratio.map(|r| r <= *max)),
         };
-        match met {
+        Some(Verdict { wanted, met })
+    }
+}
+
+/// A row's goal as measured: what was wanted and whether it was met.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The goal, e.g. `<= 500 ms` or `ratio <= 1`.
+    pub wanted: String,
+    /// Whether the value met it; `None` when there was no value to compare.
+    pub met: Option<bool>,
+}
+
+impl Verdict {
+    /// `<= 500 ms: met`, `...: NOT met` or `...: no value`.
+    pub fn text(&self) -> String {
+        let wanted = &self.wanted;
+        match self.met {
             Some(true) => format!("{wanted}: met"),
             Some(false) => format!("{wanted}: NOT met"),
             None => format!("{wanted}: no value"),
@@ -124,27 +144,59 @@ impl Goal {
     }
 }
 
-/// One row of a [`Table`].
-#[derive(Debug, Clone)]
-struct Row {
-    metric: String,
-    cells: Vec<String>,
-    ratio: String,
-    goal: String,
+/// One row of a [`Table`]: a metric, its value per column, the ratio of two of them, the goal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// What is measured.
+    pub metric: String,
+    /// One value per column of the table.
+    pub cells: Vec<Cell>,
+    /// The ratio of the table's two ratio columns, when both are numbers.
+    pub ratio: Option<f64>,
+    /// The goal of the first column's value, if it has one.
+    pub goal: Option<Verdict>,
+}
+
+impl Row {
+    /// The ratio as the table shows it: two decimals, `-` when there is none.
+    pub fn ratio_text(&self) -> String {
+        self.ratio
+            .map_or_else(|| "-".to_string(), |r| format!("{r:.2}"))
+    }
+
+    /// The goal as the table shows it (empty without a goal).
+    pub fn goal_text(&self) -> String {
+        self.goal.as_ref().map(Verdict::text).unwrap_or_default()
+    }
 }
 
 /// A scenario's results: rows of metric | ck | baseline | ratio | goal (or more columns, for
-/// scenarios that compare ck with other supervisors), and notes below.
-#[derive(Debug, Clone)]
+/// scenarios that compare ck with other supervisors), and notes below. The data of a run's
+/// record: what is printed is [`Table::render`] of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Table {
-    title: String,
-    columns: Vec<String>,
-    /// The columns divided in the ratio column: numerator, denominator.
-    ratio_of: (usize, usize),
-    rows: Vec<Row>,
-    notes: Vec<String>,
-    /// SVG plots of the same results.
-    plots: Vec<PathBuf>,
+    /// What the table measures, and how.
+    pub title: String,
+    /// The contenders: ck first, then its baseline and peers.
+    pub columns: Vec<String>,
+    /// The columns divided in the ratio column: numerator, denominator (the baseline).
+    pub ratio_of: (usize, usize),
+    /// One row per metric.
+    pub rows: Vec<Row>,
+    /// Lines printed under the table.
+    pub notes: Vec<String>,
+    /// SVG plots of the same results (recorded by file name: `docs/bench/` holds them).
+    #[serde(serialize_with = "file_names")]
+    pub plots: Vec<PathBuf>,
+}
+
+/// Serializes `paths` as their file names (a record does not name this machine's directories).
+fn file_names<S: serde::Serializer>(paths: &[PathBuf], to: S) -> Result<S::Ok, S::Error> {
+    to.collect_seq(
+        paths
+            .iter()
+            .map(|p| p.file_name().unwrap_or_default().to_string_lossy()),
+    )
 }
 
 impl Table {
@@ -200,9 +252,9 @@ impl Table {
         let first = cells.first().cloned().unwrap_or_else(|| Cell::text("-"));
         self.rows.push(Row {
             metric: metric.to_string(),
-            goal: goal.render(&first, ratio),
-            ratio: ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.2}")),
-            cells: cells.into_iter().map(|c| c.text).collect(),
+            goal: goal.verdict(&first, ratio),
+            ratio,
+            cells,
         });
     }
 
@@ -234,13 +286,23 @@ impl Table {
 
     /// The table as aligned text, title first, notes last.
     pub fn render(&self) -> String {
-        let header = Row {
+        let header = Line {
             metric: "metric".into(),
             cells: self.columns.clone(),
             ratio: "ratio".into(),
             goal: "goal".into(),
         };
-        let all: Vec<&Row> = std::iter::once(&header).chain(&self.rows).collect();
+        let lines: Vec<Line> = self
+            .rows
+            .iter()
+            .map(|r| Line {
+                metric: r.metric.clone(),
+                cells: r.cells.iter().map(|c| c.text.clone()).collect(),
+                ratio: r.ratio_text(),
+                goal: r.goal_text(),
+            })
+            .collect();
+        let all: Vec<&Line> = std::iter::once(&header).chain(&lines).collect();
         let n = self.columns.len();
         let mut widths = vec![all.iter().map(|r| r.metric.len()).max().unwrap_or(0)];
         for i in 0..n {
@@ -275,6 +337,14 @@ impl Table {
         }
         out
     }
+}
+
+/// A row as text, for [`Table::render`].
+struct Line {
+    metric: String,
+    cells: Vec<String>,
+    ratio: String,
+    goal: String,
 }
 
 /// The median of `values` (the mean of the middle two for an even count; 0 when empty).
