@@ -235,7 +235,7 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
     let mut record = Record {
         date: record::rfc3339(now),
         commit: tree.commit.clone(),
-        dirty: !tree.changed.is_empty(),
+        dirty: tree.dirty(),
         changed: tree.changed,
         machine: Machine::here(),
         load_before: record::load_average(),
@@ -343,11 +343,7 @@ fn load_text(load: Option<f64>) -> String {
 pub(crate) fn machine_line() -> String {
     let m = Machine::here();
     let tree = Tree::now();
-    let changes = if tree.changed.is_empty() {
-        ""
-    } else {
-        "+changes"
-    };
+    let changes = if !tree.dirty() { "" } else { "+changes" };
     format!(
         "machine: nproc={}, kernel {}, CPU {}; commit {}{changes}; load average {}",
         m.cpus,

@@ -25,7 +25,8 @@ pub struct Record {
     pub date: String,
     /// The commit of the tree (10 hex digits).
     pub commit: String,
-    /// Whether tracked files differed from the commit.
+    /// Whether tracked files other than the bench's own output (BENCHMARKS.md, docs/bench/)
+    /// differed from the commit.
     pub dirty: bool,
     /// The tracked files that differed (`git status --porcelain`), to tell whether ck's code
     /// was among them.
@@ -95,6 +96,14 @@ pub struct Tree {
 }
 
 impl Tree {
+    /// Whether a file other than the bench's own output (BENCHMARKS.md and docs/bench/, which a
+    /// recorded run rewrites) differs from the commit.
+    pub fn dirty(&self) -> bool {
+        self.changed
+            .iter()
+            .any(|p| p != "BENCHMARKS.md" && !p.starts_with("docs/bench/"))
+    }
+
     /// The workspace's tree now.
     pub fn now() -> Tree {
         let git = |args: &[&str]| {
@@ -265,6 +274,16 @@ pub(crate) mod tests {
         let read = Record::read_all(&dir).unwrap();
         fs::remove_dir_all(&dir).unwrap();
         assert_eq!(read, vec![(record.file_name(), record)]);
+    }
+
+    #[test]
+    fn the_bench_output_does_not_make_the_tree_dirty() {
+        let tree = |changed: &[&str]| Tree {
+            commit: "x".into(),
+            changed: changed.iter().map(|c| c.to_string()).collect(),
+        };
+        assert!(!tree(&["BENCHMARKS.md", "docs/bench/reload-latency.svg"]).dirty());
+        assert!(tree(&["BENCHMARKS.md", "ck-userspace/src/main.rs"]).dirty());
     }
 
     #[test]
