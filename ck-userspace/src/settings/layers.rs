@@ -202,13 +202,19 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_example_is_a_valid_file() {
-        let readme = include_str!("../../../README.md");
-        let (_, rest) = readme.split_once("```toml\n").expect("a TOML example");
+    fn the_guides_example_is_a_valid_file() {
+        let page = include_str!("../../../docs/src/configuration.md");
+        let (_, rest) = page.split_once("```toml").expect("a TOML example");
+        let (_info, rest) = rest.split_once('\n').expect("the fence's line");
         let (example, _) = rest.split_once("```").expect("its end");
         let file = ConfigFile::parse(Path::new("ck.toml"), example, &run_command())
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(file.settings().len() > 15);
+        let keys = example
+            .lines()
+            .filter(|l| l.contains(" = ") && !l.trim_start().starts_with('#'))
+            .count();
+        assert!(keys >= 8, "the example shows only {keys} keys");
+        assert_eq!(file.settings().len(), keys, "every key of the example is a setting");
     }
 
     #[test]
