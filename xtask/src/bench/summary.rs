@@ -1,7 +1,8 @@
 //! BENCHMARKS.md's tables, drawn from the run records (`record.rs`), never typed: between
 //! `<!-- bench:SCENARIO -->` and `<!-- /bench:SCENARIO -->` goes the latest record of that
 //! scenario (when and on which commit it ran, the machine's load, how many goals were met, one
-//! Markdown table per result table with its notes and plots); everything outside the markers is
+//! Markdown table per result table with its goal notes and plots; the other notes, such as every
+//! run's figures, stay in the record it links); everything outside the markers is
 //! hand-written and kept as it is. `cargo xtask bench summary` writes the file,
 //! `--check` (and a unit test) fails when it is not what the committed records give.
 
@@ -120,7 +121,8 @@ fn header(file: &str, record: &Record, run: &ScenarioRun) -> String {
     )
 }
 
-/// One table as Markdown: title, columns (contenders, ratio, goal), notes, plots.
+/// One table as Markdown: title, columns (contenders, ratio, goal), the notes that state a
+/// goal, plots.
 fn markdown(table: &Table) -> String {
     let cell = |s: &str| s.replace('|', "\\|");
     let mut out = format!("**{}**\n\n", cell(&table.title));
@@ -148,11 +150,12 @@ fn markdown(table: &Table) -> String {
         let _ = writeln!(out, "| {} |", fields.join(" | "));
     }
     out.push('\n');
-    // The ratio's columns are in the header already.
+    // The summary stays short: the other notes (every run's figures, failures, how a figure is
+    // taken) are in the record.
     let notes: Vec<&String> = table
         .notes
         .iter()
-        .filter(|n| !n.starts_with("ratio = "))
+        .filter(|n| n.starts_with("goal"))
         .collect();
     for note in &notes {
         let _ = writeln!(out, "- {}", note.trim());
@@ -189,7 +192,9 @@ mod tests {
     fn only_the_blocks_change_and_the_latest_record_wins() {
         let mut older = sample();
         older.scenarios[0].tables[0].rows[0].cells[0].text = "1 req/s".into();
-        let newer = sample();
+        let mut newer = sample();
+        newer.scenarios[0].tables[0].note("how it was measured");
+        newer.scenarios[0].tables[0].note("goal for x: met");
         let records = vec![
             ("2026-12-01-000000-a.json".to_string(), older),
             ("2026-12-02-114702-4c813f3abc.json".to_string(), newer),
@@ -204,6 +209,8 @@ mod tests {
         );
         assert!(drawn.contains("| p99 | 99 req/s | 100 req/s | 0.99 | ratio <= 1: met |"));
         assert!(drawn.contains("goals met: 1 of 1"), "{drawn}");
+        assert!(drawn.contains("\n- goal for x: met\n"), "{drawn}");
+        assert!(!drawn.contains("how it was measured"), "{drawn}");
         assert!(drawn.contains("load average 0.50 -> 1.25"), "{drawn}");
         assert!(
             drawn.contains("<!-- /bench:reload -->\nmore prose\n"),
