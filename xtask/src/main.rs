@@ -130,13 +130,18 @@ enum Task {
         secs: u64,
     },
     /// Build the static release `ck` (musl, BPF program embedded) and package it:
-    /// `ck-VERSION-x86_64-linux.tar.gz` (ck, systemd unit, man pages, completions, README) and
-    /// a `.deb` (cargo-deb) that installs the same under /usr.
+    /// `ck-VERSION-x86_64-linux.tar.gz` (ck, systemd unit, man pages, completions, examples,
+    /// README), a `.deb` (cargo-deb) that installs the same under /usr, the npm packages
+    /// `ck-supervisor` and `ck-supervisor-linux-x64` (`.tgz`) and the wheel `ck-supervisor`
+    /// (maturin). Publishes nothing.
     Dist {
-        /// Where the tarball and the `.deb` go (relative to the current directory; default
-        /// `target/dist`).
+        /// Where the files go (relative to the current directory; default `target/dist`).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// Also build for this machine (cross-built; repeatable): `aarch64` adds the tarball,
+        /// the npm package `ck-supervisor-linux-arm64` and the wheel for 64-bit Arm.
+        #[arg(long = "target", value_name = "MACHINE")]
+        targets: Vec<dist::cross::Arch>,
     },
 }
 
@@ -220,7 +225,7 @@ fn dispatch(task: Task) -> Result<()> {
             };
             fuzz::run(workspace_root()?, &targets, secs).map(drop)
         }
-        Task::Dist { out } => {
+        Task::Dist { out, targets } => {
             toolchain::ensure(Bpffs::Optional)?;
             let target = target_dir()?;
             let out = match out {
@@ -229,7 +234,7 @@ fn dispatch(task: Task) -> Result<()> {
                     .join(dir),
                 None => target.join("dist"),
             };
-            dist::run(workspace_root()?, &target, &out)
+            dist::run(workspace_root()?, &target, &out, &targets)
         }
     }
 }
@@ -511,14 +516,19 @@ mod tests {
     fn dist_takes_an_optional_output_directory() {
         let cli = Cli::try_parse_from(["xtask", "dist"]).unwrap();
         match cli.task {
-            Task::Dist { out } => assert_eq!(out, None),
+            Task::Dist { out, targets } => assert_eq!((out, targets), (None, vec![])),
             other => panic!("parsed as {other:?}"),
         }
-        let cli = Cli::try_parse_from(["xtask", "dist", "--out", "/tmp/d"]).unwrap();
+        let cli = Cli::try_parse_from(["xtask", "dist", "--out", "/tmp/d", "--target", "aarch64"])
+            .unwrap();
         match cli.task {
-            Task::Dist { out } => assert_eq!(out, Some("/tmp/d".into())),
+            Task::Dist { out, targets } => {
+                assert_eq!(out, Some("/tmp/d".into()));
+                assert_eq!(targets, [dist::cross::Arch::Aarch64]);
+            }
             other => panic!("parsed as {other:?}"),
         }
+        assert!(Cli::try_parse_from(["xtask", "dist", "--target", "mips"]).is_err());
         assert!(Cli::try_parse_from(["xtask", "dist", "extra"]).is_err());
     }
 

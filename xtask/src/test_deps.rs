@@ -1,4 +1,4 @@
-//! What the integration tests run besides ck: Node.js, Python 3, a C compiler, tmux (the
+//! What the integration tests run besides ck: Node.js and npm, Python 3, a C compiler, tmux (the
 //! terminal `ck top` is tested in), tini, `systemd-analyze`, setpriv, the real servers Go,
 //! nginx, puma and rack, the fleet's haproxy, nft, ip and nsenter (Debian packages, installed
 //! when missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
@@ -20,9 +20,11 @@ use crate::cmd::{self, command};
 /// haproxy and nft are the fleet's fronts, ip makes its network namespaces and nsenter runs ck
 /// in them (`fleet_*.rs`, `cargo xtask fleet`); puma also serves a Ruby app that boots slowly
 /// and waits in `pselect6` (`ready_slow.rs`); `file` and `man` check the static binary and the installed man pages of
-/// `cargo xtask dist` (`dist.rs`).
-const PROGRAMS: [(&str, &str); 17] = [
+/// `cargo xtask dist` (`dist.rs`); npm packs and installs its npm packages there (Debian's
+/// nodejs comes without it; NodeSource's has it).
+const PROGRAMS: [(&str, &str); 18] = [
     ("node", "nodejs"),
+    ("npm", "npm"),
     ("python3", "python3"),
     ("cc", "gcc"),
     ("tmux", "tmux"),
