@@ -38,6 +38,14 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Wait until the instance answers (it may not have started yet) and every slot is
+        /// ready, then print the status; exits non-zero after --timeout, naming the slots not
+        /// ready.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: how long to wait.
+        #[arg(long, value_parser = parse_duration, default_value = "30s", requires = "wait")]
+        timeout: Duration,
     },
     /// Take a slot out of the active set; its socket stays open and its worker keeps serving
     /// what it already has.
@@ -157,6 +165,14 @@ enum Command {
         /// Skip the quiet wait (or the rest of it): drain at once.
         #[arg(long)]
         now: bool,
+        /// Return only once the fleet is down: ck and every worker exited, the control socket
+        /// gone; exits non-zero after --timeout, naming what is still up.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: how long to wait (default: the rest of the quiet wait, if one began,
+        /// plus the instance's --drain-timeout, plus 10s).
+        #[arg(long, value_parser = parse_duration, requires = "wait")]
+        timeout: Option<Duration>,
         #[command(flatten)]
         target: Target,
     },
@@ -220,9 +236,17 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             cli::logging::flush();
             code
         }
-        Command::Status { target, json } => {
-            let name = client::resolve_name(target.name)?;
-            match client::request(&name, &Request::Status)? {
+        Command::Status {
+            target,
+            json,
+            wait,
+            timeout,
+        } => {
+            let response = match wait {
+                true => Response::Status(cli::control::wait_ready(target.name, timeout)?),
+                false => client::request(&client::resolve_name(target.name)?, &Request::Status)?,
+            };
+            match response {
                 Response::Status(report) if json => {
                     println!("{}", serde_json::to_string_pretty(&report)?)
                 }
@@ -245,10 +269,12 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
                 _ => Request::UndrainAll,
             },
         ),
-        Command::Stop { now, target } => simple(
-            target.name,
-            if now { Request::StopNow } else { Request::Stop },
-        ),
+        Command::Stop {
+            now,
+            wait,
+            timeout,
+            target,
+        } => cli::control::stop(target.name, now, wait, timeout),
         Command::Top { target, once } => cli::top::run(target.name, once),
         Command::Maps { target, json } => cli::maps::run(target.name, json),
         Command::Probe {

@@ -16,18 +16,7 @@ pub fn resolve_name(name: Option<String>) -> anyhow::Result<String> {
         return Ok(name);
     }
     let dir = instance::run_dir();
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let file = e.file_name().to_string_lossy().to_string();
-                    file.strip_suffix(".sock").map(str::to_string)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
+    let mut names = running_names();
     match names.len() {
         1 => Ok(names.remove(0)),
         0 => bail!(
@@ -39,6 +28,24 @@ pub fn resolve_name(name: Option<String>) -> anyhow::Result<String> {
             names.join(", ")
         ),
     }
+}
+
+/// The names of the instances with a control socket in the run directory, sorted (none when
+/// the directory does not exist).
+pub fn running_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(instance::run_dir())
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let file = e.file_name().to_string_lossy().to_string();
+                    file.strip_suffix(".sock").map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 /// Sends one request to instance `name` and returns its response. A status request that the
