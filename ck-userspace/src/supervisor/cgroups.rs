@@ -15,7 +15,7 @@ pub(super) fn create(cfg: &RunConfig) -> anyhow::Result<Option<InstanceCgroup>> 
         Err(e) if cfg.adopt => return Err(e.into()),
         Err(e) => {
             tracing::warn!(
-                "{e}; workers run without a cgroup of their own (no whole-tree kill, no \\
+                "{e}; workers run without a cgroup of their own (no whole-tree kill, no \
                  per-worker CPU and memory)"
             );
             return Ok(None);
