@@ -37,12 +37,23 @@ pub fn go_bare() -> PathBuf {
     BUILT.get_or_init(|| go_build("go-bare")).clone()
 }
 
-/// Builds `tests/servers/NAME` into `target/go-servers/NAME` (once per test binary, with its
-/// build cache and GOPATH under `target/`) and returns its path.
+/// Builds `tests/servers/NAME` into `target/go-servers/NAME` (once per test binary) and
+/// returns its path.
 fn go_build(name: &str) -> PathBuf {
     let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("servers")
         .join(name);
+    go_build_in(&source, name)
+}
+
+/// Builds the Go program in the directory `source` (one package, no dependencies) into
+/// `target/go-servers/NAME`, with its build cache and GOPATH under `target/`, and returns its
+/// path. Call it once per test binary and name (the build goes to a name of its own, then is
+/// renamed into place).
+///
+/// # Panics
+/// When `go` is missing or the build fails (the message says how to fix it).
+pub fn go_build_in(source: &Path, name: &str) -> PathBuf {
     let out_dir = target_dir().join("go-servers");
     std::fs::create_dir_all(&out_dir).expect("creating target/go-servers");
     // One build per test binary: a name of its own, then an atomic rename.
@@ -50,8 +61,8 @@ fn go_build(name: &str) -> PathBuf {
     let out = Command::new("go")
         .args(["build", "-o"])
         .arg(&tmp)
-        .arg("main.go")
-        .current_dir(&source)
+        .arg(".")
+        .current_dir(source)
         .env("GOCACHE", out_dir.join("cache"))
         .env("GOPATH", out_dir.join("gopath"))
         .env("GO111MODULE", "off")

@@ -1,0 +1,3 @@
+module example.com/ck-go-example
+
+go 1.19
