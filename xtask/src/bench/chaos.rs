@@ -155,11 +155,13 @@ fn table(o: &[Outcome]) -> Table {
         cells(&|x| Cell::count(x.kills.len() as u64)),
         Goal::None,
     );
+    t.detail();
     t.row_of(
         "requests answered",
         cells(&|x| Cell::count(x.report.ok)),
         Goal::None,
     );
+    t.detail();
     t.row_of(
         "failed requests (refused/reset/timeout/other)",
         cells(&|x| Cell::failures(&x.report)),
@@ -204,6 +206,7 @@ fn table(o: &[Outcome]) -> Table {
         }),
         Goal::None,
     );
+    t.detail();
     t.row_of(
         "workers alive 1 s after the last kill",
         cells(&|x| Cell::count(x.alive_after as u64)),

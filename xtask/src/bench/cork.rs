@@ -119,6 +119,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             ],
             Goal::None,
         );
+        t.detail();
         t.row_of(
             &format!("{name}: requests timed out (> {REQUEST_TIMEOUT:?})"),
             vec![Cell::count(report.timeout), Cell::text("-")],

@@ -171,6 +171,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             runs.iter().map(|r| Cell::ms(p99s(r))).collect(),
             Goal::None,
         );
+        t.detail();
         let list = |r: &[LoadReport]| {
             rates(r)
                 .iter()

@@ -88,6 +88,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         Cell::ms(base.roll.quantile(1.0)),
         Goal::None,
     );
+    t.detail();
     for (window, pick) in [
         ("steady", (|o| &o.steady) as fn(&Outcome) -> &LoadReport),
         ("during the roll", |o| &o.roll),

@@ -88,6 +88,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         Cell::count(base.report.ok),
         Goal::None,
     );
+    t.detail();
     t.note(format!(
         "status polled every {POLL:?}; each poll is one `ck status --json` run (~2 ms), \
          so the recovery time is late by up to ~7 ms"

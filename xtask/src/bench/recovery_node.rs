@@ -114,6 +114,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             .collect(),
         Goal::None,
     );
+    t.detail();
     t.row_of(
         "kill -> both replacements spawned (ck's log), median / each round",
         outcomes
@@ -132,6 +133,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             .collect(),
         Goal::None,
     );
+    t.detail();
     t.row_of(
         "failed requests (refused/reset/timeout/other)",
         outcomes.iter().map(|o| Cell::failures(&o.report)).collect(),
@@ -168,6 +170,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         outcomes.iter().map(|o| Cell::count(o.report.ok)).collect(),
         Goal::None,
     );
+    t.detail();
     t.note(match (median_ms(&outcomes[0]), cluster) {
         (Some(ms), Some(cluster)) => format!(
             "goal for default ck: {ms:.1} ms vs {cluster:.1} ms for node:cluster (ratio {:.2}): {}",

@@ -78,6 +78,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             Cell::ms(pick(&base.reload).quantile(1.0)),
             Goal::None,
         );
+        t.detail();
         for (window, pick_window) in [
             ("steady", (|o| &o.steady) as fn(&Outcome) -> &Window),
             ("during the rolls", |o| &o.reload),
@@ -96,6 +97,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         Cell::count(base.reload.keep_alive.retried),
         Goal::None,
     );
+    t.detail();
     t.row(
         "`ck reload` mean duration",
         Cell::ms(ck.took / RELOADS as u32),

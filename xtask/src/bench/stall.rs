@@ -157,6 +157,9 @@ pub fn run(bench: &Bench) -> Result<Table> {
                 Cell::ms(base.report.quantile(q)),
                 Goal::None,
             );
+            if name != "p99" {
+                t.detail();
+            }
         }
         t.row(
             &format!("{}: failed (refused/reset/timeout/other)", o.label),

@@ -1,8 +1,9 @@
 //! BENCHMARKS.md's tables, drawn from the run records (`record.rs`), never typed: between
 //! `<!-- bench:SCENARIO -->` and `<!-- /bench:SCENARIO -->` goes the latest record of that
 //! scenario (when and on which commit it ran, the machine's load, how many goals were met, one
-//! Markdown table per result table with its goal notes and plots; the other notes, such as every
-//! run's figures, stay in the record it links); everything outside the markers is
+//! Markdown table per result table without its detail rows, with its goal notes and plots; the
+//! details and the other notes, such as every run's figures, stay in the record it links);
+//! everything outside the markers is
 //! hand-written and kept as it is. `cargo xtask bench summary` writes the file,
 //! `--check` (and a unit test) fails when it is not what the committed records give.
 
@@ -102,17 +103,28 @@ fn header(file: &str, record: &Record, run: &ScenarioRun) -> String {
     });
     let goals = match goals {
         0 => "no goal".to_string(),
-        n => format!("goals met: {met} of {n}"),
+        n => format!("goals met {met} of {n}"),
     };
-    let dirty = if record.dirty {
-        " (with uncommitted changes)"
+    // Above 2 runnable tasks per CPU, the rates and latencies are the machine's more than ck's.
+    let busiest = [run.load_before, run.load_after]
+        .into_iter()
+        .flatten()
+        .fold(0.0, f64::max);
+    let busy = if busiest > 2.0 * record.machine.cpus as f64 {
+        " **Busy machine: compare only the ratios.**"
     } else {
         ""
     };
+    let dirty = if record.dirty { " + changes" } else { "" };
     format!(
-        "*Recorded {} on commit `{}`{dirty}, {} CPUs, 1-minute load average {} -> {}, {:.0} s; \
-         {goals}. Record: [{file}](docs/bench/runs/{file}).*\n\n",
-        record.date.replace('T', " ").replace('Z', " UTC"),
+        "*{} · commit `{}`{dirty} · {} CPUs · load {} -> {} · {:.0} s · {goals} · \
+         [record](docs/bench/runs/{file})*{busy}\n\n",
+        record
+            .date
+            .get(..16)
+            .unwrap_or(&record.date)
+            .replace('T', " ")
+            + " UTC",
         record.commit,
         record.machine.cpus,
         load(run.load_before),
@@ -125,7 +137,9 @@ fn header(file: &str, record: &Record, run: &ScenarioRun) -> String {
 /// goal, plots.
 fn markdown(table: &Table) -> String {
     let cell = |s: &str| s.replace('|', "\\|");
-    let mut out = format!("**{}**\n\n", cell(&table.title));
+    // The title's label; what it goes on to say of the setup is the prose's and the record's.
+    let label = table.title.split(':').next().unwrap_or_default();
+    let mut out = format!("**{}**\n\n", cell(label));
     let mut head = vec!["metric".to_string()];
     head.extend(table.columns.iter().map(|c| cell(c)));
     let (over, under) = table.ratio_of;
@@ -140,7 +154,7 @@ fn markdown(table: &Table) -> String {
         .chain(["---:", "---"])
         .collect();
     let _ = writeln!(out, "| {} |", rule.join(" | "));
-    for row in &table.rows {
+    for row in table.rows.iter().filter(|r| !r.detail) {
         let mut fields = vec![cell(&row.metric)];
         fields.extend(
             (0..table.columns.len())
@@ -174,6 +188,7 @@ fn markdown(table: &Table) -> String {
 mod tests {
     use super::*;
     use crate::bench::record::tests::sample;
+    use crate::bench::table::{Cell, Goal};
 
     #[test]
     fn benchmarks_md_is_what_the_committed_records_give() {
@@ -195,6 +210,9 @@ mod tests {
         let mut newer = sample();
         newer.scenarios[0].tables[0].note("how it was measured");
         newer.scenarios[0].tables[0].note("goal for x: met");
+        let table = &mut newer.scenarios[0].tables[0];
+        table.row("p99 max", Cell::count(7), Cell::count(8), Goal::None);
+        table.detail();
         let records = vec![
             ("2026-12-01-000000-a.json".to_string(), older),
             ("2026-12-02-114702-4c813f3abc.json".to_string(), newer),
@@ -202,16 +220,23 @@ mod tests {
         let text = "# Hand\n\nprose\n<!-- bench:reload -->\ntyped 42\n<!-- /bench:reload -->\n\
                     more prose\n<!-- bench:spread -->\n<!-- /bench:spread -->\n";
         let drawn = regenerate(text, &records).unwrap();
-        assert!(drawn.starts_with("# Hand\n\nprose\n<!-- bench:reload -->\n*Recorded "));
+        assert!(drawn.starts_with(
+            "# Hand\n\nprose\n<!-- bench:reload -->\n*2026-12-02 11:47 UTC · commit `4c813f3abc` ·"
+        ));
         assert!(
             !drawn.contains("typed 42") && !drawn.contains("| 1 req/s"),
             "{drawn}"
         );
         assert!(drawn.contains("| p99 | 99 req/s | 100 req/s | 0.99 | ratio <= 1: met |"));
-        assert!(drawn.contains("goals met: 1 of 1"), "{drawn}");
+        assert!(drawn.contains("goals met 1 of 1"), "{drawn}");
         assert!(drawn.contains("\n- goal for x: met\n"), "{drawn}");
         assert!(!drawn.contains("how it was measured"), "{drawn}");
-        assert!(drawn.contains("load average 0.50 -> 1.25"), "{drawn}");
+        assert!(
+            !drawn.contains("p99 max"),
+            "a detail row is left out: {drawn}"
+        );
+        assert!(drawn.contains("load 0.50 -> 1.25"), "{drawn}");
+        assert!(!drawn.contains("Busy machine"), "{drawn}");
         assert!(
             drawn.contains("<!-- /bench:reload -->\nmore prose\n"),
             "{drawn}"
@@ -219,6 +244,15 @@ mod tests {
         assert!(drawn.contains("No recorded run yet: `cargo xtask bench spread --record`"));
         // Drawing again changes nothing.
         assert_eq!(regenerate(&drawn, &records).unwrap(), drawn);
+    }
+
+    #[test]
+    fn a_busy_machine_is_said() {
+        let mut busy = sample();
+        busy.scenarios[0].load_after = Some(4.5);
+        let records = vec![(busy.file_name(), busy)];
+        let drawn = regenerate("<!-- bench:reload -->\n<!-- /bench:reload -->\n", &records);
+        assert!(drawn.unwrap().contains("Busy machine"));
     }
 
     #[test]

@@ -107,6 +107,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         samples.iter().map(|s| per_window(s.idle_cpu)).collect(),
         Goal::None,
     );
+    t.detail();
     t.row_of(
         "idle: % of a core (schedstat)",
         samples.iter().map(|s| share(s.idle_cpu, IDLE)).collect(),
@@ -120,21 +121,25 @@ pub fn run(bench: &Bench) -> Result<Table> {
             .collect(),
         Goal::None,
     );
+    t.detail();
     t.row_of(
         &format!("CPU per {MEASURE:?} (utime+stime)"),
         samples.iter().map(|s| per_window(s.ticks_cpu)).collect(),
         Goal::None,
     );
+    t.detail();
     t.row_of(
         "% of a core (utime+stime)",
         samples.iter().map(|s| percent(s.ticks_cpu)).collect(),
         Goal::AtMost(0.3, "<= 0.3 %"),
     );
+    t.detail();
     t.row_of(
         &format!("CPU per {MEASURE:?} (schedstat, all threads)"),
         samples.iter().map(|s| per_window(s.sched_cpu)).collect(),
         Goal::None,
     );
+    t.detail();
     t.row_of(
         "% of a core (schedstat)",
         samples.iter().map(|s| percent(s.sched_cpu)).collect(),

@@ -155,6 +155,9 @@ pub struct Row {
     pub ratio: Option<f64>,
     /// The goal of the first column's value, if it has one.
     pub goal: Option<Verdict>,
+    /// A detail ([`Table::detail`]): printed and recorded, left out of BENCHMARKS.md.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub detail: bool,
 }
 
 impl Row {
@@ -255,7 +258,16 @@ impl Table {
             goal: goal.verdict(&first, ratio),
             ratio,
             cells,
+            detail: false,
         });
+    }
+
+    /// Marks the row added last as a detail (a max beside a p99, each round beside the
+    /// median): printed and recorded, but BENCHMARKS.md's summary shows only the other rows.
+    pub fn detail(&mut self) {
+        if let Some(row) = self.rows.last_mut() {
+            row.detail = true;
+        }
     }
 
     /// Adds a line printed under the table.

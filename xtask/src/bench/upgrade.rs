@@ -136,6 +136,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             Cell::ms(pick(&o.steady).quantile(1.0)),
             Goal::None,
         );
+        t.detail();
         t.row(
             &format!("{mode} failed (refused/reset/timeout/other)"),
             Cell::failures(pick(&o.upgrading)),
