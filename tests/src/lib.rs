@@ -4,7 +4,8 @@
 //! processes, ports and CPUs ([`sys`]) and what a process costs ([`cpu`]); run real servers ([`pyservers`], [`real_servers`]) through
 //! one checklist ([`server_checks`]); run a program in a real terminal ([`tmux`]), read the
 //! files of `deploy/` ([`deploy`]), tell a static binary from a dynamic one ([`elf`]), put ck hosts behind a real balancer in network
-//! namespaces ([`fleet`]), and hold ck to README's promises ([`promises`]).
+//! namespaces ([`fleet`]), hold ck to README's promises ([`promises`]), and run the docs' shell
+//! blocks and check their links and tables ([`docs`]).
 //!
 //! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
 //! BPF programs and pin maps under `/sys/fs/bpf/ck/`. `cargo xtask test` builds ck and runs
@@ -17,6 +18,7 @@ pub mod ck;
 pub mod cpu;
 pub mod cserver;
 pub mod deploy;
+pub mod docs;
 pub mod elf;
 pub mod fleet;
 pub mod http;
