@@ -2,9 +2,9 @@
 //! `examples/ruby`, `examples/rust`), each run under ck with the command line its page gives:
 //! two workers both answer (an exact 20/20 split of pinned requests, two worker processes),
 //! one `ck reload` under a keep-alive load that never retries (as wrk) fails no request (for
-//! uvicorn, which closes idle keep-alive connections at once when told to stop, under the same
-//! load retrying as HTTP clients do, with what it resent printed), and `ck stop` leaves
-//! nothing.
+//! uvicorn and puma, which close idle keep-alive connections at once when told to stop, under
+//! the same load retrying as HTTP clients do, with what it resent printed), and `ck stop`
+//! leaves nothing.
 //!
 //! The servers come from the tests' dependencies (`cargo xtask test` installs them): gunicorn
 //! and uvicorn in `target/py-servers`, Debian's go and puma; the Go app is built with `go
@@ -150,7 +150,11 @@ fn go_app_under_adopt() {
     });
 }
 
-/// `examples/ruby/config.ru` under puma on its activated socket.
+/// `examples/ruby/config.ru` under puma on its activated socket. Once told to stop, puma
+/// answers with `Connection: close`, but closes at once the keep-alive connections idle in its
+/// reactor (those with no request for more than its 0.2 s inline wait): at this load none is,
+/// at 30 requests a second a client that never retries lost 9 in one roll. So the roll's load
+/// retries, as HTTP clients do.
 #[test]
 fn ruby_app_under_puma() {
     let config = text(example_dir("ruby").join("config.ru"));
@@ -171,7 +175,7 @@ fn ruby_app_under_puma() {
         label: "rt-puma",
         flags: &["--probe", "http"],
         command: command.map(str::to_string).to_vec(),
-        retry: false,
+        retry: true,
         rate: SLOW_RATE,
     });
 }
