@@ -184,11 +184,13 @@ fn table(o: &[Outcome]) -> Table {
         cells(&kind(FailureKind::Refused)),
         Goal::AtMost(0.0, "0"),
     );
+    t.detail();
     t.row_of(
         "timeouts",
         cells(&kind(FailureKind::Timeout)),
         Goal::AtMost(0.0, "0"),
     );
+    t.detail();
     t.row_of(
         "failures after one kill, max",
         cells(&|x| Cell::count(x.per_kill().into_iter().max().unwrap_or(0) as u64)),

@@ -74,6 +74,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         Cell::ms_or(base.answering, "never"),
         Goal::None,
     );
+    t.detail();
     for (name, q) in [("p99 latency", 0.99), ("max latency", 1.0)] {
         t.row(
             name,
@@ -81,6 +82,9 @@ pub fn run(bench: &Bench) -> Result<Table> {
             Cell::ms(base.report.quantile(q)),
             Goal::None,
         );
+        if q == 1.0 {
+            t.detail();
+        }
     }
     t.row(
         "answered requests",

@@ -165,6 +165,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             .collect(),
         Goal::None,
     );
+    t.detail();
     t.row_of(
         "requests answered",
         outcomes.iter().map(|o| Cell::count(o.report.ok)).collect(),

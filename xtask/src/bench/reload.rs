@@ -66,6 +66,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             Cell::ms(pick(&base.steady).p99()),
             Goal::None,
         );
+        t.detail();
         t.row(
             &format!("{mode} p99, during the rolls"),
             Cell::ms(pick(&ck.reload).p99()),
@@ -89,6 +90,9 @@ pub fn run(bench: &Bench) -> Result<Table> {
                 Cell::failures(pick(pick_window(&base))),
                 Goal::AtMost(0.0, "0"),
             );
+            if window == "steady" {
+                t.detail();
+            }
         }
     }
     t.row(

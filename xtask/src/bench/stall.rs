@@ -167,6 +167,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
             Cell::failures(&base.report),
             Goal::None,
         );
+        t.detail();
     }
     let best = ck
         .iter()

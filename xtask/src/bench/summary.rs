@@ -84,8 +84,9 @@ fn block(name: &str, records: &[(String, Record)]) -> String {
         );
     };
     let mut out = header(file, record, run);
+    let labelled = run.tables.len() > 1;
     for table in &run.tables {
-        out.push_str(&markdown(table));
+        out.push_str(&markdown(table, labelled));
     }
     out
 }
@@ -133,13 +134,17 @@ fn header(file: &str, record: &Record, run: &ScenarioRun) -> String {
     )
 }
 
-/// One table as Markdown: title, columns (contenders, ratio, goal), the notes that state a
-/// goal, plots.
-fn markdown(table: &Table) -> String {
+/// One table as Markdown: its title's label (when `labelled`: the scenario has more than one
+/// table), columns (contenders, ratio, goal), the notes that state a goal, plots.
+fn markdown(table: &Table, labelled: bool) -> String {
     let cell = |s: &str| s.replace('|', "\\|");
     // The title's label; what it goes on to say of the setup is the prose's and the record's.
     let label = table.title.split(':').next().unwrap_or_default();
-    let mut out = format!("**{}**\n\n", cell(label));
+    let mut out = if labelled {
+        format!("**{}**\n\n", cell(label))
+    } else {
+        String::new()
+    };
     let mut head = vec!["metric".to_string()];
     head.extend(table.columns.iter().map(|c| cell(c)));
     let (over, under) = table.ratio_of;

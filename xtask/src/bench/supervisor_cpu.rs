@@ -145,6 +145,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         samples.iter().map(|s| percent(s.sched_cpu)).collect(),
         Goal::AtMost(0.3, "<= 0.3 %"),
     );
+    t.detail();
     t.row_of(
         "% of a core per 10 k connections/s (schedstat)",
         samples

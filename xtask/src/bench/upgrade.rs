@@ -151,6 +151,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         Cell::ms(o.pace),
         Goal::AtMost(50.0, "< 50 ms"),
     );
+    t.detail();
     t.row(
         "control socket unavailable per upgrade, median",
         Cell::ms(median_duration(&o.gaps)),
@@ -163,6 +164,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
         none(),
         Goal::None,
     );
+    t.detail();
     t.row(
         "`ck upgrade`s that failed",
         Cell::count(o.failed as u64),
