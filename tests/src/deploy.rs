@@ -179,9 +179,9 @@ pub fn stop_budget(args: &[String]) -> f64 {
 }
 
 /// The capabilities (`BPF`, as Kubernetes spells them) that `ck run ARGS` needs, as
-/// `docs/src/least-privilege.md` lists them: `BPF` and `PERFMON`; with `--adopt` `NET_ADMIN`; with `--user`
-/// `SETUID`, `SETGID` and `KILL` (and `SYS_PTRACE` with both); `NET_BIND_SERVICE` for a port
-/// below 1024; `SYS_NICE` unless `--boot-boost 0`. Sorted.
+/// `docs/src/least-privilege.md` lists them: `BPF` and `PERFMON`; with `--adopt` `NET_ADMIN`;
+/// with `--user` `SETUID`, `SETGID` and `KILL` (and `SYS_PTRACE` with both); `NET_BIND_SERVICE`
+/// for a port below 1024; `SYS_NICE` unless `--boot-boost 0`. Sorted.
 pub fn needed_caps(args: &[String]) -> Vec<&'static str> {
     let ck_args = args.split(|a| a == "--").next().unwrap_or(args);
     let adopt = ck_args.iter().any(|a| a == "--adopt");

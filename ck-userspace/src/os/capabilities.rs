@@ -2,8 +2,9 @@
 //! those a task needs are missing, and how to grant them, for errors that say what to do.
 //!
 //! The set was found by running ck as a non-root user with only candidate capabilities and
-//! removing each (`docs/src/least-privilege.md` has the evidence): socket activation needs `CAP_BPF` (maps)
-//! and `CAP_PERFMON` (the verifier refuses the program's pointer arithmetic without it);
+//! removing each (`docs/src/least-privilege.md` has the evidence): socket activation needs
+//! `CAP_BPF` (maps) and `CAP_PERFMON` (the verifier refuses the program's pointer arithmetic
+//! without it);
 //! `--adopt` adds `CAP_NET_ADMIN` (cgroup socket programs); `--user` of another user adds
 //! `CAP_SETUID`, `CAP_SETGID` and `CAP_KILL`.
 
