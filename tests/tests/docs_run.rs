@@ -97,3 +97,100 @@ fn every_shell_block_of_the_docs_runs_and_every_console_block_shows_what_it_prin
             .join("\n")
     );
 }
+
+/// Runs `text` as a page named `name` and returns its report.
+fn run_text(name: &str, text: &str) -> PageReport {
+    let page = Markdown::parse(Path::new(name), text.to_string());
+    docs::run_page(&page, name, &mut NoHooks)
+}
+
+/// The harness itself: one shell per page (variables, files and background jobs carry over),
+/// the page's environment, ports substituted and mapped back, masked console output, and
+/// each way a page breaks the conventions reported with its line.
+#[test]
+fn the_harness_runs_a_page_as_one_shell_and_reports_each_broken_convention() {
+    let good = run_text(
+        "good.md",
+        "# Good\n\n```txt file=notes/a.txt\nport 8080\n```\n\n```sh\nv=1\nsleep 60 &\necho $! > job.pid\ntest -d examples && command -v ck\ntest -n \"$CK_RUN_DIR\" && test -n \"$CK_PIN_DIR\" && test -n \"$NODE_PATH\"\ntest \"$(cat notes/a.txt)\" != \"port 80\"\"80\"\n```\n\n```console\n$ echo \"v=$v port 8080 pid $(cat job.pid)\"\nv=1 port 8080 pid 123\n$ printf 'a\\nb  c\\nd\\n'\na\n...\nd\n$ false\n```\n\n```sh,norun: needs a cluster\nkubectl apply\n```\n\n```sh\nkill $(cat job.pid)\n```\n",
+    );
+    assert!(good.failures.is_empty(), "{:#?}", good.failures);
+    assert_eq!((good.ran, good.skipped), (6, 1), "{good:#?}");
+
+    let failing = run_text(
+        "bad.md",
+        "# Bad\n\n```sh\necho before\nfalse\necho after\n```\n\n```sh\necho never\n```\n",
+    );
+    assert_eq!(failing.failures.len(), 1, "{:#?}", failing.failures);
+    let msg = &failing.failures[0];
+    assert!(
+        msg.starts_with("bad.md:3: the block failed with exit status 1"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("before") && !msg.contains("    after"),
+        "{msg}"
+    );
+    assert_eq!(failing.ran, 1, "the page stops at the failing block");
+
+    let wrong = run_text(
+        "wrong.md",
+        "```console\n$ echo 'slot 1 ready'\nslot 1 starting\n$ echo ok\nok\n```\n\n```sh,norun\nx\n```\n",
+    );
+    assert_eq!(wrong.failures.len(), 2, "{:#?}", wrong.failures);
+    assert!(
+        wrong.failures.iter().any(|f| f
+            .starts_with("wrong.md:2: `echo 'slot 1 ready'` printed something other")
+            && f.contains("slot 1 starting")
+            && f.contains("slot 1 ready")),
+        "{:#?}",
+        wrong.failures
+    );
+    assert!(
+        wrong
+            .failures
+            .iter()
+            .any(|f| f.starts_with("wrong.md:8: ") && f.contains("norun: REASON")),
+        "{:#?}",
+        wrong.failures
+    );
+
+    let leaves = run_text("leaves.md", "```sh\nsleep 300 &\n```\n");
+    assert_eq!(leaves.failures.len(), 1, "{:#?}", leaves.failures);
+    assert!(
+        leaves.failures[0].contains("leaves `sleep 300`")
+            && leaves.failures[0].contains("ck stop --wait"),
+        "{:#?}",
+        leaves.failures
+    );
+}
+
+/// A page that does not finish in its time is stopped, with the step it was in.
+#[test]
+fn a_page_that_hangs_is_stopped_at_its_time_limit() {
+    let page = Markdown::parse(
+        Path::new("hangs.md"),
+        "```sh\necho start\n```\n\n```sh\nsleep 600\n```\n".to_string(),
+    );
+    let steps = docs::plan::plan(&page).steps;
+    let started = std::time::Instant::now();
+    let report = docs::run_steps_within(
+        "hangs.md",
+        &steps,
+        &mut NoHooks,
+        std::time::Duration::from_secs(2),
+    );
+    assert!(
+        report.failures[0].starts_with("hangs.md:5: the page ran out of time"),
+        "{:#?}",
+        report.failures
+    );
+    assert!(
+        report
+            .failures
+            .iter()
+            .any(|f| f.contains("leaves `sleep 600`")),
+        "{:#?}",
+        report.failures
+    );
+    eprintln!("stopped after {:?}", started.elapsed());
+}

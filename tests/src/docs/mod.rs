@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 pub use markdown::Markdown;
 pub use plan::{Step, StepKind};
-pub use run::{Hooks, NoHooks, PageReport, run_page, run_steps};
+pub use run::{Hooks, NoHooks, PageReport, run_page, run_steps, run_steps_within};
 pub use session::Session;
 
 /// The repository's root directory.

@@ -80,6 +80,16 @@ pub fn run_page(page: &Markdown, shown: &str, hooks: &mut dyn Hooks) -> PageRepo
 
 /// Runs `steps` of the page `shown` in one new session, then ends it.
 pub fn run_steps(shown: &str, steps: &[Step], hooks: &mut dyn Hooks) -> PageReport {
+    run_steps_within(shown, steps, hooks, page_timeout())
+}
+
+/// [`run_steps`] with the page's time limit given.
+pub fn run_steps_within(
+    shown: &str,
+    steps: &[Step],
+    hooks: &mut dyn Hooks,
+    timeout: Duration,
+) -> PageReport {
     let mut report = PageReport {
         page: shown.to_string(),
         ..PageReport::default()
@@ -90,7 +100,7 @@ pub fn run_steps(shown: &str, steps: &[Step], hooks: &mut dyn Hooks) -> PageRepo
     let label = Path::new(shown)
         .file_stem()
         .map_or("page".into(), |s| s.to_string_lossy().into_owned());
-    let mut session = Session::start(&label, page_timeout());
+    let mut session = Session::start(&label, timeout);
     for (i, step) in steps.iter().enumerate() {
         let go_on = run_step(shown, step, &steps[..i], &mut session, hooks, &mut report);
         report.ran += 1;
@@ -212,12 +222,11 @@ fn what_happened(outcome: &Outcome) -> String {
             format!("the block failed with exit status {status} (bash runs with set -euo pipefail)")
         }
         Outcome::ShellExited(None) => "the page's bash was killed during the block".to_string(),
-        Outcome::TimedOut => format!(
-            "the page did not finish within {} s (CK_DOCS_TIMEOUT) and was stopped in this \
-             step; a command that waits must be given a bound (e.g. `ck status --wait \
-             --timeout 30s`), and a fleet must run in the background (`ck run ... &`)",
-            page_timeout().as_secs()
-        ),
+        Outcome::TimedOut => "the page ran out of time in this step and was stopped (the \
+             limit is CK_DOCS_TIMEOUT seconds, 180 by default); a command that waits needs a \
+             bound (`ck status --wait --timeout 30s`), and a fleet runs in the background \
+             (`ck run ... &`)"
+            .to_string(),
     }
 }
 
