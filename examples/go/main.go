@@ -2,8 +2,8 @@
 // ck adds SO_REUSEPORT to that bind (so every worker binds the same port) and steers new
 // connections to the workers' sockets:
 //
-//	go build -o hello ./examples/go
-//	ck run --port 8080 -w 2 --adopt -- ./hello
+//	(cd examples/go && go build -o hello .)
+//	ck run --port 8080 -w 2 --adopt -- examples/go/hello
 //
 // GET / answers which worker served it (slot=S pid=P), GET /healthz answers ok.
 //
