@@ -15,6 +15,7 @@ mod error_causes;
 pub mod metrics;
 #[allow(unsafe_code)]
 pub mod os;
+pub mod reference;
 pub mod settings;
 pub mod supervisor;
 

@@ -47,8 +47,9 @@ enum Command {
         #[arg(long, value_parser = parse_duration, default_value = "30s", requires = "wait")]
         timeout: Duration,
     },
-    /// Take a slot out of the active set; its socket stays open and its worker keeps serving
-    /// what it already has.
+    /// Take a slot (--all: the whole host) out of the active set.
+    ///
+    /// Its socket stays open and its worker keeps serving what it already has.
     /// With --all: the whole host out of rotation (/readyz 503, reason drained), every socket
     /// open, and connections that still arrive (the balancer has not noticed yet) served.
     Drain {
@@ -72,9 +73,11 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
-    /// Re-execute ck in place (same pid; workers, sockets and steering kept) from the binary
-    /// it was started from (as that file is now) or from --binary; exits non-zero, with the
-    /// old ck still running, if the new binary cannot take over. SIGUSR2 does the same.
+    /// Re-execute ck in place, keeping its workers, sockets and steering.
+    ///
+    /// Same pid; from the binary it was started from (as that file is now) or from --binary;
+    /// exits non-zero, with the old ck still running, if the new binary cannot take over.
+    /// SIGUSR2 does the same.
     Upgrade {
         /// The new ck binary.
         #[arg(long, value_name = "PATH")]
@@ -114,8 +117,9 @@ enum Command {
         #[arg(long)]
         supervisor: u32,
     },
-    /// Rolling restart: replace every worker, one batch at a time, without dropping a
-    /// connection; exits non-zero if the roll is aborted.
+    /// Rolling restart: replace every worker without dropping a connection.
+    ///
+    /// One batch (--reload-batch) at a time; exits non-zero if the roll is aborted.
     Reload {
         #[command(flatten)]
         target: Target,
@@ -127,8 +131,9 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
-    /// Probe one worker through its own listening socket (whatever its state) and print the
-    /// answer and the worker's pid.
+    /// Probe one worker through its own listening socket.
+    ///
+    /// Whatever its state; prints the answer and the worker's pid.
     Probe {
         /// The slot.
         slot: u32,
@@ -142,8 +147,10 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
-    /// Live view of the slots (pid, state, new connections per second, accept queue, memory,
-    /// CPU, restarts) refreshed every second; keys drain (d), undrain (u), reload (r), quit (q).
+    /// Live view of the slots, refreshed every second.
+    ///
+    /// Pid, state, new connections per second, accept queue, memory, CPU, restarts; keys
+    /// drain (d), undrain (u), reload (r), quit (q).
     Top {
         #[command(flatten)]
         target: Target,
@@ -151,7 +158,9 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
-    /// Every BPF map of every group, decoded (slot states as words, per-CPU counters summed).
+    /// Every BPF map of every group, decoded.
+    ///
+    /// Slot states as words, per-CPU counters summed.
     Maps {
         #[command(flatten)]
         target: Target,
@@ -159,8 +168,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Drain and stop every worker, then exit. With --metrics, ck first answers /readyz with
-    /// 503 and waits until no new connection came for --quiet-period (at most --quiet-max).
+    /// Drain and stop every worker, then exit.
+    ///
+    /// With --metrics, ck first answers /readyz with 503 and waits until no new connection
+    /// came for --quiet-period (at most --quiet-max).
     Stop {
         /// Skip the quiet wait (or the rest of it): drain at once.
         #[arg(long)]
@@ -178,18 +189,24 @@ enum Command {
     },
     /// The built-in demo worker (HTTP/1.1): run by `ck run` when no APP is given.
     DemoWorker(ck_worker::demo::DemoOptions),
-    /// Writes ck's man pages (ck.1 and one page per subcommand, from this command line) into
-    /// DIR and prints their paths (`cargo xtask dist` packages them).
-    #[command(hide = true)]
+    /// Write ck's man pages into DIR.
+    ///
+    /// ck(1), one page per command (ck-run(1), ...) and ck.toml(5); prints their paths.
     Man {
         /// The directory (created if missing).
         dir: std::path::PathBuf,
     },
-    /// Prints ck's completion script for SHELL (bash, zsh, fish, elvish, powershell).
-    #[command(hide = true)]
+    /// Print ck's completion script for SHELL (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+    /// Writes the generated reference (Markdown and JSON Schemas: commands, config keys,
+    /// metrics, status and maps JSON, environment) into DIR; `cargo xtask docs` runs it.
+    #[command(hide = true)]
+    Reference {
+        /// The directory (created if missing).
+        dir: std::path::PathBuf,
     },
     /// Internal: sets LISTEN_PID and execs the worker's program.
     #[command(hide = true)]
@@ -324,6 +341,10 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
         }
         Command::Man { dir } => {
             cli::docs::man_pages(Cli::command(), &dir)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Reference { dir } => {
+            cli::docs::reference(Cli::command(), &dir)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Completions { shell } => {

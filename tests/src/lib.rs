@@ -27,6 +27,7 @@ pub mod privs;
 pub mod promises;
 pub mod pyservers;
 pub mod real_servers;
+pub mod reference;
 pub mod server_checks;
 pub mod slow_boot;
 pub mod sys;

@@ -1,4 +1,4 @@
-//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench`, `promises`, `fleet`, `fuzz` and `dist`.
+//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench`, `promises`, `fleet`, `fuzz`, `docs` and `dist`.
 //!
 //! Every task first runs [`toolchain::ensure`], which installs what building the BPF program
 //! needs (nightly + rust-src, LLVM 22, bpf-linker, bpftool) and mounts the bpffs, printing one
@@ -7,6 +7,7 @@
 mod bench;
 mod cmd;
 mod dist;
+mod docs;
 mod fuzz;
 mod multi_host;
 mod promises;
@@ -129,6 +130,14 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         secs: u64,
     },
+    /// Build `ck`, regenerate the reference from it (`docs/src/reference/`, `docs/man/`) and
+    /// build the mdBook in `docs/` into `target/book` (mdbook installed when missing).
+    Docs {
+        /// Only check: regenerate into a scratch directory and fail, naming each stale file,
+        /// if the committed reference differs.
+        #[arg(long)]
+        check: bool,
+    },
     /// Build the static release `ck` (musl, BPF program embedded) and package it:
     /// `ck-VERSION-x86_64-linux.tar.gz` (ck, systemd unit, man pages, completions, examples,
     /// README), a `.deb` (cargo-deb) that installs the same under /usr, the npm packages
@@ -224,6 +233,11 @@ fn dispatch(task: Task) -> Result<()> {
                 None => fuzz::TARGETS.to_vec(),
             };
             fuzz::run(workspace_root()?, &targets, secs).map(drop)
+        }
+        Task::Docs { check } => {
+            toolchain::ensure(Bpffs::Optional)?;
+            let ck = build(false)?;
+            docs::run(&ck, &workspace_root()?.join("docs"), &target_dir()?, check)
         }
         Task::Dist { out, targets } => {
             toolchain::ensure(Bpffs::Optional)?;

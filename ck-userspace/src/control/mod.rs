@@ -60,7 +60,7 @@ pub enum Response {
 }
 
 /// What `ck status` shows.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatusReport {
     /// Instance name.
     pub name: String,
@@ -175,7 +175,7 @@ pub struct StatusReport {
 
 /// The quiet wait of a stop in [`StatusReport`]: ck reports not ready and waits until the
 /// program has selected no new connection for the quiet period, or the maximum.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct QuietWaitReport {
     /// The wait is under way (false: it ended, see `ended`).
     pub waiting: bool,
@@ -194,7 +194,7 @@ pub struct QuietWaitReport {
 }
 
 /// One group's steering in [`StatusReport`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupSteering {
     /// The group.
     pub group: String,
@@ -205,7 +205,7 @@ pub struct GroupSteering {
 }
 
 /// A listener on a group's port that is not one of ck's sockets.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ForeignListener {
     /// The group whose port it listens on.
     pub group: String,
@@ -222,7 +222,7 @@ pub struct ForeignListener {
 }
 
 /// One slot in [`StatusReport`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SlotReport {
     /// Slot index.
     pub slot: u32,

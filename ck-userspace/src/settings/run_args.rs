@@ -22,191 +22,299 @@ pub fn run_command() -> Command {
     RunArgs::augment_args(Command::new("run"))
 }
 
-/// The options of `ck run`.
+/// The examples `ck run --help` shows after its options (and `ck-run(1)` under EXAMPLES).
+pub const EXAMPLES: &str = "\
+Examples:
+  Your app with 4 workers on port 8080 (it accepts on fd 3, e.g. through ck-listen or ck-worker):
+    ck run -w 4 -p 8080 -- node server.js
+
+  An unmodified server that binds the port itself (it gets PORT=8080):
+    ck run --adopt -w 4 -p 8080 -- python3 -m http.server --bind 0.0.0.0 8080
+
+  nginx (a config per worker), stopped gracefully with SIGQUIT:
+    ck run --adopt -w 2 -p 8080 --stop-signal QUIT -- sh -c 'exec nginx -c ck.$CK_WORKER_ID.conf'
+
+  Prometheus metrics, /healthz and /readyz on 127.0.0.1:9100:
+    ck run -w 4 -p 8080 --metrics 127.0.0.1:9100 -- ./server
+
+  Every option from a file (ck reload reads it again):
+    ck run --config /etc/ck/ck.toml";
+
+/// The option groups of `ck run --help`, in the order shown (the options without one come
+/// first: where to listen, the instance's name and its config file).
+pub const HEADINGS: [&str; 7] = [
+    WORKERS, READINESS, HEALTH, STEERING, LIMITS, STOPPING, OPERATIONS,
+];
+const WORKERS: &str = "Workers";
+const READINESS: &str = "Readiness";
+const HEALTH: &str = "Health and restarts";
+const STEERING: &str = "Steering";
+const LIMITS: &str = "Limits";
+const STOPPING: &str = "Stopping";
+const OPERATIONS: &str = "Operations";
+
+/// The options of `ck run`. Each doc comment's first line is the short help (`ck run -h`); the
+/// whole comment is the long help (`ck run --help`, the man page, the config reference).
 #[derive(Args)]
+#[command(after_long_help = EXAMPLES)]
 pub struct RunArgs {
-    /// Read options from this TOML file: every long option is a key (`workers = 4`,
-    /// `ready-timeout = "30s"`, `port = [8080, 8081]`, `adopt = true`) and `app = ["node",
-    /// "server.js"]`; options given on the command line win. `ck reload` reads it again.
+    /// Read options from a TOML file.
+    ///
+    /// Every long option is a key (`workers = 4`, `ready-timeout = "30s"`, `port = [8080,
+    /// 8081]`, `adopt = true`) and `app = ["node", "server.js"]`; options given on the command
+    /// line win. `ck reload` reads it again.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// TCP port to listen on, on 0.0.0.0 (repeatable; default 8080 when no --listen either).
+    /// TCP port to listen on, on 0.0.0.0 (repeatable).
+    ///
+    /// Default 8080 when no --listen either.
     #[arg(short, long = "port", value_name = "PORT")]
     ports: Vec<u16>,
-    /// Listen address such as tcp://[::]:8080 or tcp://127.0.0.1:8080 (repeatable).
+    /// Listen address, e.g. tcp://[::]:8080 (repeatable).
+    ///
+    /// tcp://HOST:PORT, e.g. tcp://127.0.0.1:8080 for loopback only.
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<ListenAddr>,
-    /// Number of workers (default: $WEB_CONCURRENCY, else the CPUs this process may use).
-    #[arg(short, long)]
-    workers: Option<u32>,
-    /// Instance name, for the control socket and pins (default: ck-<first port>).
+    /// Instance name (default: ck-<first port>).
+    ///
+    /// Names the control socket ($CK_RUN_DIR/NAME.sock) and the BPF pins; `ck status --name
+    /// NAME` and the other commands find the instance by it.
     #[arg(long)]
     name: Option<String>,
-    /// How new connections are spread over ready workers.
-    #[arg(long, value_enum, default_value_t = defaults::POLICY)]
-    policy: Policy,
-    /// With --policy least-queue: a worker whose oldest queued connection has waited less than
-    /// this (as the kernel says) keeps its round-robin turn, which evens out bursts; only longer
-    /// waits are compared by queue length (0: every non-empty queue is, so a stalled worker gets
-    /// about one connection per stall). The wait counts from the SYN-ACK: keep it above the
-    /// clients' round-trip time.
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::QUEUE_PATIENCE), value_name = "DUR")]
-    queue_patience: Duration,
-    /// When a worker counts as ready: READY=1 (auto also takes a worker that is silent on
-    /// NOTIFY_SOCKET as ready once it waits for connections on its socket), at spawn, or when
-    /// the readiness probe (--probe http:/PATH) passes.
-    #[arg(long, value_enum, default_value_t = defaults::READY)]
-    ready: ReadyMode,
-    /// Time a worker has to become ready before it is replaced.
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::READY_TIMEOUT))]
-    ready_timeout: Duration,
-    /// With --ready auto: time after which a worker that said nothing on NOTIFY_SOCKET is ready
-    /// if ck cannot see whether it waits for connections (no access to its /proc).
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::READY_GRACE))]
-    ready_grace: Duration,
-    /// Time a stopping worker gets to finish before SIGKILL.
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::DRAIN_TIMEOUT))]
-    drain_timeout: Duration,
-    /// With --metrics: on SIGTERM or `ck stop`, /readyz answers 503 (stopping) at once, every
-    /// worker keeps serving, and the drain starts once no new connection came for this long
-    /// (0: drain at once).
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::QUIET_PERIOD), value_name = "DUR")]
-    quiet_period: Duration,
-    /// The longest the --quiet-period wait lasts: the drain starts then even if connections
-    /// still come (with a warning that the balancer never stopped sending).
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::QUIET_MAX), value_name = "DUR")]
-    quiet_max: Duration,
-    /// The signal that stops a worker gracefully (rolls, scale-down, recycling, stop): TERM,
-    /// QUIT (nginx, unicorn, php-fpm), INT, HUP, USR1 (HAProxy), USR2, WINCH or KILL, with or
-    /// without SIG, or its number; SIGKILL follows after --drain-timeout.
-    #[arg(long, value_name = "SIG", default_value_t = defaults::STOP_SIGNAL)]
-    stop_signal: StopSignal,
-    /// Workers a rolling restart (SIGHUP, `ck reload`) replaces at a time.
-    #[arg(long, default_value_t = defaults::RELOAD_BATCH)]
-    reload_batch: u32,
-    /// Restart backoff after a crash: INITIAL[,MAX[,MULTIPLIER[,JITTER]]].
-    #[arg(long, value_parser = parse_backoff, default_value_t = defaults::RESTART_BACKOFF)]
-    restart_backoff: Backoff,
-    /// A worker ready this long has served: its exit restarts it at once and resets the backoff
-    /// (so does a ready worker killed from outside: SIGKILL, SIGTERM, SIGINT, the stop signal). Earlier exits are
-    /// boot crashes: they wait the backoff and count towards the breaker.
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::RESTART_STABLE))]
-    restart_stable: Duration,
-    /// The circuit breaker never takes the group below this many slots that keep trying: the
-    /// slot that would stays half-open, retried at the maximum backoff (0: no floor).
-    #[arg(long, default_value_t = defaults::MIN_WORKERS)]
-    min_workers: u32,
-    /// Boot crashes within --crash-window that open a slot's circuit breaker.
-    #[arg(long, default_value_t = defaults::CRASH_LIMIT)]
-    crash_limit: u32,
-    /// The circuit breaker's window.
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::CRASH_WINDOW))]
-    crash_window: Duration,
-    /// How long an open breaker waits before trying the slot again.
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::CRASH_COOLDOWN))]
-    crash_cooldown: Duration,
-    /// Heartbeat timeout: sets WATCHDOG_USEC; a worker that sent WATCHDOG=1 and then stays
-    /// silent this long is taken out of the active set until it sends it again.
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
-    watchdog: Option<Duration>,
-    /// Probe every worker through its own socket: `tcp`, `http` or `http:/PATH` (2xx passes).
-    #[arg(long, value_name = "KIND")]
-    probe: Option<ProbeKind>,
-    /// Time between probes of a worker.
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::PROBE_INTERVAL))]
-    probe_interval: Duration,
-    /// Time a probe may take.
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::PROBE_TIMEOUT))]
-    probe_timeout: Duration,
-    /// Failed probes in a row that make a worker unhealthy.
-    #[arg(long, default_value_t = defaults::PROBE_FAILS)]
-    probe_fails: u32,
-    /// Passed probes in a row that make it healthy again.
-    #[arg(long, default_value_t = defaults::PROBE_PASSES)]
-    probe_passes: u32,
-    /// Probe source ports: slot S is probed from port BASE+S (the BPF program steers those
-    /// loopback connections to slot S).
-    #[arg(long, default_value_t = defaults::PROBE_PORT_BASE)]
-    probe_port_base: u16,
-    /// A worker whose accept queue stays non-empty with no connection leaving it this long is
-    /// taken out of the active set until it moves again (0: off).
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::STALL_TIMEOUT))]
-    stall_timeout: Duration,
-    /// The sampled fallback's interval: how often accept queues are sampled while there is
-    /// traffic when least-queue steers by sampled depths (the kernel does not let its program
-    /// read exact ones); 50 times less often when idle. Otherwise queues are sampled for stall
-    /// detection every --stall-timeout/10 (at least 50 ms).
-    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::SAMPLE_INTERVAL))]
-    sample_interval: Duration,
-    /// Replace (gracefully, as a rolling restart of one) a worker unhealthy for this long.
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
-    unhealthy_replace_after: Option<Duration>,
-    /// Workers bind the port themselves (`app.listen(PORT)`, unmodified): ck runs each in a
-    /// cgroup whose bind hook adds SO_REUSEPORT on the instance's ports, adopts every listening
-    /// socket they open, and steers it like one it made. Workers get PORT (the first port).
-    #[arg(long)]
+    /// Number of workers.
+    ///
+    /// Default: $WEB_CONCURRENCY, else the CPUs this process may use.
+    #[arg(short, long, value_name = "N", help_heading = WORKERS)]
+    workers: Option<u32>,
+    /// Workers bind the port themselves (unmodified servers).
+    ///
+    /// For `app.listen(PORT)` as it is: ck runs each worker in a cgroup whose bind hook adds
+    /// SO_REUSEPORT on the instance's ports, adopts every listening socket they open, and steers
+    /// it like one it made. Workers get PORT (the first port).
+    #[arg(long, help_heading = WORKERS)]
     adopt: bool,
-    /// memory.max of every worker's cgroup (e.g. 512M), where the host's cgroup2 has the
-    /// memory controller (ck says so where it does not).
-    #[arg(long, value_parser = ck_worker::units::size::parse_size, value_name = "SIZE")]
-    worker_memory_max: Option<u64>,
-    /// Recycle (replace gracefully) a worker whose memory stays above SIZE (e.g. 512M) for 3
-    /// samples, one a second.
-    #[arg(long, value_parser = ck_worker::units::size::parse_size, value_name = "SIZE")]
-    max_memory: Option<u64>,
-    /// Recycle (replace gracefully) a worker after about N new connections (each worker's own
-    /// limit within ±10 %, checked every second).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    max_requests: Option<u64>,
-    /// Hot spares: N extra workers booted and ready but not selected; when a worker dies, a
-    /// spare takes its place at once (and a new spare boots).
-    #[arg(long, value_name = "N", default_value_t = defaults::SPARES)]
+    /// Run the workers as USER[:GROUP], without capabilities.
+    ///
+    /// As USER (and GROUP, else USER's groups) with no capability; ck opens the sockets, so they
+    /// can serve a port below 1024. ck needs root (or CAP_SETUID, CAP_SETGID and CAP_KILL).
+    #[arg(long, value_name = "USER[:GROUP]", value_parser = crate::os::privileges::parse_user, help_heading = WORKERS)]
+    user: Option<crate::os::privileges::WorkerUser>,
+    /// Hot spares: N extra workers booted but not selected.
+    ///
+    /// Booted and ready but not selected; when a worker dies, a spare takes its place at once
+    /// (and a new spare boots).
+    #[arg(long, value_name = "N", default_value_t = defaults::SPARES, help_heading = WORKERS)]
     spares: u32,
+    /// Nice levels the fleet steps back while a replacement boots.
+    ///
     /// While a replacement for a worker that died boots, the rest of the fleet steps back N
     /// nice levels (every thread of every worker), and comes back once no replacement boots:
     /// the survivors serving the whole load meanwhile do not slow the boot, which keeps ck's
     /// priority. 0: off. Needs CAP_SYS_NICE (ck says so once where it lacks it); rolls,
     /// scale-ups and spares change no priority.
     #[arg(long, value_name = "N", default_value_t = defaults::BOOT_BOOST,
-          value_parser = clap::value_parser!(u8).range(0..=39))]
+          value_parser = clap::value_parser!(u8).range(0..=39), help_heading = WORKERS)]
     boot_boost: u8,
-    /// Workers keep serving if ck dies (kill -9, a crash); the next `ck run` with the same
-    /// name takes the running fleet back (same workers) instead of starting a new one.
-    #[arg(long)]
+    /// When a worker counts as ready.
+    ///
+    /// READY=1 (auto also takes a worker that is silent on NOTIFY_SOCKET as ready once it
+    /// waits for connections on its socket), at spawn, or when the readiness probe (--probe
+    /// http:/PATH) passes.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = defaults::READY, help_heading = READINESS)]
+    ready: ReadyMode,
+    /// Time a worker has to become ready.
+    ///
+    /// A worker not ready by then is replaced.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::READY_TIMEOUT), help_heading = READINESS)]
+    ready_timeout: Duration,
+    /// With --ready auto: when a silent worker counts as ready.
+    ///
+    /// Time after which a worker that said nothing on NOTIFY_SOCKET is ready if ck cannot see
+    /// whether it waits for connections (no access to its /proc).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::READY_GRACE), help_heading = READINESS)]
+    ready_grace: Duration,
+    /// Heartbeat timeout (sets WATCHDOG_USEC).
+    ///
+    /// A worker that sent WATCHDOG=1 and then stays silent this long is taken out of the
+    /// active set until it sends it again.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", help_heading = HEALTH)]
+    watchdog: Option<Duration>,
+    /// Probe every worker: tcp, http or http:/PATH.
+    ///
+    /// Through its own socket: `tcp`, `http` or `http:/PATH` (2xx passes).
+    #[arg(long, value_name = "KIND", help_heading = HEALTH)]
+    probe: Option<ProbeKind>,
+    /// Time between probes of a worker.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::PROBE_INTERVAL), help_heading = HEALTH)]
+    probe_interval: Duration,
+    /// Time a probe may take.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::PROBE_TIMEOUT), help_heading = HEALTH)]
+    probe_timeout: Duration,
+    /// Failed probes in a row that make a worker unhealthy.
+    #[arg(long, value_name = "N", default_value_t = defaults::PROBE_FAILS, help_heading = HEALTH)]
+    probe_fails: u32,
+    /// Passed probes in a row that make it healthy again.
+    #[arg(long, value_name = "N", default_value_t = defaults::PROBE_PASSES, help_heading = HEALTH)]
+    probe_passes: u32,
+    /// Probe source ports: slot S is probed from BASE+S.
+    ///
+    /// The BPF program steers those loopback connections to slot S.
+    #[arg(long, value_name = "BASE", default_value_t = defaults::PROBE_PORT_BASE, help_heading = HEALTH)]
+    probe_port_base: u16,
+    /// Take a worker whose queue does not move out of the set.
+    ///
+    /// A worker whose accept queue stays non-empty with no connection leaving it this long is
+    /// taken out of the active set until it moves again (0: off).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::STALL_TIMEOUT), help_heading = HEALTH)]
+    stall_timeout: Duration,
+    /// How often accept queues are sampled.
+    ///
+    /// The sampled fallback's interval: how often accept queues are sampled while there is
+    /// traffic when least-queue steers by sampled depths (the kernel does not let its program
+    /// read exact ones); 50 times less often when idle. Otherwise queues are sampled for stall
+    /// detection every --stall-timeout/10 (at least 50 ms).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::SAMPLE_INTERVAL), help_heading = HEALTH)]
+    sample_interval: Duration,
+    /// Replace a worker unhealthy for this long.
+    ///
+    /// Gracefully, as a rolling restart of one.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", help_heading = HEALTH)]
+    unhealthy_replace_after: Option<Duration>,
+    /// Restart backoff after a crash.
+    ///
+    /// INITIAL[,MAX[,MULTIPLIER[,JITTER]]].
+    #[arg(long, value_parser = parse_backoff, value_name = "SPEC", default_value_t = defaults::RESTART_BACKOFF, help_heading = HEALTH)]
+    restart_backoff: Backoff,
+    /// A worker ready this long has served.
+    ///
+    /// Its exit restarts it at once and resets the backoff (so does a ready worker killed from
+    /// outside: SIGKILL, SIGTERM, SIGINT, the stop signal). Earlier exits are boot crashes:
+    /// they wait the backoff and count towards the breaker.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::RESTART_STABLE), help_heading = HEALTH)]
+    restart_stable: Duration,
+    /// Boot crashes in --crash-window that open the breaker.
+    ///
+    /// Boot crashes within --crash-window that open a slot's circuit breaker.
+    #[arg(long, value_name = "N", default_value_t = defaults::CRASH_LIMIT, help_heading = HEALTH)]
+    crash_limit: u32,
+    /// The circuit breaker's window.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::CRASH_WINDOW), help_heading = HEALTH)]
+    crash_window: Duration,
+    /// How long an open breaker waits.
+    ///
+    /// How long an open breaker waits before trying the slot again.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::CRASH_COOLDOWN), help_heading = HEALTH)]
+    crash_cooldown: Duration,
+    /// Slots the breaker keeps trying (0: no floor).
+    ///
+    /// The circuit breaker never takes the group below this many slots that keep trying: the
+    /// slot that would stays half-open, retried at the maximum backoff (0: no floor).
+    #[arg(long, value_name = "N", default_value_t = defaults::MIN_WORKERS, help_heading = HEALTH)]
+    min_workers: u32,
+    /// How new connections are spread over ready workers.
+    #[arg(long, value_enum, default_value_t = defaults::POLICY, help_heading = STEERING)]
+    policy: Policy,
+    /// With --policy least-queue: waits below this keep their turn.
+    ///
+    /// A worker whose oldest queued connection has waited less than this (as the kernel says)
+    /// keeps its round-robin turn, which evens out bursts; only longer waits are compared by
+    /// queue length (0: every non-empty queue is, so a stalled worker gets about one connection
+    /// per stall). The wait counts from the SYN-ACK: keep it above the clients' round-trip
+    /// time.
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::QUEUE_PATIENCE), value_name = "DUR", help_heading = STEERING)]
+    queue_patience: Duration,
+    /// Plain SO_REUSEPORT without the BPF program.
+    ///
+    /// The baseline; no readiness or drain steering.
+    #[arg(long, help_heading = STEERING)]
+    no_bpf: bool,
+    /// Forward the BPF program's log lines to ck's log.
+    ///
+    /// Fallbacks, drops.
+    #[arg(long, help_heading = STEERING)]
+    bpf_log: bool,
+    /// memory.max of every worker's cgroup (e.g. 512M).
+    ///
+    /// Where the host's cgroup2 has the memory controller (ck says so where it does not).
+    #[arg(long, value_parser = ck_worker::units::size::parse_size, value_name = "SIZE", help_heading = LIMITS)]
+    worker_memory_max: Option<u64>,
+    /// Recycle a worker whose memory stays above SIZE.
+    ///
+    /// Replace it gracefully when its memory stays above SIZE (e.g. 512M) for 3 samples, one a
+    /// second.
+    #[arg(long, value_parser = ck_worker::units::size::parse_size, value_name = "SIZE", help_heading = LIMITS)]
+    max_memory: Option<u64>,
+    /// Recycle a worker after about N new connections.
+    ///
+    /// Replace it gracefully; each worker's own limit is within ±10 % of N, checked every
+    /// second.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = LIMITS)]
+    max_requests: Option<u64>,
+    /// The signal that stops a worker gracefully.
+    ///
+    /// Used by rolls, scale-down, recycling and stop: TERM, QUIT (nginx, unicorn, php-fpm),
+    /// INT, HUP, USR1 (HAProxy), USR2, WINCH or KILL, with or without SIG, or its number;
+    /// SIGKILL follows after --drain-timeout.
+    #[arg(long, value_name = "SIG", default_value_t = defaults::STOP_SIGNAL, help_heading = STOPPING)]
+    stop_signal: StopSignal,
+    /// Time a stopping worker gets before SIGKILL.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::DRAIN_TIMEOUT), help_heading = STOPPING)]
+    drain_timeout: Duration,
+    /// With --metrics: wait for traffic to stop before draining.
+    ///
+    /// On SIGTERM or `ck stop`, /readyz answers 503 (stopping) at once, every worker keeps
+    /// serving, and the drain starts once no new connection came for this long (0: drain at
+    /// once).
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::QUIET_PERIOD), value_name = "DUR", help_heading = STOPPING)]
+    quiet_period: Duration,
+    /// The longest the --quiet-period wait lasts.
+    ///
+    /// The drain starts then even if connections still come (with a warning that the balancer
+    /// never stopped sending).
+    #[arg(long, value_parser = parse_duration, default_value = duration_text(defaults::QUIET_MAX), value_name = "DUR", help_heading = STOPPING)]
+    quiet_max: Duration,
+    /// Workers a rolling restart replaces at a time.
+    ///
+    /// A rolling restart is SIGHUP or `ck reload`.
+    #[arg(long, value_name = "N", default_value_t = defaults::RELOAD_BATCH, help_heading = STOPPING)]
+    reload_batch: u32,
+    /// Serve /metrics, /healthz and /readyz on ADDR.
+    ///
+    /// Prometheus metrics (GET /metrics) and health endpoints for probes and load balancers
+    /// (GET /healthz, GET /readyz) on ADDR, e.g. 127.0.0.1:9100 (a port alone: 127.0.0.1; port
+    /// 0: any free port, shown by `ck status`).
+    #[arg(long, value_name = "ADDR", value_parser = crate::metrics::server::parse_addr, help_heading = OPERATIONS)]
+    metrics: Option<std::net::SocketAddr>,
+    /// ck's log lines on stderr: text or json.
+    ///
+    /// json: one object per line (timestamp, level, message and the event's fields), workers'
+    /// captured lines included.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = defaults::LOG_FORMAT, help_heading = OPERATIONS)]
+    log_format: LogFormat,
+    /// Workers' stdout and stderr: capture or inherit.
+    ///
+    /// capture: each line a ck log record on ck's stderr, with slot, pid, generation and
+    /// stream; inherit: ck's own stdout and stderr, unchanged.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = defaults::WORKER_OUTPUT, help_heading = OPERATIONS)]
+    worker_output: WorkerOutput,
+    /// Workers keep serving if ck dies.
+    ///
+    /// After kill -9 or a crash, the next `ck run` with the same name takes the running fleet
+    /// back (same workers) instead of starting a new one.
+    #[arg(long, help_heading = OPERATIONS)]
     survive_supervisor: bool,
-    /// With --survive-supervisor: workers whose ck does not come back within DUR are stopped
-    /// (SIGTERM, SIGKILL after --drain-timeout), and the instance's pins are removed.
+    /// With --survive-supervisor: when orphaned workers stop.
+    ///
+    /// Workers whose ck does not come back within DUR are stopped (SIGTERM, SIGKILL after
+    /// --drain-timeout), and the instance's pins are removed.
     #[arg(
         long,
         value_parser = parse_duration,
         default_value = duration_text(defaults::ORPHAN_TIMEOUT),
-        value_name = "DUR"
+        value_name = "DUR",
+        help_heading = OPERATIONS
     )]
     orphan_timeout: Duration,
-    /// Plain SO_REUSEPORT without the BPF program (the baseline; no readiness or drain steering).
-    #[arg(long)]
-    no_bpf: bool,
-    /// Forward the BPF program's log lines (fallbacks, drops) to ck's log.
-    #[arg(long)]
-    bpf_log: bool,
-    /// Serve Prometheus metrics (GET /metrics) and health endpoints for probes and load
-    /// balancers (GET /healthz, GET /readyz) on ADDR, e.g. 127.0.0.1:9100 (a port alone:
-    /// 127.0.0.1; port 0: any free port, shown by `ck status`).
-    #[arg(long, value_name = "ADDR", value_parser = crate::metrics::server::parse_addr)]
-    metrics: Option<std::net::SocketAddr>,
-    /// ck's log lines on stderr: text, or json (one object per line: timestamp, level,
-    /// message and the event's fields), workers' captured lines included.
-    #[arg(long, value_enum, default_value_t = defaults::LOG_FORMAT)]
-    log_format: LogFormat,
-    /// Workers' stdout and stderr: capture (each line a ck log record on ck's stderr, with
-    /// slot, pid, generation and stream), or inherit (ck's own stdout and stderr, unchanged).
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = defaults::WORKER_OUTPUT)]
-    worker_output: WorkerOutput,
-    /// Run the workers as USER (and GROUP, else USER's groups) with no capability; ck opens
-    /// the sockets, so they can serve a port below 1024. ck needs root (or CAP_SETUID,
-    /// CAP_SETGID and CAP_KILL).
-    #[arg(long, value_name = "USER[:GROUP]", value_parser = crate::os::privileges::parse_user)]
-    user: Option<crate::os::privileges::WorkerUser>,
     /// The worker program and its arguments (default: the built-in demo worker).
     #[arg(
         trailing_var_arg = true,
@@ -468,44 +576,33 @@ mod tests {
             .get_arguments()
             .find(|a| a.get_id() == "ports")
             .unwrap();
-        let text = ports.get_help().unwrap().to_string();
+        let text = ports.get_long_help().unwrap().to_string();
         assert!(
-            text.contains(&format!("default {}", defaults::PORT)),
+            text.contains(&format!("Default {}", defaults::PORT)),
             "{text}"
         );
     }
 
     #[test]
-    fn the_readme_options_table_shows_the_defaults() {
-        let readme = include_str!("../../../README.md");
+    fn every_option_has_a_one_line_summary_in_its_group() {
         let cmd = run_command();
-        let mut checked = 0;
-        for row in readme.lines().filter(|l| l.starts_with("| `--")) {
-            // `--ready-timeout 30s`, `--crash-limit 5 --crash-window 30s`; not `a\|b` choices
-            // or placeholders (`--spares N`).
-            for span in row.split('`').skip(1).step_by(2) {
-                for pair in span.split(" --") {
-                    let pair = pair.trim_start_matches("--");
-                    let Some((name, value)) = pair.split_once(' ') else {
-                        continue;
-                    };
-                    let arg = cmd.get_arguments().find(|a| a.get_long() == Some(name));
-                    let default = arg.and_then(|a| a.get_default_values().first());
-                    let placeholder = value.chars().all(|c| c.is_ascii_uppercase());
-                    let Some(default) = default.filter(|_| !value.contains('|') && !placeholder)
-                    else {
-                        continue;
-                    };
-                    assert_eq!(
-                        Some(value),
-                        default.to_str(),
-                        "README.md shows `--{name} {value}`; ck run's default is {default:?}"
-                    );
-                    checked += 1;
-                }
+        let top = ["config", "port", "listen", "name"];
+        for arg in cmd.get_arguments().filter(|a| a.get_long().is_some()) {
+            let long = arg.get_long().unwrap();
+            let summary = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(
+                !summary.is_empty() && !summary.contains('\n') && summary.len() <= 60,
+                "--{long}'s short help is not one short line: {summary:?}"
+            );
+            match arg.get_help_heading() {
+                None => assert!(top.contains(&long), "--{long} is in no group"),
+                Some(h) => assert!(HEADINGS.contains(&h), "--{long}: unknown group {h}"),
             }
         }
-        assert!(checked >= 15, "only {checked} defaults found in README.md");
+        let help = run_command().render_long_help().to_string();
+        assert!(help.contains(EXAMPLES), "{help}");
+        let short = run_command().render_help().to_string();
+        assert!(!short.contains("Examples:"), "{short}");
     }
 
     #[test]

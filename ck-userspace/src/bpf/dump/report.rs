@@ -3,7 +3,7 @@ use ck_common::SlotStats;
 use serde::{Deserialize, Serialize};
 
 /// Every group's maps of one instance.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InstanceMaps {
     /// The instance.
     pub instance: String,
@@ -14,7 +14,7 @@ pub struct InstanceMaps {
 }
 
 /// One group's maps, decoded.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupMaps {
     /// The group (`tcp4-8080`).
     pub group: String,
@@ -54,7 +54,7 @@ pub struct GroupMaps {
 
 /// The `sticky` map (the `sticky` policy's Maglev table, 65537 positions per half),
 /// summarised as how many positions each slot holds.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StickyEntry {
     /// Whether the program reads it (`--policy sticky`); otherwise it is never written and
     /// both halves are shown empty.
@@ -66,7 +66,7 @@ pub struct StickyEntry {
 }
 
 /// How many positions of a `sticky` table name one slot.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct SlotShare {
     /// The slot.
     pub slot: u32,
@@ -75,7 +75,7 @@ pub struct SlotShare {
 }
 
 /// One slot's open connections in `conns`, summed over CPUs.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ConnsEntry {
     /// The slot.
     pub slot: u32,
@@ -84,7 +84,7 @@ pub struct ConnsEntry {
 }
 
 /// A pinned map as the kernel describes it (`bpftool map show`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MapMeta {
     /// Its pin's file name.
     pub name: String,
@@ -102,7 +102,7 @@ pub struct MapMeta {
 }
 
 /// The `config` entry.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ConfigEntry {
     /// The policy's word (`round-robin`), or `unknown(N)`.
     pub policy: String,
@@ -125,7 +125,7 @@ pub struct ConfigEntry {
 }
 
 /// The `active` map.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ActiveEntry {
     /// The half the program reads (from `config`).
     pub live_half: u32,
@@ -136,7 +136,7 @@ pub struct ActiveEntry {
 }
 
 /// One half of `active`.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct ActiveHalf {
     /// `slots[..ready_len]`: the slots the policy chooses from.
     pub ready: Vec<u32>,
@@ -145,7 +145,7 @@ pub struct ActiveHalf {
 }
 
 /// One record of `slots`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SlotEntry {
     /// The slot.
     pub slot: u32,
@@ -164,7 +164,7 @@ pub struct SlotEntry {
 }
 
 /// One slot's counters in `stats`, summed over CPUs.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatsEntry {
     /// The slot.
     pub slot: u32,
@@ -174,7 +174,9 @@ pub struct StatsEntry {
 }
 
 /// The counters of one `stats` entry, summed over CPUs (`SlotStats`, by name).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Counters {
     /// New connections (and migrated requests) sent to the slot.
     pub selected: u64,
