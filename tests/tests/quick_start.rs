@@ -16,6 +16,10 @@ use ck_tests::{READY_TIMEOUT, Status};
 
 /// Workers the quick start runs (`ck run -w 4`).
 const WORKERS: usize = 4;
+/// Requests per second of the load across the reload (over `churn::CONNECTIONS` keep-alive
+/// connections): well within what four Node workers answer on a busy two-core machine, so
+/// the load measures the roll, not the machine.
+const RATE: f64 = 400.0;
 
 /// The hooks: `ck status` checked after each step that runs it, and a load started before the
 /// step that runs `ck reload` and checked after it.
@@ -112,7 +116,7 @@ impl Hooks for RollUnderLoad {
             .map(|(_, used)| *used)
             .ok_or("the quick start names no port before `ck reload`")?;
         self.before_reload = Some(ready_fleet(session)?);
-        self.load = Some(Background::start_without_retry(port, Mode::KeepAlive));
+        self.load = Some(Background::start_with(port, Mode::KeepAlive, false, RATE));
         // The load is under way when the roll starts.
         std::thread::sleep(SETTLE);
         Ok(())
