@@ -118,11 +118,18 @@ impl Tree {
         let commit = git(&["rev-parse", "--short=10", "HEAD"])
             .map(|c| c.trim().to_string())
             .unwrap_or_else(|| "?".into());
-        let changed = git(&["status", "--porcelain", "--untracked-files=no"])
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.get(3..).map(str::to_string))
-            .collect();
+        // --no-optional-locks: `git status` must not refresh the index, which ck's build script
+        // watches (a refreshed index would rebuild ck before the next bench).
+        let changed = git(&[
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+        ])
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.get(3..).map(str::to_string))
+        .collect();
         Tree { commit, changed }
     }
 }
