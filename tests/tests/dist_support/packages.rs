@@ -95,7 +95,7 @@ fn the_npm_packages_install_offline_serve_drain_and_uninstall_to_no_file() {
     assert!(binary.is_file(), "no {}: {installed:?}", binary.display());
 
     // The launcher finds the platform package's binary and passes its output and status on.
-    let said = stdout(&mut without_rust(&ck, home.path()).arg("--version"));
+    let said = stdout(without_rust(&ck, home.path()).arg("--version"));
     assert!(
         said.starts_with(&format!("ck {} (commit", env!("CARGO_PKG_VERSION"))),
         "{said:?}"
