@@ -4,8 +4,9 @@
 //! processes, ports and CPUs ([`sys`]) and what a process costs ([`cpu`]); run real servers ([`pyservers`], [`real_servers`]) through
 //! one checklist ([`server_checks`]); run a program in a real terminal ([`tmux`]), read the
 //! files of `deploy/` ([`deploy`]), tell a static binary from a dynamic one ([`elf`]), put ck hosts behind a real balancer in network
-//! namespaces ([`fleet`]), hold ck to README's promises ([`promises`]), and run the docs' shell
-//! blocks and check their links and tables ([`docs`]).
+//! namespaces ([`fleet`]), hold ck to README's promises ([`promises`]), run the docs' shell
+//! blocks and check their links and tables ([`docs`]), and regenerate the reference to compare
+//! it with the committed one ([`reference`]).
 //!
 //! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
 //! BPF programs and pin maps under `/sys/fs/bpf/ck/`. `cargo xtask test` builds ck and runs
