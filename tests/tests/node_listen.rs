@@ -2,7 +2,8 @@
 //! (`examples/node/server.js`, a plain `http.createServer` handed to `listen`): under `ck run -w
 //! 4` every worker answers, three `ck reload`s under a keep-alive load that never retries (like
 //! wrk) fail no request, and a stop under that load cuts no request in flight; without ck the
-//! same app serves on `PORT` and exits 0 on SIGTERM.
+//! same app serves on `PORT` and exits 0 on SIGTERM; a node that did not get ck's socket (run
+//! through npm or a shell) says how to run it.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -147,5 +148,27 @@ fn without_ck_the_same_app_serves_on_port_and_exits_0_on_sigterm() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Node started as a child of what ck started (`npm start`, a shell): the socket is not its
+/// own, and `listen` says so, with the fix, instead of binding a port of its own.
+#[test]
+fn a_node_that_did_not_get_cks_socket_says_how_to_run_it() {
+    let out = sys::output_within(
+        Command::new("node")
+            .arg(server_js())
+            .envs(node_path())
+            .env("LISTEN_FDS", "1")
+            .env("LISTEN_PID", "1"),
+        Duration::from_secs(15),
+    )
+    .expect("node exits");
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("LISTEN_FDS is meant for process 1")
+            && text.contains("ck run -- node server.js"),
+        "{text}"
     );
 }
