@@ -237,39 +237,50 @@ pub fn check_history(page: &Markdown, root: &Path) -> Vec<String> {
     let mut failures = Vec::new();
     for (i, line) in page.text.lines().enumerate() {
         let lower = line.to_lowercase();
-        let words: Vec<&str> = lower
-            .split(|c: char| !(c.is_alphanumeric() || c == '#' || c == '\''))
-            .filter(|w| !w.is_empty())
-            .collect();
-        for (j, word) in words.iter().enumerate() {
-            let next = words.get(j + 1).copied().unwrap_or("");
-            let numbered = |w: &str| {
-                let n = w.trim_start_matches('#');
-                !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())
-            };
-            let named = match *word {
-                "issue" | "issues" | "round" | "rounds" if numbered(next) => {
-                    Some(format!("{word} {next}"))
-                }
-                "session's" | "sessions'" => Some(word.to_string()),
-                "session" | "sessions" => {
-                    let before = j.checked_sub(1).map_or("", |k| words[k]);
-                    SESSION_BEFORE
-                        .contains(&before)
-                        .then(|| format!("{before} {word}"))
-                }
-                _ => None,
-            };
-            if let Some(named) = named {
-                failures.push(format!(
-                    "{shown}:{}: `{named}` names the development history; say what ck does \
-                     instead",
+        // Words of one table cell at a time: `each round | 254` is a table's, not a log's.
+        for cell in lower.split('|') {
+            failures.extend(history_words(cell).into_iter().map(|named| {
+                format!(
+                    "{shown}:{}: `{named}` names the development history; say what ck \
+                             does instead",
                     i + 1
-                ));
-            }
+                )
+            }));
         }
     }
     failures
+}
+
+/// The words of `text` (lowercase) that name the development history, as [`check_history`]
+/// finds them.
+fn history_words(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text
+        .split(|c: char| !(c.is_alphanumeric() || c == '#' || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let numbered = |w: &str| {
+        let n = w.trim_start_matches('#');
+        !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())
+    };
+    let mut found = Vec::new();
+    for (j, word) in words.iter().enumerate() {
+        let next = words.get(j + 1).copied().unwrap_or("");
+        let named = match *word {
+            "issue" | "issues" | "round" | "rounds" if numbered(next) => {
+                Some(format!("{word} {next}"))
+            }
+            "session's" | "sessions'" => Some(word.to_string()),
+            "session" | "sessions" => {
+                let before = j.checked_sub(1).map_or("", |k| words[k]);
+                SESSION_BEFORE
+                    .contains(&before)
+                    .then(|| format!("{before} {word}"))
+            }
+            _ => None,
+        };
+        found.extend(named);
+    }
+    found
 }
 
 #[cfg(test)]
@@ -318,7 +329,7 @@ mod tests {
     #[test]
     fn history_words() {
         let p = page(
-            "Fixed in issue #12.\nAs of round 3.\nThis session.\nsession affinity and TCP sessions.\nissue tracker\nthe session's first build\nsessions held in worker memory\n",
+            "Fixed in issue #12.\nAs of round 3.\nThis session.\nsession affinity and TCP sessions.\nissue tracker\nthe session's first build\nsessions held in worker memory\n| each round | 254/327 ms |\n",
         );
         let failures = check_history(&p, Path::new("/r"));
         let lines: Vec<_> = failures
