@@ -242,7 +242,7 @@ pub fn check_history(page: &Markdown, root: &Path) -> Vec<String> {
             failures.extend(history_words(cell).into_iter().map(|named| {
                 format!(
                     "{shown}:{}: `{named}` names the development history; say what ck \
-                             does instead",
+                     does instead",
                     i + 1
                 )
             }));
