@@ -265,9 +265,9 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             };
             match response {
                 Response::Status(report) if json => {
-                    println!("{}", serde_json::to_string_pretty(&report)?)
+                    cli::stdout::print_line(&serde_json::to_string_pretty(&report)?)?
                 }
-                Response::Status(report) => print!("{}", cli::status_text::render(&report)),
+                Response::Status(report) => cli::stdout::print(&cli::status_text::render(&report))?,
                 other => return answer(other),
             }
             Ok(ExitCode::SUCCESS)

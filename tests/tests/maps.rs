@@ -119,3 +119,33 @@ fn maps_say_why_there_are_none() {
         );
     }
 }
+
+/// `ck status --json | head -c 1`, `ck maps | head -c 1`: a reader that closes the pipe early
+/// ends the output quietly (exit 0), never with a panic and a backtrace.
+#[test]
+fn a_reader_that_closes_the_pipe_early_gets_no_panic() {
+    let (ck, _port, _) = start_ready("closed-pipe", 2, &[]);
+    for args in [
+        &["status", "--json"][..],
+        &["status"],
+        &["maps", "--json"],
+        &["maps"],
+    ] {
+        // A pipe whose read end is already closed: ck's first write meets EPIPE.
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = ck_tests::ck::ck_command()
+            .args(args)
+            .args(["--name", ck.name()])
+            .stdout(writer)
+            .output()
+            .expect("running ck");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("panicked"),
+            "`ck {}` into a closed pipe: {}\n{stderr}",
+            args.join(" "),
+            out.status
+        );
+    }
+}

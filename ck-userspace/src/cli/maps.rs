@@ -27,9 +27,9 @@ pub fn run(name: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
     }
     let maps = dump::read_instance(&name, &report.groups)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&maps)?);
+        super::stdout::print_line(&serde_json::to_string_pretty(&maps)?)?;
     } else {
-        print!("{}", render(&maps));
+        super::stdout::print(&render(&maps))?;
     }
     Ok(ExitCode::SUCCESS)
 }

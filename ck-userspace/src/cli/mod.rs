@@ -6,4 +6,5 @@ pub mod docs;
 pub mod logging;
 pub mod maps;
 pub mod status_text;
+pub mod stdout;
 pub mod top;
