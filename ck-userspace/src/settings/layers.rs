@@ -214,7 +214,11 @@ mod tests {
             .filter(|l| l.contains(" = ") && !l.trim_start().starts_with('#'))
             .count();
         assert!(keys >= 8, "the example shows only {keys} keys");
-        assert_eq!(file.settings().len(), keys, "every key of the example is a setting");
+        assert_eq!(
+            file.settings().len(),
+            keys,
+            "every key of the example is a setting"
+        );
     }
 
     #[test]
