@@ -28,7 +28,8 @@ pub struct Dist {
     pub tarball: PathBuf,
     /// `ck_VERSION-1_amd64.deb`.
     pub deb: PathBuf,
-    /// The npm packages (`ck-supervisor-VERSION.tgz`, `ck-supervisor-linux-x64-VERSION.tgz`).
+    /// The npm packages (`ck-supervisor-VERSION.tgz`, `ck-supervisor-linux-x64-VERSION.tgz`,
+    /// `ck-listen-VERSION.tgz`).
     pub npm: Vec<PathBuf>,
     /// The wheel `ck_supervisor-VERSION-py3-none-...x86_64.whl`.
     pub wheel: PathBuf,

@@ -13,6 +13,8 @@ use super::{dist, listing, run, serve_and_drain, stdout, tree, without_rust};
 
 /// The launcher package (its `bin` is `ck`).
 const LAUNCHER: &str = "ck-supervisor";
+/// The Node worker library.
+const LISTEN: &str = "ck-listen";
 /// The platform package this machine takes.
 const PLATFORM: &str = "ck-supervisor-linux-x64";
 
@@ -42,8 +44,8 @@ fn the_npm_packages_install_offline_serve_drain_and_uninstall_to_no_file() {
         .collect();
     assert_eq!(
         npm_names.len(),
-        2,
-        "the launcher and one platform package: {npm_names:?}"
+        3,
+        "the launcher, one platform package and ck-listen: {npm_names:?}"
     );
 
     // The launcher ships the examples and the Node script; the platform package the binary.
@@ -112,6 +114,24 @@ fn the_npm_packages_install_offline_serve_drain_and_uninstall_to_no_file() {
         let exe = std::fs::read_link(format!("/proc/{}/exe", status.pid)).unwrap();
         assert_eq!(exe, binary.canonicalize().unwrap());
     });
+
+    // ck-listen installs offline into an app's directory, and the app finds it.
+    let app = TempDir::new("npm-app");
+    let mut local = without_rust(Path::new("npm"), home.path());
+    local
+        .args(["--offline", "--no-audit", "--no-fund", "--prefix"])
+        .arg(app.path())
+        .arg("install")
+        .arg(tgz(LISTEN));
+    run(&mut local);
+    let found = stdout(without_rust(Path::new("node"), app.path()).args([
+        "-e",
+        "process.stdout.write(typeof require('ck-listen').listen)",
+    ]));
+    assert_eq!(
+        found, "function",
+        "require('ck-listen').listen from the app"
+    );
 
     run(npm().args(["uninstall", LAUNCHER, PLATFORM]));
     let after = tree(prefix.path());

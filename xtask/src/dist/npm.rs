@@ -4,7 +4,8 @@
 //! fits, and the launcher package `ck-supervisor` (`packaging/npm/ck-supervisor/`) whose `bin`
 //! `ck` is a small Node script that finds the platform package's binary with `require.resolve`
 //! and runs it. The launcher's `optionalDependencies` pin the platform packages built with it to
-//! the same version; it also ships `examples/`. Each is packed with `npm pack` into a `.tgz`.
+//! the same version; it also ships `examples/`. Each is packed with `npm pack` into a `.tgz`, and
+//! so is `packages/ck-listen`, the Node worker library.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -19,13 +20,16 @@ use crate::cmd::{self, command};
 /// The launcher package's name (its `bin` is `ck`).
 pub const LAUNCHER: &str = "ck-supervisor";
 
+/// The Node worker library (`packages/ck-listen`), packed beside ck's packages.
+pub const LISTEN: &str = "ck-listen";
+
 /// The platform package of `arch`, e.g. `ck-supervisor-linux-x64`.
 pub fn platform_package(arch: Arch) -> String {
     format!("{LAUNCHER}-linux-{}", arch.npm_cpu())
 }
 
-/// Builds and packs the platform package of each `(arch, ck)` and the launcher, into `out`;
-/// returns the `.tgz` files, platform packages first.
+/// Builds and packs the platform package of each `(arch, ck)`, the launcher and `ck-listen`,
+/// into `out`; returns the `.tgz` files, platform packages first, `ck-listen` last.
 pub fn build(
     workspace: &Path,
     out: &Path,
@@ -71,10 +75,12 @@ pub fn build(
     licenses(workspace, &dir)?;
     packages.push(dir);
 
-    let tgzs = packages
+    let mut tgzs = packages
         .iter()
         .map(|dir| pack(dir, out))
         .collect::<Result<Vec<_>>>()?;
+    // The Node worker library, as it is in the tree (no build step, no dependencies).
+    tgzs.push(pack(&workspace.join("packages").join(LISTEN), out)?);
     fs::remove_dir_all(&stage).with_context(|| format!("removing {}", stage.display()))?;
     Ok(tgzs)
 }
