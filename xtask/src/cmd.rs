@@ -89,6 +89,18 @@ pub fn run(cmd: &mut Command, hint: &str) -> Result<()> {
     Ok(())
 }
 
+/// `apt-get update` then `apt-get install -y PACKAGES` (non-interactive), failing with `hint`.
+pub fn apt_install(packages: &[&str], hint: &str) -> Result<()> {
+    run(command("apt-get").arg("update"), hint)?;
+    run(
+        command("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y"])
+            .args(packages),
+        hint,
+    )
+}
+
 /// Runs `cmd` capturing its stdout (stderr is inherited) and returns it, failing like [`run`].
 pub fn output(cmd: &mut Command, hint: &str) -> Result<String> {
     let out = cmd

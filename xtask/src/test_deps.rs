@@ -66,14 +66,7 @@ pub fn ensure(workspace: &Path) -> Result<()> {
         }
         eprintln!("xtask: installing {packages} for the tests (apt-get update && apt-get install)");
         let hint = format!("run `apt-get update && apt-get install -y {packages}` by hand");
-        cmd::run(command("apt-get").arg("update"), &hint)?;
-        cmd::run(
-            command("apt-get")
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .args(["install", "-y"])
-                .args(&missing),
-            &hint,
-        )?;
+        cmd::apt_install(&missing, &hint)?;
     }
     ensure_venv(&workspace.join("target/py-servers"), &PY_SERVERS)?;
     ensure_venv(&workspace.join("target/k8s-validate"), &K8S_VALIDATE)

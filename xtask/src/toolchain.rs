@@ -117,14 +117,7 @@ fn ensure_apt_packages(root: bool, need_root: &mut Vec<String>) -> Result<bool> 
         "check the apt sources and network access, then run \
          `apt-get update && apt-get install -y {packages}` by hand"
     );
-    cmd::run(command("apt-get").arg("update"), &hint)?;
-    cmd::run(
-        command("apt-get")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["install", "-y"])
-            .args(&missing),
-        &hint,
-    )?;
+    cmd::apt_install(&missing, &hint)?;
     if !llvm_config.exists() {
         bail!(
             "llvm-22-dev is installed but {} is missing; check `dpkg -L llvm-22-dev`",

@@ -105,14 +105,7 @@ impl Arch {
                 }
                 eprintln!("xtask: installing {packages} to build ck for aarch64 (apt-get install)");
                 let hint = format!("run `apt-get update && apt-get install -y {packages}`");
-                cmd::run(command("apt-get").arg("update"), &hint)?;
-                cmd::run(
-                    command("apt-get")
-                        .env("DEBIAN_FRONTEND", "noninteractive")
-                        .args(["install", "-y"])
-                        .args(&missing),
-                    &hint,
-                )?;
+                cmd::apt_install(&missing, &hint)?;
             }
         }
         Ok(())
