@@ -3,7 +3,7 @@
 //! sockets it was handed and to tell its supervisor when it is ready or stopping.
 //!
 //! Used by the demo worker ([`crate::demo`]) and by Rust servers that depend on this crate
-//! (`examples/activation.rs`, `examples/hyper_server.rs`).
+//! (`examples/activation.rs`, and `examples/rust` at the workspace root).
 use std::{
     io,
     os::{

@@ -10,7 +10,7 @@
 //! - [`demo`]: `ck demo-worker`, the HTTP/1.1 worker ck runs when it is given no program.
 //! - [`units`]: the parsers of durations and sizes used by ck's options and the demo's.
 //!
-//! A Rust server under ck, in outline (`examples/hyper_server.rs` is a complete one):
+//! A Rust server under ck, in outline (`examples/rust` at the workspace root is a complete one):
 //!
 //! ```no_run
 //! use ck_worker::activation::{Notifier, listen_fds};

@@ -1,5 +1,5 @@
 //! The worker examples, each run under ck and counted per worker: Rust on the `ck-worker` crate
-//! (`ck-worker/examples/activation.rs`, ck's demo worker, and `ck-worker/examples/hyper_server.rs`,
+//! (`ck-worker/examples/activation.rs`, ck's demo worker, and `examples/rust`, the hyper server on ck-worker,
 //! which is also rolled by `ck reload` under a keep-alive load that never retries), Node (`examples/worker.js` on ck's socket, and the
 //! unmodified `examples/listen.js` under `--adopt`), Python (`examples/worker.py`, and the
 //! unmodified `python3 -m http.server` under `--adopt`: see `adopt.rs`), and the C server of
@@ -58,12 +58,19 @@ fn rust_worker_on_the_activation_module() {
     spreads_evenly("ex-rust", &[], &[&rust_example("activation")]);
 }
 
-/// The hyper server on `ck-worker` (activation, READY=1, the graceful drain): both workers
+/// The hyper server on `ck-worker` (`examples/rust`) (activation, READY=1, the graceful drain): both workers
 /// answer, two `ck reload`s under a keep-alive load that never retries (like wrk) replace them
 /// without a failed request, and `ck stop` ends it all cleanly.
 #[test]
 fn rust_hyper_server_on_ck_worker_rolls_without_a_failure() {
-    let (mut ck, port) = spreads_evenly("ex-hyper", &[], &[&rust_example("hyper_server")]);
+    let (mut ck, port) = spreads_evenly(
+        "ex-hyper",
+        &[],
+        &[ck_tests::ck_bin()
+            .with_file_name("ck-example-rust")
+            .to_str()
+            .expect("UTF-8 path")],
+    );
     let load = Background::start_without_retry(port, Mode::KeepAlive);
     let run = churn::reload_times_under(&mut ck, load, 2);
     run.assert_all_succeeded(&ck);

@@ -306,8 +306,9 @@ fn workspace_cargo() -> Result<Command> {
     Ok(cargo)
 }
 
-/// `cargo build [--release] -p ck-userspace --bin ck --examples -p ck-worker` (ck, and the
-/// worker examples the tests and benches run); returns the path of the binary.
+/// `cargo build [--release] -p ck-userspace -p ck-worker -p ck-example-rust --bin ck --bin
+/// ck-example-rust --examples` (ck, and the Rust workers the tests and benches run: ck-worker's
+/// examples and `examples/rust`); returns the path of ck.
 fn build(release: bool) -> Result<PathBuf> {
     let mut cargo = workspace_cargo()?;
     cargo.arg("build");
@@ -319,8 +320,12 @@ fn build(release: bool) -> Result<PathBuf> {
         "ck-userspace",
         "-p",
         "ck-worker",
+        "-p",
+        "ck-example-rust",
         "--bin",
         "ck",
+        "--bin",
+        "ck-example-rust",
         "--examples",
     ]);
     cmd::run(

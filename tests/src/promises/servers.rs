@@ -125,9 +125,7 @@ impl Server {
         let text = |p: PathBuf| p.to_str().expect("UTF-8 path").to_string();
         let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples");
         match self {
-            Server::Hyper => vec![text(
-                ck_bin().with_file_name("examples").join("hyper_server"),
-            )],
+            Server::Hyper => vec![text(ck_bin().with_file_name("ck-example-rust"))],
             Server::Node => vec!["node".into(), text(examples.join("worker.js"))],
             Server::Gunicorn => {
                 write_apps(dir);
