@@ -135,10 +135,15 @@ const CONFIG_RU: &str = r#"run lambda { |env|
 }
 "#;
 
-/// Writes `config.ru` in `dir`; returns puma's command line on ck's socket (socket
-/// activation: `--bind-to-activated-sockets only`, single mode, 4 threads).
+/// Writes `config.ru` in `dir`; returns puma's command line on ck's socket ([`puma_args`]).
 pub fn puma_command(dir: &TempDir) -> Vec<String> {
     let ru = dir.write("config.ru", CONFIG_RU, false);
+    puma_args(path_text(&ru))
+}
+
+/// puma's command line for the rack app `config_ru` on ck's socket (socket activation:
+/// `--bind-to-activated-sockets only`, single mode, 4 threads, production).
+pub fn puma_args(config_ru: &str) -> Vec<String> {
     [
         "puma",
         "--no-config",
@@ -150,7 +155,7 @@ pub fn puma_command(dir: &TempDir) -> Vec<String> {
         "4:4",
         "-e",
         "production",
-        path_text(&ru),
+        config_ru,
     ]
     .map(str::to_string)
     .to_vec()

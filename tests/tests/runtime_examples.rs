@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use ck_tests::churn::{self, Background};
 use ck_tests::load::Mode;
 use ck_tests::pyservers::server;
-use ck_tests::real_servers::go_build_in;
+use ck_tests::real_servers::{go_build_in, puma_args};
 use ck_tests::server_checks::stops_clean;
 use ck_tests::{burst_pinned, local, start_ready};
 
@@ -158,23 +158,10 @@ fn go_app_under_adopt() {
 #[test]
 fn ruby_app_under_puma() {
     let config = text(example_dir("ruby").join("config.ru"));
-    let command = [
-        "puma",
-        "--no-config",
-        "--bind-to-activated-sockets",
-        "only",
-        "-w",
-        "0",
-        "-t",
-        "4:4",
-        "-e",
-        "production",
-        &config,
-    ];
     check(Example {
         label: "rt-puma",
         flags: &["--probe", "http"],
-        command: command.map(str::to_string).to_vec(),
+        command: puma_args(&config),
         retry: true,
         rate: SLOW_RATE,
     });

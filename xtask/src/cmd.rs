@@ -89,6 +89,16 @@ pub fn run(cmd: &mut Command, hint: &str) -> Result<()> {
     Ok(())
 }
 
+/// The Debian packages of `programs` (`(program, package)` pairs) whose program is not found
+/// on `PATH` or in `extra_dirs`.
+pub fn missing_packages<'a>(programs: &[(&str, &'a str)], extra_dirs: &[&str]) -> Vec<&'a str> {
+    programs
+        .iter()
+        .filter(|(program, _)| find_program(program, extra_dirs).is_none())
+        .map(|(_, package)| *package)
+        .collect()
+}
+
 /// `apt-get update` then `apt-get install -y PACKAGES` (non-interactive), failing with `hint`.
 pub fn apt_install(packages: &[&str], hint: &str) -> Result<()> {
     run(command("apt-get").arg("update"), hint)?;

@@ -52,11 +52,7 @@ const K8S_VALIDATE: [(&str, &str); 1] = [("kubernetes-validate==1.37.0", "kubern
 
 /// Installs whatever of the above is missing (Debian packages need root).
 pub fn ensure(workspace: &Path) -> Result<()> {
-    let missing: Vec<&str> = PROGRAMS
-        .iter()
-        .filter(|(program, _)| cmd::find_program(program, &["/usr/sbin", "/sbin"]).is_none())
-        .map(|(_, package)| *package)
-        .collect();
+    let missing = cmd::missing_packages(&PROGRAMS, &["/usr/sbin", "/sbin"]);
     if !missing.is_empty() {
         let packages = missing.join(" ");
         if !cmd::is_root() {

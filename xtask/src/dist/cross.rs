@@ -90,11 +90,7 @@ impl Arch {
     pub fn ensure_tools(self) -> Result<()> {
         ensure_rust_target(self.triple())?;
         if self == Arch::Aarch64 {
-            let missing: Vec<&str> = [AARCH64_GCC, QEMU]
-                .iter()
-                .filter(|(program, _)| cmd::find_program(program, &[]).is_none())
-                .map(|(_, package)| *package)
-                .collect();
+            let missing = cmd::missing_packages(&[AARCH64_GCC, QEMU], &[]);
             if !missing.is_empty() {
                 let packages = missing.join(" ");
                 if !cmd::is_root() {
