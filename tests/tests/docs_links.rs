@@ -12,24 +12,18 @@ use ck_tests::docs::{self, Markdown};
 /// The files whose links and tables are checked: README.md, ARCHITECTURE.md, BENCHMARKS.md,
 /// CONTRIBUTING.md, CHANGELOG.md, deploy/README.md and docs/src/** (those that exist).
 fn linked_docs() -> Vec<PathBuf> {
-    let root = docs::repo_root();
-    let mut files: Vec<PathBuf> = [
+    let files = existing(&[
         "README.md",
         "ARCHITECTURE.md",
         "BENCHMARKS.md",
         "CONTRIBUTING.md",
         "CHANGELOG.md",
         "deploy/README.md",
-    ]
-    .iter()
-    .map(|f| root.join(f))
-    .collect();
-    files.extend(docs::markdown_under(&root.join("docs/src")));
-    files.retain(|f| f.is_file());
+    ]);
     assert!(
         files.iter().any(|f| f.ends_with("README.md")),
         "README.md not found under {}",
-        root.display()
+        docs::repo_root().display()
     );
     files
 }
@@ -37,16 +31,19 @@ fn linked_docs() -> Vec<PathBuf> {
 /// The docs for people who run ck (no development history there): README.md, docs/src/**,
 /// BENCHMARKS.md, CHANGELOG.md, CONTRIBUTING.md.
 fn user_docs() -> Vec<PathBuf> {
-    let root = docs::repo_root();
-    let mut files: Vec<PathBuf> = [
+    existing(&[
         "README.md",
         "BENCHMARKS.md",
         "CHANGELOG.md",
         "CONTRIBUTING.md",
-    ]
-    .iter()
-    .map(|f| root.join(f))
-    .collect();
+    ])
+}
+
+/// `names` (relative to the repository) and every Markdown file under docs/src, those that
+/// exist.
+fn existing(names: &[&str]) -> Vec<PathBuf> {
+    let root = docs::repo_root();
+    let mut files: Vec<PathBuf> = names.iter().map(|f| root.join(f)).collect();
     files.extend(docs::markdown_under(&root.join("docs/src")));
     files.retain(|f| f.is_file());
     files

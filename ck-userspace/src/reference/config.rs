@@ -108,14 +108,7 @@ fn toml_type(arg: &Arg) -> String {
             .get_value_names()
             .and_then(|n| n.first())
             .map(|n| n.to_string());
-        let integer = [
-            std::any::TypeId::of::<u8>(),
-            std::any::TypeId::of::<u16>(),
-            std::any::TypeId::of::<u32>(),
-            std::any::TypeId::of::<u64>(),
-        ]
-        .iter()
-        .any(|t| parser == *t);
+        let integer = config_file::takes_whole_number(arg);
         match name.as_deref() {
             Some("SIZE") => "string: a size (`512M`, `2G`) or bytes".into(),
             _ if parser == std::any::TypeId::of::<Duration>() => {

@@ -354,6 +354,22 @@ fn app_of(value: &Value) -> Option<Vec<String>> {
     app.filter(|app| !app.is_empty())
 }
 
+/// Whether `arg`'s value parser gives an integer (a config key that takes a whole number):
+/// the one test both the config file's errors and the generated ck.toml reference use.
+pub fn takes_whole_number(arg: &Arg) -> bool {
+    let parser = arg.get_value_parser().type_id();
+    [
+        std::any::TypeId::of::<u8>(),
+        std::any::TypeId::of::<u16>(),
+        std::any::TypeId::of::<u32>(),
+        std::any::TypeId::of::<u64>(),
+        std::any::TypeId::of::<usize>(),
+        std::any::TypeId::of::<i64>(),
+    ]
+    .iter()
+    .any(|t| parser == *t)
+}
+
 /// What clap says is wrong with a value, without its `error:` framing: the accepted values of
 /// an enumerated option, else the parser's own message.
 fn clap_reason(err: &clap::Error, arg: &Arg) -> String {
@@ -370,17 +386,7 @@ fn clap_reason(err: &clap::Error, arg: &Arg) -> String {
             first.trim_start_matches("error: ").to_string()
         }
     };
-    let parser = arg.get_value_parser().type_id();
-    let whole_number = [
-        std::any::TypeId::of::<u16>(),
-        std::any::TypeId::of::<u32>(),
-        std::any::TypeId::of::<u64>(),
-        std::any::TypeId::of::<usize>(),
-        std::any::TypeId::of::<i64>(),
-    ]
-    .iter()
-    .any(|t| parser == *t);
-    if whole_number {
+    if takes_whole_number(arg) {
         format!("{reason} (expected a whole number)")
     } else {
         reason
