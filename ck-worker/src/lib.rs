@@ -4,7 +4,7 @@
 //! - [`activation`]: take the listening sockets ck hands over ([`activation::listen_fds`],
 //!   systemd socket activation) and report `READY=1` / `STOPPING=1` ([`activation::Notifier`],
 //!   `sd_notify`).
-//! - [`drain`]: the graceful keep-alive drain on SIGTERM: accept what is still queued on the
+//! - [`close`]: the graceful keep-alive close on SIGTERM: accept what is still queued on the
 //!   listeners, answer each connection's next request with `Connection: close`, close idle
 //!   connections after a short grace, then exit.
 //! - [`demo`]: `ck demo-worker`, the HTTP/1.1 worker ck runs when it is given no program.
@@ -21,7 +21,7 @@
 //!     let listener = std::net::TcpListener::from(fd);
 //!     let notifier = Notifier::from_env()?;
 //!     notifier.ready()?; // ck may now steer connections here
-//!     // ... serve `listener`; on SIGTERM: notifier.stopping(), drain, exit 0.
+//!     // ... serve `listener`; on SIGTERM: notifier.stopping(), close its connections, exit 0.
 //!     # drop(listener);
 //!     Ok(())
 //! }
@@ -29,8 +29,8 @@
 #![deny(unsafe_code)]
 #[allow(unsafe_code)] // takes ownership of the descriptors the supervisor passed (FFI edge)
 pub mod activation;
+pub mod close;
 pub mod demo;
-pub mod drain;
 pub mod units;
 
 /// Writes one line to stderr with a single write, so that the lines of workers sharing their

@@ -58,7 +58,7 @@ fn rust_worker_on_the_activation_module() {
     spreads_evenly("ex-rust", &[], &[&rust_example("activation")]);
 }
 
-/// The hyper server on `ck-worker` (`examples/rust`) (activation, READY=1, the graceful drain): both workers
+/// The hyper server on `ck-worker` (`examples/rust`) (activation, READY=1, the graceful close): both workers
 /// answer, two `ck reload`s under a keep-alive load that never retries (like wrk) replace them
 /// without a failed request, and `ck stop` ends it all cleanly.
 #[test]

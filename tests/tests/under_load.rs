@@ -9,9 +9,9 @@ use ck_tests::churn::{self, Background, CONNECTIONS, SETTLE};
 use ck_tests::load::Mode;
 use ck_tests::{Ck, READY_TIMEOUT, Status, burst, burst_pinned, local, start_ready};
 
-/// The demo worker's drain: a keep-alive connection idle this long is closed (`IDLE_GRACE` in
-/// `ck-worker/src/drain.rs`).
-const DRAIN_IDLE_GRACE: Duration = Duration::from_millis(500);
+/// The demo worker's close: a keep-alive connection idle this long is closed (`IDLE_GRACE` in
+/// `ck-worker/src/close.rs`).
+const CLOSE_IDLE_GRACE: Duration = Duration::from_millis(500);
 
 /// SIGKILLs the workers of slots 1 and 2 of a round-robin fleet of 3 under load in `mode`,
 /// asserts on the failures, then checks that all 3 slots serve again.
@@ -88,7 +88,7 @@ fn sigkill_two_of_three_keep_alive() {
 /// Reloads a fleet of 4 five times under load in `mode`: every reload succeeds, no request
 /// fails, and no worker replaced by a reload answers a request sent after that reload was done
 /// (with keep-alive, but for the one next request of each connection it still holds, answered
-/// with `Connection: close`: the graceful drain).
+/// with `Connection: close`: the graceful close).
 fn reload_five_times(what: &str, mode: Mode) {
     let (mut ck, port, _) = start_ready(what, 4, &[]);
     let run = churn::reload_times(&mut ck, port, mode, 4, 5);
@@ -125,16 +125,16 @@ fn reload_five_times(what: &str, mode: Mode) {
             churn::answers_after(report, sent_after)
         );
         // Keep-alive: each connection an old worker holds carries one more request, answered
-        // with `Connection: close`; none comes after the drain's idle grace.
-        let (allowed, drain) = match mode {
+        // with `Connection: close`; none comes after the close's idle grace.
+        let (allowed, grace) = match mode {
             Mode::NewConnection => (0, Duration::ZERO),
-            Mode::KeepAlive => (CONNECTIONS, DRAIN_IDLE_GRACE),
+            Mode::KeepAlive => (CONNECTIONS, CLOSE_IDLE_GRACE),
         };
-        let late = churn::answers_from_after(report, sent_after + drain, &reload.before);
+        let late = churn::answers_from_after(report, sent_after + grace, &reload.before);
         assert!(
             stale.len() <= allowed && late.is_empty(),
             "reload {} (done at {:?}, {}): old workers {:?} answered {} request(s) sent after it \
-             was done (slowest answer {slowest:?}; {allowed} allowed, none after {drain:?}): \
+             was done (slowest answer {slowest:?}; {allowed} allowed, none after {grace:?}): \
              {stale:?}",
             i + 1,
             reload.done,

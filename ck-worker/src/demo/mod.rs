@@ -2,8 +2,9 @@
 //! for its tests. It takes its listening sockets by socket activation (`LISTEN_FDS`), or binds
 //! `$PORT` itself when it has none (as under `ck run --adopt`), reports
 //! `READY=1` over `NOTIFY_SOCKET` (optionally after a delay), answers `GET /` with its slot and
-//! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, drains ([`crate::drain`]) and exits 0. Fault switches
-//! (`--stall-ms`, `--fail-health-after`, `--slow-ms`, ...) make it misbehave on purpose.
+//! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, closes its connections
+//! ([`crate::close`]) and exits 0. Fault switches (`--stall-ms`, `--fail-health-after`,
+//! `--slow-ms`, ...) make it misbehave on purpose.
 mod faults;
 mod http;
 mod server;
@@ -22,7 +23,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{
     activation::{self, Notifier},
-    drain, say,
+    close, say,
 };
 
 pub use faults::Faults;
@@ -104,7 +105,7 @@ impl Default for DemoOptions {
     }
 }
 
-/// Runs the demo worker until SIGTERM or SIGINT, then drains and returns `Ok`.
+/// Runs the demo worker until SIGTERM or SIGINT, then closes its connections and returns `Ok`.
 ///
 /// Must be called at the start of the process, before any thread is started: it takes the
 /// activation variables out of the environment (see [`activation::listen_fds`]). It builds its
@@ -164,7 +165,7 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
         if let Some(faults) = faults.describe() {
             say(format_args!("demo worker slot={slot} pid={pid} faults: {faults}"));
         }
-        let (stop, drain) = drain::channel();
+        let (stop, close) = close::channel();
         let heartbeat = watchdog_period();
         let heartbeats_until = opts
             .watchdog_stop_after
@@ -198,7 +199,7 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
             report(notifier.stopping());
             stop.trigger();
         });
-        serve(listeners, identity, faults, drain).await
+        serve(listeners, identity, faults, close).await
     })
 }
 

@@ -1,6 +1,6 @@
 //! The demo worker's server core: an accept loop per listener, a task per connection speaking
-//! HTTP/1.x with keep-alive and pipelining, and the graceful shutdown that drains connections
-//! already queued on the listeners and finishes requests in flight.
+//! HTTP/1.x with keep-alive and pipelining, and the graceful close on shutdown, which accepts
+//! the connections already queued on the listeners and finishes requests in flight.
 use std::{io, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
@@ -16,7 +16,7 @@ use super::{
     faults::{self, Faults},
     http::{self, ParseError, Persistence, Request},
 };
-use crate::drain::{ConnectionDrain, Drain, IDLE_GRACE};
+use crate::close::{Close, ConnectionClose, IDLE_GRACE};
 
 /// How long a closing connection reads and discards what the client still sends, so that
 /// unread data does not turn our close into a reset that destroys the last response.
@@ -48,9 +48,9 @@ impl Identity {
     }
 }
 
-/// Serves HTTP on `listeners` until shutdown is requested on `drain`, then drains (see
-/// [`crate::drain`]): each listener keeps accepting until it has been quiet for
-/// [`DRAIN_QUIET`](crate::drain::DRAIN_QUIET) and is closed; each connection's next request is
+/// Serves HTTP on `listeners` until shutdown is requested on `close`, then closes gracefully (see
+/// [`crate::close`]): each listener keeps accepting until it has been quiet for
+/// [`CLOSE_QUIET`](crate::close::CLOSE_QUIET) and is closed; each connection's next request is
 /// answered with `Connection: close` and the connection closed after it; a connection with no
 /// request for [`IDLE_GRACE`] is closed. Returns when every connection is done.
 ///
@@ -63,7 +63,7 @@ pub async fn serve(
     listeners: Vec<TcpListener>,
     identity: Identity,
     faults: Faults,
-    drain: Drain,
+    close: Close,
 ) -> anyhow::Result<()> {
     // Dropping the set when `serve` returns ends the stalls.
     let mut stalls = JoinSet::new();
@@ -73,11 +73,11 @@ pub async fn serve(
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     let mut accept_loops = JoinSet::new();
     for listener in listeners {
-        let (server, drain, done) = (server.clone(), drain.clone(), done_tx.clone());
+        let (server, close, done) = (server.clone(), close.clone(), done_tx.clone());
         accept_loops.spawn(async move {
-            drain
-                .accept_until_drained(listener, |stream| {
-                    spawn_connection(stream, &server, &drain, &done);
+            close
+                .accept_until_closed(listener, |stream| {
+                    spawn_connection(stream, &server, &close, &done);
                 })
                 .await
         });
@@ -100,13 +100,13 @@ struct Server {
 fn spawn_connection(
     stream: TcpStream,
     server: &Arc<Server>,
-    drain: &Drain,
+    close: &Close,
     done: &mpsc::Sender<()>,
 ) {
-    let (server, drain, done) = (server.clone(), drain.clone(), done.clone());
+    let (server, close, done) = (server.clone(), close.clone(), done.clone());
     tokio::spawn(async move {
         // Errors (resets, timeouts) end only this connection; there is no one to tell.
-        let _ = Connection::new(stream, drain).run(&server).await;
+        let _ = Connection::new(stream, close).run(&server).await;
         drop(done);
     });
 }
@@ -118,7 +118,7 @@ struct Connection {
     buf: Vec<u8>,
     chunk: Box<[u8]>,
     /// Shutdown, and the connection's deadline once it is seen.
-    drain: ConnectionDrain,
+    close: ConnectionClose,
     /// When the last response was written (or the connection accepted).
     last_active: Instant,
 }
@@ -132,14 +132,14 @@ enum Read {
 }
 
 impl Connection {
-    fn new(stream: TcpStream, drain: Drain) -> Connection {
+    fn new(stream: TcpStream, close: Close) -> Connection {
         // Responses are written whole; do not let Nagle hold them back.
         let _ = stream.set_nodelay(true);
         Connection {
             stream,
             buf: Vec::new(),
             chunk: vec![0; READ_CHUNK].into_boxed_slice(),
-            drain: ConnectionDrain::new(drain),
+            close: ConnectionClose::new(close),
             last_active: Instant::now(),
         }
     }
@@ -155,7 +155,7 @@ impl Connection {
                     Err(err) => return self.reject(err).await,
                 }
                 // Between requests (not before the first one: a client accepted during the
-                // drain has not had time to send it yet).
+                // close has not had time to send it yet).
                 let idle = served > 0 && self.buf.is_empty();
                 match self.read_more(idle).await? {
                     Read::Data => {}
@@ -178,9 +178,9 @@ impl Connection {
                     tokio::time::sleep(slow).await;
                     Ok(())
                 };
-                self.drain.guard(wait).await?;
+                self.close.guard(wait).await?;
             }
-            let keep_alive = request.keep_alive && self.drain.deadline().is_none();
+            let keep_alive = request.keep_alive && self.close.deadline().is_none();
             let mut out = Vec::new();
             let healthy = server.faults.healthy();
             respond(&mut out, &request, &server.identity, healthy, keep_alive);
@@ -222,7 +222,7 @@ impl Connection {
     async fn read_more(&mut self, idle: bool) -> io::Result<Read> {
         let n = if idle {
             loop {
-                if self.drain.deadline().is_some() {
+                if self.close.deadline().is_some() {
                     let until = self.last_active + IDLE_GRACE;
                     match timeout_at(until, self.stream.read(&mut self.chunk)).await {
                         Ok(read) => break read?,
@@ -231,12 +231,12 @@ impl Connection {
                 }
                 tokio::select! {
                     read = self.stream.read(&mut self.chunk) => break read?,
-                    () = self.drain.requested() => {}
+                    () = self.close.requested() => {}
                 }
             }
         } else {
             let read = self.stream.read(&mut self.chunk);
-            self.drain.guard(read).await?
+            self.close.guard(read).await?
         };
         if n == 0 {
             return Ok(Read::Eof);
@@ -262,7 +262,7 @@ impl Connection {
 
     async fn write(&mut self, data: &[u8]) -> io::Result<()> {
         let write = self.stream.write_all(data);
-        self.drain.guard(write).await
+        self.close.guard(write).await
     }
 
     /// Closes our side, then discards what the client still sends for a moment (or until it

@@ -114,7 +114,7 @@ impl Client {
 
 struct Server {
     addr: SocketAddr,
-    stop: crate::drain::Trigger,
+    stop: crate::close::Trigger,
     task: JoinHandle<anyhow::Result<()>>,
 }
 
@@ -130,7 +130,7 @@ impl Server {
 
     fn start_with(listener: TcpListener, stopped: bool, faults: Faults) -> Server {
         let addr = listener.local_addr().unwrap();
-        let (stop, stop_rx) = crate::drain::channel();
+        let (stop, stop_rx) = crate::close::channel();
         if stopped {
             stop.trigger();
         }
@@ -281,7 +281,7 @@ async fn shutdown_answers_the_next_request_of_a_busy_keep_alive_connection() {
     let mut busy = Client::connect(server.addr).await;
     assert_eq!(busy.get("/").await.status, 200);
     server.stop.trigger();
-    tokio::time::sleep(crate::drain::IDLE_GRACE / 5).await;
+    tokio::time::sleep(crate::close::IDLE_GRACE / 5).await;
     busy.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
     let response = busy.response(false).await;
     assert_eq!(
@@ -293,7 +293,7 @@ async fn shutdown_answers_the_next_request_of_a_busy_keep_alive_connection() {
 }
 
 #[tokio::test]
-async fn shutdown_drains_connections_queued_on_the_listener() {
+async fn shutdown_serves_connections_queued_on_the_listener() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     // The kernel completes these handshakes; nobody has accepted them yet.
@@ -301,7 +301,7 @@ async fn shutdown_drains_connections_queued_on_the_listener() {
     queued.send("GET / HTTP/1.1\r\nHost: t\r\n\r\n").await;
     let mut slow = Client::connect(addr).await;
     let server = Server::start_on(listener, true);
-    // Accepted during the drain, before it sent anything: its first request is still served.
+    // Accepted during the close, before it sent anything: its first request is still served.
     tokio::time::sleep(Duration::from_millis(20)).await;
     slow.send("GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").await;
     for client in [&mut queued, &mut slow] {

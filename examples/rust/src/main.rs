@@ -1,6 +1,6 @@
 //! A hyper 1 web server that runs under ck, on the `ck-worker` crate: it serves the listening
 //! socket ck hands over (socket activation, fd 3), says `READY=1` once it can serve, and on
-//! SIGTERM says `STOPPING=1` and drains: it accepts what is still queued, answers each
+//! SIGTERM says `STOPPING=1` and closes gracefully: it accepts what is still queued, answers each
 //! keep-alive connection's next request with `Connection: close`, closes connections that stay
 //! idle, and exits once every connection is done. A `ck reload` then fails no request, even for
 //! a keep-alive client that never retries.
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use bytes::Bytes;
 use ck_worker::activation::{Notifier, listen_fds};
-use ck_worker::drain::{self, Drain};
+use ck_worker::close::{self, Close};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
@@ -45,7 +45,7 @@ fn main() -> anyhow::Result<()> {
         .block_on(serve(StdListener::from(socket), notifier))
 }
 
-/// Serves `listener` until SIGTERM, then drains and returns.
+/// Serves `listener` until SIGTERM, then closes its connections and returns.
 async fn serve(listener: StdListener, notifier: Notifier) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener).context("the socket is not a TCP listener")?;
@@ -53,12 +53,12 @@ async fn serve(listener: StdListener, notifier: Notifier) -> anyhow::Result<()> 
     let slot = std::env::var("CK_SLOT").unwrap_or_default();
     let hello: Arc<str> = format!("slot={slot} pid={}\n", std::process::id()).into();
 
-    let (stop, drain) = drain::channel();
-    let accepting = drain.clone();
+    let (stop, close) = close::channel();
+    let accepting = close.clone();
     let accept = tokio::spawn(async move {
         let mut connections = JoinSet::new();
         let result = accepting
-            .accept_until_drained(listener, |stream| {
+            .accept_until_closed(listener, |stream| {
                 while connections.try_join_next().is_some() {}
                 connections.spawn(connection(stream, accepting.clone(), hello.clone()));
             })
@@ -69,23 +69,23 @@ async fn serve(listener: StdListener, notifier: Notifier) -> anyhow::Result<()> 
     notifier.ready()?;
 
     sigterm.recv().await;
-    // First tell ck, so that it sends no more connections here, then drain.
+    // First tell ck, so that it sends no more connections here, then close.
     notifier.stopping()?;
     stop.trigger();
     accept.await.context("the accept loop panicked")?
 }
 
-/// Serves one connection; once the drain starts, every answer says `Connection: close` and
+/// Serves one connection; once the close starts, every answer says `Connection: close` and
 /// the connection is closed when idle.
-async fn connection(stream: TcpStream, drain: Drain, hello: Arc<str>) {
+async fn connection(stream: TcpStream, close: Close, hello: Arc<str>) {
     let _ = stream.set_nodelay(true);
-    let closing = drain.clone();
+    let closing = close.clone();
     let service = hyper::service::service_fn(move |request| {
         respond(request, hello.clone(), closing.is_requested())
     });
     let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
     // An error (a reset, a malformed request) ends only this connection.
-    let _ = drain
+    let _ = close
         .connection(conn, |conn| conn.graceful_shutdown())
         .await;
 }

@@ -90,8 +90,8 @@ pub fn run(bench: &Bench) -> Result<Table> {
          probe = new connection + GET / every 1 ms",
     );
     t.note(
-        "shutdown includes the demo worker's drain: after SIGTERM it keeps each listener \
-         open until it has been quiet for 10 ms (DRAIN_QUIET)",
+        "shutdown includes the demo worker's close: after SIGTERM it keeps each listener \
+         open until it has been quiet for 10 ms (CLOSE_QUIET)",
     );
     Ok(t)
 }

@@ -134,7 +134,7 @@ async fn healthz_fails_then_recovers() {
 /// block it alone and not the test's client.
 struct ThreadServer {
     addr: SocketAddr,
-    stop: crate::drain::Trigger,
+    stop: crate::close::Trigger,
     thread: std::thread::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -143,7 +143,7 @@ impl ThreadServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
-        let (stop, stop_rx) = crate::drain::channel();
+        let (stop, stop_rx) = crate::close::channel();
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

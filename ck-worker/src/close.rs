@@ -1,20 +1,20 @@
-//! The graceful keep-alive drain a worker does when ck stops it (SIGTERM): ck has already
+//! The graceful keep-alive close a worker does when ck stops it (SIGTERM): ck has already
 //! stopped steering new connections to it, but some are still queued on its listeners, some
 //! requests are in flight, and keep-alive clients may be about to send their next request. So:
 //!
-//! 1. keep accepting until a listener has been quiet for [`DRAIN_QUIET`], then close it
-//!    ([`Drain::accept_until_drained`]);
+//! 1. keep accepting until a listener has been quiet for [`CLOSE_QUIET`], then close it
+//!    ([`Close::accept_until_closed`]);
 //! 2. answer each connection's next request with `Connection: close`, and close it after;
 //! 3. close a keep-alive connection that sends nothing for [`IDLE_GRACE`];
 //! 4. give every connection at most [`SHUTDOWN_GRACE`] to finish, then drop it
-//!    ([`ConnectionDrain`] for a hand-written protocol loop, [`Drain::connection`] for a
+//!    ([`ConnectionClose`] for a hand-written protocol loop, [`Close::connection`] for a
 //!    connection future of an HTTP library such as hyper's).
 //!
 //! A keep-alive client that never retries (like `wrk`) then loses no request across a rolling
 //! restart: it is never closed under a request it has sent, only told to reconnect.
 //!
 //! The shutdown itself is a [`channel`]: the [`Trigger`] side fires (on SIGTERM, after telling
-//! ck `STOPPING=1`), every clone of the [`Drain`] side sees it.
+//! ck `STOPPING=1`), every clone of the [`Close`] side sees it.
 use std::{future::Future, io, pin::Pin, time::Duration};
 
 use anyhow::Context as _;
@@ -25,20 +25,20 @@ use tokio::{
 };
 
 /// After shutdown, a listener is closed once it has had no connection to accept for this long.
-pub const DRAIN_QUIET: Duration = Duration::from_millis(10);
+pub const CLOSE_QUIET: Duration = Duration::from_millis(10);
 /// After shutdown, how long a connection may take to finish its request (or, when accepted
-/// during the drain, to send its first one) before it is dropped.
+/// during the close, to send its first one) before it is dropped.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// After shutdown, a keep-alive connection between requests is closed once it has been idle
 /// this long; a request that comes sooner is answered (with `Connection: close`) first. A
 /// client that keeps its connection busy never sees it closed under a request in flight.
 pub const IDLE_GRACE: Duration = Duration::from_millis(500);
 
-/// A shutdown signal: the [`Trigger`] that fires it and a [`Drain`] that sees it (clone it
+/// A shutdown signal: the [`Trigger`] that fires it and a [`Close`] that sees it (clone it
 /// for every task that must).
-pub fn channel() -> (Trigger, Drain) {
+pub fn channel() -> (Trigger, Close) {
     let (tx, rx) = watch::channel(false);
-    (Trigger(tx), Drain(rx))
+    (Trigger(tx), Close(rx))
 }
 
 /// The side of a [`channel`] that requests the shutdown. Dropping it requests it too, so a
@@ -47,7 +47,7 @@ pub fn channel() -> (Trigger, Drain) {
 pub struct Trigger(watch::Sender<bool>);
 
 impl Trigger {
-    /// Requests the shutdown: every [`Drain`] of this channel starts draining.
+    /// Requests the shutdown: every [`Close`] of this channel starts closing.
     pub fn trigger(&self) {
         self.0.send_replace(true);
     }
@@ -55,9 +55,9 @@ impl Trigger {
 
 /// The side of a [`channel`] that sees the shutdown; cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Drain(watch::Receiver<bool>);
+pub struct Close(watch::Receiver<bool>);
 
-impl Drain {
+impl Close {
     /// Whether shutdown was requested (or the [`Trigger`] dropped, which means the same).
     pub fn is_requested(&self) -> bool {
         self.0.has_changed().is_err() || *self.0.borrow()
@@ -71,13 +71,13 @@ impl Drain {
 
     /// Accepts connections on `listener`, handing each to `handle`, until shutdown; then
     /// goes on accepting what is still queued or in flight until the listener has been quiet
-    /// for [`DRAIN_QUIET`], and closes it. Errors about one connection (it was aborted) are
+    /// for [`CLOSE_QUIET`], and closes it. Errors about one connection (it was aborted) are
     /// skipped; shortage of descriptors or memory is reported on stderr and retried after
     /// 100 ms (closing connections frees them).
     ///
     /// # Errors
     /// When accepting fails in a way retrying cannot fix (e.g. the socket is not listening).
-    pub async fn accept_until_drained(
+    pub async fn accept_until_closed(
         &self,
         listener: TcpListener,
         mut handle: impl FnMut(TcpStream),
@@ -98,7 +98,7 @@ impl Drain {
             }
         }
         // New connections are no longer steered here, but some may be queued or in flight.
-        while let Ok(accepted) = timeout(DRAIN_QUIET, listener.accept()).await {
+        while let Ok(accepted) = timeout(CLOSE_QUIET, listener.accept()).await {
             match accepted {
                 Ok((stream, _)) => handle(stream),
                 Err(err) => accept_failed(err, &addr).await?,
@@ -107,9 +107,9 @@ impl Drain {
         Ok(())
     }
 
-    /// Drives `conn`, one connection of an HTTP library, through the drain: until shutdown it
+    /// Drives `conn`, one connection of an HTTP library, through the close: until shutdown it
     /// just runs; after it, the connection has [`IDLE_GRACE`] to go on as it is (the server
-    /// should answer with `Connection: close` meanwhile, see [`Drain::is_requested`]), then
+    /// should answer with `Connection: close` meanwhile, see [`Close::is_requested`]), then
     /// `close_when_idle` is called on it (hyper's `graceful_shutdown`: close it if idle, else
     /// after the response in flight), and it is dropped if it has not finished
     /// [`SHUTDOWN_GRACE`] later. Returns its output, or `None` when it was dropped.
@@ -160,21 +160,21 @@ async fn accept_failed(err: io::Error, addr: &str) -> anyhow::Result<()> {
     }
 }
 
-/// The drain of one connection served by a hand-written protocol loop: once shutdown is
+/// The close of one connection served by a hand-written protocol loop: once shutdown is
 /// seen, the connection has [`SHUTDOWN_GRACE`] to finish, and the loop should answer its next
-/// request with `Connection: close` ([`ConnectionDrain::deadline`] tells it whether).
+/// request with `Connection: close` ([`ConnectionClose::deadline`] tells it whether).
 #[derive(Debug)]
-pub struct ConnectionDrain {
-    drain: Drain,
+pub struct ConnectionClose {
+    close: Close,
     /// Set once shutdown is seen: when the connection must be finished.
     deadline: Option<Instant>,
 }
 
-impl ConnectionDrain {
-    /// The drain of a connection accepted now.
-    pub fn new(drain: Drain) -> ConnectionDrain {
-        ConnectionDrain {
-            drain,
+impl ConnectionClose {
+    /// The close of a connection accepted now.
+    pub fn new(close: Close) -> ConnectionClose {
+        ConnectionClose {
+            close,
             deadline: None,
         }
     }
@@ -182,7 +182,7 @@ impl ConnectionDrain {
     /// The connection's deadline if shutdown has been requested, starting the grace period
     /// the first time it is seen; `None` while the server runs normally.
     pub fn deadline(&mut self) -> Option<Instant> {
-        if self.deadline.is_none() && self.drain.is_requested() {
+        if self.deadline.is_none() && self.close.is_requested() {
             self.deadline = Some(Instant::now() + SHUTDOWN_GRACE);
         }
         self.deadline
@@ -190,7 +190,7 @@ impl ConnectionDrain {
 
     /// Resolves once shutdown is requested (at once if it already was).
     pub async fn requested(&mut self) {
-        self.drain.requested().await;
+        self.close.requested().await;
     }
 
     /// Runs an I/O operation to completion; once shutdown is requested (before or during it),
@@ -211,7 +211,7 @@ impl ConnectionDrain {
             }
             tokio::select! {
                 result = &mut operation => return result,
-                () = self.drain.requested() => {}
+                () = self.close.requested() => {}
             }
         }
     }
@@ -223,33 +223,33 @@ mod tests {
 
     #[tokio::test]
     async fn trigger_reaches_every_clone_and_dropping_it_counts() {
-        let (trigger, mut drain) = channel();
-        let other = drain.clone();
-        assert!(!drain.is_requested() && !other.is_requested());
+        let (trigger, mut close) = channel();
+        let other = close.clone();
+        assert!(!close.is_requested() && !other.is_requested());
         trigger.trigger();
-        assert!(drain.is_requested() && other.is_requested());
-        drain.requested().await;
-        let (trigger, mut drain) = channel();
+        assert!(close.is_requested() && other.is_requested());
+        close.requested().await;
+        let (trigger, mut close) = channel();
         drop(trigger);
-        assert!(drain.is_requested());
-        drain.requested().await;
+        assert!(close.is_requested());
+        close.requested().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn connection_runs_then_gets_idle_grace_then_close_then_is_dropped() {
         // Finishes by itself before shutdown.
-        let (_trigger, drain) = channel();
-        let out = drain
+        let (_trigger, close) = channel();
+        let out = close
             .connection(async { 7 }, |_| panic!("not closed"))
             .await;
         assert_eq!(out, Some(7));
 
         // Busy through the idle grace, closed, then given SHUTDOWN_GRACE: dropped after it.
-        let (trigger, drain) = channel();
+        let (trigger, close) = channel();
         trigger.trigger();
         let start = Instant::now();
         let closed = std::cell::Cell::new(None);
-        let out = drain
+        let out = close
             .connection(std::future::pending::<()>(), |_| {
                 closed.set(Some(start.elapsed()));
             })
@@ -261,8 +261,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn guard_times_out_only_after_shutdown() {
-        let (trigger, drain) = channel();
-        let mut conn = ConnectionDrain::new(drain);
+        let (trigger, close) = channel();
+        let mut conn = ConnectionClose::new(close);
         assert_eq!(conn.deadline(), None);
         let quick = conn.guard(async { Ok(1) }).await.unwrap();
         assert_eq!(quick, 1);
@@ -285,11 +285,11 @@ mod tests {
         // Queued before shutdown; nobody has accepted them yet.
         let _a = TcpStream::connect(addr).await.unwrap();
         let _b = TcpStream::connect(addr).await.unwrap();
-        let (trigger, drain) = channel();
+        let (trigger, close) = channel();
         trigger.trigger();
         let mut accepted = 0;
-        drain
-            .accept_until_drained(listener, |_| accepted += 1)
+        close
+            .accept_until_closed(listener, |_| accepted += 1)
             .await
             .unwrap();
         assert_eq!(accepted, 2);
