@@ -4,32 +4,39 @@
 //! stopped), every worker ck stepped back gets the fleet's priority again. Checked after every
 //! batch of lifecycle inputs: the spawn of a replacement, its readiness and its exit all come
 //! through one.
-use super::{Supervisor, lifecycle::State};
+use super::{
+    Supervisor,
+    fleet::boot::{Booting, Priority, decide},
+    lifecycle::State,
+};
 use crate::os::priority;
 
 impl Supervisor {
     /// Steps every other worker back while some replacement is starting, brings back the ones
     /// it stepped back once none is. One log line for each change, with the slot and pid. Reads
     /// nothing from the kernel unless some worker's priority is to change.
-    pub(super) fn settle_boot_priority(&mut self) {
-        let booting: Vec<u32> = self
+    pub(super) fn apply_boot_priority(&mut self) {
+        let workers: Vec<Booting> = self
             .slots
             .values()
-            .filter(|s| matches!(s.life.state, State::Starting(_)))
-            .filter(|s| s.worker.as_ref().is_some_and(|w| w.replacing))
-            .map(|s| s.index)
+            .filter_map(|s| {
+                let worker = s.worker.as_ref()?;
+                Some(Booting {
+                    index: s.index,
+                    replacement_starting: worker.replacing
+                        && matches!(s.life.state, State::Starting(_)),
+                    stepped_back: worker.stepped_back,
+                })
+            })
             .collect();
-        let back = !booting.is_empty() && self.cfg.boot_boost != 0;
-        let changing: Vec<u32> = self
-            .slots
-            .values()
-            .filter(|s| !booting.contains(&s.index))
-            .filter(|s| s.worker.as_ref().is_some_and(|w| w.stepped_back != back))
-            .map(|s| s.index)
-            .collect();
-        if changing.is_empty() {
+        let Some(Priority {
+            back,
+            booting,
+            changing,
+        }) = decide(&workers, self.cfg.boot_boost)
+        else {
             return;
-        }
+        };
         let (nice, reason) = match back {
             true => match priority::step_back_nice(self.cfg.boot_boost) {
                 Some(nice) => (nice, "a replacement boots"),

@@ -90,12 +90,11 @@ impl Supervisor {
     /// A watched process began to exit: a worker that died on its own is handled as exited now.
     pub(super) fn on_exiting(&mut self, exit: ExitEvent) {
         let found = self.slots.iter().find_map(|(index, slot)| {
-            let worker = slot
-                .worker
+            slot.worker
                 .as_ref()
                 .filter(|w| w.pid == exit.pid && slot.member_of.is_none())?;
             let asked = matches!(slot.life.state, State::Stopping(..));
-            Some((*index, worker.id, asked))
+            Some((*index, slot.worker_id()?, asked))
         });
         let Some((index, id, asked)) = found else {
             return;

@@ -392,7 +392,7 @@ impl Supervisor {
         let Some(after) = self.cfg.health.unhealthy_replace_after else {
             return;
         };
-        if self.roll.is_some() || self.stopping {
+        if self.core.roll.is_some() || self.stopping {
             return;
         }
         let overdue = self.slots.values().find(|s| {
@@ -451,7 +451,7 @@ impl Supervisor {
                 continue;
             };
             worker.health.probing = true;
-            let (index, id) = (slot.index, worker.id);
+            let (index, id) = (slot.index, slot.life.state.run().map_or(0, |r| r.id));
             let events = self.events.clone();
             let kind = kind.clone();
             tokio::spawn(async move {
@@ -483,7 +483,9 @@ impl Supervisor {
             return;
         };
         let starting = matches!(slot.life.state, State::Starting(_));
-        let Some(worker) = slot.worker.as_mut().filter(|w| w.id == id) else {
+        // The slot's fields are borrowed one by one below: not through `worker_of_mut`.
+        let current = slot.worker_id() == Some(id);
+        let Some(worker) = slot.worker.as_mut().filter(|_| current) else {
             return;
         };
         let health = &mut worker.health;

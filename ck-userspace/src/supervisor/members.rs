@@ -4,7 +4,7 @@
 //! like any slot, removed when their process exits, retired with their root. If the process
 //! holding the root slot's socket is not the worker itself (a forked child) and exits, the root
 //! slot gives that socket up (`Unadopted`) and adopts the tree's next listener.
-use std::{os::fd::OwnedFd, time::Instant};
+use std::os::fd::OwnedFd;
 
 use socket2::Socket;
 use tokio::task::JoinHandle;
@@ -51,33 +51,7 @@ impl Supervisor {
         // The lifecycle's `Adopted` installs it (into the maps, then as the slot's socket).
         slot.adopting = vec![Some(socket)];
         slot.last_pid = pid;
-        slot.worker = Some(Worker {
-            pid,
-            pidfd,
-            id,
-            started: Instant::now(),
-            spoke_notify: false,
-            status: None,
-            tasks: vec![task],
-            notify: None,
-            health: Default::default(),
-            cgroup: None,
-            said_ready: false,
-            adopt_latency_us: latency_us,
-            selected_base,
-            requests_limit: None,
-            over_memory: 0,
-            notify_refused: Default::default(),
-            // Names the process for a ck that takes the fleet back after a crash, and for the
-            // orphan guard.
-            start_ticks: pidfd::start_ticks(pid),
-            notify_name: None,
-            holder: None,
-            output: None,
-            accept_probe: Default::default(),
-            replacing: false,
-            stepped_back: false,
-        });
+        slot.worker = Some(Worker::member(pid, pidfd, selected_base, latency_us, task));
         self.slots.insert(index, slot);
         tracing::info!(
             slot = index,
@@ -106,13 +80,16 @@ impl Supervisor {
     /// Watches `holder`, the process holding root slot `index`'s adopted socket, when it is
     /// not the worker itself.
     pub(super) fn watch_holder(&mut self, index: u32, holder: u32) {
-        let Some(worker) = self.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
+        let Some(slot) = self.slots.get(&index) else {
+            return;
+        };
+        let (Some(worker), Some(id)) = (slot.worker.as_ref(), slot.worker_id()) else {
             return;
         };
         if worker.pid == holder {
             return;
         }
-        let (events, id) = (self.events.clone(), worker.id);
+        let events = self.events.clone();
         let Ok(watcher) = pidfd::open(holder) else {
             // Gone already (e.g. while ck re-executed itself): as if it exited now.
             let _ = events.send(Event::HolderExited {
@@ -139,7 +116,7 @@ impl Supervisor {
         let Some(slot) = self.slots.get_mut(&index) else {
             return;
         };
-        if slot.worker.as_ref().is_none_or(|w| w.id != id) {
+        if slot.worker_of(id).is_none() {
             return;
         }
         slot.last_exit = Some("exited".into());
@@ -158,7 +135,7 @@ impl Supervisor {
             return;
         };
         let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
-        let Some(worker) = slot.worker.as_mut().filter(|w| w.id == id && adopted) else {
+        let Some(worker) = slot.worker_of_mut(id).filter(|_| adopted) else {
             return;
         };
         worker.said_ready = false;

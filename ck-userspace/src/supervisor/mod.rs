@@ -15,6 +15,7 @@ mod detect;
 mod drain;
 mod executor;
 mod exits;
+pub mod fleet;
 mod foreign;
 mod health;
 mod leaving;
@@ -47,7 +48,7 @@ use anyhow::Context as _;
 use tokio::sync::{mpsc, oneshot};
 
 use continuity::origin::Origin;
-use lifecycle::{Input, Settings, Timer};
+use lifecycle::{Settings, Timer};
 use slot::Slot;
 
 pub use accept_probe::FORCE_ENV as READY_DETECT_ENV;
@@ -108,8 +109,16 @@ pub(crate) enum Event {
         worker: u64,
         result: Result<crate::os::probe::ProbeAnswer, String>,
     },
-    /// Time to check every group's steering and look for foreign listeners.
-    SteeringTick,
+    /// Time to check that every group's program steers (the canary).
+    SteeringCheck,
+    /// `--adopt`: time to look for listeners of the workers' trees not adopted yet.
+    AdoptScan,
+    /// Time to look for listeners on the fleet's ports that are not ck's.
+    ForeignScan,
+    /// Time to remove the cgroups of exited workers that are empty now.
+    CgroupReap,
+    /// Time to see which workers `--max-requests` / `--max-memory` recycle.
+    RecycleCheck,
     /// `--adopt`: a process of the instance's cgroup started to listen.
     Listened(ck_common::ListenEvent),
     /// `--adopt`: the process of a member slot exited.
@@ -153,7 +162,12 @@ pub struct Supervisor {
     next_worker_id: u64,
     /// The ready list last published (for log lines only; status reads the map).
     last_ready: Vec<u32>,
-    roll: Option<roll::Roll>,
+    /// The fleet core's state: the roll in flight, the spares' pacing.
+    core: fleet::Core,
+    /// The numbers the fleet core decides with (from `cfg`).
+    shape: fleet::Shape,
+    /// Who asked for the roll in flight (`ck reload`), answered when it ends.
+    roll_reply: Option<oneshot::Sender<Response>>,
     /// Pace of queue sampling (see `health::Pacer`).
     pacer: health::Pacer,
     /// Inodes of foreign listeners already logged.
@@ -167,9 +181,6 @@ pub struct Supervisor {
     adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
     /// The exit watch, where the kernel allows it.
     exit_watch: Option<crate::bpf::exits::ExitWatch>,
-    /// `--spares`: spares that died unused in a row, and when the next may start.
-    spare_failures: u32,
-    spare_due: Option<Instant>,
     /// The open-file limit ck was started with (the workers get it back; ck raised its own).
     fd_limit: Option<crate::os::fd_limit::FdLimit>,
     /// Rolling restarts that ended, by result (for `/metrics`).
@@ -232,6 +243,16 @@ fn settings(cfg: &RunConfig) -> Settings {
         // Without the program nothing counts a slot's connections, and its socket keeps taking
         // new ones from the kernel's hash: it stops at once.
         linger: (!cfg.no_bpf).then_some(cfg.drain_timeout),
+    }
+}
+
+/// The numbers the fleet core decides with.
+fn shape(cfg: &RunConfig) -> fleet::Shape {
+    fleet::Shape {
+        reload_batch: cfg.reload_batch,
+        spares: cfg.spares,
+        min_workers: cfg.min_workers,
+        restart: cfg.restart,
     }
 }
 
@@ -315,7 +336,15 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
         stopping: false,
         next_worker_id: prior.map_or(0, |h| h.next_worker_id),
         last_ready: Vec::new(),
-        roll: None,
+        core: fleet::Core {
+            roll: None,
+            spares: fleet::spares::Pacing {
+                failures: prior.map_or(0, |h| h.spare_failures),
+                due: None,
+            },
+        },
+        shape: shape(&cfg),
+        roll_reply: None,
         pacer: health::Pacer::new(cfg.health.sample_interval),
         foreign_seen: BTreeSet::new(),
         cgroups,
@@ -329,8 +358,6 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
         }),
         adopt_hooks,
         exit_watch: None,
-        spare_failures: prior.map_or(0, |h| h.spare_failures),
-        spare_due: None,
         fd_limit,
         reloads: prior.map_or_else(Default::default, |h| metrics::ReloadCounts {
             ok: h.reloads.0,
@@ -363,7 +390,14 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
     reexec::unblock_handled().context("unblocking signals")?;
     tasks::start_sampler(&sup.events, sup.pacer.next_tick.subscribe());
     sup.start_probe_ticker();
-    tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::SteeringTick);
+    // The once-a-second chores, each on its own ticker.
+    tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::SteeringCheck);
+    if sup.cfg.adopt {
+        tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::AdoptScan);
+    }
+    tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::ForeignScan);
+    tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::CgroupReap);
+    tasks::start_ticker(&sup.events, steering::CHECK_EVERY, || Event::RecycleCheck);
     if let Some(period) = sup.systemd.as_ref().and_then(|s| s.watchdog_period()) {
         tasks::start_ticker(&sup.events, period, || Event::SystemdWatchdog);
     }
@@ -481,11 +515,8 @@ impl Supervisor {
             }
             Event::Upgrade => self.upgrade(None, None),
             Event::UpgradeChecked(result) => self.on_upgrade_checked(result),
-            Event::BecameReady(slot) => {
-                self.spare_ready(slot);
-                self.roll_on_ready(slot);
-            }
-            Event::RollCheck => self.finish_when_left(),
+            Event::BecameReady(slot) => executor::fleet::on_ready(self, slot),
+            Event::RollCheck => executor::fleet::finish_when_left(self),
             Event::SpareDue => self.replenish_spares(),
             Event::Signal(name) => self.on_stop_signal(name),
             Event::QuietTick => self.on_quiet_tick(),
@@ -503,15 +534,12 @@ impl Supervisor {
                     tracing::warn!("scaling refused: {e}");
                 }
             }
-            Event::SteeringTick => {
-                self.check_steering_soon();
-                if self.cfg.adopt && !self.stopping {
-                    self.scan_unadopted();
-                }
-                self.watch_foreign();
-                self.reap_cgroups();
-                self.check_recycling();
-            }
+            Event::SteeringCheck => self.check_steering_soon(),
+            Event::AdoptScan if !self.stopping => self.scan_unadopted(),
+            Event::AdoptScan => {}
+            Event::ForeignScan => self.watch_foreign(),
+            Event::CgroupReap => self.reap_cgroups(),
+            Event::RecycleCheck => self.check_recycling(),
             Event::Listened(event) => self.on_listened(event),
             Event::MemberExited { slot, worker } => self.on_member_exit(slot, worker),
             Event::HolderExited { slot, worker } => self.on_holder_exit(slot, worker),
@@ -565,13 +593,7 @@ impl Supervisor {
             return;
         }
         self.stopping = true;
-        self.finish_roll(Err("rolling restart aborted: ck is stopping".into()));
-        let all = self
-            .slots
-            .keys()
-            .map(|i| (*i, Input::Shutdown(reason.into())))
-            .collect();
-        self.apply_all(all);
+        executor::fleet::shutdown(self, reason);
     }
 
     /// Releases what is left after the last worker exited: sockets, cgroups, pins.

@@ -14,7 +14,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Event, Group, Supervisor, tasks};
+use super::{
+    Event, Group, Supervisor,
+    fleet::quiet::{Limits, Verdict, decide},
+    tasks,
+};
 use crate::control::{QuietWaitReport, Response};
 
 /// How often the wait reads the counters: a modest pace (a handful of map reads each time).
@@ -174,15 +178,11 @@ impl Supervisor {
 
     /// Begins a stop: the quiet wait where it can run, else the drain at once.
     fn stop(&mut self, reason: &'static str) {
-        let skip = if self.cfg.quiet_period.is_zero() {
-            Some("--quiet-period 0")
-        } else if self.metrics_addr.is_none() {
-            Some("no --metrics, so no balancer can be checking /readyz")
-        } else if self.cfg.no_bpf {
-            Some("--no-bpf: no program counts new connections")
-        } else {
-            None
-        };
+        let skip = super::fleet::quiet::skip(
+            self.cfg.quiet_period,
+            self.metrics_addr.is_some(),
+            !self.cfg.no_bpf,
+        );
         let total = match (skip, self.observe_traffic()) {
             (None, Some((total, _))) => total,
             (why, _) => {
@@ -227,21 +227,25 @@ impl Supervisor {
         while wait.samples.len() > 2 && now - wait.samples[1].0 >= RATE_WINDOW {
             wait.samples.pop_front();
         }
-        let quiet = now - changed.max(wait.started);
-        let waited = now - wait.started;
-        if quiet >= self.cfg.quiet_period {
-            let why = format!("quiet for {quiet:.1?}: no new connection");
-            self.end_wait(why, false);
-        } else if waited >= self.cfg.quiet_max {
-            let (t0, n0) = wait.samples[0];
-            let span = (now - t0).as_secs_f64().max(POLL.as_secs_f64());
-            let rate = total.wrapping_sub(n0) as f64 / span;
-            let why = format!(
-                "reached --quiet-max {:?} while still receiving {rate:.1} new connections/s: the \
-                 balancer never stopped sending (check that its health check reads /readyz)",
-                self.cfg.quiet_max
-            );
-            self.end_wait(why, true);
+        let limits = Limits {
+            period: self.cfg.quiet_period,
+            max: self.cfg.quiet_max,
+            min_span: POLL,
+        };
+        match decide(limits, wait.started, changed, now, wait.samples[0], total) {
+            Verdict::Wait => {}
+            Verdict::Quiet(quiet) => {
+                let why = format!("quiet for {quiet:.1?}: no new connection");
+                self.end_wait(why, false);
+            }
+            Verdict::TooLong(rate) => {
+                let why = format!(
+                    "reached --quiet-max {:?} while still receiving {rate:.1} new connections/s: \
+                     the balancer never stopped sending (check that its health check reads /readyz)",
+                    self.cfg.quiet_max
+                );
+                self.end_wait(why, true);
+            }
         }
     }
 

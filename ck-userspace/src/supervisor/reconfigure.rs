@@ -37,7 +37,7 @@ impl Supervisor {
     /// and the roll's result.
     pub(super) fn reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
         // Refused before the file is read when a roll could not start (the roll says why).
-        if self.config.is_none() || self.stopping || self.roll.is_some() {
+        if self.config.is_none() || self.stopping || self.core.roll.is_some() {
             return self.begin_reload(reply);
         }
         let source = self.config.as_mut().expect("checked");
@@ -87,6 +87,7 @@ impl Supervisor {
             ..next
         };
         self.settings = super::settings(&self.cfg);
+        self.shape = super::shape(&self.cfg);
         // The state file carries settings the orphan guard uses (`--stop-signal`).
         self.state_dirty = true;
         if probes_changed {

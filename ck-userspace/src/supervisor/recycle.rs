@@ -66,7 +66,7 @@ impl Supervisor {
             }
         }
         let Some((index, why)) = due else { return };
-        if self.roll.is_some() || self.stopping {
+        if self.core.roll.is_some() || self.stopping {
             return;
         }
         let pid = self.slots.get(&index).map_or(0, |s| s.pid());

@@ -1,85 +1,40 @@
-//! Scaling (`ck scale N`, `SIGTTIN` +1, `SIGTTOU` -1) and slot allocation. Workers scaled away
-//! are drained and stopped gracefully (SIGTERM, then SIGKILL only after the drain timeout),
-//! never killed outright; slots that keep nothing open leave first ([`retire_order`]).
-use ck_common::{MAX_SLOTS, SlotInfo};
+//! Scaling (`ck scale N`, `SIGTTIN` +1, `SIGTTOU` -1) and slot opening, by the fleet core's
+//! decisions ([`super::fleet::scale`]) through the fleet executor. Workers scaled away leave
+//! gracefully (SIGTERM, then SIGKILL only after the drain timeout), never killed outright.
+use ck_common::SlotInfo;
 
-use super::{
-    Supervisor,
-    lifecycle::{Input, Life, needed, retire_order},
-    slot::Slot,
-};
-use crate::settings::run_config::MAX_WORKERS;
-
-/// The last slot index is never given to a worker: its probe source port is the steering
-/// canary's (see `steering`).
-pub(super) const CANARY_SLOT: u32 = MAX_SLOTS - 1;
+use super::{Supervisor, executor::fleet as run_fleet, fleet};
 
 impl Supervisor {
     /// The lowest slot index not in use.
     pub(super) fn free_slot(&self) -> Option<u32> {
-        (0..CANARY_SLOT).find(|i| !self.slots.contains_key(i))
+        fleet::free_slot(&fleet::lives(self.lives()))
     }
 
     /// Opens a new serving slot and starts its worker. Errors when no slot is free or the
     /// worker could not be started.
     pub(super) fn open_slot(&mut self) -> Result<u32, String> {
-        let index = self.free_slot().ok_or("no free slot left")?;
-        // `ck drain --all` holds for new slots too: the host stays out of rotation.
-        let mut inputs = vec![(index, Input::Start)];
-        if self.host_drained() {
-            inputs.insert(0, (index, Input::Drain(true)));
-        }
-        let life = Life::new(self.cfg.restart, false);
-        self.slots.insert(index, Slot::new(index, life));
-        match self.apply_all(inputs).spawn_failure() {
-            Some(e) => Err(format!("could not start a worker: {e:#}")),
-            None => Ok(index),
-        }
+        run_fleet::open_slot(self).map_err(|e| e.to_string())
     }
 
     /// Slots that count towards the fleet size (not leaving, not a roll's standby).
     pub(super) fn serving_slots(&self) -> Vec<u32> {
-        self.slots
-            .values()
-            .filter(|s| s.life.serving())
-            .map(|s| s.index)
-            .collect()
+        fleet::serving(&fleet::lives(self.lives()))
     }
 
     /// Changes the fleet to `target` workers: new slots start workers; the slots that keep the
-    /// least open leave first (see [`retire_order`]).
+    /// least open leave first (see [`crate::supervisor::lifecycle::retire_order`]).
     pub(super) fn scale_to(&mut self, target: u32) -> Result<String, String> {
-        if self.stopping {
-            return Err("ck is stopping".into());
-        }
-        if self.roll.is_some() {
-            return Err("a rolling restart is in progress; scale after it ends".into());
-        }
-        if !(1..=MAX_WORKERS).contains(&target) {
-            return Err(format!(
-                "{target} workers is out of range: give a number from 1 to {MAX_WORKERS}"
-            ));
+        let rolling = self.core.roll.is_some();
+        if let Some(why) = fleet::scale::refusal(target, self.stopping, rolling) {
+            return Err(why);
         }
         let current = self.serving_slots().len() as u32;
         tracing::info!(from = current, to = target, "scaling");
-        if target > current {
-            for _ in current..target {
-                self.open_slot()?;
-            }
-        } else {
-            let victims = retire_order(self.lives())
-                .into_iter()
-                .take((current - target) as usize)
-                .map(|index| (index, Input::Retire("scaled down".into())))
-                .collect();
-            self.apply_all(victims);
-            // A broken slot left among fewer slots may now be one the group needs.
-            let needed = needed(self.lives(), self.settings.min_workers)
-                .into_iter()
-                .map(|index| (index, Input::Needed))
-                .collect();
-            self.apply_all(needed);
-        }
+        run_fleet::scale_to(self, target).map_err(|e| match e {
+            Ok(why) => why,
+            Err(e) => e.to_string(),
+        })?;
         self.cfg.workers = target;
         Ok(format!("scaling from {current} to {target} worker(s)"))
     }

@@ -5,7 +5,11 @@ use std::{os::fd::OwnedFd, time::Instant};
 use socket2::Socket;
 use tokio::task::JoinHandle;
 
-use super::{continuity::handover::AdoptedSocket, health::Health, lifecycle::Life};
+use super::{
+    continuity::handover::{AdoptedSocket, WorkerHandover},
+    health::Health,
+    lifecycle::Life,
+};
 
 /// A running worker process.
 pub struct Worker {
@@ -13,11 +17,6 @@ pub struct Worker {
     pub pid: u32,
     /// pidfd for signals.
     pub pidfd: OwnedFd,
-    /// Unique id in this instance (`CK_WORKER_ID`): events and timers name the worker by it,
-    /// since slot indices and their generations are reused.
-    pub id: u64,
-    /// When it was spawned.
-    pub started: Instant,
     /// It sent anything at all on `NOTIFY_SOCKET`.
     pub spoke_notify: bool,
     /// Its last `STATUS=` text.
@@ -64,6 +63,80 @@ pub struct Worker {
     pub stepped_back: bool,
 }
 
+impl Worker {
+    /// A worker process `pid`, watched through `pidfd`, of which nothing else is known yet
+    /// (its id and start are the lifecycle's: [`crate::supervisor::lifecycle::Run`]).
+    fn base(pid: u32, pidfd: OwnedFd) -> Worker {
+        Worker {
+            pid,
+            pidfd,
+            spoke_notify: false,
+            status: None,
+            tasks: Vec::new(),
+            notify: None,
+            health: Default::default(),
+            cgroup: None,
+            said_ready: false,
+            adopt_latency_us: None,
+            selected_base: 0,
+            requests_limit: None,
+            over_memory: 0,
+            notify_refused: Default::default(),
+            // Names the process for a ck that takes the fleet back after a crash, and for the
+            // orphan guard.
+            start_ticks: crate::os::pidfd::start_ticks(pid),
+            notify_name: None,
+            holder: None,
+            output: None,
+            accept_probe: Default::default(),
+            replacing: false,
+            stepped_back: false,
+        }
+    }
+
+    /// A worker ck just spawned: `pid`, its `pidfd`, the slot's `selected` count now, and
+    /// whether it replaces one that died (`--boot-boost`); the caller adds its handles.
+    pub fn spawned(pid: u32, pidfd: OwnedFd, selected_base: u64, replacing: bool) -> Worker {
+        let mut worker = Worker::base(pid, pidfd);
+        worker.selected_base = selected_base;
+        worker.replacing = replacing;
+        worker
+    }
+
+    /// `--adopt`: a further listener `pid` of a worker's tree, steered as a member slot,
+    /// adopted `latency_us` after its `listen()`.
+    pub fn member(
+        pid: u32,
+        pidfd: OwnedFd,
+        selected_base: u64,
+        latency_us: Option<u64>,
+        task: JoinHandle<()>,
+    ) -> Worker {
+        let mut worker = Worker::base(pid, pidfd);
+        worker.selected_base = selected_base;
+        worker.adopt_latency_us = latency_us;
+        worker.tasks.push(task);
+        worker
+    }
+
+    /// A worker handed over by an earlier ck (`ck upgrade`, or the state file of one that
+    /// died), with what that ck knew of it; the caller adds its handles.
+    pub fn restored(saved: &WorkerHandover, pidfd: OwnedFd) -> Worker {
+        let mut worker = Worker::base(saved.pid, pidfd);
+        worker.spoke_notify = saved.spoke_notify;
+        worker.status = saved.status.clone();
+        worker.health = saved.health;
+        worker.selected_base = saved.selected_base;
+        worker.requests_limit = saved.requests_limit;
+        worker.replacing = saved.replacing;
+        worker.stepped_back = saved.stepped_back;
+        worker.over_memory = saved.over_memory;
+        worker.start_ticks = saved.start_ticks;
+        worker.notify_name = saved.notify_name.clone();
+        worker
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         for task in &self.tasks {
@@ -89,8 +162,6 @@ pub struct Slot {
     /// `--adopt`: the slot is a member of this root slot's process tree (a further listener
     /// of a forking server), tied to the process holding its socket.
     pub member_of: Option<u32>,
-    /// A hot spare (`--spares`): a standby that takes a dead worker's place.
-    pub spare: bool,
     /// The worker, if one runs.
     pub worker: Option<Worker>,
     /// Pid of the last worker (for log lines after it exited).
@@ -125,7 +196,6 @@ impl Slot {
             adopting: Vec::new(),
             replaced: Vec::new(),
             member_of: None,
-            spare: false,
             worker: None,
             last_pid: 0,
             last_exit: None,
@@ -185,6 +255,29 @@ impl Slot {
             })
             .collect::<Option<Vec<_>>>()
             .unwrap_or_default()
+    }
+
+    /// The worker, if it is worker `id` (events and timers name a worker by its id, since
+    /// slot indices are reused).
+    pub fn worker_of(&self, id: u64) -> Option<&Worker> {
+        let current = self.life.state.run().is_some_and(|run| run.id == id);
+        self.worker.as_ref().filter(|_| current)
+    }
+
+    /// [`Slot::worker_of`], to change.
+    pub fn worker_of_mut(&mut self, id: u64) -> Option<&mut Worker> {
+        let current = self.life.state.run().is_some_and(|run| run.id == id);
+        self.worker.as_mut().filter(|_| current)
+    }
+
+    /// The id of the worker running here, if any.
+    pub fn worker_id(&self) -> Option<u64> {
+        self.life.state.run().map(|run| run.id)
+    }
+
+    /// How long the worker running here has run.
+    pub fn uptime(&self) -> Option<std::time::Duration> {
+        self.life.state.run().map(|run| run.started.elapsed())
     }
 
     /// The pid of the worker, or of the last one.

@@ -201,7 +201,7 @@ impl Supervisor {
                     pid: worker.map(|w| w.pid),
                     state: self.state_word(s.index, s.life.shown()),
                     drained: s.life.drained,
-                    uptime_ms: worker.map_or(0, |w| w.started.elapsed().as_millis() as u64),
+                    uptime_ms: s.uptime().map_or(0, |d| d.as_millis() as u64),
                     restarts: s.life.restarts,
                     generation: s.life.generation,
                     selected: stats.selected,
@@ -220,7 +220,7 @@ impl Supervisor {
                     cpu_ms: usage.map(|u| u.cpu_usec / 1000),
                     adopt_latency_us: worker.and_then(|w| w.adopt_latency_us),
                     member_of: s.member_of,
-                    spare: s.spare,
+                    spare: s.life.spare,
                     notify_refused: worker.map_or(0, |w| {
                         w.notify_refused.load(std::sync::atomic::Ordering::Relaxed)
                     }),
@@ -271,7 +271,7 @@ impl Supervisor {
             adopt: self.cfg.adopt,
             dropped: self.slot_stats(MAX_SLOTS).errors,
             stopping: self.stopping || self.quiet.waiting(),
-            reloading: self.roll.is_some(),
+            reloading: self.core.roll.is_some(),
             migration: self.bpf_loaded() && crate::bpf::kernel_migrates(),
             queue_depth: self.queue_depth(),
             queue_patience_us: self.queue_patience_us(),

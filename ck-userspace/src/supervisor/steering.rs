@@ -17,7 +17,7 @@ use std::{
 use anyhow::Context as _;
 use tokio::{net::TcpSocket, sync::oneshot};
 
-use super::{Event, Supervisor, lifecycle::Input, scale::CANARY_SLOT};
+use super::{Event, Supervisor, fleet::CANARY_SLOT, lifecycle::Input};
 use crate::{
     bpf::{BpfError, BpfGroup, conn_steering::ConnSteering, pins, queue_depth::QueueDepth},
     os::probe,

@@ -1,7 +1,7 @@
 //! Workers as processes: spawning one on a slot (sockets opened and put in the maps, program
 //! attached when the socket founds its group, notify reader, exit waiter), and turning what
 //! workers do (notify messages, exits, readiness timers) into lifecycle inputs.
-use std::{os::fd::AsRawFd as _, process::ExitStatus, time::Instant};
+use std::{os::fd::AsRawFd as _, process::ExitStatus};
 
 use anyhow::Context as _;
 use nix::sys::signal::Signal;
@@ -111,7 +111,7 @@ impl Supervisor {
         let replacing = matches!(
             slot.life.state,
             State::Waiting | State::Held | State::Broken
-        ) && !slot.spare;
+        ) && !slot.life.spare;
         let spawned = spawn::spawn(SpawnSpec {
             app: &self.cfg.app,
             slot: index,
@@ -206,31 +206,15 @@ impl Supervisor {
         let selected_base = self.slot_stats(index).selected;
         let requests_limit = self.requests_limit(super::world::jitter());
         let slot = self.slots.get_mut(&index).context("no such slot")?;
-        slot.worker = Some(Worker {
-            id: worker_id,
-            pid,
-            pidfd: spawned.pidfd,
-            started: Instant::now(),
-            spoke_notify: false,
-            status: None,
-            tasks: vec![notify_task],
-            notify: Some(notify_socket),
-            health: Default::default(),
-            cgroup,
-            said_ready: false,
-            adopt_latency_us: None,
-            selected_base,
-            requests_limit,
-            over_memory: 0,
-            notify_refused: refused,
-            start_ticks: crate::os::pidfd::start_ticks(pid),
-            notify_name: Some(notify_name),
-            holder: None,
-            output,
-            accept_probe: Default::default(),
-            replacing,
-            stepped_back: false,
-        });
+        let mut worker = Worker::spawned(pid, spawned.pidfd, selected_base, replacing);
+        worker.tasks.push(notify_task);
+        worker.notify = Some(notify_socket);
+        worker.cgroup = cgroup;
+        worker.requests_limit = requests_limit;
+        worker.notify_refused = refused;
+        worker.notify_name = Some(notify_name);
+        worker.output = output;
+        slot.worker = Some(worker);
         self.state_dirty = true;
         self.watch_exit(index, pid);
         if founding && self.bpf_loaded() {
@@ -263,11 +247,7 @@ impl Supervisor {
 
     /// Looks up the live worker of `index` if it is worker `id`.
     pub(super) fn worker_mut(&mut self, index: u32, id: u64) -> Option<&mut Worker> {
-        self.slots
-            .get_mut(&index)?
-            .worker
-            .as_mut()
-            .filter(|w| w.id == id)
+        self.slots.get_mut(&index)?.worker_of_mut(id)
     }
 
     pub(super) fn on_notify(&mut self, index: u32, id: u64, msgs: Vec<NotifyMsg>) {
@@ -312,10 +292,10 @@ impl Supervisor {
         let Some(slot) = self.slots.get_mut(&index) else {
             return;
         };
-        let Some(worker) = slot.worker.as_ref().filter(|w| w.id == id) else {
+        let (Some(worker), Some(ran)) = (slot.worker_of(id), slot.uptime()) else {
             return;
         };
-        let (pid, ran) = (worker.pid, worker.started.elapsed());
+        let pid = worker.pid;
         if let Some(watch) = &mut self.exit_watch {
             watch.unwatch(pid);
         }
@@ -334,27 +314,17 @@ impl Supervisor {
             seen = seen.name(),
             "worker exited"
         );
-        let spare = slot.spare;
-        let replacement = self.is_replacement(index);
         let outside = killed_from_outside(&status, self.cfg.stop_signal);
-        if self.take_over(index) {
-            return;
-        }
-        self.apply(index, Input::Exited { outside });
-        if spare {
-            self.spare_failed();
-        }
-        if replacement {
-            let why = if never_ready {
-                format!(
-                    "was not ready within --ready-timeout {:?}",
-                    self.cfg.ready_timeout
-                )
-            } else {
-                format!("exited before it was flipped in ({reason})")
-            };
-            self.abort_roll(index, why);
-        }
+        // Words for the roll's abort, should the worker be one of its replacements.
+        let why = if never_ready {
+            format!(
+                "was not ready within --ready-timeout {:?}",
+                self.cfg.ready_timeout
+            )
+        } else {
+            format!("exited before it was flipped in ({reason})")
+        };
+        super::executor::fleet::on_death(self, index, outside, why);
     }
 
     /// SIGKILLs every live worker (a second interrupt).

@@ -8,8 +8,10 @@ use socket2::Socket;
 
 use super::{
     Event, Supervisor,
-    executor::{self, Outcome, World},
-    lifecycle::{self, Input, Note, Settings, Sig, Timer},
+    executor::{self, Outcome, World, fleet::FleetEvent},
+    fleet::{self, Core, Shape},
+    lifecycle::{self, Input, Life, Note, Settings, Sig, Timer},
+    slot::Slot,
 };
 
 impl Supervisor {
@@ -168,10 +170,55 @@ impl World for Supervisor {
         self.set_timer(index, epoch, timer, delay);
     }
 
+    fn open(&mut self, index: u32, life: Life) {
+        self.slots.insert(index, Slot::new(index, life));
+    }
+
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    fn fleet(&mut self) -> (&mut Core, fleet::Lives<'_>) {
+        let lives = self.slots.iter().map(|(i, s)| (*i, &s.life)).collect();
+        (&mut self.core, lives)
+    }
+
+    fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    fn fleet_event(&mut self, event: FleetEvent) {
+        match event {
+            FleetEvent::SpareStarting(index) => tracing::info!(slot = index, "starting a spare"),
+            FleetEvent::ReplacementStarting { old, slot } => {
+                tracing::info!(old_slot = old, slot, "starting replacement")
+            }
+            FleetEvent::TookOver { spare, dead } => tracing::info!(
+                slot = spare,
+                replaced = dead,
+                "a spare takes the place of the dead worker"
+            ),
+            FleetEvent::SpareDue => {
+                let _ = self.events.send(Event::SpareDue);
+            }
+            FleetEvent::SpareLost(delay) => self.spare_lost(delay),
+            FleetEvent::RollStarted { workers } => tracing::info!(
+                workers,
+                batch = self.cfg.reload_batch,
+                "rolling restart started"
+            ),
+            FleetEvent::RollEnded { roll, result } => self.roll_ended(roll, result),
+        }
+    }
+
     fn settled(&mut self, ready: Vec<u32>, stopping: Vec<u32>) {
         self.state_dirty = true;
         // A replacement began or ended its boot: the rest of the fleet steps back or returns.
-        self.settle_boot_priority();
+        self.apply_boot_priority();
         // A stopping worker's further listeners (--adopt, forking servers) stop with it.
         if !stopping.is_empty() {
             self.retire_members(&stopping);
@@ -182,7 +229,7 @@ impl World for Supervisor {
             let _ = self.events.send(Event::BecameReady(index));
         }
         // A roll's old worker told to stop (or gone) may end the roll (from the loop, as above).
-        if self.roll.is_some() {
+        if self.core.roll.is_some() {
             let _ = self.events.send(Event::RollCheck);
         }
     }
@@ -199,10 +246,7 @@ impl Supervisor {
         match note {
             Note::Started => tracing::info!(slot = index, pid, generation, "worker started"),
             Note::Ready(reason) => {
-                let boot_ms = slot
-                    .worker
-                    .as_ref()
-                    .map_or(0, |w| w.started.elapsed().as_millis() as u64);
+                let boot_ms = slot.uptime().map_or(0, |d| d.as_millis() as u64);
                 tracing::info!(
                     slot = index,
                     pid,

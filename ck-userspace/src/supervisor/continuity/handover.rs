@@ -293,11 +293,15 @@ impl Supervisor {
                     fds.push(n.as_fd());
                 }
                 WorkerHandover {
-                    id: w.id,
+                    id: slot.worker_id().unwrap_or_default(),
                     pid: w.pid,
                     pidfd: w.pidfd.as_raw_fd(),
                     notify: w.notify.as_ref().map(|n| n.as_raw_fd()),
-                    started: w.started,
+                    started: slot
+                        .life
+                        .state
+                        .run()
+                        .map_or_else(Instant::now, |r| r.started),
                     spoke_notify: w.spoke_notify,
                     status: w.status.clone(),
                     health: Health {
@@ -334,7 +338,7 @@ impl Supervisor {
                 index: slot.index,
                 life: slot.life.clone(),
                 sockets: slot.sockets.iter().map(|s| s.as_raw_fd()).collect(),
-                spare: slot.spare,
+                spare: slot.life.spare,
                 last_pid: slot.last_pid,
                 last_exit: slot.last_exit.clone(),
                 probe_failures: slot.probe_failures,
@@ -359,8 +363,8 @@ impl Supervisor {
             stop_signal: Some(self.cfg.stop_signal.to_string()),
             upgrades: self.upgrades,
             reloads: (self.reloads.ok, self.reloads.aborted),
-            spare_failures: self.spare_failures,
-            spare_due_us: self.spare_due.map(left_us),
+            spare_failures: self.core.spares.failures,
+            spare_due_us: self.core.spares.due.map(left_us),
             fd_limit: self.fd_limit,
             cgroup: self
                 .cgroups

@@ -66,7 +66,8 @@ impl Supervisor {
                 .with_context(|| format!("slot {index}: taking its sockets back"))?;
             let mut slot = Slot::new(index, saved.life);
             slot.sockets = sockets;
-            slot.spare = saved.spare;
+            // A handover from before spares were the lifecycle's own fact.
+            slot.life.spare |= saved.spare;
             slot.last_pid = saved.last_pid;
             slot.last_exit = saved.last_exit;
             slot.probe_failures = saved.probe_failures;
@@ -112,7 +113,7 @@ impl Supervisor {
         }
         if let Some(us) = handover.spare_due_us {
             let delay = Duration::from_micros(us);
-            self.spare_due = Some(Instant::now() + delay);
+            self.core.spares.due = Some(Instant::now() + delay);
             tasks::send_after(&self.events, delay, Event::SpareDue);
         }
         let exec_ms = handover
@@ -202,31 +203,12 @@ impl Supervisor {
                 });
             }
         }
-        Ok(Worker {
-            id: w.id,
-            pid: w.pid,
-            pidfd,
-            started: w.started,
-            spoke_notify: w.spoke_notify,
-            status: w.status.clone(),
-            tasks,
-            notify,
-            health: w.health,
-            cgroup,
-            said_ready: false,
-            adopt_latency_us: None,
-            selected_base: w.selected_base,
-            requests_limit: w.requests_limit,
-            replacing: w.replacing,
-            stepped_back: w.stepped_back,
-            over_memory: w.over_memory,
-            notify_refused: refused,
-            start_ticks: w.start_ticks,
-            notify_name: w.notify_name.clone(),
-            holder: None,
-            output: None,
-            accept_probe: Default::default(),
-        })
+        let mut worker = Worker::restored(w, pidfd);
+        worker.tasks = tasks;
+        worker.notify = notify;
+        worker.cgroup = cgroup;
+        worker.notify_refused = refused;
+        Ok(worker)
     }
 }
 

@@ -149,9 +149,11 @@ impl Supervisor {
         // Roots first: a member is taken back only with its root.
         let (members, roots): (Vec<_>, Vec<_>) =
             state.slots.into_iter().partition(|s| s.member_of.is_some());
-        for saved in roots {
+        for mut saved in roots {
             let index = saved.index;
-            if saved.life.standby && !saved.spare || saved.life.member {
+            // A state file from before spares were the lifecycle's own fact.
+            saved.life.spare |= saved.spare;
+            if saved.life.standby && !saved.life.spare || saved.life.member {
                 continue;
             }
             let taken = saved.worker.as_ref().and_then(|w| {
@@ -173,7 +175,6 @@ impl Supervisor {
                     }
                     let mut slot = Slot::new(index, saved.life);
                     slot.sockets = sockets;
-                    slot.spare = saved.spare;
                     slot.last_pid = worker.pid;
                     slot.last_exit = saved.last_exit;
                     slot.probe_failures = saved.probe_failures;
@@ -190,13 +191,16 @@ impl Supervisor {
                     kept.push(index);
                 }
                 None => {
+                    let fresh = match saved.life.spare {
+                        true => Life::spare(self.cfg.restart),
+                        false => Life::new(self.cfg.restart, false),
+                    };
                     let life = Life {
                         generation: saved.life.generation,
                         restarts: saved.life.restarts,
-                        ..Life::new(self.cfg.restart, saved.spare)
+                        ..fresh
                     };
                     let mut slot = Slot::new(index, life);
-                    slot.spare = saved.spare;
                     slot.last_pid = saved.last_pid;
                     slot.last_exit = Some("gone while ck was down".into());
                     self.slots.insert(index, slot);

@@ -110,7 +110,7 @@ impl Supervisor {
         if self.stopping || self.quiet.waiting() {
             return Some("ck is stopping".into());
         }
-        if self.roll.is_some() {
+        if self.core.roll.is_some() {
             return Some(
                 "a rolling restart is in progress; run `ck upgrade` again once it is done \
                  (`ck status` shows reloading: false)"

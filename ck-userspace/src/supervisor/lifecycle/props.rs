@@ -1,12 +1,12 @@
-//! Property test: random input sequences over a small fleet, driven the way the supervisor
-//! drives the machine (scale-down in [`retire_order`], rolls that flip a ready standby in and
-//! the old slot out in one batch, spares that take a dead worker's place, `--adopt`'s adoptions
-//! and further listeners) through the supervisor's own executor ([`executor::run`]), acting on
-//! a model of the OS (open, adopted and replaced sockets, live workers, armed timers, the
-//! published active set) that implements its [`World`]. After every step the invariants of
-//! ARCHITECTURE.md are checked.
+//! Property test: random input sequences over a small fleet, driven through the supervisor's
+//! own code: the fleet executor ([`executor::fleet`]) runs the fleet core's decisions (deaths,
+//! rolls, scales, spares, the shutdown) and the slot executor ([`executor::run`]) runs their
+//! inputs, acting on a model of the OS (open, adopted and replaced sockets, live workers, armed
+//! timers, the published active set) that implements its [`World`]. Only what comes from
+//! outside is the model's: the OS's events, the operator's commands, `--adopt`'s listeners.
+//! After every step the invariants of ARCHITECTURE.md are checked, the fleet's among them.
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     time::{Duration, Instant},
 };
 
@@ -16,8 +16,8 @@ use proptest::test_runner::{Config, RngSeed};
 use super::*;
 use crate::settings::restart_policy::RestartPolicy;
 use crate::supervisor::{
-    executor::{self, Outcome},
-    spares::succession,
+    executor::{self, Outcome, fleet as run_fleet},
+    fleet::{Core, Shape},
 };
 
 mod os;
@@ -39,12 +39,9 @@ enum Op {
     Fire(usize),
     /// `ck scale N`.
     Scale(u32),
-    /// A roll starts a standby replacement for the n-th serving slot with a worker.
+    /// A roll starts: of the whole fleet (`ck reload`) when even, else of the n-th serving
+    /// slot with a worker (recycling, a long-unhealthy worker).
     Roll(usize),
-    /// Flip in every ready standby, retiring the slots they replace, in one batch.
-    Flip,
-    /// Abort: every standby retires.
-    Abort,
     /// The next spawn fails; `true`: before the slot's sockets could be opened.
     FailSpawn(bool),
     /// Time passes.
@@ -73,9 +70,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..6usize, any::<bool>()).prop_map(|(n, d)| Op::Drain(n, d)),
         5 => (0..8usize).prop_map(Op::Fire),
         1 => (1..5u32).prop_map(Op::Scale),
-        1 => (0..6usize).prop_map(Op::Roll),
-        1 => Just(Op::Flip),
-        1 => Just(Op::Abort),
+        2 => (0..6usize).prop_map(Op::Roll),
         1 => any::<bool>().prop_map(Op::FailSpawn),
         2 => (0..3000u64).prop_map(Op::Wait),
         1 => Just(Op::Shutdown),
@@ -87,9 +82,22 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The fleet, the supervisor's decisions and the OS as the machine's effects leave them.
+/// What the supervisor's event loop handles after the event that sent it.
+#[derive(Debug)]
+enum Later {
+    /// A slot became ready (`Event::BecameReady`).
+    Ready(u32),
+    /// The roll may be over (`Event::RollCheck`).
+    RollCheck,
+    /// Boot spares again (`Event::SpareDue`).
+    SpareDue,
+}
+
+/// The fleet (its lives and the fleet core's state) and the OS as the effects leave them.
 struct Model {
     settings: Settings,
+    shape: Shape,
+    core: Core,
     lives: BTreeMap<u32, Life>,
     /// What the OS has: slots whose sockets are open, slots whose worker runs.
     os_open: BTreeMap<u32, bool>,
@@ -97,8 +105,6 @@ struct Model {
     /// The last published active set.
     published: ck_common::ActiveSet,
     timers: Vec<(u32, Timer, u64)>,
-    /// Roll pairs: (old, standby).
-    roll: Vec<(u32, u32)>,
     now: Instant,
     next_id: u64,
     /// The next spawn fails (`Some(true)`: while opening the sockets).
@@ -108,96 +114,74 @@ struct Model {
     os_adopting: BTreeSet<u32>,
     /// Slots whose adoption replaced an open socket, until it is closed.
     os_replaced: BTreeSet<u32>,
-    /// `--spares`, and the slots that are spares.
-    spares: u32,
-    spare_slots: BTreeSet<u32>,
     /// Member slots (`--adopt`: further listeners) and their roots.
     members: BTreeMap<u32, u32>,
     /// A serving slot had open sockets at some point (in adopt mode, ck holds the group from
     /// the first adoption on).
     opened_once: bool,
+    /// The event loop's queue.
+    queue: VecDeque<Later>,
+    /// Workers whose exit was handled.
+    dead: BTreeSet<u64>,
 }
 
 impl Model {
-    fn new(workers: u32, min_workers: u32, adopt: bool, spares: u32) -> Model {
+    fn new(workers: u32, min_workers: u32, adopt: bool, spares: u32, batch: u32) -> Model {
+        let restart = RestartPolicy {
+            crash_limit: 3,
+            ..RestartPolicy::DEFAULT
+        };
         let mut m = Model {
             settings: Settings {
                 ready_on_spawn: false,
                 ready_grace: None,
                 ready_timeout: Duration::from_secs(30),
                 drain_timeout: Duration::from_secs(10),
-                restart: RestartPolicy {
-                    crash_limit: 3,
-                    ..RestartPolicy::DEFAULT
-                },
+                restart,
                 min_workers,
                 adopt,
                 linger: Some(Duration::from_secs(10)),
             },
+            shape: Shape {
+                reload_batch: batch,
+                spares,
+                min_workers,
+                restart,
+            },
+            core: Core::default(),
             lives: BTreeMap::new(),
             os_open: BTreeMap::new(),
             os_worker: BTreeMap::new(),
             published: ck_common::ActiveSet::EMPTY,
             timers: Vec::new(),
-            roll: Vec::new(),
             now: Instant::now(),
             next_id: 1,
             fail_next_spawn: None,
             stopping: false,
             os_adopting: BTreeSet::new(),
             os_replaced: BTreeSet::new(),
-            spares,
-            spare_slots: BTreeSet::new(),
             members: BTreeMap::new(),
             opened_once: false,
+            queue: VecDeque::new(),
+            dead: BTreeSet::new(),
         };
-        for index in 0..workers {
-            m.open_slot(index, false);
+        for _ in 0..workers {
+            let _ = run_fleet::open_slot(&mut m);
         }
-        m.replenish_spares();
+        run_fleet::replenish_spares(&mut m);
+        m.handle_queue();
         m
     }
 
-    fn open_slot(&mut self, index: u32, standby: bool) -> Outcome<()> {
-        self.lives
-            .insert(index, Life::new(self.settings.restart, standby));
-        self.apply(vec![(index, Input::Start)])
-    }
-
-    /// Boots spares until there are `spares` (not while stopping or rolling), as
-    /// `replenish_spares` does; stops at a spawn failure.
-    fn replenish_spares(&mut self) {
-        if self.stopping || !self.roll.is_empty() {
-            return;
-        }
-        while (self.spare_slots.len() as u32) < self.spares {
-            let index = self.free_index();
-            self.spare_slots.insert(index);
-            if self.open_slot(index, true).spawn_failure().is_some() {
-                return;
+    /// What the event loop does with what the batches sent it.
+    fn handle_queue(&mut self) {
+        while let Some(later) = self.queue.pop_front() {
+            match later {
+                Later::Ready(index) => run_fleet::on_ready(self, index),
+                Later::RollCheck => run_fleet::finish_when_left(self),
+                Later::SpareDue => run_fleet::replenish_spares(self),
             }
         }
-    }
-
-    /// A worker's process exits: a ready spare takes a dead serving worker's place, as in
-    /// `on_exit`; otherwise the slot steps its exit.
-    fn exit(&mut self, index: u32, outside: bool) {
-        if !self.stopping && self.spares > 0 {
-            let spares = self.spare_slots.iter().map(|i| (*i, &self.lives[i]));
-            if let Some(batch) = succession((index, &self.lives[&index]), spares) {
-                let (spare, drained) = (batch[0].0, self.lives[&index].drained);
-                self.spare_slots.remove(&spare);
-                self.apply(batch.into());
-                let life = &self.lives[&spare];
-                assert!(
-                    life.serving() && life.drained == drained,
-                    "spare {spare} took slot {index}'s place: {life:?}"
-                );
-                assert!(!self.lives.contains_key(&index), "slot {index} stayed");
-                return;
-            }
-        }
-        self.apply(vec![(index, Input::Exited { outside })]);
     }
 
     /// A process of root slot `index`'s tree listens (`on_listened`): the slot's socket while
@@ -235,7 +219,11 @@ impl Model {
     }
 
     fn free_index(&self) -> u32 {
-        (0..).find(|i| !self.lives.contains_key(i)).unwrap()
+        crate::supervisor::fleet::free_slot(&self.fleet_lives()).expect("a free slot")
+    }
+
+    fn fleet_lives(&self) -> crate::supervisor::fleet::Lives<'_> {
+        crate::supervisor::fleet::lives(self.lives.iter().map(|(i, l)| (*i, l)))
     }
 
     fn listed(&self, index: u32) -> (bool, bool) {
@@ -246,7 +234,7 @@ impl Model {
     }
 
     /// Runs a batch through the executor (the supervisor's own, on this model of the OS).
-    fn apply(&mut self, inputs: Vec<(u32, Input)>) -> Outcome<()> {
+    fn apply(&mut self, inputs: Vec<(u32, Input)>) -> Outcome<String> {
         executor::run(self, inputs)
     }
 
@@ -255,12 +243,24 @@ impl Model {
         (!keys.is_empty()).then(|| keys[n % keys.len()])
     }
 
+    /// Runs one thing that happens, then what it sent the event loop.
     fn run(&mut self, op: Op) {
         match op {
             Op::Exit(n, outside) => {
-                let live: Vec<u32> = self.os_worker.keys().copied().collect();
+                let live: Vec<(u32, u64)> = self.os_worker.iter().map(|(i, w)| (*i, *w)).collect();
                 if !live.is_empty() {
-                    self.exit(live[n % live.len()], outside);
+                    let (index, id) = live[n % live.len()];
+                    run_fleet::on_death(self, index, outside, "exited".into());
+                    assert!(
+                        self.dead.contains(&id),
+                        "worker {id}'s exit was not handled"
+                    );
+                    assert!(
+                        self.lives
+                            .values()
+                            .all(|l| l.state.run().is_none_or(|r| r.id != id)),
+                        "dead worker {id} is still some slot's run"
+                    );
                 }
             }
             Op::Ready(n, healthy) => self.on_nth(
@@ -284,78 +284,28 @@ impl Model {
                 self.apply(vec![(index, Input::Timer(timer, epoch))]);
             }
             Op::Fire(_) => {}
-            Op::Scale(target) if !self.stopping && self.roll.is_empty() => {
-                let order = retire_order(self.lives.iter().map(|(i, l)| (*i, l)));
-                let current = order.len() as u32;
-                if target > current {
-                    for _ in current..target {
-                        let index = self.free_index();
-                        self.open_slot(index, false);
-                    }
-                } else {
-                    let victims = order.iter().take((current - target) as usize);
-                    self.apply(
-                        victims
-                            .map(|i| (*i, Input::Retire("scaled down".into())))
-                            .collect(),
-                    );
-                    let min = self.settings.min_workers;
-                    let needed = needed(self.lives.iter().map(|(i, l)| (*i, l)), min);
-                    self.apply(needed.into_iter().map(|i| (i, Input::Needed)).collect());
-                }
+            Op::Scale(target) => {
+                let refused = self.stopping || self.core.roll.is_some();
+                let result = run_fleet::scale_to(self, target);
+                assert!(
+                    !refused || matches!(result, Err(Ok(_))),
+                    "a scale was not refused while stopping or rolling"
+                );
             }
-            Op::Scale(_) => {}
-            Op::Roll(n) if !self.stopping => {
-                let olds: Vec<u32> = self
-                    .lives
-                    .iter()
-                    .filter(|(i, l)| {
-                        l.serving()
-                            && l.state.run().is_some()
-                            && !self.roll.iter().any(|(o, _)| o == *i)
-                    })
-                    .map(|(i, _)| *i)
-                    .collect();
-                if !olds.is_empty() {
-                    if self.roll.is_empty() {
-                        // Spares run the old app: they go when a roll starts.
-                        let spares = self
-                            .spare_slots
-                            .iter()
-                            .map(|i| (*i, Input::Retire("replaced by the roll".into())))
-                            .collect();
-                        self.apply(spares);
-                    }
-                    let new = self.free_index();
-                    self.roll.push((olds[n % olds.len()], new));
-                    self.open_slot(new, true);
-                }
-            }
-            Op::Roll(_) => {}
-            Op::Flip => {
-                let ready: Vec<(u32, u32)> = self
-                    .roll
-                    .iter()
-                    .copied()
-                    .filter(|(_, new)| matches!(self.lives[new].state, State::Ready(_)))
-                    .collect();
-                let mut batch = Vec::new();
-                for (old, new) in ready {
-                    batch.push((new, Input::FlipIn));
-                    batch.push((old, Input::Retire("replaced".into())));
-                    self.roll.retain(|pair| *pair != (old, new));
-                }
-                self.apply(batch);
-                self.replenish_spares();
-            }
-            Op::Abort => {
-                let batch = self
-                    .roll
-                    .drain(..)
-                    .map(|(_, new)| (new, Input::Retire("aborted".into())))
-                    .collect();
-                self.apply(batch);
-                self.replenish_spares();
+            Op::Roll(n) => {
+                let lives =
+                    crate::supervisor::fleet::lives(self.lives.iter().map(|(i, l)| (*i, l)));
+                let all = crate::supervisor::fleet::roll::reload_targets(&lives);
+                let pending = match n % 2 {
+                    0 => all,
+                    _ => all.get(n % all.len().max(1)).copied().into_iter().collect(),
+                };
+                let rolling = self.core.roll.is_some();
+                let started = run_fleet::begin_roll(self, pending, n % 2 == 0).is_ok();
+                assert!(
+                    started != (self.stopping || rolling),
+                    "a roll started while stopping or rolling, or was refused otherwise"
+                );
             }
             Op::FailSpawn(at_open) => self.fail_next_spawn = Some(at_open),
             Op::Listen(n) if self.settings.adopt => {
@@ -377,7 +327,7 @@ impl Model {
                 }
             }
             Op::Unadopt(_) => {}
-            Op::SpareDue => self.replenish_spares(),
+            Op::SpareDue => run_fleet::replenish_spares(self),
             Op::Loaded => {
                 let all = self.lives.keys().map(|i| (*i, Input::Republish)).collect();
                 self.apply(all);
@@ -395,16 +345,13 @@ impl Model {
                 }
             }
             Op::Wait(ms) => self.now += Duration::from_millis(ms),
-            Op::Shutdown => {
+            Op::Shutdown if !self.stopping => {
                 self.stopping = true;
-                let all = self
-                    .lives
-                    .keys()
-                    .map(|i| (*i, Input::Shutdown("test".into())))
-                    .collect();
-                self.apply(all);
+                run_fleet::shutdown(self, "test");
             }
+            Op::Shutdown => {}
         }
+        self.handle_queue();
     }
 
     fn on_nth(&mut self, n: usize, input: Input) {
@@ -449,6 +396,7 @@ impl Model {
         }
         if self.stopping {
             assert_eq!(set.live_len, 0);
+            assert!(self.core.roll.is_none(), "a roll outlived the shutdown");
             return;
         }
         let serving: Vec<&Life> = self.lives.values().filter(|l| l.serving()).collect();
@@ -470,6 +418,47 @@ impl Model {
                 "open sockets but nothing listed"
             );
         }
+        // Never an empty ready list while a worker is ready to be selected.
+        assert!(
+            set.ready_len > 0 || !self.lives.values().any(|l| l.selectable()),
+            "a worker is ready but the ready list is empty: {:#?}",
+            self.lives
+        );
+        // Spares are never selected.
+        for (index, life) in &self.lives {
+            assert!(
+                !(life.spare && self.listed(*index).0),
+                "spare {index} in the ready list"
+            );
+        }
+        self.check_roll();
+    }
+
+    /// A roll never has more than `--reload-batch` old workers out before their replacements
+    /// are in: the batch in flight is at most that long, its old slots still serve, and its
+    /// replacements are standbys nothing retired (a scale-down among them).
+    fn check_roll(&self) {
+        let Some(roll) = &self.core.roll else {
+            return;
+        };
+        assert!(
+            roll.batch.len() <= self.shape.reload_batch as usize,
+            "batch {:?} over --reload-batch {}",
+            roll.batch,
+            self.shape.reload_batch
+        );
+        for (old, new) in &roll.batch {
+            let old_life = &self.lives[old];
+            assert!(
+                old_life.serving(),
+                "old slot {old} out before its replacement {new} is in: {old_life:?}"
+            );
+            let new_life = &self.lives[new];
+            assert!(
+                new_life.standby && !new_life.leaving() && !new_life.spare,
+                "replacement {new} of slot {old} retired or flipped in mid-batch: {new_life:?}"
+            );
+        }
     }
 }
 
@@ -487,9 +476,10 @@ proptest! {
         min_workers in 0..3u32,
         adopt in any::<bool>(),
         spares in prop::sample::select(vec![0u32, 0, 1, 2]),
+        batch in 1..3u32,
         ops in prop::collection::vec(op(), 1..60),
     ) {
-        let mut model = Model::new(workers, min_workers, adopt, spares);
+        let mut model = Model::new(workers, min_workers, adopt, spares, batch);
         model.check();
         for op in ops {
             model.run(op);

@@ -103,6 +103,9 @@ pub struct Life {
     /// A rolling restart's replacement not flipped in yet: never selected, not counted as
     /// serving, not restarted if it dies.
     pub standby: bool,
+    /// `--spares`: a hot spare, a standby that takes a dead worker's place (until it does).
+    #[serde(default)]
+    pub spare: bool,
     /// `--adopt`: a further listener of a worker's process tree (a forking server), tied to
     /// the process holding it: selected like any slot, but not counted as serving and never
     /// restarted (its process is the worker's business); removed when it exits.
@@ -127,12 +130,21 @@ impl Life {
             state: State::Idle,
             drained: false,
             standby,
+            spare: false,
             member: false,
             socket_open: false,
             crash: Crash::new(policy),
             epoch: 0,
             generation: 0,
             restarts: 0,
+        }
+    }
+
+    /// A hot spare (see [`Life::spare`]).
+    pub fn spare(policy: RestartPolicy) -> Life {
+        Life {
+            spare: true,
+            ..Life::new(policy, true)
         }
     }
 

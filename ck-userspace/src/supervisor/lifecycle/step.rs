@@ -369,6 +369,7 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
         }
         (_, input @ (Input::FlipIn | Input::TakeOver { .. })) if life.standby => {
             life.standby = false;
+            life.spare = false;
             if let Input::TakeOver { drained } = input {
                 life.drained = drained;
             }

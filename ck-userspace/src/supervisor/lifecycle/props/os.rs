@@ -4,13 +4,16 @@
 //! slot), and changes the model's sockets, workers and timers as the real one would.
 use std::time::{Duration, Instant};
 
-use super::{super::*, Model};
-use crate::supervisor::executor::World;
+use super::{super::*, Later, Model};
+use crate::supervisor::{
+    executor::{World, fleet::FleetEvent},
+    fleet::{self, Core, Shape},
+};
 
 /// The model of the OS the supervisor's executor acts on; every effect checks what the
 /// invariants say must hold when it runs.
 impl World for Model {
-    type SpawnError = ();
+    type SpawnError = String;
 
     fn lives(&self) -> impl Iterator<Item = (u32, &Life)> + Clone {
         self.lives.iter().map(|(i, l)| (*i, l))
@@ -37,7 +40,9 @@ impl World for Model {
     }
 
     fn exited(&mut self, index: u32) {
-        self.os_worker.remove(&index);
+        if let Some(id) = self.os_worker.remove(&index) {
+            assert!(self.dead.insert(id), "worker {id}'s exit handled twice");
+        }
         self.os_adopting.remove(&index);
     }
 
@@ -103,13 +108,10 @@ impl World for Model {
         );
         self.lives.remove(&index);
         self.os_open.remove(&index);
-        self.spare_slots.remove(&index);
         self.members.remove(&index);
-        self.roll
-            .retain(|(old, new)| *old != index && *new != index);
     }
 
-    fn spawn(&mut self, index: u32) -> Result<u64, ()> {
+    fn spawn(&mut self, index: u32) -> Result<u64, String> {
         let life = &self.lives[&index];
         assert!(
             life.serving() || life.standby,
@@ -118,7 +120,7 @@ impl World for Model {
         let was_open = self.os_open.get(&index) == Some(&true);
         if let Some(at_open) = self.fail_next_spawn.take() {
             self.os_open.insert(index, was_open || !at_open);
-            return Err(());
+            return Err("spawn failed".into());
         }
         if !self.settings.adopt {
             self.os_open.insert(index, true);
@@ -137,8 +139,41 @@ impl World for Model {
         self.timers.push((index, timer, epoch));
     }
 
-    /// A stopping root's members retire with it (`retire_members`).
-    fn settled(&mut self, _: Vec<u32>, stopping: Vec<u32>) {
+    fn open(&mut self, index: u32, life: Life) {
+        assert!(
+            self.lives.insert(index, life).is_none(),
+            "slot {index} opened twice"
+        );
+    }
+
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    fn fleet(&mut self) -> (&mut Core, fleet::Lives<'_>) {
+        let lives = self.lives.iter().map(|(i, l)| (*i, l)).collect();
+        (&mut self.core, lives)
+    }
+
+    fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// The supervisor's `SpareDue` comes back through the event loop; a delayed one is the
+    /// test's `Op::SpareDue` after `Op::Wait`.
+    fn fleet_event(&mut self, event: FleetEvent) {
+        if let FleetEvent::SpareDue = event {
+            self.queue.push_back(Later::SpareDue);
+        }
+    }
+
+    /// A stopping root's members retire with it (`retire_members`); readiness and a roll's
+    /// progress go to the event loop, as the supervisor sends them.
+    fn settled(&mut self, ready: Vec<u32>, stopping: Vec<u32>) {
         let members: Vec<(u32, Input)> = self
             .members
             .iter()
@@ -147,6 +182,10 @@ impl World for Model {
             .collect();
         if !members.is_empty() {
             self.apply(members);
+        }
+        self.queue.extend(ready.into_iter().map(Later::Ready));
+        if self.core.roll.is_some() {
+            self.queue.push_back(Later::RollCheck);
         }
     }
 }

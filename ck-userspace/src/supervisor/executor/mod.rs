@@ -6,12 +6,15 @@
 //! a slot's state, installs or closes a slot's sockets, publishes or signals a worker.
 use std::time::{Duration, Instant};
 
+use super::fleet::{self as core, Core, Shape};
 use super::lifecycle::{self, Effect, Fleet, Input, Life, Note, Settings, Sig, Timer};
+
+pub(super) mod fleet;
 
 /// What the executor acts on: the slots' lives, and the operating system their effects change.
 pub(super) trait World {
     /// Why a spawn failed.
-    type SpawnError;
+    type SpawnError: std::fmt::Display;
 
     /// Every slot's life, in index order.
     fn lives(&self) -> impl Iterator<Item = (u32, &Life)> + Clone;
@@ -49,6 +52,18 @@ pub(super) trait World {
     fn socket_open(&self, index: u32) -> bool;
     /// [`Effect::Arm`]: arms a timer that comes back as [`Input::Timer`].
     fn arm(&mut self, index: u32, timer: Timer, delay: Duration, epoch: u64);
+    /// Creates slot `index` around `life`, nothing open yet (the only way a slot comes to be).
+    fn open(&mut self, index: u32, life: Life);
+    /// The fleet core's state.
+    fn core(&self) -> &Core;
+    /// The fleet core's state, to change.
+    fn core_mut(&mut self) -> &mut Core;
+    /// The fleet core's state with every slot's life, for a decision that changes the core.
+    fn fleet(&mut self) -> (&mut Core, core::Lives<'_>);
+    /// The numbers the fleet decides with.
+    fn shape(&self) -> &Shape;
+    /// Something the fleet did (see [`fleet::FleetEvent`]): a log line, a timer, an answer.
+    fn fleet_event(&mut self, event: fleet::FleetEvent);
     /// The batch is done: `ready` slots became ready (or healthy again) in it, `stopping` ones
     /// were asked to stop.
     fn settled(&mut self, ready: Vec<u32>, stopping: Vec<u32>);

@@ -1,0 +1,80 @@
+//! The fleet core: the decisions above one slot, as pure functions (no tokio, no OS). Each
+//! takes the fleet's state (every slot's [`Life`], the roll in flight, the spares' pacing) and
+//! an event, and returns the inputs for the slot machines ([`crate::supervisor::lifecycle`]):
+//!
+//! - a death ([`death`]): a ready spare takes over, else the slot's own crash rule (restart
+//!   now, back off, hold the last socket, open the breaker); a lost spare slows the next one;
+//!   a lost replacement aborts the roll;
+//! - a roll ([`roll`]): which old slot gets a replacement next, the flip once the whole batch
+//!   is ready, the abort, the end;
+//! - a scale ([`scale`]): how many slots open, which retire, which broken slots the group now
+//!   needs;
+//! - the spares ([`spares`]): how many to boot, the pacing after one died unused, the
+//!   succession;
+//! - boot priority ([`boot`]): which workers step back while a replacement boots;
+//! - the quiet wait ([`quiet`]): whether a stop waits, and when the wait ends.
+//!
+//! The supervisor's fleet executor (`executor::fleet`) runs these decisions through the slot
+//! executor; the property test runs that same code on its model of the OS.
+use std::collections::BTreeMap;
+
+use super::lifecycle::Life;
+use crate::settings::restart_policy::RestartPolicy;
+
+pub mod boot;
+pub mod death;
+pub mod quiet;
+pub mod roll;
+pub mod scale;
+pub mod spares;
+
+#[cfg(test)]
+mod tests;
+
+/// The numbers the fleet's decisions are made with (from the run's configuration).
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// `--reload-batch`: replacements a roll starts at once.
+    pub reload_batch: u32,
+    /// `--spares`: standby workers kept booted.
+    pub spares: u32,
+    /// `--min-workers`: slots that keep trying whatever their breaker says.
+    pub min_workers: u32,
+    /// The restart policy new slots get.
+    pub restart: RestartPolicy,
+}
+
+/// The fleet's state above the slots: the roll in flight and the spares' pacing.
+#[derive(Debug, Default)]
+pub struct Core {
+    /// The rolling restart in flight, if any.
+    pub roll: Option<roll::Roll>,
+    /// When the next spare may boot.
+    pub spares: spares::Pacing,
+}
+
+/// Every slot's life, by index: what each decision reads.
+pub type Lives<'a> = BTreeMap<u32, &'a Life>;
+
+/// The lives of `slots` as a map the decisions read.
+pub fn lives<'a>(slots: impl Iterator<Item = (u32, &'a Life)>) -> Lives<'a> {
+    slots.collect()
+}
+
+/// The last slot index is never given to a worker: its probe source port is the steering
+/// canary's (see `steering`).
+pub const CANARY_SLOT: u32 = ck_common::MAX_SLOTS - 1;
+
+/// The lowest slot index not in use, if one is left.
+pub fn free_slot(lives: &Lives) -> Option<u32> {
+    (0..CANARY_SLOT).find(|i| !lives.contains_key(i))
+}
+
+/// Slots that count towards the fleet's size (not leaving, not a standby, not a member).
+pub fn serving(lives: &Lives) -> Vec<u32> {
+    lives
+        .iter()
+        .filter(|(_, life)| life.serving())
+        .map(|(index, _)| *index)
+        .collect()
+}

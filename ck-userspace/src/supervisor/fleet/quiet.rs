@@ -1,0 +1,60 @@
+//! The quiet wait's decisions: whether a stop waits for traffic to stop first, and when the
+//! wait ends (no new connection for `--quiet-period`, or `--quiet-max` reached).
+use std::time::{Duration, Instant};
+
+/// Why a stop drains at once instead of waiting, if so.
+pub fn skip(quiet_period: Duration, metrics: bool, bpf: bool) -> Option<&'static str> {
+    if quiet_period.is_zero() {
+        Some("--quiet-period 0")
+    } else if !metrics {
+        Some("no --metrics, so no balancer can be checking /readyz")
+    } else if !bpf {
+        Some("--no-bpf: no program counts new connections")
+    } else {
+        None
+    }
+}
+
+/// Where a wait stands at one reading of the counters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// Keep waiting.
+    Wait,
+    /// No new connection for this long (at least the quiet period): drain.
+    Quiet(Duration),
+    /// `--quiet-max` reached while connections still came, at this rate per second: drain.
+    TooLong(f64),
+}
+
+/// The limits of a wait.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// `--quiet-period`.
+    pub period: Duration,
+    /// `--quiet-max`.
+    pub max: Duration,
+    /// The shortest span a rate is computed over.
+    pub min_span: Duration,
+}
+
+/// Decides a wait that `started`, whose counters last `changed` then, at `now`; `first` is
+/// the oldest (time, total) sample of the rate's window and `total` the count now.
+pub fn decide(
+    limits: Limits,
+    started: Instant,
+    changed: Instant,
+    now: Instant,
+    first: (Instant, u64),
+    total: u64,
+) -> Verdict {
+    let quiet = now - changed.max(started);
+    if quiet >= limits.period {
+        return Verdict::Quiet(quiet);
+    }
+    if now - started >= limits.max {
+        let (t0, n0) = first;
+        let span = (now - t0).as_secs_f64().max(limits.min_span.as_secs_f64());
+        return Verdict::TooLong(total.wrapping_sub(n0) as f64 / span);
+    }
+    Verdict::Wait
+}

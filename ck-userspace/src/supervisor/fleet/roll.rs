@@ -1,0 +1,157 @@
+//! A rolling restart's decisions: per batch of at most `--reload-batch` old slots, which get a
+//! replacement next; the flip, once every replacement of the batch is ready (the replacements
+//! in and the old workers out in one batch, so in one publish); the abort when a replacement
+//! fails (every replacement of the batch retires, the old workers stay); and the end, once no
+//! batch is in flight and no old worker it flipped out is still leaving.
+use std::collections::VecDeque;
+
+use super::{Lives, Shape};
+use crate::supervisor::lifecycle::{Input, Life, State};
+
+/// A rolling restart in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roll {
+    /// Old slots not yet replaced.
+    pub pending: VecDeque<u32>,
+    /// The batch in flight: (old slot, replacement slot).
+    pub batch: Vec<(u32, u32)>,
+    /// Workers replaced so far.
+    pub replaced: u32,
+    /// Old slots flipped out: the roll ends once none of them is still `Leaving`.
+    pub leaving: Vec<u32>,
+    /// A reload of the fleet (`ck reload`, SIGHUP), counted in `ck_reloads_total`; not the
+    /// replacement of one worker (health, recycling).
+    pub reload: bool,
+}
+
+/// Why a roll cannot start now, if so.
+pub fn refusal(stopping: bool, rolling: bool) -> Option<&'static str> {
+    if stopping {
+        Some("ck is stopping")
+    } else if rolling {
+        Some("a rolling restart is already in progress; wait for it to end")
+    } else {
+        None
+    }
+}
+
+/// The old slots a reload replaces: every serving slot that runs a worker (slots without one
+/// restart with the new app anyway).
+pub fn reload_targets(lives: &Lives) -> VecDeque<u32> {
+    lives
+        .iter()
+        .filter(|(_, l)| l.serving() && l.state.run().is_some())
+        .map(|(index, _)| *index)
+        .collect()
+}
+
+/// A roll of `pending`, nothing started yet.
+pub fn begin(pending: VecDeque<u32>, reload: bool) -> Roll {
+    Roll {
+        pending,
+        batch: Vec::new(),
+        replaced: 0,
+        leaving: Vec::new(),
+        reload,
+    }
+}
+
+/// What the roll does next.
+#[derive(Debug)]
+pub enum Next {
+    /// Start a replacement for old slot `old` with this life, on a free slot.
+    Start {
+        /// The slot it replaces.
+        old: u32,
+        /// The replacement's life: a standby, drained if the old slot is.
+        life: Box<Life>,
+    },
+    /// The batch is full: wait for it to flip.
+    Wait,
+    /// Nothing is pending: the roll may end (see [`done`]).
+    Empty,
+}
+
+/// Takes the next old slot to replace from `roll.pending` (skipping slots that are gone or
+/// already leaving), while the batch has room.
+pub fn next(roll: &mut Roll, lives: &Lives, shape: &Shape) -> Next {
+    if roll.batch.len() >= shape.reload_batch as usize {
+        return Next::Wait;
+    }
+    while let Some(old) = roll.pending.pop_front() {
+        let Some(life) = lives.get(&old).filter(|l| l.serving()) else {
+            continue;
+        };
+        return Next::Start {
+            old,
+            life: Box::new(Life {
+                drained: life.drained,
+                ..Life::new(shape.restart, true)
+            }),
+        };
+    }
+    Next::Empty
+}
+
+/// Whether `index` is a replacement of the batch in flight.
+pub fn replaces(roll: &Roll, index: u32) -> bool {
+    roll.batch.iter().any(|(_, new)| *new == index)
+}
+
+/// Slot `index` became ready: once every replacement of the batch is, the batch flips (the
+/// replacements in, the old slots out, in one batch of inputs). None while it waits.
+pub fn flip(roll: &mut Roll, lives: &Lives, index: u32) -> Option<Vec<(u32, Input)>> {
+    if !replaces(roll, index) {
+        return None;
+    }
+    let all_ready = roll.batch.iter().all(|(_, new)| {
+        lives
+            .get(new)
+            .is_some_and(|l| matches!(l.state, State::Ready(_)))
+    });
+    if !all_ready {
+        return None;
+    }
+    let batch = std::mem::take(&mut roll.batch);
+    roll.replaced += batch.len() as u32;
+    roll.leaving.extend(batch.iter().map(|(old, _)| *old));
+    let mut inputs = Vec::new();
+    for (old, new) in batch {
+        inputs.push((new, Input::FlipIn));
+        inputs.push((old, Input::Retire("replaced by a rolling restart".into())));
+    }
+    Some(inputs)
+}
+
+/// The batch's replacement `index` failed: every replacement of the batch retires (the old
+/// workers stay). Returns the inputs and the old slot `index` was to replace.
+pub fn abort(roll: &mut Roll, index: u32) -> (Vec<(u32, Input)>, u32) {
+    let batch = std::mem::take(&mut roll.batch);
+    let old = batch
+        .iter()
+        .find(|(_, new)| *new == index)
+        .map_or(index, |(old, _)| *old);
+    let retire = batch
+        .iter()
+        .map(|(_, new)| (*new, Input::Retire("rolling restart aborted".into())))
+        .collect();
+    (retire, old)
+}
+
+/// The roll is over: no batch in flight, nothing pending, and every old worker it flipped out
+/// has been told to stop (or is gone), so no old worker takes a request but the last one on
+/// each of its keep-alive connections.
+pub fn done(roll: &Roll, lives: &Lives) -> bool {
+    let leaving = roll.leaving.iter().any(|old| {
+        lives
+            .get(old)
+            .is_some_and(|l| matches!(l.state, State::Leaving(_)))
+    });
+    roll.batch.is_empty() && roll.pending.is_empty() && !leaving
+}
+
+/// A reload in progress: workers replaced so far, and in all.
+pub fn progress(roll: &Roll) -> (u32, u32) {
+    let total = roll.replaced as usize + roll.batch.len() + roll.pending.len();
+    (roll.replaced, total as u32)
+}

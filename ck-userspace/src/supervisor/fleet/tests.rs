@@ -1,0 +1,406 @@
+//! The fleet core's decisions on literal fleets: a death, a roll's batch, flip, abort and end,
+//! a scale, the spares' pacing, boot priority and the quiet wait.
+use std::{
+    collections::VecDeque,
+    time::{Duration, Instant},
+};
+
+use super::*;
+use crate::settings::restart_policy::RestartPolicy;
+use crate::supervisor::lifecycle::{Input, Life, Run, State};
+
+fn shape(batch: u32, spares: u32) -> Shape {
+    Shape {
+        reload_batch: batch,
+        spares,
+        min_workers: 0,
+        restart: RestartPolicy::DEFAULT,
+    }
+}
+
+fn run(id: u64) -> Run {
+    Run {
+        id,
+        started: Instant::now(),
+        ready_at: Some(Instant::now()),
+        adopted: true,
+    }
+}
+
+/// A serving slot in `state`, its socket open.
+fn serving(state: State) -> Life {
+    Life {
+        state,
+        socket_open: true,
+        ..Life::new(RestartPolicy::DEFAULT, false)
+    }
+}
+
+fn ready(id: u64) -> Life {
+    serving(State::Ready(run(id)))
+}
+
+fn starting(id: u64) -> Life {
+    serving(State::Starting(run(id)))
+}
+
+fn standby(state: State) -> Life {
+    Life {
+        state,
+        socket_open: true,
+        ..Life::new(RestartPolicy::DEFAULT, true)
+    }
+}
+
+fn spare(state: State) -> Life {
+    Life {
+        state,
+        socket_open: true,
+        ..Life::spare(RestartPolicy::DEFAULT)
+    }
+}
+
+fn map(lives: &[(u32, Life)]) -> std::collections::BTreeMap<u32, Life> {
+    lives.iter().cloned().collect()
+}
+
+fn view(lives: &std::collections::BTreeMap<u32, Life>) -> Lives<'_> {
+    super::lives(lives.iter().map(|(i, l)| (*i, l)))
+}
+
+#[test]
+fn a_ready_spare_takes_the_place_of_a_dead_serving_worker() {
+    let lives = map(&[
+        (0, ready(1)),
+        (1, ready(2)),
+        (2, spare(State::Starting(run(3)))),
+        (3, spare(State::Ready(run(4)))),
+    ]);
+    let death = death::decide(
+        1,
+        true,
+        &view(&lives),
+        &Core::default(),
+        &shape(1, 2),
+        false,
+    )
+    .expect("slot 1 exists");
+    assert_eq!(
+        death.inputs,
+        vec![
+            (3, Input::TakeOver { drained: false }),
+            (1, Input::Superseded)
+        ]
+    );
+    assert_eq!(death.took_over, Some(3));
+    assert!(!death.spare_lost && !death.aborts_roll);
+}
+
+#[test]
+fn without_a_ready_spare_the_dead_slot_steps_its_own_exit() {
+    let lives = map(&[(0, ready(1)), (1, spare(State::Starting(run(2))))]);
+    let death = death::decide(
+        0,
+        false,
+        &view(&lives),
+        &Core::default(),
+        &shape(1, 1),
+        false,
+    )
+    .expect("slot 0 exists");
+    assert_eq!(death.inputs, vec![(0, Input::Exited { outside: false })]);
+    assert_eq!(death.took_over, None);
+    // While stopping, no spare takes over even when one is ready.
+    let lives = map(&[(0, ready(1)), (1, spare(State::Ready(run(2))))]);
+    let death = death::decide(
+        0,
+        false,
+        &view(&lives),
+        &Core::default(),
+        &shape(1, 1),
+        true,
+    )
+    .expect("slot 0 exists");
+    assert_eq!(death.inputs, vec![(0, Input::Exited { outside: false })]);
+}
+
+#[test]
+fn a_dead_spare_slows_the_next_and_a_dead_replacement_aborts_the_roll() {
+    let lives = map(&[
+        (0, ready(1)),
+        (1, spare(State::Starting(run(2)))),
+        (2, standby(State::Starting(run(3)))),
+    ]);
+    let core = Core {
+        roll: Some(roll::Roll {
+            batch: vec![(0, 2)],
+            ..roll::begin(VecDeque::new(), true)
+        }),
+        ..Core::default()
+    };
+    let spare_death = death::decide(1, false, &view(&lives), &core, &shape(1, 1), false).unwrap();
+    assert!(spare_death.spare_lost && !spare_death.aborts_roll);
+    let replacement = death::decide(2, false, &view(&lives), &core, &shape(1, 1), false).unwrap();
+    assert!(replacement.aborts_roll && !replacement.spare_lost);
+    assert!(death::decide(9, false, &view(&lives), &core, &shape(1, 1), false).is_none());
+}
+
+#[test]
+fn a_roll_fills_its_batch_then_waits_and_skips_slots_that_left() {
+    let mut leaving = ready(3);
+    leaving.state = State::Leaving(run(3));
+    let mut drained = ready(2);
+    drained.drained = true;
+    let lives = map(&[(0, ready(1)), (1, drained), (2, leaving)]);
+    let mut r = roll::begin(VecDeque::from([2, 1, 0]), true);
+    // Slot 2 is leaving: skipped; slot 1's replacement starts drained, as slot 1 is.
+    match roll::next(&mut r, &view(&lives), &shape(1, 0)) {
+        roll::Next::Start { old, life } => {
+            assert_eq!(old, 1);
+            assert!(life.drained && life.standby && !life.spare);
+        }
+        other => panic!("expected a start, got {other:?}"),
+    }
+    r.batch.push((1, 5));
+    assert!(matches!(
+        roll::next(&mut r, &view(&lives), &shape(1, 0)),
+        roll::Next::Wait
+    ));
+    assert_eq!(r.pending, VecDeque::from([0]));
+    r.batch.clear();
+    assert!(matches!(
+        roll::next(&mut r, &view(&lives), &shape(1, 0)),
+        roll::Next::Start { old: 0, .. }
+    ));
+    assert!(matches!(
+        roll::next(&mut r, &view(&lives), &shape(1, 0)),
+        roll::Next::Empty
+    ));
+}
+
+#[test]
+fn a_roll_flips_only_once_its_whole_batch_is_ready() {
+    let mut lives = map(&[
+        (0, ready(1)),
+        (1, ready(2)),
+        (2, standby(State::Ready(run(3)))),
+        (3, standby(State::Starting(run(4)))),
+    ]);
+    let mut r = roll::Roll {
+        batch: vec![(0, 2), (1, 3)],
+        ..roll::begin(VecDeque::new(), true)
+    };
+    assert_eq!(roll::flip(&mut r, &view(&lives), 2), None);
+    // A slot that is not a replacement of the batch flips nothing.
+    assert_eq!(roll::flip(&mut r, &view(&lives), 0), None);
+    lives.insert(3, standby(State::Ready(run(4))));
+    let flip = roll::flip(&mut r, &view(&lives), 3).expect("the batch is ready");
+    assert_eq!(
+        flip,
+        vec![
+            (2, Input::FlipIn),
+            (0, Input::Retire("replaced by a rolling restart".into())),
+            (3, Input::FlipIn),
+            (1, Input::Retire("replaced by a rolling restart".into())),
+        ]
+    );
+    assert!(r.batch.is_empty());
+    assert_eq!((r.replaced, r.leaving.clone()), (2, vec![0, 1]));
+    assert_eq!(roll::progress(&r), (2, 2));
+}
+
+#[test]
+fn an_aborted_roll_retires_every_replacement_of_its_batch() {
+    let mut r = roll::Roll {
+        batch: vec![(0, 2), (1, 3)],
+        ..roll::begin(VecDeque::from([4]), true)
+    };
+    let (inputs, old) = roll::abort(&mut r, 3);
+    assert_eq!(old, 1);
+    assert_eq!(
+        inputs,
+        vec![
+            (2, Input::Retire("rolling restart aborted".into())),
+            (3, Input::Retire("rolling restart aborted".into())),
+        ]
+    );
+    assert!(r.batch.is_empty());
+}
+
+#[test]
+fn a_roll_is_done_once_no_old_worker_it_flipped_out_is_leaving() {
+    let mut old = ready(1);
+    old.state = State::Leaving(run(1));
+    let mut lives = map(&[(0, old), (1, ready(2))]);
+    let r = roll::Roll {
+        leaving: vec![0],
+        replaced: 1,
+        ..roll::begin(VecDeque::new(), true)
+    };
+    assert!(!roll::done(&r, &view(&lives)));
+    lives.get_mut(&0).unwrap().state =
+        State::Stopping(run(1), crate::supervisor::lifecycle::After::Retire);
+    assert!(roll::done(&r, &view(&lives)));
+    let pending = roll::begin(VecDeque::from([1]), true);
+    assert!(!roll::done(&pending, &view(&lives)));
+    assert_eq!(
+        roll::refusal(false, true),
+        Some("a rolling restart is already in progress; wait for it to end")
+    );
+    assert_eq!(roll::refusal(true, false), Some("ck is stopping"));
+    assert_eq!(roll::refusal(false, false), None);
+}
+
+#[test]
+fn a_reload_replaces_the_serving_slots_that_run_a_worker() {
+    let lives = map(&[
+        (0, ready(1)),
+        (1, serving(State::Waiting)),
+        (2, spare(State::Ready(run(3)))),
+        (3, starting(4)),
+    ]);
+    assert_eq!(roll::reload_targets(&view(&lives)), VecDeque::from([0, 3]));
+}
+
+#[test]
+fn a_scale_down_retires_what_keeps_least_open_first() {
+    let lives = map(&[
+        (0, ready(1)),
+        (1, ready(2)),
+        (2, serving(State::Waiting)),
+        (3, starting(3)),
+        (4, standby(State::Starting(run(5)))),
+    ]);
+    let plan = scale::plan(&view(&lives), 2);
+    assert_eq!((plan.from, plan.open), (4, 0));
+    // Slot 2 (no worker, socket open: held tier) before slot 3 (starting) before the ready
+    // ones; the standby is not the fleet's.
+    let retired: Vec<u32> = plan.retire.iter().map(|(i, _)| *i).collect();
+    assert_eq!(retired, vec![2, 3]);
+    let up = scale::plan(&view(&lives), 6);
+    assert_eq!((up.open, up.retire.len()), (2, 0));
+    assert!(scale::refusal(0, false, false).is_some());
+    assert!(scale::refusal(3, false, true).is_some());
+    assert!(scale::refusal(3, true, false).is_some());
+    assert_eq!(scale::refusal(3, false, false), None);
+}
+
+#[test]
+fn a_slot_opened_while_the_host_is_drained_starts_drained() {
+    let mut a = ready(1);
+    a.drained = true;
+    let lives = map(&[(0, a)]);
+    assert!(scale::host_drained(&view(&lives)));
+    assert_eq!(
+        scale::opening(1, true),
+        vec![(1, Input::Drain(true)), (1, Input::Start)]
+    );
+    let lives = map(&[(0, ready(1))]);
+    assert!(!scale::host_drained(&view(&lives)));
+    assert_eq!(scale::opening(1, false), vec![(1, Input::Start)]);
+    // With no worker at all, the host is not drained (nothing to hold out).
+    let lives = map(&[(0, serving(State::Waiting))]);
+    assert!(!scale::host_drained(&view(&lives)));
+}
+
+#[test]
+fn spares_boot_up_to_their_count_unless_stopping_rolling_or_backing_off() {
+    let lives = map(&[(0, ready(1)), (1, spare(State::Starting(run(2))))]);
+    let now = Instant::now();
+    let pacing = spares::Pacing::default();
+    assert_eq!(
+        spares::wanted(&view(&lives), &shape(1, 3), &pacing, now, false, false),
+        2
+    );
+    assert_eq!(
+        spares::wanted(&view(&lives), &shape(1, 3), &pacing, now, true, false),
+        0
+    );
+    assert_eq!(
+        spares::wanted(&view(&lives), &shape(1, 3), &pacing, now, false, true),
+        0
+    );
+    let mut pacing = spares::Pacing::default();
+    assert_eq!(pacing.failed(now), Duration::from_millis(100));
+    assert_eq!(
+        spares::wanted(&view(&lives), &shape(1, 3), &pacing, now, false, false),
+        0
+    );
+    let later = now + Duration::from_millis(100);
+    assert_eq!(
+        spares::wanted(&view(&lives), &shape(1, 3), &pacing, later, false, false),
+        2
+    );
+    assert_eq!(
+        spares::retire_all(&view(&lives)),
+        vec![(
+            1,
+            Input::Retire("spares are replaced by the rolling restart".into())
+        )]
+    );
+}
+
+#[test]
+fn a_lost_spare_doubles_the_delay_up_to_ten_seconds_and_a_ready_one_resets_it() {
+    let now = Instant::now();
+    let mut pacing = spares::Pacing::default();
+    let delays: Vec<u64> = (0..10)
+        .map(|_| pacing.failed(now).as_millis() as u64)
+        .collect();
+    assert_eq!(
+        delays,
+        vec![100, 200, 400, 800, 1600, 3200, 6400, 10000, 10000, 10000]
+    );
+    pacing.ready();
+    assert_eq!(pacing, spares::Pacing::default());
+}
+
+#[test]
+fn boot_priority_steps_the_others_back_while_a_replacement_boots() {
+    let w = |index, replacement_starting, stepped_back| boot::Booting {
+        index,
+        replacement_starting,
+        stepped_back,
+    };
+    let booting = [w(0, false, false), w(1, true, false), w(2, false, true)];
+    let p = boot::decide(&booting, 5).expect("slot 0 steps back");
+    assert_eq!((p.back, p.booting, p.changing), (true, vec![1], vec![0]));
+    // Off (--boot-boost 0): nothing steps back, and what was back comes back.
+    let p = boot::decide(&booting, 0).expect("slot 2 comes back");
+    assert_eq!((p.back, p.changing), (false, vec![2]));
+    let done = [w(0, false, true), w(1, false, false)];
+    assert_eq!(
+        boot::decide(&done, 5).expect("slot 0 back").changing,
+        vec![0]
+    );
+    assert_eq!(boot::decide(&[w(0, false, false)], 5), None);
+}
+
+#[test]
+fn the_quiet_wait_ends_when_quiet_or_at_its_maximum_with_the_rate() {
+    let limits = quiet::Limits {
+        period: Duration::from_secs(2),
+        max: Duration::from_secs(10),
+        min_span: Duration::from_millis(100),
+    };
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    assert_eq!(
+        quiet::decide(limits, t0, t0, t0 + s(1), (t0, 0), 0),
+        quiet::Verdict::Wait
+    );
+    assert_eq!(
+        quiet::decide(limits, t0, t0 + s(1), t0 + s(3), (t0, 0), 5),
+        quiet::Verdict::Quiet(s(2))
+    );
+    // Traffic until the end: at the maximum, with the rate over the window.
+    let v = quiet::decide(limits, t0, t0 + s(10), t0 + s(10), (t0 + s(9), 100), 150);
+    assert_eq!(v, quiet::Verdict::TooLong(50.0));
+    assert_eq!(
+        quiet::skip(Duration::ZERO, true, true),
+        Some("--quiet-period 0")
+    );
+    assert!(quiet::skip(s(1), false, true).is_some());
+    assert!(quiet::skip(s(1), true, false).is_some());
+    assert_eq!(quiet::skip(s(1), true, true), None);
+}
