@@ -10,8 +10,9 @@ use super::{
     Event, Supervisor,
     executor::{self, Outcome, World, fleet::FleetEvent},
     fleet::{self, Core, Shape},
+    groups::Join,
     lifecycle::{self, Input, Life, Note, Settings, Sig, Timer},
-    slot::Slot,
+    slots::slot::Slot,
 };
 
 impl Supervisor {
@@ -27,7 +28,10 @@ impl Supervisor {
 
     /// Every slot's life, for the machine's views.
     pub(super) fn lives(&self) -> impl Iterator<Item = (u32, &lifecycle::Life)> + Clone {
-        self.slots.iter().map(|(index, slot)| (*index, &slot.life))
+        self.table
+            .slots
+            .iter()
+            .map(|(index, slot)| (*index, &slot.life))
     }
 }
 
@@ -39,7 +43,7 @@ impl World for Supervisor {
     }
 
     fn life_mut(&mut self, index: u32) -> Option<&mut lifecycle::Life> {
-        self.slots.get_mut(&index).map(|slot| &mut slot.life)
+        self.table.slots.get_mut(&index).map(|slot| &mut slot.life)
     }
 
     fn settings(&self) -> &Settings {
@@ -59,7 +63,7 @@ impl World for Supervisor {
     }
 
     fn exited(&mut self, index: u32) {
-        let Some(slot) = self.slots.get_mut(&index) else {
+        let Some(slot) = self.table.slots.get_mut(&index) else {
             return;
         };
         // The process is gone: drop its handles (the notify reader stops) and copies of
@@ -81,27 +85,19 @@ impl World for Supervisor {
         let founding: Vec<bool> = (0..self.groups.len())
             .map(|position| {
                 !self
+                    .table
                     .slots
                     .values()
                     .any(|s| s.index != index && s.sockets.get(position).is_some())
             })
             .collect();
-        let Some(slot) = self.slots.get_mut(&index) else {
+        let Some(slot) = self.table.slots.get_mut(&index) else {
             return;
         };
         let sockets: Vec<Socket> = slot.adopting.drain(..).flatten().collect();
         for ((group, socket), founds) in self.groups.iter_mut().zip(&sockets).zip(founding) {
-            let Some(bpf) = &mut group.bpf else { continue };
-            if let Err(e) = bpf.insert(index, socket) {
+            if let Err(e) = group.join(index, socket, Join::Fresh, founds) {
                 tracing::error!(group = %group.name, "{e}");
-            }
-            if founds {
-                match bpf.attach(socket) {
-                    Ok(()) => {
-                        tracing::info!(group = %group.name, slot = index, "BPF program attached to the group")
-                    }
-                    Err(e) => tracing::error!(group = %group.name, "{e}"),
-                }
             }
         }
         slot.replaced = std::mem::replace(&mut slot.sockets, sockets);
@@ -112,7 +108,7 @@ impl World for Supervisor {
     }
 
     fn signal(&mut self, index: u32, sig: Sig) {
-        let Some(worker) = self.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
+        let Some(worker) = self.table.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
             return;
         };
         let signal = match sig {
@@ -136,13 +132,13 @@ impl World for Supervisor {
     }
 
     fn close_sockets(&mut self, index: u32) {
-        if let Some(slot) = self.slots.get_mut(&index) {
+        if let Some(slot) = self.table.slots.get_mut(&index) {
             slot.sockets.clear();
         }
     }
 
     fn close_replaced(&mut self, index: u32) {
-        if let Some(slot) = self.slots.get_mut(&index) {
+        if let Some(slot) = self.table.slots.get_mut(&index) {
             slot.replaced.clear();
         }
     }
@@ -154,14 +150,15 @@ impl World for Supervisor {
     fn spawn(&mut self, index: u32) -> anyhow::Result<u64> {
         self.spawn_worker(index).inspect_err(|e| {
             tracing::error!(slot = index, "starting a worker failed: {e:#}");
-            if let Some(slot) = self.slots.get_mut(&index) {
+            if let Some(slot) = self.table.slots.get_mut(&index) {
                 slot.last_exit = Some(format!("spawn failed: {e:#}"));
             }
         })
     }
 
     fn socket_open(&self, index: u32) -> bool {
-        self.slots
+        self.table
+            .slots
             .get(&index)
             .is_some_and(|slot| !slot.sockets.is_empty())
     }
@@ -171,24 +168,29 @@ impl World for Supervisor {
     }
 
     fn open(&mut self, index: u32, life: Life) {
-        self.slots.insert(index, Slot::new(index, life));
+        self.table.slots.insert(index, Slot::new(index, life));
     }
 
     fn core(&self) -> &Core {
-        &self.core
+        &self.ops.core
     }
 
     fn core_mut(&mut self) -> &mut Core {
-        &mut self.core
+        &mut self.ops.core
     }
 
     fn fleet(&mut self) -> (&mut Core, fleet::Lives<'_>) {
-        let lives = self.slots.iter().map(|(i, s)| (*i, &s.life)).collect();
-        (&mut self.core, lives)
+        let lives = self
+            .table
+            .slots
+            .iter()
+            .map(|(i, s)| (*i, &s.life))
+            .collect();
+        (&mut self.ops.core, lives)
     }
 
     fn shape(&self) -> &Shape {
-        &self.shape
+        &self.ops.shape
     }
 
     fn fleet_event(&mut self, event: FleetEvent) {
@@ -215,8 +217,8 @@ impl World for Supervisor {
         }
     }
 
-    fn settled(&mut self, ready: Vec<u32>, stopping: Vec<u32>) {
-        self.state_dirty = true;
+    fn batch_done(&mut self, ready: Vec<u32>, stopping: Vec<u32>) {
+        self.continuity.state_dirty = true;
         // A replacement began or ended its boot: the rest of the fleet steps back or returns.
         self.apply_boot_priority();
         // A stopping worker's further listeners (--adopt, forking servers) stop with it.
@@ -229,7 +231,7 @@ impl World for Supervisor {
             let _ = self.events.send(Event::BecameReady(index));
         }
         // A roll's old worker told to stop (or gone) may end the roll (from the loop, as above).
-        if self.core.roll.is_some() {
+        if self.ops.core.roll.is_some() {
             let _ = self.events.send(Event::RollCheck);
         }
     }
@@ -238,7 +240,7 @@ impl World for Supervisor {
 impl Supervisor {
     /// Writes the machine's note as one lifecycle log line with the slot and pid.
     fn log_note(&self, index: u32, note: Note) {
-        let Some(slot) = self.slots.get(&index) else {
+        let Some(slot) = self.table.slots.get(&index) else {
             return;
         };
         let pid = slot.pid();
@@ -299,7 +301,7 @@ impl Supervisor {
                 reason = %format!("not ready within --ready-timeout {timeout:?}"),
                 "worker replaced (SIGKILL)"
             ),
-            Note::KilledAtDrainTimeout => tracing::warn!(
+            Note::KilledAtStopTimeout => tracing::warn!(
                 slot = index,
                 pid,
                 reason = "drain timeout",

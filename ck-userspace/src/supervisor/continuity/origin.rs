@@ -5,9 +5,7 @@
 use anyhow::Context as _;
 use tokio::sync::mpsc;
 
-use crate::supervisor::{
-    cgroups, continuity::handover::Handover, continuity::resume, continuity::survive,
-};
+use crate::supervisor::{continuity::handover::Handover, continuity::resume, continuity::survive};
 use crate::{
     bpf::pins,
     control::{self, server::ControlCall, server::ControlServer},
@@ -127,7 +125,7 @@ impl Origin {
     ) -> anyhow::Result<Option<InstanceCgroup>> {
         match self.prior().and_then(|p| p.cgroup.clone()) {
             Some((dir, memory)) if dir.exists() => Ok(Some(InstanceCgroup::resume(dir, memory))),
-            _ => cgroups::create(cfg).context("the instance's cgroup"),
+            _ => crate::supervisor::slots::cgroups::create(cfg).context("the instance's cgroup"),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! ck. It waits on ck's pidfd; if ck dies and no new ck of the same name takes the fleet back
 //! within `--orphan-timeout` (a live ck answers on the control socket), it takes the instance
 //! lock, stops the workers and `--adopt`'s member processes recorded in the state file
-//! (`--stop-signal`, SIGKILL after the drain timeout; only processes whose start time matches),
+//! (`--stop-signal`, SIGKILL after the stop timeout; only processes whose start time matches),
 //! kills what is left in the instance's cgroup, and removes the pins, the state file and the
 //! run-time files. A clean stop of ck removes the state file: the guard then just exits.
 use std::{

@@ -42,7 +42,7 @@ impl Supervisor {
                 return None;
             }
         };
-        let Some(hub) = &self.output else {
+        let Some(hub) = &self.table.output else {
             tracing::warn!(
                 slot = index,
                 pid,

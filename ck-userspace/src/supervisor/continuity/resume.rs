@@ -17,9 +17,9 @@ use crate::supervisor::{
     Event, Supervisor,
     continuity::handover::{FORMAT, Handover, WorkerHandover},
     continuity::output_back::EndsFrom,
-    slot::{Slot, Worker},
+    inputs::notify::watch_notify,
+    slots::slot::{Slot, Worker},
     tasks,
-    workers::watch_notify,
 };
 use crate::{os::cgroup::WorkerCgroup, os::notify, os::reexec};
 
@@ -71,7 +71,7 @@ impl Supervisor {
             slot.last_pid = saved.last_pid;
             slot.last_exit = saved.last_exit;
             slot.probe_failures = saved.probe_failures;
-            slot.member_of = saved.member_of;
+            slot.life.member_of = saved.member_of;
             let mut holder = None;
             slot.output_dropped = Arc::new(AtomicU64::new(saved.output_dropped));
             if let Some(w) = saved.worker {
@@ -103,7 +103,7 @@ impl Supervisor {
                 holder = w.holder;
                 workers += 1;
             }
-            self.slots.insert(index, slot);
+            self.table.slots.insert(index, slot);
             if let Some(holder) = holder {
                 self.watch_holder(index, holder);
             }
@@ -113,7 +113,7 @@ impl Supervisor {
         }
         if let Some(us) = handover.spare_due_us {
             let delay = Duration::from_micros(us);
-            self.core.spares.due = Some(Instant::now() + delay);
+            self.ops.core.spares.due = Some(Instant::now() + delay);
             tasks::send_after(&self.events, delay, Event::SpareDue);
         }
         let exec_ms = handover
@@ -124,12 +124,12 @@ impl Supervisor {
             from = %handover.compat.ck,
             to = crate::VERSION,
             workers,
-            slots = self.slots.len(),
-            upgrades = self.upgrades,
+            slots = self.table.slots.len(),
+            upgrades = self.continuity.upgrades,
             exec_to_resumed_ms = exec_ms,
             "ck upgraded in place: workers kept, steering kept"
         );
-        self.last_upgrade = Some(format!(
+        self.continuity.last_upgrade = Some(format!(
             "ok: ck {} -> {} ({workers} worker(s) kept, resumed {exec_ms:.1} ms after the exec)",
             handover.compat.ck,
             crate::VERSION

@@ -24,7 +24,7 @@ use crate::supervisor::{
     continuity::output_back::EndsFrom,
     continuity::resume::{ExitSeen, output_source},
     lifecycle::{Input, Life},
-    slot::{Slot, Worker},
+    slots::slot::{Slot, Worker},
 };
 use crate::{
     os::cgroup::WorkerCgroup, os::instance, os::notify::NotifySocket, os::pidfd, os::sock_diag,
@@ -109,10 +109,10 @@ impl Supervisor {
     /// Writes the state file if anything changed since the last write (only with
     /// `--survive-supervisor`).
     pub(in crate::supervisor) fn save_state(&mut self) {
-        if !self.cfg.survive_supervisor || !self.state_dirty {
+        if !self.cfg.survive_supervisor || !self.continuity.state_dirty {
             return;
         }
-        self.state_dirty = false;
+        self.continuity.state_dirty = false;
         let prepared = self.prepare_handover(None, None, None);
         let path = state_path(&self.cfg.name);
         let tmp = path.with_extension("state.tmp");
@@ -153,7 +153,7 @@ impl Supervisor {
             let index = saved.index;
             // A state file from before spares were the lifecycle's own fact.
             saved.life.spare |= saved.spare;
-            if saved.life.standby && !saved.life.spare || saved.life.member {
+            if saved.life.standby && !saved.life.spare || saved.life.member_of.is_some() {
                 continue;
             }
             let taken = saved.worker.as_ref().and_then(|w| {
@@ -187,7 +187,7 @@ impl Supervisor {
                         EndsFrom::Worker(&worker.pidfd),
                     );
                     slot.worker = Some(worker);
-                    self.slots.insert(index, slot);
+                    self.table.slots.insert(index, slot);
                     kept.push(index);
                 }
                 None => {
@@ -203,7 +203,7 @@ impl Supervisor {
                     let mut slot = Slot::new(index, life);
                     slot.last_pid = saved.last_pid;
                     slot.last_exit = Some("gone while ck was down".into());
-                    self.slots.insert(index, slot);
+                    self.table.slots.insert(index, slot);
                     renew.push(index);
                 }
             }
@@ -221,12 +221,12 @@ impl Supervisor {
             match taken {
                 Ok((worker, sockets)) => {
                     let mut slot = Slot::new(index, saved.life);
-                    slot.member_of = Some(root);
+                    slot.life.member_of = Some(root);
                     slot.sockets = sockets;
                     slot.last_pid = worker.pid;
                     slot.probe_failures = saved.probe_failures;
                     slot.worker = Some(worker);
-                    self.slots.insert(index, slot);
+                    self.table.slots.insert(index, slot);
                     kept.push(index);
                     members_kept += 1;
                 }

@@ -80,7 +80,7 @@ async fn check(binary: PathBuf) -> Result<Compat, String> {
         return Err(format!(
             "{shown} upgrade-check failed ({}{}): it cannot take over this instance (not ck, or \
              a ck that does not accept its command line); {fix}",
-            crate::supervisor::workers::describe_exit(&Ok(out.status)),
+            crate::supervisor::inputs::exits::describe_exit(&Ok(out.status)),
             if said.is_empty() {
                 String::new()
             } else {
@@ -107,10 +107,10 @@ async fn check(binary: PathBuf) -> Result<Compat, String> {
 impl Supervisor {
     /// Why an upgrade cannot start now, if it cannot.
     fn upgrade_refused(&self) -> Option<String> {
-        if self.stopping || self.quiet.waiting() {
+        if self.stopping || self.ops.quiet.waiting() {
             return Some("ck is stopping".into());
         }
-        if self.core.roll.is_some() {
+        if self.ops.core.roll.is_some() {
             return Some(
                 "a rolling restart is in progress; run `ck upgrade` again once it is done \
                  (`ck status` shows reloading: false)"
@@ -132,19 +132,19 @@ impl Supervisor {
         binary: Option<PathBuf>,
         reply: Option<oneshot::Sender<Response>>,
     ) {
-        let refused = match (&self.upgrade, self.upgrade_refused()) {
+        let refused = match (&self.continuity.upgrade, self.upgrade_refused()) {
             (Some(_), _) => Some("an upgrade is already under way".to_string()),
             (None, why) => why,
         };
         if let Some(why) = refused {
             tracing::warn!(reason = %why, "upgrade refused");
-            self.last_upgrade = Some(format!("refused: {why}"));
+            self.continuity.last_upgrade = Some(format!("refused: {why}"));
             if let Some(reply) = reply {
                 let _ = reply.send(Response::Error(format!("upgrade refused: {why}")));
             }
             return;
         }
-        let binary = binary.unwrap_or_else(|| self.exe.clone());
+        let binary = binary.unwrap_or_else(|| self.continuity.exe.clone());
         tracing::info!(binary = %binary.display(), "upgrade: checking the new binary");
         let events = self.events.clone();
         let candidate = binary.clone();
@@ -152,7 +152,7 @@ impl Supervisor {
             let result = check(candidate).await;
             let _ = events.send(Event::UpgradeChecked(result));
         });
-        self.upgrade = Some(Upgrade {
+        self.continuity.upgrade = Some(Upgrade {
             binary,
             reply,
             asked: Instant::now(),
@@ -162,7 +162,7 @@ impl Supervisor {
 
     /// The candidate answered: refuse (the old image carries on) or get ready to exec.
     pub(in crate::supervisor) fn on_upgrade_checked(&mut self, result: Result<Compat, String>) {
-        let Some(mut upgrade) = self.upgrade.take() else {
+        let Some(mut upgrade) = self.continuity.upgrade.take() else {
             return;
         };
         let result = result.and_then(|compat| match self.upgrade_refused() {
@@ -172,7 +172,7 @@ impl Supervisor {
         match result {
             Err(why) => {
                 tracing::error!(binary = %upgrade.binary.display(), reason = %why, "upgrade refused; ck carries on");
-                self.last_upgrade = Some(format!("failed: {why}"));
+                self.continuity.last_upgrade = Some(format!("failed: {why}"));
                 if let Some(reply) = upgrade.reply.take() {
                     let _ = reply.send(Response::Error(format!("upgrade failed: {why}")));
                 }
@@ -193,20 +193,23 @@ impl Supervisor {
                     )));
                 }
                 upgrade.checked = Some(compat);
-                self.upgrade = Some(upgrade);
+                self.continuity.upgrade = Some(upgrade);
             }
         }
     }
 
     /// Whether a checked upgrade waits for the loop to exec it.
     pub(in crate::supervisor) fn exec_due(&self) -> bool {
-        self.upgrade.as_ref().is_some_and(|u| u.checked.is_some())
+        self.continuity
+            .upgrade
+            .as_ref()
+            .is_some_and(|u| u.checked.is_some())
     }
 
     /// Lets the connection tasks write the answers already given (the upgrade's own among
     /// them), and handles what is already queued (events, control and metrics calls) so that
     /// the state handed over is current.
-    pub(in crate::supervisor) async fn settle(
+    pub(in crate::supervisor) async fn finish_before_exec(
         &mut self,
         events: &mut mpsc::UnboundedReceiver<Event>,
         calls: &mut mpsc::UnboundedReceiver<ControlCall>,
@@ -241,11 +244,12 @@ impl Supervisor {
         control: BorrowedFd<'_>,
         metrics: Option<BorrowedFd<'_>>,
     ) {
-        let Some(upgrade) = self.upgrade.take() else {
+        let Some(upgrade) = self.continuity.upgrade.take() else {
             return;
         };
         // The workers' output: what is read is written; what is not stays in the pipes.
         let paused = self
+            .table
             .output
             .as_ref()
             .map(|o| o.pause(Duration::from_millis(200)));
@@ -261,7 +265,7 @@ impl Supervisor {
         };
         drop(paused);
         tracing::error!(reason = %error, "upgrade failed");
-        self.last_upgrade = Some(format!("failed: {error}"));
+        self.continuity.last_upgrade = Some(format!("failed: {error}"));
     }
 
     fn exec_image(

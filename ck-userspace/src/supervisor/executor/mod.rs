@@ -66,7 +66,7 @@ pub(super) trait World {
     fn fleet_event(&mut self, event: fleet::FleetEvent);
     /// The batch is done: `ready` slots became ready (or healthy again) in it, `stopping` ones
     /// were asked to stop.
-    fn settled(&mut self, ready: Vec<u32>, stopping: Vec<u32>);
+    fn batch_done(&mut self, ready: Vec<u32>, stopping: Vec<u32>);
 }
 
 /// What a batch did that its caller may need to know.
@@ -154,5 +154,5 @@ fn run_into<W: World>(
             Effect::Arm(timer, delay, epoch) => world.arm(index, timer, delay, epoch),
         }
     }
-    world.settled(became_ready, stopping);
+    world.batch_done(became_ready, stopping);
 }

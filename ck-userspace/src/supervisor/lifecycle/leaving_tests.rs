@@ -57,7 +57,7 @@ fn a_retired_worker_leaves_the_active_set_and_is_signalled_once_its_connections_
         vec![
             Effect::Publish,
             Effect::Signal(Sig::Term),
-            Effect::Arm(Timer::Kill, s.drain_timeout, 3)
+            Effect::Arm(Timer::Kill, s.stop_timeout, 3)
         ]
     );
     assert_eq!(

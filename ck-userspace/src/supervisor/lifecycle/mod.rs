@@ -14,7 +14,7 @@
 //! | `Unhealthy` | yes | open | fallback | healthy -> Ready; stop; exit |
 //! | `Draining` | yes | open | fallback | `READY=1` -> Ready; stop; exit |
 //! | `Leaving` | yes | open | fallback | connections done or linger -> Stopping(Retire); exit -> removed |
-//! | `Stopping` | yes | open | fallback | exit -> Idle / removed / crash rule; drain timeout -> SIGKILL |
+//! | `Stopping` | yes | open | fallback | exit -> Idle / removed / crash rule; stop timeout -> SIGKILL |
 //! | `Waiting` | - | closed | no | restart timer -> spawn |
 //! | `Held` | - | open (last of its group) | last resort | restart timer (or at once) -> spawn on the same socket |
 //! | `Broken` | - | closed | no | cool-down timer -> spawn |
@@ -31,6 +31,7 @@ mod active;
 pub mod crash;
 mod state;
 mod step;
+mod words;
 
 #[cfg(test)]
 mod leaving_tests;
@@ -41,4 +42,5 @@ mod tests;
 
 pub use active::{Tier, active_set, needed, retire_order, tier};
 pub use state::{After, Life, Run, State};
-pub use step::{Effect, Fleet, Input, Note, Settings, Sig, Timer, schedule, step};
+pub use step::{Effect, Fleet, Settings, schedule, step};
+pub use words::{Input, Note, Sig, Timer};

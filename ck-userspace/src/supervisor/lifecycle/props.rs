@@ -55,7 +55,7 @@ enum Op {
     Unadopt(usize),
     /// `--spares`: the supervisor boots spares again.
     SpareDue,
-    /// The BPF program loaded (`adopt_bpf`): every slot re-published on the fresh maps.
+    /// The BPF program loaded (`use_loaded_bpf`): every slot re-published on the fresh maps.
     Loaded,
     /// The n-th leaving slot's connections are done (`leaving`).
     Finish(usize),
@@ -136,7 +136,7 @@ impl Model {
                 ready_on_spawn: false,
                 ready_grace: None,
                 ready_timeout: Duration::from_secs(30),
-                drain_timeout: Duration::from_secs(10),
+                stop_timeout: Duration::from_secs(10),
                 restart,
                 min_workers,
                 adopt,
@@ -205,7 +205,7 @@ impl Model {
         let id = self.next_id;
         self.next_id += 1;
         self.lives
-            .insert(member, Life::member(self.settings.restart));
+            .insert(member, Life::member(self.settings.restart, index));
         self.members.insert(member, index);
         self.os_worker.insert(member, id);
         self.os_adopting.insert(member);

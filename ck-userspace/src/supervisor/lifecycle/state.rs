@@ -54,7 +54,7 @@ pub enum State {
     /// signal once they are done ([`super::Input::Finished`]) or at the linger's end, so a
     /// server that dies on the signal (no graceful shutdown) fails nothing it was given.
     Leaving(Run),
-    /// ck sent the worker SIGTERM (SIGKILL at the drain timeout): not selected, socket open.
+    /// ck sent the worker SIGTERM (SIGKILL at the stop timeout): not selected, socket open.
     Stopping(Run, After),
     /// No worker; a restart is due (after a backoff). Socket closed.
     Waiting,
@@ -106,10 +106,12 @@ pub struct Life {
     /// `--spares`: a hot spare, a standby that takes a dead worker's place (until it does).
     #[serde(default)]
     pub spare: bool,
-    /// `--adopt`: a further listener of a worker's process tree (a forking server), tied to
-    /// the process holding it: selected like any slot, but not counted as serving and never
-    /// restarted (its process is the worker's business); removed when it exits.
-    pub member: bool,
+    /// `--adopt`: a further listener of the process tree of this root slot's worker (a
+    /// forking server), tied to the process holding it: selected like any slot, but not
+    /// counted as serving and never restarted (its process is the worker's business); removed
+    /// when it exits.
+    #[serde(rename = "member", with = "member_wire")]
+    pub member_of: Option<u32>,
     /// The supervisor's copy of the slot's sockets is open (the executor keeps the OS true to
     /// this flag).
     pub socket_open: bool,
@@ -131,7 +133,7 @@ impl Life {
             drained: false,
             standby,
             spare: false,
-            member: false,
+            member_of: None,
             socket_open: false,
             crash: Crash::new(policy),
             epoch: 0,
@@ -148,10 +150,10 @@ impl Life {
         }
     }
 
-    /// A member slot (see [`Life::member`]).
-    pub fn member(policy: RestartPolicy) -> Life {
+    /// A member slot of root slot `root` (see [`Life::member_of`]).
+    pub fn member(policy: RestartPolicy, root: u32) -> Life {
         Life {
-            member: true,
+            member_of: Some(root),
             ..Life::new(policy, false)
         }
     }
@@ -159,7 +161,7 @@ impl Life {
     /// In the fleet for good: not leaving, not a roll's standby. Only serving slots count
     /// when deciding whether a socket is the last of its group or the breaker may open.
     pub fn serving(&self) -> bool {
-        !self.standby && !self.member && !self.leaving()
+        !self.standby && self.member_of.is_none() && !self.leaving()
     }
 
     /// Retired and not gone yet: its connections finishing, or its worker stopping.
@@ -197,3 +199,21 @@ impl Life {
         }
     }
 }
+
+/// On the wire (the handover, the state file) a member is `member: true`, as ck has always
+/// written it; its root slot travels beside the life (`SlotHandover::member_of`) and is put
+/// back where the slot is restored. Until then the root reads as [`UNKNOWN_ROOT`].
+mod member_wire {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(member_of: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(member_of.is_some())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        Ok(bool::deserialize(d)?.then_some(super::UNKNOWN_ROOT))
+    }
+}
+
+/// The root of a member slot read from the wire, until the slot is restored with its root.
+pub const UNKNOWN_ROOT: u32 = u32::MAX;

@@ -6,165 +6,9 @@ use std::time::{Duration, Instant};
 use super::{
     crash::Verdict,
     state::{After, Life, Run, State},
+    words::{Input, Note, Sig, Timer},
 };
 use crate::settings::restart_policy::RestartPolicy;
-
-/// A timer the machine arms; it comes back as [`Input::Timer`] with the epoch it was armed in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum Timer {
-    /// `--ready auto`: a worker silent on `NOTIFY_SOCKET` this long is looked at again (the
-    /// supervisor answers with [`Input::Ready`] only if it cannot see whether it accepts).
-    ReadyGrace,
-    /// A worker not ready by now is killed and its exit counts as a boot crash.
-    ReadyTimeout,
-    /// A stopping worker still alive now gets SIGKILL.
-    Kill,
-    /// Start a worker on the slot (after a backoff or the breaker's cool-down).
-    Restart,
-    /// A leaving worker still holding connections now gets the stop signal.
-    Linger,
-}
-
-/// Signals the machine sends to the slot's worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sig {
-    /// Stop gracefully: `--stop-signal` (SIGTERM unless told otherwise).
-    Term,
-    /// Stop now.
-    Kill,
-}
-
-/// Something that happened to a slot, or a decision about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Input {
-    /// Open the slot: spawn its first worker.
-    Start,
-    /// The executor spawned worker `id` (answer to [`Effect::Spawn`]).
-    Spawned {
-        /// The worker's id.
-        id: u64,
-    },
-    /// `--adopt`: the supervisor holds a copy of the worker's own listening socket of every
-    /// group: they become the slot's ([`Effect::Install`]); any the slot held before (a dead
-    /// worker's) are closed after the publish, so what was queued on them migrates.
-    Adopted,
-    /// `--adopt`: the process holding the slot's adopted socket (a child of the worker, not the
-    /// worker) exited: the slot gives the socket up and waits for the tree's next listener.
-    Unadopted,
-    /// Spawning failed; `socket_open` says whether the slot's sockets are open now.
-    SpawnFailed {
-        /// Whether the sockets are open.
-        socket_open: bool,
-    },
-    /// The worker is ready (`READY=1`, the grace, a probe, `--ready spawn`).
-    Ready {
-        /// Why it counts as ready.
-        why: String,
-        /// Whether its health signals are all good now.
-        healthy: bool,
-    },
-    /// The worker said `STOPPING=1`.
-    WorkerDraining,
-    /// The worker's health verdict changed.
-    Health {
-        /// The new verdict.
-        healthy: bool,
-        /// What changed it.
-        why: String,
-    },
-    /// The worker exited; `outside`: killed by a signal only others send (SIGKILL, SIGTERM,
-    /// SIGINT).
-    Exited {
-        /// Killed from outside.
-        outside: bool,
-    },
-    /// The worker died and a ready spare took the slot's place (flipped in in the same batch):
-    /// the slot leaves instead of restarting.
-    Superseded,
-    /// `ck drain` (true) or `ck undrain` (false).
-    Drain(bool),
-    /// A roll flips this standby replacement in.
-    FlipIn,
-    /// `--spares`: this ready spare takes the place of a dead worker's slot (which gets
-    /// [`Input::Superseded`] in the same batch): flipped in, drained if that slot was.
-    TakeOver {
-        /// The dead worker's slot was drained (`ck drain` holds through the take-over).
-        drained: bool,
-    },
-    /// The maps were replaced (the BPF program was loaded, or loaded again on pinned maps):
-    /// write the active set and every record again.
-    Republish,
-    /// Leave for good (scale down, replaced by a roll, aborted replacement). A serving worker
-    /// leaves once its connections are done (see [`Settings::linger`]).
-    Retire(String),
-    /// A leaving worker's connections are done (none open, or those left stay open: keep-alive
-    /// pools, streams, which its stop signal is the cue to close).
-    Finished(String),
-    /// ck is shutting down.
-    Shutdown(String),
-    /// Kill the worker now (a second SIGINT).
-    KillNow,
-    /// The group needs this slot to keep trying (`--min-workers`, after the fleet shrank):
-    /// an open breaker turns half-open.
-    Needed,
-    /// A timer armed in epoch `.1` fired.
-    Timer(Timer, u64),
-}
-
-/// Why the machine writes a log line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Note {
-    /// A worker was started.
-    Started,
-    /// It is ready.
-    Ready(String),
-    /// Out of the active set, socket open (drain, `STOPPING=1`).
-    Draining(String),
-    /// Back in the active set after a drain.
-    Undrained,
-    /// A health signal failed.
-    Unhealthy(String),
-    /// Healthy again.
-    Healthy(String),
-    /// A standby replacement flipped in.
-    FlippedIn,
-    /// Out of the active set for good; the stop signal follows once its connections are done.
-    Leaving(String),
-    /// SIGTERM sent.
-    Stopping(String),
-    /// Killed: not ready within `--ready-timeout`.
-    NotReadyInTime(Duration),
-    /// Killed: still running at the drain timeout.
-    KilledAtDrainTimeout,
-    /// It had served: replaced at once.
-    RestartNow,
-    /// A boot crash: restart after the backoff.
-    RestartIn(Duration),
-    /// Restarting now (the backoff or cool-down ended).
-    Restarting,
-    /// The breaker opened.
-    BreakerOpen {
-        /// Boot crashes that opened it.
-        crashes: u32,
-        /// The cool-down.
-        cooldown: Duration,
-    },
-    /// The breaker would open but the group needs the slot: kept trying.
-    HalfOpen {
-        /// The delay of every try.
-        every: Duration,
-        /// `--min-workers`.
-        min_workers: u32,
-    },
-    /// The last socket of its group: kept open for the replacement.
-    Held,
-    /// The worker's own listening socket was adopted.
-    Adopted,
-    /// The slot left the fleet.
-    Retired,
-    /// A standby replacement died: not restarted (the roll aborts).
-    StandbyFailed,
-}
 
 /// What the executor must do, in the order of [`Effect::rank`] whatever the order here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -225,8 +69,9 @@ pub struct Settings {
     pub ready_grace: Option<Duration>,
     /// `--ready-timeout`.
     pub ready_timeout: Duration,
-    /// `--drain-timeout`.
-    pub drain_timeout: Duration,
+    /// How long a stopping worker has before SIGKILL (`--drain-timeout`, named for what a
+    /// stop lets the worker do: finish its connections).
+    pub stop_timeout: Duration,
     /// The crash policy.
     pub restart: RestartPolicy,
     /// `--min-workers`: serving slots the breaker never takes the group below.
@@ -448,7 +293,7 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
             stop(life, run, After::Retire, why, settings, &mut out);
         }
         (State::Stopping(..), Input::Timer(Timer::Kill, _)) => {
-            out.extend([Effect::Note(Note::KilledAtDrainTimeout), Signal(Sig::Kill)]);
+            out.extend([Effect::Note(Note::KilledAtStopTimeout), Signal(Sig::Kill)]);
         }
         (State::Waiting | State::Held | State::Broken, Input::Timer(Timer::Restart, _)) => {
             life.crash.cooled_down();
@@ -478,7 +323,7 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
     out
 }
 
-/// Sends the worker SIGTERM (SIGKILL after the drain timeout); the slot stops being selected.
+/// Sends the worker SIGTERM (SIGKILL after the stop timeout); the slot stops being selected.
 fn stop(
     life: &mut Life,
     run: Run,
@@ -492,7 +337,7 @@ fn stop(
         Effect::Note(Note::Stopping(why)),
         Effect::Publish,
         Effect::Signal(Sig::Term),
-        Effect::Arm(Timer::Kill, settings.drain_timeout, run.id),
+        Effect::Arm(Timer::Kill, settings.stop_timeout, run.id),
     ]);
 }
 
@@ -511,7 +356,7 @@ fn exit(
         State::Stopping(_, after) if after != After::Crash => after,
         State::Leaving(_) => After::Retire,
         _ if fleet.stopping => After::Idle,
-        _ if life.standby || life.member => After::Retire,
+        _ if life.standby || life.member_of.is_some() => After::Retire,
         _ => After::Crash,
     };
     debug_assert!(asked || after != After::Idle || fleet.stopping);
@@ -523,7 +368,7 @@ fn exit(
         }
         After::Retire => {
             life.state = State::Idle;
-            let note = if asked || life.member {
+            let note = if asked || life.member_of.is_some() {
                 Note::Retired
             } else {
                 Note::StandbyFailed

@@ -14,7 +14,7 @@ pub(super) fn settings() -> Settings {
         ready_on_spawn: false,
         ready_grace: Some(Duration::from_secs(1)),
         ready_timeout: Duration::from_secs(30),
-        drain_timeout: Duration::from_secs(10),
+        stop_timeout: Duration::from_secs(10),
         restart: P,
         min_workers: 1,
         adopt: false,
@@ -238,7 +238,7 @@ fn retire_signals_after_publishing_and_removes_after_closing() {
         vec![
             Effect::Publish,
             Effect::Signal(Sig::Term),
-            Effect::Arm(Timer::Kill, s.drain_timeout, 1)
+            Effect::Arm(Timer::Kill, s.stop_timeout, 1)
         ]
     );
     assert!(!life.serving());
@@ -415,7 +415,7 @@ fn with_adopt_a_worker_is_ready_only_once_adopted_and_a_held_socket_is_replaced(
 fn a_member_is_selected_never_serving_and_removed_when_its_process_exits() {
     let t0 = Instant::now();
     let s = adopt_settings();
-    let mut member = Life::member(P);
+    let mut member = Life::member(P, 0);
     step(&mut member, Input::Spawned { id: 9 }, &fleet(t0, 1), &s);
     step(&mut member, Input::Adopted, &fleet(t0, 1), &s);
     let ready = Input::Ready {

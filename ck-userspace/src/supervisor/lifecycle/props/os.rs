@@ -173,7 +173,7 @@ impl World for Model {
 
     /// A stopping root's members retire with it (`retire_members`); readiness and a roll's
     /// progress go to the event loop, as the supervisor sends them.
-    fn settled(&mut self, ready: Vec<u32>, stopping: Vec<u32>) {
+    fn batch_done(&mut self, ready: Vec<u32>, stopping: Vec<u32>) {
         let members: Vec<(u32, Input)> = self
             .members
             .iter()

@@ -1,0 +1,392 @@
+//! BPF steering: loading the program and its maps for every group on a thread of its own while
+//! ck sets up (a fresh fleet starts once they are in; a resumed one meanwhile), adopting them
+//! into the running supervisor (maps filled before the program is attached, so that its first
+//! run finds a complete picture), and checking from the kernel that every group still has the
+//! program, re-attaching it where it does not.
+//!
+//! The check is a canary: a loopback SYN from the probe source port of [`CANARY_SLOT`], a slot
+//! that never has a socket. With the program attached, probe steering sends it to that slot,
+//! finds no socket, drops it (the kernel answers with a reset) and counts an error there;
+//! without it, the kernel hashes it to a worker and the handshake completes. So "steering on" in `ck status` is what the kernel did
+//! with the last canary, never a flag ck set when it attached.
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use tokio::{net::TcpSocket, sync::oneshot};
+
+use crate::supervisor::{Event, Supervisor, fleet::CANARY_SLOT, groups::Join, lifecycle::Input};
+use crate::{
+    bpf::{BpfError, BpfGroup, conn_steering::ConnSteering, pins, queue_depth::QueueDepth},
+    os::probe,
+    settings::run_config::RunConfig,
+};
+
+/// How long a canary SYN may take to be answered before it counts as dropped.
+const CANARY_WAIT: Duration = Duration::from_millis(50);
+/// How often every group is checked.
+pub(in crate::supervisor) const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// A load under way; resolves to the groups' programs in group order.
+pub(in crate::supervisor) type Loading = oneshot::Receiver<anyhow::Result<Vec<BpfGroup>>>;
+
+/// What a [`Loading`] resolves to.
+pub(in crate::supervisor) type Loaded =
+    Result<anyhow::Result<Vec<BpfGroup>>, oneshot::error::RecvError>;
+
+/// The last word from the kernel on one group's program.
+#[derive(Clone, Copy, Debug, Default)]
+pub(in crate::supervisor) struct SteeringCheck {
+    /// What the last canary showed (None: no canary has come back yet).
+    pub attached: Option<bool>,
+    /// When that canary came back.
+    pub at: Option<Instant>,
+    /// A canary is out.
+    pub in_flight: bool,
+}
+
+/// Starts loading the program of every group of `cfg` on its own thread: on fresh maps, or
+/// (`resume`, after `ck upgrade`) on the maps the earlier image pinned, which keep steering
+/// with the program it attached meanwhile.
+pub(in crate::supervisor) fn load_in_background(cfg: &RunConfig, resume: bool) -> Loading {
+    let (tx, rx) = oneshot::channel();
+    let cfg = cfg.clone();
+    std::thread::spawn(move || {
+        let loaded = if resume { reload(&cfg) } else { load(&cfg) };
+        if let Ok(groups) = &loaded {
+            log_queue_depth(&cfg, groups);
+        }
+        // Parsing the object and the kernel's BTF takes a few MiB of this thread's malloc
+        // arena, freed by now but kept by glibc: give it back, so that ck's resident memory
+        // is what it runs with, not what it loaded with.
+        crate::os::memory::trim_heap();
+        let _ = tx.send(loaded);
+    });
+    rx
+}
+
+/// Says once, with `least-queue` or `least-conn`, what it steers by: a warning when it is the
+/// sampled depths or counts.
+fn log_queue_depth(cfg: &RunConfig, groups: &[BpfGroup]) {
+    let counts: Vec<ConnSteering> = groups.iter().filter_map(BpfGroup::conn_steering).collect();
+    let unsummed = counts.iter().find(|c| **c != ConnSteering::Kernel).cloned();
+    match unsummed {
+        Some(ConnSteering::Sampled(why)) => tracing::warn!(
+            "least-conn steers by sampled connection counts (written every --sample-interval \
+             under traffic, behind bursts), not by the program's own sums: {why}"
+        ),
+        Some(ConnSteering::RoundRobin(why)) => tracing::warn!(
+            "least-conn has no connection counts to steer by and spreads round-robin: {why}"
+        ),
+        _ if !counts.is_empty() => {
+            tracing::info!("least-conn sums each candidate's kernel-counted connections in BPF")
+        }
+        _ => {}
+    }
+    if !cfg.policy.reads_queue() {
+        return;
+    }
+    let policy = cfg.policy.name();
+    let sampled = groups.iter().find_map(|g| match g.queue_depth() {
+        QueueDepth::Exact => None,
+        QueueDepth::Sampled(why) => Some(why),
+    });
+    match sampled {
+        Some(why) => tracing::warn!(
+            "{policy} steers by sampled queue depths (TCP_INFO every --sample-interval, \
+             behind bursts), not by the exact ones: {why}"
+        ),
+        None => tracing::info!("{policy} reads each candidate's exact queue depth in BPF"),
+    }
+}
+
+/// Loads one program per group on the maps pinned by the image ck re-executed from.
+fn reload(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
+    cfg.listen
+        .iter()
+        .map(|addr| {
+            let group = BpfGroup::resume(
+                &cfg.name,
+                &addr.group_name(),
+                cfg.policy.code(),
+                cfg.health.probe_port_base,
+                cfg.bpf_log,
+            );
+            with_patience(group, cfg).map_err(anyhow::Error::from)
+        })
+        .collect()
+}
+
+/// `group` with `--queue-patience` written to its `config` map.
+fn with_patience(group: Result<BpfGroup, BpfError>, cfg: &RunConfig) -> Result<BpfGroup, BpfError> {
+    let mut group = group?;
+    group.set_queue_patience(cfg.queue_patience)?;
+    Ok(group)
+}
+
+/// Mounts bpffs if needed, removes stale pins of the same name, and loads and pins one program
+/// per group. On failure nothing is left pinned.
+fn load(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
+    pins::ensure_bpffs()?;
+    if pins::remove_stale(&cfg.name)? {
+        tracing::warn!(
+            name = %cfg.name,
+            dir = %pins::instance_dir(&cfg.name).display(),
+            "removed stale pins left by an earlier instance that did not stop cleanly"
+        );
+    }
+    let mut loaded = Vec::new();
+    for addr in &cfg.listen {
+        let group = BpfGroup::load(
+            &cfg.name,
+            &addr.group_name(),
+            cfg.policy.code(),
+            cfg.health.probe_port_base,
+            cfg.bpf_log,
+        );
+        match with_patience(group, cfg) {
+            Ok(bpf) => loaded.push(bpf),
+            Err(e) => {
+                drop(loaded);
+                let _ = pins::remove_instance(&cfg.name);
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+/// Sends one canary SYN from `source` to `target`: `Ok(true)` when the handshake completed
+/// (the kernel, not the program, chose a socket), `Ok(false)` when it was refused or not
+/// answered (the program's `SK_DROP` makes the kernel answer the SYN with a reset), `Err` when
+/// it could not be sent (nothing to conclude).
+async fn canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool> {
+    let socket = if target.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(source)?;
+    match tokio::time::timeout(CANARY_WAIT, socket.connect(target)).await {
+        Ok(Ok(_)) => Ok(true),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(false),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Ok(false),
+    }
+}
+
+impl Supervisor {
+    /// Takes the loaded programs into use ([`Supervisor::use_loaded_bpf`]), then starts the exit
+    /// watch: after steering, not beside it, since its load takes CPU the first workers'
+    /// readiness checks need on a small machine.
+    pub(in crate::supervisor) fn steer_with(&mut self, loaded: Loaded) -> anyhow::Result<()> {
+        self.use_loaded_bpf(loaded)?;
+        crate::supervisor::inputs::exits::start(&self.events);
+        Ok(())
+    }
+
+    /// Takes the loaded programs into use: maps first (slot records, active set, every open
+    /// socket), then the program is attached to each group, and a canary checks it.
+    pub(in crate::supervisor) fn use_loaded_bpf(&mut self, loaded: Loaded) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let loaded = loaded.context("the BPF loading thread ended without an answer")??;
+        for (group, mut bpf) in self.groups.iter_mut().zip(loaded) {
+            if self.cfg.bpf_log {
+                bpf.forward_logs()?;
+            }
+            group.bpf = Some(bpf);
+            group.pinned_stats = None;
+        }
+        // Fresh (or resumed) maps: every record and the active set written again.
+        let republish = self
+            .table
+            .slots
+            .keys()
+            .map(|i| (*i, Input::Republish))
+            .collect();
+        self.apply_all(republish);
+        // After an upgrade or a take-over the pinned `sockets` map holds the earlier ck's
+        // already.
+        let how = match self.continuity.bpf_resumed {
+            true => Join::Resumed,
+            false => Join::Fresh,
+        };
+        for (position, group) in self.groups.iter_mut().enumerate() {
+            let members: Vec<(u32, &socket2::Socket)> = self
+                .table
+                .slots
+                .values()
+                .filter_map(|slot| Some((slot.index, slot.sockets.get(position)?)))
+                .collect();
+            // Every socket in the map before the program is attached, through the first.
+            for (n, (index, socket)) in members.iter().enumerate().rev() {
+                group.join(*index, socket, how, n == 0)?;
+            }
+        }
+        self.continuity.bpf_resumed = false;
+        self.tag_binds();
+        // `--adopt`: the hooks outlive this image (an upgrade, a crash) beside the maps.
+        if let Some(hooks) = self.inputs.adopt_hooks.as_mut()
+            && let Err(e) = hooks.pin(&pins::instance_dir(&self.cfg.name))
+        {
+            tracing::warn!(
+                "{e}; the --adopt hooks detach for the moment ck re-executes or while a dead \
+                 ck is away"
+            );
+        }
+        if let Some(why) = self
+            .groups
+            .iter()
+            .find_map(|g| g.bpf.as_ref()?.conn_count_fallback())
+        {
+            tracing::warn!(
+                "open connections are counted by a sock_diag scan (slower, and only those the \
+                 workers accepted), not by the kernel: {why}; kernel counting needs Linux 5.12+ \
+                 with BTF (/sys/kernel/btf/vmlinux) and CK_CONN_COUNT unset"
+            );
+        }
+        tracing::info!(
+            pins = %pins::instance_dir(&self.cfg.name).display(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "BPF program loaded and attached; checking it with a canary"
+        );
+        self.check_steering_soon();
+        Ok(())
+    }
+
+    /// `--adopt`: every group tags the sockets its workers bind, from their cgroups (those
+    /// running now included).
+    fn tag_binds(&mut self) {
+        let Some(instance) = self.table.cgroups.as_ref().filter(|_| self.cfg.adopt) else {
+            return;
+        };
+        let ports: Vec<u16> = self.groups.iter().map(|g| g.addr.addr.port()).collect();
+        for group in &mut self.groups {
+            let port = group.addr.addr.port();
+            let alone = ports.iter().filter(|p| **p == port).count() == 1;
+            if let Some(bpf) = group.bpf.as_mut() {
+                bpf.tag_binds(instance.dir(), group.addr.addr, alone);
+            }
+        }
+        let running: Vec<_> = self
+            .table
+            .slots
+            .values()
+            .filter_map(|s| {
+                Some((
+                    s.index,
+                    s.worker.as_ref()?.cgroup.as_ref()?.dir().to_owned(),
+                ))
+            })
+            .collect();
+        for (slot, dir) in running {
+            for bpf in self.groups.iter_mut().filter_map(|g| g.bpf.as_mut()) {
+                bpf.bind_slot(&dir, slot);
+            }
+        }
+    }
+
+    /// Whether every group's program is loaded (steering may still be unverified).
+    pub(in crate::supervisor) fn bpf_loaded(&self) -> bool {
+        !self.groups.is_empty() && self.groups.iter().all(|g| g.bpf.is_some())
+    }
+
+    /// Whether the last canary of every group was steered by the program.
+    pub(in crate::supervisor) fn steering_verified(&self) -> bool {
+        self.bpf_loaded()
+            && self
+                .groups
+                .iter()
+                .all(|g| g.steering.attached == Some(true))
+    }
+
+    /// Sends a canary to every group that has none out.
+    pub(in crate::supervisor) fn check_steering_soon(&mut self) {
+        let base = self.cfg.health.probe_port_base;
+        for (position, group) in self.groups.iter_mut().enumerate() {
+            let Some(bpf) = &group.bpf else { continue };
+            if group.steering.in_flight || base == 0 {
+                continue;
+            }
+            let target = probe::target_of(group.addr.addr);
+            let Some(source) = probe::source_of(target, base, CANARY_SLOT) else {
+                continue;
+            };
+            group.steering.in_flight = true;
+            let before = bpf.stats(CANARY_SLOT).errors;
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                let connected = canary(target, source).await;
+                let _ = events.send(Event::Canary {
+                    group: position,
+                    before,
+                    connected,
+                });
+            });
+        }
+    }
+
+    /// A canary came back: the program steered it if it was dropped and counted. If not, the
+    /// group lost its program (or never had it): attach it again through an open member.
+    pub(in crate::supervisor) fn on_canary(
+        &mut self,
+        position: usize,
+        before: u64,
+        connected: std::io::Result<bool>,
+    ) {
+        let has_member = self
+            .table
+            .slots
+            .values()
+            .any(|s| s.sockets.get(position).is_some());
+        let stopping = self.stopping;
+        let Some(group) = self.groups.get_mut(position) else {
+            return;
+        };
+        group.steering.in_flight = false;
+        let Some(bpf) = group.bpf.as_ref() else {
+            return;
+        };
+        if !has_member || stopping {
+            // No member, no group: nothing to steer, nothing to conclude.
+            group.steering.attached = None;
+            return;
+        }
+        let connected = match connected {
+            Ok(connected) => connected,
+            Err(e) => {
+                tracing::debug!(group = %group.name, "steering canary not sent: {e}");
+                return;
+            }
+        };
+        let attached = !connected && bpf.stats(CANARY_SLOT).errors > before;
+        let was = group.steering.attached.replace(attached);
+        group.steering.at = Some(Instant::now());
+        if attached {
+            if was != Some(true) {
+                tracing::info!(group = %group.name, "BPF steering on (checked by the kernel)");
+            }
+            return;
+        }
+        tracing::error!(
+            group = %group.name,
+            "BPF steering is not in effect on the group (a canary connection was not steered): \
+             attaching the program again"
+        );
+        let member = self
+            .table
+            .slots
+            .values()
+            .find_map(|s| s.sockets.get(position));
+        let (Some(member), Some(bpf)) = (member, self.groups[position].bpf.as_mut()) else {
+            return;
+        };
+        // The next tick's canary checks it (no immediate re-check: no loop if it keeps failing).
+        if let Err(e) = bpf.attach(member) {
+            tracing::error!(group = %self.groups[position].name, "{e}");
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! `--adopt` at run time. The hooks are attached to the instance's cgroup before any worker
+//! starts. A listen event (or the periodic scan, should an event be lost) leads to the socket:
+//! sock_diag by cookie gives its inode, the pids of each worker's cgroup give the process and fd
+//! holding it, and `pidfd_getfd` gives ck a copy. Once every group has the worker's socket, they
+//! go into the slot's place in the `sockets` maps and become the slot's sockets (the lifecycle's
+//! `Adopted`: publish, then close any the slot held for it), and the worker is ready (with
+//! `--ready notify`, once it also said READY=1). From then on the slot is steered, drained,
+//! probed and migrated like one whose sockets ck made.
+use std::os::fd::AsRawFd as _;
+
+use aya::maps::{MapData, RingBuf};
+use ck_common::ListenEvent;
+use socket2::Socket;
+
+use crate::supervisor::{Event, Supervisor, lifecycle::Input};
+use crate::{
+    bpf::adopt::{self, AdoptHooks},
+    os::pidfd,
+    os::sock_diag,
+    settings::run_config::ReadyMode,
+};
+
+/// Attaches the hooks for `cfg`'s ports to the instance's cgroup, before any worker starts.
+pub(in crate::supervisor) fn attach(
+    cfg: &crate::settings::run_config::RunConfig,
+    cgroup: Option<&crate::os::cgroup::InstanceCgroup>,
+) -> anyhow::Result<(AdoptHooks, RingBuf<MapData>)> {
+    let cgroup = cgroup.ok_or_else(|| anyhow::anyhow!("--adopt needs the instance's cgroup"))?;
+    let ports: Vec<u16> = cfg.listen.iter().map(|a| a.addr.port()).collect();
+    Ok(AdoptHooks::attach(cgroup.dir(), &ports)?)
+}
+
+/// Forwards every listen event of `ring` to the event loop.
+pub(in crate::supervisor) fn read_listens(
+    ring: RingBuf<MapData>,
+    events: tokio::sync::mpsc::UnboundedSender<Event>,
+) -> anyhow::Result<()> {
+    adopt::forward_listens(ring, move |event| {
+        events.send(Event::Listened(event)).is_ok()
+    })
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds (the clock of `bpf_ktime_get_ns`).
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+impl Supervisor {
+    /// A process of the instance's cgroup started to listen.
+    pub(in crate::supervisor) fn on_listened(&mut self, event: ListenEvent) {
+        let port = event.port as u16;
+        let v6 = event.family == libc::AF_INET6 as u32;
+        let listeners = match sock_diag::listeners(port, v6) {
+            Ok(listeners) => listeners,
+            Err(e) => return tracing::warn!(port, "listing listeners failed: {e}"),
+        };
+        // Gone already (the worker closed it, or died): nothing to adopt.
+        let Some(listener) = listeners.iter().find(|l| l.cookie == event.cookie) else {
+            return;
+        };
+        let Some(position) = self.groups.iter().position(|g| g.addr.addr.port() == port) else {
+            let holder = self.holder_in_fleet(listener.inode);
+            return tracing::warn!(
+                port,
+                slot = ?holder.map(|(slot, _, _)| slot),
+                pid = ?holder.map(|(_, pid, _)| pid),
+                "a worker listens on a port that is not one of the instance's: not adopted \
+                 (it binds another port than $PORT?)"
+            );
+        };
+        let latency = monotonic_ns().saturating_sub(event.ktime_ns) / 1000;
+        self.adopt_listener(position, listener.inode, Some(latency));
+    }
+
+    /// Adopts listeners of the instance's ports held by workers and not adopted yet (in case a
+    /// listen event was lost).
+    pub(in crate::supervisor) fn scan_unadopted(&mut self) {
+        for position in 0..self.groups.len() {
+            let addr = self.groups[position].addr.addr;
+            let Ok(listeners) = sock_diag::listeners(addr.port(), addr.is_ipv6()) else {
+                continue;
+            };
+            let own = self.own_inodes(position);
+            for listener in listeners.iter().filter(|l| !own.contains(&l.inode)) {
+                self.adopt_listener(position, listener.inode, None);
+            }
+        }
+    }
+
+    /// Inodes of the sockets of group `position` ck holds (adopted or pending).
+    fn own_inodes(&self, position: usize) -> Vec<u64> {
+        self.table
+            .slots
+            .values()
+            .flat_map(|s| {
+                let adopted = s.sockets.get(position);
+                let pending = s.adopting.get(position).and_then(Option::as_ref);
+                adopted.into_iter().chain(pending)
+            })
+            .filter_map(|socket| sock_diag::inode_of(socket).ok())
+            .collect()
+    }
+
+    /// The slot, pid and fd of the worker process (of any worker's cgroup) holding `inode`.
+    pub(in crate::supervisor) fn holder_in_fleet(&self, inode: u64) -> Option<(u32, u32, i32)> {
+        self.table.slots.values().find_map(|slot| {
+            let pids = slot.worker.as_ref()?.cgroup.as_ref()?.pids();
+            sock_diag::fd_of(inode, &pids).map(|(pid, fd)| (slot.index, pid, fd))
+        })
+    }
+
+    /// Takes a copy of socket `inode` from the worker holding it into its slot, for group
+    /// `position`; commits the slot's sockets once every group has one.
+    fn adopt_listener(&mut self, position: usize, inode: u64, latency_us: Option<u64>) {
+        if self.own_inodes(position).contains(&inode) {
+            return;
+        }
+        let Some((index, pid, fd)) = self.holder_in_fleet(inode) else {
+            return;
+        };
+        let copy = pidfd::open(pid).and_then(|pidfd| pidfd::get_fd(&pidfd, fd));
+        let socket = match copy {
+            Ok(fd) => Socket::from(fd),
+            Err(e) => {
+                return tracing::warn!(slot = index, pid, "taking the worker's socket failed: {e}");
+            }
+        };
+        let groups = self.groups.len();
+        let Some(slot) = self.table.slots.get_mut(&index) else {
+            return;
+        };
+        slot.adopting.resize_with(groups, || None);
+        let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
+        if slot.adopting[position].is_some() || adopted {
+            if groups == 1 {
+                return self.adopt_member(index, pid, socket, latency_us);
+            }
+            return tracing::warn!(
+                slot = index,
+                pid,
+                group = %self.groups[position].name,
+                "a second listening socket on the port in one worker's process tree: with \
+                 several groups only the first of each is steered"
+            );
+        }
+        tracing::debug!(
+            slot = index,
+            pid,
+            fd = socket.as_raw_fd(),
+            "worker socket copied"
+        );
+        slot.adopting[position] = Some(socket);
+        if slot.adopting.iter().all(Option::is_some) {
+            self.commit_adoption(index, latency_us, pid);
+        }
+    }
+
+    /// Every group has the worker's socket: the lifecycle's `Adopted` installs them (into the
+    /// maps, then as the slot's sockets: see the executor), then the worker's readiness.
+    fn commit_adoption(&mut self, index: u32, latency_us: Option<u64>, holder: u32) {
+        let Some(slot) = self.table.slots.get_mut(&index) else {
+            return;
+        };
+        let said_ready = match slot.worker.as_mut() {
+            Some(worker) => {
+                worker.adopt_latency_us = latency_us;
+                worker.said_ready
+            }
+            None => false,
+        };
+        self.apply(index, Input::Adopted);
+        if self.groups.len() == 1 {
+            self.watch_holder(index, holder);
+        }
+        self.check_steering_soon();
+        match self.cfg.ready {
+            ReadyMode::Notify | ReadyMode::Probe if !said_ready => {}
+            ReadyMode::Notify => self.mark_ready(index, "READY=1, and listening (adopted)".into()),
+            ReadyMode::Probe => self.mark_ready(
+                index,
+                "the readiness probe passed, and listening (adopted)".into(),
+            ),
+            ReadyMode::Auto | ReadyMode::Spawn => {
+                self.mark_ready(index, "listening on the instance's port (adopted)".into())
+            }
+        }
+    }
+}

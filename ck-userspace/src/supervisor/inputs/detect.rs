@@ -1,0 +1,180 @@
+//! `--ready auto` without a word from the worker: a starting worker that says nothing on
+//! `NOTIFY_SOCKET` is ready as soon as it accepts on its socket, checked every sample interval
+//! (1 ms) while such a worker starts (on the sampler's ticks, whatever the pace of queue
+//! sampling: see `health`), so it is seen within about a millisecond. Two ways to see it:
+//! - the accept probe (`accept_probe`): a connection ck leaves in the worker's accept queue,
+//!   and the queue's length read at each tick; exact and nearly free, used wherever the program
+//!   steers the probe port;
+//! - the `/proc` scan (`os::readiness`): the socket in one of its epoll sets, or a thread of it
+//!   in `accept`, `poll`, `ppoll`, `select` or `pselect6` on it; used until the probe is in the
+//!   queue, and alone where the probe cannot work.
+//!
+//! A worker that speaks the notify protocol is left to say `READY=1` itself. The grace is no
+//! answer on its own: when it is over, a silent worker is taken as ready only if ck cannot see
+//! what it waits in (its `/proc` unreadable); else it stays starting until it accepts or
+//! `--ready-timeout` ends it. With `--ready probe` the readiness probe alone decides (`health`).
+use std::{net::SocketAddr, time::Instant};
+
+use crate::supervisor::{
+    Supervisor,
+    inputs::accept_probe::{self, Step},
+    lifecycle::State,
+    slots::slot::{Slot, Worker},
+};
+use crate::{
+    os::{notify, probe, readiness, sock_diag, sockets},
+    settings::run_config::ReadyMode,
+};
+
+impl Supervisor {
+    /// Whether some starting worker is watched for readiness (ticks stay fast meanwhile).
+    pub(in crate::supervisor) fn watching_readiness(&self) -> bool {
+        self.detects_readiness() && self.table.slots.values().any(is_silent_starter)
+    }
+
+    fn detects_readiness(&self) -> bool {
+        self.cfg.ready == ReadyMode::Auto && !self.cfg.adopt
+    }
+
+    /// Where accept probes go and the probe port base, when the program steers them to their
+    /// slot (attached and checked) and `CK_READY_DETECT=proc` does not turn them off.
+    fn accept_probe_route(&self) -> Option<(SocketAddr, u16)> {
+        if self.cfg.no_bpf || !self.steering_verified() || accept_probe::forced_off() {
+            return None;
+        }
+        let group = self.groups.first()?;
+        Some((
+            probe::target_of(group.addr.addr),
+            self.cfg.health.probe_port_base,
+        ))
+    }
+
+    /// Marks ready every silent starting worker that accepts on its socket: seen by its accept
+    /// probe, or by the `/proc` scan while the probe is not in its queue.
+    pub(in crate::supervisor) fn detect_ready(&mut self) {
+        if !self.detects_readiness() {
+            return;
+        }
+        let route = self.accept_probe_route();
+        let now = Instant::now();
+        let mut ready: Vec<(u32, &'static str)> = Vec::new();
+        for slot in self.table.slots.values_mut() {
+            if !is_silent_starter(slot) {
+                // It spoke on NOTIFY_SOCKET: READY=1 decides, the probe has nothing to add.
+                if let Some(worker) = slot.worker.as_mut() {
+                    worker.accept_probe.end();
+                }
+                continue;
+            }
+            let queue = slot
+                .sockets
+                .first()
+                .and_then(|s| sockets::accept_queue_len(s).ok());
+            let index = slot.index;
+            let Some(worker) = slot.worker.as_mut() else {
+                continue;
+            };
+            let probe = &mut worker.accept_probe;
+            if let (Some((target, base)), Some(queue)) = (route, queue) {
+                let sent = probe::source_of(target, base, index)
+                    .is_some_and(|source| probe.send(target, source, queue, now));
+                // The queue is read again at the next tick, with the probe in it.
+                if !sent && probe.step(queue, now) == Step::Accepted {
+                    ready.push((index, accept_probe::REASON));
+                    continue;
+                }
+            }
+            if probe.armed() {
+                continue;
+            }
+            let inodes: Vec<u64> = slot
+                .sockets
+                .iter()
+                .filter_map(|s| sock_diag::inode_of(s).ok())
+                .collect();
+            if let Some(how) = readiness::accepting(&processes(worker), &inodes) {
+                ready.push((index, how.reason()));
+            }
+        }
+        for (index, why) in ready {
+            self.mark_ready(index, why.to_string());
+        }
+    }
+
+    /// `--ready-grace` is over for the worker of run `epoch` on `index`: if it is still a silent
+    /// starter, it is taken as ready only if ck cannot see whether it accepts; else it keeps
+    /// starting (one log line says so), watched until it accepts or its ready timeout.
+    pub(in crate::supervisor) fn on_ready_grace(&mut self, index: u32, epoch: u64) {
+        let Some(slot) = self.table.slots.get(&index) else {
+            return;
+        };
+        if !matches!(slot.life.state, State::Starting(run) if run.id == epoch) {
+            return;
+        }
+        if !is_silent_starter(slot) {
+            return;
+        }
+        let Some(worker) = slot.worker.as_ref() else {
+            return;
+        };
+        let pid = worker.pid;
+        let grace = self.cfg.ready_grace;
+        // The accept probe sees an accept without reading /proc.
+        let probe_sees = self.accept_probe_route().is_some() && !worker.accept_probe.off();
+        let cannot = match probe_sees {
+            true => None,
+            false => readiness::undetectable(&processes(worker)),
+        };
+        match cannot {
+            Some(cannot) => self.mark_ready(
+                index,
+                format!(
+                    "sent nothing on NOTIFY_SOCKET within --ready-grace {grace:?}, and {cannot}; \
+                     taken as ready (use --ready notify or --ready probe to wait for a sign)"
+                ),
+            ),
+            None => tracing::info!(
+                slot = index,
+                pid,
+                reason = %format!(
+                    "silent for --ready-grace {grace:?} and not waiting for connections yet"
+                ),
+                timeout = ?self.cfg.ready_timeout,
+                "worker still starting: ready once it accepts (or READY=1), else stopped at \
+                 --ready-timeout"
+            ),
+        }
+    }
+
+    /// Whether the readiness probe alone makes the worker of `index` ready (`--ready probe`,
+    /// while it starts): a `READY=1` then changes nothing.
+    pub(in crate::supervisor) fn probe_decides(&self, index: u32) -> bool {
+        self.cfg.ready == ReadyMode::Probe
+            && self
+                .table
+                .slots
+                .get(&index)
+                .is_some_and(|s| matches!(s.life.state, State::Starting(_)))
+    }
+}
+
+/// Whether the slot's worker is starting and has said nothing on `NOTIFY_SOCKET` (nor has a
+/// message waiting there).
+fn is_silent_starter(slot: &Slot) -> bool {
+    let Some(worker) = slot.worker.as_ref() else {
+        return false;
+    };
+    // The notify socket is peeked last: only for a silent worker that is starting.
+    matches!(slot.life.state, State::Starting(_))
+        && !worker.spoke_notify
+        && !worker.notify.as_deref().is_some_and(notify::pending)
+}
+
+/// The processes of `worker` (its cgroup's, else its own pid).
+fn processes(worker: &Worker) -> Vec<u32> {
+    worker
+        .cgroup
+        .as_ref()
+        .map(|c| c.pids())
+        .unwrap_or_else(|| vec![worker.pid])
+}

@@ -1,0 +1,236 @@
+//! Exits seen as the kernel begins them. The exit watch ([`crate::bpf::exits`]) reports a
+//! watched worker's death from `sched_process_exit`, before the kernel frees its memory; the
+//! pidfd reports it once the process is torn down (8-11 ms later for a Node server of 100 MB,
+//! more for a larger heap). A worker that died on its own is replaced at the first report; the
+//! pidfd's, for a worker already replaced, is ignored (its waiter still reaps the zombie).
+//!
+//! A worker ck asked to stop (a roll, a scale-down, `ck stop`) is left to the pidfd: nothing
+//! waits on it, and ck reports such a worker gone only once no process of it is left.
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::ExitStatus;
+
+use ck_common::exits::ExitEvent;
+
+use crate::bpf::exits::{self, ExitWatch};
+use nix::sys::signal::Signal;
+
+use crate::settings::stop_signal::StopSignal;
+use crate::supervisor::{
+    Event, Supervisor,
+    lifecycle::{After, State},
+};
+
+/// How ck learned that a worker exited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::supervisor) enum ExitReport {
+    /// Its pidfd: the process is gone.
+    Pidfd,
+    /// The kernel's exit tracepoint: its last thread is exiting.
+    Tracepoint,
+}
+
+impl ExitReport {
+    /// The log field's value.
+    pub(in crate::supervisor) fn name(self) -> &'static str {
+        match self {
+            ExitReport::Pidfd => "pidfd",
+            ExitReport::Tracepoint => "exit tracepoint",
+        }
+    }
+}
+
+/// Loads the exit watch off the event loop (parsing the kernel's BTF takes tens of
+/// milliseconds) and forwards its reports; the loop gets the watch as [`Event::ExitWatch`]. One
+/// log line says why where the kernel refuses it. Started once steering is in use (`--no-bpf`
+/// goes without it).
+pub(in crate::supervisor) fn start(events: &tokio::sync::mpsc::UnboundedSender<Event>) {
+    let events = events.clone();
+    tokio::spawn(async move {
+        let attached = match tokio::task::spawn_blocking(|| {
+            let attached = ExitWatch::attach();
+            // As after the steering load: the BTF parse's freed arena goes back to the kernel.
+            crate::os::memory::trim_heap();
+            attached
+        })
+        .await
+        {
+            Ok(attached) => attached,
+            Err(e) => Err(anyhow::anyhow!("the loading task failed: {e}")),
+        };
+        let forwarded = attached.and_then(|(watch, ring)| {
+            let reports = events.clone();
+            exits::forward_exits(ring, move |exit| reports.send(Event::Exiting(exit)).is_ok())?;
+            Ok(watch)
+        });
+        match forwarded {
+            Ok(watch) => {
+                let _ = events.send(Event::ExitWatch(watch));
+            }
+            Err(e) => tracing::info!(
+                "worker exits are seen when the kernel reports the process gone (pidfd), not \
+                 as it begins to exit: {e:#}"
+            ),
+        }
+    });
+}
+
+impl Supervisor {
+    /// The exit watch is loaded: it watches every worker from now on, the running ones first.
+    pub(in crate::supervisor) fn on_exit_watch(&mut self, mut watch: ExitWatch) {
+        // Member slots (`--adopt`'s further listeners) are left to their own watcher.
+        for (index, slot) in self
+            .table
+            .slots
+            .iter()
+            .filter(|(_, s)| s.life.member_of.is_none())
+        {
+            if let Some(worker) = &slot.worker {
+                watch.watch(worker.pid, *index);
+            }
+        }
+        self.inputs.exit_watch = Some(watch);
+    }
+
+    /// Watches slot `index`'s new worker `pid`.
+    pub(in crate::supervisor) fn watch_exit(&mut self, index: u32, pid: u32) {
+        if let Some(watch) = &mut self.inputs.exit_watch {
+            watch.watch(pid, index);
+        }
+    }
+
+    /// A watched process began to exit: a worker that died on its own is handled as exited now.
+    pub(in crate::supervisor) fn on_exiting(&mut self, exit: ExitEvent) {
+        let found = self.table.slots.iter().find_map(|(index, slot)| {
+            slot.worker
+                .as_ref()
+                .filter(|w| w.pid == exit.pid && slot.life.member_of.is_none())?;
+            let asked = matches!(slot.life.state, State::Stopping(..));
+            Some((*index, slot.worker_id()?, asked))
+        });
+        let Some((index, id, asked)) = found else {
+            return;
+        };
+        if asked || self.stopping {
+            return;
+        }
+        self.on_exit(
+            index,
+            id,
+            Ok(ExitStatus::from_raw(exit.status)),
+            ExitReport::Tracepoint,
+        );
+    }
+}
+
+/// Describes how a process ended: `exit 0`, `exit 3`, `signal SIGKILL`.
+pub(crate) fn describe_exit(status: &std::io::Result<ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt as _;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(sig)) => match Signal::try_from(sig) {
+                Ok(sig) => format!("signal {}", sig.as_str()),
+                Err(_) => format!("signal {sig}"),
+            },
+            _ => "unknown".to_string(),
+        },
+        Err(e) => format!("wait failed: {e}"),
+    }
+}
+
+/// Whether the process was killed by a signal that only others send (an operator, the OOM
+/// killer, a chaos test): SIGKILL, SIGTERM, SIGINT, or the app's `--stop-signal` (an operator
+/// stops nginx with SIGQUIT). Crashes of its own (exit codes, SIGSEGV, SIGABRT, ...) are not.
+/// (A worker ck itself stopped is a clean stop whatever it died of: the machine knows it asked.)
+pub(crate) fn killed_from_outside(
+    status: &std::io::Result<ExitStatus>,
+    stop_signal: StopSignal,
+) -> bool {
+    use std::os::unix::process::ExitStatusExt as _;
+    let Ok(status) = status else {
+        return false;
+    };
+    let Some(signal) = status.signal().and_then(|s| Signal::try_from(s).ok()) else {
+        return false;
+    };
+    matches!(signal, Signal::SIGKILL | Signal::SIGTERM | Signal::SIGINT)
+        || signal == stop_signal.signal()
+}
+
+impl Supervisor {
+    /// Slot `index`'s worker `id` exited with `status`, as `seen` says.
+    pub(in crate::supervisor) fn on_exit(
+        &mut self,
+        index: u32,
+        id: u64,
+        status: std::io::Result<ExitStatus>,
+        seen: crate::supervisor::inputs::exits::ExitReport,
+    ) {
+        let Some(slot) = self.table.slots.get_mut(&index) else {
+            return;
+        };
+        let (Some(worker), Some(ran)) = (slot.worker_of(id), slot.uptime()) else {
+            return;
+        };
+        let pid = worker.pid;
+        if let Some(watch) = &mut self.inputs.exit_watch {
+            watch.unwatch(pid);
+        }
+        let reason = describe_exit(&status);
+        let never_ready = matches!(slot.life.state, State::Stopping(_, After::Crash));
+        slot.last_exit = Some(if never_ready {
+            format!("{reason} (never became ready)")
+        } else {
+            reason.clone()
+        });
+        tracing::info!(
+            slot = index,
+            pid,
+            reason = %slot.last_exit.as_deref().unwrap_or(""),
+            ran_ms = ran.as_millis() as u64,
+            seen = seen.name(),
+            "worker exited"
+        );
+        let outside = killed_from_outside(&status, self.cfg.stop_signal);
+        // Words for the roll's abort, should the worker be one of its replacements.
+        let why = if never_ready {
+            format!(
+                "was not ready within --ready-timeout {:?}",
+                self.cfg.ready_timeout
+            )
+        } else {
+            format!("exited before it was flipped in ({reason})")
+        };
+        crate::supervisor::executor::fleet::on_death(self, index, outside, why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt as _;
+
+    use super::*;
+
+    fn killed_by(signal: Signal) -> std::io::Result<ExitStatus> {
+        Ok(ExitStatus::from_raw(signal as i32))
+    }
+
+    #[test]
+    fn the_stop_signal_counts_as_from_outside_beside_kill_term_and_int() {
+        let quit: StopSignal = "QUIT".parse().unwrap();
+        for signal in [Signal::SIGKILL, Signal::SIGTERM, Signal::SIGINT] {
+            assert!(killed_from_outside(&killed_by(signal), StopSignal::TERM));
+            assert!(killed_from_outside(&killed_by(signal), quit));
+        }
+        assert!(killed_from_outside(&killed_by(Signal::SIGQUIT), quit));
+        assert!(!killed_from_outside(
+            &killed_by(Signal::SIGQUIT),
+            StopSignal::TERM
+        ));
+        assert!(!killed_from_outside(&killed_by(Signal::SIGSEGV), quit));
+        assert!(!killed_from_outside(
+            &Ok(ExitStatus::from_raw(3 << 8)),
+            quit
+        ));
+    }
+}

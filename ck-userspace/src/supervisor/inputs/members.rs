@@ -1,0 +1,173 @@
+//! Forking servers under `--adopt`: every listener a worker's process tree opens on the port is
+//! steered, each as a slot of its own tied to the process holding it. The first one is the root
+//! slot's (the slot whose worker ck spawned); further ones become *members* of that root: selected
+//! like any slot, removed when their process exits, retired with their root. If the process
+//! holding the root slot's socket is not the worker itself (a forked child) and exits, the root
+//! slot gives that socket up (`Unadopted`) and adopts the tree's next listener.
+use std::os::fd::OwnedFd;
+
+use socket2::Socket;
+use tokio::task::JoinHandle;
+
+use crate::os::pidfd;
+use crate::supervisor::{
+    Event, Supervisor,
+    lifecycle::{Input, Life},
+    slots::slot::{Slot, Worker},
+};
+
+impl Supervisor {
+    /// Steers `socket`, held by `pid` in `root`'s process tree, as a member slot of `root`.
+    pub(in crate::supervisor) fn adopt_member(
+        &mut self,
+        root: u32,
+        pid: u32,
+        socket: Socket,
+        latency_us: Option<u64>,
+    ) {
+        let Some(index) = self.free_slot() else {
+            return tracing::warn!(
+                slot = root,
+                pid,
+                "no free slot for a further listener: not steered"
+            );
+        };
+        let (pidfd, watcher) = match pidfd::open(pid).and_then(|fd| Ok((fd.try_clone()?, fd))) {
+            Ok(fds) => fds,
+            Err(e) => {
+                return tracing::warn!(
+                    slot = root,
+                    pid,
+                    "watching a further listener's process: {e}"
+                );
+            }
+        };
+        let id = self.table.next_worker_id;
+        self.table.next_worker_id += 1;
+        let task = self.watch_member(index, id, watcher);
+        let selected_base = self.slot_stats(index).selected;
+        let mut slot = Slot::new(index, Life::member(self.cfg.restart, root));
+        // The lifecycle's `Adopted` installs it (into the maps, then as the slot's socket).
+        slot.adopting = vec![Some(socket)];
+        slot.last_pid = pid;
+        slot.worker = Some(Worker::member(pid, pidfd, selected_base, latency_us, task));
+        self.table.slots.insert(index, slot);
+        tracing::info!(
+            slot = index,
+            pid,
+            root,
+            "a further listener in a worker's process tree: steered as a slot of its own"
+        );
+        self.apply(index, Input::Spawned { id });
+        self.apply(index, Input::Adopted);
+        self.mark_ready(index, format!("a listener of slot {root}'s process tree"));
+    }
+
+    /// The task that sends member slot `index`'s `MemberExited` once the process behind
+    /// `watcher` (not ck's child) exits.
+    pub(in crate::supervisor) fn watch_member(
+        &self,
+        index: u32,
+        id: u64,
+        watcher: OwnedFd,
+    ) -> JoinHandle<()> {
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let _ = pidfd::exited(watcher).await;
+            let _ = events.send(Event::MemberExited {
+                slot: index,
+                worker: id,
+            });
+        })
+    }
+
+    /// Watches `holder`, the process holding root slot `index`'s adopted socket, when it is
+    /// not the worker itself.
+    pub(in crate::supervisor) fn watch_holder(&mut self, index: u32, holder: u32) {
+        let Some(slot) = self.table.slots.get(&index) else {
+            return;
+        };
+        let (Some(worker), Some(id)) = (slot.worker.as_ref(), slot.worker_id()) else {
+            return;
+        };
+        if worker.pid == holder {
+            return;
+        }
+        let events = self.events.clone();
+        let Ok(watcher) = pidfd::open(holder) else {
+            // Gone already (e.g. while ck re-executed itself): as if it exited now.
+            let _ = events.send(Event::HolderExited {
+                slot: index,
+                worker: id,
+            });
+            return;
+        };
+        let task = tokio::spawn(async move {
+            let _ = pidfd::exited(watcher).await;
+            let _ = events.send(Event::HolderExited {
+                slot: index,
+                worker: id,
+            });
+        });
+        if let Some(worker) = self
+            .table
+            .slots
+            .get_mut(&index)
+            .and_then(|s| s.worker.as_mut())
+        {
+            worker.tasks.push(task);
+            worker.holder = Some(holder);
+        }
+    }
+
+    /// A member's process exited: the slot leaves (its socket closes after the publish).
+    pub(in crate::supervisor) fn on_member_exit(&mut self, index: u32, id: u64) {
+        let Some(slot) = self.table.slots.get_mut(&index) else {
+            return;
+        };
+        if slot.worker_of(id).is_none() {
+            return;
+        }
+        slot.last_exit = Some("exited".into());
+        tracing::info!(
+            slot = index,
+            pid = slot.pid(),
+            "member listener's process exited"
+        );
+        self.apply(index, Input::Exited { outside: false });
+    }
+
+    /// The process holding the root slot's socket exited while the worker lives: the slot gives
+    /// the socket up and waits for the tree's next listener.
+    pub(in crate::supervisor) fn on_holder_exit(&mut self, index: u32, id: u64) {
+        let Some(slot) = self.table.slots.get_mut(&index) else {
+            return;
+        };
+        let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
+        let Some(worker) = slot.worker_of_mut(id).filter(|_| adopted) else {
+            return;
+        };
+        worker.said_ready = false;
+        worker.holder = None;
+        tracing::info!(
+            slot = index,
+            pid = worker.pid,
+            "the process holding the slot's socket exited: waiting for the tree's next listener"
+        );
+        self.apply(index, Input::Unadopted);
+    }
+
+    /// Retires the members of every root in `roots` (their root is stopping).
+    pub(in crate::supervisor) fn retire_members(&mut self, roots: &[u32]) {
+        let members: Vec<(u32, Input)> = self
+            .table
+            .slots
+            .values()
+            .filter(|s| s.life.member_of.is_some_and(|root| roots.contains(&root)))
+            .map(|s| (s.index, Input::Retire("its worker is stopping".into())))
+            .collect();
+        if !members.is_empty() {
+            self.apply_all(members);
+        }
+    }
+}

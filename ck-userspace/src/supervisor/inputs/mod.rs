@@ -1,0 +1,32 @@
+//! The input sources: exits, notify and health signals, readiness detection, the accept
+//! probe, `--adopt`'s hooks and members, foreign listeners. The rule: they turn what the OS
+//! says into lifecycle inputs and facts; they decide nothing about the fleet (the fleet core
+//! does, through the operations).
+
+pub(super) mod accept_probe;
+pub(super) mod adopt;
+pub(super) mod detect;
+pub(super) mod exits;
+pub(super) mod foreign;
+pub(super) mod health;
+pub(super) mod members;
+pub(super) mod notify;
+pub(super) mod probes;
+pub(super) mod queue_motion;
+
+use std::collections::BTreeSet;
+
+/// The sources of inputs.
+pub(in crate::supervisor) struct Inputs {
+    /// Pace of queue sampling (see `health::Pacer`).
+    pub pacer: health::Pacer,
+    /// The exit watch, where the kernel allows it.
+    pub exit_watch: Option<crate::bpf::exits::ExitWatch>,
+    /// The task that sends `ProbeTick`s, while probes are on.
+    pub probe_ticker: Option<tokio::task::AbortHandle>,
+    /// `--adopt`: the hooks on the instance's cgroup (kept alive: dropping them detaches them
+    /// unless pinned, see `steering`).
+    pub adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
+    /// Inodes of foreign listeners already logged.
+    pub foreign_seen: BTreeSet<u64>,
+}

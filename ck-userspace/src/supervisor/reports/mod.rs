@@ -1,0 +1,23 @@
+//! The reports: `ck status`, `/metrics` and the service manager. The rule: what they say is
+//! read from the kernel and the maps when asked; the fields here only say where to tell it.
+
+pub(super) mod scrape;
+pub(super) mod status;
+pub(super) mod systemd;
+
+use std::time::Instant;
+
+/// What the reports need beside the kernel and the maps.
+pub(in crate::supervisor) struct Reports {
+    /// When the instance started (its first image).
+    pub started: Instant,
+    /// The ready list last published (for log lines only; status reads the map).
+    pub last_ready: Vec<u32>,
+    /// Where `--metrics` listens (for `ck status`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The service manager ck tells its state (`NOTIFY_SOCKET`), if any.
+    pub systemd: Option<systemd::Notifier>,
+    /// The fleet may have changed since the service manager was last told (set by every
+    /// publish and canary; the state itself is read from the kernel when telling).
+    pub systemd_due: bool,
+}

@@ -1,0 +1,174 @@
+//! The event loop's side of `--metrics`: a [`Scrape`] read from the kernel where it holds the
+//! truth (the program's counters per group and slot, the active set and slot records from the
+//! maps, accept queues from `TCP_INFO`, cgroup usage), the readiness verdict of `/readyz`, and
+//! the liveness answer of `/healthz`. Nothing slow happens here: sock_diag and `/proc` scans
+//! run off the loop (see `metrics::server`).
+use ck_common::STATS_NO_SLOT;
+
+use crate::supervisor::{Supervisor, lifecycle::active_set, lifecycle::crash::Breaker};
+use crate::{
+    metrics::{Call, GroupScrape, GroupSlot, Scrape, SlotScrape},
+    os::sockets,
+};
+
+impl Supervisor {
+    /// Answers one call of the metrics listener.
+    pub(in crate::supervisor) fn metrics_call(&self, call: Call) {
+        match call {
+            Call::Scrape(reply) => {
+                let _ = reply.send(self.scrape());
+            }
+            Call::Alive(reply) => {
+                let _ = reply.send(());
+            }
+            Call::Ready(reply) => {
+                let _ = reply.send(self.readiness());
+            }
+        }
+    }
+
+    fn scrape(&self) -> Scrape {
+        let since = self.seconds_since_last_connection();
+        let groups = self
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(index, group)| GroupScrape {
+                name: group.name.clone(),
+                listen: group.addr.addr.to_string(),
+                since_last_connection: since.get(index).copied().flatten(),
+                dropped: group.bpf.as_ref().map(|b| b.stats(STATS_NO_SLOT).errors),
+                slots: self
+                    .table
+                    .slots
+                    .values()
+                    .map(|slot| GroupSlot {
+                        slot: slot.index,
+                        stats: group.bpf.as_ref().map(|b| b.stats(slot.index)),
+                        queue_depth: slot
+                            .sockets
+                            .get(index)
+                            .and_then(|s| sockets::accept_queue_len(s).ok()),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let (active, _) = self.active_lists();
+        let slots = self
+            .table
+            .slots
+            .values()
+            .map(|s| {
+                let usage = self.usage(s.index);
+                let pids = self.tree_pids(s.index);
+                SlotScrape {
+                    slot: s.index,
+                    state: self.state_word(s.index, s.life.shown()),
+                    ready: active.contains(&s.index),
+                    breaker_open: s.life.crash.breaker() != Breaker::Closed,
+                    restarts: s.life.restarts,
+                    probe_failures: s.probe_failures,
+                    output_dropped: s.output_dropped.load(std::sync::atomic::Ordering::Relaxed),
+                    memory_bytes: usage.map(|u| u.memory_bytes),
+                    cpu_usec: usage.map(|u| u.cpu_usec),
+                    pids,
+                }
+            })
+            .collect();
+        Scrape {
+            groups,
+            slots,
+            reloads: self.ops.reloads,
+            upgrades: u64::from(self.continuity.upgrades),
+            ports: self.groups.iter().map(|g| g.addr.addr.port()).collect(),
+            connections: self.kernel_connections().ok(),
+        }
+    }
+
+    /// The processes whose connections count as slot `index`'s: its worker's cgroup (else its
+    /// pid), less the processes that hold member slots of its tree (`--adopt`, forking
+    /// servers), whose connections count as theirs.
+    pub(in crate::supervisor) fn tree_pids(&self, index: u32) -> Vec<u32> {
+        let Some(worker) = self.table.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
+            return Vec::new();
+        };
+        let members: Vec<u32> = self
+            .table
+            .slots
+            .values()
+            .filter(|m| m.life.member_of == Some(index))
+            .filter_map(|m| Some(m.worker.as_ref()?.pid))
+            .collect();
+        let tree = worker
+            .cgroup
+            .as_ref()
+            .map(|c| c.pids())
+            .filter(|pids| !pids.is_empty())
+            .unwrap_or_else(|| vec![worker.pid]);
+        tree.into_iter().filter(|p| !members.contains(p)).collect()
+    }
+
+    /// `/readyz`: ready while every group has at least one worker in its active set (read
+    /// from the group's `active` map), with the reason either way.
+    fn readiness(&self) -> Result<String, String> {
+        if self.stopping {
+            return Err("ck is stopping".into());
+        }
+        if let Some(why) = self.quiet_readiness() {
+            return Err(why);
+        }
+        let mut ready = Vec::new();
+        let mut missing = Vec::new();
+        for group in &self.groups {
+            let listed = match &group.bpf {
+                Some(bpf) => bpf.read_active().map(|(ready, _)| ready),
+                // With no map (`--no-bpf`), or while an upgraded or taking-over ck loads the
+                // program again (the pinned maps hold the set it computes), the computed set.
+                None if self.cfg.no_bpf || self.continuity.bpf_resumed => {
+                    let set = active_set(self.lives(), self.stopping);
+                    Some(set.slots[..set.ready_len as usize].to_vec())
+                }
+                None => None,
+            };
+            match listed {
+                None => missing.push(format!(
+                    "{}: BPF steering is still being set up",
+                    group.name
+                )),
+                Some(slots) if slots.is_empty() => missing.push(format!(
+                    "{}: no worker in the active set ({})",
+                    group.name,
+                    self.slot_words()
+                )),
+                Some(slots) => ready.push(format!("{} slots {slots:?}", group.name)),
+            }
+        }
+        match missing.is_empty() {
+            true => Ok(format!("in the active set: {}", ready.join("; "))),
+            // `ck drain --all` (or every slot drained one by one): the host is out of rotation.
+            false if self.host_drained() => Err(format!(
+                "drained: every worker's slot is drained (`ck undrain --all` puts the host \
+                 back); {}",
+                missing.join("; ")
+            )),
+            false => Err(missing.join("; ")),
+        }
+    }
+
+    /// `slot 0 draining (drained), slot 1 starting`: why no slot is selected.
+    fn slot_words(&self) -> String {
+        if self.table.slots.is_empty() {
+            return "no slot in use".into();
+        }
+        self.table
+            .slots
+            .values()
+            .map(|s| {
+                let drained = if s.life.drained { " (drained)" } else { "" };
+                let state = self.state_word(s.index, s.life.shown());
+                format!("slot {} {state}{drained}", s.index)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

@@ -1,0 +1,301 @@
+//! The report `ck status` prints, read from the kernel where the kernel holds the truth: the
+//! active set and slot records from the maps, counters from `stats`, steering from the last
+//! canary, foreign listeners from sock_diag, open connections from the kernel's counts (else
+//! the sock_diag scan), accept-queue depths read when asked (`TCP_INFO`).
+use std::collections::BTreeMap;
+
+use ck_common::SlotState;
+use ck_common::{MAX_SLOTS, SlotStats};
+
+use crate::bpf::{conn_steering::ConnSteering, queue_depth::QueueDepth};
+use crate::control::{GroupSteering, SlotReport, StatusReport};
+use crate::supervisor::{
+    Supervisor,
+    lifecycle::{active_set, crash::Breaker},
+};
+
+impl Supervisor {
+    pub(in crate::supervisor) fn slot_stats(&self, index: u32) -> SlotStats {
+        let mut total = SlotStats::default();
+        for group in &self.groups {
+            match (&group.bpf, &group.pinned_stats) {
+                (Some(bpf), _) => total.add(&bpf.stats(index)),
+                // After an upgrade, until the program is loaded: the pinned counters.
+                (None, Some(pinned)) => total.add(&pinned.stats(index)),
+                (None, None) => {}
+            }
+        }
+        total
+    }
+
+    /// Open connections per slot as the kernel counts them (every group's `ck_conns`, summed),
+    /// or why it does not count them here.
+    pub(in crate::supervisor) fn kernel_connections(&self) -> Result<BTreeMap<u32, u64>, String> {
+        let why_not = self.groups.iter().find_map(|g| match &g.bpf {
+            Some(bpf) => bpf.conn_count_fallback().map(str::to_string),
+            None if self.cfg.no_bpf => Some("--no-bpf".to_string()),
+            None => Some("BPF program not loaded yet".to_string()),
+        });
+        if let Some(why) = why_not {
+            return Err(why);
+        }
+        Ok(self
+            .table
+            .slots
+            .keys()
+            .map(|index| (*index, self.kernel_connections_of(*index).unwrap_or(0)))
+            .collect())
+    }
+
+    /// Open connections of `index` as the kernel counts them, summed over every group (None
+    /// where it does not count them).
+    pub(in crate::supervisor) fn kernel_connections_of(&self, index: u32) -> Option<u64> {
+        self.groups
+            .iter()
+            .map(|g| g.bpf.as_ref()?.connections(index))
+            .sum::<Option<i64>>()
+            .map(|n| n.max(0) as u64)
+    }
+
+    /// The workers' process trees, for the sock_diag scan: `(slot, pids)` of slots with one.
+    pub(in crate::supervisor) fn worker_trees(&self) -> Vec<(u32, Vec<u32>)> {
+        self.table
+            .slots
+            .keys()
+            .map(|i| (*i, self.tree_pids(*i)))
+            .filter(|(_, pids)| !pids.is_empty())
+            .collect()
+    }
+
+    /// Open connections per slot, and how they were counted: `kernel` ([`kernel_connections`])
+    /// or `scan (WHY)` (sock_diag matched to the workers' fds: the fallback where the kernel does
+    /// not count, slower: a readlink per fd of each worker).
+    ///
+    /// [`kernel_connections`]: Supervisor::kernel_connections
+    fn open_connections(&self) -> (BTreeMap<u32, u64>, String) {
+        match self.kernel_connections() {
+            Ok(counts) => (counts, "kernel".to_string()),
+            Err(why) => {
+                let ports: Vec<u16> = self.groups.iter().map(|g| g.addr.addr.port()).collect();
+                let counts = crate::metrics::connections::per_worker(&ports, &self.worker_trees());
+                (counts, format!("scan ({why})"))
+            }
+        }
+    }
+
+    /// The active set as the kernel holds it (first group), or as ck computes it without BPF.
+    pub(in crate::supervisor) fn active_lists(&self) -> (Vec<u32>, Vec<u32>) {
+        if let Some(lists) = self
+            .groups
+            .first()
+            .and_then(|g| g.bpf.as_ref()?.read_active())
+        {
+            return lists;
+        }
+        let set = active_set(self.lives(), self.stopping);
+        let ready = set.ready_len as usize;
+        (
+            set.slots[..ready].to_vec(),
+            set.slots[ready..set.live_len as usize].to_vec(),
+        )
+    }
+
+    /// The state word of `index`: from its record in the `slots` map when BPF is on.
+    pub(in crate::supervisor) fn state_word(&self, index: u32, shown: SlotState) -> String {
+        let kernel = self
+            .groups
+            .first()
+            .and_then(|g| g.bpf.as_ref()?.read_slot(index))
+            .and_then(|info| SlotState::from_code(info.state));
+        kernel.unwrap_or(shown).name().to_string()
+    }
+
+    /// Why the fleet is degraded: slots whose breaker is open or held half-open.
+    fn degraded(&self) -> Vec<String> {
+        let policy = &self.cfg.restart;
+        self.table.slots
+            .values()
+            .filter(|s| s.life.serving())
+            .filter_map(|s| match s.life.crash.breaker() {
+                Breaker::Closed => None,
+                Breaker::Open => Some(format!(
+                    "slot {}: circuit breaker open after {} boot crashes within {:?} (last exit: {}); \
+                     next try after the {:?} cool-down",
+                    s.index,
+                    policy.crash_limit,
+                    policy.window,
+                    s.last_exit.as_deref().unwrap_or("-"),
+                    policy.cooldown
+                )),
+                Breaker::HalfOpen => Some(format!(
+                    "slot {}: keeps crashing at start (last exit: {}); the breaker stays half-open \
+                     to keep --min-workers {} slot(s) trying: retried every {:?}",
+                    s.index,
+                    s.last_exit.as_deref().unwrap_or("-"),
+                    self.settings.min_workers,
+                    policy.max
+                )),
+            })
+            .collect()
+    }
+
+    /// What `least-queue` steers by, read back from every group's `config` map (None with
+    /// another policy).
+    fn queue_depth(&self) -> Option<String> {
+        if !self.cfg.policy.reads_queue() {
+            return None;
+        }
+        if self.cfg.no_bpf {
+            return Some("none (--no-bpf: the kernel hashes)".into());
+        }
+        let mut depths = self
+            .groups
+            .iter()
+            .map(|g| g.bpf.as_ref().map(|b| b.queue_depth()));
+        let first_sampled = depths.find(|d| d.as_ref() != Some(&QueueDepth::Exact));
+        Some(match first_sampled {
+            None => QueueDepth::Exact.describe(),
+            Some(Some(sampled)) => sampled.describe(),
+            Some(None) => "not known yet (the BPF program is loading)".into(),
+        })
+    }
+
+    /// `least-queue`'s patience as the first group's program holds it (None with another policy).
+    fn queue_patience_us(&self) -> Option<u64> {
+        if !self.cfg.policy.reads_queue() {
+            return None;
+        }
+        let bpf = self.groups.first()?.bpf.as_ref()?;
+        bpf.queue_patience()
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    }
+
+    /// What `least-conn` compares, read back from the groups' `config` maps (None with another
+    /// policy): the first group that does not sum the kernel's counts says why.
+    fn conn_steering(&self) -> Option<String> {
+        if self.cfg.policy != crate::settings::run_config::Policy::LeastConn {
+            return None;
+        }
+        if self.cfg.no_bpf {
+            return Some("none (--no-bpf: the kernel hashes)".into());
+        }
+        let mut all = self.groups.iter().map(|g| g.bpf.as_ref()?.conn_steering());
+        let first_not_kernel = all.find(|s| s.as_ref() != Some(&ConnSteering::Kernel));
+        Some(match first_not_kernel {
+            None => ConnSteering::Kernel.describe(),
+            Some(Some(other)) => other.describe(),
+            Some(None) => "not known yet (the BPF program is loading)".into(),
+        })
+    }
+
+    /// The report `ck status` prints.
+    pub(in crate::supervisor) fn status(&self) -> StatusReport {
+        let (connections, connection_count) = self.open_connections();
+        let slots = self
+            .table
+            .slots
+            .values()
+            .map(|s| {
+                let stats = self.slot_stats(s.index);
+                let usage = self.usage(s.index);
+                let worker = s.worker.as_ref();
+                SlotReport {
+                    slot: s.index,
+                    pid: worker.map(|w| w.pid),
+                    state: self.state_word(s.index, s.life.shown()),
+                    drained: s.life.drained,
+                    uptime_ms: s.uptime().map_or(0, |d| d.as_millis() as u64),
+                    restarts: s.life.restarts,
+                    generation: s.life.generation,
+                    selected: stats.selected,
+                    fallbacks: stats.fallbacks,
+                    migrated: stats.migrated,
+                    last_exit: s.last_exit.clone(),
+                    status: worker.and_then(|w| w.status.clone()),
+                    unhealthy: worker
+                        .filter(|w| !w.health.is_healthy())
+                        .map(|w| w.health.reasons()),
+                    queue_depth: s.live_queue_depth(),
+                    connections: connections.get(&s.index).copied(),
+                    probe_hits: stats.probe_hits,
+                    breaker: s.life.crash.breaker().name().into(),
+                    memory_bytes: usage.map(|u| u.memory_bytes),
+                    cpu_ms: usage.map(|u| u.cpu_usec / 1000),
+                    adopt_latency_us: worker.and_then(|w| w.adopt_latency_us),
+                    member_of: s.life.member_of,
+                    spare: s.life.spare,
+                    notify_refused: worker.map_or(0, |w| {
+                        w.notify_refused.load(std::sync::atomic::Ordering::Relaxed)
+                    }),
+                    output_dropped: s.output_dropped.load(std::sync::atomic::Ordering::Relaxed),
+                    nice: worker.and_then(|w| crate::os::priority::nice_of(w.pid).ok()),
+                }
+            })
+            .collect();
+        let (active, fallback) = self.active_lists();
+        let steering = self
+            .groups
+            .iter()
+            .filter(|g| g.bpf.is_some())
+            .map(|g| GroupSteering {
+                group: g.name.clone(),
+                attached: g.steering.attached,
+                checked_ms_ago: g.steering.at.map(|at| at.elapsed().as_millis() as u64),
+            })
+            .collect();
+        StatusReport {
+            name: self.cfg.name.clone(),
+            pid: std::process::id(),
+            bpf: self.steering_verified(),
+            no_bpf: self.cfg.no_bpf,
+            steering,
+            policy: self.cfg.policy,
+            groups: self.groups.iter().map(|g| g.name.clone()).collect(),
+            listen: self
+                .groups
+                .iter()
+                .map(|g| g.addr.addr.to_string())
+                .collect(),
+            probe: self.cfg.health.probe.as_ref().map(|p| p.to_string()),
+            probe_port_base: self.cfg.health.probe_port_base,
+            pins: self.bpf_loaded().then(|| {
+                crate::bpf::pins::instance_dir(&self.cfg.name)
+                    .display()
+                    .to_string()
+            }),
+            uptime_ms: self.reports.started.elapsed().as_millis() as u64,
+            active,
+            fallback,
+            degraded: self.degraded(),
+            foreign: self.foreign_listeners(),
+            min_workers: self.settings.min_workers,
+            cgroup: self
+                .table
+                .cgroups
+                .as_ref()
+                .map(|c| c.dir().display().to_string()),
+            memory_limit: self.memory_limit(),
+            adopt: self.cfg.adopt,
+            dropped: self.slot_stats(MAX_SLOTS).errors,
+            stopping: self.stopping || self.ops.quiet.waiting(),
+            reloading: self.ops.core.roll.is_some(),
+            migration: self.bpf_loaded() && crate::bpf::kernel_migrates(),
+            queue_depth: self.queue_depth(),
+            queue_patience_us: self.queue_patience_us(),
+            conn_steering: self.conn_steering(),
+            exits_watched: self.inputs.exit_watch.as_ref().map(|w| w.watched()),
+            nice: crate::os::priority::own_nice(),
+            workers: self.cfg.workers,
+            stop_signal: self.cfg.stop_signal.name().to_string(),
+            drain_timeout_ms: self.cfg.drain_timeout.as_millis() as u64,
+            metrics: self.reports.metrics_addr.map(|a| a.to_string()),
+            slots,
+            version: crate::VERSION.to_string(),
+            upgrades: self.continuity.upgrades,
+            last_upgrade: self.continuity.last_upgrade.clone(),
+            connection_count,
+            quiet_wait: self.quiet_report(),
+            host_drained: self.host_drained(),
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! The slot table: the slots and their workers, and what a worker's process is given (its
+//! cgroup, the output hub, the open-file limit). The rule: a `Slot` comes to be only through
+//! `World::open` (the fleet executor opens slots; continuity restores them), a `Worker` only
+//! through `Worker::spawned`, `Worker::member` or `Worker::restored`; a slot's state changes
+//! only through the lifecycle machine.
+
+pub(super) mod cgroups;
+pub(super) mod slot;
+pub(super) mod workers;
+
+use std::collections::BTreeMap;
+
+use crate::supervisor::output;
+use slot::Slot;
+
+/// The slots and their workers.
+pub(in crate::supervisor) struct SlotTable {
+    /// Every slot, by index.
+    pub slots: BTreeMap<u32, Slot>,
+    /// The id the next worker gets (`CK_WORKER_ID`).
+    pub next_worker_id: u64,
+    /// The instance's cgroup (workers each get one under it), where the host allows.
+    pub cgroups: Option<crate::os::cgroup::InstanceCgroup>,
+    /// Cgroups of exited workers, killed and waiting to be empty to be removed.
+    pub dead_cgroups: Vec<crate::os::cgroup::WorkerCgroup>,
+    /// The open-file limit ck was started with (the workers get it back; ck raised its own).
+    pub fd_limit: Option<crate::os::fd_limit::FdLimit>,
+    /// `--worker-output capture`: the readers and writer of the workers' output.
+    pub output: Option<output::Hub>,
+}

@@ -1,0 +1,283 @@
+//! A slot as the supervisor holds it: the lifecycle machine's [`Life`] beside the OS resources
+//! the machine's effects act on (the slot's sockets, its worker's pidfd and notify reader).
+use std::{os::fd::OwnedFd, time::Instant};
+
+use socket2::Socket;
+use tokio::task::JoinHandle;
+
+use crate::supervisor::{
+    continuity::handover::{AdoptedSocket, WorkerHandover},
+    inputs::health::Health,
+    lifecycle::Life,
+};
+
+/// A running worker process.
+pub struct Worker {
+    /// Its pid.
+    pub pid: u32,
+    /// pidfd for signals.
+    pub pidfd: OwnedFd,
+    /// It sent anything at all on `NOTIFY_SOCKET`.
+    pub spoke_notify: bool,
+    /// Its last `STATUS=` text.
+    pub status: Option<String>,
+    /// Tasks that watch it (its notify reader; for a member, its exit): stopped with it.
+    pub tasks: Vec<JoinHandle<()>>,
+    /// Its notify socket (to see whether a message waits that the task has not read yet); none
+    /// for a member, which ck did not start.
+    pub notify: Option<std::sync::Arc<tokio::net::UnixDatagram>>,
+    /// Health signals.
+    pub health: Health,
+    /// Its cgroup (None where the host has no usable cgroup2).
+    pub cgroup: Option<crate::os::cgroup::WorkerCgroup>,
+    /// `--adopt`: it said READY=1 before its sockets were adopted.
+    pub said_ready: bool,
+    /// `--adopt`: time from its `listen()` to the adoption of its (last) socket.
+    pub adopt_latency_us: Option<u64>,
+    /// The slot's `selected` counter when it started (connections it was sent = now - this).
+    pub selected_base: u64,
+    /// `--max-requests`: its own limit.
+    pub requests_limit: Option<u64>,
+    /// `--max-memory`: samples in a row above the limit.
+    pub over_memory: u32,
+    /// Notify messages ignored because their sender was not of its tree (counted by its
+    /// notify reader).
+    pub notify_refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// When it started (`pidfd::start_ticks`): a ck that takes it back after a crash checks the
+    /// pid still names it.
+    pub start_ticks: Option<u64>,
+    /// Its `NOTIFY_SOCKET` (`@` + abstract name): a ck that takes it back binds it again.
+    pub notify_name: Option<String>,
+    /// `--adopt`: the process of its tree holding the slot's adopted socket, when that is not
+    /// the worker itself (a forked child, watched: see `supervisor::members`).
+    pub holder: Option<u32>,
+    /// `--worker-output capture`: ck's read ends of its stdout and stderr pipes (read by the
+    /// output readers, handed over by `ck upgrade`).
+    pub output: Option<crate::supervisor::output::OutputEnds>,
+    /// `--ready auto`: the accept probe that shows when a silent starter accepts.
+    pub accept_probe: crate::supervisor::inputs::accept_probe::AcceptProbe,
+    /// Spawned in place of a worker that died: while it starts, the rest of the fleet steps
+    /// back (`--boot-boost`, see `supervisor::boot_priority`).
+    pub replacing: bool,
+    /// ck stepped it back while a replacement boots (else it runs at the fleet's priority).
+    pub stepped_back: bool,
+}
+
+impl Worker {
+    /// A worker process `pid`, watched through `pidfd`, of which nothing else is known yet
+    /// (its id and start are the lifecycle's: [`crate::supervisor::lifecycle::Run`]).
+    fn base(pid: u32, pidfd: OwnedFd) -> Worker {
+        Worker {
+            pid,
+            pidfd,
+            spoke_notify: false,
+            status: None,
+            tasks: Vec::new(),
+            notify: None,
+            health: Default::default(),
+            cgroup: None,
+            said_ready: false,
+            adopt_latency_us: None,
+            selected_base: 0,
+            requests_limit: None,
+            over_memory: 0,
+            notify_refused: Default::default(),
+            // Names the process for a ck that takes the fleet back after a crash, and for the
+            // orphan guard.
+            start_ticks: crate::os::pidfd::start_ticks(pid),
+            notify_name: None,
+            holder: None,
+            output: None,
+            accept_probe: Default::default(),
+            replacing: false,
+            stepped_back: false,
+        }
+    }
+
+    /// A worker ck just spawned: `pid`, its `pidfd`, the slot's `selected` count now, and
+    /// whether it replaces one that died (`--boot-boost`); the caller adds its handles.
+    pub fn spawned(pid: u32, pidfd: OwnedFd, selected_base: u64, replacing: bool) -> Worker {
+        let mut worker = Worker::base(pid, pidfd);
+        worker.selected_base = selected_base;
+        worker.replacing = replacing;
+        worker
+    }
+
+    /// `--adopt`: a further listener `pid` of a worker's tree, steered as a member slot,
+    /// adopted `latency_us` after its `listen()`.
+    pub fn member(
+        pid: u32,
+        pidfd: OwnedFd,
+        selected_base: u64,
+        latency_us: Option<u64>,
+        task: JoinHandle<()>,
+    ) -> Worker {
+        let mut worker = Worker::base(pid, pidfd);
+        worker.selected_base = selected_base;
+        worker.adopt_latency_us = latency_us;
+        worker.tasks.push(task);
+        worker
+    }
+
+    /// A worker handed over by an earlier ck (`ck upgrade`, or the state file of one that
+    /// died), with what that ck knew of it; the caller adds its handles.
+    pub fn restored(saved: &WorkerHandover, pidfd: OwnedFd) -> Worker {
+        let mut worker = Worker::base(saved.pid, pidfd);
+        worker.spoke_notify = saved.spoke_notify;
+        worker.status = saved.status.clone();
+        worker.health = saved.health;
+        worker.selected_base = saved.selected_base;
+        worker.requests_limit = saved.requests_limit;
+        worker.replacing = saved.replacing;
+        worker.stepped_back = saved.stepped_back;
+        worker.over_memory = saved.over_memory;
+        worker.start_ticks = saved.start_ticks;
+        worker.notify_name = saved.notify_name.clone();
+        worker
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// One slot: its lifecycle, its sockets (one per group, open while `life.socket_open`) and its
+/// worker (present while `life.state` has a run).
+pub struct Slot {
+    /// Index in the group.
+    pub index: u32,
+    /// The lifecycle machine's state of this slot.
+    pub life: Life,
+    /// One socket per group, in group order; empty while closed.
+    pub sockets: Vec<Socket>,
+    /// `--adopt`: the worker's sockets adopted so far, by group, until every group has one and
+    /// the machine's `Install` (after `Adopted`) makes them the slot's `sockets`.
+    pub adopting: Vec<Option<Socket>>,
+    /// Sockets an adoption replaced, closed by the machine's `CloseReplaced` after the publish.
+    pub replaced: Vec<Socket>,
+    /// The worker, if one runs.
+    pub worker: Option<Worker>,
+    /// Pid of the last worker (for log lines after it exited).
+    pub last_pid: u32,
+    /// How the last worker ended.
+    pub last_exit: Option<String>,
+    /// Accept-queue depth last sampled (all groups): what the sampled fallback steers by and
+    /// `ck maps` shows.
+    pub queue_depth: u32,
+    /// Since when the queue has been non-empty and not moving (`queue_motion`).
+    pub queue_rising_since: Option<Instant>,
+    /// Connections the program had sent the slot (`selected` + `probe_hits`, all groups) at the
+    /// last sample (None: not counted, or no sample yet).
+    pub sent_seen: Option<u64>,
+    /// Probes of its workers that failed once they were past starting
+    /// (`ck_probe_failures_total`).
+    pub probe_failures: u64,
+    /// Lines of its workers' output dropped because ck's own output could not keep up
+    /// (counted by the output readers; `ck_worker_output_dropped_lines_total`).
+    pub output_dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// While it leaves: what its open connections did so far (`leaving`).
+    pub leave_watch: Option<crate::supervisor::operations::leaving::Watch>,
+}
+
+impl Slot {
+    /// A new slot around `life`, with nothing open.
+    pub fn new(index: u32, life: Life) -> Slot {
+        Slot {
+            index,
+            life,
+            sockets: Vec::new(),
+            adopting: Vec::new(),
+            replaced: Vec::new(),
+            worker: None,
+            last_pid: 0,
+            last_exit: None,
+            queue_depth: 0,
+            queue_rising_since: None,
+            sent_seen: None,
+            probe_failures: 0,
+            output_dropped: Default::default(),
+            leave_watch: None,
+        }
+    }
+
+    /// The accept-queue depth now (all groups; `TCP_INFO` of ck's copy of each socket), for
+    /// `ck status`: the last sample can be a stall period old.
+    pub fn live_queue_depth(&self) -> u32 {
+        self.sockets
+            .iter()
+            .map(|s| crate::os::sockets::accept_queue_len(s).unwrap_or(0))
+            .sum()
+    }
+
+    /// The record written to the `slots` map.
+    pub fn info(&self) -> ck_common::SlotInfo {
+        ck_common::SlotInfo {
+            state: self.life.shown().code(),
+            pid: self.worker.as_ref().map_or(0, |w| w.pid),
+            generation: self.life.generation,
+            weight: 1,
+            queue_depth: self.queue_depth,
+            flags: 0,
+        }
+    }
+
+    /// `--adopt`: where each of the slot's sockets is open in its worker's process tree (the
+    /// holding process first, then the worker's cgroup), read from `/proc`; empty if one is
+    /// not found.
+    pub fn adopted_locations(&self) -> Vec<AdoptedSocket> {
+        use crate::os::{pidfd, sock_diag};
+        let Some(worker) = &self.worker else {
+            return Vec::new();
+        };
+        let mut pids = vec![worker.holder.unwrap_or(worker.pid)];
+        if let Some(cgroup) = &worker.cgroup {
+            pids.extend(cgroup.pids());
+        }
+        self.sockets
+            .iter()
+            .map(|socket| {
+                let inode = sock_diag::inode_of(socket).ok()?;
+                let (pid, fd) = sock_diag::fd_of(inode, &pids)?;
+                Some(AdoptedSocket {
+                    pid,
+                    start_ticks: pidfd::start_ticks(pid),
+                    fd,
+                    cookie: sock_diag::cookie(socket).ok()?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default()
+    }
+
+    /// The worker, if it is worker `id` (events and timers name a worker by its id, since
+    /// slot indices are reused).
+    pub fn worker_of(&self, id: u64) -> Option<&Worker> {
+        let current = self.life.state.run().is_some_and(|run| run.id == id);
+        self.worker.as_ref().filter(|_| current)
+    }
+
+    /// [`Slot::worker_of`], to change.
+    pub fn worker_of_mut(&mut self, id: u64) -> Option<&mut Worker> {
+        let current = self.life.state.run().is_some_and(|run| run.id == id);
+        self.worker.as_mut().filter(|_| current)
+    }
+
+    /// The id of the worker running here, if any.
+    pub fn worker_id(&self) -> Option<u64> {
+        self.life.state.run().map(|run| run.id)
+    }
+
+    /// How long the worker running here has run.
+    pub fn uptime(&self) -> Option<std::time::Duration> {
+        self.life.state.run().map(|run| run.started.elapsed())
+    }
+
+    /// The pid of the worker, or of the last one.
+    pub fn pid(&self) -> u32 {
+        self.worker.as_ref().map_or(self.last_pid, |w| w.pid)
+    }
+}
