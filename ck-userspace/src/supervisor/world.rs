@@ -108,7 +108,7 @@ impl World for Supervisor {
     }
 
     fn signal(&mut self, index: u32, sig: Sig) {
-        let Some(worker) = self.table.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
+        let Some(worker) = self.table.worker(index) else {
             return;
         };
         let signal = match sig {

@@ -178,12 +178,7 @@ impl Supervisor {
         bad: bool,
         detail: &str,
     ) {
-        let Some(worker) = self
-            .table
-            .slots
-            .get_mut(&index)
-            .and_then(|s| s.worker.as_mut())
-        else {
+        let Some(worker) = self.table.worker_mut(index) else {
             return;
         };
         let was_healthy = worker.health.is_healthy();
@@ -397,12 +392,7 @@ impl Supervisor {
 
     /// `WATCHDOG=1` from a worker.
     pub(in crate::supervisor) fn on_watchdog(&mut self, index: u32) {
-        let Some(worker) = self
-            .table
-            .slots
-            .get_mut(&index)
-            .and_then(|s| s.worker.as_mut())
-        else {
+        let Some(worker) = self.table.worker_mut(index) else {
             return;
         };
         worker.health.last_watchdog = Some(Instant::now());

@@ -109,12 +109,7 @@ impl Supervisor {
                 worker: id,
             });
         });
-        if let Some(worker) = self
-            .table
-            .slots
-            .get_mut(&index)
-            .and_then(|s| s.worker.as_mut())
-        {
+        if let Some(worker) = self.table.worker_mut(index) {
             worker.tasks.push(task);
             worker.holder = Some(holder);
         }

@@ -46,12 +46,7 @@ impl Supervisor {
             false => (priority::own_nice(), "no replacement boots"),
         };
         for index in changing {
-            let Some(worker) = self
-                .table
-                .slots
-                .get_mut(&index)
-                .and_then(|s| s.worker.as_mut())
-            else {
+            let Some(worker) = self.table.worker_mut(index) else {
                 continue;
             };
             let cgroup = worker.cgroup.as_ref().map(|c| c.dir());

@@ -89,7 +89,7 @@ impl Supervisor {
     /// pid), less the processes that hold member slots of its tree (`--adopt`, forking
     /// servers), whose connections count as theirs.
     pub(in crate::supervisor) fn tree_pids(&self, index: u32) -> Vec<u32> {
-        let Some(worker) = self.table.slots.get(&index).and_then(|s| s.worker.as_ref()) else {
+        let Some(worker) = self.table.worker(index) else {
             return Vec::new();
         };
         let members: Vec<u32> = self

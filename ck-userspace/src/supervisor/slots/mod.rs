@@ -11,7 +11,7 @@ pub(super) mod workers;
 use std::collections::BTreeMap;
 
 use crate::supervisor::output;
-use slot::Slot;
+use slot::{Slot, Worker};
 
 /// The slots and their workers.
 pub(in crate::supervisor) struct SlotTable {
@@ -27,4 +27,16 @@ pub(in crate::supervisor) struct SlotTable {
     pub fd_limit: Option<crate::os::fd_limit::FdLimit>,
     /// `--worker-output capture`: the readers and writer of the workers' output.
     pub output: Option<output::Hub>,
+}
+
+impl SlotTable {
+    /// The worker running on slot `index`, if any.
+    pub fn worker(&self, index: u32) -> Option<&Worker> {
+        self.slots.get(&index)?.worker.as_ref()
+    }
+
+    /// The worker running on slot `index`, if any, to change.
+    pub fn worker_mut(&mut self, index: u32) -> Option<&mut Worker> {
+        self.slots.get_mut(&index)?.worker.as_mut()
+    }
 }
