@@ -64,16 +64,8 @@ impl Supervisor {
                 .map(|fd| reexec::inherited(*fd).map(Socket::from))
                 .collect::<std::io::Result<Vec<_>>>()
                 .with_context(|| format!("slot {index}: taking its sockets back"))?;
-            let mut slot = Slot::new(index, saved.life);
-            slot.sockets = sockets;
-            // A handover from before spares were the lifecycle's own fact.
-            slot.life.spare |= saved.spare;
-            slot.last_pid = saved.last_pid;
-            slot.last_exit = saved.last_exit;
-            slot.probe_failures = saved.probe_failures;
-            slot.life.member_of = saved.member_of;
+            let mut slot = Slot::restore(&saved, sockets);
             let mut holder = None;
-            slot.output_dropped = Arc::new(AtomicU64::new(saved.output_dropped));
             if let Some(w) = saved.worker {
                 let pidfd = reexec::inherited(w.pidfd)
                     .with_context(|| format!("slot {index}: taking the pidfd of {} back", w.pid))?;

@@ -7,13 +7,7 @@
 //! state names in the worker's tree, checked by cookie; member slots with their root), its
 //! notify socket bound again. An orphan
 //! guard process (`ck orphan-guard`) stops the workers if no ck comes back in time.
-use std::{
-    io::Write as _,
-    os::fd::AsRawFd as _,
-    path::PathBuf,
-    sync::{Arc, atomic::AtomicU64},
-    time::Duration,
-};
+use std::{io::Write as _, os::fd::AsRawFd as _, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use socket2::Socket;
@@ -173,12 +167,8 @@ impl Supervisor {
                     if let Some(holder) = holder.filter(|h| *h != worker.pid) {
                         holders.push((index, holder));
                     }
-                    let mut slot = Slot::new(index, saved.life);
-                    slot.sockets = sockets;
+                    let mut slot = Slot::restore(&saved, sockets);
                     slot.last_pid = worker.pid;
-                    slot.last_exit = saved.last_exit;
-                    slot.probe_failures = saved.probe_failures;
-                    slot.output_dropped = Arc::new(AtomicU64::new(saved.output_dropped));
                     // The pipes' read ends, from the worker's own copies.
                     worker.output = self.output_back(
                         output_source(index, worker.pid, &slot),
@@ -220,11 +210,9 @@ impl Supervisor {
             };
             match taken {
                 Ok((worker, sockets)) => {
-                    let mut slot = Slot::new(index, saved.life);
+                    let mut slot = Slot::restore(&saved, sockets);
                     slot.life.member_of = Some(root);
-                    slot.sockets = sockets;
                     slot.last_pid = worker.pid;
-                    slot.probe_failures = saved.probe_failures;
                     slot.worker = Some(worker);
                     self.table.slots.insert(index, slot);
                     kept.push(index);

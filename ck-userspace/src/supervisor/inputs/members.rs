@@ -46,11 +46,10 @@ impl Supervisor {
         self.table.next_worker_id += 1;
         let task = self.watch_member(index, id, watcher);
         let selected_base = self.slot_stats(index).selected;
-        let mut slot = Slot::new(index, Life::member(self.cfg.restart, root));
-        // The lifecycle's `Adopted` installs it (into the maps, then as the slot's socket).
-        slot.adopting = vec![Some(socket)];
-        slot.last_pid = pid;
-        slot.worker = Some(Worker::member(pid, pidfd, selected_base, latency_us, task));
+        let worker = Worker::member(pid, pidfd, selected_base, latency_us, task);
+        let life = Life::member(self.cfg.restart, root);
+        // The lifecycle's `Adopted` installs the socket (into the maps, then as the slot's).
+        let slot = Slot::member(index, life, socket, worker);
         self.table.slots.insert(index, slot);
         tracing::info!(
             slot = index,

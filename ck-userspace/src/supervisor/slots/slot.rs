@@ -6,7 +6,7 @@ use socket2::Socket;
 use tokio::task::JoinHandle;
 
 use crate::supervisor::{
-    continuity::handover::{AdoptedSocket, WorkerHandover},
+    continuity::handover::{AdoptedSocket, SlotHandover, WorkerHandover},
     inputs::health::Health,
     lifecycle::Life,
 };
@@ -202,6 +202,32 @@ impl Slot {
             output_dropped: Default::default(),
             leave_watch: None,
         }
+    }
+
+    /// A slot handed over by an earlier ck (`ck upgrade`, or the state file of one that
+    /// died) with its `sockets` taken back; its worker is the caller's to add.
+    pub fn restore(saved: &SlotHandover, sockets: Vec<Socket>) -> Slot {
+        let mut slot = Slot::new(saved.index, saved.life.clone());
+        // From an earlier ck, spares and members' roots travel beside the life too.
+        slot.life.spare |= saved.spare;
+        slot.life.member_of = saved.member_of;
+        slot.sockets = sockets;
+        slot.last_pid = saved.last_pid;
+        slot.last_exit = saved.last_exit.clone();
+        slot.probe_failures = saved.probe_failures;
+        slot.output_dropped =
+            std::sync::Arc::new(std::sync::atomic::AtomicU64::new(saved.output_dropped));
+        slot
+    }
+
+    /// `--adopt`: a member slot of root slot `root`, whose further listener `socket` is held by
+    /// `worker`'s process (the lifecycle's `Adopted` installs it).
+    pub fn member(index: u32, life: Life, socket: Socket, worker: Worker) -> Slot {
+        let mut slot = Slot::new(index, life);
+        slot.adopting = vec![Some(socket)];
+        slot.last_pid = worker.pid;
+        slot.worker = Some(worker);
+        slot
     }
 
     /// The accept-queue depth now (all groups; `TCP_INFO` of ck's copy of each socket), for

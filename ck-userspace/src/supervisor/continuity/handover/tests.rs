@@ -101,6 +101,39 @@ fn a_slot_without_adopt_fields_reads_as_a_plain_root() {
     assert_eq!((back.member_of, back.adopted.len()), (None, 0));
 }
 
+/// A member's root and a spare travel beside the life on the wire (`member: true` only in
+/// the life itself, as every ck wrote it): a restored slot has both back in its life.
+#[test]
+fn a_restored_slot_has_its_spare_mark_and_its_members_root_in_its_life() {
+    let policy = crate::settings::restart_policy::RestartPolicy::DEFAULT;
+    let saved = |life: Life, spare, member_of| SlotHandover {
+        index: 4,
+        life,
+        sockets: Vec::new(),
+        spare,
+        last_pid: 77,
+        last_exit: Some("exit 1".into()),
+        probe_failures: 3,
+        worker: None,
+        member_of,
+        adopted: Vec::new(),
+        output_dropped: 9,
+    };
+    let member = saved(Life::member(policy, 1), false, Some(1));
+    let value = serde_json::to_value(&member).unwrap();
+    assert_eq!(value["life"]["member"], serde_json::json!(true));
+    let back: SlotHandover = serde_json::from_value(value).unwrap();
+    let slot = crate::supervisor::slots::slot::Slot::restore(&back, Vec::new());
+    assert_eq!(slot.life.member_of, Some(1));
+    assert_eq!((slot.index, slot.last_pid, slot.probe_failures), (4, 77, 3));
+    assert_eq!(slot.last_exit.as_deref(), Some("exit 1"));
+    // A handover from a ck that kept the spare mark beside the life only.
+    let spare = saved(Life::new(policy, true), true, None);
+    let back: SlotHandover = serde_json::from_value(serde_json::to_value(&spare).unwrap()).unwrap();
+    let slot = crate::supervisor::slots::slot::Slot::restore(&back, Vec::new());
+    assert!(slot.life.spare && slot.life.standby && slot.life.member_of.is_none());
+}
+
 #[test]
 fn a_binary_with_another_format_or_map_layout_is_refused() {
     let this = Compat::this();
