@@ -23,7 +23,7 @@ pub struct GuardSpec {
     pub name: String,
     /// How long the workers wait for a new ck.
     pub timeout: Duration,
-    /// How long a worker may drain after the stop signal.
+    /// How long a worker may take to stop after the stop signal (`--drain-timeout`).
     pub drain_timeout: Duration,
     /// The signal that stops a worker gracefully (`--stop-signal`).
     pub stop_signal: Signal,
@@ -76,8 +76,8 @@ fn answers(name: &str) -> bool {
 
 /// Sends `stop` to the workers the state names (those still the same process), `--adopt`'s
 /// member processes among them (recorded with their start time, as ck's own stop signals them
-/// too), SIGKILLs them after `drain`, then kills and removes the instance's cgroup.
-fn stop_workers(state: &Path, stop: Signal, drain: Duration) {
+/// too), SIGKILLs them after `stop_timeout`, then kills and removes the instance's cgroup.
+fn stop_workers(state: &Path, stop: Signal, stop_timeout: Duration) {
     let Ok(text) = std::fs::read(state) else {
         return;
     };
@@ -103,14 +103,14 @@ fn stop_workers(state: &Path, stop: Signal, drain: Duration) {
         }
         if let Ok(fd) = pidfd::open(pid) {
             eprintln!(
-                "ck orphan-guard: stopping worker pid={pid} ({}, SIGKILL after {drain:?})",
+                "ck orphan-guard: stopping worker pid={pid} ({}, SIGKILL after {stop_timeout:?})",
                 stop.as_str()
             );
             let _ = pidfd::send_signal(&fd, stop);
             live.push((pid, fd));
         }
     }
-    let deadline = Instant::now() + drain;
+    let deadline = Instant::now() + stop_timeout;
     while Instant::now() < deadline && live.iter().any(|(_, fd)| !pidfd::has_exited(fd)) {
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -2,7 +2,7 @@
 //! wait ends (no new connection for `--quiet-period`, or `--quiet-max` reached).
 use std::time::{Duration, Instant};
 
-/// Why a stop drains at once instead of waiting, if so.
+/// Why a stop stops every worker at once instead of waiting, if so.
 pub fn skip(quiet_period: Duration, metrics: bool, bpf: bool) -> Option<&'static str> {
     if quiet_period.is_zero() {
         Some("--quiet-period 0")
@@ -20,9 +20,9 @@ pub fn skip(quiet_period: Duration, metrics: bool, bpf: bool) -> Option<&'static
 pub enum Verdict {
     /// Keep waiting.
     Wait,
-    /// No new connection for this long (at least the quiet period): drain.
+    /// No new connection for this long (at least the quiet period): stop.
     Quiet(Duration),
-    /// `--quiet-max` reached while connections still came, at this rate per second: drain.
+    /// `--quiet-max` reached while connections still came, at this rate per second: stop.
     TooLong(f64),
 }
 

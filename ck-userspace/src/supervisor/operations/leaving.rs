@@ -4,7 +4,7 @@
 //! or when those left have stayed as many for [`STILL`] (idle keep-alive connections, streams: the signal is
 //! their cue to close), or at the lifecycle's linger (`--drain-timeout`). A server that dies on
 //! its stop signal without a graceful shutdown (Go's bare `ListenAndServe`, nginx on SIGTERM)
-//! then fails no request it was given; one that drains keep-alive connections on the signal
+//! then fails no request it was given; one that closes its keep-alive connections on the signal
 //! loses nothing either way.
 //!
 //! Counts are read on the sampler's ticks, every [`CHECK_EVERY`] while a slot leaves. Where the

@@ -1,4 +1,4 @@
-//! Drain by observed traffic. On SIGTERM, SIGINT or `ck stop` (with `--metrics`), ck first
+//! Stop by observed traffic. On SIGTERM, SIGINT or `ck stop` (with `--metrics`), ck first
 //! answers `/readyz` with 503 (stopping) while every worker keeps serving and stays selected,
 //! and begins the stop only once the program has selected no new connection for
 //! `--quiet-period` (its per-slot counters in the `stats` maps, summed over every group and

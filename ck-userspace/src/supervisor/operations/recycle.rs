@@ -2,7 +2,7 @@
 //! [`OVER_FOR`] samples in a row (one a second), or that has been sent about `--max-requests`
 //! new connections (each worker's own limit drawn within ±10 %, so that workers started together
 //! do not all recycle together), is replaced through the graceful one-worker roll: its
-//! replacement is ready first, then it drains. gunicorn's `max_requests` and pm2's
+//! replacement is ready first, then it leaves. gunicorn's `max_requests` and pm2's
 //! `max_memory_restart` kill the requests in flight; this loses none.
 use std::time::Instant;
 

@@ -93,11 +93,11 @@ pub(in crate::supervisor) struct Told {
 /// steering on`.
 pub(in crate::supervisor) fn status_text(view: &FleetView) -> String {
     if let Some(running) = view.stopping {
-        return format!("stopping: draining {running} worker(s)");
+        return format!("stopping: {running} worker(s) stopping");
     }
     if view.quiet_wait {
         return format!(
-            "stopping: waiting for traffic to stop before draining ({}/{} workers serving)",
+            "stopping: waiting for traffic to stop before stopping the workers ({}/{} serving)",
             view.ready, view.workers
         );
     }

@@ -1,8 +1,9 @@
 //! The slot table: the slots and their workers, and what a worker's process is given (its
 //! cgroup, the output hub, the open-file limit). The rule: a `Slot` comes to be only through
-//! `World::open` (the fleet executor opens slots; continuity restores them), a `Worker` only
-//! through `Worker::spawned`, `Worker::member` or `Worker::restored`; a slot's state changes
-//! only through the lifecycle machine.
+//! `World::open` (the fleet executor opens slots), `Slot::restore` (continuity takes a slot
+//! back) or `Slot::member` (`--adopt`'s further listeners), a `Worker` only through
+//! `Worker::spawned`, `Worker::member` or `Worker::restored`; a slot's state changes only
+//! through the lifecycle machine.
 
 pub(super) mod cgroups;
 pub(super) mod slot;

@@ -56,7 +56,7 @@ fn status_text_names_workers_steering_breakers_reload_and_shutdown() {
         stopping: Some(3),
         ..fleet(4, 4)
     };
-    assert_eq!(status_text(&stopping), "stopping: draining 3 worker(s)");
+    assert_eq!(status_text(&stopping), "stopping: 3 worker(s) stopping");
 }
 
 /// The kinds of message (`Status` text left out) for each view in turn.
@@ -159,7 +159,7 @@ fn the_quiet_wait_is_stopping_once_with_its_own_status() {
     );
     assert_eq!(
         status_text(&waiting),
-        "stopping: waiting for traffic to stop before draining (2/2 workers serving)"
+        "stopping: waiting for traffic to stop before stopping the workers (2/2 serving)"
     );
 }
 
