@@ -130,7 +130,7 @@ pub struct Supervisor {
     /// ck is shutting down.
     stopping: bool,
     table: slots::SlotTable,
-    groups: Vec<Group>,
+    groups: groups::Groups,
     inputs: inputs::Inputs,
     ops: operations::Operations,
     reports: reports::Reports,

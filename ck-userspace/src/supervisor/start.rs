@@ -96,22 +96,23 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
         false => (None, None),
     };
     let bpf_on = !cfg.no_bpf;
-    let groups: Vec<Group> = cfg
-        .listen
-        .iter()
-        .map(|addr| Group {
-            addr: *addr,
-            name: addr.group_name(),
-            bpf: None,
-            pinned_stats: match (reuse_maps, bpf_on) {
-                (true, true) => crate::bpf::PinnedStats::open(&cfg.name, &addr.group_name())
-                    .inspect_err(|e| tracing::warn!("{e}"))
-                    .ok(),
-                _ => None,
-            },
-            steering: Default::default(),
-        })
-        .collect();
+    let groups = groups::Groups(
+        cfg.listen
+            .iter()
+            .map(|addr| Group {
+                addr: *addr,
+                name: addr.group_name(),
+                bpf: None,
+                pinned_stats: match (reuse_maps, bpf_on) {
+                    (true, true) => crate::bpf::PinnedStats::open(&cfg.name, &addr.group_name())
+                        .inspect_err(|e| tracing::warn!("{e}"))
+                        .ok(),
+                    _ => None,
+                },
+                steering: Default::default(),
+            })
+            .collect(),
+    );
     // The program loads on a thread of its own (aya parses the kernel's BTF, ~20 ms) while the
     // rest of ck sets up. A fresh fleet waits for it: every socket is tagged for the kernel's
     // connection counts before it listens, and the program is attached to the group's first
@@ -155,7 +156,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             },
         },
         inputs: inputs::Inputs {
-            pacer: inputs::health::Pacer::new(cfg.health.sample_interval),
+            pacer: inputs::pace::Pacer::new(cfg.health.sample_interval),
             exit_watch: None,
             probe_ticker: None,
             adopt_hooks,

@@ -276,7 +276,8 @@ impl Supervisor {
                         pidfd::get_fd(&pidfd, fd)
                             .with_context(|| format!("pidfd_getfd of its fd {fd}"))?,
                     );
-                    self.check_listening(position, &socket, &format!("its fd {fd}"))?;
+                    self.groups
+                        .check_listening(position, &socket, &format!("its fd {fd}"))?;
                     Ok(socket)
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?,
@@ -338,25 +339,9 @@ impl Supervisor {
                 sock_diag::cookie(&socket).ok() == Some(at.cookie),
                 "{what} is another socket now"
             );
-            self.check_listening(position, &socket, &what)?;
+            self.groups.check_listening(position, &socket, &what)?;
             sockets.push(socket);
         }
         Ok(sockets)
-    }
-
-    /// Whether `socket` (`what`, for the error) listens on group `position`'s port.
-    fn check_listening(&self, position: usize, socket: &Socket, what: &str) -> anyhow::Result<()> {
-        let group = &self.groups[position];
-        let local = socket
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .with_context(|| format!("{what} is not an inet socket"))?;
-        anyhow::ensure!(
-            local.port() == group.addr.addr.port() && socket.is_listener().unwrap_or(false),
-            "{what} is not listening on {} (it is {local})",
-            group.addr.addr
-        );
-        Ok(())
     }
 }

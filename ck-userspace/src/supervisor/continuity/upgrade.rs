@@ -117,7 +117,7 @@ impl Supervisor {
                     .into(),
             );
         }
-        if !self.cfg.no_bpf && !self.bpf_loaded() {
+        if !self.cfg.no_bpf && !self.groups.bpf_loaded() {
             return Some(
                 "BPF steering is still being set up (ck started a moment ago); try again".into(),
             );

@@ -5,9 +5,12 @@
 pub(super) mod publish;
 pub(super) mod steering;
 
+use anyhow::Context;
+use ck_common::SlotStats;
 use socket2::Socket;
 
 use crate::bpf::{BpfError, BpfGroup};
+use crate::os::cgroup::WorkerCgroup;
 use crate::settings::run_config::ListenAddr;
 
 /// One listen group at run time.
@@ -22,6 +25,122 @@ pub(crate) struct Group {
     pub(in crate::supervisor) pinned_stats: Option<crate::bpf::PinnedStats>,
     /// The last canary's verdict.
     pub(in crate::supervisor) steering: steering::SteeringCheck,
+}
+
+/// Every listen group, in the order of the `--listen` options (a slot's sockets are in the same
+/// order). What is read or written across all groups at once is a method here.
+#[derive(Default)]
+pub(crate) struct Groups(pub(in crate::supervisor) Vec<Group>);
+
+impl std::ops::Deref for Groups {
+    type Target = Vec<Group>;
+    fn deref(&self) -> &Vec<Group> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Groups {
+    fn deref_mut(&mut self) -> &mut Vec<Group> {
+        &mut self.0
+    }
+}
+
+impl<'a> IntoIterator for &'a Groups {
+    type Item = &'a Group;
+    type IntoIter = std::slice::Iter<'a, Group>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a mut Groups {
+    type Item = &'a mut Group;
+    type IntoIter = std::slice::IterMut<'a, Group>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter_mut()
+    }
+}
+
+impl Groups {
+    /// `index`'s counters, summed over every group (the pinned ones after an upgrade, until
+    /// the program is loaded).
+    pub fn slot_stats(&self, index: u32) -> SlotStats {
+        let mut total = SlotStats::default();
+        for group in &self.0 {
+            match (&group.bpf, &group.pinned_stats) {
+                (Some(bpf), _) => total.add(&bpf.stats(index)),
+                // After an upgrade, until the program is loaded: the pinned counters.
+                (None, Some(pinned)) => total.add(&pinned.stats(index)),
+                (None, None) => {}
+            }
+        }
+        total
+    }
+
+    /// Open connections of `index` as the kernel counts them, summed over every group (None
+    /// where it does not count them).
+    pub fn kernel_connections_of(&self, index: u32) -> Option<u64> {
+        self.0
+            .iter()
+            .map(|g| g.bpf.as_ref()?.connections(index))
+            .sum::<Option<i64>>()
+            .map(|n| n.max(0) as u64)
+    }
+
+    /// Whether every group's program is loaded (steering may still be unverified).
+    pub fn bpf_loaded(&self) -> bool {
+        !self.0.is_empty() && self.0.iter().all(|g| g.bpf.is_some())
+    }
+
+    /// Whether the last canary of every group was steered by the program.
+    pub fn steering_verified(&self) -> bool {
+        self.bpf_loaded() && self.0.iter().all(|g| g.steering.attached == Some(true))
+    }
+
+    /// Whether some group steers by samples: least-queue by sampled depths (its program cannot
+    /// read the exact ones) or least-conn by sampled counts (its program cannot sum them): only
+    /// then must queues (and counts) be sampled every `--sample-interval`.
+    pub fn steers_by_samples(&self) -> bool {
+        self.0
+            .iter()
+            .any(|g| g.bpf.as_ref().is_some_and(|b| b.steers_by_samples()))
+    }
+
+    /// `--adopt`: sockets the processes of `cgroup` bind to a group's port count for `slot`
+    /// from their first connection (see `bpf::bind_tags`).
+    pub fn bind_cgroup(&mut self, cgroup: &WorkerCgroup, slot: u32) {
+        for bpf in self.0.iter_mut().filter_map(|g| g.bpf.as_mut()) {
+            bpf.bind_slot(cgroup.dir(), slot);
+        }
+    }
+
+    /// `--adopt`: the worker cgroup is going (see [`Groups::bind_cgroup`]).
+    pub fn unbind_cgroup(&mut self, cgroup: &WorkerCgroup) {
+        for bpf in self.0.iter_mut().filter_map(|g| g.bpf.as_mut()) {
+            bpf.unbind_slot(cgroup.dir());
+        }
+    }
+
+    /// Whether `socket` (`what`, for the error) listens on group `position`'s port.
+    pub fn check_listening(
+        &self,
+        position: usize,
+        socket: &Socket,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        let group = &self.0[position];
+        let local = socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .with_context(|| format!("{what} is not an inet socket"))?;
+        anyhow::ensure!(
+            local.port() == group.addr.addr.port() && socket.is_listener().unwrap_or(false),
+            "{what} is not listening on {} (it is {local})",
+            group.addr.addr
+        );
+        Ok(())
+    }
 }
 
 /// How a socket's place in the `sockets` map is written.

@@ -289,20 +289,6 @@ impl Supervisor {
         }
     }
 
-    /// Whether every group's program is loaded (steering may still be unverified).
-    pub(in crate::supervisor) fn bpf_loaded(&self) -> bool {
-        !self.groups.is_empty() && self.groups.iter().all(|g| g.bpf.is_some())
-    }
-
-    /// Whether the last canary of every group was steered by the program.
-    pub(in crate::supervisor) fn steering_verified(&self) -> bool {
-        self.bpf_loaded()
-            && self
-                .groups
-                .iter()
-                .all(|g| g.steering.attached == Some(true))
-    }
-
     /// Sends a canary to every group that has none out.
     pub(in crate::supervisor) fn check_steering_soon(&mut self) {
         let base = self.cfg.health.probe_port_base;

@@ -39,7 +39,7 @@ impl Supervisor {
     /// Where accept probes go and the probe port base, when the program steers them to their
     /// slot (attached and checked) and `CK_READY_DETECT=proc` does not turn them off.
     fn accept_probe_route(&self) -> Option<(SocketAddr, u16)> {
-        if self.cfg.no_bpf || !self.steering_verified() || accept_probe::forced_off() {
+        if self.cfg.no_bpf || !self.groups.steering_verified() || accept_probe::forced_off() {
             return None;
         }
         let group = self.groups.first()?;

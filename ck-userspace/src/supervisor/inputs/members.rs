@@ -45,7 +45,7 @@ impl Supervisor {
         let id = self.table.next_worker_id;
         self.table.next_worker_id += 1;
         let task = self.watch_member(index, id, watcher);
-        let selected_base = self.slot_stats(index).selected;
+        let selected_base = self.groups.slot_stats(index).selected;
         let worker = Worker::member(pid, pidfd, selected_base, latency_us, task);
         let life = Life::member(self.cfg.restart, root);
         // The lifecycle's `Adopted` installs the socket (into the maps, then as the slot's).

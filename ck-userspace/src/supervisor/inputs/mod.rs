@@ -11,6 +11,7 @@ pub(super) mod foreign;
 pub(super) mod health;
 pub(super) mod members;
 pub(super) mod notify;
+pub(super) mod pace;
 pub(super) mod probes;
 pub(super) mod queue_motion;
 
@@ -18,8 +19,8 @@ use std::collections::BTreeSet;
 
 /// The sources of inputs.
 pub(in crate::supervisor) struct Inputs {
-    /// Pace of queue sampling (see `health::Pacer`).
-    pub pacer: health::Pacer,
+    /// Pace of queue sampling (see `pace::Pacer`).
+    pub pacer: pace::Pacer,
     /// The exit watch, where the kernel allows it.
     pub exit_watch: Option<crate::bpf::exits::ExitWatch>,
     /// The task that sends `ProbeTick`s, while probes are on.

@@ -15,7 +15,7 @@ impl Supervisor {
         // Until the program is attached nothing steers a probe to its slot: the kernel would
         // hash it to any worker, and another worker's answer would count for this one (a
         // starting worker taken as ready by a probe it never saw).
-        if !self.cfg.no_bpf && !self.bpf_loaded() {
+        if !self.cfg.no_bpf && !self.groups.bpf_loaded() {
             return;
         }
         let Some(group) = self.groups.first() else {

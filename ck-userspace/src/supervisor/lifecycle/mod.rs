@@ -29,6 +29,7 @@
 //! or at the linger's end (`--drain-timeout`).
 mod active;
 pub mod crash;
+mod effect;
 mod state;
 mod step;
 mod words;
@@ -41,6 +42,7 @@ mod props;
 mod tests;
 
 pub use active::{Tier, active_set, needed, retire_order, tier};
+pub use effect::{Effect, schedule};
 pub use state::{After, Life, Run, State};
-pub use step::{Effect, Fleet, Settings, schedule, step};
+pub use step::{Fleet, Settings, step};
 pub use words::{Input, Note, Sig, Timer};

@@ -9,12 +9,12 @@ use crate::supervisor::{Supervisor, lifecycle::Input};
 impl Supervisor {
     /// Why a drain cannot be done now (no BPF steering yet, or none at all), if so.
     fn drain_refused(&self) -> Option<Response> {
-        if !self.bpf_loaded() && !self.cfg.no_bpf {
+        if !self.groups.bpf_loaded() && !self.cfg.no_bpf {
             return Some(Response::Error(
                 "BPF steering is still being set up (ck started a moment ago); try again".into(),
             ));
         }
-        if !self.bpf_loaded() {
+        if !self.groups.bpf_loaded() {
             return Some(Response::Error(
                 "draining without closing the socket needs BPF steering, which is off (--no-bpf); \
                  restart ck without --no-bpf"

@@ -79,7 +79,7 @@ impl Supervisor {
             .collect();
         let mut finished = Vec::new();
         for index in leaving {
-            let open = self.kernel_connections_of(index);
+            let open = self.groups.kernel_connections_of(index);
             let Some(slot) = self.table.slots.get_mut(&index) else {
                 continue;
             };

@@ -32,7 +32,7 @@ impl Supervisor {
         let mut due = None;
         let indices: Vec<u32> = self.table.slots.keys().copied().collect();
         for index in indices {
-            let selected = self.slot_stats(index).selected;
+            let selected = self.groups.slot_stats(index).selected;
             let memory = self.usage(index).map(|u| u.memory_bytes);
             let Some(slot) = self.table.slots.get_mut(&index) else {
                 continue;

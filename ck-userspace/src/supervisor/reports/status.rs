@@ -4,8 +4,8 @@
 //! the sock_diag scan), accept-queue depths read when asked (`TCP_INFO`).
 use std::collections::BTreeMap;
 
+use ck_common::MAX_SLOTS;
 use ck_common::SlotState;
-use ck_common::{MAX_SLOTS, SlotStats};
 
 use crate::bpf::{conn_steering::ConnSteering, queue_depth::QueueDepth};
 use crate::control::{GroupSteering, SlotReport, StatusReport};
@@ -15,19 +15,6 @@ use crate::supervisor::{
 };
 
 impl Supervisor {
-    pub(in crate::supervisor) fn slot_stats(&self, index: u32) -> SlotStats {
-        let mut total = SlotStats::default();
-        for group in &self.groups {
-            match (&group.bpf, &group.pinned_stats) {
-                (Some(bpf), _) => total.add(&bpf.stats(index)),
-                // After an upgrade, until the program is loaded: the pinned counters.
-                (None, Some(pinned)) => total.add(&pinned.stats(index)),
-                (None, None) => {}
-            }
-        }
-        total
-    }
-
     /// Open connections per slot as the kernel counts them (every group's `ck_conns`, summed),
     /// or why it does not count them here.
     pub(in crate::supervisor) fn kernel_connections(&self) -> Result<BTreeMap<u32, u64>, String> {
@@ -43,18 +30,13 @@ impl Supervisor {
             .table
             .slots
             .keys()
-            .map(|index| (*index, self.kernel_connections_of(*index).unwrap_or(0)))
+            .map(|index| {
+                (
+                    *index,
+                    self.groups.kernel_connections_of(*index).unwrap_or(0),
+                )
+            })
             .collect())
-    }
-
-    /// Open connections of `index` as the kernel counts them, summed over every group (None
-    /// where it does not count them).
-    pub(in crate::supervisor) fn kernel_connections_of(&self, index: u32) -> Option<u64> {
-        self.groups
-            .iter()
-            .map(|g| g.bpf.as_ref()?.connections(index))
-            .sum::<Option<i64>>()
-            .map(|n| n.max(0) as u64)
     }
 
     /// The workers' process trees, for the sock_diag scan: `(slot, pids)` of slots with one.
@@ -196,7 +178,7 @@ impl Supervisor {
             .slots
             .values()
             .map(|s| {
-                let stats = self.slot_stats(s.index);
+                let stats = self.groups.slot_stats(s.index);
                 let usage = self.usage(s.index);
                 let worker = s.worker.as_ref();
                 SlotReport {
@@ -246,7 +228,7 @@ impl Supervisor {
         StatusReport {
             name: self.cfg.name.clone(),
             pid: std::process::id(),
-            bpf: self.steering_verified(),
+            bpf: self.groups.steering_verified(),
             no_bpf: self.cfg.no_bpf,
             steering,
             policy: self.cfg.policy,
@@ -258,7 +240,7 @@ impl Supervisor {
                 .collect(),
             probe: self.cfg.health.probe.as_ref().map(|p| p.to_string()),
             probe_port_base: self.cfg.health.probe_port_base,
-            pins: self.bpf_loaded().then(|| {
+            pins: self.groups.bpf_loaded().then(|| {
                 crate::bpf::pins::instance_dir(&self.cfg.name)
                     .display()
                     .to_string()
@@ -276,10 +258,10 @@ impl Supervisor {
                 .map(|c| c.dir().display().to_string()),
             memory_limit: self.memory_limit(),
             adopt: self.cfg.adopt,
-            dropped: self.slot_stats(MAX_SLOTS).errors,
+            dropped: self.groups.slot_stats(MAX_SLOTS).errors,
             stopping: self.stopping || self.ops.quiet.waiting(),
             reloading: self.ops.core.roll.is_some(),
-            migration: self.bpf_loaded() && crate::bpf::kernel_migrates(),
+            migration: self.groups.bpf_loaded() && crate::bpf::kernel_migrates(),
             queue_depth: self.queue_depth(),
             queue_patience_us: self.queue_patience_us(),
             conn_steering: self.conn_steering(),

@@ -317,7 +317,7 @@ impl Supervisor {
         };
         let steering = if self.cfg.no_bpf {
             Steering::Off
-        } else if self.steering_verified() {
+        } else if self.groups.steering_verified() {
             Steering::On
         } else if self
             .groups

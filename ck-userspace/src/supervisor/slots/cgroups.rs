@@ -49,30 +49,12 @@ impl Supervisor {
     /// The root of a worker's tree exited: kill what it left (so no grandchild holds its
     /// sockets or outlives it) and remove the cgroup once it is empty.
     pub(in crate::supervisor) fn bury_cgroup(&mut self, cgroup: WorkerCgroup) {
-        self.unbind_cgroup(&cgroup);
+        self.groups.unbind_cgroup(&cgroup);
         if let Err(e) = cgroup.kill() {
             tracing::debug!(cgroup = %cgroup.dir().display(), "cgroup.kill: {e}");
         }
         if !cgroup.try_remove() {
             self.table.dead_cgroups.push(cgroup);
-        }
-    }
-
-    /// `--adopt`: sockets the processes of `cgroup` bind to a group's port count for `slot`
-    /// from their first connection (see `bpf::bind_tags`).
-    pub(in crate::supervisor) fn bind_cgroup(&mut self, cgroup: &WorkerCgroup, slot: u32) {
-        if !self.cfg.adopt {
-            return;
-        }
-        for bpf in self.groups.iter_mut().filter_map(|g| g.bpf.as_mut()) {
-            bpf.bind_slot(cgroup.dir(), slot);
-        }
-    }
-
-    /// `--adopt`: the worker cgroup is going (see [`Supervisor::bind_cgroup`]).
-    pub(in crate::supervisor) fn unbind_cgroup(&mut self, cgroup: &WorkerCgroup) {
-        for bpf in self.groups.iter_mut().filter_map(|g| g.bpf.as_mut()) {
-            bpf.unbind_slot(cgroup.dir());
         }
     }
 

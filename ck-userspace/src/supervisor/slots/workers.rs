@@ -48,8 +48,10 @@ impl Supervisor {
         let notify = NotifySocket::bind(&self.cfg.name, index, worker_id)
             .context("binding the worker's NOTIFY_SOCKET")?;
         let cgroup = self.worker_cgroup(worker_id)?;
-        if let Some(cgroup) = &cgroup {
-            self.bind_cgroup(cgroup, index);
+        if let Some(cgroup) = &cgroup
+            && self.cfg.adopt
+        {
+            self.groups.bind_cgroup(cgroup, index);
         }
         let pipes = self
             .table
@@ -102,7 +104,7 @@ impl Supervisor {
             Ok(spawned) => spawned,
             Err(e) => {
                 if let Some(cgroup) = cgroup {
-                    self.unbind_cgroup(&cgroup);
+                    self.groups.unbind_cgroup(&cgroup);
                     cgroup.remove();
                 }
                 return Err(e)
@@ -163,7 +165,7 @@ impl Supervisor {
             refused.clone(),
         );
         slot.last_pid = pid;
-        let selected_base = self.slot_stats(index).selected;
+        let selected_base = self.groups.slot_stats(index).selected;
         let requests_limit = self.requests_limit(crate::supervisor::world::jitter());
         let slot = self.table.slots.get_mut(&index).context("no such slot")?;
         let mut worker = Worker::spawned(pid, spawned.pidfd, selected_base, replacing);
@@ -177,7 +179,7 @@ impl Supervisor {
         slot.worker = Some(worker);
         self.continuity.state_dirty = true;
         self.watch_exit(index, pid);
-        if founding && self.bpf_loaded() {
+        if founding && self.groups.bpf_loaded() {
             self.check_steering_soon();
         }
         // A silent starter is checked for readiness within a few sample intervals, whatever
