@@ -159,10 +159,10 @@ impl Supervisor {
                 status,
             } => self.on_exit(slot, worker, status, inputs::exits::ExitReport::Pidfd),
             Event::Exiting(exit) => self.on_exiting(exit),
-            Event::ExitWatch(watch) => self.on_exit_watch(watch),
+            Event::ExitWatch(watch) => self.inputs.start_exit_watch(watch, &self.table),
             Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),
             Event::Timer { slot, epoch, timer } => {
-                self.timer_fired(slot, epoch, timer);
+                self.continuity.timer_fired(slot, epoch, timer);
                 self.on_timer(slot, epoch, timer)
             }
             Event::Upgrade => self.upgrade(None, None),
@@ -190,7 +190,7 @@ impl Supervisor {
             Event::AdoptScan if !self.stopping => self.scan_unadopted(),
             Event::AdoptScan => {}
             Event::ForeignScan => self.watch_foreign(),
-            Event::CgroupReap => self.reap_cgroups(),
+            Event::CgroupReap => self.table.reap_cgroups(),
             Event::RecycleCheck => self.check_recycling(),
             Event::Listened(event) => self.on_listened(event),
             Event::MemberExited { slot, worker } => self.on_member_exit(slot, worker),
@@ -234,7 +234,7 @@ impl Supervisor {
 
     /// Sends a timer event for `slot` after `delay`, tagged with the slot's epoch.
     fn set_timer(&mut self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
-        self.note_timer(slot, epoch, timer, delay);
+        self.continuity.note_timer(slot, epoch, timer, delay);
         tasks::send_after(&self.events, delay, Event::Timer { slot, epoch, timer });
     }
 

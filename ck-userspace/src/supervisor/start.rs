@@ -170,7 +170,6 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
                     due: None,
                 },
             },
-            shape: shape(&cfg),
             roll_reply: None,
             reloads: prior.map_or_else(Default::default, |h| metrics::ReloadCounts {
                 ok: h.reloads.0,
@@ -268,7 +267,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
     loop {
         // Until ck has stopped, or a checked upgrade is due (then exec from here).
         let done = |sup: &Supervisor, loading: bool| {
-            sup.exec_due() || (sup.stopping && sup.all_stopped() && !loading)
+            sup.continuity.exec_due() || (sup.stopping && sup.all_stopped() && !loading)
         };
         while !done(&sup, bpf_loading.is_some()) {
             tokio::select! {
@@ -287,7 +286,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             sup.tell_systemd();
             sup.save_state();
         }
-        if !sup.exec_due() {
+        if !sup.continuity.exec_due() {
             break;
         }
         // `ck upgrade`: from here, on the main thread, with the answers given written.

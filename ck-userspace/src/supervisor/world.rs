@@ -70,7 +70,7 @@ impl World for Supervisor {
         // sockets not adopted yet (never in the maps), and kill whatever it left in its cgroup.
         slot.adopting.clear();
         if let Some(cgroup) = slot.worker.take().and_then(|mut w| w.cgroup.take()) {
-            self.bury_cgroup(cgroup);
+            self.table.bury_cgroup(&mut self.groups, cgroup);
         }
     }
 
@@ -189,8 +189,8 @@ impl World for Supervisor {
         (&mut self.ops.core, lives)
     }
 
-    fn shape(&self) -> &Shape {
-        &self.ops.shape
+    fn shape(&self) -> Shape {
+        crate::supervisor::start::shape(&self.cfg)
     }
 
     fn fleet_event(&mut self, event: FleetEvent) {
@@ -213,7 +213,7 @@ impl World for Supervisor {
                 batch = self.cfg.reload_batch,
                 "rolling restart started"
             ),
-            FleetEvent::RollEnded { roll, result } => self.roll_ended(roll, result),
+            FleetEvent::RollEnded { roll, result } => self.ops.roll_ended(roll, result),
         }
     }
 

@@ -1,82 +1,19 @@
 //! The state a running ck hands to the image it re-executes (`ck upgrade`): a versioned,
 //! serialized [`Handover`] (slots with their lifecycle, workers with pid, pidfd and notify
 //! socket, pending timers, counters; with `--adopt` the member slots and where each adopted
-//! socket lives in the workers) naming the descriptors kept open across `execve`, and the
-//! [`Compat`] answer a candidate binary gives before ck agrees to exec it.
+//! socket lives in the workers) naming the descriptors kept open across `execve` (what a
+//! candidate binary must share with it: `compat`).
 use std::{
     os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, RawFd},
     path::PathBuf,
-    time::{Duration, Instant, SystemTime},
+    time::{Instant, SystemTime},
 };
 
 use serde::{Deserialize, Serialize};
 
+pub use super::compat::{Compat, FORMAT};
 use crate::os::fd_limit::FdLimit;
 use crate::supervisor::{Supervisor, inputs::health::Health, lifecycle::Life, lifecycle::Timer};
-
-/// Version of the [`Handover`] format; a new image takes over only the format it knows.
-/// 2: `--adopt`'s member slots, their owners and where adopted sockets live (an image of
-/// format 1 would drop them).
-pub const FORMAT: u32 = 2;
-
-/// What a binary must share with the running ck to take over from it: the handover format
-/// and the layout of the pinned maps (the program keeps reading them across the exec). A ck
-/// binary prints its own with `ck upgrade-check`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Compat {
-    /// The binary's version (`ck --version`).
-    pub ck: String,
-    /// Its [`FORMAT`].
-    pub format: u32,
-    /// Its map layout ([`map_layout`]).
-    pub maps: String,
-}
-
-impl Compat {
-    /// This binary's.
-    pub fn this() -> Compat {
-        Compat {
-            ck: crate::VERSION.to_string(),
-            format: FORMAT,
-            maps: map_layout(),
-        }
-    }
-
-    /// Why `other` (a candidate binary's answer) cannot take over from this binary, if it
-    /// cannot.
-    pub fn refuses(&self, other: &Compat) -> Option<String> {
-        if other.format != self.format {
-            return Some(format!(
-                "it reads handover format {} and this ck writes format {}",
-                other.format, self.format
-            ));
-        }
-        if other.maps != self.maps {
-            return Some(format!(
-                "its BPF map layout ({}) differs from the pinned maps' ({})",
-                other.maps, self.maps
-            ));
-        }
-        None
-    }
-}
-
-/// The layout of the pinned maps as one line: slot count and value sizes, map names.
-pub fn map_layout() -> String {
-    use std::mem::size_of;
-    format!(
-        "slots={} slot={}B active={}B config={}B stats={}B sticky={}B conn_tag={}B moved={}B maps={}",
-        ck_common::MAX_SLOTS,
-        size_of::<ck_common::SlotInfo>(),
-        size_of::<ck_common::ActiveSet>(),
-        size_of::<ck_common::Config>(),
-        size_of::<ck_common::SlotStats>(),
-        size_of::<ck_common::sticky::StickyTable>(),
-        size_of::<ck_common::ConnTag>(),
-        size_of::<ck_common::MovedConn>(),
-        crate::bpf::PINNED_MAPS.join(",")
-    )
-}
 
 /// Everything the new image needs to carry on where the old one stopped.
 #[derive(Debug, Serialize, Deserialize)]
@@ -386,34 +323,6 @@ impl Supervisor {
                 .collect(),
         };
         Prepared { handover, fds }
-    }
-
-    /// Notes a lifecycle timer armed for `delay` (see [`Armed`]).
-    pub(in crate::supervisor) fn note_timer(
-        &mut self,
-        slot: u32,
-        epoch: u64,
-        timer: Timer,
-        delay: Duration,
-    ) {
-        self.continuity.timers.push(Armed {
-            slot,
-            epoch,
-            timer,
-            at: Instant::now() + delay,
-        });
-    }
-
-    /// Forgets a timer that fired.
-    pub(in crate::supervisor) fn timer_fired(&mut self, slot: u32, epoch: u64, timer: Timer) {
-        if let Some(i) = self
-            .continuity
-            .timers
-            .iter()
-            .position(|a| a.slot == slot && a.epoch == epoch && a.timer == timer)
-        {
-            self.continuity.timers.swap_remove(i);
-        }
     }
 }
 

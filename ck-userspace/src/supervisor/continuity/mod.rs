@@ -1,6 +1,7 @@
 //! How a fleet outlives the ck process that runs it: `ck upgrade` (re-exec in place with a
 //! handover), `--survive-supervisor` (a state file, the take-back by the next `ck run`, and the
 //! orphan guard), and where a run starts from (fresh, a handover, a dead ck's state).
+pub(super) mod compat;
 pub(super) mod handover;
 pub(super) mod instant_age;
 pub(super) mod origin;
@@ -9,6 +10,10 @@ pub(super) mod output_back;
 pub(super) mod resume;
 pub(super) mod survive;
 pub(super) mod upgrade;
+
+use std::time::{Duration, Instant};
+
+use crate::supervisor::lifecycle::Timer;
 
 /// What outlives one image of ck.
 pub(in crate::supervisor) struct Continuity {
@@ -27,4 +32,32 @@ pub(in crate::supervisor) struct Continuity {
     pub bpf_resumed: bool,
     /// The state changed since the state file was last written (`--survive-supervisor`).
     pub state_dirty: bool,
+}
+
+impl Continuity {
+    /// Notes a lifecycle timer armed for `delay` (see [`handover::Armed`]).
+    pub fn note_timer(&mut self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
+        self.timers.push(handover::Armed {
+            slot,
+            epoch,
+            timer,
+            at: Instant::now() + delay,
+        });
+    }
+
+    /// Forgets a timer that fired.
+    pub fn timer_fired(&mut self, slot: u32, epoch: u64, timer: Timer) {
+        if let Some(i) = self
+            .timers
+            .iter()
+            .position(|a| a.slot == slot && a.epoch == epoch && a.timer == timer)
+        {
+            self.timers.swap_remove(i);
+        }
+    }
+
+    /// Whether a checked upgrade waits for the loop to exec it.
+    pub fn exec_due(&self) -> bool {
+        self.upgrade.as_ref().is_some_and(|u| u.checked.is_some())
+    }
 }

@@ -33,7 +33,7 @@ pub(in crate::supervisor) struct Upgrade {
     /// When it was asked.
     asked: Instant,
     /// The binary passed the check: exec as soon as the loop is at a clean point.
-    checked: Option<Compat>,
+    pub(super) checked: Option<Compat>,
 }
 
 /// The path ck was started from (`/proc/self/exe`), without the ` (deleted)` the kernel adds
@@ -196,14 +196,6 @@ impl Supervisor {
                 self.continuity.upgrade = Some(upgrade);
             }
         }
-    }
-
-    /// Whether a checked upgrade waits for the loop to exec it.
-    pub(in crate::supervisor) fn exec_due(&self) -> bool {
-        self.continuity
-            .upgrade
-            .as_ref()
-            .is_some_and(|u| u.checked.is_some())
     }
 
     /// Lets the connection tasks write the answers already given (the upgrade's own among

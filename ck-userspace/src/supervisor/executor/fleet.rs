@@ -107,7 +107,7 @@ pub fn replenish_spares<W: World>(world: &mut W) {
         let pacing = world.core().spares;
         spares::wanted(
             &lives,
-            world.shape(),
+            &world.shape(),
             &pacing,
             world.now(),
             world.stopping(),
@@ -147,7 +147,7 @@ pub fn on_death<W: World>(world: &mut W, index: u32, outside: bool, why: String)
             outside,
             &lives,
             world.core(),
-            world.shape(),
+            &world.shape(),
             world.stopping(),
         )
     };
@@ -192,7 +192,7 @@ pub fn begin_roll<W: World>(
 /// Starts replacements while the batch has room, or ends the roll when nothing is left.
 fn next_batch<W: World>(world: &mut W) {
     loop {
-        let shape = world.shape().clone();
+        let shape = world.shape();
         let next = {
             let (core, lives) = world.fleet();
             let Some(roll) = core.roll.as_mut() else {

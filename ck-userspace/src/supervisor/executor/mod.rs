@@ -61,7 +61,7 @@ pub(super) trait World {
     /// The fleet core's state with every slot's life, for a decision that changes the core.
     fn fleet(&mut self) -> (&mut Core, core::Lives<'_>);
     /// The numbers the fleet decides with.
-    fn shape(&self) -> &Shape;
+    fn shape(&self) -> Shape;
     /// Something the fleet did (see [`fleet::FleetEvent`]): a log line, a timer, an answer.
     fn fleet_event(&mut self, event: fleet::FleetEvent);
     /// The batch is done: `ready` slots became ready (or healthy again) in it, `stopping` ones

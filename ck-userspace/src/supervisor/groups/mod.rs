@@ -6,7 +6,7 @@ pub(super) mod publish;
 pub(super) mod steering;
 
 use anyhow::Context;
-use ck_common::SlotStats;
+use ck_common::{SlotState, SlotStats};
 use socket2::Socket;
 
 use crate::bpf::{BpfError, BpfGroup};
@@ -62,6 +62,15 @@ impl<'a> IntoIterator for &'a mut Groups {
 }
 
 impl Groups {
+    /// The state word of `index`: from its record in the `slots` map when BPF is on.
+    pub fn state_word(&self, index: u32, shown: SlotState) -> String {
+        let kernel = self
+            .first()
+            .and_then(|g| g.bpf.as_ref()?.read_slot(index))
+            .and_then(|info| SlotState::from_code(info.state));
+        kernel.unwrap_or(shown).name().to_string()
+    }
+
     /// `index`'s counters, summed over every group (the pinned ones after an upgrade, until
     /// the program is loaded).
     pub fn slot_stats(&self, index: u32) -> SlotStats {

@@ -61,7 +61,7 @@ impl Supervisor {
             return;
         };
         let Some(position) = self.groups.iter().position(|g| g.addr.addr.port() == port) else {
-            let holder = self.holder_in_fleet(listener.inode);
+            let holder = self.table.holder_in_fleet(listener.inode);
             return tracing::warn!(
                 port,
                 slot = ?holder.map(|(slot, _, _)| slot),
@@ -82,42 +82,20 @@ impl Supervisor {
             let Ok(listeners) = sock_diag::listeners(addr.port(), addr.is_ipv6()) else {
                 continue;
             };
-            let own = self.own_inodes(position);
+            let own = self.table.own_inodes(position);
             for listener in listeners.iter().filter(|l| !own.contains(&l.inode)) {
                 self.adopt_listener(position, listener.inode, None);
             }
         }
     }
 
-    /// Inodes of the sockets of group `position` ck holds (adopted or pending).
-    fn own_inodes(&self, position: usize) -> Vec<u64> {
-        self.table
-            .slots
-            .values()
-            .flat_map(|s| {
-                let adopted = s.sockets.get(position);
-                let pending = s.adopting.get(position).and_then(Option::as_ref);
-                adopted.into_iter().chain(pending)
-            })
-            .filter_map(|socket| sock_diag::inode_of(socket).ok())
-            .collect()
-    }
-
-    /// The slot, pid and fd of the worker process (of any worker's cgroup) holding `inode`.
-    pub(in crate::supervisor) fn holder_in_fleet(&self, inode: u64) -> Option<(u32, u32, i32)> {
-        self.table.slots.values().find_map(|slot| {
-            let pids = slot.worker.as_ref()?.cgroup.as_ref()?.pids();
-            sock_diag::fd_of(inode, &pids).map(|(pid, fd)| (slot.index, pid, fd))
-        })
-    }
-
     /// Takes a copy of socket `inode` from the worker holding it into its slot, for group
     /// `position`; commits the slot's sockets once every group has one.
     fn adopt_listener(&mut self, position: usize, inode: u64, latency_us: Option<u64>) {
-        if self.own_inodes(position).contains(&inode) {
+        if self.table.own_inodes(position).contains(&inode) {
             return;
         }
-        let Some((index, pid, fd)) = self.holder_in_fleet(inode) else {
+        let Some((index, pid, fd)) = self.table.holder_in_fleet(inode) else {
             return;
         };
         let copy = pidfd::open(pid).and_then(|pidfd| pidfd::get_fd(&pidfd, fd));

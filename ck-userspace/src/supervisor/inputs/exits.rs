@@ -75,29 +75,6 @@ pub(in crate::supervisor) fn start(events: &tokio::sync::mpsc::UnboundedSender<E
 }
 
 impl Supervisor {
-    /// The exit watch is loaded: it watches every worker from now on, the running ones first.
-    pub(in crate::supervisor) fn on_exit_watch(&mut self, mut watch: ExitWatch) {
-        // Member slots (`--adopt`'s further listeners) are left to their own watcher.
-        for (index, slot) in self
-            .table
-            .slots
-            .iter()
-            .filter(|(_, s)| s.life.member_of.is_none())
-        {
-            if let Some(worker) = &slot.worker {
-                watch.watch(worker.pid, *index);
-            }
-        }
-        self.inputs.exit_watch = Some(watch);
-    }
-
-    /// Watches slot `index`'s new worker `pid`.
-    pub(in crate::supervisor) fn watch_exit(&mut self, index: u32, pid: u32) {
-        if let Some(watch) = &mut self.inputs.exit_watch {
-            watch.watch(pid, index);
-        }
-    }
-
     /// A watched process began to exit: a worker that died on its own is handled as exited now.
     pub(in crate::supervisor) fn on_exiting(&mut self, exit: ExitEvent) {
         let found = self.table.slots.iter().find_map(|(index, slot)| {

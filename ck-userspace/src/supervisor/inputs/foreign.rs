@@ -30,7 +30,7 @@ impl Supervisor {
             };
             for listener in found.into_iter().filter(|l| !own.contains(&l.inode)) {
                 // A worker's own socket not adopted yet (--adopt) is no foreigner.
-                if self.holder_in_fleet(listener.inode).is_some() {
+                if self.table.holder_in_fleet(listener.inode).is_some() {
                     continue;
                 }
                 let holder = sock_diag::holder_of(listener.inode);

@@ -126,7 +126,7 @@ impl Supervisor {
         if self.inputs.pacer.ready_check_due(now, watching, interval) {
             self.detect_ready();
         }
-        let leaving = self.watching_leavers();
+        let leaving = self.table.any_leaving();
         if leaving {
             self.check_leavers(now);
         }

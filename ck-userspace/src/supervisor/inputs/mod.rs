@@ -17,6 +17,8 @@ pub(super) mod queue_motion;
 
 use std::collections::BTreeSet;
 
+use crate::supervisor::slots::SlotTable;
+
 /// The sources of inputs.
 pub(in crate::supervisor) struct Inputs {
     /// Pace of queue sampling (see `pace::Pacer`).
@@ -30,4 +32,28 @@ pub(in crate::supervisor) struct Inputs {
     pub adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
     /// Inodes of foreign listeners already logged.
     pub foreign_seen: BTreeSet<u64>,
+}
+
+impl Inputs {
+    /// The exit watch is loaded: it watches every worker from now on, the running ones first.
+    pub fn start_exit_watch(&mut self, mut watch: crate::bpf::exits::ExitWatch, table: &SlotTable) {
+        // Member slots (`--adopt`'s further listeners) are left to their own watcher.
+        for (index, slot) in table
+            .slots
+            .iter()
+            .filter(|(_, s)| s.life.member_of.is_none())
+        {
+            if let Some(worker) = &slot.worker {
+                watch.watch(worker.pid, *index);
+            }
+        }
+        self.exit_watch = Some(watch);
+    }
+
+    /// Watches slot `index`'s new worker `pid`.
+    pub fn watch_exit(&mut self, index: u32, pid: u32) {
+        if let Some(watch) = &mut self.exit_watch {
+            watch.watch(pid, index);
+        }
+    }
 }

@@ -4,7 +4,6 @@ use crate::os::notify::{self, NotifyMsg};
 use crate::supervisor::{
     Event, Supervisor,
     lifecycle::{Input, Timer},
-    slots::slot::Worker,
 };
 
 impl Supervisor {
@@ -27,15 +26,10 @@ impl Supervisor {
         self.apply(index, Input::Ready { why, healthy });
     }
 
-    /// Looks up the live worker of `index` if it is worker `id`.
-    pub(in crate::supervisor) fn worker_mut(&mut self, index: u32, id: u64) -> Option<&mut Worker> {
-        self.table.slots.get_mut(&index)?.worker_of_mut(id)
-    }
-
     pub(in crate::supervisor) fn on_notify(&mut self, index: u32, id: u64, msgs: Vec<NotifyMsg>) {
         for msg in msgs {
             let probe_decides = self.probe_decides(index);
-            let Some(worker) = self.worker_mut(index, id) else {
+            let Some(worker) = self.table.worker_of_mut(index, id) else {
                 return;
             };
             worker.spoke_notify = true;

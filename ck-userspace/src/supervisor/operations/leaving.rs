@@ -60,14 +60,6 @@ pub(in crate::supervisor) fn done(
 }
 
 impl Supervisor {
-    /// Whether some slot is leaving (ticks come every [`CHECK_EVERY`] meanwhile).
-    pub(in crate::supervisor) fn watching_leavers(&self) -> bool {
-        self.table
-            .slots
-            .values()
-            .any(|s| matches!(s.life.state, State::Leaving(_)))
-    }
-
     /// Counts every leaving slot's connections and lets go of those that are done.
     pub(in crate::supervisor) fn check_leavers(&mut self, now: Instant) {
         let leaving: Vec<u32> = self

@@ -21,8 +21,6 @@ use crate::{control::Response, metrics};
 pub(in crate::supervisor) struct Operations {
     /// The fleet core's state: the roll in flight, the spares' pacing.
     pub core: fleet::Core,
-    /// The numbers the fleet core decides with (from `cfg`).
-    pub shape: fleet::Shape,
     /// Who asked for the roll in flight (`ck reload`), answered when it ends.
     pub roll_reply: Option<oneshot::Sender<Response>>,
     /// Rolling restarts that ended, by result (for `/metrics`).
@@ -31,4 +29,32 @@ pub(in crate::supervisor) struct Operations {
     pub config: Option<reconfigure::ConfigSource>,
     /// A stop's quiet wait, and the traffic seen per group (`quiet`).
     pub quiet: quiet::Quiet,
+}
+
+impl Operations {
+    /// A reload in progress: workers replaced so far, and in all (recycles are not reloads).
+    pub fn reload_progress(&self) -> Option<(u32, u32)> {
+        let roll = self.core.roll.as_ref().filter(|r| r.reload)?;
+        Some(fleet::roll::progress(roll))
+    }
+
+    /// A roll ended: counted, logged, and answered to whoever asked.
+    pub fn roll_ended(&mut self, roll: fleet::roll::Roll, result: Result<String, String>) {
+        if roll.reload {
+            match result {
+                Ok(_) => self.reloads.ok += 1,
+                Err(_) => self.reloads.aborted += 1,
+            }
+        }
+        match &result {
+            Ok(msg) => tracing::info!("rolling restart done: {msg}"),
+            Err(msg) => tracing::error!("{msg}"),
+        }
+        if let Some(reply) = self.roll_reply.take() {
+            let _ = reply.send(match result {
+                Ok(msg) => Response::Ok(msg),
+                Err(msg) => Response::Error(msg),
+            });
+        }
+    }
 }

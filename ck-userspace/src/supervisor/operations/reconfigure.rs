@@ -91,7 +91,6 @@ impl Supervisor {
             ..next
         };
         self.settings = crate::supervisor::start::settings(&self.cfg);
-        self.ops.shape = crate::supervisor::start::shape(&self.cfg);
         // The state file carries settings the orphan guard uses (`--stop-signal`).
         self.continuity.state_dirty = true;
         if probes_changed {

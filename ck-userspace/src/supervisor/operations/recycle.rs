@@ -11,18 +11,18 @@ use crate::supervisor::{Supervisor, lifecycle::State};
 /// Samples above `--max-memory` in a row before a worker is recycled.
 pub(in crate::supervisor) const OVER_FOR: u32 = 3;
 
-impl Supervisor {
-    /// Each worker's own `--max-requests` limit: the limit scaled by 0.9 to 1.1 (`random` in
-    /// [0, 1)).
-    pub(in crate::supervisor) fn requests_limit(&self, random: f64) -> Option<u64> {
-        let max = self.cfg.max_requests?;
-        Some(
-            ((max as f64) * (0.9 + 0.2 * random.clamp(0.0, 1.0)))
-                .round()
-                .max(1.0) as u64,
-        )
-    }
+/// Each worker's own `--max-requests` limit: the limit scaled by 0.9 to 1.1 (`random` in
+/// [0, 1)).
+pub(in crate::supervisor) fn requests_limit(max_requests: Option<u64>, random: f64) -> Option<u64> {
+    let max = max_requests?;
+    Some(
+        ((max as f64) * (0.9 + 0.2 * random.clamp(0.0, 1.0)))
+            .round()
+            .max(1.0) as u64,
+    )
+}
 
+impl Supervisor {
     /// Once a second: starts the replacement of one worker that needs recycling (never during
     /// a roll or a shutdown).
     pub(in crate::supervisor) fn check_recycling(&mut self) {
@@ -33,7 +33,7 @@ impl Supervisor {
         let indices: Vec<u32> = self.table.slots.keys().copied().collect();
         for index in indices {
             let selected = self.groups.slot_stats(index).selected;
-            let memory = self.usage(index).map(|u| u.memory_bytes);
+            let memory = self.table.usage(index).map(|u| u.memory_bytes);
             let Some(slot) = self.table.slots.get_mut(&index) else {
                 continue;
             };

@@ -19,12 +19,6 @@ impl Supervisor {
         self.begin_roll(all, reply, true);
     }
 
-    /// A reload in progress: workers replaced so far, and in all (recycles are not reloads).
-    pub(in crate::supervisor) fn reload_progress(&self) -> Option<(u32, u32)> {
-        let roll = self.ops.core.roll.as_ref().filter(|r| r.reload)?;
-        Some(fleet::roll::progress(roll))
-    }
-
     /// Starts a rolling restart of the workers of `pending` slots (`reload`: of the whole
     /// fleet, by `ck reload` or SIGHUP); `reply` is answered when it ends.
     pub(in crate::supervisor) fn begin_roll(
@@ -42,29 +36,5 @@ impl Supervisor {
         }
         self.ops.roll_reply = reply;
         let _ = run_fleet::begin_roll(self, pending, reload);
-    }
-
-    /// A roll ended: counted, logged, and answered to whoever asked.
-    pub(in crate::supervisor) fn roll_ended(
-        &mut self,
-        roll: fleet::roll::Roll,
-        result: Result<String, String>,
-    ) {
-        if roll.reload {
-            match result {
-                Ok(_) => self.ops.reloads.ok += 1,
-                Err(_) => self.ops.reloads.aborted += 1,
-            }
-        }
-        match &result {
-            Ok(msg) => tracing::info!("rolling restart done: {msg}"),
-            Err(msg) => tracing::error!("{msg}"),
-        }
-        if let Some(reply) = self.ops.roll_reply.take() {
-            let _ = reply.send(match result {
-                Ok(msg) => Response::Ok(msg),
-                Err(msg) => Response::Error(msg),
-            });
-        }
     }
 }

@@ -59,11 +59,11 @@ impl Supervisor {
             .slots
             .values()
             .map(|s| {
-                let usage = self.usage(s.index);
-                let pids = self.tree_pids(s.index);
+                let usage = self.table.usage(s.index);
+                let pids = self.table.tree_pids(s.index);
                 SlotScrape {
                     slot: s.index,
-                    state: self.state_word(s.index, s.life.shown()),
+                    state: self.groups.state_word(s.index, s.life.shown()),
                     ready: active.contains(&s.index),
                     breaker_open: s.life.crash.breaker() != Breaker::Closed,
                     restarts: s.life.restarts,
@@ -83,29 +83,6 @@ impl Supervisor {
             ports: self.groups.iter().map(|g| g.addr.addr.port()).collect(),
             connections: self.kernel_connections().ok(),
         }
-    }
-
-    /// The processes whose connections count as slot `index`'s: its worker's cgroup (else its
-    /// pid), less the processes that hold member slots of its tree (`--adopt`, forking
-    /// servers), whose connections count as theirs.
-    pub(in crate::supervisor) fn tree_pids(&self, index: u32) -> Vec<u32> {
-        let Some(worker) = self.table.worker(index) else {
-            return Vec::new();
-        };
-        let members: Vec<u32> = self
-            .table
-            .slots
-            .values()
-            .filter(|m| m.life.member_of == Some(index))
-            .filter_map(|m| Some(m.worker.as_ref()?.pid))
-            .collect();
-        let tree = worker
-            .cgroup
-            .as_ref()
-            .map(|c| c.pids())
-            .filter(|pids| !pids.is_empty())
-            .unwrap_or_else(|| vec![worker.pid]);
-        tree.into_iter().filter(|p| !members.contains(p)).collect()
     }
 
     /// `/readyz`: ready while every group has at least one worker in its active set (read
@@ -165,7 +142,7 @@ impl Supervisor {
             .values()
             .map(|s| {
                 let drained = if s.life.drained { " (drained)" } else { "" };
-                let state = self.state_word(s.index, s.life.shown());
+                let state = self.groups.state_word(s.index, s.life.shown());
                 format!("slot {} {state}{drained}", s.index)
             })
             .collect::<Vec<_>>()

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use ck_common::MAX_SLOTS;
-use ck_common::SlotState;
 
 use crate::bpf::{conn_steering::ConnSteering, queue_depth::QueueDepth};
 use crate::control::{GroupSteering, SlotReport, StatusReport};
@@ -39,16 +38,6 @@ impl Supervisor {
             .collect())
     }
 
-    /// The workers' process trees, for the sock_diag scan: `(slot, pids)` of slots with one.
-    pub(in crate::supervisor) fn worker_trees(&self) -> Vec<(u32, Vec<u32>)> {
-        self.table
-            .slots
-            .keys()
-            .map(|i| (*i, self.tree_pids(*i)))
-            .filter(|(_, pids)| !pids.is_empty())
-            .collect()
-    }
-
     /// Open connections per slot, and how they were counted: `kernel` ([`kernel_connections`])
     /// or `scan (WHY)` (sock_diag matched to the workers' fds: the fallback where the kernel does
     /// not count, slower: a readlink per fd of each worker).
@@ -59,7 +48,8 @@ impl Supervisor {
             Ok(counts) => (counts, "kernel".to_string()),
             Err(why) => {
                 let ports: Vec<u16> = self.groups.iter().map(|g| g.addr.addr.port()).collect();
-                let counts = crate::metrics::connections::per_worker(&ports, &self.worker_trees());
+                let counts =
+                    crate::metrics::connections::per_worker(&ports, &self.table.worker_trees());
                 (counts, format!("scan ({why})"))
             }
         }
@@ -80,16 +70,6 @@ impl Supervisor {
             set.slots[..ready].to_vec(),
             set.slots[ready..set.live_len as usize].to_vec(),
         )
-    }
-
-    /// The state word of `index`: from its record in the `slots` map when BPF is on.
-    pub(in crate::supervisor) fn state_word(&self, index: u32, shown: SlotState) -> String {
-        let kernel = self
-            .groups
-            .first()
-            .and_then(|g| g.bpf.as_ref()?.read_slot(index))
-            .and_then(|info| SlotState::from_code(info.state));
-        kernel.unwrap_or(shown).name().to_string()
     }
 
     /// Why the fleet is degraded: slots whose breaker is open or held half-open.
@@ -179,12 +159,12 @@ impl Supervisor {
             .values()
             .map(|s| {
                 let stats = self.groups.slot_stats(s.index);
-                let usage = self.usage(s.index);
+                let usage = self.table.usage(s.index);
                 let worker = s.worker.as_ref();
                 SlotReport {
                     slot: s.index,
                     pid: worker.map(|w| w.pid),
-                    state: self.state_word(s.index, s.life.shown()),
+                    state: self.groups.state_word(s.index, s.life.shown()),
                     drained: s.life.drained,
                     uptime_ms: s.uptime().map_or(0, |d| d.as_millis() as u64),
                     restarts: s.life.restarts,
@@ -256,7 +236,7 @@ impl Supervisor {
                 .cgroups
                 .as_ref()
                 .map(|c| c.dir().display().to_string()),
-            memory_limit: self.memory_limit(),
+            memory_limit: self.table.memory_limit(self.cfg.worker_memory_max),
             adopt: self.cfg.adopt,
             dropped: self.groups.slot_stats(MAX_SLOTS).errors,
             stopping: self.stopping || self.ops.quiet.waiting(),

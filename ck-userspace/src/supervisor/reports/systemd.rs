@@ -349,7 +349,7 @@ impl Supervisor {
             every_group_ready: ready_per_group.iter().all(|ready| *ready > 0),
             steering,
             breakers,
-            reloading: self.reload_progress(),
+            reloading: self.ops.reload_progress(),
             stopping: self.stopping.then_some(running),
             quiet_wait: self.ops.quiet.waiting(),
         }

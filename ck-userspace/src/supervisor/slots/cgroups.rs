@@ -1,7 +1,7 @@
 //! Worker cgroups at run time: the instance's cgroup at start (required by `--adopt`, else
 //! best effort), a cgroup per worker at spawn, the tree of an exited worker killed and its
 //! cgroup removed once empty, and each worker's CPU time and memory for `ck status`.
-use crate::supervisor::Supervisor;
+use crate::supervisor::{groups::Groups, slots::SlotTable};
 use crate::{
     os::cgroup::{InstanceCgroup, Usage, WorkerCgroup},
     settings::run_config::RunConfig,
@@ -34,47 +34,47 @@ pub(in crate::supervisor) fn create(cfg: &RunConfig) -> anyhow::Result<Option<In
     Ok(Some(cgroup))
 }
 
-impl Supervisor {
+impl SlotTable {
     /// A cgroup for worker `id`, if the instance has cgroups.
+    /// (`memory_max`: `--worker-memory-max`).
     pub(in crate::supervisor) fn worker_cgroup(
         &self,
         id: u64,
+        memory_max: Option<u64>,
     ) -> anyhow::Result<Option<WorkerCgroup>> {
-        let Some(cgroups) = &self.table.cgroups else {
+        let Some(cgroups) = &self.cgroups else {
             return Ok(None);
         };
-        Ok(Some(cgroups.worker(id, self.cfg.worker_memory_max)?))
+        Ok(Some(cgroups.worker(id, memory_max)?))
     }
 
     /// The root of a worker's tree exited: kill what it left (so no grandchild holds its
-    /// sockets or outlives it) and remove the cgroup once it is empty.
-    pub(in crate::supervisor) fn bury_cgroup(&mut self, cgroup: WorkerCgroup) {
-        self.groups.unbind_cgroup(&cgroup);
+    /// sockets or outlives it) and remove the cgroup once it is empty (`groups` forget it).
+    pub(in crate::supervisor) fn bury_cgroup(&mut self, groups: &mut Groups, cgroup: WorkerCgroup) {
+        groups.unbind_cgroup(&cgroup);
         if let Err(e) = cgroup.kill() {
             tracing::debug!(cgroup = %cgroup.dir().display(), "cgroup.kill: {e}");
         }
         if !cgroup.try_remove() {
-            self.table.dead_cgroups.push(cgroup);
+            self.dead_cgroups.push(cgroup);
         }
     }
 
     /// Removes the cgroups of exited workers that are empty by now.
     pub(in crate::supervisor) fn reap_cgroups(&mut self) {
-        self.table
-            .dead_cgroups
-            .retain(|cgroup| !cgroup.try_remove());
+        self.dead_cgroups.retain(|cgroup| !cgroup.try_remove());
     }
 
     /// A slot's worker's CPU time and memory, if it has a cgroup.
     pub(in crate::supervisor) fn usage(&self, index: u32) -> Option<Usage> {
-        let worker = self.table.slots.get(&index)?.worker.as_ref()?;
+        let worker = self.slots.get(&index)?.worker.as_ref()?;
         worker.cgroup.as_ref().map(WorkerCgroup::usage)
     }
 
-    /// What `ck status` says of the memory limit.
-    pub(in crate::supervisor) fn memory_limit(&self) -> Option<String> {
-        let max = self.cfg.worker_memory_max?;
-        Some(match &self.table.cgroups {
+    /// What `ck status` says of the memory limit (`--worker-memory-max`).
+    pub(in crate::supervisor) fn memory_limit(&self, memory_max: Option<u64>) -> Option<String> {
+        let max = memory_max?;
+        Some(match &self.cgroups {
             Some(c) if c.memory_controller() => format!("{max} bytes (memory.max)"),
             _ => format!("{max} bytes NOT applied: no cgroup2 memory controller on this host"),
         })

@@ -7,6 +7,7 @@
 
 pub(super) mod cgroups;
 pub(super) mod slot;
+pub(super) mod trees;
 pub(super) mod workers;
 
 use std::collections::BTreeMap;
@@ -39,5 +40,21 @@ impl SlotTable {
     /// The worker running on slot `index`, if any, to change.
     pub fn worker_mut(&mut self, index: u32) -> Option<&mut Worker> {
         self.slots.get_mut(&index)?.worker.as_mut()
+    }
+
+    /// The live worker of slot `index` if it is worker `id`, to change.
+    pub fn worker_of_mut(&mut self, index: u32, id: u64) -> Option<&mut Worker> {
+        self.slots.get_mut(&index)?.worker_of_mut(id)
+    }
+
+    /// Whether some slot is leaving (health ticks come every `leaving::CHECK_EVERY`
+    /// meanwhile).
+    pub fn any_leaving(&self) -> bool {
+        self.slots.values().any(|s| {
+            matches!(
+                s.life.state,
+                crate::supervisor::lifecycle::State::Leaving(_)
+            )
+        })
     }
 }

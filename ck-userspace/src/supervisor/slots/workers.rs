@@ -47,7 +47,9 @@ impl Supervisor {
         }
         let notify = NotifySocket::bind(&self.cfg.name, index, worker_id)
             .context("binding the worker's NOTIFY_SOCKET")?;
-        let cgroup = self.worker_cgroup(worker_id)?;
+        let cgroup = self
+            .table
+            .worker_cgroup(worker_id, self.cfg.worker_memory_max)?;
         if let Some(cgroup) = &cgroup
             && self.cfg.adopt
         {
@@ -166,7 +168,10 @@ impl Supervisor {
         );
         slot.last_pid = pid;
         let selected_base = self.groups.slot_stats(index).selected;
-        let requests_limit = self.requests_limit(crate::supervisor::world::jitter());
+        let requests_limit = crate::supervisor::operations::recycle::requests_limit(
+            self.cfg.max_requests,
+            crate::supervisor::world::jitter(),
+        );
         let slot = self.table.slots.get_mut(&index).context("no such slot")?;
         let mut worker = Worker::spawned(pid, spawned.pidfd, selected_base, replacing);
         worker.tasks.push(notify_task);
@@ -178,7 +183,7 @@ impl Supervisor {
         worker.output = output;
         slot.worker = Some(worker);
         self.continuity.state_dirty = true;
-        self.watch_exit(index, pid);
+        self.inputs.watch_exit(index, pid);
         if founding && self.groups.bpf_loaded() {
             self.check_steering_soon();
         }

@@ -1,4 +1,6 @@
 //! Tests of `handover`.
+use std::time::Duration;
+
 use super::*;
 use crate::supervisor::lifecycle::{After, Run, State};
 

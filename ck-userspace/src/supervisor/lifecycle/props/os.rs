@@ -159,8 +159,8 @@ impl World for Model {
         (&mut self.core, lives)
     }
 
-    fn shape(&self) -> &Shape {
-        &self.shape
+    fn shape(&self) -> Shape {
+        self.shape.clone()
     }
 
     /// The supervisor's `SpareDue` comes back through the event loop; a delayed one is the
