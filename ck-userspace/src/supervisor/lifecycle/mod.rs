@@ -35,6 +35,8 @@ mod step;
 mod words;
 
 #[cfg(test)]
+mod adopt_tests;
+#[cfg(test)]
 mod leaving_tests;
 #[cfg(test)]
 mod props;

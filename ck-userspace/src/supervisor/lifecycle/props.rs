@@ -20,6 +20,7 @@ use crate::supervisor::{
     fleet::{Core, Shape},
 };
 
+mod invariants;
 mod os;
 
 /// Random things that happen to the fleet.
@@ -357,107 +358,6 @@ impl Model {
     fn on_nth(&mut self, n: usize, input: Input) {
         if let Some(index) = self.nth_slot(n) {
             self.apply(vec![(index, input)]);
-        }
-    }
-
-    /// The invariants of ARCHITECTURE.md, checked after every step.
-    fn check(&mut self) {
-        self.opened_once |= self.lives.values().any(|l| l.serving() && l.socket_open);
-        let set = &self.published;
-        for (position, index) in set.slots[..set.live_len as usize].iter().enumerate() {
-            let life = &self.lives[index];
-            assert_eq!(
-                self.os_open.get(index),
-                Some(&true),
-                "slot {index} listed with its socket closed"
-            );
-            if position < set.ready_len as usize {
-                assert!(
-                    life.selectable(),
-                    "slot {index} in the ready list: {life:?}"
-                );
-            }
-        }
-        for (index, life) in &self.lives {
-            assert_eq!(
-                life.socket_open,
-                self.os_open.get(index) == Some(&true),
-                "slot {index}: socket flag vs OS"
-            );
-            assert_eq!(
-                life.state.run().map(|r| r.id),
-                self.os_worker.get(index).copied(),
-                "slot {index}: worker"
-            );
-            assert!(
-                !(life.standby
-                    && matches!(life.state, State::Waiting | State::Held | State::Broken))
-            );
-        }
-        if self.stopping {
-            assert_eq!(set.live_len, 0);
-            assert!(self.core.roll.is_none(), "a roll outlived the shutdown");
-            return;
-        }
-        let serving: Vec<&Life> = self.lives.values().filter(|l| l.serving()).collect();
-        assert!(!serving.is_empty(), "the fleet lost every serving slot");
-        assert!(
-            !self.opened_once || serving.iter().any(|l| l.socket_open),
-            "the group emptied: {:#?}",
-            self.lives
-        );
-        let trying = serving.iter().filter(|l| l.trying()).count();
-        assert!(
-            trying >= (self.settings.min_workers as usize).min(serving.len()),
-            "the breaker took the group below --min-workers: {:#?}",
-            self.lives
-        );
-        if set.live_len == 0 {
-            assert!(
-                self.lives.values().all(|l| !l.socket_open),
-                "open sockets but nothing listed"
-            );
-        }
-        // Never an empty ready list while a worker is ready to be selected.
-        assert!(
-            set.ready_len > 0 || !self.lives.values().any(|l| l.selectable()),
-            "a worker is ready but the ready list is empty: {:#?}",
-            self.lives
-        );
-        // Spares are never selected.
-        for (index, life) in &self.lives {
-            assert!(
-                !(life.spare && self.listed(*index).0),
-                "spare {index} in the ready list"
-            );
-        }
-        self.check_roll();
-    }
-
-    /// A roll never has more than `--reload-batch` old workers out before their replacements
-    /// are in: the batch in flight is at most that long, its old slots still serve, and its
-    /// replacements are standbys nothing retired (a scale-down among them).
-    fn check_roll(&self) {
-        let Some(roll) = &self.core.roll else {
-            return;
-        };
-        assert!(
-            roll.batch.len() <= self.shape.reload_batch as usize,
-            "batch {:?} over --reload-batch {}",
-            roll.batch,
-            self.shape.reload_batch
-        );
-        for (old, new) in &roll.batch {
-            let old_life = &self.lives[old];
-            assert!(
-                old_life.serving(),
-                "old slot {old} out before its replacement {new} is in: {old_life:?}"
-            );
-            let new_life = &self.lives[new];
-            assert!(
-                new_life.standby && !new_life.leaving() && !new_life.spare,
-                "replacement {new} of slot {old} retired or flipped in mid-batch: {new_life:?}"
-            );
         }
     }
 }
