@@ -1,7 +1,8 @@
 // A Node.js worker for ck: serves HTTP on the socket ck hands it (fd 3, systemd socket
-// activation), and drains gracefully on SIGTERM. Run: ck run --port 8080 -- node examples/worker.js
+// activation), and closes its keep-alive connections gracefully on SIGTERM.
+// Run: ck run --port 8080 -- node examples/worker.js
 //
-// The drain is the pattern to copy: on SIGTERM, answer the next request of every open
+// The graceful close is the pattern to copy: on SIGTERM, answer the next request of every open
 // connection with `Connection: close` and close it after that answer; close connections that
 // stay idle for IDLE_GRACE_MS; keep accepting what is already queued; exit when no connection
 // is left. (Node's own server.close() would close idle keep-alive connections at once, under
@@ -15,14 +16,14 @@ if (fds < 1 || Number(process.env.LISTEN_PID) !== process.pid) {
   process.exit(1);
 }
 const slot = process.env.CK_SLOT;
-let draining = false;
+let stopping = false;
 /** Open connections: socket -> { busy, last } (a request in progress; last activity). */
 const connections = new Map();
 
 const server = http.createServer((req, res) => {
   const conn = connections.get(req.socket);
   conn.busy = true;
-  if (draining) res.setHeader("Connection", "close");
+  if (stopping) res.setHeader("Connection", "close");
   res.on("finish", () => {
     conn.busy = false;
     conn.last = Date.now();
@@ -39,8 +40,8 @@ server.listen({ fd: 3 }, () => console.error(`node worker slot=${slot} pid=${pro
 // Node has no datagram unix sockets, so this worker does not send READY=1: ck's default
 // `--ready auto` sees it accept (its socket in its epoll set) and takes it as ready then.
 process.on("SIGTERM", () => {
-  if (draining) return;
-  draining = true;
+  if (stopping) return;
+  stopping = true;
   const started = Date.now();
   const timer = setInterval(() => {
     const now = Date.now();

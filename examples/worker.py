@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """A Python worker for ck: serves HTTP on the socket ck hands it (fd 3, systemd socket
-activation), tells ck when it is ready (READY=1 on NOTIFY_SOCKET), and drains gracefully on
-SIGTERM.
+activation), tells ck when it is ready (READY=1 on NOTIFY_SOCKET), and closes its keep-alive
+connections gracefully on SIGTERM.
 
 Run: ck run --port 8080 -- python3 examples/worker.py
 
-The drain is the pattern to copy: on SIGTERM, answer the next request of every open connection
-with `Connection: close` and close it after that answer; close connections that stay idle for
-IDLE_GRACE seconds; keep accepting what is already queued; exit when no connection is left.
+The graceful close is the pattern to copy: on SIGTERM, answer the next request of every open
+connection with `Connection: close` and close it after that answer; close connections that stay
+idle for IDLE_GRACE seconds; keep accepting what is already queued; exit when no connection is
+left.
 
 The pieces (sd_notify, inherited_server) can be imported by other workers; ck's tests do.
 """
@@ -21,7 +22,7 @@ import time
 SD_LISTEN_FDS_START = 3
 IDLE_GRACE = 0.5
 
-DRAINING = threading.Event()
+STOPPING = threading.Event()
 CONNECTIONS = set()
 LOCK = threading.Lock()
 
@@ -62,7 +63,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = f"slot={os.environ.get('CK_SLOT')} pid={os.getpid()}\n".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
-        if DRAINING.is_set():
+        if STOPPING.is_set():
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
@@ -94,9 +95,9 @@ def inherited_server() -> Server:
     return server
 
 
-def drain(server: Server) -> None:
+def close_gracefully(server: Server) -> None:
     """Closes connections once idle for IDLE_GRACE, then stops the server."""
-    DRAINING.set()
+    STOPPING.set()
     started = time.monotonic()
     while True:
         now = time.monotonic()
@@ -117,7 +118,9 @@ def drain(server: Server) -> None:
 
 def main() -> None:
     server = inherited_server()
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=drain, args=(server,)).start())
+    signal.signal(
+        signal.SIGTERM, lambda *_: threading.Thread(target=close_gracefully, args=(server,)).start()
+    )
     sd_notify("READY=1\nSTATUS=serving")
     server.serve_forever()
     sd_notify("STOPPING=1")

@@ -38,7 +38,7 @@ func main() {
 	}
 	slot := os.Getenv("CK_SLOT")
 
-	var draining atomic.Bool
+	var stopping atomic.Bool
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
@@ -53,7 +53,7 @@ func main() {
 	// Once stopping, every answer closes its connection: the client opens a new one, which ck
 	// sends to a worker that is not stopping.
 	closing := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if draining.Load() {
+		if stopping.Load() {
 			w.Header().Set("Connection", "close")
 		}
 		mux.ServeHTTP(w, r)
@@ -65,7 +65,7 @@ func main() {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		defer stop()
 		<-ctx.Done()
-		draining.Store(true)
+		stopping.Store(true)
 		time.Sleep(idleGrace)
 		if err := server.Shutdown(context.Background()); err != nil {
 			log.Print(err)

@@ -10,5 +10,6 @@ const server = http.createServer((req, res) => {
   res.end(`slot=${process.env.CK_SLOT ?? "-"} pid=${process.pid}\n`);
 });
 
-// On ck's socket (fd 3) under ck, else on $PORT; on SIGTERM it drains keep-alive connections.
+// On ck's socket (fd 3) under ck, else on $PORT; on SIGTERM it closes keep-alive connections
+// gracefully.
 listen(server);

@@ -1,15 +1,16 @@
-// ck-listen: serve a Node.js server on the socket ck hands it, or on PORT without ck, and drain
-// its keep-alive connections on the stop signal so that `ck reload` loses no request.
+// ck-listen: serve a Node.js server on the socket ck hands it, or on PORT without ck, and close
+// its keep-alive connections gracefully on the stop signal so that `ck reload` loses no request.
 //
 //   const { listen } = require("ck-listen");
 //   listen(http.createServer(handler));     // ck run -w 4 --port 8080 -- node server.js
 //
 // Under `ck run` (LISTEN_FDS set for this process) the server accepts on fd 3, the socket ck
 // made; otherwise it binds $PORT, else the port given, else 8080 (`ck run --adopt` sets PORT).
-// On SIGTERM, SIGINT or SIGQUIT it drains: every response not yet sent says `Connection: close`
-// and its connection closes after it; connections idle for IDLE_GRACE_MS are closed; the
-// server keeps taking what ck already queued for it during that grace (without ck it stops
-// accepting at once); the process exits once no connection is left, or at the drain timeout.
+// On SIGTERM, SIGINT or SIGQUIT it closes its keep-alive connections gracefully: every response
+// not yet sent says `Connection: close` and its connection closes after it; connections idle
+// for IDLE_GRACE_MS are closed; the server keeps taking what ck already queued for it during
+// that grace (without ck it stops accepting at once); the process exits once no connection is
+// left, or at `drainTimeout`, the limit of this graceful close.
 //
 // Why not `server.close()` alone: since Node 19 it closes idle keep-alive connections at once,
 // under a request the client may be sending on one at that moment. A client that does not retry
@@ -19,17 +20,17 @@
 const http = require("http");
 const net = require("net");
 
-/** A connection idle this long while draining is closed (a client that sends on a connection
+/** A connection idle this long while stopping is closed (a client that sends on a connection
  * does so well within it; one that waited longer is closed between requests). */
 const IDLE_GRACE_MS = 500;
-/** How often the drain looks at the connections. */
+/** How often the graceful close looks at the connections. */
 const TICK_MS = 50;
-/** The drain's default limit: just under ck's default --drain-timeout (10 s, then SIGKILL), so
- * the worker exits by itself. */
+/** The default `drainTimeout`, the limit of the graceful close: just under ck's default
+ * --drain-timeout (10 s, then SIGKILL), so the worker exits by itself. */
 const DRAIN_TIMEOUT_MS = 9000;
 /** The port without ck and without PORT. */
 const DEFAULT_PORT = 8080;
-/** The signals that start the drain (ck's --stop-signal is SIGTERM unless told otherwise). */
+/** The signals that start the graceful close (ck's --stop-signal is SIGTERM by default). */
 const STOP_SIGNALS = ["SIGTERM", "SIGINT", "SIGQUIT"];
 
 /**
@@ -59,7 +60,8 @@ function where(port) {
 
 /**
  * Serves `server` (or `http.createServer(app)` for a request handler such as an Express app) on
- * ck's socket, or on $PORT / `port` / 8080 without ck, and drains it on the stop signal.
+ * ck's socket, or on $PORT / `port` / 8080 without ck, and closes its keep-alive connections
+ * gracefully on the stop signal.
  * @param {net.Server | Function} server
  * @param {number|string} [port]
  * @param {{ drainTimeout?: number }} [options]
@@ -74,7 +76,7 @@ function listen(server, port, options = {}) {
   const drainTimeout = options.drainTimeout ?? DRAIN_TIMEOUT_MS;
   /** Open connections: socket -> { responses: Set of unfinished responses, last: ms }. */
   const connections = new Map();
-  let draining = false;
+  let stopping = false;
 
   server.on("connection", (socket) => {
     connections.set(socket, { responses: new Set(), last: Date.now() });
@@ -85,7 +87,7 @@ function listen(server, port, options = {}) {
     const conn = connections.get(req.socket);
     if (!conn) return;
     conn.responses.add(res);
-    if (draining) res.setHeader("Connection", "close");
+    if (stopping) res.setHeader("Connection", "close");
     const done = () => {
       conn.responses.delete(res);
       conn.last = Date.now();
@@ -95,13 +97,13 @@ function listen(server, port, options = {}) {
   });
 
   const underCk = "fd" in address;
-  const drain = (signal) => {
-    if (draining) {
+  const closeGracefully = (signal) => {
+    if (stopping) {
       // Without ck, a second Ctrl-C stops waiting (ck sends its stop signal once).
       if (!underCk) process.exit(0);
       return;
     }
-    draining = true;
+    stopping = true;
     const started = Date.now();
     let closing = false;
     for (const conn of connections.values()) {
@@ -136,7 +138,7 @@ function listen(server, port, options = {}) {
       }
     }, TICK_MS);
   };
-  for (const signal of STOP_SIGNALS) process.on(signal, drain);
+  for (const signal of STOP_SIGNALS) process.on(signal, closeGracefully);
 
   server.listen(address);
   return server;

@@ -97,7 +97,7 @@ fn a_stop_under_a_keep_alive_load_cuts_no_request_in_flight() {
     for line in &exits {
         assert!(
             line.contains("reason=exit 0"),
-            "drained and exited 0: {line}"
+            "closed its connections and exited 0: {line}"
         );
     }
     assert!(report.by_pid.len() == 4, "{:?}", report.by_pid);

@@ -138,7 +138,8 @@ fn python_app_under_uvicorn() {
     });
 }
 
-/// `examples/go`: net/http binding `:$PORT` itself under `--adopt`, draining on SIGTERM.
+/// `examples/go`: net/http binding `:$PORT` itself under `--adopt`, closing keep-alive
+/// connections gracefully on SIGTERM.
 #[test]
 fn go_app_under_adopt() {
     check(Example {

@@ -13,9 +13,9 @@ use crate::{churn, start_ready};
 /// A real server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Server {
-    /// ck-worker's hyper example (drains keep-alive connections, says STOPPING=1).
+    /// ck-worker's hyper example (closes keep-alive connections gracefully, says STOPPING=1).
     Hyper,
-    /// Node, `examples/worker.js` on fd 3 (drains keep-alive connections).
+    /// Node, `examples/worker.js` on fd 3 (closes keep-alive connections gracefully).
     Node,
     /// gunicorn, sync workers, socket activation, `--ready notify`.
     Gunicorn,
@@ -35,7 +35,7 @@ pub enum Server {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeepAliveStop {
     /// Answers what comes on them with `Connection: close`, then closes them: nothing lost.
-    Drains,
+    ClosesGracefully,
     /// Closes every connection after its answer: none is ever idle.
     NoneIdle,
     /// Closes them at once: a request sent on one as it closes fails, unless the client sends
@@ -89,7 +89,7 @@ impl Server {
     /// own shutdown code; the suite checks the first two with a client that never retries).
     pub fn keep_alive_stop(self) -> KeepAliveStop {
         match self {
-            Server::Hyper | Server::Node => KeepAliveStop::Drains,
+            Server::Hyper | Server::Node => KeepAliveStop::ClosesGracefully,
             Server::Gunicorn => KeepAliveStop::NoneIdle,
             // uvicorn's shutdown, puma's reactor, Go's Shutdown (closeIdleConns), nginx's
             // SIGQUIT (ngx_close_idle_connections), and Go killed outright.

@@ -119,7 +119,7 @@ pub fn run(bench: &Bench) -> Result<Table> {
          last one exits (old workers drain after it returns)"
     ));
     t.note(
-        "retried = keep-alive requests whose reused connection was closed by a draining \
+        "retried = keep-alive requests whose reused connection was closed by a stopping \
          worker before answering, re-sent once on a new connection (as HTTP clients do)",
     );
     for (variant, o) in [("ck", &ck), ("baseline", &base)] {

@@ -1,8 +1,8 @@
-//! Graceful keep-alive drain: rolling restarts under a keep-alive client that never retries
-//! (like wrk) fail no request, with the demo worker and with the repository's Node and Python
-//! examples (`examples/worker.js`, `examples/worker.py`), which show the pattern to copy: on
-//! SIGTERM, answer each connection's next request with `Connection: close`, close connections
-//! idle for a short grace, accept what is queued, exit.
+//! Graceful close of keep-alive connections: rolling restarts under a keep-alive client that
+//! never retries (like wrk) fail no request, with the demo worker and with the repository's
+//! Node and Python examples (`examples/worker.js`, `examples/worker.py`), which show the
+//! pattern to copy: on SIGTERM, answer each connection's next request with `Connection: close`,
+//! close connections idle for a short grace, accept what is queued, exit.
 
 use std::path::PathBuf;
 
@@ -10,7 +10,7 @@ use ck_tests::churn::{self, Background};
 use ck_tests::load::Mode;
 use ck_tests::{Ck, start_ready};
 
-/// Reloads under load; the workers must drain without failing a request.
+/// Reloads under load; the workers must close their connections without failing a request.
 const RELOADS: usize = 4;
 
 fn example(file: &str) -> String {
@@ -36,21 +36,21 @@ fn reloads_fail_nothing(label: &str, mut ck: Ck, port: u16) {
 }
 
 #[test]
-fn demo_worker_drains_keep_alive_connections_without_a_failure() {
-    let (ck, port, _) = start_ready("kadrain-demo", 2, &[]);
+fn demo_worker_closes_keep_alive_connections_without_a_failure() {
+    let (ck, port, _) = start_ready("kaclose-demo", 2, &[]);
     reloads_fail_nothing("demo", ck, port);
 }
 
 #[test]
-fn node_example_drains_keep_alive_connections_without_a_failure() {
+fn node_example_closes_keep_alive_connections_without_a_failure() {
     let app = example("worker.js");
-    let (ck, port, _) = start_ready("kadrain-node", 2, &["--", "node", &app]);
+    let (ck, port, _) = start_ready("kaclose-node", 2, &["--", "node", &app]);
     reloads_fail_nothing("node", ck, port);
 }
 
 #[test]
-fn python_example_drains_keep_alive_connections_without_a_failure() {
+fn python_example_closes_keep_alive_connections_without_a_failure() {
     let app = example("worker.py");
-    let (ck, port, _) = start_ready("kadrain-python", 2, &["--", "python3", &app]);
+    let (ck, port, _) = start_ready("kaclose-python", 2, &["--", "python3", &app]);
     reloads_fail_nothing("python", ck, port);
 }
