@@ -6,6 +6,7 @@
 
 pub mod exits;
 pub mod sticky;
+pub mod udp;
 
 /// Number of slots per group: the size of every per-slot map. Slots outnumber workers so that
 /// a rolling restart can start a replacement before the old worker leaves.
@@ -181,6 +182,8 @@ pub struct Config {
     /// candidate keeps its turn while its queue keeps up; only longer waits are compared by
     /// depth (0: every non-empty queue is compared). Read with exact depths only.
     pub queue_patience_us: u32,
+    /// A UDP group's routing, one of [`udp::udp_mode`] (unused by TCP groups).
+    pub udp_mode: u32,
 }
 
 /// Where the select program finds a candidate socket's queue depth in kernel memory: byte

@@ -38,9 +38,23 @@ impl StickyTable {
 /// (no divide, as the program runs it for every connection).
 #[inline(always)]
 pub fn position(addr: &[u8; 16], v6: bool) -> u32 {
+    scaled(mix(addr, if v6 { 0x6b43_a9b5 } else { 0x2f0b_3c61 }))
+}
+
+/// The table position of a UDP flow: the client's address as for [`position`] and its source
+/// `port` (as on the wire), so that one client's flows spread over the workers.
+#[inline(always)]
+pub fn flow_position(addr: &[u8; 16], v6: bool, port: u16) -> u32 {
+    let seed = if v6 { 0x6b43_a9b5 } else { 0x2f0b_3c61 };
+    scaled(mix(addr, seed ^ u32::from(port).wrapping_mul(0x9e37_79b9)))
+}
+
+/// A murmur3-style mix of the address words from `seed`.
+#[inline(always)]
+fn mix(addr: &[u8; 16], seed: u32) -> u32 {
     // Constant indices only: no bounds check is left for the BPF target.
     let word = |k: usize| u32::from_ne_bytes([addr[k], addr[k + 1], addr[k + 2], addr[k + 3]]);
-    let mut h: u32 = if v6 { 0x6b43_a9b5 } else { 0x2f0b_3c61 };
+    let mut h = seed;
     for w in [word(0), word(4), word(8), word(12)] {
         h = (h ^ w)
             .wrapping_mul(0xcc9e_2d51)
@@ -51,7 +65,12 @@ pub fn position(addr: &[u8; 16], v6: bool) -> u32 {
     h = h.wrapping_mul(0x85eb_ca6b);
     h ^= h >> 13;
     h = h.wrapping_mul(0xc2b2_ae35);
-    h ^= h >> 16;
+    h ^ (h >> 16)
+}
+
+/// `h` scaled onto the table by a multiply and a shift.
+#[inline(always)]
+fn scaled(h: u32) -> u32 {
     ((u64::from(h) * TABLE_SIZE as u64) >> 32) as u32
 }
 

@@ -11,6 +11,7 @@ mod adopt;
 mod conns;
 mod exits;
 mod sock_addr;
+mod udp;
 
 use aya_ebpf::{
     EbpfContext as _, Global,

@@ -25,7 +25,7 @@ const SLOTS: usize = MAX_SLOTS as usize;
 
 /// slot -> generation of its `sockets` entry (written by the supervisor, after the socket).
 #[btf_map(name = "sock_gens")]
-static SOCK_GENS: Array<u32, SLOTS> = Array::new();
+pub(crate) static SOCK_GENS: Array<u32, SLOTS> = Array::new();
 
 /// slot -> the socket address the program last found and the generation it found it under
 /// (written by the program only).

@@ -33,6 +33,7 @@ pub mod server_checks;
 pub mod slow_boot;
 pub mod sys;
 pub mod tmux;
+pub mod udp;
 
 use std::time::Duration;
 

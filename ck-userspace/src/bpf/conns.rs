@@ -179,7 +179,8 @@ mod tests {
     #[test]
     fn a_tagged_listeners_connections_count_until_they_close() {
         let name = format!("unit-conns-{}", std::process::id());
-        let mut group = BpfGroup::load(&name, "tcp4-1", 1, 0, false).expect("loading as root");
+        let mut group =
+            BpfGroup::load(&name, "tcp4-1", 1, None, 0, false).expect("loading as root");
         let tagged = listener();
         group.insert(5, &tagged).expect("inserting the socket");
         let addr = tagged.local_addr().unwrap().as_socket().unwrap();

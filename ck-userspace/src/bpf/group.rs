@@ -9,7 +9,9 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, ReusePortSockArray},
     programs::SkReuseport,
 };
-use ck_common::{ActiveSet, Config, QueueOffsets, SlotInfo, SlotStats, config_flags, policy};
+use ck_common::{
+    ActiveSet, Config, MAX_SLOTS, QueueOffsets, SlotInfo, SlotStats, config_flags, policy,
+};
 use socket2::Socket;
 
 use super::{
@@ -26,7 +28,7 @@ use super::{
 
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
 /// open-connection counting's ([`super::conns::MAPS`]).
-pub(crate) const PINNED_MAPS: [&str; 12] = [
+pub(crate) const PINNED_MAPS: [&str; 15] = [
     "sockets",
     "slots",
     "active",
@@ -34,6 +36,9 @@ pub(crate) const PINNED_MAPS: [&str; 12] = [
     "stats",
     "cursor",
     "sticky",
+    "sock_gens",
+    "flows",
+    "udp_stats",
     "conn_tags",
     "conns",
     "listeners",
@@ -70,6 +75,8 @@ pub struct BpfGroup {
     conn_steering: Option<ConnSteering>,
     /// `--adopt`: the tagger of workers' own sockets, once attached.
     bind_tagger: Option<BindTagger>,
+    /// A UDP group's own maps (None: a TCP group).
+    udp: Option<super::udp::UdpMaps>,
 }
 
 pub(super) fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
@@ -91,16 +98,18 @@ pub(super) fn write_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -
 }
 
 impl BpfGroup {
-    /// Loads the program for group `group` of instance `name`, pins its maps and sets the policy.
-    /// The program is attached later, to the group's first socket ([`BpfGroup::insert`]).
+    /// Loads the program for group `group` of instance `name`, pins its maps and sets the policy
+    /// (a UDP group, with `udp_mode` one of `ck_common::udp::udp_mode`: its own program and
+    /// mode). The program is attached later, to the group's first socket ([`BpfGroup::insert`]).
     pub fn load(
         name: &str,
         group: &str,
         policy: u32,
+        udp_mode: Option<u32>,
         probe_base: u16,
         log: bool,
     ) -> Result<BpfGroup, BpfError> {
-        Self::load_with(name, group, policy, probe_base, log, false)
+        Self::load_with(name, group, policy, udp_mode, probe_base, log, false)
     }
 
     /// Loads the program for group `group` of instance `name` on the maps an earlier image of
@@ -110,27 +119,30 @@ impl BpfGroup {
         name: &str,
         group: &str,
         policy: u32,
+        udp_mode: Option<u32>,
         probe_base: u16,
         log: bool,
     ) -> Result<BpfGroup, BpfError> {
-        Self::load_with(name, group, policy, probe_base, log, true)
+        Self::load_with(name, group, policy, udp_mode, probe_base, log, true)
     }
 
     fn load_with(
         name: &str,
         group: &str,
         policy: u32,
+        udp_mode: Option<u32>,
         probe_base: u16,
         log: bool,
         reuse: bool,
     ) -> Result<BpfGroup, BpfError> {
+        let udp = udp_mode.is_some();
         let pin_dir = pins::group_dir(name, group);
         let started = std::time::Instant::now();
         let Loaded {
             mut ebpf,
             queue,
             conn_sum,
-        } = open_for(&pin_dir, group, log, reuse, policy, started)?;
+        } = open_for(&pin_dir, group, log, reuse, policy, udp, started)?;
         if !reuse {
             pins::create_group_dir(&pin_dir)?;
         }
@@ -144,7 +156,10 @@ impl BpfGroup {
                 pins::error("pinning map", &path, std::io::Error::other(e.to_string()))
             })?;
         }
-        let conns = ConnCounter::start(&mut ebpf, &pin_dir, reuse).map_err(|e| format!("{e:#}"));
+        let conns = match udp {
+            true => Err("a UDP group has no connections".to_string()),
+            false => ConnCounter::start(&mut ebpf, &pin_dir, reuse).map_err(|e| format!("{e:#}")),
+        };
         // Summed counts of a counter that does not run would be zeros: least-conn then has
         // nothing to steer by (its candidates tie: round-robin).
         let conn_steering = match (&conn_sum, &conns) {
@@ -162,6 +177,10 @@ impl BpfGroup {
         let stats = take(&mut ebpf, "stats")?;
         let sock_gens = take(&mut ebpf, "sock_gens")?;
         let sticky = Sticky::new(take(&mut ebpf, "sticky")?);
+        let udp_maps = match udp {
+            true => Some(super::udp::UdpMaps::take(&mut ebpf)?),
+            false => None,
+        };
         let mut group = BpfGroup {
             ebpf,
             sockets,
@@ -171,6 +190,7 @@ impl BpfGroup {
             stats,
             sock_gens,
             sock_gen: 0,
+            udp: udp_maps,
             sticky,
             conns,
             config: Config {
@@ -184,6 +204,7 @@ impl BpfGroup {
                     _ => 0,
                 },
                 queue: queue.clone().unwrap_or(QueueOffsets::default()),
+                udp_mode: udp_mode.unwrap_or(0),
                 ..Config::default()
             },
             sampled_why: queue.err().unwrap_or_default(),
@@ -196,7 +217,13 @@ impl BpfGroup {
             // The program reads the live half of `active` from `config`: keep it.
             let live = group.config_map.get(&0, 0).map_err(write_err("config"))?;
             group.config.live_half = live.live_half;
-        } else if policy == ck_common::policy::STICKY {
+            // Generations go on from the pinned ones: a flow remembered under one, or an
+            // address the program keeps under one, must never match a later socket's.
+            group.sock_gen = (0..MAX_SLOTS)
+                .filter_map(|slot| group.sock_gens.get(&slot, 0).ok())
+                .max()
+                .unwrap_or(0);
+        } else if policy == ck_common::policy::STICKY || udp {
             group.sticky.clear()?;
         }
         group.write_config()?;
@@ -291,10 +318,11 @@ impl BpfGroup {
     /// Call it after the maps hold the group's sockets and active set, so that the program's
     /// first run finds them. Attaching again replaces the program with itself.
     pub fn attach(&mut self, socket: &Socket) -> Result<(), BpfError> {
+        let name = super::load::program_name(self.udp.is_some());
         let program: &SkReuseport = self
             .ebpf
-            .program("ck_select")
-            .context("program ck_select missing")
+            .program(name)
+            .with_context(|| format!("program {name} missing"))
             .and_then(|p| p.try_into().context("not an sk_reuseport program"))
             .map_err(load_err("attaching the program"))?;
         program
@@ -424,7 +452,8 @@ impl BpfGroup {
     /// `config.live_half`, so the program never reads a half-written set or table.
     pub fn publish(&mut self, set: &ActiveSet) -> Result<(), BpfError> {
         let idle = self.config.live_half ^ 1;
-        if self.config.policy == policy::STICKY {
+        // A UDP group's new flows take the Maglev table, whatever the policy.
+        if self.config.policy == policy::STICKY || self.udp.is_some() {
             self.sticky.write(idle, set)?;
         }
         self.active.set(idle, set, 0).map_err(write_err("active"))?;
@@ -473,6 +502,21 @@ impl BpfGroup {
     pub fn stats(&self, slot: u32) -> SlotStats {
         stats::sum(&self.stats, slot)
     }
+
+    /// Probes the program dropped because `slot` has no socket: the steering canary's count (it
+    /// asks for slot 127, which never has one). A UDP group counts them at `STATS_NO_SLOT` under
+    /// the `probe` route.
+    pub fn canary_count(&self, slot: u32) -> u64 {
+        match &self.udp {
+            Some(udp) => udp.stats(ck_common::STATS_NO_SLOT).routes[ck_common::udp::route::PROBE],
+            None => self.stats(slot).errors,
+        }
+    }
+
+    /// A UDP group's own maps (None: a TCP group).
+    pub fn udp(&self) -> Option<&super::udp::UdpMaps> {
+        self.udp.as_ref()
+    }
 }
 
 /// Takes map `name` out of `ebpf` as a `T`.
@@ -501,11 +545,11 @@ mod tests {
     #[test]
     fn least_queue_loads_the_exact_read() {
         let name = format!("unit-exact-{}", std::process::id());
-        let exact = BpfGroup::load(&name, "tcp4-1", policy::LEAST_QUEUE, 0, false);
+        let exact = BpfGroup::load(&name, "tcp4-1", policy::LEAST_QUEUE, None, 0, false);
         let exact = exact.map(|g| (g.queue_depth(), g.config_map.get(&0, 0).unwrap()));
-        let plain = BpfGroup::load(&name, "tcp4-2", policy::ROUND_ROBIN, 0, false);
+        let plain = BpfGroup::load(&name, "tcp4-2", policy::ROUND_ROBIN, None, 0, false);
         let plain = plain.map(|g| g.queue_depth());
-        let conn = BpfGroup::load(&name, "tcp4-3", policy::LEAST_CONN, 0, false);
+        let conn = BpfGroup::load(&name, "tcp4-3", policy::LEAST_CONN, None, 0, false);
         let conn = conn.map(|g| (g.queue_depth(), g.conn_steering()));
         pins::remove_instance(&name).unwrap();
         let (depth, config) = exact.expect("loading as root");
@@ -530,7 +574,8 @@ mod tests {
     #[test]
     fn a_refused_map_write_has_its_own_message() {
         let name = format!("unit-mapwrite-{}", std::process::id());
-        let mut group = BpfGroup::load(&name, "tcp4-1", 1, 0, false).expect("loading as root");
+        let mut group =
+            BpfGroup::load(&name, "tcp4-1", 1, None, 0, false).expect("loading as root");
         // A socket that is not in a reuseport group cannot go into a REUSEPORT_SOCKARRAY.
         let plain = Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         let err = group.insert(3, &plain).expect_err("the kernel refuses it");

@@ -1,7 +1,7 @@
 //! Loading one group's BPF object: the maps created (or opened from their pins), the
 //! program's read-only switches set (aya-log's level, reading kernel memory, summing the
-//! per-CPU connection counts, the CPU count), and `ck_select` loaded; plus the kernel's
-//! one-line answer when it refuses.
+//! per-CPU connection counts, the CPU count), and the group's program loaded (`ck_select`, or
+//! `ck_select_udp` for a UDP group); plus the kernel's one-line answer when it refuses.
 use anyhow::Context as _;
 use aya::{Ebpf, EbpfLoader, programs::SkReuseport};
 use ck_common::QueueOffsets;
@@ -30,6 +30,23 @@ pub(super) struct Switches {
     pub read_kernel: bool,
     /// Sum the per-CPU open-connection counts ([`SUM_CONNS`]).
     pub sum_conns: bool,
+    /// A UDP group: `ck_select_udp` and a full `flows` table (a TCP group's has one entry).
+    pub udp: bool,
+}
+
+impl Switches {
+    /// The group's select program.
+    pub fn program(self) -> &'static str {
+        program_name(self.udp)
+    }
+}
+
+/// The select program of a TCP group or (`udp`) a UDP group.
+pub(super) fn program_name(udp: bool) -> &'static str {
+    match udp {
+        true => "ck_select_udp",
+        false => "ck_select",
+    }
 }
 
 /// Parses the object (maps created, or opened from their pins in `pin_dir` with `reuse`) and
@@ -62,6 +79,10 @@ pub(super) fn open(
         .override_global(READ_KERNEL, &read_kernel, true)
         .override_global(SUM_CONNS, &sum_conns, true)
         .override_global(CPUS, &cpus, true);
+    if !switches.udp {
+        // Only UDP groups remember flows: a TCP group's table is one entry, not megabytes.
+        loader.map_max_entries("flows", 1);
+    }
     let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
     if reuse {
         // aya opens a map pinned at the path instead of creating one.
@@ -85,12 +106,13 @@ pub(super) fn open(
         ms = started.elapsed().as_secs_f64() * 1e3,
         "BPF object parsed, maps created"
     );
+    let name = switches.program();
     let program: &mut SkReuseport = ebpf
-        .program_mut("ck_select")
-        .context("program ck_select missing from the object")
+        .program_mut(name)
+        .with_context(|| format!("program {name} missing from the object"))
         .and_then(|p| {
             p.try_into()
-                .context("ck_select is not an sk_reuseport program")
+                .with_context(|| format!("{name} is not an sk_reuseport program"))
         })
         .map_err(load_err("finding the program"))?;
     program
@@ -125,7 +147,8 @@ pub(super) struct Loaded {
     pub conn_sum: Result<(), String>,
 }
 
-/// Loads the object for `policy`: least-queue's program reads exact queue depths where the
+/// Loads the object for `policy` (a UDP group, `udp`: its own program, whatever the policy):
+/// least-queue's program reads exact queue depths where the
 /// kernel lets it (BTF offsets found, and the kernel takes the program that reads kernel
 /// memory), least-conn's sums the per-CPU connection counts where the kernel has the helper
 /// (Linux >= 5.19); otherwise the same program is loaded without those parts, and why is kept.
@@ -135,12 +158,14 @@ pub(super) fn open_for(
     log: bool,
     reuse: bool,
     policy: u32,
+    udp: bool,
     started: std::time::Instant,
 ) -> Result<Loaded, BpfError> {
     let open = |read_kernel: bool, sum_conns: bool| {
         let switches = Switches {
             read_kernel,
             sum_conns,
+            udp,
         };
         open(pin_dir, group, log, reuse, switches, started)
     };
@@ -153,6 +178,12 @@ pub(super) fn open_for(
     };
     let not_queue = || Err("the policy does not read queue depths".to_string());
     let not_conn = || Err("the policy does not sum connection counts".to_string());
+    if udp {
+        return plain(
+            Err("a UDP group has no accept queue".into()),
+            Err("a UDP group has no connections".into()),
+        );
+    }
     match policy {
         ck_common::policy::LEAST_QUEUE => match super::queue_depth::offsets() {
             Ok(offsets) => match open(true, false) {

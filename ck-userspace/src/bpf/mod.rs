@@ -14,6 +14,7 @@ pub mod pins;
 pub mod queue_depth;
 mod stats;
 mod sticky;
+pub mod udp;
 
 pub use group::BpfGroup;
 pub(crate) use group::PINNED_MAPS;

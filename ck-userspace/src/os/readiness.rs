@@ -2,7 +2,7 @@
 //! datagrams on unix sockets; most servers never do): a worker is accepting when one of its
 //! processes has its listening socket in an epoll set (`/proc/PID/fdinfo` of its epoll fds lists
 //! the socket's inode), or has a thread blocked on it in `accept`/`accept4`, `poll`, `ppoll`,
-//! `select` or `pselect6` (`/proc/PID/task/TID/syscall`, and the `pollfd` array or `fd_set` in
+//! `select` or `pselect6`, or for a UDP socket in `recvfrom`/`recvmsg`/`recvmmsg` (`/proc/PID/task/TID/syscall`, and the `pollfd` array or `fd_set` in
 //! the worker's memory: [`waits`]). All read from `/proc`, no cooperation needed.
 use std::fs;
 
@@ -23,6 +23,8 @@ pub enum Accepting {
     Select,
     /// A thread waits in `pselect6` for it (glibc's `select`, Ruby's `IO.select`: puma).
     Pselect6,
+    /// A thread waits in `recvfrom`, `recvmsg` or `recvmmsg` on it (a UDP server).
+    Receive,
 }
 
 impl Accepting {
@@ -35,6 +37,9 @@ impl Accepting {
             Accepting::Ppoll => "a thread of it waits in ppoll() on its listening socket",
             Accepting::Select => "a thread of it waits in select() on its listening socket",
             Accepting::Pselect6 => "a thread of it waits in pselect6() on its listening socket",
+            Accepting::Receive => {
+                "a thread of it waits in recvmsg() or recvfrom() on its UDP socket"
+            }
         }
     }
 }
@@ -47,6 +52,7 @@ impl From<waits::Call> for Accepting {
             waits::Call::Ppoll => Accepting::Ppoll,
             waits::Call::Select => Accepting::Select,
             waits::Call::Pselect6 => Accepting::Pselect6,
+            waits::Call::Receive => Accepting::Receive,
         }
     }
 }
@@ -203,6 +209,31 @@ mod tests {
             listener.accept().unwrap();
         };
         assert_eq!(seen_while(accept), Some(Accepting::Accept));
+    }
+
+    #[test]
+    fn sees_a_thread_blocked_in_recv_from_on_a_udp_socket() {
+        let me = std::process::id();
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap();
+        let inode = inode_of(&socket).unwrap();
+        let receiver = socket.try_clone().unwrap();
+        let waiter = std::thread::spawn(move || {
+            let mut buf = [0u8; 16];
+            receiver.recv_from(&mut buf).unwrap();
+        });
+        let mut seen = None;
+        for _ in 0..500 {
+            seen = accepting(&[me], &[inode]);
+            if seen.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        client.send_to(b"x", addr).unwrap();
+        waiter.join().unwrap();
+        assert_eq!(seen, Some(Accepting::Receive));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The listening sockets: one `SO_REUSEPORT` socket per slot and group, created and owned by the
-//! supervisor, plus the check that a port is not already held by someone else.
+//! The listening sockets: one `SO_REUSEPORT` socket per slot and group (a listening TCP socket, or
+//! a bound UDP one), created and owned by the supervisor, plus the check that a port is not
+//! already held by someone else.
 use std::{io, net::SocketAddr};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -15,7 +16,7 @@ pub enum SocketError {
     /// The address is in use by a socket that is not ours.
     #[error(
         "{addr} is already in use by another socket{holder} (another server, or a ck instance with \
-         another name); stop it (`ss -ltnp 'sport = :{port}'` shows who holds it) or choose \
+         another name); stop it (`ss -lntup 'sport = :{port}'` shows who holds it) or choose \
          another port"
     )]
     InUse {
@@ -55,7 +56,10 @@ fn classify(addr: ListenAddr, err: io::Error) -> SocketError {
         Some(libc::EADDRINUSE) => SocketError::InUse {
             addr,
             port: addr.addr.port(),
-            holder: holder_of_port(addr.addr),
+            holder: match addr.is_udp() {
+                true => String::new(),
+                false => holder_of_port(addr.addr),
+            },
         },
         Some(libc::EACCES) | Some(libc::EPERM) => SocketError::Permission { addr },
         Some(libc::EADDRNOTAVAIL) => SocketError::NotLocal { addr },
@@ -74,8 +78,12 @@ pub fn holder_of_port(addr: SocketAddr) -> String {
         .map_or_else(String::new, |(pid, comm)| format!(" of pid {pid} ({comm})"))
 }
 
-fn new_socket(addr: SocketAddr) -> io::Result<Socket> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+fn new_socket(listen: ListenAddr) -> io::Result<Socket> {
+    let addr = listen.addr;
+    let socket = match listen.is_udp() {
+        true => Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?,
+        false => Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?,
+    };
     if addr.is_ipv6() {
         // `[::]` means IPv6 only: pair it with `--port` (IPv4) for both families. A dual-stack
         // socket would collide with an IPv4 group on the same port.
@@ -91,7 +99,7 @@ fn new_socket(addr: SocketAddr) -> io::Result<Socket> {
 /// The probe socket has `SO_REUSEADDR` but not `SO_REUSEPORT`, so it binds despite TIME_WAIT
 /// leftovers but not next to a listener.
 pub fn ensure_free(addr: ListenAddr) -> Result<(), SocketError> {
-    let socket = new_socket(addr.addr).map_err(|e| classify(addr, e))?;
+    let socket = new_socket(addr).map_err(|e| classify(addr, e))?;
     socket
         .bind(&SockAddr::from(addr.addr))
         .map_err(|e| classify(addr, e))?;
@@ -99,11 +107,12 @@ pub fn ensure_free(addr: ListenAddr) -> Result<(), SocketError> {
 }
 
 /// Binds one member of the group: `SO_REUSEPORT`, bound, blocking (the worker shares the file
-/// description, so it gets the flags we set; it picks its own blocking mode). It takes no
-/// connection until [`listen_member`]: what must be in place for its first one (the tag the
-/// kernel counts its connections by) goes on it in between.
+/// description, so it gets the flags we set; it picks its own blocking mode). A TCP member takes
+/// no connection until [`listen_member`]: what must be in place for its first one (the tag the
+/// kernel counts its connections by) goes on it in between. A UDP member is in the group once
+/// bound.
 pub fn bind_member(addr: ListenAddr) -> Result<Socket, SocketError> {
-    let socket = new_socket(addr.addr).map_err(|e| classify(addr, e))?;
+    let socket = new_socket(addr).map_err(|e| classify(addr, e))?;
     socket.set_reuse_port(true).map_err(|e| classify(addr, e))?;
     socket
         .bind(&SockAddr::from(addr.addr))
@@ -111,8 +120,12 @@ pub fn bind_member(addr: ListenAddr) -> Result<Socket, SocketError> {
     Ok(socket)
 }
 
-/// Makes a member bound by [`bind_member`] listen: it joins the group.
+/// Makes a TCP member bound by [`bind_member`] listen: it joins the group (a UDP member joined
+/// when bound).
 pub fn listen_member(socket: &Socket, addr: ListenAddr) -> Result<(), SocketError> {
+    if addr.is_udp() {
+        return Ok(());
+    }
     socket.listen(BACKLOG).map_err(|e| classify(addr, e))
 }
 

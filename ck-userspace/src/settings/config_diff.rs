@@ -54,6 +54,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         listen,
         workers,
         policy,
+        udp_mode,
         queue_patience,
         ready,
         ready_timeout,
@@ -159,6 +160,13 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         "policy",
         &old.policy,
         policy,
+        "set in the BPF program when it loads",
+        show_enum,
+    );
+    diff.fixed(
+        "udp-mode",
+        &old.udp_mode,
+        udp_mode,
         "set in the BPF program when it loads",
         show_enum,
     );

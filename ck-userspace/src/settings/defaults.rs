@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::{
     restart_policy::Backoff,
-    run_config::{LogFormat, Policy, ReadyMode, WorkerOutput},
+    run_config::{LogFormat, Policy, ReadyMode, UdpMode, WorkerOutput},
     stop_signal::StopSignal,
 };
 
@@ -18,6 +18,8 @@ use super::{
 pub const PORT: u16 = 8080;
 /// `--policy`: how new connections are spread over ready workers.
 pub const POLICY: Policy = Policy::RoundRobin;
+/// `--udp-mode`.
+pub const UDP_MODE: UdpMode = UdpMode::Flow;
 /// `--queue-patience`: with `least-queue`, how long a worker's oldest queued connection may
 /// wait before its queue is compared with the others'. 0: every non-empty queue is compared, so
 /// a worker that stops accepting gets about one connection per stall whatever the rate (`bench

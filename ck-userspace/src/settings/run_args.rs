@@ -12,7 +12,9 @@ use crate::settings::{
     defaults::{self, duration_text},
     health::{HealthConfig, ProbeKind},
     restart_policy::{Backoff, RestartPolicy, parse_backoff},
-    run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig, WorkerOutput},
+    run_config::{
+        self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig, UdpMode, WorkerOutput,
+    },
     stop_signal::StopSignal,
 };
 
@@ -214,6 +216,13 @@ pub struct RunArgs {
     /// How new connections are spread over ready workers.
     #[arg(long, value_enum, default_value_t = defaults::POLICY, help_heading = STEERING)]
     policy: Policy,
+    /// How UDP groups (--listen udp://) route datagrams.
+    ///
+    /// flow: a client's address and port keep their worker while its socket is open (rolls,
+    /// scaling and other workers' deaths move no flow); stateless: no flow table, every
+    /// datagram to a ready worker by a consistent hash of its client (DNS, syslog, statsd).
+    #[arg(long, value_enum, default_value_t = defaults::UDP_MODE, help_heading = STEERING)]
+    udp_mode: UdpMode,
     /// With --policy least-queue: waits below this keep their turn.
     ///
     /// A worker whose oldest queued connection has waited less than this (as the kernel says)
@@ -332,6 +341,7 @@ impl RunArgs {
     pub fn into_config(self) -> anyhow::Result<RunConfig> {
         self.check_ready_probe()?;
         let listen = run_config::listen_addrs(&self.ports, &self.listen)?;
+        self.check_udp(&listen)?;
         let name = self
             .name
             .unwrap_or_else(|| format!("ck-{}", listen[0].addr.port()));
@@ -431,6 +441,7 @@ impl RunArgs {
             listen,
             workers,
             policy: self.policy,
+            udp_mode: self.udp_mode,
             queue_patience: self.queue_patience,
             ready: self.ready,
             ready_timeout: self.ready_timeout,
@@ -479,6 +490,32 @@ impl RunArgs {
             app,
             user: self.user,
         })
+    }
+
+    /// What UDP groups cannot do: probes go through a worker's TCP socket, and `--adopt` finds
+    /// a worker's socket when it listens (UDP sockets never do).
+    fn check_udp(&self, listen: &[ListenAddr]) -> anyhow::Result<()> {
+        let Some(udp) = listen.iter().find(|l| l.is_udp()) else {
+            return Ok(());
+        };
+        if self.adopt {
+            bail!(
+                "--adopt finds a worker's own socket when it starts to listen, and {udp} is a UDP \
+                 group (UDP sockets never listen): hand the workers ck's sockets (drop --adopt; \
+                 they get them as fds 3.., named in LISTEN_FDNAMES)"
+            );
+        }
+        if listen.iter().all(|l| l.is_udp())
+            && (self.probe.is_some() || self.ready == ReadyMode::Probe)
+        {
+            bail!(
+                "--probe and --ready probe go through a worker's TCP socket, and this fleet has \
+                 only UDP groups: add a TCP group (--listen tcp://HOST:PORT, e.g. for the \
+                 server's health endpoint), or drop them and use --watchdog (WATCHDOG=1) for \
+                 health and READY=1 or --ready auto for readiness"
+            );
+        }
+        Ok(())
     }
 
     /// `--ready probe` needs an HTTP readiness probe, sent to each worker by probe steering.

@@ -13,7 +13,7 @@ pub const MAX_WORKERS: u32 = MAX_SLOTS / 2;
 pub enum ConfigError {
     /// A listen address that does not parse.
     #[error(
-        "invalid listen address {0:?}: expected tcp://HOST:PORT, e.g. tcp://0.0.0.0:8080 or tcp://[::]:8080"
+        "invalid listen address {0:?}: expected tcp://HOST:PORT or udp://HOST:PORT, e.g. tcp://0.0.0.0:8080, tcp://[::]:8080 or udp://[::]:443"
     )]
     BadListen(String),
     /// `--workers` out of range.
@@ -37,11 +37,32 @@ pub enum ConfigError {
     },
 }
 
+/// A listen group's transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Proto {
+    /// TCP: listening sockets; the program picks a socket for each new connection.
+    Tcp,
+    /// UDP: bound sockets; the program picks a socket for every datagram (`--udp-mode`).
+    Udp,
+}
+
+impl Proto {
+    /// `tcp` or `udp`, as in the address's scheme and the group's name.
+    pub fn word(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        }
+    }
+}
+
 /// One listen address: a group of `SO_REUSEPORT` sockets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ListenAddr {
     /// Address and port to bind.
     pub addr: SocketAddr,
+    /// TCP or UDP.
+    pub proto: Proto,
 }
 
 impl ListenAddr {
@@ -49,13 +70,20 @@ impl ListenAddr {
     pub fn tcp4_any(port: u16) -> Self {
         ListenAddr {
             addr: SocketAddr::from(([0, 0, 0, 0], port)),
+            proto: Proto::Tcp,
         }
     }
 
-    /// The group's name in pins and `LISTEN_FDNAMES`: `tcp4-8080`, `tcp6-8080`, and for a
-    /// specific host `tcp4-127_0_0_1-8080` (bpffs names may not contain dots).
+    /// Whether the group is UDP.
+    pub fn is_udp(&self) -> bool {
+        self.proto == Proto::Udp
+    }
+
+    /// The group's name in pins and `LISTEN_FDNAMES`: `tcp4-8080`, `tcp6-8080`, `udp6-443`, and
+    /// for a specific host `tcp4-127_0_0_1-8080` (bpffs names may not contain dots).
     pub fn group_name(&self) -> String {
-        let family = if self.addr.is_ipv4() { "tcp4" } else { "tcp6" };
+        let v = if self.addr.is_ipv4() { "4" } else { "6" };
+        let family = format!("{}{v}", self.proto.word());
         if self.addr.ip().is_unspecified() {
             format!("{family}-{}", self.addr.port())
         } else {
@@ -73,7 +101,7 @@ impl ListenAddr {
 
 impl fmt::Display for ListenAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "tcp://{}", self.addr)
+        write!(f, "{}://{}", self.proto.word(), self.addr)
     }
 }
 
@@ -81,16 +109,18 @@ impl FromStr for ListenAddr {
     type Err = ConfigError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let rest = s
-            .strip_prefix("tcp://")
-            .ok_or_else(|| ConfigError::BadListen(s.to_string()))?;
+        let (proto, rest) = match (s.strip_prefix("tcp://"), s.strip_prefix("udp://")) {
+            (Some(rest), _) => (Proto::Tcp, rest),
+            (_, Some(rest)) => (Proto::Udp, rest),
+            _ => return Err(ConfigError::BadListen(s.to_string())),
+        };
         let addr: SocketAddr = rest
             .parse()
             .map_err(|_| ConfigError::BadListen(s.to_string()))?;
         if addr.port() == 0 {
             return Err(ConfigError::BadListen(s.to_string()));
         }
-        Ok(ListenAddr { addr })
+        Ok(ListenAddr { addr, proto })
     }
 }
 
@@ -166,6 +196,47 @@ impl Policy {
     }
 }
 
+/// How the program of a UDP group routes datagrams (`--udp-mode`).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum UdpMode {
+    /// A flow (client address and port) keeps its worker while that worker's socket is open,
+    /// across rolls, scaling and other workers' deaths; new flows go to the ready workers by a
+    /// consistent table. For any UDP protocol and any unmodified server.
+    Flow,
+    /// No flow table: every datagram goes to a ready worker by the consistent table of its
+    /// client address and port (request/response protocols: DNS, syslog, statsd).
+    Stateless,
+}
+
+impl UdpMode {
+    /// The value stored in the BPF `config` map.
+    pub fn code(self) -> u32 {
+        match self {
+            UdpMode::Flow => ck_common::udp::udp_mode::FLOW,
+            UdpMode::Stateless => ck_common::udp::udp_mode::STATELESS,
+        }
+    }
+
+    /// Its word, as `--udp-mode` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            UdpMode::Flow => "flow",
+            UdpMode::Stateless => "stateless",
+        }
+    }
+}
+
 /// When a worker counts as ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReadyMode {
@@ -225,6 +296,8 @@ pub struct RunConfig {
     pub workers: u32,
     /// Selection policy.
     pub policy: Policy,
+    /// `--udp-mode`: how UDP groups route datagrams.
+    pub udp_mode: UdpMode,
     /// `--queue-patience`: with `least-queue`, a queue whose oldest connection has waited less
     /// than this keeps its round-robin turn (zero: every non-empty queue is compared).
     pub queue_patience: Duration,
@@ -399,7 +472,12 @@ mod tests {
         assert_eq!(b.group_name(), "tcp6-8080");
         let c: ListenAddr = "tcp://127.0.0.1:9000".parse().unwrap();
         assert_eq!(c.group_name(), "tcp4-127_0_0_1-9000");
-        assert!("udp://0.0.0.0:1".parse::<ListenAddr>().is_err());
+        let d: ListenAddr = "udp://[::]:443".parse().unwrap();
+        assert_eq!(d.group_name(), "udp6-443");
+        assert_eq!(d.to_string(), "udp://[::]:443");
+        assert!(d.is_udp());
+        assert!("quic://0.0.0.0:1".parse::<ListenAddr>().is_err());
+        assert!("udp://0.0.0.0:0".parse::<ListenAddr>().is_err());
         assert!("tcp://0.0.0.0:0".parse::<ListenAddr>().is_err());
         assert!("tcp://nohost".parse::<ListenAddr>().is_err());
     }

@@ -1,5 +1,6 @@
 //! `ck demo-worker`: a tiny HTTP server that speaks ck's worker protocol, for trying ck out and
-//! for its tests. It takes its listening sockets by socket activation (`LISTEN_FDS`), or binds
+//! for its tests. It takes its listening sockets by socket activation (`LISTEN_FDS`; a UDP socket
+//! among them is answered by [`udp`]: each datagram with its slot and pid), or binds
 //! `$PORT` itself when it has none (as under `ck run --adopt`), reports
 //! `READY=1` over `NOTIFY_SOCKET` (optionally after a delay), answers `GET /` with its slot and
 //! pid, and on SIGTERM or SIGINT sends `STOPPING=1`, closes its connections
@@ -10,6 +11,7 @@ mod http;
 mod server;
 #[cfg(test)]
 mod tests;
+mod udp;
 
 use std::{
     net::SocketAddr,
@@ -127,13 +129,23 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
     let notifier = Notifier::from_env().context("NOTIFY_SOCKET is unusable")?;
     report(notifier.status("booting"));
     let mut listeners = Vec::new();
+    let mut datagrams = Vec::new();
     let mut addrs = Vec::new();
     for (name, fd) in fds {
+        if getsockopt(&fd, sockopt::SockType).ok() == Some(nix::sys::socket::SockType::Datagram) {
+            let socket = std::net::UdpSocket::from(fd);
+            socket
+                .set_nonblocking(true)
+                .with_context(|| format!("making socket {name:?} non-blocking"))?;
+            addrs.push(format!("udp {}", socket.local_addr()?));
+            datagrams.push(socket);
+            continue;
+        }
         let (listener, addr) = tcp_listener(&name, fd)?;
         listeners.push(listener);
         addrs.push(addr.to_string());
     }
-    if listeners.is_empty() {
+    if listeners.is_empty() && datagrams.is_empty() {
         // Not socket-activated: bind like any server, every address of $CK_LISTEN, else
         // 0.0.0.0:$PORT (under `ck run --adopt`, ck's bind hook adds SO_REUSEPORT and ck
         // adopts the sockets).
@@ -143,7 +155,10 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
             listeners.push(listener);
         }
     }
-    ensure!(!listeners.is_empty(), "nothing to serve");
+    ensure!(
+        !listeners.is_empty() || !datagrams.is_empty(),
+        "nothing to serve"
+    );
     let identity = Identity::from_env();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -155,6 +170,11 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
             .map(tokio::net::TcpListener::from_std)
             .collect::<Result<Vec<_>, _>>()
             .context("registering the listeners with tokio")?;
+        let datagrams = datagrams
+            .into_iter()
+            .map(tokio::net::UdpSocket::from_std)
+            .collect::<Result<Vec<_>, _>>()
+            .context("registering the UDP sockets with tokio")?;
         let mut sigterm = signal(SignalKind::terminate()).context("handling SIGTERM")?;
         let mut sigint = signal(SignalKind::interrupt()).context("handling SIGINT")?;
         let (slot, pid) = (identity.slot.clone(), identity.pid);
@@ -199,7 +219,9 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
             report(notifier.stopping());
             stop.trigger();
         });
-        serve(listeners, identity, faults, close).await
+        let udp = udp::serve_udp(datagrams, identity.clone(), close.clone());
+        let (tcp, udp) = tokio::join!(serve(listeners, identity, faults, close), udp);
+        tcp.and(udp)
     })
 }
 

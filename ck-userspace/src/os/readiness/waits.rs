@@ -2,7 +2,7 @@
 //! (`/proc/PID/task/TID/syscall`) and, for `poll`/`ppoll`, the `pollfd` array or, for
 //! `select`/`pselect6`, the read `fd_set` it passed, read from the worker's memory
 //! (`/proc/PID/mem`, the same ptrace access the syscall file needs). A call counts only if it
-//! waits for input on one of the listening socket's fds, and only if the thread is still in the
+//! waits for input (a connection, or for a UDP socket a datagram) on one of the socket's fds, and only if the thread is still in the
 //! very same call once its memory was read (else what was read may be stale).
 use std::{fs, io, os::unix::fs::FileExt as _};
 
@@ -19,6 +19,8 @@ pub(super) enum Call {
     Select,
     /// `pselect6(nfds, readfds, writefds, exceptfds, tsp, sig)`.
     Pselect6,
+    /// `recvfrom`, `recvmsg` or `recvmmsg` on the fd of the first argument (a UDP server).
+    Receive,
 }
 
 /// The calls of x86_64 by number.
@@ -29,6 +31,9 @@ const X86_64: &[(u64, Call)] = &[
     (271, Call::Ppoll),
     (23, Call::Select),
     (270, Call::Pselect6),
+    (45, Call::Receive),
+    (47, Call::Receive),
+    (299, Call::Receive),
 ];
 /// The calls of aarch64 by number (it has no `poll` and no `select`: libc implements them with
 /// `ppoll` and `pselect6`).
@@ -37,6 +42,9 @@ const AARCH64: &[(u64, Call)] = &[
     (242, Call::Accept),
     (73, Call::Ppoll),
     (72, Call::Pselect6),
+    (207, Call::Receive),
+    (212, Call::Receive),
+    (243, Call::Receive),
 ];
 /// The calls of the architecture ck is built for (none known elsewhere).
 const CALLS: &[(u64, Call)] = if cfg!(target_arch = "x86_64") {
@@ -87,12 +95,12 @@ pub(super) fn waiting_on(pid: u32, tid: &str, listening: &[i32]) -> Option<Call>
     let call = CALLS.iter().find(|(nr, _)| *nr == now.nr)?.1;
     let [a0, a1, ..] = now.args;
     let waits = match call {
-        Call::Accept => listening.iter().any(|fd| *fd as u64 == a0),
+        Call::Accept | Call::Receive => listening.iter().any(|fd| *fd as u64 == a0),
         Call::Poll | Call::Ppoll => polls(pid, a0, a1, listening),
         Call::Select | Call::Pselect6 => selects(pid, a0, a1, listening),
     };
     // The memory read belongs to this call only if the thread is still in it.
-    let same = call == Call::Accept || blocked(pid, tid) == Some(now);
+    let same = matches!(call, Call::Accept | Call::Receive) || blocked(pid, tid) == Some(now);
     (waits && same).then_some(call)
 }
 

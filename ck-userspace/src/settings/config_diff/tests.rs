@@ -15,6 +15,7 @@ fn base() -> RunConfig {
         listen: vec![ListenAddr::tcp4_any(8080)],
         workers: 2,
         policy: defaults::POLICY,
+        udp_mode: defaults::UDP_MODE,
         queue_patience: defaults::QUEUE_PATIENCE,
         ready: defaults::READY,
         ready_timeout: defaults::READY_TIMEOUT,

@@ -62,6 +62,11 @@ impl<'a> IntoIterator for &'a mut Groups {
 }
 
 impl Groups {
+    /// The TCP groups (connections, accept queues and probes are theirs).
+    pub fn tcp(&self) -> impl Iterator<Item = &Group> {
+        self.0.iter().filter(|g| !g.addr.is_udp())
+    }
+
     /// The state word of `index`: from its record in the `slots` map when BPF is on.
     pub fn state_word(&self, index: u32, shown: SlotState) -> String {
         let kernel = self
@@ -86,11 +91,10 @@ impl Groups {
         total
     }
 
-    /// Open connections of `index` as the kernel counts them, summed over every group (None
+    /// Open connections of `index` as the kernel counts them, summed over every TCP group (None
     /// where it does not count them).
     pub fn kernel_connections_of(&self, index: u32) -> Option<u64> {
-        self.0
-            .iter()
+        self.tcp()
             .map(|g| g.bpf.as_ref()?.connections(index))
             .sum::<Option<i64>>()
             .map(|n| n.max(0) as u64)

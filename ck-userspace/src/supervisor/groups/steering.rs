@@ -111,6 +111,7 @@ fn reload(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
                 &cfg.name,
                 &addr.group_name(),
                 cfg.policy.code(),
+                addr.is_udp().then(|| cfg.udp_mode.code()),
                 cfg.health.probe_port_base,
                 cfg.bpf_log,
             );
@@ -143,6 +144,7 @@ fn load(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
             &cfg.name,
             &addr.group_name(),
             cfg.policy.code(),
+            addr.is_udp().then(|| cfg.udp_mode.code()),
             cfg.health.probe_port_base,
             cfg.bpf_log,
         );
@@ -177,6 +179,19 @@ async fn canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool>
         Err(_) => Ok(false),
     }
 }
+
+/// Sends one canary datagram from `source` to `target` (a UDP group): always `Ok(false)` once
+/// sent, since UDP says nothing back either way; the program's count of it, read after a short
+/// wait for the kernel to have delivered it, is the verdict.
+async fn udp_canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool> {
+    let socket = tokio::net::UdpSocket::bind(source).await?;
+    socket.send_to(b"ck-canary", target).await?;
+    tokio::time::sleep(UDP_CANARY_WAIT).await;
+    Ok(false)
+}
+
+/// How long a UDP canary's verdict waits after the send (loopback delivers in microseconds).
+const UDP_CANARY_WAIT: Duration = Duration::from_millis(20);
 
 impl Supervisor {
     /// Takes the loaded programs into use ([`Supervisor::use_loaded_bpf`]), then starts the exit
@@ -302,10 +317,14 @@ impl Supervisor {
                 continue;
             };
             group.steering.in_flight = true;
-            let before = bpf.stats(CANARY_SLOT).errors;
+            let before = bpf.canary_count(CANARY_SLOT);
+            let udp = group.addr.is_udp();
             let events = self.events.clone();
             tokio::spawn(async move {
-                let connected = canary(target, source).await;
+                let connected = match udp {
+                    true => udp_canary(target, source).await,
+                    false => canary(target, source).await,
+                };
                 let _ = events.send(Event::Canary {
                     group: position,
                     before,
@@ -348,7 +367,7 @@ impl Supervisor {
                 return;
             }
         };
-        let attached = !connected && bpf.stats(CANARY_SLOT).errors > before;
+        let attached = !connected && bpf.canary_count(CANARY_SLOT) > before;
         let was = group.steering.attached.replace(attached);
         group.steering.at = Some(Instant::now());
         if attached {

@@ -36,16 +36,22 @@ impl Supervisor {
         self.cfg.ready == ReadyMode::Auto && !self.cfg.adopt
     }
 
-    /// Where accept probes go and the probe port base, when the program steers them to their
-    /// slot (attached and checked) and `CK_READY_DETECT=proc` does not turn them off.
-    fn accept_probe_route(&self) -> Option<(SocketAddr, u16)> {
+    /// Where accept probes go, the probe port base and the position of the (first TCP) group
+    /// they go to, when the program steers them to their slot (attached and checked) and
+    /// `CK_READY_DETECT=proc` does not turn them off.
+    fn accept_probe_route(&self) -> Option<(SocketAddr, u16, usize)> {
         if self.cfg.no_bpf || !self.groups.steering_verified() || accept_probe::forced_off() {
             return None;
         }
-        let group = self.groups.first()?;
+        let (position, group) = self
+            .groups
+            .iter()
+            .enumerate()
+            .find(|(_, g)| !g.addr.is_udp())?;
         Some((
             probe::target_of(group.addr.addr),
             self.cfg.health.probe_port_base,
+            position,
         ))
     }
 
@@ -66,16 +72,15 @@ impl Supervisor {
                 }
                 continue;
             }
-            let queue = slot
-                .sockets
-                .first()
+            let queue = route
+                .and_then(|(_, _, position)| slot.sockets.get(position))
                 .and_then(|s| sockets::accept_queue_len(s).ok());
             let index = slot.index;
             let Some(worker) = slot.worker.as_mut() else {
                 continue;
             };
             let probe = &mut worker.accept_probe;
-            if let (Some((target, base)), Some(queue)) = (route, queue) {
+            if let (Some((target, base, _)), Some(queue)) = (route, queue) {
                 let sent = probe::source_of(target, base, index)
                     .is_some_and(|source| probe.send(target, source, queue, now));
                 // The queue is read again at the next tick, with the probe in it.

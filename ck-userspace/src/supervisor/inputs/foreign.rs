@@ -12,7 +12,13 @@ impl Supervisor {
     /// Listeners on the groups' ports that are not ck's sockets, as the kernel reports them now.
     pub(in crate::supervisor) fn foreign_listeners(&self) -> Vec<ForeignListener> {
         let mut foreign = Vec::new();
-        for (position, group) in self.groups.iter().enumerate() {
+        // sock_diag lists TCP listeners: a UDP group's port is not looked at.
+        let tcp = self
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| !g.addr.is_udp());
+        for (position, group) in tcp {
             let own: BTreeSet<u64> = self
                 .table
                 .slots

@@ -18,7 +18,8 @@ impl Supervisor {
         if !self.cfg.no_bpf && !self.groups.bpf_loaded() {
             return;
         }
-        let Some(group) = self.groups.first() else {
+        // Probes go through the slot's TCP socket (a fleet without one has no probes).
+        let Some(group) = self.groups.tcp().next() else {
             return;
         };
         let target = probe::target_of(group.addr.addr);

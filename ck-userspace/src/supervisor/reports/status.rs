@@ -17,7 +17,7 @@ impl Supervisor {
     /// Open connections per slot as the kernel counts them (every group's `ck_conns`, summed),
     /// or why it does not count them here.
     pub(in crate::supervisor) fn kernel_connections(&self) -> Result<BTreeMap<u32, u64>, String> {
-        let why_not = self.groups.iter().find_map(|g| match &g.bpf {
+        let why_not = self.groups.tcp().find_map(|g| match &g.bpf {
             Some(bpf) => bpf.conn_count_fallback().map(str::to_string),
             None if self.cfg.no_bpf => Some("--no-bpf".to_string()),
             None => Some("BPF program not loaded yet".to_string()),

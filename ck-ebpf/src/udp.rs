@@ -1,0 +1,197 @@
+//! The program of UDP groups, `ck_select_udp`: the kernel runs it for every datagram (not once per
+//! connection), so a flow keeps its worker only if the program remembers it. In order, each
+//! outcome counted under one route (`udp_stats`):
+//!
+//! 1. a probe or the steering canary, from loopback and a probe port: to the slot its port
+//!    names (as for TCP);
+//! 2. `stateless` mode: the consistent table, nothing remembered;
+//! 3. a known flow (client address and port in `flows`) whose slot still has the socket it was
+//!    given to (same `sock_gens` generation): to that slot, ready or not (a retired worker keeps
+//!    its flows until its socket closes);
+//! 4. a new flow, or one whose slot is gone (counted `stale`): the consistent table (the
+//!    `sticky` Maglev table of the ready slots, by address and port), else the live slots in
+//!    turn; remembered in `flows`.
+//!
+//! Never the kernel's hash: a datagram no slot can take is dropped and counted.
+use aya_ebpf::{
+    bindings::sk_action::{SK_DROP, SK_PASS},
+    btf_maps::{LruHashMap, PerCpuArray},
+    macros::{btf_map, sk_reuseport},
+    programs::SkReuseportContext,
+};
+use ck_common::{
+    ActiveSet, MAX_SELECT_TRIES, MAX_SLOTS, STATS_NO_SLOT,
+    sticky::{self, NO_SLOT},
+    udp::{Flow, FlowKey, MAX_FLOWS, UdpStats, route, udp_mode},
+};
+
+use crate::{
+    ACTIVE, CONFIG, SLOTS, SOCKETS, STICKY, probe_slot, sock_addr::SOCK_GENS, source_address,
+};
+
+/// Client address and port -> the slot the flow goes to (`flow` mode).
+#[btf_map(name = "flows")]
+static FLOWS: LruHashMap<FlowKey, Flow, { MAX_FLOWS as usize }> = LruHashMap::new();
+
+/// Per-slot datagram counters by route; index `STATS_NO_SLOT` counts datagrams no slot took.
+#[btf_map(name = "udp_stats")]
+static UDP_STATS: PerCpuArray<UdpStats, { SLOTS + 1 }> = PerCpuArray::new();
+
+#[sk_reuseport]
+pub fn ck_select_udp(ctx: SkReuseportContext) -> u32 {
+    select(&ctx)
+}
+
+#[inline(always)]
+fn select(ctx: &SkReuseportContext) -> u32 {
+    let Some(config) = CONFIG.get(0) else {
+        return SK_DROP;
+    };
+    if config.probe_base != 0 {
+        if let Some(slot) = probe_slot(ctx, config.probe_base) {
+            // The canary asks for slot 127, which has no socket: counted and dropped here.
+            let done = crate::SOCKETS.select_reuseport(ctx, slot).is_ok();
+            count(if done { slot } else { STATS_NO_SLOT }, route::PROBE);
+            return if done { SK_PASS } else { SK_DROP };
+        }
+    }
+    let Some(key) = flow_key(ctx) else {
+        count(STATS_NO_SLOT, route::MALFORMED);
+        return SK_DROP;
+    };
+    let Some(set) = ACTIVE.get(config.live_half & 1) else {
+        return SK_DROP;
+    };
+    if config.udp_mode == udp_mode::STATELESS {
+        return match choose(ctx, &key, set, config.live_half) {
+            Some(slot) => pass(slot, route::STATELESS),
+            None => dropped(route::STATELESS),
+        };
+    }
+    let mut new_route = route::NEW;
+    if let Some(flow) = FLOWS.get_ptr(key) {
+        // SAFETY: a value of the map, valid for this run; a torn read (another CPU updating
+        // the flow) names one slot or the other, both of which the checks below accept.
+        let flow = unsafe { *flow };
+        if still_given(flow) && SOCKETS.select_reuseport(ctx, flow.slot).is_ok() {
+            return pass(flow.slot, route::FLOW);
+        }
+        new_route = route::STALE;
+    }
+    let Some(slot) = choose(ctx, &key, set, config.live_half) else {
+        return dropped(new_route);
+    };
+    let generation = SOCK_GENS.get(slot).map_or(0, |g| *g);
+    // A full table evicts its least recently seen flow; an error leaves the flow unremembered
+    // (its next datagram is a new flow again, on the same consistent table).
+    let _ = FLOWS.insert(key, Flow { slot, generation }, 0);
+    pass(slot, new_route)
+}
+
+/// Whether the flow's slot still has the socket the flow was given to.
+#[inline(always)]
+fn still_given(flow: Flow) -> bool {
+    flow.slot < MAX_SLOTS
+        && SOCK_GENS
+            .get(flow.slot)
+            .is_some_and(|g| *g == flow.generation)
+}
+
+/// Selects a slot for a new flow and selects its socket: the consistent table's slot for the
+/// flow, else the live slots in turn from the flow's hash (at most [`MAX_SELECT_TRIES`]).
+#[inline(always)]
+fn choose(ctx: &SkReuseportContext, key: &FlowKey, set: &ActiveSet, half: u32) -> Option<u32> {
+    let pos = sticky::flow_position(&key.addr, key.v6 != 0, key.port);
+    if set.ready_len > 0 {
+        if let Some(table) = STICKY.get(half & 1) {
+            // Always true (a multiply-shift onto the table): kept so the verifier sees it.
+            if (pos as usize) < sticky::TABLE_SIZE {
+                let slot = u32::from(table.slots[pos as usize]);
+                if slot != u32::from(NO_SLOT)
+                    && slot < MAX_SLOTS
+                    && SOCKETS.select_reuseport(ctx, slot).is_ok()
+                {
+                    return Some(slot);
+                }
+            }
+        }
+    }
+    // No ready slot, or its socket just closed: the live ones (ready first) in turn.
+    let len = set.live_len;
+    if len == 0 {
+        return None;
+    }
+    // The flow's table position scaled onto [0, len] by a multiply and a shift (no divide).
+    let first = ((u64::from(pos) * u64::from(len)) >> 16) as u32;
+    let tries = if len < MAX_SELECT_TRIES {
+        len
+    } else {
+        MAX_SELECT_TRIES
+    };
+    let mut i = 0;
+    while i < tries {
+        let mut at = first + i;
+        // first <= len and i < len: subtractions wrap it (first == len only at the table's last
+        // position).
+        if at >= len {
+            at -= len;
+        }
+        if at >= len {
+            at -= len;
+        }
+        let at = at as usize;
+        if at >= SLOTS {
+            break;
+        }
+        let slot = set.slots[at];
+        if slot < MAX_SLOTS && SOCKETS.select_reuseport(ctx, slot).is_ok() {
+            return Some(slot);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The datagram's flow: its source address (IP header) and source port (the UDP header's first
+/// field, where the context's data starts).
+#[inline(always)]
+fn flow_key(ctx: &SkReuseportContext) -> Option<FlowKey> {
+    let (addr, v6) = source_address(ctx)?;
+    let data = ctx.data();
+    if data + 2 > ctx.data_end() {
+        return None;
+    }
+    // SAFETY: the two bytes lie within [data, data_end), checked above (and by the verifier).
+    let port = unsafe { core::ptr::read_unaligned(data as *const u16) };
+    Some(FlowKey {
+        addr,
+        port,
+        v6: u16::from(v6),
+    })
+}
+
+/// Counts the datagram under `route` at `slot` and lets the kernel deliver it there.
+#[inline(always)]
+fn pass(slot: u32, route: usize) -> u32 {
+    count(slot, route);
+    SK_PASS
+}
+
+/// Counts a datagram no slot could take under `route` and drops it.
+#[inline(always)]
+fn dropped(route: usize) -> u32 {
+    count(STATS_NO_SLOT, route);
+    SK_DROP
+}
+
+/// Adds one to `slot`'s counter of `route`.
+#[inline(always)]
+fn count(slot: u32, route: usize) {
+    if route >= route::COUNT {
+        return;
+    }
+    if let Some(stats) = UDP_STATS.get_ptr_mut(slot) {
+        // SAFETY: per-CPU value of this CPU; a BPF program is not preempted on its CPU.
+        unsafe { (*stats).routes[route] += 1 };
+    }
+}

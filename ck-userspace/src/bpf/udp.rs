@@ -1,0 +1,64 @@
+//! A UDP group's own maps: the per-slot datagram counters by route (`udp_stats`, per CPU) and
+//! the flow table (`flows`), read for `ck status`, `ck maps` and `/metrics`.
+use std::collections::BTreeMap;
+
+use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuValues};
+use ck_common::{
+    STATS_NO_SLOT,
+    udp::{Flow, FlowKey, UdpStats},
+};
+
+use super::{BpfError, group::take};
+
+/// The maps only a UDP group's program uses.
+pub struct UdpMaps {
+    stats: PerCpuArray<MapData, UdpStats>,
+    flows: HashMap<MapData, FlowKey, Flow>,
+}
+
+impl UdpMaps {
+    /// Takes the group's `udp_stats` and `flows` out of its loaded object.
+    pub(super) fn take(ebpf: &mut aya::Ebpf) -> Result<UdpMaps, BpfError> {
+        Ok(UdpMaps {
+            stats: take(ebpf, "udp_stats")?,
+            flows: take(ebpf, "flows")?,
+        })
+    }
+
+    /// `slot`'s datagrams by route, summed over CPUs (`STATS_NO_SLOT`: those no slot took).
+    pub fn stats(&self, slot: u32) -> UdpStats {
+        let mut total = UdpStats::default();
+        if slot > STATS_NO_SLOT {
+            return total;
+        }
+        if let Ok(values) = self.stats.get(&slot, 0) {
+            for v in values.iter() {
+                total.add(v);
+            }
+        }
+        total
+    }
+
+    /// Zeroes `slot`'s counters on every CPU (a slot forgotten).
+    pub fn reset(&mut self, slot: u32) {
+        let cpus = aya::util::nr_cpus().unwrap_or(1);
+        if let Ok(zero) = PerCpuValues::try_from(vec![UdpStats::default(); cpus]) {
+            let _ = self.stats.set(slot, zero, 0);
+        }
+    }
+
+    /// Remembered flows per slot (an LRU table: flows whose slot is gone stay until evicted or
+    /// seen again).
+    pub fn flows_per_slot(&self) -> BTreeMap<u32, u64> {
+        let mut per_slot = BTreeMap::new();
+        for (_, flow) in self.flows.iter().flatten() {
+            *per_slot.entry(flow.slot).or_insert(0) += 1;
+        }
+        per_slot
+    }
+
+    /// Every remembered flow (`ck maps`).
+    pub fn flows(&self) -> Vec<(FlowKey, Flow)> {
+        self.flows.iter().flatten().collect()
+    }
+}

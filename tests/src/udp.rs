@@ -1,0 +1,66 @@
+//! UDP clients for UDP groups: flows (one client socket each, so one source port each) that
+//! send a datagram and read who answered (the demo worker answers `slot=S pid=P`).
+use std::{
+    net::{SocketAddr, UdpSocket},
+    time::Duration,
+};
+
+/// How long a flow waits for its answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+/// Client flows to one UDP address: each its own socket on loopback, so its own source port.
+pub struct Flows {
+    target: SocketAddr,
+    sockets: Vec<UdpSocket>,
+}
+
+impl Flows {
+    /// `n` new flows to `target`.
+    pub fn open(target: SocketAddr, n: usize) -> Flows {
+        let sockets = (0..n)
+            .map(|_| {
+                let socket = UdpSocket::bind("127.0.0.1:0").expect("binding a client socket");
+                socket
+                    .set_read_timeout(Some(ANSWER_WAIT))
+                    .expect("setting the read timeout");
+                socket
+            })
+            .collect();
+        Flows { target, sockets }
+    }
+
+    /// Sends one datagram on every flow, then reads each flow's answer: who answered
+    /// (`slot=S pid=P`), or None when nothing came within the wait.
+    pub fn round(&self) -> Vec<Option<String>> {
+        for socket in &self.sockets {
+            socket
+                .send_to(b"ping", self.target)
+                .expect("sending a datagram");
+        }
+        self.sockets
+            .iter()
+            .map(|socket| {
+                let mut buf = [0u8; 256];
+                let n = socket.recv(&mut buf).ok()?;
+                Some(String::from_utf8_lossy(&buf[..n]).trim().to_string())
+            })
+            .collect()
+    }
+}
+
+/// The pid in an answer `slot=S pid=P`.
+pub fn pid_of(answer: &str) -> Option<u32> {
+    answer
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("pid=")?.parse().ok())
+}
+
+/// How many flows `after` answered from another worker than `before` (a flow that went
+/// unanswered in either round counts as moved).
+pub fn moved(before: &[Option<String>], after: &[Option<String>]) -> usize {
+    before
+        .iter()
+        .zip(after)
+        .filter(|(b, a)| b.is_none() || b != a)
+        .count()
+}

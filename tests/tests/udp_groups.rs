@@ -1,0 +1,141 @@
+//! UDP groups (`--listen udp://HOST:PORT`): the program runs for every datagram, and in `flow`
+//! mode a flow (client address and port) keeps its worker while that worker's socket is open.
+//! Counted flows of real client sockets against demo workers that answer each datagram with
+//! their slot and pid: a scale-up moves no flow (plain SO_REUSEPORT moves some), a scale-down
+//! moves only the retired workers' flows, a SIGKILLed worker loses only its own, and new flows
+//! reach every worker. A fleet can listen on TCP and UDP at once (HTTP/3 beside HTTP/1.1).
+
+use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
+
+use ck_tests::{
+    Ck, READY_TIMEOUT, get_new_conn, instance_name, local, probe_base_for,
+    sys::{self, free_port},
+    udp::{Flows, moved, pid_of},
+};
+use nix::sys::signal::Signal;
+
+/// How many flows each round sends.
+const FLOWS: usize = 64;
+
+/// Starts a UDP-only fleet of `workers` on a free port (with `extra` options), waits until they
+/// are ready, and returns it with its address.
+fn udp_fleet(what: &str, workers: usize, extra: &[&str]) -> (Ck, SocketAddr) {
+    let port = free_port();
+    let (listen, base, w) = (
+        format!("udp://127.0.0.1:{port}"),
+        probe_base_for(port).to_string(),
+        workers.to_string(),
+    );
+    let mut args = vec!["--listen", &listen, "--probe-port-base", &base, "-w", &w];
+    args.extend_from_slice(extra);
+    let mut ck = Ck::start(&instance_name(what, port), &args);
+    ck.wait_ready(workers, READY_TIMEOUT);
+    (ck, local(port))
+}
+
+/// Every flow answered; the distinct workers that answered.
+fn answered_by(answers: &[Option<String>]) -> BTreeSet<u32> {
+    assert!(
+        answers.iter().all(Option::is_some),
+        "unanswered flows: {answers:?}"
+    );
+    answers.iter().flatten().filter_map(|a| pid_of(a)).collect()
+}
+
+/// Waits until the fleet has exactly `n` slots, all ready.
+fn wait_exactly(ck: &mut Ck, n: usize) {
+    ck.wait_status(&format!("exactly {n} ready slots"), READY_TIMEOUT, |s| {
+        s.slots.len() == n && s.ready_count() == n
+    });
+}
+
+#[test]
+fn a_flow_keeps_its_worker_while_the_fleet_grows_and_shrinks() {
+    let (mut ck, addr) = udp_fleet("udp-scale", 3, &[]);
+    let flows = Flows::open(addr, FLOWS);
+    let before = flows.round();
+    assert_eq!(answered_by(&before).len(), 3, "{before:?}");
+
+    ck.ctl_ok(&["scale", "5"]);
+    wait_exactly(&mut ck, 5);
+    let grown = flows.round();
+    assert_eq!(moved(&before, &grown), 0, "{before:?}\n{grown:?}");
+    let fresh = Flows::open(addr, FLOWS).round();
+    assert_eq!(
+        answered_by(&fresh).len(),
+        5,
+        "new flows reach every worker, the new ones too: {fresh:?}"
+    );
+
+    ck.ctl_ok(&["scale", "3"]);
+    wait_exactly(&mut ck, 3);
+    let alive = ck.status().worker_pids();
+    let shrunk = flows.round();
+    answered_by(&shrunk);
+    for (was, now) in grown.iter().zip(&shrunk) {
+        let was_pid = was.as_deref().and_then(pid_of).expect("answered");
+        if alive.contains(&was_pid) {
+            assert_eq!(was, now, "a flow of a worker that stayed moved");
+        }
+    }
+}
+
+#[test]
+fn plain_reuseport_moves_flows_when_the_group_grows() {
+    // The baseline the test above holds ck to: without the program the kernel hashes each
+    // datagram over the group's sockets, and a socket more changes where flows go.
+    let (mut ck, addr) = udp_fleet("udp-plain", 3, &["--no-bpf"]);
+    let flows = Flows::open(addr, FLOWS);
+    let before = flows.round();
+    answered_by(&before);
+    ck.ctl_ok(&["scale", "5"]);
+    wait_exactly(&mut ck, 5);
+    let grown = flows.round();
+    assert!(
+        moved(&before, &grown) > 0,
+        "plain SO_REUSEPORT kept every flow: {before:?}\n{grown:?}"
+    );
+}
+
+#[test]
+fn a_killed_worker_loses_only_its_own_flows() {
+    let (mut ck, addr) = udp_fleet("udp-kill", 4, &[]);
+    let flows = Flows::open(addr, FLOWS);
+    let before = flows.round();
+    assert_eq!(answered_by(&before).len(), 4, "{before:?}");
+    let victim = ck.status().worker_pid(1);
+    sys::signal(victim, Signal::SIGKILL);
+    ck.wait_status("slot 1 replaced", READY_TIMEOUT, |s| {
+        s.ready_count() == 4 && !s.worker_pids().contains(&victim)
+    });
+    let after = flows.round();
+    answered_by(&after);
+    for (was, now) in before.iter().zip(&after) {
+        if was.as_deref().and_then(pid_of) != Some(victim) {
+            assert_eq!(was, now, "a flow of a worker that lived moved");
+        }
+    }
+    let fresh = Flows::open(addr, FLOWS).round();
+    assert_eq!(answered_by(&fresh).len(), 4, "{fresh:?}");
+}
+
+#[test]
+fn a_fleet_serves_tcp_and_udp_on_one_port() {
+    let port = free_port();
+    let listen = format!("udp://127.0.0.1:{port}");
+    let mut ck = ck_tests::start_on("udp-mixed", port, &["-w", "2", "--listen", &listen], &[]);
+    let status = ck.wait_ready(2, READY_TIMEOUT);
+    assert_eq!(status.groups.len(), 2, "{status:#?}");
+    assert!(
+        status.steering.iter().all(|g| g.attached == Some(true)),
+        "both groups' programs steer (the UDP one checked by its canary): {status:#?}"
+    );
+    let answer = get_new_conn(local(port)).expect("an HTTP answer over TCP");
+    assert!(status.worker_pids().contains(&answer.pid), "{answer:?}");
+    let udp = Flows::open(local(port), FLOWS).round();
+    assert_eq!(answered_by(&udp), status.worker_pids(), "{udp:?}");
+    // The fleet stops cleanly: every worker's UDP socket quiet, then gone.
+    ck.sigterm();
+    let code = ck.wait_exit(Duration::from_secs(15));
+    assert_eq!(code.code(), Some(0), "{}", ck.log());
+}
