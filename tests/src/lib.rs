@@ -14,6 +14,7 @@
 
 pub mod adopted;
 pub mod app;
+pub mod bpf_stats;
 pub mod churn;
 pub mod ck;
 pub mod cpu;

@@ -4,11 +4,16 @@
 //! their slot and pid: a scale-up moves no flow (plain SO_REUSEPORT moves some), a scale-down
 //! moves only the retired workers' flows, a SIGKILLed worker loses only its own, and new flows
 //! reach every worker. A fleet can listen on TCP and UDP at once (HTTP/3 beside HTTP/1.1).
+//! Every datagram the program sees is counted under exactly one route: the kernel's count of
+//! the program's runs equals the sum of the route counters (loopback without UDP GRO, which
+//! would show the program one datagram per train).
 
 use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
 
 use ck_tests::{
-    Ck, READY_TIMEOUT, get_new_conn, instance_name, local, probe_base_for,
+    Ck, READY_TIMEOUT,
+    bpf_stats::{self, StatsOn},
+    get_new_conn, instance_name, local, probe_base_for,
     sys::{self, free_port},
     udp::{Flows, moved, pid_of},
 };
@@ -138,4 +143,36 @@ fn a_fleet_serves_tcp_and_udp_on_one_port() {
     ck.sigterm();
     let code = ck.wait_exit(Duration::from_secs(15));
     assert_eq!(code.code(), Some(0), "{}", ck.log());
+}
+
+#[test]
+fn every_datagram_is_counted_under_one_route() {
+    // The kernel counts the program's runs only while statistics are on: from before it loads.
+    let _stats = StatsOn::enable().expect("BPF statistics on (root)");
+    let (ck, addr) = udp_fleet("udp-count", 2, &[]);
+    let flows = Flows::open(addr, 32);
+    for _ in 0..5 {
+        answered_by(&flows.round());
+    }
+    let program = bpf_stats::program_using(ck.name(), "ck_select_udp", "udp_stats")
+        .expect("the group's program");
+    // The canary runs the program once a second: read until no run came between the reads.
+    let (runs, udp) = loop {
+        let before = bpf_stats::read(program).expect("run count").runs;
+        let status = ck.status();
+        if bpf_stats::read(program).expect("run count").runs == before {
+            break (before, status.udp[0].clone());
+        }
+    };
+    let counted: u64 = udp.routes.values().sum();
+    assert_eq!(runs, counted, "{udp:#?}");
+    assert_eq!(udp.routes["new"], 32, "{udp:#?}");
+    assert_eq!(udp.routes["flow"], 4 * 32, "{udp:#?}");
+    assert_eq!(udp.flows, 32, "{udp:#?}");
+    assert_eq!(
+        udp.slots.iter().map(|s| s.flows).sum::<u64>(),
+        32,
+        "{udp:#?}"
+    );
+    assert!(udp.routes["probe"] >= 1, "the canary: {udp:#?}");
 }

@@ -496,6 +496,9 @@ impl BpfGroup {
     /// Zeroes a slot's counters (a slot index used again starts from zero).
     pub fn reset_stats(&mut self, slot: u32) {
         stats::reset(&mut self.stats, slot);
+        if let Some(udp) = &mut self.udp {
+            udp.reset(slot);
+        }
     }
 
     /// A slot's counters summed over CPUs.

@@ -166,7 +166,39 @@ pub fn render(report: &StatusReport) -> String {
             s.status.as_deref().unwrap_or(""),
         );
     }
+    for udp in &report.udp {
+        let _ = writeln!(
+            out,
+            "{} ({} mode): {} flow(s) remembered, {} datagram(s) dropped; by route: {}",
+            udp.group,
+            udp.mode,
+            udp.flows,
+            udp.dropped,
+            routes_text(&udp.routes)
+        );
+        for s in &udp.slots {
+            let _ = writeln!(
+                out,
+                "  slot {:>3}: {:>9} datagram(s), {:>6} flow(s)",
+                s.slot, s.datagrams, s.flows
+            );
+        }
+    }
     out
+}
+
+/// `flow 10, new 3` (routes with a count only).
+fn routes_text(routes: &std::collections::BTreeMap<String, u64>) -> String {
+    let text: Vec<String> = routes
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(route, n)| format!("{route} {n}"))
+        .collect();
+    if text.is_empty() {
+        "none yet".into()
+    } else {
+        text.join(", ")
+    }
 }
 
 #[cfg(test)]

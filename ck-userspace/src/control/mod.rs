@@ -171,6 +171,40 @@ pub struct StatusReport {
     /// ready slot and every worker's slot is drained.
     #[serde(default)]
     pub host_drained: bool,
+    /// Each UDP group's datagrams by route and remembered flows, read from its maps.
+    #[serde(default)]
+    pub udp: Vec<UdpGroupReport>,
+}
+
+/// One UDP group in [`StatusReport`]: what its program did with the datagrams it saw.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct UdpGroupReport {
+    /// The group (`udp4-443`).
+    pub group: String,
+    /// `--udp-mode`: `flow` or `stateless`.
+    pub mode: String,
+    /// Datagrams by route (`probe`, `flow`, `new`, `stale`, `stateless`, `malformed`), every
+    /// slot and the dropped ones summed: every datagram the program saw counts under one.
+    pub routes: std::collections::BTreeMap<String, u64>,
+    /// Datagrams no slot could take (dropped).
+    pub dropped: u64,
+    /// Flows in the flow table (`flow` mode; its least recently seen make room when full).
+    pub flows: u64,
+    /// Per slot in use: datagrams it was sent and flows it holds.
+    pub slots: Vec<UdpSlotReport>,
+}
+
+/// One slot of a [`UdpGroupReport`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct UdpSlotReport {
+    /// Slot index.
+    pub slot: u32,
+    /// Datagrams the program sent it, every route summed.
+    pub datagrams: u64,
+    /// Of those, by route.
+    pub routes: std::collections::BTreeMap<String, u64>,
+    /// Flows the flow table gives it.
+    pub flows: u64,
 }
 
 /// The quiet wait of a stop in [`StatusReport`]: ck reports not ready and waits until the

@@ -1,6 +1,6 @@
 //! The `bpf-cost` table (also the first table of `overhead`): what ck's `ck_select` program
 //! costs per selection, from the kernel's own accounting (`run_time_ns / run_cnt`, see
-//! [`super::bpf_stats`]), for each policy and for 2, 16 and 64 workers. Wall-clock rates on a
+//! [`ck_tests::bpf_stats`]), for each policy and for 2, 16 and 64 workers. Wall-clock rates on a
 //! shared machine swing by 10 % between runs; the kernel's figure for the program alone does
 //! not depend on the load client or the workers.
 //!
@@ -17,10 +17,10 @@ use anyhow::{Result, bail};
 use ck_tests::load::{self, LoadSpec, Mode};
 
 use super::Bench;
-use super::bpf_stats::{self, StatsOn};
 use super::instance::{Instance, Variant};
 use super::plot::bars::{self, Bars, Group};
 use super::table::{Cell, Goal, Table, median};
+use ck_tests::bpf_stats::{self, StatsOn};
 
 /// The policies, in table order.
 const POLICIES: [&str; 5] = ["round-robin", "hash", "least-queue", "sticky", "least-conn"];

@@ -1,7 +1,7 @@
 //! The `conn-count` table: what counting open connections in the kernel (`ck_conns`, a
 //! `tp_btf/inet_sock_set_state` program) costs, beside the selection program every connection
 //! already pays for (`ck_select`), both from the kernel's own accounting in the same rounds (see
-//! [`super::bpf_stats`]); and how exact the counts are: held connections counted in
+//! [`ck_tests::bpf_stats`]); and how exact the counts are: held connections counted in
 //! `ck status`, and none left once they close, after every round (no drift).
 //!
 //! One instance, 2 workers, round-robin; in each of [`ROUNDS`] rounds [`CONNECTIONS`] new
@@ -16,9 +16,9 @@ use ck_tests::http::hold;
 use ck_tests::load::{self, LoadSpec, Mode};
 
 use super::Bench;
-use super::bpf_stats::{self, StatsOn};
 use super::instance::{Instance, Variant};
 use super::table::{Cell, Goal, Table, median};
+use ck_tests::bpf_stats::{self, StatsOn};
 
 /// New connections per round.
 const CONNECTIONS: u64 = 3_000;

@@ -15,7 +15,6 @@
 
 mod bare;
 mod bpf_cost;
-mod bpf_stats;
 mod chaos;
 mod conn_count;
 mod cork;

@@ -254,7 +254,7 @@ impl Supervisor {
         }
         if let Some(why) = self
             .groups
-            .iter()
+            .tcp()
             .find_map(|g| g.bpf.as_ref()?.conn_count_fallback())
         {
             tracing::warn!(

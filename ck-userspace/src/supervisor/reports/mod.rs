@@ -4,6 +4,7 @@
 pub(super) mod scrape;
 pub(super) mod status;
 pub(super) mod systemd;
+pub(super) mod udp;
 
 use std::time::Instant;
 

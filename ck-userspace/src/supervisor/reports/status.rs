@@ -153,6 +153,7 @@ impl Supervisor {
     /// The report `ck status` prints.
     pub(in crate::supervisor) fn status(&self) -> StatusReport {
         let (connections, connection_count) = self.open_connections();
+        let indices: Vec<u32> = self.table.slots.keys().copied().collect();
         let slots = self
             .table
             .slots
@@ -258,6 +259,7 @@ impl Supervisor {
             connection_count,
             quiet_wait: self.quiet_report(),
             host_drained: self.host_drained(),
+            udp: super::udp::reports(&self.groups, &indices, self.cfg.udp_mode.name()),
         }
     }
 }

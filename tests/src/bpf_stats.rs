@@ -65,7 +65,7 @@ pub fn program_of(name: &str) -> Result<u32> {
 /// The id of the loaded program `program` of instance `name`'s first group: the one that uses
 /// the instance's pinned map `map`.
 pub fn program_using(name: &str, program_name: &str, map: &str) -> Result<u32> {
-    let config = first_group(&ck_tests::ck::pins_dir(name))?.join(map);
+    let config = first_group(&crate::ck::pins_dir(name))?.join(map);
     let map = MapInfo::from_pin(&config)
         .with_context(|| format!("reading the pinned map {}", config.display()))?
         .id();
