@@ -13,7 +13,9 @@ use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
 use ck_tests::{
     Ck, READY_TIMEOUT,
     bpf_stats::{self, StatsOn},
-    get_new_conn, instance_name, local, probe_base_for,
+    get_new_conn,
+    http::metrics_text,
+    instance_name, local, probe_base_for,
     sys::{self, free_port},
     udp::{Flows, moved, pid_of},
 };
@@ -149,7 +151,7 @@ fn a_fleet_serves_tcp_and_udp_on_one_port() {
 fn every_datagram_is_counted_under_one_route() {
     // The kernel counts the program's runs only while statistics are on: from before it loads.
     let _stats = StatsOn::enable().expect("BPF statistics on (root)");
-    let (ck, addr) = udp_fleet("udp-count", 2, &[]);
+    let (ck, addr) = udp_fleet("udp-count", 2, &["--metrics", "127.0.0.1:0"]);
     let flows = Flows::open(addr, 32);
     for _ in 0..5 {
         answered_by(&flows.round());
@@ -175,4 +177,27 @@ fn every_datagram_is_counted_under_one_route() {
         "{udp:#?}"
     );
     assert!(udp.routes["probe"] >= 1, "the canary: {udp:#?}");
+
+    // `/metrics` says the same, per slot and route.
+    let status = ck.status();
+    let text = metrics_text(status.metrics.as_deref().expect("a metrics address"));
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("an OpenMetrics text");
+    let sum = |name: &str, route: Option<&str>| -> f64 {
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == name)
+            .filter(|s| route.is_none_or(|r| s.labels.get("route") == Some(r)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => 0.0,
+            })
+            .sum()
+    };
+    assert_eq!(sum("ck_udp_datagrams_total", Some("flow")), 128.0, "{text}");
+    assert_eq!(sum("ck_udp_datagrams_total", Some("new")), 32.0, "{text}");
+    assert_eq!(sum("ck_udp_flows", None), 32.0, "{text}");
 }

@@ -93,6 +93,18 @@ const SINCE_LAST: Family = gauge(
      counters' last change; since ck first read them if none came since)",
     None,
 );
+const UDP_DATAGRAMS: Family = counter(
+    "ck_udp_datagrams",
+    "Datagrams a UDP group's BPF program routed, by slot and route (probe, flow, new, stale, \
+     stateless, malformed; slot \"none\": dropped, no slot could take them)",
+    None,
+);
+const UDP_FLOWS: Family = gauge(
+    "ck_udp_flows",
+    "Flows in a UDP group's flow table (the least recently seen make room when it is full)",
+    None,
+);
+const UDP_FLOWS_MAX: Family = gauge("ck_udp_flows_max", "Size of a UDP group's flow table", None);
 const QUEUE: Family = gauge(
     "ck_accept_queue_depth",
     "Connections waiting in the slot's accept queue",
@@ -261,7 +273,50 @@ impl Exposition {
                 Some((labels, g.since_last_connection?))
             }),
         )?;
-        QUEUE.encode(encoder, self.per_group_slot(|s| s.queue_depth))
+        QUEUE.encode(encoder, self.per_group_slot(|s| s.queue_depth))?;
+        self.encode_udp(encoder)
+    }
+
+    fn encode_udp(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let udp = &self.scrape.udp;
+        if udp.is_empty() {
+            return Ok(());
+        }
+        let per_route = |group: &str, slot: String, routes: &BTreeMap<String, u64>| {
+            let group = group.to_string();
+            routes
+                .iter()
+                .map(move |(route, n)| {
+                    let labels = vec![
+                        ("group", group.clone()),
+                        ("slot", slot.clone()),
+                        ("route", route.clone()),
+                    ];
+                    (labels, *n)
+                })
+                .collect::<Vec<_>>()
+        };
+        let datagrams = udp.iter().flat_map(|g| {
+            let slots = g
+                .slots
+                .iter()
+                .flat_map(|s| per_route(&g.group, s.slot.to_string(), &s.routes));
+            let dropped = g.routes.keys().map(|route| {
+                let n = g.routes[route] - g.slots.iter().map(|s| s.routes[route]).sum::<u64>();
+                let labels = vec![
+                    ("group", g.group.clone()),
+                    ("slot", "none".to_string()),
+                    ("route", route.clone()),
+                ];
+                (labels, n)
+            });
+            slots.chain(dropped).collect::<Vec<_>>()
+        });
+        UDP_DATAGRAMS.encode(encoder, datagrams)?;
+        let group = |g: &crate::control::UdpGroupReport| vec![("group", g.group.clone())];
+        UDP_FLOWS.encode(encoder, udp.iter().map(|g| (group(g), g.flows)))?;
+        let max = u64::from(ck_common::udp::MAX_FLOWS);
+        UDP_FLOWS_MAX.encode(encoder, udp.iter().map(|g| (group(g), max)))
     }
 
     fn encode_workers(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {

@@ -45,6 +45,8 @@ pub struct Scrape {
     /// Open connections per slot counted by the kernel (None: it does not count them here, and
     /// the sock_diag scan of [`connections`] does).
     pub connections: Option<BTreeMap<u32, u64>>,
+    /// Each UDP group's datagrams by slot and route and its flow table (as `ck status` shows).
+    pub udp: Vec<crate::control::UdpGroupReport>,
 }
 
 /// One group in a [`Scrape`].

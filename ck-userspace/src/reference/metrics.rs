@@ -1,10 +1,11 @@
 //! `metrics.md`: every metric family `/metrics` serves, read back from the real encoder
 //! ([`Exposition::encode`]) over a specimen scrape in which every optional part is present
-//! (one group, one slot, a cgroup, ck's own process): names, types, units, help and labels come
+//! (one TCP group, one UDP group, one slot, a cgroup, ck's own process): names, types, units, help and labels come
 //! from what prometheus-client writes, so a family added to the collector appears here.
 use std::{collections::BTreeSet, fmt::Write as _};
 
 use super::{GENERATED, cell};
+use crate::control::{UdpGroupReport, UdpSlotReport};
 use crate::metrics::{
     GroupScrape, GroupSlot, Scrape, SlotScrape, families::Exposition, process::ProcessStats,
 };
@@ -46,6 +47,17 @@ fn specimen() -> Exposition {
             ready: true,
             memory_bytes: Some(1),
             cpu_usec: Some(1),
+            ..Default::default()
+        }],
+        udp: vec![UdpGroupReport {
+            group: "udp4-443".into(),
+            mode: "flow".into(),
+            routes: [("flow".to_string(), 1)].into(),
+            slots: vec![UdpSlotReport {
+                slot: 0,
+                routes: [("flow".to_string(), 1)].into(),
+                ..Default::default()
+            }],
             ..Default::default()
         }],
         ..Default::default()

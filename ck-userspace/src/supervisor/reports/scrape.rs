@@ -82,6 +82,11 @@ impl Supervisor {
             upgrades: u64::from(self.continuity.upgrades),
             ports: self.groups.iter().map(|g| g.addr.addr.port()).collect(),
             connections: self.kernel_connections().ok(),
+            udp: super::udp::reports(
+                &self.groups,
+                &self.table.slots.keys().copied().collect::<Vec<_>>(),
+                self.cfg.udp_mode.name(),
+            ),
         }
     }
 
