@@ -302,3 +302,62 @@ fn unknown_worker_output_mode() {
     assert!(!lock_file(&name).exists(), "lock file left");
     assert!(port_bindable(port), "port {port} left bound");
 }
+
+#[test]
+fn adopt_with_a_udp_group() {
+    let udp = format!("udp://127.0.0.1:{}", free_port());
+    refused(
+        "bad-udpadopt",
+        &["--adopt", "--listen", &udp],
+        "UDP sockets never listen",
+    );
+}
+
+#[test]
+fn probes_on_a_fleet_of_udp_groups_only() {
+    let port = free_port();
+    let name = instance_name("bad-udpprobe", port);
+    let udp = format!("udp://127.0.0.1:{port}");
+    let both = ["--ready", "probe", "--probe", "http:/healthz"];
+    for probe in [&["--probe", "http:/healthz"][..], &both] {
+        let mut args = vec!["run", "--name", &name, "--listen", &udp];
+        args.extend_from_slice(probe);
+        let out = ck_output(&args);
+        assert_refused(
+            &out,
+            "this fleet has only UDP groups: add a TCP group",
+            &name,
+        );
+    }
+}
+
+#[test]
+fn a_udp_address_without_a_port() {
+    let port = free_port();
+    let name = instance_name("bad-udpport", port);
+    let out = run(&name, port, &["--listen", "udp://127.0.0.1:0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("expected tcp://HOST:PORT or udp://HOST:PORT"),
+        "{err}"
+    );
+    assert!(!pins_dir(&name).exists() && !control_socket(&name).exists());
+    assert!(port_bindable(port), "port {port} left bound");
+}
+
+#[test]
+fn unknown_udp_mode() {
+    let port = free_port();
+    let name = instance_name("bad-udpmode", port);
+    let out = run(&name, port, &["--udp-mode", "tcp"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("invalid value 'tcp' for '--udp-mode <UDP_MODE>'")
+            && err.contains("[possible values: flow, stateless]"),
+        "{err}"
+    );
+    assert!(!pins_dir(&name).exists() && !control_socket(&name).exists());
+    assert!(port_bindable(port), "port {port} left bound");
+}

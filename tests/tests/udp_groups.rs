@@ -200,4 +200,73 @@ fn every_datagram_is_counted_under_one_route() {
     assert_eq!(sum("ck_udp_datagrams_total", Some("flow")), 128.0, "{text}");
     assert_eq!(sum("ck_udp_datagrams_total", Some("new")), 32.0, "{text}");
     assert_eq!(sum("ck_udp_flows", None), 32.0, "{text}");
+
+    // `ck maps` decodes the flow table and the route counters from the pins.
+    let maps = ck.ctl_ok(&["maps", "--json"]);
+    let maps: serde_json::Value = serde_json::from_str(&maps).expect("ck maps --json");
+    let udp = &maps["groups"][0]["udp"];
+    assert_eq!(udp["flows"], 32, "{udp:#}");
+    assert_eq!(udp["mode"], "flow", "{udp:#}");
+    let clients: BTreeSet<&str> = udp["flows_listed"]
+        .as_array()
+        .expect("flows")
+        .iter()
+        .filter_map(|f| f["client"].as_str())
+        .collect();
+    assert_eq!(clients.len(), 32, "{udp:#}");
+    let text = ck.ctl_ok(&["maps"]);
+    assert!(text.contains("flows:    32 remembered"), "{text}");
+}
+
+#[test]
+fn a_roll_flips_new_flows_and_leaves_old_flows_with_their_worker_until_it_exits() {
+    let (mut ck, addr) = udp_fleet("udp-roll", 2, &["--drain-timeout", "3s"]);
+    let old = ck.status().worker_pids();
+    let held = Flows::open(addr, 16);
+    let first = held.round();
+    assert_eq!(answered_by(&first), old, "{first:?}");
+    // The held flows keep sending while the roll runs (`ck reload` returns once every old
+    // worker has been told to stop): their workers never go quiet.
+    let name = ck.name().to_string();
+    let reload = std::thread::spawn(move || ck_tests::ck::ck_output(&["reload", "--name", &name]));
+    while !reload.is_finished() {
+        assert_eq!(held.round(), first, "a held flow moved during the roll");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = reload.join().expect("the reload thread");
+    assert!(out.status.success(), "{out:?}");
+    // Told to stop, the old workers still have their flows...
+    assert_eq!(
+        held.round(),
+        first,
+        "a held flow left a worker that is still running"
+    );
+    // ... while new flows go to the new generation only.
+    let fresh = Flows::open(addr, 16).round();
+    let new = answered_by(&fresh);
+    assert!(
+        new.is_disjoint(&old),
+        "new flows reached the old workers: {fresh:?}"
+    );
+    // Once the old workers are gone (SIGKILL at --drain-timeout: the held flows kept them
+    // busy), their flows go to the new ones.
+    ck.wait_status("the old workers gone", READY_TIMEOUT, |s| {
+        s.worker_pids().is_disjoint(&old) && s.slots.len() == 2
+    });
+    let moved_on = held.round();
+    assert!(answered_by(&moved_on).is_disjoint(&old), "{moved_on:?}");
+}
+
+#[test]
+fn stateless_mode_answers_every_datagram_and_remembers_no_flow() {
+    let (ck, addr) = udp_fleet("udp-stateless", 3, &["--udp-mode", "stateless"]);
+    let flows = Flows::open(addr, FLOWS);
+    for _ in 0..3 {
+        assert_eq!(answered_by(&flows.round()).len(), 3);
+    }
+    let udp = ck.status().udp[0].clone();
+    assert_eq!(udp.mode, "stateless", "{udp:#?}");
+    assert_eq!(udp.flows, 0, "{udp:#?}");
+    assert_eq!(udp.routes["stateless"], 3 * FLOWS as u64, "{udp:#?}");
+    assert_eq!(udp.routes["flow"] + udp.routes["new"], 0, "{udp:#?}");
 }

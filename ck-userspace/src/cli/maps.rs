@@ -155,4 +155,53 @@ fn render_group(out: &mut String, g: &GroupMaps) {
         g.moved
     );
     let _ = writeln!(out, "conn_tags: {}", g.conn_tags);
+    if let Some(udp) = &g.udp {
+        render_udp(out, udp);
+    }
+}
+
+/// A UDP group's `udp_stats` and `flows`.
+fn render_udp(out: &mut String, udp: &dump::UdpEntry) {
+    let words = |routes: &[(String, u64)]| {
+        let counted: Vec<String> = routes
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(route, n)| format!("{route}={n}"))
+            .collect();
+        if counted.is_empty() {
+            "none".to_string()
+        } else {
+            counted.join(" ")
+        }
+    };
+    let _ = writeln!(
+        out,
+        "udp_stats: datagrams by route, summed over CPUs ({} mode)",
+        udp.mode
+    );
+    for r in &udp.routes {
+        let _ = writeln!(out, "  slot {:>3}: {}", r.slot, words(&r.routes));
+    }
+    let _ = writeln!(
+        out,
+        "  no slot (index {}): {}",
+        ck_common::STATS_NO_SLOT,
+        words(&udp.no_slot)
+    );
+    let _ = writeln!(out, "flows:    {} remembered (client -> slot)", udp.flows);
+    const SHOWN: usize = 20;
+    for f in udp.flows_listed.iter().take(SHOWN) {
+        let _ = writeln!(
+            out,
+            "  {} -> slot {} (generation {})",
+            f.client, f.slot, f.generation
+        );
+    }
+    if udp.flows > SHOWN {
+        let _ = writeln!(
+            out,
+            "  ... and {} more (--json lists up to 4096)",
+            udp.flows - SHOWN
+        );
+    }
 }

@@ -15,11 +15,13 @@ use ck_common::SlotState;
 use crate::settings::run_config::Policy;
 
 mod report;
+mod udp;
 
 pub use report::{
     ActiveEntry, ActiveHalf, ConfigEntry, ConnsEntry, Counters, GroupMaps, InstanceMaps, MapMeta,
     SlotEntry, SlotShare, StatsEntry, StickyEntry,
 };
+pub use udp::{FlowEntry, RoutesEntry, UdpEntry};
 
 /// Why the maps could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -224,7 +226,9 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
 
     let (path, sticky_map): (_, Array<MapData, StickyTable>) =
         reader.typed("sticky", "array of StickyTable")?;
-    let used = config.policy == policy::STICKY;
+    // A UDP group's new flows take the table whatever the policy.
+    let udp_group = group.starts_with("udp");
+    let used = config.policy == policy::STICKY || udp_group;
     let shares = |index: u32| -> Result<Vec<SlotShare>, DumpError> {
         if !used {
             return Ok(Vec::new());
@@ -261,6 +265,11 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
     let (_, moved_map): (_, HashMap<MapData, u64, MovedConn>) =
         reader.typed("moved", "LRU hash of u64 to MovedConn")?;
     let moved = moved_map.keys().filter(Result::is_ok).count();
+
+    let udp = match udp_group {
+        true => Some(udp::read(&mut reader, config.udp_mode)?),
+        false => None,
+    };
 
     // Maps this ck pins but does not decode (`sockets`, `conn_tags`): described only.
     for map in PINNED_MAPS {
@@ -306,6 +315,7 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
         conns,
         listeners,
         moved,
+        udp,
         conn_tags: "socket storage (BPF_F_CLONE): one {slot, counted} value on each tagged \
                     listener and on each connection it created; read through the socket only"
             .to_string(),

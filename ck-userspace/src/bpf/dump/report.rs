@@ -50,6 +50,9 @@ pub struct GroupMaps {
     /// `conn_tags`: what userspace can read of it.
     #[serde(default)]
     pub conn_tags: String,
+    /// A UDP group's `udp_stats` and `flows` (None: a TCP group).
+    #[serde(default)]
+    pub udp: Option<super::UdpEntry>,
 }
 
 /// The `sticky` map (the `sticky` policy's Maglev table, 65537 positions per half),
