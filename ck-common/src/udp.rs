@@ -10,6 +10,13 @@
 /// flows cost about 3 MiB of kernel memory per UDP group; TCP groups get a table of one entry.
 pub const MAX_FLOWS: u32 = 65_536;
 
+/// Entries of the `pending` table (QUIC handshakes in flight, by the client's original
+/// destination connection ID; an LRU hash).
+pub const MAX_PENDING: u32 = 16_384;
+
+/// The longest QUIC connection ID (RFC 9000, 17.2).
+pub const MAX_CID_LEN: usize = 20;
+
 /// How a UDP group routes, as stored in [`super::Config::udp_mode`].
 pub mod udp_mode {
     /// Client address and port -> slot in the `flows` table; new flows by the consistent table.
@@ -18,6 +25,52 @@ pub mod udp_mode {
     /// No table: every datagram by the consistent table over the ready slots (request/response
     /// protocols: DNS, syslog, statsd).
     pub const STATELESS: u32 = 1;
+    /// QUIC: packets whose destination connection ID carries a worker's cookie (see
+    /// [`super::cookie`]) go to that worker whatever the client's address (migration, NAT
+    /// rebinding); a handshake's Initial and 0-RTT packets by their original destination
+    /// connection ID (`pending`); new handshakes by the consistent table.
+    pub const QUIC: u32 = 2;
+}
+
+/// The cookie a worker puts in the connection IDs it chooses (`quic` mode), in the layout of
+/// QUIC-LB's plaintext server ID encoding (draft-ietf-quic-load-balancers): the first octet's top
+/// three bits are the configuration (`CONFIG`), its low five bits are free for the server (QUIC-LB
+/// puts the connection ID's length there); then the server ID, two octets: the slot, and the
+/// low eight bits of the slot's worker generation (`slots` map), so that a reused slot's old
+/// connection IDs are stale; then the server's own bytes (at least [`cookie::MIN_NONCE`]).
+pub mod cookie {
+    /// The configuration bits ck's cookies carry (QUIC-LB's config rotation: 0; 0b111 means
+    /// unroutable).
+    pub const CONFIG: u8 = 0;
+    /// Octets of the server ID (`CK_QUIC_SERVER_ID`): slot, generation.
+    pub const SERVER_ID_LEN: usize = 2;
+    /// The fewest bytes a worker adds after the server ID (QUIC-LB: at least 4 for plaintext).
+    pub const MIN_NONCE: usize = 4;
+    /// The shortest connection ID that carries a cookie.
+    pub const MIN_CID_LEN: usize = 1 + SERVER_ID_LEN + MIN_NONCE;
+
+    /// The server ID of `slot`'s worker of generation `generation`.
+    pub const fn server_id(slot: u32, generation: u32) -> [u8; SERVER_ID_LEN] {
+        [slot as u8, generation as u8]
+    }
+
+    /// The slot and generation octet a connection ID's first three octets carry, if their
+    /// configuration bits are ck's.
+    #[inline(always)]
+    pub fn read(first: u8, slot: u8, generation: u8) -> Option<(u32, u8)> {
+        (first >> 5 == CONFIG).then_some((u32::from(slot), generation))
+    }
+}
+
+/// A QUIC handshake's key in the `pending` table: the original destination connection ID the
+/// client chose (its bytes after `len` are zero).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PendingKey {
+    /// Its length in bytes (at most [`MAX_CID_LEN`]).
+    pub len: u32,
+    /// Its bytes.
+    pub cid: [u8; MAX_CID_LEN],
 }
 
 /// The routes a datagram can take, as indices of [`UdpStats::routes`]. Every datagram the
@@ -25,20 +78,36 @@ pub mod udp_mode {
 pub mod route {
     /// A probe or the steering canary, steered by its source port.
     pub const PROBE: usize = 0;
+    /// `quic` mode: by the cookie in the destination connection ID, to its slot.
+    pub const COOKIE: usize = 1;
+    /// `quic` mode: a handshake's Initial or 0-RTT packet, by its original destination
+    /// connection ID, to the slot its first packet went to.
+    pub const PENDING: usize = 2;
     /// A known flow, to its slot.
-    pub const FLOW: usize = 1;
-    /// A new flow, by the consistent table (and remembered, in `flow` mode).
-    pub const NEW: usize = 2;
-    /// A known flow whose slot is gone (its socket closed, or the slot reused): routed as new.
-    pub const STALE: usize = 3;
+    pub const FLOW: usize = 3;
+    /// A new flow (or QUIC handshake), by the consistent table (and remembered, in `flow` and
+    /// `quic` mode).
+    pub const NEW: usize = 4;
+    /// A known flow, cookie or handshake whose slot is gone (its socket closed, or the slot
+    /// reused): routed as new.
+    pub const STALE: usize = 5;
     /// `stateless` mode: by the consistent table, not remembered.
-    pub const STATELESS: usize = 4;
-    /// Its addresses could not be read: dropped.
-    pub const MALFORMED: usize = 5;
+    pub const STATELESS: usize = 6;
+    /// Its addresses, or in `quic` mode its QUIC header, could not be read: dropped.
+    pub const MALFORMED: usize = 7;
     /// How many routes there are.
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 8;
     /// Each route's name (`ck maps`, `/metrics`), by index.
-    pub const NAMES: [&str; COUNT] = ["probe", "flow", "new", "stale", "stateless", "malformed"];
+    pub const NAMES: [&str; COUNT] = [
+        "probe",
+        "cookie",
+        "pending",
+        "flow",
+        "new",
+        "stale",
+        "stateless",
+        "malformed",
+    ];
 }
 
 /// A flow's key in the `flows` table: the client's address (IPv4 in the first 4 bytes, zeros
@@ -97,4 +166,6 @@ mod pod {
     unsafe impl aya::Pod for super::Flow {}
     // SAFETY: `#[repr(C)]`, `Copy`, an array of u64.
     unsafe impl aya::Pod for super::UdpStats {}
+    // SAFETY: `#[repr(C)]`, `Copy`, a u32 then 20 bytes: 24 bytes, no padding.
+    unsafe impl aya::Pod for super::PendingKey {}
 }

@@ -10,6 +10,7 @@
 mod adopt;
 mod conns;
 mod exits;
+mod quic;
 mod sock_addr;
 mod udp;
 

@@ -4,7 +4,8 @@
 //!
 //! 1. a probe or the steering canary, from loopback and a probe port: to the slot its port
 //!    names (as for TCP);
-//! 2. `stateless` mode: the consistent table, nothing remembered;
+//! 2. `stateless` mode: the consistent table, nothing remembered; `quic` mode: by the QUIC
+//!    header (`quic`);
 //! 3. a known flow (client address and port in `flows`) whose slot still has the socket it was
 //!    given to (same `sock_gens` generation): to that slot, ready or not (a retired worker keeps
 //!    its flows until its socket closes);
@@ -62,6 +63,9 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     let Some(set) = ACTIVE.get(config.live_half & 1) else {
         return SK_DROP;
     };
+    if config.udp_mode == udp_mode::QUIC {
+        return crate::quic::select(ctx, &key, set, config.live_half);
+    }
     if config.udp_mode == udp_mode::STATELESS {
         return match choose(ctx, &key, set, config.live_half) {
             Some(slot) => pass(slot, route::STATELESS),
@@ -90,7 +94,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
 
 /// Whether the flow's slot still has the socket the flow was given to.
 #[inline(always)]
-fn still_given(flow: Flow) -> bool {
+pub(crate) fn still_given(flow: Flow) -> bool {
     flow.slot < MAX_SLOTS
         && SOCK_GENS
             .get(flow.slot)
@@ -100,7 +104,12 @@ fn still_given(flow: Flow) -> bool {
 /// Selects a slot for a new flow and selects its socket: the consistent table's slot for the
 /// flow, else the live slots in turn from the flow's hash (at most [`MAX_SELECT_TRIES`]).
 #[inline(always)]
-fn choose(ctx: &SkReuseportContext, key: &FlowKey, set: &ActiveSet, half: u32) -> Option<u32> {
+pub(crate) fn choose(
+    ctx: &SkReuseportContext,
+    key: &FlowKey,
+    set: &ActiveSet,
+    half: u32,
+) -> Option<u32> {
     let pos = sticky::flow_position(&key.addr, key.v6 != 0, key.port);
     if set.ready_len > 0 {
         if let Some(table) = STICKY.get(half & 1) {
@@ -172,14 +181,14 @@ fn flow_key(ctx: &SkReuseportContext) -> Option<FlowKey> {
 
 /// Counts the datagram under `route` at `slot` and lets the kernel deliver it there.
 #[inline(always)]
-fn pass(slot: u32, route: usize) -> u32 {
+pub(crate) fn pass(slot: u32, route: usize) -> u32 {
     count(slot, route);
     SK_PASS
 }
 
 /// Counts a datagram no slot could take under `route` and drops it.
 #[inline(always)]
-fn dropped(route: usize) -> u32 {
+pub(crate) fn dropped(route: usize) -> u32 {
     count(STATS_NO_SLOT, route);
     SK_DROP
 }

@@ -31,6 +31,7 @@
 pub mod activation;
 pub mod close;
 pub mod demo;
+pub mod quic;
 pub mod units;
 
 /// Writes one line to stderr with a single write, so that the lines of workers sharing their

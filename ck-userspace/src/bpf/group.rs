@@ -28,7 +28,7 @@ use super::{
 
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
 /// open-connection counting's ([`super::conns::MAPS`]).
-pub(crate) const PINNED_MAPS: [&str; 15] = [
+pub(crate) const PINNED_MAPS: [&str; 16] = [
     "sockets",
     "slots",
     "active",
@@ -38,6 +38,7 @@ pub(crate) const PINNED_MAPS: [&str; 15] = [
     "sticky",
     "sock_gens",
     "flows",
+    "pending",
     "udp_stats",
     "conn_tags",
     "conns",
@@ -142,7 +143,7 @@ impl BpfGroup {
             mut ebpf,
             queue,
             conn_sum,
-        } = open_for(&pin_dir, group, log, reuse, policy, udp, started)?;
+        } = open_for(&pin_dir, group, log, reuse, policy, udp_mode, started)?;
         if !reuse {
             pins::create_group_dir(&pin_dir)?;
         }

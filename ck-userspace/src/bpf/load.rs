@@ -32,6 +32,8 @@ pub(super) struct Switches {
     pub sum_conns: bool,
     /// A UDP group: `ck_select_udp` and a full `flows` table (a TCP group's has one entry).
     pub udp: bool,
+    /// A UDP group in `quic` mode: a full `pending` table (other groups' have one entry).
+    pub quic: bool,
 }
 
 impl Switches {
@@ -82,6 +84,10 @@ pub(super) fn open(
     if !switches.udp {
         // Only UDP groups remember flows: a TCP group's table is one entry, not megabytes.
         loader.map_max_entries("flows", 1);
+    }
+    if !switches.quic {
+        // Only `quic` mode remembers handshakes.
+        loader.map_max_entries("pending", 1);
     }
     let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
     if reuse {
@@ -147,7 +153,8 @@ pub(super) struct Loaded {
     pub conn_sum: Result<(), String>,
 }
 
-/// Loads the object for `policy` (a UDP group, `udp`: its own program, whatever the policy):
+/// Loads the object for `policy` (a UDP group, `udp_mode` set: its own program, whatever the
+/// policy):
 /// least-queue's program reads exact queue depths where the
 /// kernel lets it (BTF offsets found, and the kernel takes the program that reads kernel
 /// memory), least-conn's sums the per-CPU connection counts where the kernel has the helper
@@ -158,14 +165,16 @@ pub(super) fn open_for(
     log: bool,
     reuse: bool,
     policy: u32,
-    udp: bool,
+    udp_mode: Option<u32>,
     started: std::time::Instant,
 ) -> Result<Loaded, BpfError> {
+    let udp = udp_mode.is_some();
     let open = |read_kernel: bool, sum_conns: bool| {
         let switches = Switches {
             read_kernel,
             sum_conns,
             udp,
+            quic: udp_mode == Some(ck_common::udp::udp_mode::QUIC),
         };
         open(pin_dir, group, log, reuse, switches, started)
     };

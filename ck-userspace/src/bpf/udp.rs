@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuValues};
 use ck_common::{
     STATS_NO_SLOT,
-    udp::{Flow, FlowKey, UdpStats},
+    udp::{Flow, FlowKey, PendingKey, UdpStats},
 };
 
 use super::{BpfError, group::take};
@@ -14,6 +14,7 @@ use super::{BpfError, group::take};
 pub struct UdpMaps {
     stats: PerCpuArray<MapData, UdpStats>,
     flows: HashMap<MapData, FlowKey, Flow>,
+    pending: HashMap<MapData, PendingKey, Flow>,
 }
 
 impl UdpMaps {
@@ -22,6 +23,7 @@ impl UdpMaps {
         Ok(UdpMaps {
             stats: take(ebpf, "udp_stats")?,
             flows: take(ebpf, "flows")?,
+            pending: take(ebpf, "pending")?,
         })
     }
 
@@ -55,6 +57,11 @@ impl UdpMaps {
             *per_slot.entry(flow.slot).or_insert(0) += 1;
         }
         per_slot
+    }
+
+    /// QUIC handshakes remembered in `pending` (`quic` mode).
+    pub fn pending(&self) -> u64 {
+        self.pending.keys().filter(Result::is_ok).count() as u64
     }
 
     /// Every remembered flow (`ck maps`).

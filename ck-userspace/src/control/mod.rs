@@ -190,6 +190,9 @@ pub struct UdpGroupReport {
     pub dropped: u64,
     /// Flows in the flow table (`flow` mode; its least recently seen make room when full).
     pub flows: u64,
+    /// QUIC handshakes remembered by their original connection ID (`quic` mode).
+    #[serde(default)]
+    pub pending: u64,
     /// Per slot in use: datagrams it was sent and flows it holds.
     pub slots: Vec<UdpSlotReport>,
 }

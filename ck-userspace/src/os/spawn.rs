@@ -25,6 +25,8 @@ pub struct SpawnSpec<'a> {
     pub slot: u32,
     /// Unique id of this worker in the instance (`CK_WORKER_ID`).
     pub worker_id: u64,
+    /// `--udp-mode quic`: the server ID its QUIC connection IDs carry (`CK_QUIC_SERVER_ID`, hex).
+    pub quic_server_id: Option<String>,
     /// Listening sockets, in group order: they become fds 3, 4, ...
     pub fds: Vec<RawFd>,
     /// Group names for `LISTEN_FDNAMES`.
@@ -201,6 +203,9 @@ fn exec_of(spec: &SpawnSpec<'_>) -> io::Result<fork::Exec> {
     set("NOTIFY_SOCKET", spec.notify_socket.clone());
     set("CK_SLOT", spec.slot.to_string());
     set("CK_WORKER_ID", spec.worker_id.to_string());
+    if let Some(id) = &spec.quic_server_id {
+        set("CK_QUIC_SERVER_ID", id.clone());
+    }
     if let Some(usec) = spec.watchdog_usec {
         set("WATCHDOG_USEC", usec.to_string());
     }

@@ -104,6 +104,15 @@ pub const VARIABLES: &[Variable] = &[
          (`ck reload`) moves workers to other slots.",
     ),
     var(
+        "CK_QUIC_SERVER_ID",
+        Role::SetForWorkers,
+        "With --udp-mode quic and a udp:// group: the server ID (hex, 2 bytes: the slot and the \
+         low byte of the worker's generation) to put in the QUIC connection IDs the worker \
+         chooses, after a first octet whose top three bits are 0 and before at least 4 bytes of \
+         its own (QUIC-LB's plaintext layout); ck routes packets by it. The ck-worker crate's \
+         `quic` module builds such IDs.",
+    ),
+    var(
         "CK_WORKER_ID",
         Role::SetForWorkers,
         "A number unique to each worker of the instance (never reused), e.g. for a per-worker \

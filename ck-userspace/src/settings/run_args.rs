@@ -221,8 +221,10 @@ pub struct RunArgs {
     /// How UDP groups (--listen udp://) route datagrams.
     ///
     /// flow: a client's address and port keep their worker while its socket is open (rolls,
-    /// scaling and other workers' deaths move no flow); stateless: no flow table, every
-    /// datagram to a ready worker by a consistent hash of its client (DNS, syslog, statsd).
+    /// scaling and other workers' deaths move no flow); quic: by the worker's cookie in the
+    /// QUIC connection ID (CK_QUIC_SERVER_ID), so client migration survives too; stateless: no
+    /// flow table, every datagram to a ready worker by a consistent hash of its client (DNS,
+    /// syslog, statsd).
     #[arg(long, value_enum, default_value_t = defaults::UDP_MODE, help_heading = STEERING)]
     udp_mode: UdpMode,
     /// With --policy least-queue: waits below this keep their turn.

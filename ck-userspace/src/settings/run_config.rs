@@ -217,6 +217,11 @@ pub enum UdpMode {
     /// No flow table: every datagram goes to a ready worker by the consistent table of its
     /// client address and port (request/response protocols: DNS, syslog, statsd).
     Stateless,
+    /// QUIC: a connection goes to the worker whose cookie its connection ID carries (each
+    /// worker gets its cookie as CK_QUIC_SERVER_ID), whatever the client's address (migration,
+    /// NAT rebinding); every packet of a handshake to one worker; new handshakes to the ready
+    /// workers by a consistent table.
+    Quic,
 }
 
 impl UdpMode {
@@ -225,6 +230,7 @@ impl UdpMode {
         match self {
             UdpMode::Flow => ck_common::udp::udp_mode::FLOW,
             UdpMode::Stateless => ck_common::udp::udp_mode::STATELESS,
+            UdpMode::Quic => ck_common::udp::udp_mode::QUIC,
         }
     }
 
@@ -233,6 +239,7 @@ impl UdpMode {
         match self {
             UdpMode::Flow => "flow",
             UdpMode::Stateless => "stateless",
+            UdpMode::Quic => "quic",
         }
     }
 }

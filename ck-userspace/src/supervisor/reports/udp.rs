@@ -49,6 +49,7 @@ pub(in crate::supervisor) fn reports(
                 routes: by_name(&total.routes),
                 dropped: dropped.total(),
                 flows: flows.values().sum(),
+                pending: maps.pending(),
                 slots,
             }
         })

@@ -17,7 +17,20 @@ use crate::{
     os::notify::{self, NotifySocket},
     os::sockets,
     os::spawn::{self, SpawnSpec},
+    settings::run_config::{RunConfig, UdpMode},
 };
+
+/// `--udp-mode quic` with a UDP group: the server ID (hex) of slot `index`'s worker of
+/// generation `generation`, which its QUIC connection IDs carry (`ck_common::udp::cookie`).
+fn quic_server_id(cfg: &RunConfig, index: u32, generation: u32) -> Option<String> {
+    let quic = cfg.udp_mode == UdpMode::Quic && cfg.listen.iter().any(|l| l.is_udp());
+    quic.then(|| {
+        ck_common::udp::cookie::server_id(index, generation)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    })
+}
 
 impl Supervisor {
     /// Opens the slot's sockets if they are closed (putting them in the maps, and attaching the
@@ -80,6 +93,8 @@ impl Supervisor {
             app: &self.cfg.app,
             slot: index,
             worker_id,
+            // The generation the worker gets once spawned (`Input::Spawned` counts it).
+            quic_server_id: quic_server_id(&self.cfg, index, slot.life.generation + 1),
             fds: match self.cfg.adopt {
                 true => Vec::new(),
                 false => slot.sockets.iter().map(|s| s.as_raw_fd()).collect(),
