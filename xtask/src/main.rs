@@ -306,9 +306,10 @@ fn workspace_cargo() -> Result<Command> {
     Ok(cargo)
 }
 
-/// `cargo build [--release] -p ck-userspace -p ck-worker -p ck-example-rust --bin ck --bin
-/// ck-example-rust --examples` (ck, and the Rust workers the tests and benches run: ck-worker's
-/// examples and `examples/rust`); returns the path of ck.
+/// `cargo build [--release] -p ck-userspace -p ck-worker -p ck-example-rust -p ck-example-quic
+/// --bin ck --bin ck-example-rust --bin ck-example-quic --examples` (ck, and the Rust workers the
+/// tests and benches run: ck-worker's examples, `examples/rust`, and `examples/quic`'s HTTP/3
+/// server and client); returns the path of ck.
 fn build(release: bool) -> Result<PathBuf> {
     let mut cargo = workspace_cargo()?;
     cargo.arg("build");
@@ -322,10 +323,14 @@ fn build(release: bool) -> Result<PathBuf> {
         "ck-worker",
         "-p",
         "ck-example-rust",
+        "-p",
+        "ck-example-quic",
         "--bin",
         "ck",
         "--bin",
         "ck-example-rust",
+        "--bin",
+        "ck-example-quic",
         "--examples",
     ]);
     cmd::run(

@@ -1,0 +1,193 @@
+//! An HTTP/3 server for `ck run --listen udp://... --udp-mode quic`, and the client the tests and
+//! `cargo xtask bench quic` load it with.
+//!
+//! `ck-example-quic serve`: takes its UDP socket from ck (`LISTEN_FDS`, the first datagram
+//! socket; else binds `0.0.0.0:$PORT`), chooses connection IDs that carry its cookie
+//! (`CK_QUIC_SERVER_ID`, through `ck_worker::quic::CookieCids`), says `READY=1`, and answers
+//! every request with `slot=S pid=P`. On SIGTERM it says `STOPPING=1`, takes no new connection,
+//! sends each connection GOAWAY, finishes the requests in flight and exits once its
+//! connections are closed (ck keeps steering their packets to it meanwhile).
+//!
+//! `ck-example-quic client ADDR --connections N ...`: N clients, each on a UDP socket of its
+//! own, each sending a request every `--interval-ms` on a connection it replaces every
+//! `--lifetime-ms`, for `--duration-ms`; optionally moving to a new local port every
+//! `--rebind-ms` (client migration). Prints one JSON line per client: requests answered, the
+//! workers that answered, connections moved on by the server (GOAWAY) and broken ones (a
+//! request that failed, a handshake that failed, a connection that ended with an error the
+//! client did not ask for).
+use std::{
+    net::{SocketAddr, UdpSocket},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use bytes::Buf as _;
+use ck_worker::{activation, quic::CookieCids};
+
+mod client;
+mod tls;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("serve") => serve(),
+        Some("client") => client::run(&args[1..]),
+        _ => bail!("usage: ck-example-quic serve | client ADDR [--connections N] ..."),
+    }
+}
+
+/// The UDP socket ck handed over, else one bound on `$PORT`.
+fn socket() -> anyhow::Result<UdpSocket> {
+    use std::os::fd::AsFd as _;
+    let fds = match activation::listen_fds() {
+        Err(activation::ActivationError::NotActivated) => Vec::new(),
+        other => other?,
+    };
+    for (_, fd) in fds {
+        let datagram =
+            nix::sys::socket::getsockopt(&fd.as_fd(), nix::sys::socket::sockopt::SockType)
+                .is_ok_and(|t| t == nix::sys::socket::SockType::Datagram);
+        if datagram {
+            return Ok(UdpSocket::from(fd));
+        }
+    }
+    let port: u16 = std::env::var("PORT")
+        .context("no UDP socket from ck (LISTEN_FDS) and no PORT")?
+        .parse()
+        .context("PORT is not a port")?;
+    Ok(UdpSocket::bind(("0.0.0.0", port))?)
+}
+
+fn serve() -> anyhow::Result<()> {
+    let socket = socket()?;
+    let notifier = activation::Notifier::from_env().context("NOTIFY_SOCKET")?;
+    let identity = format!(
+        "slot={} pid={}\n",
+        std::env::var("CK_SLOT").unwrap_or_else(|_| "0".into()),
+        std::process::id()
+    );
+    let mut config = quinn::EndpointConfig::default();
+    if let Some(cids) = CookieCids::from_env()? {
+        config.cid_generator(move || Box::new(cids.clone()));
+    }
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let endpoint = quinn::Endpoint::new(
+            config,
+            Some(tls::server_config()?),
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )?;
+        let _ = notifier.notify("READY=1");
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut sigterm =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        loop {
+            tokio::select! {
+                incoming = endpoint.accept() => {
+                    let Some(incoming) = incoming else { break };
+                    let (identity, stopped) = (identity.clone(), stopped.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = answer(incoming, identity, stopped).await {
+                            eprintln!("connection: {e:#}");
+                        }
+                    });
+                }
+                _ = sigterm.recv() => break,
+            }
+        }
+        let _ = notifier.notify("STOPPING=1");
+        // No new connection (ck sends new handshakes elsewhere already); GOAWAY on the others.
+        endpoint.set_server_config(None);
+        let _ = stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(8), endpoint.wait_idle()).await;
+        anyhow::Ok(())
+    })
+}
+
+/// Serves one connection: every request answered with `identity`; on `stopped`, GOAWAY, then
+/// the requests already sent are finished.
+async fn answer(
+    incoming: quinn::Incoming,
+    identity: String,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let connection = incoming.await?;
+    let mut h3 = h3::server::builder()
+        .build::<_, bytes::Bytes>(h3_quinn::Connection::new(connection))
+        .await?;
+    let mut going_away = false;
+    loop {
+        tokio::select! {
+            request = h3.accept() => match request {
+                Ok(Some(resolver)) => {
+                    let identity = identity.clone();
+                    tokio::spawn(async move {
+                        let Ok((_, mut stream)) = resolver.resolve_request().await else { return };
+                        let response = http::Response::builder().status(200).body(()).expect("a response");
+                        if stream.send_response(response).await.is_ok()
+                            && stream.send_data(bytes::Bytes::from(identity)).await.is_ok()
+                        {
+                            let _ = stream.finish().await;
+                        }
+                    });
+                }
+                Ok(None) => return Ok(()),
+                Err(e) if e.is_h3_no_error() => return Ok(()),
+                Err(e) => return Err(e.into()),
+            },
+            changed = stopped.changed(), if !going_away => {
+                if changed.is_ok() && !*stopped.borrow() {
+                    continue;
+                }
+                going_away = true;
+                h3.shutdown(0).await?;
+            }
+        }
+    }
+}
+
+/// The body of an answer: the `pid=` it names.
+fn pid_of(body: &[u8]) -> Option<u32> {
+    std::str::from_utf8(body)
+        .ok()?
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("pid=")?.parse().ok())
+}
+
+/// Reads a whole response body.
+async fn read_body<S>(
+    stream: &mut h3::client::RequestStream<S, bytes::Bytes>,
+) -> Result<Vec<u8>, h3::error::StreamError>
+where
+    S: h3::quic::RecvStream,
+{
+    let mut body = Vec::new();
+    while let Some(mut chunk) = stream.recv_data().await? {
+        while chunk.has_remaining() {
+            let part = chunk.chunk();
+            body.extend_from_slice(part);
+            let n = part.len();
+            chunk.advance(n);
+        }
+    }
+    Ok(body)
+}
+
+/// How long a client waits for a handshake or an answer before it counts it broken.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Whether `at` is past `deadline`.
+fn past(deadline: Instant) -> bool {
+    Instant::now() >= deadline
+}
+
+/// A loopback UDP socket on a new port of `addr`'s family.
+fn local_socket(addr: SocketAddr) -> anyhow::Result<UdpSocket> {
+    let any: SocketAddr = match addr {
+        SocketAddr::V4(_) => "127.0.0.1:0".parse()?,
+        SocketAddr::V6(_) => "[::1]:0".parse()?,
+    };
+    Ok(UdpSocket::bind(any)?)
+}

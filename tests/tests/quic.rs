@@ -1,0 +1,195 @@
+//! HTTP/3 under ck: the quinn + h3 example server (`examples/quic`) in a UDP group with
+//! `--udp-mode quic`, loaded by its own client (`ck-example-quic client`), which holds
+//! connections open (a request every 100 ms, each connection replaced every 2 s) and counts
+//! what breaks: a request that fails, a handshake that fails, a connection that ends with an
+//! error the client did not ask for. A connection the server moves on with GOAWAY during a roll
+//! is not broken (the client opens a new one, as HTTP/3 clients do).
+//!
+//! - Rolls, a scale-up and a scale-down while the clients also move to a new local port every
+//!   400 ms (client migration): nothing breaks, since every packet goes to the worker whose
+//!   cookie its connection ID carries.
+//! - Plain SO_REUSEPORT under the same rolls breaks connections (the baseline).
+//! - A SIGKILLed worker breaks only its own connections.
+
+use std::{
+    collections::BTreeSet,
+    net::SocketAddr,
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use ck_tests::{Ck, READY_TIMEOUT, ck_bin, instance_name, local, probe_base_for, sys};
+use nix::sys::signal::Signal;
+
+/// The example's binary, built beside ck (`cargo xtask build`).
+fn quic_bin() -> PathBuf {
+    ck_bin().with_file_name("ck-example-quic")
+}
+
+/// Starts a UDP-only fleet of `workers` example servers on a free port and waits until ready.
+fn fleet(what: &str, workers: usize, extra: &[&str]) -> (Ck, SocketAddr) {
+    let port = sys::free_port();
+    let (listen, base, w) = (
+        format!("udp://127.0.0.1:{port}"),
+        probe_base_for(port).to_string(),
+        workers.to_string(),
+    );
+    let bin = quic_bin();
+    let bin = bin.to_str().expect("UTF-8 path");
+    let mut args = vec!["--listen", &listen, "--probe-port-base", &base, "-w", &w];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", bin, "serve"]);
+    let mut ck = Ck::start(&instance_name(what, port), &args);
+    ck.wait_ready(workers, READY_TIMEOUT);
+    (ck, local(port))
+}
+
+/// What the clients saw, summed, and the clients that broke with the workers they had used.
+#[derive(Debug, Default)]
+struct Seen {
+    ok: u64,
+    broken: u64,
+    moved: u64,
+    handshakes: u64,
+    broken_pids: Vec<BTreeSet<u32>>,
+    errors: Vec<String>,
+}
+
+/// Starts the client against `addr` with `args`; `finish` waits for it and sums its lines.
+fn start_client(addr: SocketAddr, args: &[&str]) -> std::process::Child {
+    Command::new(quic_bin())
+        .arg("client")
+        .arg(addr.to_string())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting ck-example-quic client")
+}
+
+fn finish(client: std::process::Child) -> Seen {
+    let out = client.wait_with_output().expect("the client's output");
+    assert!(out.status.success(), "the client failed: {out:?}");
+    let mut seen = Seen::default();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let row: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let n = |key: &str| row[key].as_u64().unwrap_or(0);
+        seen.ok += n("ok");
+        seen.moved += n("moved");
+        seen.handshakes += n("handshakes");
+        if n("broken") > 0 {
+            seen.broken += n("broken");
+            let pids = row["pids"].as_array().expect("pids");
+            seen.broken_pids.push(
+                pids.iter()
+                    .filter_map(|p| p.as_u64())
+                    .map(|p| p as u32)
+                    .collect(),
+            );
+            let errors = row["errors"].as_array().expect("errors");
+            seen.errors
+                .extend(errors.iter().filter_map(|e| e.as_str()).map(String::from));
+        }
+    }
+    seen
+}
+
+/// Two rolls, a scale to 6 and back to 4, one after the other.
+fn churn(ck: &mut Ck) {
+    std::thread::sleep(Duration::from_millis(500));
+    ck.ctl_ok(&["reload"]);
+    ck.ctl_ok(&["reload"]);
+    ck.ctl_ok(&["scale", "6"]);
+    ck.wait_ready(6, READY_TIMEOUT);
+    ck.ctl_ok(&["scale", "4"]);
+}
+
+/// The client's load: 32 connections, a request every 100 ms, each connection replaced every
+/// 2 s, for `ms`, and `extra`.
+fn load(addr: SocketAddr, ms: u64, extra: &[&str]) -> std::process::Child {
+    let ms = ms.to_string();
+    let mut args = vec![
+        "--connections",
+        "32",
+        "--interval-ms",
+        "100",
+        "--lifetime-ms",
+        "2000",
+        "--duration-ms",
+        &ms,
+    ];
+    args.extend_from_slice(extra);
+    start_client(addr, &args)
+}
+
+#[test]
+fn http3_connections_survive_rolls_scaling_and_client_migration() {
+    let (mut ck, addr) = fleet("quic-churn", 4, &["--udp-mode", "quic"]);
+    let client = load(addr, 7000, &["--rebind-ms", "400"]);
+    churn(&mut ck);
+    let seen = finish(client);
+    assert_eq!(seen.broken, 0, "{seen:#?}\n--- ck log ---\n{}", ck.log());
+    assert!(seen.ok > 1000 && seen.handshakes >= 32, "{seen:#?}");
+    let udp = ck.status().udp[0].clone();
+    assert!(
+        udp.routes["cookie"] > 0 && udp.routes["new"] > 0,
+        "{udp:#?}"
+    );
+}
+
+#[test]
+fn plain_reuseport_breaks_http3_connections_when_the_group_changes() {
+    let (mut ck, addr) = fleet("quic-plain", 4, &["--no-bpf"]);
+    let client = load(addr, 7000, &[]);
+    churn(&mut ck);
+    let seen = finish(client);
+    assert!(
+        seen.broken > 0,
+        "plain SO_REUSEPORT broke nothing: {seen:#?}"
+    );
+}
+
+#[test]
+fn a_killed_worker_breaks_only_its_own_http3_connections() {
+    let (mut ck, addr) = fleet("quic-kill", 4, &["--udp-mode", "quic"]);
+    // Connections that live through the kill: every client on one connection.
+    let client = start_client(
+        addr,
+        &[
+            "--connections",
+            "16",
+            "--interval-ms",
+            "100",
+            "--lifetime-ms",
+            "6000",
+            "--duration-ms",
+            "4000",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    let victim = ck.status().worker_pid(1);
+    sys::signal(victim, Signal::SIGKILL);
+    ck.wait_status("slot 1 replaced", READY_TIMEOUT, |s| {
+        s.ready_count() == 4 && !s.worker_pids().contains(&victim)
+    });
+    let seen = finish(client);
+    assert!(
+        seen.broken_pids.iter().all(|pids| pids.contains(&victim)),
+        "a client that never used the killed worker broke: {seen:#?}"
+    );
+    assert!(seen.ok > 300, "{seen:#?}");
+    // New connections after the kill are all served.
+    let after = finish(start_client(
+        addr,
+        &[
+            "--connections",
+            "16",
+            "--interval-ms",
+            "50",
+            "--duration-ms",
+            "500",
+        ],
+    ));
+    assert_eq!(after.broken, 0, "{after:#?}");
+}
