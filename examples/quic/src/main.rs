@@ -4,9 +4,10 @@
 //! `ck-example-quic serve`: takes its UDP socket from ck (`LISTEN_FDS`, the first datagram
 //! socket; else binds `0.0.0.0:$PORT`), chooses connection IDs that carry its cookie
 //! (`CK_QUIC_SERVER_ID`, through `ck_worker::quic::CookieCids`), says `READY=1`, and answers
-//! every request with `slot=S pid=P`. On SIGTERM it says `STOPPING=1`, takes no new connection,
-//! sends each connection GOAWAY, finishes the requests in flight and exits once its
-//! connections are closed (ck keeps steering their packets to it meanwhile).
+//! every request with `slot=S pid=P`. On SIGTERM it says `STOPPING=1`, sends each connection
+//! GOAWAY, takes the handshakes that were already on their way (and moves them on with GOAWAY)
+//! until none came for 100 ms, finishes the requests in flight and exits once its connections
+//! are closed (ck keeps steering their packets to it meanwhile).
 //!
 //! `ck-example-quic client ADDR --connections N ...`: N clients, each on a UDP socket of its
 //! own, each sending a request every `--interval-ms` on a connection it replaces every
@@ -83,24 +84,31 @@ fn serve() -> anyhow::Result<()> {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let mut sigterm =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let spawn = |incoming: quinn::Incoming| {
+            let (identity, stopped) = (identity.clone(), stopped.clone());
+            tokio::spawn(async move {
+                if let Err(e) = answer(incoming, identity, stopped).await {
+                    eprintln!("connection: {e:#}");
+                }
+            });
+        };
         loop {
             tokio::select! {
-                incoming = endpoint.accept() => {
-                    let Some(incoming) = incoming else { break };
-                    let (identity, stopped) = (identity.clone(), stopped.clone());
-                    tokio::spawn(async move {
-                        if let Err(e) = answer(incoming, identity, stopped).await {
-                            eprintln!("connection: {e:#}");
-                        }
-                    });
-                }
+                incoming = endpoint.accept() => match incoming {
+                    Some(incoming) => spawn(incoming),
+                    None => break,
+                },
                 _ = sigterm.recv() => break,
             }
         }
         let _ = notifier.notify("STOPPING=1");
-        // No new connection (ck sends new handshakes elsewhere already); GOAWAY on the others.
-        endpoint.set_server_config(None);
         let _ = stop.send(true);
+        // ck sends new handshakes elsewhere before it signals; those it sent here before are
+        // still taken (and moved on with GOAWAY at once) until none came for a moment.
+        while let Ok(Some(incoming)) = tokio::time::timeout(ACCEPT_QUIET, endpoint.accept()).await {
+            spawn(incoming);
+        }
+        endpoint.set_server_config(None);
         let _ = tokio::time::timeout(Duration::from_secs(8), endpoint.wait_idle()).await;
         anyhow::Ok(())
     })
@@ -117,7 +125,11 @@ async fn answer(
     let mut h3 = h3::server::builder()
         .build::<_, bytes::Bytes>(h3_quinn::Connection::new(connection))
         .await?;
-    let mut going_away = false;
+    // A handshake taken after SIGTERM is moved on at once.
+    let mut going_away = *stopped.borrow_and_update();
+    if going_away {
+        h3.shutdown(0).await?;
+    }
     loop {
         tokio::select! {
             request = h3.accept() => match request {
@@ -174,6 +186,9 @@ where
     }
     Ok(body)
 }
+
+/// After SIGTERM, handshakes are still taken until none came for this long.
+const ACCEPT_QUIET: Duration = Duration::from_millis(100);
 
 /// How long a client waits for a handshake or an answer before it counts it broken.
 const WAIT: Duration = Duration::from_secs(5);
