@@ -189,6 +189,13 @@ fn render_udp(out: &mut String, udp: &dump::UdpEntry) {
         words(&udp.no_slot)
     );
     let _ = writeln!(out, "flows:    {} remembered (client -> slot)", udp.flows);
+    if udp.mode == "quic" {
+        let _ = writeln!(
+            out,
+            "pending:  {} QUIC handshake(s) by original connection ID",
+            udp.pending
+        );
+    }
     const SHOWN: usize = 20;
     for f in udp.flows_listed.iter().take(SHOWN) {
         let _ = writeln!(

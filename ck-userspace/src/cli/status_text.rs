@@ -169,10 +169,12 @@ pub fn render(report: &StatusReport) -> String {
     for udp in &report.udp {
         let _ = writeln!(
             out,
-            "{} ({} mode): {} flow(s) remembered, {} datagram(s) dropped; by route: {}",
+            "{} ({} mode): {} flow(s) and {} QUIC handshake(s) remembered, {} datagram(s) \
+             dropped; by route: {}",
             udp.group,
             udp.mode,
             udp.flows,
+            udp.pending,
             udp.dropped,
             routes_text(&udp.routes)
         );

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use aya::maps::{HashMap, MapData, PerCpuArray};
 use ck_common::{
     MAX_SLOTS, STATS_NO_SLOT,
-    udp::{Flow, FlowKey, UdpStats, route, udp_mode},
+    udp::{Flow, FlowKey, PendingKey, UdpStats, route, udp_mode},
 };
 
 use super::{DumpError, Reader, read_err};
@@ -26,6 +26,9 @@ pub struct UdpEntry {
     pub flows: usize,
     /// The first [`FLOWS_LISTED`] of them, by client.
     pub flows_listed: Vec<FlowEntry>,
+    /// QUIC handshakes in `pending` (`quic` mode: by original destination connection ID).
+    #[serde(default)]
+    pub pending: usize,
 }
 
 /// One slot's datagrams by route.
@@ -74,6 +77,7 @@ pub fn mode_word(code: u32) -> String {
     match code {
         udp_mode::FLOW => "flow".into(),
         udp_mode::STATELESS => "stateless".into(),
+        udp_mode::QUIC => "quic".into(),
         other => format!("unknown ({other})"),
     }
 }
@@ -103,12 +107,16 @@ pub(super) fn read(reader: &mut Reader<'_>, mode: u32) -> Result<UdpEntry, DumpE
         reader.typed("flows", "LRU hash of FlowKey to Flow")?;
     let mut flows: Vec<(FlowKey, Flow)> = flows_map.iter().filter_map(Result::ok).collect();
     let count = flows.len();
+    let (_, pending_map): (_, HashMap<MapData, PendingKey, Flow>) =
+        reader.typed("pending", "LRU hash of PendingKey to Flow")?;
+    let pending = pending_map.keys().filter(Result::is_ok).count();
     flows.sort_unstable_by_key(|(key, _)| (key.v6, key.addr, u16::from_be(key.port)));
     Ok(UdpEntry {
         mode: mode_word(mode),
         routes,
         no_slot,
         flows: count,
+        pending,
         flows_listed: flows
             .iter()
             .take(FLOWS_LISTED)
