@@ -8,7 +8,8 @@ use std::{
 /// How long a flow waits for its answer.
 const ANSWER_WAIT: Duration = Duration::from_secs(2);
 
-/// Client flows to one UDP address: each its own socket on loopback, so its own source port.
+/// Client flows to one UDP address: each its own socket on loopback (of the address's family),
+/// so its own source port.
 pub struct Flows {
     target: SocketAddr,
     sockets: Vec<UdpSocket>,
@@ -19,7 +20,11 @@ impl Flows {
     pub fn open(target: SocketAddr, n: usize) -> Flows {
         let sockets = (0..n)
             .map(|_| {
-                let socket = UdpSocket::bind("127.0.0.1:0").expect("binding a client socket");
+                let local = match target {
+                    SocketAddr::V4(_) => "127.0.0.1:0",
+                    SocketAddr::V6(_) => "[::1]:0",
+                };
+                let socket = UdpSocket::bind(local).expect("binding a client socket");
                 socket
                     .set_read_timeout(Some(ANSWER_WAIT))
                     .expect("setting the read timeout");

@@ -270,3 +270,71 @@ fn stateless_mode_answers_every_datagram_and_remembers_no_flow() {
     assert_eq!(udp.routes["stateless"], 3 * FLOWS as u64, "{udp:#?}");
     assert_eq!(udp.routes["flow"] + udp.routes["new"], 0, "{udp:#?}");
 }
+
+#[test]
+fn an_upgrade_in_place_keeps_every_flow_on_its_worker() {
+    let (mut ck, addr) = udp_fleet("udp-upgrade", 3, &[]);
+    let flows = Flows::open(addr, FLOWS);
+    let before = flows.round();
+    // A scale-up first: the consistent table no longer gives every flow its worker, so only
+    // the flow table (pinned, kept by the new image) can.
+    ck.ctl_ok(&["scale", "4"]);
+    wait_exactly(&mut ck, 4);
+    answered_by(&before);
+    ck.ctl_ok(&["upgrade"]);
+    let upgraded = ck.wait_status("the upgrade done", READY_TIMEOUT, |s| {
+        s.upgrades == 1 && s.ready_count() == 4 && s.bpf
+    });
+    assert!(
+        upgraded
+            .last_upgrade
+            .as_deref()
+            .is_some_and(|u| u.starts_with("ok"))
+    );
+    let after = flows.round();
+    assert_eq!(moved(&before, &after), 0, "{before:?}\n{after:?}");
+    let udp = ck.status().udp[0].clone();
+    assert_eq!(udp.routes["stale"], 0, "{udp:#?}");
+}
+
+#[test]
+fn a_flood_of_one_datagram_flows_keeps_the_flow_table_bounded_and_the_fleet_serving() {
+    let (ck, addr) = udp_fleet("udp-flood", 2, &[]);
+    // 70,000 flows of one datagram each, more than the table holds (65,536): from as many
+    // source addresses and ports (127.2.x.y, one port each), sent without reading answers.
+    for i in 0..70_000u32 {
+        let source = std::net::Ipv4Addr::new(127, 2, (i >> 8) as u8, i as u8);
+        let Ok(socket) = std::net::UdpSocket::bind((source, 0)) else {
+            continue;
+        };
+        let _ = socket.send_to(b"x", addr);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let udp = ck.status().udp[0].clone();
+    assert!(udp.flows <= 65_536, "{udp:#?}");
+    assert!(udp.flows > 10_000, "{udp:#?}");
+    // Known flows and new ones are still answered.
+    let flows = Flows::open(addr, FLOWS);
+    answered_by(&flows.round());
+    answered_by(&flows.round());
+}
+
+#[test]
+fn an_ipv6_udp_group_keeps_its_flows_too() {
+    let port = free_port();
+    let (listen, base) = (
+        format!("udp://[::1]:{port}"),
+        probe_base_for(port).to_string(),
+    );
+    let args = ["--listen", &listen, "--probe-port-base", &base, "-w", "2"];
+    let mut ck = Ck::start(&instance_name("udp-v6", port), &args);
+    let status = ck.wait_ready(2, READY_TIMEOUT);
+    assert_eq!(status.groups, [format!("udp6-__1-{port}")], "{status:#?}");
+    let addr = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+    let flows = Flows::open(addr, FLOWS);
+    let before = flows.round();
+    assert_eq!(answered_by(&before).len(), 2, "{before:?}");
+    ck.ctl_ok(&["scale", "3"]);
+    wait_exactly(&mut ck, 3);
+    assert_eq!(moved(&before, &flows.round()), 0);
+}

@@ -424,16 +424,23 @@ impl BpfGroup {
 
     /// Puts `socket` in the `sockets` map at `slot` unless it is in the map already (the
     /// kernel answers EBUSY then): after an upgrade or a take-over, the pinned map holds the
-    /// sockets the earlier ck put there.
+    /// sockets the earlier ck put there. A socket already there keeps its generation: the
+    /// flows and QUIC handshakes a UDP group remembered under it stay its.
     pub fn insert_if_absent(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
-        match self.sockets.set(slot, &socket.as_raw_fd(), 0) {
+        let placed = match self.sockets.set(slot, &socket.as_raw_fd(), 0) {
             Err(aya::maps::MapError::SyscallError(e))
-                if e.io_error.raw_os_error() == Some(libc::EBUSY) => {}
-            other => other.map_err(write_err("sockets"))?,
-        }
+                if e.io_error.raw_os_error() == Some(libc::EBUSY) =>
+            {
+                false
+            }
+            other => other.map(|()| true).map_err(write_err("sockets"))?,
+        };
         // The pinned storage keeps the tag; writing it again also refills `listeners`' cookies.
         self.tag(slot, socket);
-        self.bump_generation(slot)
+        match placed {
+            true => self.bump_generation(slot),
+            false => Ok(()),
+        }
     }
 
     /// Removes `slot` from the `sockets` map (closing the socket does this too).

@@ -8,7 +8,15 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::{WAIT, local_socket, past, pid_of, read_body, tls};
+use crate::{WAIT, local_socket, pid_of, read_body, tls};
+
+/// Set on SIGTERM: every client ends as at its deadline (and the report is printed).
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the client's time is up: `deadline` passed, or SIGTERM came.
+fn past(deadline: Instant) -> bool {
+    STOP.load(std::sync::atomic::Ordering::Relaxed) || Instant::now() >= deadline
+}
 
 /// What the client is asked to do.
 #[derive(Clone, Debug)]
@@ -71,6 +79,12 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let plan = parse(args)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
+        let mut sigterm =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::spawn(async move {
+            sigterm.recv().await;
+            STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
         let deadline = Instant::now() + plan.duration;
         let tasks: Vec<_> = (0..plan.connections)
             .map(|i| {

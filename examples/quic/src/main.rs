@@ -12,14 +12,14 @@
 //! `ck-example-quic client ADDR --connections N ...`: N clients, each on a UDP socket of its
 //! own, each sending a request every `--interval-ms` on a connection it replaces every
 //! `--lifetime-ms`, for `--duration-ms`; optionally moving to a new local port every
-//! `--rebind-ms` (client migration). Prints one JSON line per client: requests answered, the
+//! `--rebind-ms` (client migration); SIGTERM ends it early. Prints one JSON line per client: requests answered, the
 //! workers that answered, connections moved on by the server (GOAWAY) and broken ones (a
 //! request that failed, a handshake that failed, a connection that ended with an error the
 //! client did not ask for).
 use std::{
     net::{SocketAddr, UdpSocket},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, bail};
@@ -192,11 +192,6 @@ const ACCEPT_QUIET: Duration = Duration::from_millis(100);
 
 /// How long a client waits for a handshake or an answer before it counts it broken.
 const WAIT: Duration = Duration::from_secs(5);
-
-/// Whether `at` is past `deadline`.
-fn past(deadline: Instant) -> bool {
-    Instant::now() >= deadline
-}
 
 /// A loopback UDP socket on a new port of `addr`'s family.
 fn local_socket(addr: SocketAddr) -> anyhow::Result<UdpSocket> {

@@ -25,6 +25,7 @@ mod long_lived;
 mod overhead;
 mod peers;
 mod plot;
+mod quic;
 mod ready_slow;
 mod record;
 mod recovery;
@@ -94,6 +95,10 @@ pub enum Scenario {
     /// `ck reload` of a server that boots in 10 s and says nothing (waits in poll): p99 during
     /// the roll vs steady, failed requests, how each worker was taken as ready.
     ReadySlow,
+    /// HTTP/3 connections (quinn + h3) held open through 5 rolls and a scale up and down, with
+    /// and without client migration: broken connections under --udp-mode quic, flow and plain
+    /// SO_REUSEPORT.
+    Quic,
     /// Every scenario, in the order above.
     All,
     /// Measures nothing: draws BENCHMARKS.md's tables again from the latest record of each
@@ -120,6 +125,7 @@ impl Scenario {
                 Scenario::Chaos,
                 Scenario::Cork,
                 Scenario::ReadySlow,
+                Scenario::Quic,
             ],
             Scenario::Summary => vec![],
             one => vec![one],
@@ -300,6 +306,7 @@ fn run_one(bench: &Bench, one: Scenario) -> Result<ScenarioRun> {
         Scenario::Chaos => vec![chaos::run(bench)?],
         Scenario::Cork => vec![cork::run(bench)?],
         Scenario::ReadySlow => vec![ready_slow::run(bench)?],
+        Scenario::Quic => vec![quic::run(bench)?],
         Scenario::All | Scenario::Summary => unreachable!("expand() never yields these"),
     };
     Ok(ScenarioRun {
@@ -359,7 +366,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 14);
+        assert_eq!(Scenario::All.expand().len(), 15);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
         assert!(Scenario::Summary.expand().is_empty());

@@ -1,0 +1,190 @@
+//! The `quic` scenario: HTTP/3 connections held open through a fleet's changes. 4 workers of the
+//! quinn + h3 example server (`examples/quic`) in a UDP group, under `--udp-mode quic`, `flow`
+//! and plain `SO_REUSEPORT` (`--no-bpf`), side by side in one run. The example client holds
+//! [`CONNECTIONS`] connections, each on a UDP socket of its own, each sending a request every
+//! 100 ms and replaced after [`LIFETIME_MS`]; meanwhile 5 `ck reload`s, then `ck scale 6`, then
+//! `ck scale 4`, one after the other; the load runs until 5 s after the last. Counted: broken
+//! connections (a request that failed, a handshake that failed, a connection that ended with an
+//! error the client did not ask for). Then the same with every client moving to a new local
+//! port every [`REBIND_MS`] (client migration).
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use super::Bench;
+use super::instance::{Instance, Variant};
+use super::table::{Cell, Goal, Table};
+
+/// Workers of each fleet.
+const WORKERS: u32 = 4;
+/// Connections the client holds open.
+const CONNECTIONS: u32 = 64;
+/// How long each connection lives before the client replaces it.
+const LIFETIME_MS: u32 = 3_000;
+/// Client migration: every client moves to a new local port this often.
+const REBIND_MS: u32 = 500;
+/// How long the load runs after the last change.
+const AFTER: Duration = Duration::from_secs(5);
+/// The fleets, in column order: `ck run` flags and the column's name.
+const FLEETS: [(&[&str], &str); 3] = [
+    (&["--udp-mode", "quic"], "ck quic"),
+    (&["--udp-mode", "flow"], "ck flow"),
+    (&["--no-bpf"], "plain"),
+];
+
+/// What the client saw in one run.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    ok: u64,
+    broken: u64,
+    moved: u64,
+}
+
+/// The example's release binary (built by `cargo xtask build --release`, as ck is).
+fn example() -> Result<PathBuf> {
+    let bin = crate::target_dir()?.join("release/ck-example-quic");
+    if !bin.exists() {
+        bail!(
+            "{} is missing: `cargo xtask bench` builds it (`cargo build --release -p \
+             ck-example-quic`)",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// Starts the client against `addr` for `ms`, with `extra` options.
+fn client(bin: &Path, addr: SocketAddr, ms: u128, extra: &[String]) -> Result<Child> {
+    Command::new(bin)
+        .arg("client")
+        .arg(addr.to_string())
+        .args(["--connections", &CONNECTIONS.to_string()])
+        .args(["--interval-ms", "100"])
+        .args(["--lifetime-ms", &LIFETIME_MS.to_string()])
+        .args(["--duration-ms", &ms.to_string()])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting ck-example-quic client")
+}
+
+/// Waits for the client and sums its lines.
+fn finish(child: Child) -> Result<Seen> {
+    let out = child.wait_with_output().context("the client")?;
+    if !out.status.success() {
+        bail!(
+            "the client failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut seen = Seen::default();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let row: serde_json::Value = serde_json::from_str(line).context("a client line")?;
+        let n = |key: &str| row[key].as_u64().unwrap_or(0);
+        seen.ok += n("ok");
+        seen.broken += n("broken");
+        seen.moved += n("moved");
+    }
+    Ok(seen)
+}
+
+/// One fleet under the changes, the client migrating or not.
+fn one_run(bench: &Bench, bin: &Path, flags: &[&str], migrate: bool) -> Result<Seen> {
+    let udp_port = ck_tests::sys::free_port();
+    let listen = format!("udp://127.0.0.1:{udp_port}");
+    let bin_text = bin.to_str().context("a UTF-8 path")?;
+    let mut args: Vec<&str> = vec!["--listen", &listen];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--", bin_text, "serve"]);
+    let variant = match flags.contains(&"--no-bpf") {
+        true => Variant::Baseline,
+        false => Variant::Ck,
+    };
+    let mut inst = Instance::start(&bench.bin, &bench.log_dir, "quic", variant, WORKERS, &args)?;
+    inst.wait_ready(WORKERS as usize)?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], udp_port));
+    let extra: Vec<String> = match migrate {
+        true => vec!["--rebind-ms".into(), REBIND_MS.to_string()],
+        false => Vec::new(),
+    };
+    // At most a minute; SIGTERM ends it AFTER the last change.
+    let load = client(bin, addr, 60_000, &extra)?;
+    std::thread::sleep(Duration::from_secs(1));
+    for _ in 0..5 {
+        inst.ctl(&["reload"])?;
+    }
+    inst.ctl(&["scale", "6"])?;
+    inst.wait_ready(6)?;
+    inst.ctl(&["scale", "4"])?;
+    std::thread::sleep(AFTER);
+    ck_tests::sys::signal(load.id(), nix::sys::signal::Signal::SIGTERM);
+    let seen = finish(load)?;
+    bench.report_log(&inst);
+    inst.stop()?;
+    Ok(seen)
+}
+
+/// Runs the scenario and returns the table.
+pub fn run(bench: &Bench) -> Result<Table> {
+    let bin = example()?;
+    let mut columns = Vec::new();
+    for migrate in [false, true] {
+        let mut row = Vec::new();
+        for (flags, name) in FLEETS {
+            bench.progress(format_args!("quic: {name}, migration {migrate}"));
+            row.push(one_run(bench, &bin, flags, migrate)?);
+        }
+        columns.push(row);
+    }
+    let names: Vec<&str> = FLEETS.iter().map(|(_, name)| *name).collect();
+    let mut table = Table::with_columns(
+        &format!(
+            "HTTP/3 through 5 rolls, a scale to 6 and back to 4 ({WORKERS} quinn + h3 workers, \
+             {CONNECTIONS} connections, a request every 100 ms each)"
+        ),
+        &names,
+    );
+    let count = |v: u64| Cell::count(v);
+    for (migrate, seen) in [false, true].iter().zip(&columns) {
+        let what = match migrate {
+            true => format!("broken connections, clients migrating every {REBIND_MS} ms"),
+            false => "broken connections".to_string(),
+        };
+        let goal = match migrate {
+            true => Goal::AtMost(0.0, "0 (quic mode)"),
+            false => Goal::AtMost(0.0, "0"),
+        };
+        table.row_of(&what, seen.iter().map(|s| count(s.broken)).collect(), goal);
+        table.row_of(
+            &format!(
+                "{}: requests answered",
+                if *migrate { "migrating" } else { "held" }
+            ),
+            seen.iter().map(|s| count(s.ok)).collect(),
+            Goal::None,
+        );
+        table.row_of(
+            &format!(
+                "{}: connections moved on by GOAWAY",
+                if *migrate { "migrating" } else { "held" }
+            ),
+            seen.iter().map(|s| count(s.moved)).collect(),
+            Goal::None,
+        );
+    }
+    table.note(
+        "broken: a request that failed, a handshake that failed, or a connection that ended \
+         with an error the client did not ask for; GOAWAY moves are not broken (the client \
+         opens a new connection, as HTTP/3 clients do). flow mode keeps a connection on its \
+         worker while its address and port stay; quic mode by the worker's cookie in the \
+         connection ID, whatever the address.",
+    );
+    Ok(table)
+}
