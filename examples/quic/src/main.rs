@@ -130,24 +130,33 @@ async fn answer(
     if going_away {
         h3.shutdown(0).await?;
     }
-    loop {
+    // Requests in flight: the connection is kept until each has its answer.
+    let mut requests = tokio::task::JoinSet::new();
+    let ended = loop {
         tokio::select! {
             request = h3.accept() => match request {
                 Ok(Some(resolver)) => {
                     let identity = identity.clone();
-                    tokio::spawn(async move {
-                        let Ok((_, mut stream)) = resolver.resolve_request().await else { return };
+                    requests.spawn(async move {
+                        let (_, mut stream) = match resolver.resolve_request().await {
+                            Ok(request) => request,
+                            Err(e) => return eprintln!("a request not read: {e}"),
+                        };
                         let response = http::Response::builder().status(200).body(()).expect("a response");
-                        if stream.send_response(response).await.is_ok()
-                            && stream.send_data(bytes::Bytes::from(identity)).await.is_ok()
-                        {
-                            let _ = stream.finish().await;
+                        if let Err(e) = stream.send_response(response).await {
+                            return eprintln!("a response not sent: {e}");
+                        }
+                        if let Err(e) = stream.send_data(bytes::Bytes::from(identity)).await {
+                            return eprintln!("a response body not sent: {e}");
+                        }
+                        if let Err(e) = stream.finish().await {
+                            eprintln!("a response not finished: {e}");
                         }
                     });
                 }
-                Ok(None) => return Ok(()),
-                Err(e) if e.is_h3_no_error() => return Ok(()),
-                Err(e) => return Err(e.into()),
+                Ok(None) => break Ok(()),
+                Err(e) if e.is_h3_no_error() => break Ok(()),
+                Err(e) => break Err(e.into()),
             },
             changed = stopped.changed(), if !going_away => {
                 if changed.is_ok() && !*stopped.borrow() {
@@ -157,7 +166,9 @@ async fn answer(
                 h3.shutdown(0).await?;
             }
         }
-    }
+    };
+    while requests.join_next().await.is_some() {}
+    ended
 }
 
 /// The body of an answer: the `pid=` it names.

@@ -95,6 +95,33 @@ impl Instance {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Result<Instance> {
+        Self::start_group(bin, log_dir, what, variant, workers, extra, env, "tcp")
+    }
+
+    /// Like [`Instance::start`], with one UDP group (`udp://127.0.0.1:PORT`) and no TCP one.
+    pub fn start_udp(
+        bin: &Path,
+        log_dir: &Path,
+        what: &str,
+        variant: Variant,
+        workers: u32,
+        extra: &[&str],
+    ) -> Result<Instance> {
+        Self::start_group(bin, log_dir, what, variant, workers, extra, &[], "udp")
+    }
+
+    /// Starts `ck run` with one group of `scheme` (`tcp` or `udp`) on a free port.
+    #[allow(clippy::too_many_arguments)]
+    fn start_group(
+        bin: &Path,
+        log_dir: &Path,
+        what: &str,
+        variant: Variant,
+        workers: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        scheme: &str,
+    ) -> Result<Instance> {
         let port = free_port();
         let name = format!("bench-{what}-{}-{port}", variant.label());
         let log = log_dir.join(format!("{name}.log"));
@@ -104,7 +131,7 @@ impl Instance {
             "--name".into(),
             name.clone(),
             "--listen".into(),
-            format!("tcp://127.0.0.1:{port}"),
+            format!("{scheme}://127.0.0.1:{port}"),
             "-w".into(),
             workers.to_string(),
         ];

@@ -31,11 +31,11 @@ const LIFETIME_MS: u32 = 3_000;
 const REBIND_MS: u32 = 500;
 /// How long the load runs after the last change.
 const AFTER: Duration = Duration::from_secs(5);
-/// The fleets, in column order: `ck run` flags and the column's name.
-const FLEETS: [(&[&str], &str); 3] = [
-    (&["--udp-mode", "quic"], "ck quic"),
-    (&["--udp-mode", "flow"], "ck flow"),
-    (&["--no-bpf"], "plain"),
+/// The fleets, in column order: which ck, its `--udp-mode` and the column's name.
+const FLEETS: [(Variant, &str, &str); 3] = [
+    (Variant::Ck, "quic", "ck quic"),
+    (Variant::Ck, "flow", "ck flow"),
+    (Variant::Baseline, "flow", "plain"),
 ];
 
 /// What the client saw in one run.
@@ -96,20 +96,13 @@ fn finish(child: Child) -> Result<Seen> {
 }
 
 /// One fleet under the changes, the client migrating or not.
-fn one_run(bench: &Bench, bin: &Path, flags: &[&str], migrate: bool) -> Result<Seen> {
-    let udp_port = ck_tests::sys::free_port();
-    let listen = format!("udp://127.0.0.1:{udp_port}");
+fn one_run(bench: &Bench, bin: &Path, variant: Variant, mode: &str, migrate: bool) -> Result<Seen> {
     let bin_text = bin.to_str().context("a UTF-8 path")?;
-    let mut args: Vec<&str> = vec!["--listen", &listen];
-    args.extend_from_slice(flags);
-    args.extend_from_slice(&["--", bin_text, "serve"]);
-    let variant = match flags.contains(&"--no-bpf") {
-        true => Variant::Baseline,
-        false => Variant::Ck,
-    };
-    let mut inst = Instance::start(&bench.bin, &bench.log_dir, "quic", variant, WORKERS, &args)?;
+    let args = ["--udp-mode", mode, "--", bin_text, "serve"];
+    let mut inst =
+        Instance::start_udp(&bench.bin, &bench.log_dir, "quic", variant, WORKERS, &args)?;
     inst.wait_ready(WORKERS as usize)?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], udp_port));
+    let addr: SocketAddr = inst.addr();
     let extra: Vec<String> = match migrate {
         true => vec!["--rebind-ms".into(), REBIND_MS.to_string()],
         false => Vec::new(),
@@ -137,13 +130,13 @@ pub fn run(bench: &Bench) -> Result<Table> {
     let mut columns = Vec::new();
     for migrate in [false, true] {
         let mut row = Vec::new();
-        for (flags, name) in FLEETS {
+        for (variant, mode, name) in FLEETS {
             bench.progress(format_args!("quic: {name}, migration {migrate}"));
-            row.push(one_run(bench, &bin, flags, migrate)?);
+            row.push(one_run(bench, &bin, variant, mode, migrate)?);
         }
         columns.push(row);
     }
-    let names: Vec<&str> = FLEETS.iter().map(|(_, name)| *name).collect();
+    let names: Vec<&str> = FLEETS.iter().map(|(_, _, name)| *name).collect();
     let mut table = Table::with_columns(
         &format!(
             "HTTP/3 through 5 rolls, a scale to 6 and back to 4 ({WORKERS} quinn + h3 workers, \
