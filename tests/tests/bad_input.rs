@@ -355,7 +355,7 @@ fn unknown_udp_mode() {
     assert!(!out.status.success(), "{err}");
     assert!(
         err.contains("invalid value 'tcp' for '--udp-mode <UDP_MODE>'")
-            && err.contains("[possible values: flow, stateless]"),
+            && err.contains("[possible values: flow, stateless, quic]"),
         "{err}"
     );
     assert!(!pins_dir(&name).exists() && !control_socket(&name).exists());
