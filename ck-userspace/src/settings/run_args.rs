@@ -72,7 +72,7 @@ pub struct RunArgs {
     /// Default 8080 when no --listen either.
     #[arg(short, long = "port", value_name = "PORT")]
     ports: Vec<u16>,
-    /// Listen address, e.g. tcp://[::]:8080 or udp://[::]:443 (repeatable).
+    /// Listen address, tcp:// or udp://HOST:PORT (repeatable).
     ///
     /// tcp://HOST:PORT, e.g. tcp://127.0.0.1:8080 for loopback only; udp://HOST:PORT for a UDP
     /// group (each datagram steered, see --udp-mode). Workers get one socket per address as

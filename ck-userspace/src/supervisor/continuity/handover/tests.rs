@@ -162,15 +162,15 @@ fn a_binary_with_another_format_or_map_layout_is_refused() {
 }
 
 /// An image from before least-queue read exact depths (its `config` had no queue offsets:
-/// 16 bytes), or before it read the oldest connection's wait (28 bytes), is refused: the
-/// program would read offsets that are not there.
+/// 16 bytes), before it read the oldest connection's wait (28 bytes), or before UDP groups'
+/// mode (40 bytes), is refused: the program would read fields that are not there.
 #[test]
 fn an_image_without_the_queue_offsets_is_refused() {
     let this = Compat::this();
-    assert!(this.maps.contains(" config=40B "), "{}", this.maps);
-    for older in [" config=16B ", " config=28B "] {
+    assert!(this.maps.contains(" config=44B "), "{}", this.maps);
+    for older in [" config=16B ", " config=28B ", " config=40B "] {
         let before = Compat {
-            maps: this.maps.replace(" config=40B ", older),
+            maps: this.maps.replace(" config=44B ", older),
             ..this.clone()
         };
         assert!(this.refuses(&before).unwrap().contains("map layout"));
