@@ -8,12 +8,16 @@
 //! the program's runs equals the sum of the route counters (loopback without UDP GRO, which
 //! would show the program one datagram per train).
 
-use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
+use std::{
+    collections::BTreeSet,
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 use ck_tests::{
     Ck, READY_TIMEOUT,
     bpf_stats::{self, StatsOn},
-    get_new_conn,
+    ck_bin, get_new_conn,
     http::metrics_text,
     instance_name, local, probe_base_for,
     sys::{self, free_port},
@@ -227,14 +231,7 @@ fn a_roll_flips_new_flows_and_leaves_old_flows_with_their_worker_until_it_exits(
     assert_eq!(answered_by(&first), old, "{first:?}");
     // The held flows keep sending while the roll runs (`ck reload` returns once every old
     // worker has been told to stop): their workers never go quiet.
-    let name = ck.name().to_string();
-    let reload = std::thread::spawn(move || ck_tests::ck::ck_output(&["reload", "--name", &name]));
-    while !reload.is_finished() {
-        assert_eq!(held.round(), first, "a held flow moved during the roll");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = reload.join().expect("the reload thread");
-    assert!(out.status.success(), "{out:?}");
+    reload_while_sending(&ck, &held, &first);
     // Told to stop, the old workers still have their flows...
     assert_eq!(
         held.round(),
@@ -253,6 +250,73 @@ fn a_roll_flips_new_flows_and_leaves_old_flows_with_their_worker_until_it_exits(
     ck.wait_status("the old workers gone", READY_TIMEOUT, |s| {
         s.worker_pids().is_disjoint(&old) && s.slots.len() == 2
     });
+    let moved_on = held.round();
+    assert!(answered_by(&moved_on).is_disjoint(&old), "{moved_on:?}");
+}
+
+/// Runs `ck reload` while `held` keeps sending (so no held worker goes quiet); asserts that no
+/// held flow moved meanwhile (their answers stay `first`).
+fn reload_while_sending(ck: &Ck, held: &Flows, first: &[Option<String>]) {
+    let name = ck.name().to_string();
+    let reload = std::thread::spawn(move || ck_tests::ck::ck_output(&["reload", "--name", &name]));
+    while !reload.is_finished() {
+        assert_eq!(held.round(), first, "a held flow moved during the roll");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = reload.join().expect("the reload thread");
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn a_stopping_worker_keeps_its_flows_while_they_send_and_is_killed_once_its_slot_goes_quiet() {
+    // Workers that ignore their stop signal: only ck's --udp-linger (or the drain timeout,
+    // here far away) ends them.
+    let ck_path = ck_bin();
+    let ck_path = ck_path.to_str().expect("UTF-8 ck path");
+    let linger = Duration::from_millis(500);
+    let (mut ck, addr) = udp_fleet(
+        "udp-linger",
+        2,
+        &[
+            "--udp-linger",
+            "500ms",
+            "--drain-timeout",
+            "120s",
+            "--",
+            ck_path,
+            "demo-worker",
+            "--ignore-sigterm",
+        ],
+    );
+    let old = ck.status().worker_pids();
+    let held = Flows::open(addr, 16);
+    let first = held.round();
+    assert_eq!(answered_by(&first), old, "{first:?}");
+    reload_while_sending(&ck, &held, &first);
+    // Stopping (they ignore SIGTERM) and still sent datagrams for three lingers: kept, with
+    // their flows.
+    let busy_until = Instant::now() + 3 * linger;
+    while Instant::now() < busy_until {
+        assert_eq!(held.round(), first, "a held flow left its stopping worker");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let running = ck.status().worker_pids();
+    assert!(
+        old.is_subset(&running),
+        "a stopping worker whose flows still send was ended: {old:?} not all in {running:?}"
+    );
+    // Quiet from now on: killed for the linger, long before the drain timeout.
+    ck.wait_status("the old workers gone", READY_TIMEOUT, |s| {
+        s.worker_pids().is_disjoint(&old) && s.slots.len() == 2
+    });
+    let log = ck.log();
+    let quiet_kills = log
+        .lines()
+        .filter(|l| l.contains("worker killed (SIGKILL)") && l.contains("--udp-linger"))
+        .count();
+    assert_eq!(quiet_kills, 2, "expected 2 quiet kills in:\n{log}");
+    assert!(!log.contains("drain timeout"), "{log}");
+    // Their flows go to the new generation.
     let moved_on = held.round();
     assert!(answered_by(&moved_on).is_disjoint(&old), "{moved_on:?}");
 }

@@ -60,6 +60,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         ready_timeout,
         ready_grace,
         drain_timeout,
+        udp_linger,
         quiet_period,
         quiet_max,
         stop_signal,
@@ -115,6 +116,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         show_duration,
     );
     diff.live("quiet-max", &old.quiet_max, quiet_max, show_duration);
+    diff.live("udp-linger", &old.udp_linger, udp_linger, show_duration);
     diff.live(
         "reload-batch",
         &old.reload_batch,

@@ -35,6 +35,12 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const READY_GRACE: Duration = Duration::from_secs(1);
 /// `--drain-timeout`: time a stopping worker gets before SIGKILL.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// `--udp-linger`: a stopping worker of a fleet with UDP groups is killed once its slot has
+/// received no datagram (and holds no TCP connection) for this long. 3 s is longer than QUIC's
+/// first retransmissions of a lost packet (a probe timeout of 333 ms, doubled twice: 2.3 s) and
+/// than two periods of a 1 s keep-alive, so a flow still in use keeps its worker; it ends a
+/// quiet worker sooner than `--drain-timeout` (10 s) would. 0 turns it off.
+pub const UDP_LINGER: Duration = Duration::from_secs(3);
 /// `--quiet-period`: on SIGTERM or `ck stop` (with `--metrics`), ck reports not ready at once and
 /// drains only once no new connection came for this long. 3 s outlasts an ordinary gap between
 /// new connections on a host in rotation (milliseconds to a second), and is longer than HAProxy's

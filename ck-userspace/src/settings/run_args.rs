@@ -273,6 +273,13 @@ pub struct RunArgs {
     /// Time a stopping worker gets before SIGKILL.
     #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::DRAIN_TIMEOUT), help_heading = STOPPING)]
     drain_timeout: Duration,
+    /// UDP: kill a stopping worker whose slot is quiet this long.
+    ///
+    /// After the stop signal a worker keeps receiving its flows' datagrams (its socket stays
+    /// open) until it exits, or until its slot has received no datagram and held no TCP
+    /// connection for this long (0: only exit or --drain-timeout end it).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::UDP_LINGER), help_heading = STOPPING)]
+    udp_linger: Duration,
     /// With --metrics: wait for traffic to stop before draining.
     ///
     /// On SIGTERM or `ck stop`, /readyz answers 503 (stopping) at once, every worker keeps
@@ -451,6 +458,7 @@ impl RunArgs {
             ready_timeout: self.ready_timeout,
             ready_grace: self.ready_grace,
             drain_timeout: self.drain_timeout,
+            udp_linger: self.udp_linger,
             quiet_period: self.quiet_period,
             quiet_max: self.quiet_max,
             stop_signal: self.stop_signal,

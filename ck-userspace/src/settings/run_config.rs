@@ -316,6 +316,9 @@ pub struct RunConfig {
     pub ready_grace: Duration,
     /// Time a stopping worker gets before SIGKILL.
     pub drain_timeout: Duration,
+    /// `--udp-linger`: with UDP groups, a stopping worker whose slot received no datagram (and
+    /// holds no TCP connection) for this long is killed (zero: never for that).
+    pub udp_linger: Duration,
     /// `--quiet-period`: on a stop, the drain waits until no new connection came for this long
     /// (zero: no wait).
     pub quiet_period: Duration,

@@ -307,6 +307,12 @@ impl Supervisor {
                 reason = "drain timeout",
                 "worker killed (SIGKILL)"
             ),
+            Note::KilledQuiet(reason) => tracing::info!(
+                slot = index,
+                pid,
+                reason = %reason,
+                "worker killed (SIGKILL)"
+            ),
             Note::RestartNow => tracing::info!(
                 slot = index,
                 reason = "it had been serving: replaced at once",

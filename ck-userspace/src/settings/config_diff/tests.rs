@@ -21,6 +21,7 @@ fn base() -> RunConfig {
         ready_timeout: defaults::READY_TIMEOUT,
         ready_grace: defaults::READY_GRACE,
         drain_timeout: defaults::DRAIN_TIMEOUT,
+        udp_linger: defaults::UDP_LINGER,
         quiet_period: defaults::QUIET_PERIOD,
         quiet_max: defaults::QUIET_MAX,
         stop_signal: defaults::STOP_SIGNAL,

@@ -67,6 +67,21 @@ impl Groups {
         self.0.iter().filter(|g| !g.addr.is_udp())
     }
 
+    /// Datagrams the UDP groups' programs counted for slot `index`, over every route (None: no
+    /// UDP group has its program loaded).
+    pub fn datagrams_of(&self, index: u32) -> Option<u64> {
+        self.0
+            .iter()
+            .filter_map(|g| g.bpf.as_ref()?.udp())
+            .map(|maps| maps.stats(index).total())
+            .reduce(|a, b| a + b)
+    }
+
+    /// Whether some group is a UDP group.
+    pub fn any_udp(&self) -> bool {
+        self.0.iter().any(|g| g.addr.is_udp())
+    }
+
     /// The state word of `index`: from its record in the `slots` map when BPF is on.
     pub fn state_word(&self, index: u32, shown: SlotState) -> String {
         let kernel = self

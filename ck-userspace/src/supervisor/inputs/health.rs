@@ -21,6 +21,7 @@ use crate::supervisor::{
     Supervisor,
     inputs::queue_motion,
     lifecycle::{Input, State},
+    operations::leaving,
 };
 
 /// A worker's health as the supervisor sees it.
@@ -130,7 +131,18 @@ impl Supervisor {
         if leaving {
             self.check_leavers(now);
         }
-        self.inputs.pacer.pace(now, watching, leaving);
+        let lingering = !self.cfg.udp_linger.is_zero()
+            && self.groups.any_udp()
+            && self.table.any_stopping();
+        if lingering {
+            self.check_lingerers(now);
+        }
+        let count_every = match (leaving, lingering) {
+            (true, _) => Some(leaving::CHECK_EVERY),
+            (false, true) => Some(leaving::LINGER_CHECK_EVERY),
+            (false, false) => None,
+        };
+        self.inputs.pacer.pace(now, watching, count_every);
     }
 
     /// Samples every slot's accept queue (`TCP_INFO` of ck's copy of each socket), detects

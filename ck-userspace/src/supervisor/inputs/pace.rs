@@ -146,15 +146,15 @@ impl Pacer {
     }
 
     /// The next tick: at the next sample, or while a silent worker boots, at its next
-    /// readiness check if sooner, or while a worker leaves, at its next count (`leaving`).
-    /// The sampler is told only when the deadline moves.
-    pub fn pace(&self, now: Instant, watching: bool, leaving: bool) {
+    /// readiness check if sooner, or while a worker leaves or a UDP worker stops, at its next
+    /// count (`count_every`). The sampler is told only when the deadline moves.
+    pub fn pace(&self, now: Instant, watching: bool, count_every: Option<Duration>) {
         let mut next = self.next_sample;
         if watching {
             next = next.min(self.next_ready_check);
         }
-        if leaving {
-            next = next.min(now + crate::supervisor::operations::leaving::CHECK_EVERY);
+        if let Some(every) = count_every {
+            next = next.min(now + every);
         }
         self.tick_at(next.max(now + Duration::from_micros(1)));
     }

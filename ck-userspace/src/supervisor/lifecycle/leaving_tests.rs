@@ -151,3 +151,28 @@ fn a_worker_that_never_served_or_without_a_linger_is_signalled_at_once() {
     );
     assert!(ranks(&effects).contains(&Effect::Signal(Sig::Term)));
 }
+
+#[test]
+fn a_stopping_worker_whose_slot_went_quiet_is_killed_and_only_a_stopping_one() {
+    let t0 = Instant::now();
+    let s = settings();
+    let mut life = leaving(t0, 4);
+    step(&mut life, Input::Finished("done".into()), &fleet(t0, 1), &s);
+    assert!(matches!(life.state, State::Stopping(..)), "{life:?}");
+    let effects = step(
+        &mut life,
+        Input::Quiet("no datagram for 3s".into()),
+        &fleet(t0, 1),
+        &s,
+    );
+    assert_eq!(ranks(&effects), vec![Effect::Signal(Sig::Kill)]);
+    assert!(
+        matches!(life.state, State::Stopping(..)),
+        "stopping until it exits"
+    );
+    // A serving or leaving worker is never killed for quiet: it is not stopping.
+    let mut ready = ready_slot(t0, 5);
+    assert!(step(&mut ready, Input::Quiet("q".into()), &fleet(t0, 1), &s).is_empty());
+    let mut leaver = leaving(t0, 6);
+    assert!(step(&mut leaver, Input::Quiet("q".into()), &fleet(t0, 1), &s).is_empty());
+}

@@ -60,6 +60,8 @@ enum Op {
     Loaded,
     /// The n-th leaving slot's connections are done (`leaving`).
     Finish(usize),
+    /// The n-th stopping slot went quiet for `--udp-linger` (`leaving`).
+    Quiet(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -80,6 +82,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::SpareDue),
         1 => Just(Op::Loaded),
         2 => (0..6usize).prop_map(Op::Finish),
+        1 => (0..6usize).prop_map(Op::Quiet),
     ]
 }
 
@@ -333,18 +336,16 @@ impl Model {
                 let all = self.lives.keys().map(|i| (*i, Input::Republish)).collect();
                 self.apply(all);
             }
-            Op::Finish(n) => {
-                let leaving: Vec<u32> = self
-                    .lives
-                    .iter()
-                    .filter(|(_, l)| matches!(l.state, State::Leaving(_)))
-                    .map(|(i, _)| *i)
-                    .collect();
-                if !leaving.is_empty() {
-                    let index = leaving[n % leaving.len()];
-                    self.apply(vec![(index, Input::Finished("done".into()))]);
-                }
-            }
+            Op::Finish(n) => self.on_nth_in(
+                n,
+                |s| matches!(s, State::Leaving(_)),
+                Input::Finished("done".into()),
+            ),
+            Op::Quiet(n) => self.on_nth_in(
+                n,
+                |s| matches!(s, State::Stopping(..)),
+                Input::Quiet("quiet".into()),
+            ),
             Op::Wait(ms) => self.now += Duration::from_millis(ms),
             Op::Shutdown if !self.stopping => {
                 self.stopping = true;
@@ -353,6 +354,20 @@ impl Model {
             Op::Shutdown => {}
         }
         self.handle_queue();
+    }
+
+    /// Sends `input` to the n-th (modulo) slot whose state is `of`, if any.
+    fn on_nth_in(&mut self, n: usize, of: fn(&State) -> bool, input: Input) {
+        let picked: Vec<u32> = self
+            .lives
+            .iter()
+            .filter(|(_, l)| of(&l.state))
+            .map(|(i, _)| *i)
+            .collect();
+        if !picked.is_empty() {
+            let index = picked[n % picked.len()];
+            self.apply(vec![(index, input)]);
+        }
     }
 
     fn on_nth(&mut self, n: usize, input: Input) {

@@ -213,6 +213,9 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
             }
         },
         (state, Input::KillNow) if state.run().is_some() => out.push(Signal(Sig::Kill)),
+        (State::Stopping(..), Input::Quiet(why)) => {
+            out.extend([Effect::Note(Note::KilledQuiet(why)), Signal(Sig::Kill)]);
+        }
         (State::Held | State::Broken, Input::Needed) if !life.trying() && life.serving() => {
             let every = life.crash.half_open();
             if life.state == State::Broken {

@@ -97,6 +97,10 @@ pub enum Input {
     Shutdown(String),
     /// Kill the worker now (a second SIGINT).
     KillNow,
+    /// `--udp-linger`: a stopping worker's slot has received no datagram (and held no TCP
+    /// connection) for the linger: its flows are done, so it is killed now rather than at the
+    /// stop timeout.
+    Quiet(String),
     /// The group needs this slot to keep trying (`--min-workers`, after the fleet shrank):
     /// an open breaker turns half-open.
     Needed,
@@ -129,6 +133,8 @@ pub enum Note {
     NotReadyInTime(Duration),
     /// Killed: still running at the stop timeout (`--drain-timeout`).
     KilledAtStopTimeout,
+    /// Killed: stopping, and its slot quiet for `--udp-linger`.
+    KilledQuiet(String),
     /// It had served: replaced at once.
     RestartNow,
     /// A boot crash: restart after the backoff.

@@ -57,4 +57,15 @@ impl SlotTable {
             )
         })
     }
+
+    /// Whether some slot's worker is stopping (with UDP groups, health ticks come every
+    /// `leaving::LINGER_CHECK_EVERY` meanwhile).
+    pub fn any_stopping(&self) -> bool {
+        self.slots.values().any(|s| {
+            matches!(
+                s.life.state,
+                crate::supervisor::lifecycle::State::Stopping(..)
+            )
+        })
+    }
 }
