@@ -181,8 +181,11 @@ pub fn render(report: &StatusReport) -> String {
         for s in &udp.slots {
             let _ = writeln!(
                 out,
-                "  slot {:>3}: {:>9} datagram(s), {:>6} flow(s)",
-                s.slot, s.datagrams, s.flows
+                "  slot {:>3}: {:>9} datagram(s), {:>8}/s, {:>6} flow(s)",
+                s.slot,
+                s.datagrams,
+                s.datagrams_per_s.map_or("-".into(), |r| format!("{r:.1}")),
+                s.flows
             );
         }
     }

@@ -193,6 +193,10 @@ pub struct UdpGroupReport {
     /// QUIC handshakes remembered by their original connection ID (`quic` mode).
     #[serde(default)]
     pub pending: u64,
+    /// Datagrams per second the slots in use were sent lately (the sum of theirs; None: no
+    /// earlier reading yet).
+    #[serde(default)]
+    pub datagrams_per_s: Option<f64>,
     /// Per slot in use: datagrams it was sent and flows it holds.
     pub slots: Vec<UdpSlotReport>,
 }
@@ -204,6 +208,10 @@ pub struct UdpSlotReport {
     pub slot: u32,
     /// Datagrams the program sent it, every route summed.
     pub datagrams: u64,
+    /// Datagrams per second it was sent lately: since a reading of the counters one to two
+    /// seconds old, taken at the sampler's ticks (None: no earlier reading yet).
+    #[serde(default)]
+    pub datagrams_per_s: Option<f64>,
     /// Of those, by route.
     pub routes: std::collections::BTreeMap<String, u64>,
     /// Flows the flow table gives it.

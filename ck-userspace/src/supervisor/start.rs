@@ -184,6 +184,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             metrics_addr: metrics_server.as_ref().map(|m| m.local_addr()),
             systemd: reports::systemd::Notifier::from_env(),
             systemd_due: true,
+            udp_rates: Default::default(),
         },
         continuity: continuity::Continuity {
             exe: match &origin {

@@ -1,14 +1,16 @@
 //! What `ck top` shows, computed from two successive status reports without a terminal: one row
-//! per slot with rates (new connections per second from the `selected` counter, CPU from the
-//! worker's CPU time), the instance's totals, and the cells both views print.
+//! per slot with rates (new connections per second from the `selected` counter, datagrams per
+//! second from the UDP groups' counters, CPU from the worker's CPU time), the instance's
+//! totals, and the cells both views print.
 use ck::control::{SlotReport, StatusReport};
 
 /// Column titles, widths and alignment, shared by the terminal view and the text frame.
-pub const COLUMNS: [Column; 11] = [
+pub const COLUMNS: [Column; 12] = [
     Column::right("slot", 4),
     Column::right("pid", 8),
     Column::left("state", 20),
     Column::right("conn/s", 8),
+    Column::right("dgram/s", 8),
     Column::right("queue", 6),
     Column::right("open", 6),
     Column::right("memory", 9),
@@ -58,6 +60,9 @@ pub struct SlotRow {
     pub state: String,
     /// New connections per second since the previous report (None: no previous report).
     pub conn_rate: Option<f64>,
+    /// Datagrams per second since the previous report, every UDP group summed (None: no
+    /// previous report, or no UDP group).
+    pub dgram_rate: Option<f64>,
     /// Accept-queue depth last sampled.
     pub queue: u32,
     /// Open connections (None: not counted).
@@ -83,6 +88,8 @@ pub struct Totals {
     pub ready: usize,
     /// New connections per second.
     pub conn_rate: Option<f64>,
+    /// Datagrams per second.
+    pub dgram_rate: Option<f64>,
     /// Accept-queue depths summed.
     pub queue: u32,
     /// Open connections summed over the slots that report them.
@@ -125,6 +132,15 @@ pub fn rate(prev: u64, cur: u64, seconds: f64) -> f64 {
     delta as f64 / seconds
 }
 
+/// Datagrams the UDP groups of `report` sent `slot`, summed (None: no UDP group).
+fn datagrams(report: &StatusReport, slot: u32) -> Option<u64> {
+    if report.udp.is_empty() {
+        return None;
+    }
+    let sent = report.udp.iter().flat_map(|g| &g.slots);
+    Some(sent.filter(|s| s.slot == slot).map(|s| s.datagrams).sum())
+}
+
 /// CPU use in percent of one CPU: the worker's CPU time that grew from `prev_ms` to `cur_ms` in
 /// `seconds`. None when it is another worker than before (its CPU time started again).
 fn cpu_percent(prev: &SlotReport, cur: &SlotReport, seconds: f64) -> Option<f64> {
@@ -164,6 +180,10 @@ impl Frame {
                     // A slot new since the previous report counted from zero.
                     conn_rate: interval
                         .map(|(_, dt)| rate(before.map_or(0, |(o, _)| o.selected), s.selected, dt)),
+                    dgram_rate: interval.and_then(|(p, dt)| {
+                        let earlier = datagrams(p, s.slot).unwrap_or(0);
+                        Some(rate(earlier, datagrams(cur, s.slot)?, dt))
+                    }),
                     queue: s.queue_depth,
                     open: s.connections,
                     memory: s.memory_bytes,
@@ -178,6 +198,7 @@ impl Frame {
             slots: rows.len(),
             ready: cur.slots.iter().filter(|s| s.state == "ready").count(),
             conn_rate: interval.map(|_| rows.iter().filter_map(|r| r.conn_rate).sum()),
+            dgram_rate: sum_known(rows.iter().map(|r| r.dgram_rate)),
             queue: rows.iter().map(|r| r.queue).sum(),
             open: sum_known(rows.iter().map(|r| r.open)),
             memory: sum_known(rows.iter().map(|r| r.memory)),
@@ -288,6 +309,7 @@ impl SlotRow {
             self.pid.map_or("-".into(), |p| p.to_string()),
             self.state.clone(),
             fmt_rate(self.conn_rate),
+            fmt_rate(self.dgram_rate),
             self.queue.to_string(),
             fmt_count(self.open),
             fmt_bytes(self.memory),
@@ -311,6 +333,7 @@ impl Totals {
             String::new(),
             format!("{}/{} ready", self.ready, self.slots),
             fmt_rate(self.conn_rate),
+            fmt_rate(self.dgram_rate),
             self.queue.to_string(),
             fmt_count(self.open),
             fmt_bytes(self.memory),

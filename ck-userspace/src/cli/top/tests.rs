@@ -133,6 +133,41 @@ fn numbers_are_formatted_for_people() {
     assert_eq!(uptime(2 * 86_400_000 + 4 * 3_600_000), "2d04h");
 }
 
+/// A UDP group's report of `(slot, datagrams)`.
+fn udp(slots: &[(u32, u64)]) -> Value {
+    let slots: Vec<Value> = slots
+        .iter()
+        .map(|(slot, n)| json!({"slot": slot, "datagrams": n, "routes": {}, "flows": 0}))
+        .collect();
+    json!({"group": "udp4-443", "mode": "flow", "routes": {}, "dropped": 0, "flows": 0,
+           "slots": slots})
+}
+
+#[test]
+fn datagram_rates_sum_every_udp_group_and_need_one() {
+    let tcp_only = report(7, 10_000, vec![slot(0, Some(11), "ready", 0, None)]);
+    let frame = Frame::new(Some(&tcp_only), &tcp_only);
+    assert_eq!(frame.rows[0].dgram_rate, None, "no UDP group");
+    let mut before = report(7, 10_000, vec![slot(0, Some(11), "ready", 0, None)]);
+    before.udp = serde_json::from_value(json!([udp(&[(0, 100)])])).unwrap();
+    let mut after = report(
+        7,
+        12_000,
+        vec![
+            slot(0, Some(11), "ready", 0, None),
+            slot(1, Some(12), "ready", 0, None),
+        ],
+    );
+    after.udp =
+        serde_json::from_value(json!([udp(&[(0, 300), (1, 40)]), udp(&[(0, 100)])])).unwrap();
+    let frame = Frame::new(Some(&before), &after);
+    // Slot 0: 100 -> 400 over both groups in 2 s; slot 1 is new: from zero.
+    assert_eq!(frame.rows[0].dgram_rate, Some(150.0));
+    assert_eq!(frame.rows[1].dgram_rate, Some(20.0));
+    assert_eq!(frame.totals.dgram_rate, Some(170.0));
+    assert_eq!(Frame::new(None, &after).rows[0].dgram_rate, None);
+}
+
 #[test]
 fn the_text_frame_has_a_row_per_slot_and_the_totals() {
     let before = report(7, 10_000, vec![slot(0, Some(11), "ready", 0, Some(0))]);
@@ -147,7 +182,7 @@ fn the_text_frame_has_a_row_per_slot_and_the_totals() {
     assert_eq!(
         fields(lines[titles + 1]),
         [
-            "0", "11", "ready", "30.0", "3", "4", "2.0M", "5.0%", "1", "30", "5s"
+            "0", "11", "ready", "30.0", "-", "3", "4", "2.0M", "5.0%", "1", "30", "5s"
         ]
     );
     assert_eq!(
@@ -157,6 +192,7 @@ fn the_text_frame_has_a_row_per_slot_and_the_totals() {
             "-",
             "restarting",
             "0.0",
+            "-",
             "3",
             "-",
             "2.0M",
@@ -169,7 +205,7 @@ fn the_text_frame_has_a_row_per_slot_and_the_totals() {
     assert_eq!(
         fields(lines[titles + 3]),
         [
-            "all", "1/2", "ready", "30.0", "6", "4", "4.0M", "5.0%", "2", "30"
+            "all", "1/2", "ready", "30.0", "-", "6", "4", "4.0M", "5.0%", "2", "30"
         ]
     );
     assert_eq!(lines[titles + 4], "rates over the last 1.00 s");

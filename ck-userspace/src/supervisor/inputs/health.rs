@@ -131,9 +131,8 @@ impl Supervisor {
         if leaving {
             self.check_leavers(now);
         }
-        let lingering = !self.cfg.udp_linger.is_zero()
-            && self.groups.any_udp()
-            && self.table.any_stopping();
+        let lingering =
+            !self.cfg.udp_linger.is_zero() && self.groups.any_udp() && self.table.any_stopping();
         if lingering {
             self.check_lingerers(now);
         }
@@ -241,6 +240,7 @@ impl Supervisor {
                 tracing::warn!(group = %group.addr, "writing least-conn's sampled counts: {e}");
             }
         }
+        self.reports.udp_rates.record(&self.groups, &indices, now);
         self.replace_long_unhealthy(now);
         let fallback = fallback.then(|| self.fallback_period(now));
         self.inputs

@@ -21,4 +21,6 @@ pub(in crate::supervisor) struct Reports {
     /// The fleet may have changed since the service manager was last told (set by every
     /// publish and canary; the state itself is read from the kernel when telling).
     pub systemd_due: bool,
+    /// Recent readings of the UDP groups' datagram counters, for their rates.
+    pub udp_rates: udp::UdpRates,
 }

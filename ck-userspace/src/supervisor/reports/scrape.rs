@@ -86,6 +86,8 @@ impl Supervisor {
                 &self.groups,
                 &self.table.slots.keys().copied().collect::<Vec<_>>(),
                 self.cfg.udp_mode.name(),
+                &self.reports.udp_rates,
+                std::time::Instant::now(),
             ),
         }
     }

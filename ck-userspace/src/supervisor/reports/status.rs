@@ -2,7 +2,7 @@
 //! active set and slot records from the maps, counters from `stats`, steering from the last
 //! canary, foreign listeners from sock_diag, open connections from the kernel's counts (else
 //! the sock_diag scan), accept-queue depths read when asked (`TCP_INFO`).
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Instant};
 
 use ck_common::MAX_SLOTS;
 
@@ -259,7 +259,13 @@ impl Supervisor {
             connection_count,
             quiet_wait: self.quiet_report(),
             host_drained: self.host_drained(),
-            udp: super::udp::reports(&self.groups, &indices, self.cfg.udp_mode.name()),
+            udp: super::udp::reports(
+                &self.groups,
+                &indices,
+                self.cfg.udp_mode.name(),
+                &self.reports.udp_rates,
+                Instant::now(),
+            ),
         }
     }
 }
