@@ -53,6 +53,15 @@ impl Flows {
     }
 }
 
+/// Asserts that every flow was answered; returns the distinct workers (pids) that answered.
+pub fn answered_by(answers: &[Option<String>]) -> std::collections::BTreeSet<u32> {
+    assert!(
+        answers.iter().all(Option::is_some),
+        "unanswered flows: {answers:?}"
+    );
+    answers.iter().flatten().filter_map(|a| pid_of(a)).collect()
+}
+
 /// The pid in an answer `slot=S pid=P`.
 pub fn pid_of(answer: &str) -> Option<u32> {
     answer

@@ -21,7 +21,7 @@ use ck_tests::{
     http::metrics_text,
     instance_name, local, probe_base_for,
     sys::{self, free_port},
-    udp::{Flows, moved, pid_of},
+    udp::{Flows, answered_by, moved, pid_of},
 };
 use nix::sys::signal::Signal;
 
@@ -42,15 +42,6 @@ fn udp_fleet(what: &str, workers: usize, extra: &[&str]) -> (Ck, SocketAddr) {
     let mut ck = Ck::start(&instance_name(what, port), &args);
     ck.wait_ready(workers, READY_TIMEOUT);
     (ck, local(port))
-}
-
-/// Every flow answered; the distinct workers that answered.
-fn answered_by(answers: &[Option<String>]) -> BTreeSet<u32> {
-    assert!(
-        answers.iter().all(Option::is_some),
-        "unanswered flows: {answers:?}"
-    );
-    answers.iter().flatten().filter_map(|a| pid_of(a)).collect()
 }
 
 /// Waits until the fleet has exactly `n` slots, all ready.
@@ -322,6 +313,58 @@ fn a_stopping_worker_keeps_its_flows_while_they_send_and_is_killed_once_its_slot
 }
 
 #[test]
+fn status_and_top_show_each_slots_datagrams_per_second() {
+    let (ck, addr) = udp_fleet("udp-rates", 2, &[]);
+    let flows = Flows::open(addr, 8);
+    let mut top = ck_tests::ck::ck_command()
+        .args(["top", "--once", "--name", ck.name()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting ck top --once");
+    // The flows send for as long as ck top measures (between its two reports), and on until
+    // the status's rate, read against the sampler's readings, covers them.
+    while top.try_wait().expect("waiting for ck top").is_none() {
+        answered_by(&flows.round());
+    }
+    let out = top.wait_with_output().expect("ck top's output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let titles: Vec<&str> = text
+        .lines()
+        .find(|l| l.contains("dgram/s"))
+        .unwrap_or_else(|| panic!("no dgram/s column: {text}"))
+        .split_whitespace()
+        .collect();
+    let column = titles
+        .iter()
+        .position(|t| *t == "dgram/s")
+        .expect("the column");
+    let total: f64 = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&"all"))
+        // No pid, and the state is two fields ("2/2 ready"): the columns line up again.
+        .and_then(|f| f.get(column)?.parse().ok())
+        .unwrap_or_else(|| panic!("no total datagram rate: {text}"));
+    assert!(total > 0.0, "{text}");
+    let sent_until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < sent_until {
+        answered_by(&flows.round());
+    }
+    let status = ck.status();
+    let udp = &status.udp[0];
+    let rates: Vec<Option<f64>> = udp.slots.iter().map(|s| s.datagrams_per_s).collect();
+    assert!(rates.iter().all(Option::is_some), "{udp:#?}");
+    assert!(
+        rates.iter().flatten().any(|r| *r > 0.0),
+        "the slots with flows have a rate: {udp:#?}"
+    );
+    assert!(udp.datagrams_per_s.is_some_and(|r| r > 0.0), "{udp:#?}");
+    let text = ck.ctl_ok(&["status"]);
+    assert!(text.contains("/s,"), "{text}");
+}
+
+#[test]
 fn stateless_mode_answers_every_datagram_and_remembers_no_flow() {
     let (ck, addr) = udp_fleet("udp-stateless", 3, &["--udp-mode", "stateless"]);
     let flows = Flows::open(addr, FLOWS);
@@ -359,6 +402,62 @@ fn an_upgrade_in_place_keeps_every_flow_on_its_worker() {
     assert_eq!(moved(&before, &after), 0, "{before:?}\n{after:?}");
     let udp = ck.status().udp[0].clone();
     assert_eq!(udp.routes["stale"], 0, "{udp:#?}");
+}
+
+#[test]
+fn a_fleet_taken_back_after_its_ck_was_killed_keeps_every_flow_on_its_worker() {
+    let port = free_port();
+    let (listen, base) = (
+        format!("udp://127.0.0.1:{port}"),
+        probe_base_for(port).to_string(),
+    );
+    let args = |workers: &'static str| {
+        vec![
+            "--listen".to_string(),
+            listen.clone(),
+            "--probe-port-base".to_string(),
+            base.clone(),
+            "-w".to_string(),
+            workers.to_string(),
+            "--survive-supervisor".to_string(),
+        ]
+    };
+    let name = instance_name("udp-survive", port);
+    let first_args = args("3");
+    let first_args: Vec<&str> = first_args.iter().map(String::as_str).collect();
+    let mut first = Ck::start(&name, &first_args);
+    first.wait_ready(3, READY_TIMEOUT);
+    let flows = Flows::open(local(port), FLOWS);
+    let before = flows.round();
+    // A scale-up first: the consistent table no longer gives every flow its worker, so only
+    // the flow table (pinned, read by the program while no ck runs) can.
+    first.ctl_ok(&["scale", "4"]);
+    wait_exactly(&mut first, 4);
+    let was = first.status();
+    first.kill_supervisor();
+    first.abandon();
+    // No ck: the workers serve on, every flow on its own.
+    let alone = flows.round();
+    assert_eq!(moved(&before, &alone), 0, "{before:?}\n{alone:?}");
+    let again_args = args("4");
+    let again_args: Vec<&str> = again_args.iter().map(String::as_str).collect();
+    let mut second = Ck::start(&name, &again_args);
+    let now = second.wait_ready(4, READY_TIMEOUT);
+    assert_eq!(now.worker_pids(), was.worker_pids(), "{was:#?}\n{now:#?}");
+    assert!(
+        second
+            .log()
+            .contains("took back the fleet of a ck that died"),
+        "{}",
+        second.log()
+    );
+    let after = flows.round();
+    assert_eq!(moved(&before, &after), 0, "{before:?}\n{after:?}");
+    let udp = second.status().udp[0].clone();
+    assert_eq!(udp.routes["stale"], 0, "{udp:#?}");
+    assert_eq!(udp.flows, FLOWS as u64, "the table came through: {udp:#?}");
+    second.ctl_ok(&["stop"]);
+    second.wait_clean_exit();
 }
 
 #[test]
