@@ -2,14 +2,16 @@
 //! themselves. `ck_bind4`/`ck_bind6` add `SO_REUSEPORT` and `SO_REUSEADDR` to a bind to one of
 //! the instance's ports (`adopt_ports`), so every worker can bind it unmodified and all join one
 //! group; other binds are left alone. `ck_listen` reports every socket that starts to listen
-//! (`listens` ring buffer), so that the supervisor adopts it at once.
+//! (`listens` ring buffer), so that the supervisor adopts it at once. UDP sockets never listen:
+//! `ck_bound4`/`ck_bound6` report a UDP socket once it is bound to one of the instance's ports
+//! (ready to take datagrams), in the same ring.
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_SOCK_OPS_TCP_LISTEN_CB, SO_REUSEADDR, SO_REUSEPORT, SOL_SOCKET},
     btf_maps::{HashMap, RingBuf},
     helpers::{bpf_get_socket_cookie, bpf_ktime_get_ns, bpf_setsockopt},
-    macros::{btf_map, cgroup_sock_addr, sock_ops},
-    programs::{SockAddrContext, SockOpsContext},
+    macros::{btf_map, cgroup_sock, cgroup_sock_addr, sock_ops},
+    programs::{SockAddrContext, SockContext, SockOpsContext},
 };
 use ck_common::{ListenEvent, MAX_ADOPT_PORTS};
 
@@ -73,4 +75,42 @@ pub fn ck_listen(ctx: SockOpsContext) -> u32 {
         let _ = LISTENS.output(&event, 0);
     }
     1
+}
+
+/// `IPPROTO_UDP`.
+const IPPROTO_UDP: u32 = 17;
+
+/// Reports a UDP socket just bound to one of the instance's ports.
+#[inline(always)]
+fn bound(ctx: &SockContext) -> i32 {
+    // SAFETY: the context pointer is the kernel's `bpf_sock` for this call; after a bind its
+    // `protocol`, `family` and `src_port` (host byte order) are readable.
+    let (protocol, family, port) = unsafe {
+        let sock = &*ctx.sock;
+        (sock.protocol, sock.family, sock.src_port)
+    };
+    // SAFETY: a lookup whose value is only tested for presence.
+    if protocol == IPPROTO_UDP && unsafe { ADOPT_PORTS.get(&(port as u16)) }.is_some() {
+        let event = ListenEvent {
+            // SAFETY: the context is a `bpf_sock`, which the cookie helper accepts.
+            cookie: unsafe { bpf_get_socket_cookie(ctx.as_ptr()) },
+            // SAFETY: helper without arguments.
+            ktime_ns: unsafe { bpf_ktime_get_ns() },
+            port,
+            family,
+        };
+        // As for a listen: a lost event is found by the supervisor's periodic scan.
+        let _ = LISTENS.output(&event, 0);
+    }
+    1
+}
+
+#[cgroup_sock(post_bind4)]
+pub fn ck_bound4(ctx: SockContext) -> i32 {
+    bound(&ctx)
+}
+
+#[cgroup_sock(post_bind6)]
+pub fn ck_bound6(ctx: SockContext) -> i32 {
+    bound(&ctx)
 }

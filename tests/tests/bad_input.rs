@@ -304,16 +304,6 @@ fn unknown_worker_output_mode() {
 }
 
 #[test]
-fn adopt_with_a_udp_group() {
-    let udp = format!("udp://127.0.0.1:{}", free_port());
-    refused(
-        "bad-udpadopt",
-        &["--adopt", "--listen", &udp],
-        "UDP sockets never listen",
-    );
-}
-
-#[test]
 fn probes_on_a_fleet_of_udp_groups_only() {
     let port = free_port();
     let name = instance_name("bad-udpprobe", port);

@@ -1,6 +1,7 @@
 //! The `--adopt` hooks on the instance's cgroup: `cgroup/bind4` and `cgroup/bind6` programs that
-//! add `SO_REUSEPORT` to binds to the instance's ports, and a `sock_ops` program that reports
-//! every socket that starts to listen. Attached through bpf links, which ck pins beside the
+//! add `SO_REUSEPORT` to binds to the instance's ports, a `sock_ops` program that reports
+//! every socket that starts to listen, and with UDP groups `cgroup/post_bind4` and
+//! `cgroup/post_bind6` programs that report every UDP socket bound to one of the ports. Attached through bpf links, which ck pins beside the
 //! instance's maps once they are loaded ([`AdoptHooks::pin`]): the hooks stay attached across
 //! `ck upgrade` and while a dead ck is away (`--survive-supervisor`), and leave with the pins.
 use std::{fs::File, path::Path};
@@ -9,7 +10,9 @@ use anyhow::Context as _;
 use aya::{
     Ebpf,
     maps::{HashMap, MapData, RingBuf},
-    programs::{CgroupAttachMode, CgroupSockAddr, SockOps, links::FdLink, links::PinnedLink},
+    programs::{
+        CgroupAttachMode, CgroupSock, CgroupSockAddr, SockOps, links::FdLink, links::PinnedLink,
+    },
 };
 use ck_common::{ListenEvent, MAX_ADOPT_PORTS};
 
@@ -36,10 +39,43 @@ fn load_err(what: &'static str) -> impl FnOnce(anyhow::Error) -> BpfError {
     }
 }
 
+/// Finds program `$name` (of type `$kind`) in `$ebpf`, loads it and attaches it to `$cgroup`;
+/// evaluates to its link when the kernel made one that can be pinned (`bpf_link_create`, Linux
+/// 5.7+; else the attachment stays ck's), or returns the error naming `$what`. A macro: each
+/// program type has its own link type, which no trait of aya's turns into an `FdLink`.
+macro_rules! attach_hook {
+    ($ebpf:expr, $cgroup:expr, $name:expr, $kind:ty, $what:literal) => {{
+        let name: &'static str = $name;
+        let program: &mut $kind = $ebpf
+            .program_mut(name)
+            .with_context(|| format!("program {name} missing"))
+            .and_then(|p| p.try_into().context("not the program type expected"))
+            .map_err(load_err(concat!("finding ", $what)))?;
+        program
+            .load()
+            .context(concat!("the kernel refused ", $what))
+            .map_err(load_err(concat!("loading ", $what)))?;
+        let id = program
+            .attach(&$cgroup, CgroupAttachMode::Single)
+            .context("attaching to the instance's cgroup")
+            .map_err(load_err(concat!("attaching ", $what)))?;
+        program
+            .take_link(id)
+            .ok()
+            .and_then(|l| FdLink::try_from(l).ok())
+            .map(|link| (name, link))
+    }};
+}
+
 impl AdoptHooks {
-    /// Loads the hooks for `ports`, attaches them to the cgroup `dir`, and returns them with the
-    /// ring buffer of listen events.
-    pub fn attach(dir: &Path, ports: &[u16]) -> Result<(AdoptHooks, RingBuf<MapData>), BpfError> {
+    /// Loads the hooks for `ports` (`udp`: some of them are UDP groups' ports), attaches them
+    /// to the cgroup `dir`, and returns them with the ring buffer of listen (and UDP bind)
+    /// events.
+    pub fn attach(
+        dir: &Path,
+        ports: &[u16],
+        udp: bool,
+    ) -> Result<(AdoptHooks, RingBuf<MapData>), BpfError> {
         if ports.len() > MAX_ADOPT_PORTS as usize {
             return Err(load_err("configuring --adopt")(anyhow::anyhow!(
                 "at most {MAX_ADOPT_PORTS} ports can be adopted"
@@ -64,47 +100,31 @@ impl AdoptHooks {
             .map_err(load_err("opening the instance's cgroup"))?;
         let mut links = Vec::new();
         for name in ["ck_bind4", "ck_bind6"] {
-            let program: &mut CgroupSockAddr = ebpf
-                .program_mut(name)
-                .with_context(|| format!("program {name} missing"))
-                .and_then(|p| p.try_into().context("not a cgroup/bind program"))
-                .map_err(load_err("finding the bind hooks"))?;
-            program
-                .load()
-                .context("the kernel refused the bind hook")
-                .map_err(load_err("loading the bind hooks"))?;
-            let id = program
-                .attach(&cgroup, CgroupAttachMode::Single)
-                .context("attaching to the instance's cgroup")
-                .map_err(load_err("attaching the bind hooks"))?;
-            // A link made by `bpf_link_create` (Linux 5.7+) can be pinned; else it stays ck's.
-            if let Some(link) = program
-                .take_link(id)
-                .ok()
-                .and_then(|l| FdLink::try_from(l).ok())
-            {
-                links.push((name, link));
-            }
+            links.extend(attach_hook!(
+                ebpf,
+                cgroup,
+                name,
+                CgroupSockAddr,
+                "the bind hooks"
+            ));
         }
-        let listen: &mut SockOps = ebpf
-            .program_mut("ck_listen")
-            .context("program ck_listen missing")
-            .and_then(|p| p.try_into().context("not a sock_ops program"))
-            .map_err(load_err("finding the listen hook"))?;
-        listen
-            .load()
-            .context("the kernel refused the listen hook")
-            .map_err(load_err("loading the listen hook"))?;
-        let id = listen
-            .attach(&cgroup, CgroupAttachMode::Single)
-            .context("attaching to the instance's cgroup")
-            .map_err(load_err("attaching the listen hook"))?;
-        if let Some(link) = listen
-            .take_link(id)
-            .ok()
-            .and_then(|l| FdLink::try_from(l).ok())
-        {
-            links.push(("ck_listen", link));
+        links.extend(attach_hook!(
+            ebpf,
+            cgroup,
+            "ck_listen",
+            SockOps,
+            "the listen hook"
+        ));
+        if udp {
+            for name in ["ck_bound4", "ck_bound6"] {
+                links.extend(attach_hook!(
+                    ebpf,
+                    cgroup,
+                    name,
+                    CgroupSock,
+                    "the UDP bind hooks"
+                ));
+            }
         }
         let ring = ebpf
             .take_map("listens")

@@ -1,5 +1,6 @@
-//! TCP sockets as the kernel reports them (`NETLINK_SOCK_DIAG`, `inet_diag` dumps): who else
-//! listens on a group's port, and which established connections were accepted on it.
+//! TCP and UDP sockets as the kernel reports them (`NETLINK_SOCK_DIAG`, `inet_diag` dumps): who
+//! else listens on a group's port (UDP: is bound to it), and which established connections
+//! were accepted on it.
 use std::{collections::HashSet, io, net::SocketAddr, os::fd::AsFd};
 
 use netlink_packet_core::{
@@ -7,12 +8,12 @@ use netlink_packet_core::{
 };
 use netlink_packet_sock_diag::{
     SockDiagMessage,
-    constants::{AF_INET, AF_INET6, IPPROTO_TCP},
+    constants::{AF_INET, AF_INET6, IPPROTO_TCP, IPPROTO_UDP},
     inet::{ExtensionFlags, InetRequest, InetResponse, SocketId, StateFlags},
 };
 use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_SOCK_DIAG};
 
-/// One listening socket.
+/// One listening TCP socket, or one bound (unconnected) UDP socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listener {
     /// Its local address.
@@ -27,8 +28,19 @@ pub struct Listener {
 
 /// Every TCP socket in LISTEN on `port` in the family of `ipv6`.
 pub fn listeners(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
+    on_port(IPPROTO_TCP, StateFlags::LISTEN, port, ipv6)
+}
+
+/// Every UDP socket bound to `port` and not connected (the kernel reports those in the CLOSE
+/// state) in the family of `ipv6`: the UDP sockets that take a group's datagrams.
+pub fn bound_udp(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
+    on_port(IPPROTO_UDP, StateFlags::CLOSE, port, ipv6)
+}
+
+/// Every `protocol` socket in `states` on `port` in the family of `ipv6`.
+fn on_port(protocol: u8, states: StateFlags, port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
     let mut found = Vec::new();
-    dump(ipv6, StateFlags::LISTEN, |response| {
+    dump(ipv6, protocol, states, |response| {
         let id = &response.header.socket_id;
         if id.source_port == port {
             found.push(Listener {
@@ -48,7 +60,7 @@ pub fn listeners(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
 pub fn established_inodes(ports: &[u16]) -> io::Result<HashSet<u64>> {
     let mut found = HashSet::new();
     for ipv6 in [false, true] {
-        dump(ipv6, StateFlags::ESTABLISHED, |response| {
+        dump(ipv6, IPPROTO_TCP, StateFlags::ESTABLISHED, |response| {
             let inode = u64::from(response.header.inode);
             if inode != 0 && ports.contains(&response.header.socket_id.source_port) {
                 found.insert(inode);
@@ -58,8 +70,13 @@ pub fn established_inodes(ports: &[u16]) -> io::Result<HashSet<u64>> {
     Ok(found)
 }
 
-/// Dumps the TCP sockets of one family in `states`, calling `visit` for each.
-fn dump(ipv6: bool, states: StateFlags, mut visit: impl FnMut(&InetResponse)) -> io::Result<()> {
+/// Dumps the `protocol` sockets of one family in `states`, calling `visit` for each.
+fn dump(
+    ipv6: bool,
+    protocol: u8,
+    states: StateFlags,
+    mut visit: impl FnMut(&InetResponse),
+) -> io::Result<()> {
     let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
     socket.bind_auto()?;
     socket.connect(&NetlinkAddr::new(0, 0))?;
@@ -69,7 +86,7 @@ fn dump(ipv6: bool, states: StateFlags, mut visit: impl FnMut(&InetResponse)) ->
         header,
         SockDiagMessage::InetRequest(InetRequest {
             family: if ipv6 { AF_INET6 } else { AF_INET },
-            protocol: IPPROTO_TCP,
+            protocol,
             extensions: ExtensionFlags::empty(),
             states,
             socket_id: if ipv6 {
@@ -228,6 +245,25 @@ mod tests {
                 .unwrap()
                 .iter()
                 .all(|l| l.inode != inode)
+        );
+    }
+
+    #[test]
+    fn finds_a_bound_udp_socket_and_not_a_connected_one_or_a_tcp_listener() {
+        let bound = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = bound.local_addr().unwrap().port();
+        let inode = inode_of(&bound).unwrap();
+        let found = bound_udp(port, false).unwrap();
+        assert!(found.iter().any(|l| l.inode == inode), "{found:?}");
+        assert_eq!(found[0].cookie, cookie(&bound).unwrap());
+        assert!(
+            listeners(port, false).unwrap().is_empty(),
+            "no TCP listener"
+        );
+        bound.connect("127.0.0.1:9").unwrap();
+        assert!(
+            bound_udp(port, false).unwrap().is_empty(),
+            "a connected socket takes only its peer's datagrams"
         );
     }
 }

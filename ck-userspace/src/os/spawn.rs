@@ -41,9 +41,9 @@ pub struct SpawnSpec<'a> {
     /// `--adopt`: the worker binds the port itself, gets `PORT` instead of inherited sockets,
     /// and runs APP directly (no `LISTEN_*` variables).
     pub adopt_port: Option<u16>,
-    /// `--adopt`: every listen address of the instance (`CK_LISTEN`, space-separated), for apps
-    /// that serve several groups.
-    pub adopt_listen: Vec<std::net::SocketAddr>,
+    /// `--adopt`: every listen address of the instance (`CK_LISTEN`, space-separated: TCP ones
+    /// as `HOST:PORT`, UDP ones as `udp://HOST:PORT`), for apps that serve several groups.
+    pub adopt_listen: Vec<String>,
     /// The open-file limit ck was started with, given back to the worker (ck raised its own).
     pub fd_limit: Option<crate::os::fd_limit::FdLimit>,
     /// `--user`: the worker takes this user's groups, group and uid and drops every capability
@@ -182,9 +182,8 @@ fn exec_of(spec: &SpawnSpec<'_>) -> io::Result<fork::Exec> {
     };
     let (path, mut argv): (OsString, Vec<OsString>) = match spec.adopt_port {
         Some(port) => {
-            let listen: Vec<String> = spec.adopt_listen.iter().map(|a| a.to_string()).collect();
             set("PORT", port.to_string());
-            set("CK_LISTEN", listen.join(" "));
+            set("CK_LISTEN", spec.adopt_listen.join(" "));
             let program = spec.app.program.clone().into_os_string();
             (program.clone(), vec![program])
         }

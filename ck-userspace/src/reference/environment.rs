@@ -95,7 +95,8 @@ pub const VARIABLES: &[Variable] = &[
     var(
         "CK_LISTEN",
         Role::SetForWorkers,
-        "With --adopt: every listen address (`0.0.0.0:8080`), separated by spaces.",
+        "With --adopt: every listen address, separated by spaces: TCP ones as `0.0.0.0:8080`, \
+         UDP ones as `udp://0.0.0.0:443`.",
     ),
     var(
         "CK_SLOT",

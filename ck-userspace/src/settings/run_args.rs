@@ -504,19 +504,8 @@ impl RunArgs {
         })
     }
 
-    /// What UDP groups cannot do: probes go through a worker's TCP socket, and `--adopt` finds
-    /// a worker's socket when it listens (UDP sockets never do).
+    /// What UDP groups cannot do: probes go through a worker's TCP socket.
     fn check_udp(&self, listen: &[ListenAddr]) -> anyhow::Result<()> {
-        let Some(udp) = listen.iter().find(|l| l.is_udp()) else {
-            return Ok(());
-        };
-        if self.adopt {
-            bail!(
-                "--adopt finds a worker's own socket when it starts to listen, and {udp} is a UDP \
-                 group (UDP sockets never listen): hand the workers ck's sockets (drop --adopt; \
-                 they get them as fds 3.., named in LISTEN_FDNAMES)"
-            );
-        }
         if listen.iter().all(|l| l.is_udp())
             && (self.probe.is_some() || self.ready == ReadyMode::Probe)
         {

@@ -149,10 +149,17 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
         // Not socket-activated: bind like any server, every address of $CK_LISTEN, else
         // 0.0.0.0:$PORT (under `ck run --adopt`, ck's bind hook adds SO_REUSEPORT and ck
         // adopts the sockets).
-        for addr in bind_addresses()? {
-            let listener = bind(addr, opts.reuse_port)?;
-            addrs.push(listener.local_addr()?.to_string());
-            listeners.push(listener);
+        for (addr, udp) in bind_addresses()? {
+            let fd = bind(addr, udp, opts.reuse_port)?;
+            if udp {
+                let socket = std::net::UdpSocket::from(fd);
+                addrs.push(format!("udp {}", socket.local_addr()?));
+                datagrams.push(socket);
+            } else {
+                let listener = std::net::TcpListener::from(fd);
+                addrs.push(listener.local_addr()?.to_string());
+                listeners.push(listener);
+            }
         }
     }
     ensure!(
@@ -225,16 +232,24 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
     })
 }
 
-/// The addresses to bind when not socket-activated: `$CK_LISTEN`, else `0.0.0.0:$PORT`.
-fn bind_addresses() -> anyhow::Result<Vec<SocketAddr>> {
+/// The addresses to bind when not socket-activated, each with whether it is UDP: `$CK_LISTEN`
+/// (`HOST:PORT` or `tcp://HOST:PORT` for TCP, `udp://HOST:PORT` for UDP), else `0.0.0.0:$PORT`.
+fn bind_addresses() -> anyhow::Result<Vec<(SocketAddr, bool)>> {
     if let Ok(list) = std::env::var("CK_LISTEN")
         && !list.trim().is_empty()
     {
         return list
             .split_whitespace()
             .map(|a| {
-                a.parse()
-                    .with_context(|| format!("CK_LISTEN has a bad address {a:?}"))
+                let (text, udp) = match (a.strip_prefix("udp://"), a.strip_prefix("tcp://")) {
+                    (Some(rest), _) => (rest, true),
+                    (_, Some(rest)) => (rest, false),
+                    _ => (a, false),
+                };
+                let addr = text
+                    .parse()
+                    .with_context(|| format!("CK_LISTEN has a bad address {a:?}"))?;
+                Ok((addr, udp))
             })
             .collect();
     }
@@ -243,12 +258,12 @@ fn bind_addresses() -> anyhow::Result<Vec<SocketAddr>> {
         .and_then(|p| p.parse::<u16>().ok());
     let port =
         port.context("no sockets were passed (LISTEN_FDS) and PORT is not set: nothing to serve")?;
-    Ok(vec![SocketAddr::from(([0, 0, 0, 0], port))])
+    Ok(vec![(SocketAddr::from(([0, 0, 0, 0], port)), false)])
 }
 
-/// Binds and listens on `addr` (IPv6 only for an IPv6 address, as ck's own sockets; with
-/// `SO_REUSEPORT` when `reuse_port`).
-fn bind(addr: SocketAddr, reuse_port: bool) -> anyhow::Result<std::net::TcpListener> {
+/// Binds `addr` and, for TCP, listens on it (IPv6 only for an IPv6 address, as ck's own
+/// sockets; with `SO_REUSEPORT` when `reuse_port`); a non-blocking socket, UDP when `udp`.
+fn bind(addr: SocketAddr, udp: bool, reuse_port: bool) -> anyhow::Result<OwnedFd> {
     use nix::sys::socket::{
         AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, setsockopt, socket,
     };
@@ -258,7 +273,12 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> anyhow::Result<std::net::TcpListe
         AddressFamily::Inet
     };
     let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
-    let fd = socket(family, SockType::Stream, flags, None).context("creating a TCP socket")?;
+    let kind = if udp {
+        SockType::Datagram
+    } else {
+        SockType::Stream
+    };
+    let fd = socket(family, kind, flags, None).context("creating a socket")?;
     if addr.is_ipv6() {
         setsockopt(&fd, sockopt::Ipv6V6Only, &true).context("setting IPV6_V6ONLY")?;
     }
@@ -268,9 +288,11 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> anyhow::Result<std::net::TcpListe
     }
     nix::sys::socket::bind(fd.as_raw_fd(), &SockaddrStorage::from(addr))
         .with_context(|| format!("binding {addr}"))?;
-    nix::sys::socket::listen(&fd, Backlog::new(1024)?)
-        .with_context(|| format!("listening on {addr}"))?;
-    Ok(std::net::TcpListener::from(fd))
+    if !udp {
+        nix::sys::socket::listen(&fd, Backlog::new(1024)?)
+            .with_context(|| format!("listening on {addr}"))?;
+    }
+    Ok(fd)
 }
 
 /// Half of `WATCHDOG_USEC`, the heartbeat period systemd recommends, when it is set.

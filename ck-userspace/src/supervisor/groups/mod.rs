@@ -149,7 +149,8 @@ impl Groups {
         }
     }
 
-    /// Whether `socket` (`what`, for the error) listens on group `position`'s port.
+    /// Whether `socket` (`what`, for the error) listens on group `position`'s port (for a UDP
+    /// group: is a datagram socket bound to it).
     pub fn check_listening(
         &self,
         position: usize,
@@ -162,10 +163,20 @@ impl Groups {
             .ok()
             .and_then(|a| a.as_socket())
             .with_context(|| format!("{what} is not an inet socket"))?;
+        // A UDP group's socket never listens: bound to the port, a datagram socket.
+        let serving = match group.addr.is_udp() {
+            true => socket.r#type().is_ok_and(|t| t == socket2::Type::DGRAM),
+            false => socket.is_listener().unwrap_or(false),
+        };
         anyhow::ensure!(
-            local.port() == group.addr.addr.port() && socket.is_listener().unwrap_or(false),
-            "{what} is not listening on {} (it is {local})",
-            group.addr.addr
+            local.port() == group.addr.addr.port() && serving,
+            "{what} is not {} {} (it is {local})",
+            if group.addr.is_udp() {
+                "bound to"
+            } else {
+                "listening on"
+            },
+            group.addr
         );
         Ok(())
     }

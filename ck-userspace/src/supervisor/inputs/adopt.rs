@@ -1,5 +1,6 @@
 //! `--adopt` at run time. The hooks are attached to the instance's cgroup before any worker
-//! starts. A listen event (or the periodic scan, should an event be lost) leads to the socket:
+//! starts. A listen event (for a UDP group, the event of a bind: UDP sockets never listen), or
+//! the periodic scan should an event be lost, leads to the socket:
 //! sock_diag by cookie gives its inode, the pids of each worker's cgroup give the process and fd
 //! holding it, and `pidfd_getfd` gives ck a copy. Once every group has the worker's socket, they
 //! go into the slot's place in the `sockets` maps and become the slot's sockets (the lifecycle's
@@ -12,7 +13,7 @@ use aya::maps::{MapData, RingBuf};
 use ck_common::ListenEvent;
 use socket2::Socket;
 
-use crate::supervisor::{Event, Supervisor, lifecycle::Input};
+use crate::supervisor::{Event, Group, Supervisor, lifecycle::Input};
 use crate::{
     bpf::adopt::{self, AdoptHooks},
     os::pidfd,
@@ -27,7 +28,17 @@ pub(in crate::supervisor) fn attach(
 ) -> anyhow::Result<(AdoptHooks, RingBuf<MapData>)> {
     let cgroup = cgroup.ok_or_else(|| anyhow::anyhow!("--adopt needs the instance's cgroup"))?;
     let ports: Vec<u16> = cfg.listen.iter().map(|a| a.addr.port()).collect();
-    Ok(AdoptHooks::attach(cgroup.dir(), &ports)?)
+    let udp = cfg.listen.iter().any(|a| a.is_udp());
+    Ok(AdoptHooks::attach(cgroup.dir(), &ports, udp)?)
+}
+
+/// The sockets workers may hold for a group on `port` in the family of `v6`: TCP listeners, or
+/// (`udp`) bound UDP sockets.
+fn group_sockets(udp: bool, port: u16, v6: bool) -> std::io::Result<Vec<sock_diag::Listener>> {
+    match udp {
+        true => sock_diag::bound_udp(port, v6),
+        false => sock_diag::listeners(port, v6),
+    }
 }
 
 /// Forwards every listen event of `ring` to the event loop.
@@ -48,19 +59,28 @@ fn monotonic_ns() -> u64 {
 }
 
 impl Supervisor {
-    /// A process of the instance's cgroup started to listen.
+    /// A process of the instance's cgroup started to listen (TCP) or bound a UDP socket to one
+    /// of the instance's ports: the event's cookie tells which socket, so which protocol.
     pub(in crate::supervisor) fn on_listened(&mut self, event: ListenEvent) {
         let port = event.port as u16;
         let v6 = event.family == libc::AF_INET6 as u32;
-        let listeners = match sock_diag::listeners(port, v6) {
-            Ok(listeners) => listeners,
-            Err(e) => return tracing::warn!(port, "listing listeners failed: {e}"),
-        };
+        let mut found = None;
+        for udp in [false, true] {
+            let sockets = match group_sockets(udp, port, v6) {
+                Ok(sockets) => sockets,
+                Err(e) => return tracing::warn!(port, udp, "listing sockets failed: {e}"),
+            };
+            if let Some(socket) = sockets.into_iter().find(|l| l.cookie == event.cookie) {
+                found = Some((udp, socket));
+                break;
+            }
+        }
         // Gone already (the worker closed it, or died): nothing to adopt.
-        let Some(listener) = listeners.iter().find(|l| l.cookie == event.cookie) else {
+        let Some((udp, listener)) = found else {
             return;
         };
-        let Some(position) = self.groups.iter().position(|g| g.addr.addr.port() == port) else {
+        let of_group = |g: &Group| g.addr.addr.port() == port && g.addr.is_udp() == udp;
+        let Some(position) = self.groups.iter().position(of_group) else {
             let holder = self.table.holder_in_fleet(listener.inode);
             return tracing::warn!(
                 port,
@@ -78,8 +98,9 @@ impl Supervisor {
     /// listen event was lost).
     pub(in crate::supervisor) fn scan_unadopted(&mut self) {
         for position in 0..self.groups.len() {
-            let addr = self.groups[position].addr.addr;
-            let Ok(listeners) = sock_diag::listeners(addr.port(), addr.is_ipv6()) else {
+            let addr = self.groups[position].addr;
+            let Ok(listeners) = group_sockets(addr.is_udp(), addr.addr.port(), addr.addr.is_ipv6())
+            else {
                 continue;
             };
             let own = self.table.own_inodes(position);

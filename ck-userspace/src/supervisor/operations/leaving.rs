@@ -182,7 +182,10 @@ mod tests {
             done(&mut watch, 1, Some(0), t0 + SETTLE).as_deref(),
             Some("its connections are done")
         );
-        assert!(done(&mut None, 1, None, t0).is_some(), "not counted: no wait");
+        assert!(
+            done(&mut None, 1, None, t0).is_some(),
+            "not counted: no wait"
+        );
     }
 
     #[test]
@@ -215,7 +218,11 @@ mod tests {
         let t0 = Instant::now();
         let mut watch = None;
         assert_eq!(done(&mut watch, 1, Some(0), t0), None);
-        assert_eq!(done(&mut watch, 2, Some(0), t0 + SETTLE), None, "worker 2's first read");
+        assert_eq!(
+            done(&mut watch, 2, Some(0), t0 + SETTLE),
+            None,
+            "worker 2's first read"
+        );
         assert!(done(&mut watch, 2, Some(0), t0 + 2 * SETTLE).is_some());
     }
 

@@ -105,7 +105,16 @@ impl Supervisor {
             cgroup: cgroup.as_ref(),
             adopt_port: self.cfg.adopt.then(|| self.cfg.listen[0].addr.port()),
             adopt_listen: match self.cfg.adopt {
-                true => self.cfg.listen.iter().map(|a| a.addr).collect(),
+                // TCP ones as HOST:PORT (as ever), UDP ones as udp://HOST:PORT.
+                true => self
+                    .cfg
+                    .listen
+                    .iter()
+                    .map(|a| match a.is_udp() {
+                        true => a.to_string(),
+                        false => a.addr.to_string(),
+                    })
+                    .collect(),
                 false => Vec::new(),
             },
             fd_limit: self.table.fd_limit,
