@@ -142,6 +142,10 @@ async fn answer(
                             Ok(request) => request,
                             Err(e) => return eprintln!("a request not read: {e}"),
                         };
+                        // The request read to its end (the client's FIN): a stream dropped
+                        // before that asks the client to stop sending (STOP_SENDING 0), which
+                        // fails a client whose FIN comes after the answer.
+                        while let Ok(Some(_)) = stream.recv_data().await {}
                         let response = http::Response::builder().status(200).body(()).expect("a response");
                         if let Err(e) = stream.send_response(response).await {
                             return eprintln!("a response not sent: {e}");

@@ -39,6 +39,7 @@ mod supervisor_cpu;
 mod survive;
 mod table;
 mod three_loads;
+mod udp_rate;
 mod upgrade;
 
 use std::fmt::Display;
@@ -96,8 +97,9 @@ pub enum Scenario {
     /// the roll vs steady, failed requests, how each worker was taken as ready.
     ReadySlow,
     /// HTTP/3 connections (quinn + h3) held open through 5 rolls and a scale up and down, with
-    /// and without client migration: broken connections under --udp-mode quic, flow and plain
-    /// SO_REUSEPORT.
+    /// and without client migration, and a worker's kill -9: broken connections under
+    /// --udp-mode quic, flow and plain SO_REUSEPORT; and the datagram rate of many small flows,
+    /// ck beside plain.
     Quic,
     /// Every scenario, in the order above.
     All,
@@ -306,7 +308,7 @@ fn run_one(bench: &Bench, one: Scenario) -> Result<ScenarioRun> {
         Scenario::Chaos => vec![chaos::run(bench)?],
         Scenario::Cork => vec![cork::run(bench)?],
         Scenario::ReadySlow => vec![ready_slow::run(bench)?],
-        Scenario::Quic => vec![quic::run(bench)?],
+        Scenario::Quic => vec![quic::run(bench)?, udp_rate::run(bench)?],
         Scenario::All | Scenario::Summary => unreachable!("expand() never yields these"),
     };
     Ok(ScenarioRun {

@@ -6,7 +6,8 @@
 //! `ck scale 4`, one after the other; the load runs until 5 s after the last. Counted: broken
 //! connections (a request that failed, a handshake that failed, a connection that ended with an
 //! error the client did not ask for). Then the same with every client moving to a new local
-//! port every [`REBIND_MS`] (client migration).
+//! port every [`REBIND_MS`] (client migration). Then a `kill -9` of one worker under the held
+//! connections: what breaks should be that worker's own connections at most.
 
 use std::{
     net::SocketAddr,
@@ -124,6 +125,36 @@ fn one_run(bench: &Bench, bin: &Path, variant: Variant, mode: &str, migrate: boo
     Ok(seen)
 }
 
+/// One fleet under the held connections while one worker is killed with SIGKILL; the fleet
+/// is whole again (the replacement ready) before the load ends.
+fn one_kill(bench: &Bench, bin: &Path, variant: Variant, mode: &str) -> Result<Seen> {
+    let bin_text = bin.to_str().context("a UTF-8 path")?;
+    let args = ["--udp-mode", mode, "--", bin_text, "serve"];
+    let mut inst = Instance::start_udp(
+        &bench.bin,
+        &bench.log_dir,
+        "quic-kill",
+        variant,
+        WORKERS,
+        &args,
+    )?;
+    inst.wait_ready(WORKERS as usize)?;
+    let load = client(bin, inst.addr(), 60_000, &[])?;
+    std::thread::sleep(Duration::from_secs(1));
+    let victim = *inst
+        .serving_pids()?
+        .first()
+        .context("no serving worker to kill")?;
+    super::instance::kill(victim, nix::sys::signal::Signal::SIGKILL)?;
+    std::thread::sleep(AFTER);
+    inst.wait_ready(WORKERS as usize)?;
+    ck_tests::sys::signal(load.id(), nix::sys::signal::Signal::SIGTERM);
+    let seen = finish(load)?;
+    bench.report_log(&inst);
+    inst.stop()?;
+    Ok(seen)
+}
+
 /// Runs the scenario and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
     let bin = example()?;
@@ -135,6 +166,11 @@ pub fn run(bench: &Bench) -> Result<Table> {
             row.push(one_run(bench, &bin, variant, mode, migrate)?);
         }
         columns.push(row);
+    }
+    let mut killed = Vec::new();
+    for (variant, mode, name) in FLEETS {
+        bench.progress(format_args!("quic: {name}, kill -9 of one worker"));
+        killed.push(one_kill(bench, &bin, variant, mode)?);
     }
     let names: Vec<&str> = FLEETS.iter().map(|(_, _, name)| *name).collect();
     let mut table = Table::with_columns(
@@ -172,6 +208,17 @@ pub fn run(bench: &Bench) -> Result<Table> {
             Goal::None,
         );
     }
+    let share = CONNECTIONS / WORKERS;
+    table.row_of(
+        &format!("broken connections, one worker of {WORKERS} killed (kill -9)"),
+        killed.iter().map(|s| count(s.broken)).collect(),
+        Goal::AtMost(f64::from(share), "its own (about 1/4)"),
+    );
+    table.row_of(
+        "kill -9: requests answered",
+        killed.iter().map(|s| count(s.ok)).collect(),
+        Goal::None,
+    );
     table.note(
         "broken: a request that failed, a handshake that failed, or a connection that ended \
          with an error the client did not ask for; GOAWAY moves are not broken (the client \

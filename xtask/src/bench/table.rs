@@ -108,6 +108,8 @@ pub enum Goal {
     AtLeast(f64, &'static str),
     /// The ratio of the first two columns is at most this.
     RatioAtMost(f64),
+    /// The ratio of the first two columns is at least this.
+    RatioAtLeast(f64),
 }
 
 impl Goal {
@@ -118,6 +120,7 @@ impl Goal {
             Goal::AtMost(max, text) => ((*text).to_string(), ck.num.map(|v| v <= *max)),
             Goal::AtLeast(min, text) => ((*text).to_string(), ck.num.map(|v| v >= *min)),
             Goal::RatioAtMost(max) => (format!("ratio <= {max}"), ratio.map(|r| r <= *max)),
+            Goal::RatioAtLeast(min) => (format!("ratio >= {min}"), ratio.map(|r| r >= *min)),
         };
         Some(Verdict { wanted, met })
     }
