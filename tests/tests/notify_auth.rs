@@ -9,13 +9,24 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use ck_tests::sys::TempDir;
 use ck_tests::{READY_TIMEOUT, burst_pinned, local, start, start_ready};
 
-/// The `NOTIFY_SOCKET` ck gave process `pid`.
+/// The `NOTIFY_SOCKET` ck gave process `pid`. A worker that was just forked shows ck's own
+/// environment until its exec, so this polls until the worker's own environment is there.
 fn notify_socket_of(pid: u32) -> String {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).expect("reading the environment");
-    env.split(|b| *b == 0)
-        .find_map(|kv| kv.strip_prefix(b"NOTIFY_SOCKET="))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-        .expect("NOTIFY_SOCKET in the worker's environment")
+    let deadline = std::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).expect("reading the environment");
+        let found = env
+            .split(|b| *b == 0)
+            .find_map(|kv| kv.strip_prefix(b"NOTIFY_SOCKET="))
+            .map(|v| String::from_utf8_lossy(v).into_owned());
+        match found {
+            Some(socket) => return socket,
+            None if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            None => panic!("no NOTIFY_SOCKET in worker {pid}'s environment after its exec"),
+        }
+    }
 }
 
 /// Sends `message` to `notify_socket` (`@name`: abstract) from this process, which is not of any
