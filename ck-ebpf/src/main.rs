@@ -10,6 +10,7 @@
 mod adopt;
 mod conns;
 mod exits;
+mod minimal;
 mod quic;
 mod sock_addr;
 mod udp;

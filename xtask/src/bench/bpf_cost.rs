@@ -229,7 +229,7 @@ fn measure(bench: &Bench, bins: &[&Path], workers: u32) -> Result<Vec<Vec<Cost>>
 }
 
 /// A cost in ns.
-fn ns_cell(ns: f64) -> Cell {
+pub(super) fn ns_cell(ns: f64) -> Cell {
     Cell {
         text: format!("{ns:.1} ns"),
         num: Some(ns),

@@ -22,6 +22,7 @@ mod fleet;
 mod footprint;
 mod instance;
 mod long_lived;
+mod minimal_program;
 mod overhead;
 mod peers;
 mod plot;
@@ -39,6 +40,7 @@ mod supervisor_cpu;
 mod survive;
 mod table;
 mod three_loads;
+mod udp_cost;
 mod udp_rate;
 mod upgrade;
 
@@ -101,6 +103,9 @@ pub enum Scenario {
     /// --udp-mode quic, flow and plain SO_REUSEPORT; and the datagram rate of many small flows,
     /// ck beside plain.
     Quic,
+    /// ns per datagram of ck's UDP program in each --udp-mode (kernel accounting) beside a
+    /// minimal hash % n program on a plain group, under HTTP/3 connections and small flows.
+    UdpCost,
     /// Every scenario, in the order above.
     All,
     /// Measures nothing: draws BENCHMARKS.md's tables again from the latest record of each
@@ -128,6 +133,7 @@ impl Scenario {
                 Scenario::Cork,
                 Scenario::ReadySlow,
                 Scenario::Quic,
+                Scenario::UdpCost,
             ],
             Scenario::Summary => vec![],
             one => vec![one],
@@ -309,6 +315,7 @@ fn run_one(bench: &Bench, one: Scenario) -> Result<ScenarioRun> {
         Scenario::Cork => vec![cork::run(bench)?],
         Scenario::ReadySlow => vec![ready_slow::run(bench)?],
         Scenario::Quic => vec![quic::run(bench)?, udp_rate::run(bench)?],
+        Scenario::UdpCost => vec![udp_cost::run(bench)?],
         Scenario::All | Scenario::Summary => unreachable!("expand() never yields these"),
     };
     Ok(ScenarioRun {

@@ -41,14 +41,14 @@ const FLEETS: [(Variant, &str, &str); 3] = [
 
 /// What the client saw in one run.
 #[derive(Debug, Default, Clone, Copy)]
-struct Seen {
-    ok: u64,
-    broken: u64,
-    moved: u64,
+pub(super) struct Seen {
+    pub ok: u64,
+    pub broken: u64,
+    pub moved: u64,
 }
 
 /// The example's release binary (built by `cargo xtask build --release`, as ck is).
-fn example() -> Result<PathBuf> {
+pub(super) fn example() -> Result<PathBuf> {
     let bin = crate::target_dir()?.join("release/ck-example-quic");
     if !bin.exists() {
         bail!(
@@ -61,7 +61,7 @@ fn example() -> Result<PathBuf> {
 }
 
 /// Starts the client against `addr` for `ms`, with `extra` options.
-fn client(bin: &Path, addr: SocketAddr, ms: u128, extra: &[String]) -> Result<Child> {
+pub(super) fn client(bin: &Path, addr: SocketAddr, ms: u128, extra: &[String]) -> Result<Child> {
     Command::new(bin)
         .arg("client")
         .arg(addr.to_string())
@@ -77,7 +77,7 @@ fn client(bin: &Path, addr: SocketAddr, ms: u128, extra: &[String]) -> Result<Ch
 }
 
 /// Waits for the client and sums its lines.
-fn finish(child: Child) -> Result<Seen> {
+pub(super) fn finish(child: Child) -> Result<Seen> {
     let out = child.wait_with_output().context("the client")?;
     if !out.status.success() {
         bail!(

@@ -31,7 +31,7 @@ const RUNS: usize = 5;
 const ANSWER_WAIT: Duration = Duration::from_millis(200);
 
 /// Answered datagrams and lost ones in one run against `addr`.
-fn one_run(addr: SocketAddr) -> Result<(u64, u64)> {
+pub(super) fn one_run(addr: SocketAddr) -> Result<(u64, u64)> {
     let threads: Vec<_> = (0..THREADS)
         .map(|_| {
             std::thread::spawn(move || -> Result<(u64, u64)> {
