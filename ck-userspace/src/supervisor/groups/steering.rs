@@ -304,12 +304,16 @@ impl Supervisor {
         }
     }
 
-    /// Sends a canary to every group that has none out.
+    /// Sends a canary to every group that has a member and no canary out. A group without a
+    /// member (`--adopt` before the first worker bound) has nothing to steer yet: a canary
+    /// sent then would prove nothing when it came back after the first adoption, and would
+    /// hold back the one that adoption asks for.
     pub(in crate::supervisor) fn check_steering_soon(&mut self) {
         let base = self.cfg.health.probe_port_base;
         for (position, group) in self.groups.iter_mut().enumerate() {
             let Some(bpf) = &group.bpf else { continue };
-            if group.steering.in_flight || base == 0 {
+            let has_member = self.table.member_socket(position).is_some();
+            if group.steering.in_flight || base == 0 || !has_member {
                 continue;
             }
             let target = probe::target_of(group.addr.addr);
@@ -342,11 +346,7 @@ impl Supervisor {
         before: u64,
         connected: std::io::Result<bool>,
     ) {
-        let has_member = self
-            .table
-            .slots
-            .values()
-            .any(|s| s.sockets.get(position).is_some());
+        let has_member = self.table.member_socket(position).is_some();
         let stopping = self.stopping;
         let Some(group) = self.groups.get_mut(position) else {
             return;
@@ -381,11 +381,7 @@ impl Supervisor {
             "BPF steering is not in effect on the group (a canary connection was not steered): \
              attaching the program again"
         );
-        let member = self
-            .table
-            .slots
-            .values()
-            .find_map(|s| s.sockets.get(position));
+        let member = self.table.member_socket(position);
         let (Some(member), Some(bpf)) = (member, self.groups[position].bpf.as_mut()) else {
             return;
         };

@@ -82,10 +82,27 @@ impl Supervisor {
         let of_group = |g: &Group| g.addr.addr.port() == port && g.addr.is_udp() == udp;
         let Some(position) = self.groups.iter().position(of_group) else {
             let holder = self.table.holder_in_fleet(listener.inode);
+            let (slot, pid) = (holder.map(|h| h.0), holder.map(|h| h.1));
+            // The same port in the other protocol (a DNS server's TCP listener beside its UDP
+            // group): the worker serves that socket alone, unsteered.
+            if self.groups.iter().any(|g| g.addr.addr.port() == port) {
+                let (what, scheme) = match udp {
+                    true => ("bound a UDP socket to", "udp"),
+                    false => ("listens with TCP on", "tcp"),
+                };
+                return tracing::warn!(
+                    port,
+                    ?slot,
+                    ?pid,
+                    "a worker {what} port {port}, where the instance has no {scheme} group: not \
+                     adopted, the worker serves it alone (add --listen {scheme}://HOST:{port} to \
+                     steer it too)"
+                );
+            }
             return tracing::warn!(
                 port,
-                slot = ?holder.map(|(slot, _, _)| slot),
-                pid = ?holder.map(|(_, pid, _)| pid),
+                ?slot,
+                ?pid,
                 "a worker listens on a port that is not one of the instance's: not adopted \
                  (it binds another port than $PORT?)"
             );

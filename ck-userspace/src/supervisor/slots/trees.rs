@@ -18,6 +18,12 @@ impl SlotTable {
             .collect()
     }
 
+    /// A socket of group `position` that a slot holds: the group has a member through which
+    /// a program can be attached, and a canary can be steered.
+    pub(in crate::supervisor) fn member_socket(&self, position: usize) -> Option<&socket2::Socket> {
+        self.slots.values().find_map(|s| s.sockets.get(position))
+    }
+
     /// The slot, pid and fd of the worker process (of any worker's cgroup) holding `inode`.
     pub(in crate::supervisor) fn holder_in_fleet(&self, inode: u64) -> Option<(u32, u32, i32)> {
         self.slots.values().find_map(|slot| {
