@@ -41,12 +41,11 @@ pub fn position(addr: &[u8; 16], v6: bool) -> u32 {
     scaled(mix(addr, if v6 { 0x6b43_a9b5 } else { 0x2f0b_3c61 }))
 }
 
-/// The table position of a UDP flow: the client's address as for [`position`] and its source
-/// `port` (as on the wire), so that one client's flows spread over the workers.
+/// The table position of a UDP flow whose datagrams the kernel hashed to `hash` (the reuseport
+/// hash of the addresses and ports, already mixed): scaled onto the table.
 #[inline(always)]
-pub fn flow_position(addr: &[u8; 16], v6: bool, port: u16) -> u32 {
-    let seed = if v6 { 0x6b43_a9b5 } else { 0x2f0b_3c61 };
-    scaled(mix(addr, seed ^ u32::from(port).wrapping_mul(0x9e37_79b9)))
+pub fn hash_position(hash: u32) -> u32 {
+    scaled(hash)
 }
 
 /// A murmur3-style mix of the address words from `seed`.

@@ -110,12 +110,23 @@ pub mod route {
     ];
 }
 
-/// A flow's key in the `flows` table: the client's address (IPv4 in the first 4 bytes, zeros
-/// after) and port (network byte order, as on the wire), and its family.
+/// A flow's key in the `flows` table: the kernel's hash of the datagram's addresses and ports
+/// (`sk_reuseport_md.hash`, the reuseport hash of the 4-tuple, with a per-boot secret), which
+/// the program reads without a helper call. Two flows with one hash (rare: 32 bits, at most
+/// [`MAX_FLOWS`] entries) share an entry and go to one worker, which is all a flow needs.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
-    /// Source address.
+    /// The kernel's hash of the flow's addresses and ports.
+    pub hash: u32,
+}
+
+/// A client's address and port, as the `flows` table records the flow's first datagram for
+/// `ck maps` and bpftool (the program routes by the [`FlowKey`] alone).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Client {
+    /// Source address: IPv4 in the first 4 bytes (zeros after), or IPv6.
     pub addr: [u8; 16],
     /// Source port, network byte order.
     pub port: u16,
@@ -123,8 +134,8 @@ pub struct FlowKey {
     pub v6: u16,
 }
 
-/// A flow's value in the `flows` table: the slot it goes to, and the generation of that slot's
-/// `sockets` entry when the flow was given to it (`sock_gens`): a slot whose socket was replaced
+/// Where a remembered flow or handshake goes: the slot, and the generation of that slot's
+/// `sockets` entry when it was given to it (`sock_gens`): a slot whose socket was replaced
 /// since (a new worker on the slot) does not get the old flow.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -133,6 +144,16 @@ pub struct Flow {
     pub slot: u32,
     /// `sock_gens[slot]` when the flow was remembered.
     pub generation: u32,
+}
+
+/// A flow's value in the `flows` table: where it goes, and whose flow it is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowValue {
+    /// Where the flow goes.
+    pub to: Flow,
+    /// The client of the flow's first datagram.
+    pub client: Client,
 }
 
 /// Per-slot datagram counters of a UDP group, by route (per-CPU `udp_stats` map, summed by
@@ -160,8 +181,13 @@ impl UdpStats {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: `#[repr(C)]`, `Copy`, 16 bytes then two u16: 20 bytes, no padding.
+    // SAFETY: `#[repr(C)]`, `Copy`, one u32.
     unsafe impl aya::Pod for super::FlowKey {}
+    // SAFETY: `#[repr(C)]`, `Copy`, 16 bytes then two u16: 20 bytes, no padding.
+    unsafe impl aya::Pod for super::Client {}
+    // SAFETY: `#[repr(C)]`, `Copy`, a `Flow` (two u32) then a `Client` (20 bytes, 2-aligned):
+    // 28 bytes, no padding.
+    unsafe impl aya::Pod for super::FlowValue {}
     // SAFETY: `#[repr(C)]`, `Copy`, two u32 fields.
     unsafe impl aya::Pod for super::Flow {}
     // SAFETY: `#[repr(C)]`, `Copy`, an array of u64.

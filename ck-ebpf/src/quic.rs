@@ -17,7 +17,7 @@ use aya_ebpf::{
 };
 use ck_common::{
     ActiveSet, MAX_SLOTS,
-    udp::{Flow, FlowKey, MAX_CID_LEN, MAX_PENDING, PendingKey, cookie, route},
+    udp::{Flow, MAX_CID_LEN, MAX_PENDING, PendingKey, cookie, route},
 };
 
 use crate::{
@@ -39,9 +39,10 @@ const V2: u32 = 0x6b33_43cf;
 /// A long header's first octet, version, connection ID length and the longest connection ID.
 const LONG_HEAD: usize = 1 + 4 + 1 + MAX_CID_LEN;
 
-/// Routes one datagram of a `quic` group (its client `key` for the new-flow path).
+/// Routes one datagram of a `quic` group (the kernel's `hash` of its addresses and ports for the
+/// new-flow path).
 #[inline(always)]
-pub fn select(ctx: &SkReuseportContext, key: &FlowKey, set: &ActiveSet, half: u32) -> u32 {
+pub fn select(ctx: &SkReuseportContext, hash: u32, set: &ActiveSet, half: u32) -> u32 {
     let mut short = [0u8; 4];
     if !load(ctx, &mut short) {
         return dropped(route::MALFORMED);
@@ -50,7 +51,7 @@ pub fn select(ctx: &SkReuseportContext, key: &FlowKey, set: &ActiveSet, half: u3
         // Short header: the destination connection ID follows the first octet.
         return match cookie_slot(ctx, short[1], short[2], short[3]) {
             Some(slot) => pass(slot, route::COOKIE),
-            None => new_flow(ctx, key, set, half, None, route::STALE),
+            None => new_flow(ctx, hash, set, half, None, route::STALE),
         };
     }
     let mut long = [0u8; LONG_HEAD];
@@ -68,7 +69,7 @@ pub fn select(ctx: &SkReuseportContext, key: &FlowKey, set: &ActiveSet, half: u3
         // The client has the server's connection ID by now: only the cookie can route it.
         return match cookie_slot(ctx, long[6], long[7], long[8]) {
             Some(slot) => pass(slot, route::COOKIE),
-            None => new_flow(ctx, key, set, half, None, route::STALE),
+            None => new_flow(ctx, hash, set, half, None, route::STALE),
         };
     }
     let mut pending = PendingKey {
@@ -98,7 +99,7 @@ pub fn select(ctx: &SkReuseportContext, key: &FlowKey, set: &ActiveSet, half: u3
         }
     }
     let route = if stale { route::STALE } else { route::NEW };
-    new_flow(ctx, key, set, half, Some(pending), route)
+    new_flow(ctx, hash, set, half, Some(pending), route)
 }
 
 /// The slot a cookie (a connection ID's first three octets) names, its socket selected: only
@@ -122,13 +123,13 @@ fn cookie_slot(ctx: &SkReuseportContext, first: u8, slot: u8, generation: u8) ->
 #[inline(always)]
 fn new_flow(
     ctx: &SkReuseportContext,
-    key: &FlowKey,
+    hash: u32,
     set: &ActiveSet,
     half: u32,
     pending: Option<PendingKey>,
     route: usize,
 ) -> u32 {
-    let Some(slot) = choose(ctx, key, set, half) else {
+    let Some(slot) = choose(ctx, hash, set, half) else {
         return dropped(route);
     };
     if let Some(pending) = pending {

@@ -6,12 +6,14 @@
 //!    names (as for TCP);
 //! 2. `stateless` mode: the consistent table, nothing remembered; `quic` mode: by the QUIC
 //!    header (`quic`);
-//! 3. a known flow (client address and port in `flows`) whose slot still has the socket it was
-//!    given to (same `sock_gens` generation): to that slot, ready or not (a retired worker keeps
-//!    its flows until its socket closes);
+//! 3. a known flow (the kernel's hash of its addresses and ports in `flows`) whose slot still
+//!    has the socket it was given to (same `sock_gens` generation): to that slot, ready or not
+//!    (a retired worker keeps its flows until its socket closes);
 //! 4. a new flow, or one whose slot is gone (counted `stale`): the consistent table (the
-//!    `sticky` Maglev table of the ready slots, by address and port), else the live slots in
-//!    turn; remembered in `flows`.
+//!    `sticky` Maglev table of the ready slots, by the same hash), else the live slots in
+//!    turn; remembered in `flows` with the client's address and port (for people: routing
+//!    reads only the hash, which the kernel computed already, so a known flow costs no helper
+//!    call).
 //!
 //! Never the kernel's hash: a datagram no slot can take is dropped and counted.
 use aya_ebpf::{
@@ -23,16 +25,17 @@ use aya_ebpf::{
 use ck_common::{
     ActiveSet, MAX_SELECT_TRIES, MAX_SLOTS, STATS_NO_SLOT,
     sticky::{self, NO_SLOT},
-    udp::{Flow, FlowKey, MAX_FLOWS, UdpStats, route, udp_mode},
+    udp::{Client, Flow, FlowKey, FlowValue, MAX_FLOWS, UdpStats, route, udp_mode},
 };
 
 use crate::{
     ACTIVE, CONFIG, SLOTS, SOCKETS, STICKY, probe_slot, sock_addr::SOCK_GENS, source_address,
 };
 
-/// Client address and port -> the slot the flow goes to (`flow` mode).
+/// The kernel's hash of a flow's addresses and ports -> the slot it goes to and its client
+/// (`flow` mode).
 #[btf_map(name = "flows")]
-static FLOWS: LruHashMap<FlowKey, Flow, { MAX_FLOWS as usize }> = LruHashMap::new();
+static FLOWS: LruHashMap<FlowKey, FlowValue, { MAX_FLOWS as usize }> = LruHashMap::new();
 
 /// Per-slot datagram counters by route; index `STATS_NO_SLOT` counts datagrams no slot took.
 #[btf_map(name = "udp_stats")]
@@ -56,39 +59,45 @@ fn select(ctx: &SkReuseportContext) -> u32 {
             return if done { SK_PASS } else { SK_DROP };
         }
     }
-    let Some(key) = flow_key(ctx) else {
-        count(STATS_NO_SLOT, route::MALFORMED);
-        return SK_DROP;
-    };
     let Some(set) = ACTIVE.get(config.live_half & 1) else {
         return SK_DROP;
     };
+    let hash = ctx.hash();
     if config.udp_mode == udp_mode::QUIC {
-        return crate::quic::select(ctx, &key, set, config.live_half);
+        return crate::quic::select(ctx, hash, set, config.live_half);
     }
     if config.udp_mode == udp_mode::STATELESS {
-        return match choose(ctx, &key, set, config.live_half) {
+        return match choose(ctx, hash, set, config.live_half) {
             Some(slot) => pass(slot, route::STATELESS),
             None => dropped(route::STATELESS),
         };
     }
+    let key = FlowKey { hash };
     let mut new_route = route::NEW;
     if let Some(flow) = FLOWS.get_ptr(key) {
         // SAFETY: a value of the map, valid for this run; a torn read (another CPU updating
         // the flow) names one slot or the other, both of which the checks below accept.
-        let flow = unsafe { *flow };
+        let flow = unsafe { (*flow).to };
         if still_given(flow) && SOCKETS.select_reuseport(ctx, flow.slot).is_ok() {
             return pass(flow.slot, route::FLOW);
         }
         new_route = route::STALE;
     }
-    let Some(slot) = choose(ctx, &key, set, config.live_half) else {
+    let Some(client) = client_of(ctx) else {
+        count(STATS_NO_SLOT, route::MALFORMED);
+        return SK_DROP;
+    };
+    let Some(slot) = choose(ctx, hash, set, config.live_half) else {
         return dropped(new_route);
     };
     let generation = SOCK_GENS.get(slot).map_or(0, |g| *g);
+    let value = FlowValue {
+        to: Flow { slot, generation },
+        client,
+    };
     // A full table evicts its least recently seen flow; an error leaves the flow unremembered
     // (its next datagram is a new flow again, on the same consistent table).
-    let _ = FLOWS.insert(key, Flow { slot, generation }, 0);
+    let _ = FLOWS.insert(key, value, 0);
     pass(slot, new_route)
 }
 
@@ -101,16 +110,17 @@ pub(crate) fn still_given(flow: Flow) -> bool {
             .is_some_and(|g| *g == flow.generation)
 }
 
-/// Selects a slot for a new flow and selects its socket: the consistent table's slot for the
-/// flow, else the live slots in turn from the flow's hash (at most [`MAX_SELECT_TRIES`]).
+/// Selects a slot for a new flow (the kernel's `hash` of its addresses and ports) and selects
+/// its socket: the consistent table's slot for the flow, else the live slots in turn from its
+/// position (at most [`MAX_SELECT_TRIES`]).
 #[inline(always)]
 pub(crate) fn choose(
     ctx: &SkReuseportContext,
-    key: &FlowKey,
+    hash: u32,
     set: &ActiveSet,
     half: u32,
 ) -> Option<u32> {
-    let pos = sticky::flow_position(&key.addr, key.v6 != 0, key.port);
+    let pos = sticky::hash_position(hash);
     if set.ready_len > 0 {
         if let Some(table) = STICKY.get(half & 1) {
             // Always true (a multiply-shift onto the table): kept so the verifier sees it.
@@ -161,10 +171,10 @@ pub(crate) fn choose(
     None
 }
 
-/// The datagram's flow: its source address (IP header) and source port (the UDP header's first
-/// field, where the context's data starts).
+/// The datagram's client: its source address (IP header) and source port (the UDP header's
+/// first field, where the context's data starts).
 #[inline(always)]
-fn flow_key(ctx: &SkReuseportContext) -> Option<FlowKey> {
+fn client_of(ctx: &SkReuseportContext) -> Option<Client> {
     let (addr, v6) = source_address(ctx)?;
     let data = ctx.data();
     if data + 2 > ctx.data_end() {
@@ -172,7 +182,7 @@ fn flow_key(ctx: &SkReuseportContext) -> Option<FlowKey> {
     }
     // SAFETY: the two bytes lie within [data, data_end), checked above (and by the verifier).
     let port = unsafe { core::ptr::read_unaligned(data as *const u16) };
-    Some(FlowKey {
+    Some(Client {
         addr,
         port,
         v6: u16::from(v6),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuValues};
 use ck_common::{
     STATS_NO_SLOT,
-    udp::{Flow, FlowKey, PendingKey, UdpStats},
+    udp::{Flow, FlowKey, FlowValue, PendingKey, UdpStats},
 };
 
 use super::{BpfError, group::take};
@@ -13,7 +13,7 @@ use super::{BpfError, group::take};
 /// The maps only a UDP group's program uses.
 pub struct UdpMaps {
     stats: PerCpuArray<MapData, UdpStats>,
-    flows: HashMap<MapData, FlowKey, Flow>,
+    flows: HashMap<MapData, FlowKey, FlowValue>,
     pending: HashMap<MapData, PendingKey, Flow>,
 }
 
@@ -54,7 +54,7 @@ impl UdpMaps {
     pub fn flows_per_slot(&self) -> BTreeMap<u32, u64> {
         let mut per_slot = BTreeMap::new();
         for (_, flow) in self.flows.iter().flatten() {
-            *per_slot.entry(flow.slot).or_insert(0) += 1;
+            *per_slot.entry(flow.to.slot).or_insert(0) += 1;
         }
         per_slot
     }
@@ -65,7 +65,7 @@ impl UdpMaps {
     }
 
     /// Every remembered flow (`ck maps`).
-    pub fn flows(&self) -> Vec<(FlowKey, Flow)> {
+    pub fn flows(&self) -> Vec<(FlowKey, FlowValue)> {
         self.flows.iter().flatten().collect()
     }
 }

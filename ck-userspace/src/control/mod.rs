@@ -181,7 +181,7 @@ pub struct StatusReport {
 pub struct UdpGroupReport {
     /// The group (`udp4-443`).
     pub group: String,
-    /// `--udp-mode`: `flow` or `stateless`.
+    /// `--udp-mode`: `flow`, `quic` or `stateless`.
     pub mode: String,
     /// Datagrams by route (`probe`, `flow`, `new`, `stale`, `stateless`, `malformed`), every
     /// slot and the dropped ones summed: every datagram the program saw counts under one.

@@ -1,11 +1,11 @@
 //! A UDP group's own maps for `ck maps`: `udp_stats` (datagrams by route, summed over CPUs)
-//! and `flows` (client address and port -> slot), decoded.
+//! and `flows` (the kernel's hash of a flow -> slot, with the flow's client), decoded.
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use aya::maps::{HashMap, MapData, PerCpuArray};
 use ck_common::{
     MAX_SLOTS, STATS_NO_SLOT,
-    udp::{Flow, FlowKey, PendingKey, UdpStats, route, udp_mode},
+    udp::{Client, Flow, FlowKey, FlowValue, PendingKey, UdpStats, route, udp_mode},
 };
 
 use super::{DumpError, Reader, read_err};
@@ -43,7 +43,7 @@ pub struct RoutesEntry {
 /// One remembered flow.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct FlowEntry {
-    /// The client's address and port.
+    /// The client (address and port) of the flow's first datagram.
     pub client: String,
     /// The slot it goes to.
     pub slot: u32,
@@ -59,7 +59,7 @@ fn named(stats: &UdpStats) -> Vec<(String, u64)> {
         .collect()
 }
 
-fn client(key: &FlowKey) -> String {
+fn client(key: &Client) -> String {
     let ip = match key.v6 {
         0 => IpAddr::V4(Ipv4Addr::new(
             key.addr[0],
@@ -103,14 +103,18 @@ pub(super) fn read(reader: &mut Reader<'_>, mode: u32) -> Result<UdpEntry, DumpE
         }
     }
     let no_slot = named(&summed(STATS_NO_SLOT)?);
-    let (_, flows_map): (_, HashMap<MapData, FlowKey, Flow>) =
-        reader.typed("flows", "LRU hash of FlowKey to Flow")?;
-    let mut flows: Vec<(FlowKey, Flow)> = flows_map.iter().filter_map(Result::ok).collect();
+    let (_, flows_map): (_, HashMap<MapData, FlowKey, FlowValue>) =
+        reader.typed("flows", "LRU hash of FlowKey to FlowValue")?;
+    let mut flows: Vec<FlowValue> = flows_map
+        .iter()
+        .filter_map(Result::ok)
+        .map(|(_, value)| value)
+        .collect();
     let count = flows.len();
     let (_, pending_map): (_, HashMap<MapData, PendingKey, Flow>) =
         reader.typed("pending", "LRU hash of PendingKey to Flow")?;
     let pending = pending_map.keys().filter(Result::is_ok).count();
-    flows.sort_unstable_by_key(|(key, _)| (key.v6, key.addr, u16::from_be(key.port)));
+    flows.sort_unstable_by_key(|f| (f.client.v6, f.client.addr, u16::from_be(f.client.port)));
     Ok(UdpEntry {
         mode: mode_word(mode),
         routes,
@@ -120,10 +124,10 @@ pub(super) fn read(reader: &mut Reader<'_>, mode: u32) -> Result<UdpEntry, DumpE
         flows_listed: flows
             .iter()
             .take(FLOWS_LISTED)
-            .map(|(key, flow)| FlowEntry {
-                client: client(key),
-                slot: flow.slot,
-                generation: flow.generation,
+            .map(|flow| FlowEntry {
+                client: client(&flow.client),
+                slot: flow.to.slot,
+                generation: flow.to.generation,
             })
             .collect(),
     })
