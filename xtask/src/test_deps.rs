@@ -1,6 +1,7 @@
 //! What the integration tests run besides ck: Node.js and npm, Python 3, a C compiler, tmux (the
 //! terminal `ck top` is tested in), tini, `systemd-analyze`, setpriv, the real servers Go,
-//! nginx, puma and rack, the fleet's haproxy, nft, ip and nsenter (Debian packages, installed
+//! nginx, puma and rack, the fleet's haproxy, nft, ip and nsenter, dnsmasq and dnsperf (Debian
+//! packages, installed
 //! when missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
 //! workspace (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate`
 //! from PyPI (`target/k8s-validate`). [`ensure`] is idempotent and prints one `xtask: ...` line
@@ -21,8 +22,9 @@ use crate::cmd::{self, command};
 /// in them (`fleet_*.rs`, `cargo xtask fleet`); puma also serves a Ruby app that boots slowly
 /// and waits in `pselect6` (`ready_slow.rs`); `file` and `man` check the static binary and the installed man pages of
 /// `cargo xtask dist` (`dist.rs`); npm packs and installs its npm packages there (Debian's
-/// nodejs comes without it; NodeSource's has it).
-const PROGRAMS: [(&str, &str); 18] = [
+/// nodejs comes without it; NodeSource's has it); dnsmasq is the unmodified DNS server adopted in
+/// a UDP group (`udp_dns.rs`, `bench dns`) and dnsperf its load (`bench dns`).
+const PROGRAMS: [(&str, &str); 20] = [
     ("node", "nodejs"),
     ("npm", "npm"),
     ("python3", "python3"),
@@ -41,6 +43,8 @@ const PROGRAMS: [(&str, &str); 18] = [
     ("nsenter", "util-linux"),
     ("file", "file"),
     ("man", "man-db"),
+    ("dnsmasq", "dnsmasq-base"),
+    ("dnsperf", "dnsperf"),
 ];
 
 /// PyPI packages the tests run, and a binary each installs.

@@ -18,6 +18,7 @@ mod bpf_cost;
 mod chaos;
 mod conn_count;
 mod cork;
+mod dns;
 mod fleet;
 mod footprint;
 mod instance;
@@ -103,6 +104,9 @@ pub enum Scenario {
     /// --udp-mode quic, flow and plain SO_REUSEPORT; and the datagram rate of many small flows,
     /// ck beside plain.
     Quic,
+    /// dnsperf at a fixed rate through 10 rolls of 4 DNS servers: queries lost under
+    /// --udp-mode stateless, plain SO_REUSEPORT, and an adopted dnsmasq.
+    Dns,
     /// ns per datagram of ck's UDP program in each --udp-mode (kernel accounting) beside a
     /// minimal hash % n program on a plain group, under HTTP/3 connections and small flows.
     UdpCost,
@@ -134,6 +138,7 @@ impl Scenario {
                 Scenario::ReadySlow,
                 Scenario::Quic,
                 Scenario::UdpCost,
+                Scenario::Dns,
             ],
             Scenario::Summary => vec![],
             one => vec![one],
@@ -316,6 +321,7 @@ fn run_one(bench: &Bench, one: Scenario) -> Result<ScenarioRun> {
         Scenario::ReadySlow => vec![ready_slow::run(bench)?],
         Scenario::Quic => vec![quic::run(bench)?, udp_rate::run(bench)?],
         Scenario::UdpCost => vec![udp_cost::run(bench)?],
+        Scenario::Dns => vec![dns::run(bench)?],
         Scenario::All | Scenario::Summary => unreachable!("expand() never yields these"),
     };
     Ok(ScenarioRun {
