@@ -9,6 +9,8 @@
 //!   400 ms (client migration): nothing breaks, since every packet goes to the worker whose
 //!   cookie its connection ID carries.
 //! - Plain SO_REUSEPORT under the same rolls breaks connections (the baseline).
+//! - A ClientHello that spans several datagrams reaches one worker with all of them, across
+//!   rolls.
 //! - A SIGKILLed worker breaks only its own connections.
 
 use std::{
@@ -135,6 +137,27 @@ fn http3_connections_survive_rolls_scaling_and_client_migration() {
     assert!(
         udp.routes["cookie"] > 0 && udp.routes["new"] > 0,
         "{udp:#?}"
+    );
+}
+
+/// A ClientHello that spans several Initial datagrams (padded to 3,000 bytes by the client, as
+/// post-quantum key shares or many extensions make it) reaches one worker with every datagram,
+/// also across the rolls' flips: every handshake completes, and the datagrams after each
+/// handshake's first are counted under `pending` (routed by the original connection ID).
+#[test]
+fn handshakes_whose_client_hello_spans_several_datagrams_complete_across_rolls() {
+    let (ck, addr) = fleet("quic-hello", 4, &["--udp-mode", "quic"]);
+    let client = load(addr, 5000, &["--hello-bytes", "3000"]);
+    std::thread::sleep(Duration::from_millis(500));
+    ck.ctl_ok(&["reload"]);
+    ck.ctl_ok(&["reload"]);
+    let seen = finish(client);
+    assert_eq!(seen.broken, 0, "{seen:#?}\n--- ck log ---\n{}", ck.log());
+    assert!(seen.handshakes >= 64, "{seen:#?}");
+    let udp = ck.status().udp[0].clone();
+    assert!(
+        udp.routes["pending"] >= seen.handshakes,
+        "each handshake's later Initial datagrams go by pending: {udp:#?}\n{seen:#?}"
     );
 }
 

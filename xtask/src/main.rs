@@ -193,7 +193,7 @@ fn dispatch(task: Task) -> Result<()> {
             }
             toolchain::ensure(Bpffs::Required)?;
             // The tests' programs: dnsperf and dnsmasq (`dns`), node (`recovery`'s Node app).
-            test_deps::ensure(workspace_root()?)?;
+            test_deps::ensure_programs()?;
             let built = build(true)?;
             let root = workspace_root()?;
             let output = bench::Options {

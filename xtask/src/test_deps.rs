@@ -56,6 +56,14 @@ const K8S_VALIDATE: [(&str, &str); 1] = [("kubernetes-validate==1.37.0", "kubern
 
 /// Installs whatever of the above is missing (Debian packages need root).
 pub fn ensure(workspace: &Path) -> Result<()> {
+    ensure_programs()?;
+    ensure_venv(&workspace.join("target/py-servers"), &PY_SERVERS)?;
+    ensure_venv(&workspace.join("target/k8s-validate"), &K8S_VALIDATE)
+}
+
+/// Installs the missing [`PROGRAMS`] (Debian packages: root), not the PyPI ones; the benches
+/// need only these.
+pub fn ensure_programs() -> Result<()> {
     let missing = cmd::missing_packages(&PROGRAMS, &["/usr/sbin", "/sbin"]);
     if !missing.is_empty() {
         let packages = missing.join(" ");
@@ -68,8 +76,7 @@ pub fn ensure(workspace: &Path) -> Result<()> {
         let hint = format!("run `apt-get update && apt-get install -y {packages}` by hand");
         cmd::apt_install(&missing, &hint)?;
     }
-    ensure_venv(&workspace.join("target/py-servers"), &PY_SERVERS)?;
-    ensure_venv(&workspace.join("target/k8s-validate"), &K8S_VALIDATE)
+    Ok(())
 }
 
 /// Installs `packages` (pip requirement, a binary it installs) whose binary is missing into the

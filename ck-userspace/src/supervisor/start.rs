@@ -161,6 +161,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             probe_ticker: None,
             adopt_hooks,
             foreign_seen: BTreeSet::new(),
+            other_protocol_seen: BTreeSet::new(),
         },
         ops: operations::Operations {
             core: fleet::Core {

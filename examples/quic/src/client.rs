@@ -27,6 +27,8 @@ struct Plan {
     duration: Duration,
     lifetime: Duration,
     rebind: Option<Duration>,
+    /// The ClientHello's ALPN list padded to this many bytes (0: `h3` alone).
+    hello_bytes: usize,
 }
 
 /// What one client saw.
@@ -53,6 +55,7 @@ fn parse(args: &[String]) -> anyhow::Result<Plan> {
         duration: Duration::from_secs(3),
         lifetime: Duration::from_secs(2),
         rebind: None,
+        hello_bytes: 0,
     };
     let mut rest = args[1..].iter();
     while let Some(flag) = rest.next() {
@@ -68,6 +71,7 @@ fn parse(args: &[String]) -> anyhow::Result<Plan> {
             "--duration-ms" => plan.duration = ms,
             "--lifetime-ms" => plan.lifetime = ms,
             "--rebind-ms" => plan.rebind = Some(ms),
+            "--hello-bytes" => plan.hello_bytes = value as usize,
             other => bail!("client: unknown option {other}"),
         }
     }
@@ -137,7 +141,7 @@ async fn one_connection(
         local_socket(plan.addr)?,
         std::sync::Arc::new(quinn::TokioRuntime),
     )?;
-    endpoint.set_default_client_config(tls::client_config()?);
+    endpoint.set_default_client_config(tls::client_config(plan.hello_bytes)?);
     let connection = tokio::time::timeout(WAIT, endpoint.connect(plan.addr, "localhost")?)
         .await
         .context("handshake timed out")?

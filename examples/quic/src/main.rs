@@ -12,7 +12,8 @@
 //! `ck-example-quic client ADDR --connections N ...`: N clients, each on a UDP socket of its
 //! own, each sending a request every `--interval-ms` on a connection it replaces every
 //! `--lifetime-ms`, for `--duration-ms`; optionally moving to a new local port every
-//! `--rebind-ms` (client migration); SIGTERM ends it early. Prints one JSON line per client: requests answered, the
+//! `--rebind-ms` (client migration), or with a ClientHello padded to span several datagrams
+//! (`--hello-bytes`); SIGTERM ends it early. Prints one JSON line per client: requests answered, the
 //! workers that answered, connections moved on by the server (GOAWAY) and broken ones (a
 //! request that failed, a handshake that failed, a connection that ended with an error the
 //! client did not ask for).

@@ -32,15 +32,33 @@ pub fn server_config() -> anyhow::Result<quinn::ServerConfig> {
 }
 
 /// The client's QUIC configuration: any server certificate accepted (see the module's note).
-pub fn client_config() -> anyhow::Result<quinn::ClientConfig> {
+/// With `hello_bytes` above 0, the ClientHello offers made-up protocols after `h3` until its
+/// ALPN list holds that many bytes, so that it spans several Initial datagrams (as a
+/// ClientHello with post-quantum key shares or many extensions does), sent one by one (no
+/// segmentation offload); the server picks `h3`.
+pub fn client_config(hello_bytes: usize) -> anyhow::Result<quinn::ClientConfig> {
     let mut tls = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
         .with_no_client_auth();
     tls.alpn_protocols = vec![ALPN.to_vec()];
+    let mut listed = ALPN.len() + 1;
+    while listed < hello_bytes {
+        let filler = format!("x-ck-padding-{:04}", tls.alpn_protocols.len()).into_bytes();
+        listed += filler.len() + 1;
+        tls.alpn_protocols.push(filler);
+    }
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls)?;
-    Ok(quinn::ClientConfig::new(Arc::new(quic)))
+    let mut config = quinn::ClientConfig::new(Arc::new(quic));
+    if hello_bytes > 0 {
+        // Each datagram on its own, as on a network: over loopback a GSO train reaches the
+        // server's group as one datagram, which one run of ck's program routes whole.
+        let mut transport = quinn::TransportConfig::default();
+        transport.enable_segmentation_offload(false);
+        config.transport_config(Arc::new(transport));
+    }
+    Ok(config)
 }
 
 /// Accepts any certificate; checks the handshake's signatures with it all the same.

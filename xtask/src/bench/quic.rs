@@ -6,7 +6,8 @@
 //! `ck scale 4`, one after the other; the load runs until 5 s after the last. Counted: broken
 //! connections (a request that failed, a handshake that failed, a connection that ended with an
 //! error the client did not ask for). Then the same with every client moving to a new local
-//! port every [`REBIND_MS`] (client migration). Then a `kill -9` of one worker under the held
+//! port every [`REBIND_MS`] (client migration), and with every ClientHello padded to span
+//! three Initial datagrams ([`HELLO_BYTES`]). Then a `kill -9` of one worker under the held
 //! connections: what breaks should be that worker's own connections at most.
 
 use std::{
@@ -30,6 +31,8 @@ const CONNECTIONS: u32 = 64;
 const LIFETIME_MS: u32 = 3_000;
 /// Client migration: every client moves to a new local port this often.
 const REBIND_MS: u32 = 500;
+/// The padded ClientHello's ALPN bytes: the ClientHello spans three Initial datagrams.
+const HELLO_BYTES: u32 = 3_000;
 /// How long the load runs after the last change.
 const AFTER: Duration = Duration::from_secs(5);
 /// The fleets, in column order: which ck, its `--udp-mode` and the column's name.
@@ -96,20 +99,53 @@ pub(super) fn finish(child: Child) -> Result<Seen> {
     Ok(seen)
 }
 
-/// One fleet under the changes, the client migrating or not.
-fn one_run(bench: &Bench, bin: &Path, variant: Variant, mode: &str, migrate: bool) -> Result<Seen> {
+/// How the clients behave in a run under the changes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Clients {
+    /// Each on its own address and port.
+    Held,
+    /// Each moving to a new local port every [`REBIND_MS`].
+    Migrating,
+    /// Each with a ClientHello of [`HELLO_BYTES`] of ALPN (three Initial datagrams).
+    BigHello,
+}
+
+impl Clients {
+    /// The client's extra options.
+    fn args(self) -> Vec<String> {
+        match self {
+            Clients::Held => Vec::new(),
+            Clients::Migrating => vec!["--rebind-ms".into(), REBIND_MS.to_string()],
+            Clients::BigHello => vec!["--hello-bytes".into(), HELLO_BYTES.to_string()],
+        }
+    }
+
+    /// The rows' words for these clients.
+    fn label(self) -> &'static str {
+        match self {
+            Clients::Held => "held",
+            Clients::Migrating => "migrating",
+            Clients::BigHello => "3-datagram ClientHello",
+        }
+    }
+}
+
+/// One fleet under the changes, with `clients`.
+fn one_run(
+    bench: &Bench,
+    bin: &Path,
+    variant: Variant,
+    mode: &str,
+    clients: Clients,
+) -> Result<Seen> {
     let bin_text = bin.to_str().context("a UTF-8 path")?;
     let args = ["--udp-mode", mode, "--", bin_text, "serve"];
     let mut inst =
         Instance::start_udp(&bench.bin, &bench.log_dir, "quic", variant, WORKERS, &args)?;
     inst.wait_ready(WORKERS as usize)?;
     let addr: SocketAddr = inst.addr();
-    let extra: Vec<String> = match migrate {
-        true => vec!["--rebind-ms".into(), REBIND_MS.to_string()],
-        false => Vec::new(),
-    };
     // At most a minute; SIGTERM ends it AFTER the last change.
-    let load = client(bin, addr, 60_000, &extra)?;
+    let load = client(bin, addr, 60_000, &clients.args())?;
     std::thread::sleep(Duration::from_secs(1));
     for _ in 0..5 {
         inst.ctl(&["reload"])?;
@@ -158,12 +194,13 @@ fn one_kill(bench: &Bench, bin: &Path, variant: Variant, mode: &str) -> Result<S
 /// Runs the scenario and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
     let bin = example()?;
+    let kinds = [Clients::Held, Clients::Migrating, Clients::BigHello];
     let mut columns = Vec::new();
-    for migrate in [false, true] {
+    for clients in kinds {
         let mut row = Vec::new();
         for (variant, mode, name) in FLEETS {
-            bench.progress(format_args!("quic: {name}, migration {migrate}"));
-            row.push(one_run(bench, &bin, variant, mode, migrate)?);
+            bench.progress(format_args!("quic: {name}, {} clients", clients.label()));
+            row.push(one_run(bench, &bin, variant, mode, clients)?);
         }
         columns.push(row);
     }
@@ -181,29 +218,27 @@ pub fn run(bench: &Bench) -> Result<Table> {
         &names,
     );
     let count = |v: u64| Cell::count(v);
-    for (migrate, seen) in [false, true].iter().zip(&columns) {
-        let what = match migrate {
-            true => format!("broken connections, clients migrating every {REBIND_MS} ms"),
-            false => "broken connections".to_string(),
-        };
-        let goal = match migrate {
-            true => Goal::AtMost(0.0, "0 (quic mode)"),
-            false => Goal::AtMost(0.0, "0"),
+    for (clients, seen) in kinds.iter().zip(&columns) {
+        let (what, goal) = match clients {
+            Clients::Held => ("broken connections".to_string(), Goal::AtMost(0.0, "0")),
+            Clients::Migrating => (
+                format!("broken connections, clients migrating every {REBIND_MS} ms"),
+                Goal::AtMost(0.0, "0 (quic mode)"),
+            ),
+            Clients::BigHello => (
+                "broken connections, each ClientHello in 3 datagrams".to_string(),
+                Goal::AtMost(0.0, "0"),
+            ),
         };
         table.row_of(&what, seen.iter().map(|s| count(s.broken)).collect(), goal);
+        let label = clients.label();
         table.row_of(
-            &format!(
-                "{}: requests answered",
-                if *migrate { "migrating" } else { "held" }
-            ),
+            &format!("{label}: requests answered"),
             seen.iter().map(|s| count(s.ok)).collect(),
             Goal::None,
         );
         table.row_of(
-            &format!(
-                "{}: connections moved on by GOAWAY",
-                if *migrate { "migrating" } else { "held" }
-            ),
+            &format!("{label}: connections moved on by GOAWAY"),
             seen.iter().map(|s| count(s.moved)).collect(),
             Goal::None,
         );

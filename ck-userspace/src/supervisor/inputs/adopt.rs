@@ -86,6 +86,9 @@ impl Supervisor {
             // The same port in the other protocol (a DNS server's TCP listener beside its UDP
             // group): the worker serves that socket alone, unsteered.
             if self.groups.iter().any(|g| g.addr.addr.port() == port) {
+                if !self.inputs.other_protocol_seen.insert((port, udp)) {
+                    return;
+                }
                 let (what, scheme) = match udp {
                     true => ("bound a UDP socket to", "udp"),
                     false => ("listens with TCP on", "tcp"),
@@ -95,8 +98,8 @@ impl Supervisor {
                     ?slot,
                     ?pid,
                     "a worker {what} port {port}, where the instance has no {scheme} group: not \
-                     adopted, the worker serves it alone (add --listen {scheme}://HOST:{port} to \
-                     steer it too)"
+                     adopted, each worker serves its own (add --listen {scheme}://HOST:{port} to \
+                     steer them too); said once"
                 );
             }
             return tracing::warn!(

@@ -32,6 +32,9 @@ pub(in crate::supervisor) struct Inputs {
     pub adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
     /// Inodes of foreign listeners already logged.
     pub foreign_seen: BTreeSet<u64>,
+    /// `--adopt`: ports (and whether UDP) that workers bound in a protocol the instance has no
+    /// group for, already logged (once per instance, not once per worker).
+    pub other_protocol_seen: BTreeSet<(u16, bool)>,
 }
 
 impl Inputs {
