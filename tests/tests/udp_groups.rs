@@ -21,28 +21,12 @@ use ck_tests::{
     http::metrics_text,
     instance_name, local, probe_base_for,
     sys::{self, free_port},
-    udp::{Flows, answered_by, moved, pid_of},
+    udp::{Flows, answered_by, moved, pid_of, udp_fleet},
 };
 use nix::sys::signal::Signal;
 
 /// How many flows each round sends.
 const FLOWS: usize = 64;
-
-/// Starts a UDP-only fleet of `workers` on a free port (with `extra` options), waits until they
-/// are ready, and returns it with its address.
-fn udp_fleet(what: &str, workers: usize, extra: &[&str]) -> (Ck, SocketAddr) {
-    let port = free_port();
-    let (listen, base, w) = (
-        format!("udp://127.0.0.1:{port}"),
-        probe_base_for(port).to_string(),
-        workers.to_string(),
-    );
-    let mut args = vec!["--listen", &listen, "--probe-port-base", &base, "-w", &w];
-    args.extend_from_slice(extra);
-    let mut ck = Ck::start(&instance_name(what, port), &args);
-    ck.wait_ready(workers, READY_TIMEOUT);
-    (ck, local(port))
-}
 
 /// Waits until the fleet has exactly `n` slots, all ready.
 fn wait_exactly(ck: &mut Ck, n: usize) {
@@ -500,4 +484,32 @@ fn an_ipv6_udp_group_keeps_its_flows_too() {
     ck.ctl_ok(&["scale", "3"]);
     wait_exactly(&mut ck, 3);
     assert_eq!(moved(&before, &flows.round()), 0);
+}
+
+/// Instances started together send their canaries from one source port (the default probe
+/// base) at the same moments each second: every one of them gets its steering checked all the
+/// same.
+#[test]
+fn udp_instances_started_together_all_get_their_steering_checked() {
+    let mut fleets: Vec<Ck> = (0..3)
+        .map(|_| {
+            let port = free_port();
+            let listen = format!("udp://127.0.0.1:{port}");
+            Ck::start(
+                &instance_name("udp-together", port),
+                &["--listen", &listen, "-w", "1"],
+            )
+        })
+        .collect();
+    for ck in &mut fleets {
+        let status = ck.wait_status("steering checked by a canary", READY_TIMEOUT, |s| s.bpf);
+        assert!(
+            status.steering.iter().all(|g| g.attached == Some(true)),
+            "{status:#?}"
+        );
+    }
+    for mut ck in fleets {
+        ck.ctl_ok(&["stop"]);
+        ck.wait_clean_exit();
+    }
 }

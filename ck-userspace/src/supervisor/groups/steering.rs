@@ -184,7 +184,18 @@ async fn canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool>
 /// sent, since UDP says nothing back either way; the program's count of it, read after a short
 /// wait for the kernel to have delivered it, is the verdict.
 async fn udp_canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool> {
-    let socket = tokio::net::UdpSocket::bind(source).await?;
+    // SO_REUSEADDR, as for the TCP canary: every ck on the host sends its canaries from the
+    // same source port (the probe base's slot 127) once a second, and instances started
+    // together tick together; without it all but one would fail to bind, each second.
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(source),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&source.into())?;
+    let socket = tokio::net::UdpSocket::from_std(socket.into())?;
     socket.send_to(b"ck-canary", target).await?;
     tokio::time::sleep(UDP_CANARY_WAIT).await;
     Ok(false)
