@@ -28,6 +28,8 @@ pub mod load;
 pub mod privs;
 pub mod promises;
 pub mod pyservers;
+pub mod quic_client;
+pub mod quic_servers;
 pub mod real_servers;
 pub mod reference;
 pub mod server_checks;

@@ -5,6 +5,25 @@ use std::{
     time::Duration,
 };
 
+use crate::{Ck, READY_TIMEOUT, instance_name, local, probe_base_for, sys::free_port};
+
+/// Starts a UDP-only fleet of `workers` on a free loopback port, with `extra` options (and
+/// the command after `--`, if any), waits until they are ready, and returns it with its
+/// address.
+pub fn udp_fleet(what: &str, workers: usize, extra: &[&str]) -> (Ck, SocketAddr) {
+    let port = free_port();
+    let (listen, base, w) = (
+        format!("udp://127.0.0.1:{port}"),
+        probe_base_for(port).to_string(),
+        workers.to_string(),
+    );
+    let mut args = vec!["--listen", &listen, "--probe-port-base", &base, "-w", &w];
+    args.extend_from_slice(extra);
+    let mut ck = Ck::start(&instance_name(what, port), &args);
+    ck.wait_ready(workers, READY_TIMEOUT);
+    (ck, local(port))
+}
+
 /// How long a flow waits for its answer.
 const ANSWER_WAIT: Duration = Duration::from_secs(2);
 

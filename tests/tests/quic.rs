@@ -13,88 +13,19 @@
 //!   rolls.
 //! - A SIGKILLed worker breaks only its own connections.
 
-use std::{
-    collections::BTreeSet,
-    net::SocketAddr,
-    path::PathBuf,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{net::SocketAddr, time::Duration};
 
-use ck_tests::{Ck, READY_TIMEOUT, ck_bin, instance_name, local, probe_base_for, sys};
+use ck_tests::quic_client::{finish, load, quic_bin, start_client};
+use ck_tests::{Ck, READY_TIMEOUT, sys, udp::udp_fleet};
 use nix::sys::signal::Signal;
-
-/// The example's binary, built beside ck (`cargo xtask build`).
-fn quic_bin() -> PathBuf {
-    ck_bin().with_file_name("ck-example-quic")
-}
 
 /// Starts a UDP-only fleet of `workers` example servers on a free port and waits until ready.
 fn fleet(what: &str, workers: usize, extra: &[&str]) -> (Ck, SocketAddr) {
-    let port = sys::free_port();
-    let (listen, base, w) = (
-        format!("udp://127.0.0.1:{port}"),
-        probe_base_for(port).to_string(),
-        workers.to_string(),
-    );
     let bin = quic_bin();
     let bin = bin.to_str().expect("UTF-8 path");
-    let mut args = vec!["--listen", &listen, "--probe-port-base", &base, "-w", &w];
-    args.extend_from_slice(extra);
+    let mut args = extra.to_vec();
     args.extend_from_slice(&["--", bin, "serve"]);
-    let mut ck = Ck::start(&instance_name(what, port), &args);
-    ck.wait_ready(workers, READY_TIMEOUT);
-    (ck, local(port))
-}
-
-/// What the clients saw, summed, and the clients that broke with the workers they had used.
-#[derive(Debug, Default)]
-struct Seen {
-    ok: u64,
-    broken: u64,
-    moved: u64,
-    handshakes: u64,
-    broken_pids: Vec<BTreeSet<u32>>,
-    errors: Vec<String>,
-}
-
-/// Starts the client against `addr` with `args`; `finish` waits for it and sums its lines.
-fn start_client(addr: SocketAddr, args: &[&str]) -> std::process::Child {
-    Command::new(quic_bin())
-        .arg("client")
-        .arg(addr.to_string())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("starting ck-example-quic client")
-}
-
-fn finish(client: std::process::Child) -> Seen {
-    let out = client.wait_with_output().expect("the client's output");
-    assert!(out.status.success(), "the client failed: {out:?}");
-    let mut seen = Seen::default();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let row: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
-        let n = |key: &str| row[key].as_u64().unwrap_or(0);
-        seen.ok += n("ok");
-        seen.moved += n("moved");
-        seen.handshakes += n("handshakes");
-        if n("broken") > 0 {
-            seen.broken += n("broken");
-            let pids = row["pids"].as_array().expect("pids");
-            seen.broken_pids.push(
-                pids.iter()
-                    .filter_map(|p| p.as_u64())
-                    .map(|p| p as u32)
-                    .collect(),
-            );
-            let errors = row["errors"].as_array().expect("errors");
-            seen.errors
-                .extend(errors.iter().filter_map(|e| e.as_str()).map(String::from));
-        }
-    }
-    seen
+    udp_fleet(what, workers, &args)
 }
 
 /// Two rolls, a scale to 6 and back to 4, one after the other.
@@ -105,24 +36,6 @@ fn churn(ck: &mut Ck) {
     ck.ctl_ok(&["scale", "6"]);
     ck.wait_ready(6, READY_TIMEOUT);
     ck.ctl_ok(&["scale", "4"]);
-}
-
-/// The client's load: 32 connections, a request every 100 ms, each connection replaced every
-/// 2 s, for `ms`, and `extra`.
-fn load(addr: SocketAddr, ms: u64, extra: &[&str]) -> std::process::Child {
-    let ms = ms.to_string();
-    let mut args = vec![
-        "--connections",
-        "32",
-        "--interval-ms",
-        "100",
-        "--lifetime-ms",
-        "2000",
-        "--duration-ms",
-        &ms,
-    ];
-    args.extend_from_slice(extra);
-    start_client(addr, &args)
 }
 
 #[test]

@@ -12,32 +12,17 @@ use std::{
     time::Duration,
 };
 
-use ck_tests::{Ck, READY_TIMEOUT, instance_name, local, probe_base_for, sys, udp::pid_of};
+use ck_tests::{
+    Ck,
+    udp::{pid_of, udp_fleet},
+};
 
 /// The size of the `pending` table (`ck_common::udp::MAX_PENDING`, as `ck maps` shows it).
 const PENDING_MAX: u64 = 16_384;
 
 /// Starts a UDP-only quic-mode fleet of `workers` demo workers and waits until ready.
 fn fleet(what: &str, workers: usize) -> (Ck, SocketAddr) {
-    let port = sys::free_port();
-    let (listen, base, w) = (
-        format!("udp://127.0.0.1:{port}"),
-        probe_base_for(port).to_string(),
-        workers.to_string(),
-    );
-    let args = [
-        "--listen",
-        &listen,
-        "--udp-mode",
-        "quic",
-        "--probe-port-base",
-        &base,
-        "-w",
-        &w,
-    ];
-    let mut ck = Ck::start(&instance_name(what, port), &args);
-    ck.wait_ready(workers, READY_TIMEOUT);
-    (ck, local(port))
+    udp_fleet(what, workers, &["--udp-mode", "quic"])
 }
 
 /// Sends `packet` from a new client port and returns who answered.

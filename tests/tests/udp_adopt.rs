@@ -7,9 +7,8 @@
 use std::net::SocketAddr;
 
 use ck_tests::{
-    Ck, READY_TIMEOUT, instance_name, local, probe_base_for,
-    sys::free_port,
-    udp::{Flows, answered_by, moved, pid_of},
+    Ck, READY_TIMEOUT,
+    udp::{Flows, answered_by, moved, pid_of, udp_fleet},
 };
 use nix::sys::signal::Signal;
 
@@ -28,28 +27,12 @@ while True:
 /// Starts `workers` adopted UDP workers (`app`, or the demo worker when empty) on a free port,
 /// waits until they are ready, and returns the instance with its address.
 fn adopted_fleet(what: &str, workers: usize, app: &[&str]) -> (Ck, SocketAddr) {
-    let port = free_port();
-    let (listen, base, w) = (
-        format!("udp://127.0.0.1:{port}"),
-        probe_base_for(port).to_string(),
-        workers.to_string(),
-    );
-    let mut args = vec![
-        "--adopt",
-        "--listen",
-        &listen,
-        "--probe-port-base",
-        &base,
-        "-w",
-        &w,
-    ];
+    let mut args = vec!["--adopt"];
     if !app.is_empty() {
         args.push("--");
         args.extend_from_slice(app);
     }
-    let mut ck = Ck::start(&instance_name(what, port), &args);
-    ck.wait_ready(workers, READY_TIMEOUT);
-    (ck, local(port))
+    udp_fleet(what, workers, &args)
 }
 
 /// The fleet's flows stay with their workers through a scale-up and another worker's death;

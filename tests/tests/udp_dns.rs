@@ -7,7 +7,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ck_tests::{Ck, READY_TIMEOUT, instance_name, local, probe_base_for, sys::free_port};
+use ck_tests::{Ck, READY_TIMEOUT, udp::udp_fleet};
 
 /// DNS types asked for.
 const TYPE_A: u16 = 1;
@@ -70,25 +70,9 @@ fn datagrams_by_slot(ck: &Ck) -> Vec<(u32, u64)> {
 
 /// Starts `args` on a free UDP port with 2 workers in stateless mode.
 fn fleet(what: &str, args: &[&str]) -> (Ck, SocketAddr) {
-    let port = free_port();
-    let (listen, base) = (
-        format!("udp://127.0.0.1:{port}"),
-        probe_base_for(port).to_string(),
-    );
-    let mut all = vec![
-        "--listen",
-        &listen,
-        "--probe-port-base",
-        &base,
-        "-w",
-        "2",
-        "--udp-mode",
-        "stateless",
-    ];
+    let mut all = vec!["--udp-mode", "stateless"];
     all.extend_from_slice(args);
-    let mut ck = Ck::start(&instance_name(what, port), &all);
-    ck.wait_ready(2, READY_TIMEOUT);
-    (ck, local(port))
+    udp_fleet(what, 2, &all)
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! What the integration tests run besides ck: Node.js and npm, Python 3, a C compiler, tmux (the
 //! terminal `ck top` is tested in), tini, `systemd-analyze`, setpriv, the real servers Go,
-//! nginx, puma and rack, the fleet's haproxy, nft, ip and nsenter, dnsmasq and dnsperf (Debian
+//! nginx, puma and rack, the fleet's haproxy, nft, ip and nsenter, dnsmasq, dnsperf and ngtcp2's
+//! example server and client (Debian
 //! packages, installed
 //! when missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
 //! workspace (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate`
@@ -23,8 +24,10 @@ use crate::cmd::{self, command};
 /// and waits in `pselect6` (`ready_slow.rs`); `file` and `man` check the static binary and the installed man pages of
 /// `cargo xtask dist` (`dist.rs`); npm packs and installs its npm packages there (Debian's
 /// nodejs comes without it; NodeSource's has it); dnsmasq is the unmodified DNS server adopted in
-/// a UDP group (`udp_dns.rs`, `bench dns`) and dnsperf its load (`bench dns`).
-const PROGRAMS: [(&str, &str); 20] = [
+/// a UDP group (`udp_dns.rs`, `bench dns`) and dnsperf its load (`bench dns`); gtlsserver and
+/// gtlsclient are ngtcp2's example HTTP/3 server, an unmodified QUIC server (`quic_stacks.rs`,
+/// `bench quic`), and client (the guide's UDP page).
+const PROGRAMS: [(&str, &str); 22] = [
     ("node", "nodejs"),
     ("npm", "npm"),
     ("python3", "python3"),
@@ -45,6 +48,8 @@ const PROGRAMS: [(&str, &str); 20] = [
     ("man", "man-db"),
     ("dnsmasq", "dnsmasq-base"),
     ("dnsperf", "dnsperf"),
+    ("gtlsserver", "ngtcp2-server"),
+    ("gtlsclient", "ngtcp2-client"),
 ];
 
 /// PyPI packages the tests run, and a binary each installs.

@@ -28,6 +28,7 @@ mod overhead;
 mod peers;
 mod plot;
 mod quic;
+mod quic_stacks;
 mod ready_slow;
 mod record;
 mod recovery;
@@ -101,8 +102,8 @@ pub enum Scenario {
     ReadySlow,
     /// HTTP/3 connections (quinn + h3) held open through 5 rolls and a scale up and down, with
     /// and without client migration, and a worker's kill -9: broken connections under
-    /// --udp-mode quic, flow and plain SO_REUSEPORT; and the datagram rate of many small flows,
-    /// ck beside plain.
+    /// --udp-mode quic, flow and plain SO_REUSEPORT; an unmodified ngtcp2 server adopted; and
+    /// the datagram rate of many small flows, ck beside plain.
     Quic,
     /// dnsperf at a fixed rate through 10 rolls of 4 DNS servers: queries lost under
     /// --udp-mode stateless, plain SO_REUSEPORT, and an adopted dnsmasq.
@@ -319,7 +320,11 @@ fn run_one(bench: &Bench, one: Scenario) -> Result<ScenarioRun> {
         Scenario::Chaos => vec![chaos::run(bench)?],
         Scenario::Cork => vec![cork::run(bench)?],
         Scenario::ReadySlow => vec![ready_slow::run(bench)?],
-        Scenario::Quic => vec![quic::run(bench)?, udp_rate::run(bench)?],
+        Scenario::Quic => vec![
+            quic::run(bench)?,
+            quic_stacks::run(bench)?,
+            udp_rate::run(bench)?,
+        ],
         Scenario::UdpCost => vec![udp_cost::run(bench)?],
         Scenario::Dns => vec![dns::run(bench)?],
         Scenario::All | Scenario::Summary => unreachable!("expand() never yields these"),
