@@ -16,7 +16,7 @@ pub fn server(name: &str) -> PathBuf {
         .join(name);
     assert!(
         path.is_file(),
-        "{} is missing: `cargo xtask test` installs gunicorn and uvicorn into target/py-servers",
+        "{} is missing: `cargo xtask test` installs gunicorn, uvicorn and aioquic into target/py-servers",
         path.display()
     );
     path

@@ -1,12 +1,15 @@
-//! Unmodified QUIC servers for UDP groups under `--adopt`, shared by `tests/tests/quic_stacks.rs`
-//! and `cargo xtask bench quic`: ngtcp2's example HTTP/3 server, `gtlsserver` (Debian's
-//! `ngtcp2-server`, GnuTLS; `cargo xtask test` installs it). It binds `127.0.0.1:$PORT` itself
-//! with `SO_REUSEADDR` only (ck's bind hook adds `SO_REUSEPORT`; without ck a second one cannot
-//! bind the port), chooses random connection IDs (so `--udp-mode flow`), serves `index.html`
-//! for `GET /`, with the Debian snakeoil certificate (made when `ssl-cert`, which it needs, is
-//! installed), and dies on SIGTERM.
+//! QUIC servers of other stacks than quinn, for UDP groups in `flow` mode (they choose random
+//! connection IDs), shared by `tests/tests/quic_stacks.rs` and `cargo xtask bench quic`:
+//!
+//! - ngtcp2's example HTTP/3 server, `gtlsserver` (Debian's `ngtcp2-server`, GnuTLS; `cargo
+//!   xtask test` installs it), unmodified under `--adopt`. It binds `127.0.0.1:$PORT` itself
+//!   with `SO_REUSEADDR` only (ck's bind hook adds `SO_REUSEPORT`; without ck a second one
+//!   cannot bind the port), serves `index.html` for `GET /`, with the Debian snakeoil
+//!   certificate (made when `ssl-cert`, which it needs, is installed), and dies on SIGTERM.
+//! - `examples/python/h3_server.py` on aioquic (installed into `target/py-servers`), on ck's
+//!   socket: it answers `slot=S pid=P` and, on SIGTERM, exits once its connections are closed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The key and certificate `ssl-cert` makes.
 const KEY: &str = "/etc/ssl/private/ssl-cert-snakeoil.key";
@@ -49,4 +52,17 @@ pub fn ngtcp2(htdocs: &Path, stop: Stop) -> std::io::Result<Vec<String>> {
     .map(String::from)
     .chain([script])
     .collect())
+}
+
+/// ck's options after the address (`flow` mode) and the command of the aioquic example server.
+pub fn aioquic() -> Vec<String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/python/h3_server.py");
+    let python = crate::pyservers::server("python");
+    vec![
+        "--udp-mode".into(),
+        "flow".into(),
+        "--".into(),
+        python.display().to_string(),
+        script.display().to_string(),
+    ]
 }

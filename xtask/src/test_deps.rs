@@ -1,12 +1,11 @@
 //! What the integration tests run besides ck: Node.js and npm, Python 3, a C compiler, tmux (the
 //! terminal `ck top` is tested in), tini, `systemd-analyze`, setpriv, the real servers Go,
 //! nginx, puma and rack, the fleet's haproxy, nft, ip and nsenter, dnsmasq, dnsperf and ngtcp2's
-//! example server and client (Debian
-//! packages, installed
-//! when missing), the real Python servers gunicorn and uvicorn from PyPI in a virtualenv of the
-//! workspace (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate`
-//! from PyPI (`target/k8s-validate`). [`ensure`] is idempotent and prints one `xtask: ...` line
-//! per thing it does.
+//! example server and client (Debian packages, installed when missing), the real Python servers
+//! gunicorn and uvicorn and the QUIC stack aioquic from PyPI in a virtualenv of the workspace
+//! (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate` from PyPI
+//! (`target/k8s-validate`). [`ensure`] is idempotent and prints one `xtask: ...` line per thing
+//! it does.
 
 use std::path::Path;
 
@@ -52,12 +51,44 @@ const PROGRAMS: [(&str, &str); 22] = [
     ("gtlsclient", "ngtcp2-client"),
 ];
 
-/// PyPI packages the tests run, and a binary each installs.
-const PY_SERVERS: [(&str, &str); 2] = [("gunicorn", "gunicorn"), ("uvicorn", "uvicorn")];
+/// How to tell that a PyPI package is installed in a virtualenv.
+#[derive(Debug, Clone, Copy)]
+enum Installed {
+    /// It installs this program in the virtualenv's `bin`.
+    Binary(&'static str),
+    /// The virtualenv's Python imports this module (a library with no program).
+    Module(&'static str),
+}
+
+impl Installed {
+    /// Whether it is installed in the virtualenv `venv`.
+    fn in_venv(self, venv: &Path) -> bool {
+        match self {
+            Installed::Binary(name) => venv.join("bin").join(name).is_file(),
+            Installed::Module(name) => std::process::Command::new(venv.join("bin/python"))
+                .args(["-c", &format!("import {name}")])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
+        }
+    }
+}
+
+/// PyPI packages the tests run: gunicorn and uvicorn serve the Python web apps, aioquic is the
+/// HTTP/3 stack of `examples/python/h3_server.py` (`quic_stacks.rs`, `bench quic`).
+const PY_SERVERS: [(&str, Installed); 3] = [
+    ("gunicorn", Installed::Binary("gunicorn")),
+    ("uvicorn", Installed::Binary("uvicorn")),
+    ("aioquic", Installed::Module("aioquic")),
+];
 
 /// The Kubernetes manifests' validator (it bundles the API schemas, so it works offline); the
 /// version is pinned so that the schemas checked against do not change under the tests.
-const K8S_VALIDATE: [(&str, &str); 1] = [("kubernetes-validate==1.37.0", "kubernetes-validate")];
+const K8S_VALIDATE: [(&str, Installed); 1] = [(
+    "kubernetes-validate==1.37.0",
+    Installed::Binary("kubernetes-validate"),
+)];
 
 /// Installs whatever of the above is missing (Debian packages need root).
 pub fn ensure(workspace: &Path) -> Result<()> {
@@ -84,13 +115,13 @@ pub fn ensure_programs() -> Result<()> {
     Ok(())
 }
 
-/// Installs `packages` (pip requirement, a binary it installs) whose binary is missing into the
+/// Installs `packages` (pip requirement, how to tell it is there) that are missing into the
 /// virtualenv `venv`, creating it first if needed.
-fn ensure_venv(venv: &Path, packages: &[(&str, &str)]) -> Result<()> {
+fn ensure_venv(venv: &Path, packages: &[(&str, Installed)]) -> Result<()> {
     let bin = venv.join("bin");
     let absent: Vec<&str> = packages
         .iter()
-        .filter(|(_, binary)| !bin.join(binary).is_file())
+        .filter(|(_, installed)| !installed.in_venv(venv))
         .map(|(package, _)| *package)
         .collect();
     if absent.is_empty() {
