@@ -192,8 +192,10 @@ fn dispatch(task: Task) -> Result<()> {
                 );
             }
             toolchain::ensure(Bpffs::Required)?;
-            // The tests' programs: dnsperf and dnsmasq (`dns`), node (`recovery`'s Node app).
+            // The tests' programs: dnsperf and dnsmasq (`dns`), node (`recovery`'s Node app),
+            // ngtcp2 and aioquic (`quic`).
             test_deps::ensure_programs()?;
+            test_deps::ensure_py_servers(workspace_root()?)?;
             let built = build(true)?;
             let root = workspace_root()?;
             let output = bench::Options {

@@ -93,12 +93,16 @@ const K8S_VALIDATE: [(&str, Installed); 1] = [(
 /// Installs whatever of the above is missing (Debian packages need root).
 pub fn ensure(workspace: &Path) -> Result<()> {
     ensure_programs()?;
-    ensure_venv(&workspace.join("target/py-servers"), &PY_SERVERS)?;
+    ensure_py_servers(workspace)?;
     ensure_venv(&workspace.join("target/k8s-validate"), &K8S_VALIDATE)
 }
 
-/// Installs the missing [`PROGRAMS`] (Debian packages: root), not the PyPI ones; the benches
-/// need only these.
+/// Installs the missing [`PY_SERVERS`] into `target/py-servers` (the benches run aioquic).
+pub fn ensure_py_servers(workspace: &Path) -> Result<()> {
+    ensure_venv(&workspace.join("target/py-servers"), &PY_SERVERS)
+}
+
+/// Installs the missing [`PROGRAMS`] (Debian packages: root), not the PyPI ones.
 pub fn ensure_programs() -> Result<()> {
     let missing = cmd::missing_packages(&PROGRAMS, &["/usr/sbin", "/sbin"]);
     if !missing.is_empty() {
