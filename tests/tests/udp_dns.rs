@@ -61,6 +61,17 @@ fn record_data(answer: &[u8], id: u16) -> Option<Vec<u8>> {
     Some(answer.get(data..data + usize::from(len))?.to_vec())
 }
 
+/// Asks an A query from each of 32 client sockets: every one is answered with 127.0.0.1.
+fn every_a_query_answered(server: SocketAddr) {
+    let answers = ask(server, 32, TYPE_A);
+    assert!(
+        answers
+            .iter()
+            .all(|r| r.as_deref() == Some(&[127, 0, 0, 1][..])),
+        "{answers:?}"
+    );
+}
+
 /// The per-slot datagram counts of the instance's UDP group.
 fn datagrams_by_slot(ck: &Ck) -> Vec<(u32, u64)> {
     let status = ck.status();
@@ -80,11 +91,7 @@ fn the_example_dns_server_answers_every_query_from_every_worker() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/python/dns.py");
     let script = script.to_str().unwrap();
     let (mut ck, addr) = fleet("udp-dns-example", &["--", "python3", script]);
-    let a = ask(addr, 32, TYPE_A);
-    assert!(
-        a.iter().all(|r| r.as_deref() == Some(&[127, 0, 0, 1][..])),
-        "{a:?}"
-    );
+    every_a_query_answered(addr);
     // TXT answers name the worker: both answer, and only the fleet's workers.
     let txt = ask(addr, 32, TYPE_TXT);
     let pids: std::collections::BTreeSet<u32> = txt
@@ -104,13 +111,7 @@ fn an_unmodified_dnsmasq_is_adopted_answers_and_is_rolled() {
     let (mut ck, addr) = fleet("udp-dns-dnsmasq", &["--adopt", "--", "sh", "-c", DNSMASQ]);
     let status = ck.status();
     assert!(status.adopt && status.bpf, "{status:#?}");
-    let answers = ask(addr, 32, TYPE_A);
-    assert!(
-        answers
-            .iter()
-            .all(|r| r.as_deref() == Some(&[127, 0, 0, 1][..])),
-        "{answers:?}"
-    );
+    every_a_query_answered(addr);
     let counts = datagrams_by_slot(&ck);
     assert!(
         counts.len() == 2 && counts.iter().all(|(_, n)| *n > 0),
@@ -129,13 +130,7 @@ fn an_unmodified_dnsmasq_is_adopted_answers_and_is_rolled() {
     let rolled = ck.wait_status("two new workers ready", READY_TIMEOUT, |s| {
         s.ready_count() == 2 && s.worker_pids().is_disjoint(&before)
     });
-    let later = ask(addr, 32, TYPE_A);
-    assert!(
-        later
-            .iter()
-            .all(|r| r.as_deref() == Some(&[127, 0, 0, 1][..])),
-        "{later:?}"
-    );
+    every_a_query_answered(addr);
     let slots: Vec<u32> = rolled.slots.iter().map(|s| s.slot).collect();
     let counts = datagrams_by_slot(&ck);
     for slot in slots {
