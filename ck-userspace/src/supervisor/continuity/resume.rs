@@ -155,6 +155,7 @@ impl Supervisor {
         exit: ExitSeen,
     ) -> anyhow::Result<Worker> {
         let refused = Arc::new(AtomicU64::new(w.notify_refused));
+        let heard = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut tasks = Vec::new();
         if let Some(socket) = &notify {
             let speakers = notify::Speakers {
@@ -168,6 +169,7 @@ impl Supervisor {
                 speakers,
                 socket.clone(),
                 refused.clone(),
+                heard.clone(),
             ));
         }
         let waiter = pidfd.try_clone().context("duplicating a pidfd")?;
@@ -200,6 +202,7 @@ impl Supervisor {
         worker.notify = notify;
         worker.cgroup = cgroup;
         worker.notify_refused = refused;
+        worker.notify_heard = heard;
         Ok(worker)
     }
 }

@@ -164,7 +164,7 @@ impl Supervisor {
 }
 
 /// Whether the slot's worker is starting and has said nothing on `NOTIFY_SOCKET` (nor has a
-/// message waiting there).
+/// message waiting there, or one its reader took but the supervisor has not handled yet).
 fn is_silent_starter(slot: &Slot) -> bool {
     let Some(worker) = slot.worker.as_ref() else {
         return false;
@@ -172,6 +172,9 @@ fn is_silent_starter(slot: &Slot) -> bool {
     // The notify socket is peeked last: only for a silent worker that is starting.
     matches!(slot.life.state, State::Starting(_))
         && !worker.spoke_notify
+        && !worker
+            .notify_heard
+            .load(std::sync::atomic::Ordering::Acquire)
         && !worker.notify.as_deref().is_some_and(notify::pending)
 }
 
@@ -182,4 +185,53 @@ fn processes(worker: &Worker) -> Vec<u32> {
         .as_ref()
         .map(|c| c.pids())
         .unwrap_or_else(|| vec![worker.pid])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::settings::restart_policy::RestartPolicy;
+    use crate::supervisor::lifecycle::{Fleet, Input, Life, Settings, step};
+    use crate::supervisor::slots::slot::Worker;
+
+    /// A slot whose worker (this process, for a real pidfd) was spawned and has not spoken.
+    fn starting_slot() -> Slot {
+        let settings = Settings {
+            ready_on_spawn: false,
+            ready_grace: Some(Duration::from_secs(1)),
+            ready_timeout: Duration::from_secs(30),
+            stop_timeout: Duration::from_secs(10),
+            restart: RestartPolicy::DEFAULT,
+            min_workers: 1,
+            adopt: false,
+            linger: None,
+        };
+        let fleet = Fleet {
+            now: Instant::now(),
+            random: 0.0,
+            stopping: false,
+            others_open: 0,
+            others_trying: 0,
+        };
+        let mut life = Life::new(RestartPolicy::DEFAULT, false);
+        step(&mut life, Input::Start, &fleet, &settings);
+        step(&mut life, Input::Spawned { id: 1 }, &fleet, &settings);
+        let pid = std::process::id();
+        let pidfd = crate::os::pidfd::open(pid).unwrap();
+        let mut slot = Slot::new(0, life);
+        slot.worker = Some(Worker::spawned(pid, pidfd, 0, false));
+        slot
+    }
+
+    #[test]
+    fn a_worker_whose_message_was_read_but_not_handled_yet_is_not_silent() {
+        let slot = starting_slot();
+        assert!(is_silent_starter(&slot));
+        // Its notify reader took a message off the socket; the event is still queued.
+        let heard = slot.worker.as_ref().unwrap().notify_heard.clone();
+        heard.store(true, std::sync::atomic::Ordering::Release);
+        assert!(!is_silent_starter(&slot));
+    }
 }

@@ -74,7 +74,8 @@ fn refuse_notify(slot: u32, pid: u32, sender: Option<u32>, refused: &std::sync::
 }
 
 /// Starts the task that reads worker `worker_id`'s notify socket and turns what its tree
-/// sends into [`Event::Notify`] (counting in `refused` what others send).
+/// sends into [`Event::Notify`] (setting `heard` first), counting in `refused` what others
+/// send.
 pub(in crate::supervisor) fn watch_notify(
     events: &tokio::sync::mpsc::UnboundedSender<Event>,
     index: u32,
@@ -82,6 +83,7 @@ pub(in crate::supervisor) fn watch_notify(
     speakers: notify::Speakers,
     socket: std::sync::Arc<tokio::net::UnixDatagram>,
     refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    heard: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
     let events = events.clone();
     tokio::spawn(async move {
@@ -91,6 +93,9 @@ pub(in crate::supervisor) fn watch_notify(
                 refuse_notify(index, speakers.worker, sender, &refused);
                 continue;
             }
+            // Before the event: a readiness check between this read and the event's handling
+            // finds the socket empty, and must still know the worker spoke.
+            heard.store(true, std::sync::atomic::Ordering::Release);
             let msgs = notify::parse(&buf[..len]);
             let event = Event::Notify {
                 slot: index,

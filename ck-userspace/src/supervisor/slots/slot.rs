@@ -43,6 +43,10 @@ pub struct Worker {
     /// Notify messages ignored because their sender was not of its tree (counted by its
     /// notify reader).
     pub notify_refused: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Set by its notify reader as it takes a message of the worker's tree off the socket,
+    /// before the supervisor sees it (`spoke_notify`): a worker that spoke is never taken for a
+    /// silent one in between.
+    pub notify_heard: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// When it started (`pidfd::start_ticks`): a ck that takes it back after a crash checks the
     /// pid still names it.
     pub start_ticks: Option<u64>,
@@ -82,6 +86,7 @@ impl Worker {
             requests_limit: None,
             over_memory: 0,
             notify_refused: Default::default(),
+            notify_heard: Default::default(),
             // Names the process for a ck that takes the fleet back after a crash, and for the
             // orphan guard.
             start_ticks: crate::os::pidfd::start_ticks(pid),

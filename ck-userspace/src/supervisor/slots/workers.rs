@@ -178,6 +178,7 @@ impl Supervisor {
         let notify_socket = notify.socket.clone();
         let notify_name = notify.env_value.clone();
         let refused = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let heard = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let speakers = notify::Speakers {
             worker: pid,
             cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
@@ -189,6 +190,7 @@ impl Supervisor {
             speakers,
             notify.socket.clone(),
             refused.clone(),
+            heard.clone(),
         );
         slot.last_pid = pid;
         let selected_base = self.groups.slot_stats(index).selected;
@@ -203,6 +205,7 @@ impl Supervisor {
         worker.cgroup = cgroup;
         worker.requests_limit = requests_limit;
         worker.notify_refused = refused;
+        worker.notify_heard = heard;
         worker.notify_name = Some(notify_name);
         worker.output = output;
         slot.worker = Some(worker);
