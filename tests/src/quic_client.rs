@@ -26,6 +26,8 @@ pub struct Seen {
     pub moved: u64,
     /// Handshakes completed.
     pub handshakes: u64,
+    /// Every worker (pid) that answered a request.
+    pub pids: BTreeSet<u32>,
     /// Per client that broke, the workers (pids) that had answered it.
     pub broken_pids: Vec<BTreeSet<u32>>,
     /// The errors of the clients that broke.
@@ -60,18 +62,18 @@ pub fn sum_lines(stdout: &str) -> serde_json::Result<Seen> {
         seen.ok += n("ok");
         seen.moved += n("moved");
         seen.handshakes += n("handshakes");
+        let pids: BTreeSet<u32> = row["pids"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p.as_u64())
+            .map(|p| p as u32)
+            .collect();
+        seen.pids.extend(&pids);
         if n("broken") > 0 {
             seen.broken += n("broken");
-            let pids = row["pids"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            seen.broken_pids.push(
-                pids.iter()
-                    .filter_map(|p| p.as_u64())
-                    .map(|p| p as u32)
-                    .collect(),
-            );
+            seen.broken_pids.push(pids);
             let errors = row["errors"]
                 .as_array()
                 .map(Vec::as_slice)

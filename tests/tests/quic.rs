@@ -7,13 +7,14 @@
 //!
 //! - Rolls, a scale-up and a scale-down while the clients also move to a new local port every
 //!   400 ms (client migration): nothing breaks, since every packet goes to the worker whose
-//!   cookie its connection ID carries.
+//!   cookie its connection ID carries; connections opened afterwards reach the latest workers
+//!   only.
 //! - Plain SO_REUSEPORT under the same rolls breaks connections (the baseline).
 //! - A ClientHello that spans several datagrams reaches one worker with all of them, across
 //!   rolls.
 //! - A SIGKILLed worker breaks only its own connections.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
 
 use ck_tests::quic_client::{finish, load, quic_bin, start_client};
 use ck_tests::{Ck, READY_TIMEOUT, sys, udp::udp_fleet};
@@ -50,6 +51,24 @@ fn http3_connections_survive_rolls_scaling_and_client_migration() {
     assert!(
         udp.routes["cookie"] > 0 && udp.routes["new"] > 0,
         "{udp:#?}"
+    );
+    // Connections opened after the last flip are served by the latest workers only, though
+    // earlier ones may still be finishing their own.
+    let now = ck.wait_status("4 ready", READY_TIMEOUT, |s| s.ready_count() == 4);
+    let serving: BTreeSet<u32> = now
+        .active
+        .iter()
+        .filter_map(|slot| now.slot(*slot).pid)
+        .collect();
+    let fresh = finish(start_client(
+        addr,
+        &["--connections", "16", "--interval-ms", "50", "--duration-ms", "500"],
+    ));
+    assert_eq!(fresh.broken, 0, "{fresh:#?}");
+    assert!(
+        !fresh.pids.is_empty() && fresh.pids.is_subset(&serving),
+        "new connections reached {:?}, the latest workers are {serving:?}",
+        fresh.pids
     );
 }
 
