@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 15);
+        assert_eq!(Scenario::All.expand().len(), 17);
         assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
         assert!(Scenario::Summary.expand().is_empty());
