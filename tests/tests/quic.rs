@@ -62,7 +62,14 @@ fn http3_connections_survive_rolls_scaling_and_client_migration() {
         .collect();
     let fresh = finish(start_client(
         addr,
-        &["--connections", "16", "--interval-ms", "50", "--duration-ms", "500"],
+        &[
+            "--connections",
+            "16",
+            "--interval-ms",
+            "50",
+            "--duration-ms",
+            "500",
+        ],
     ));
     assert_eq!(fresh.broken, 0, "{fresh:#?}");
     assert!(
