@@ -20,6 +20,21 @@ use ck_tests::quic_client::{finish, load, quic_bin, start_client};
 use ck_tests::{Ck, READY_TIMEOUT, sys, udp::udp_fleet};
 use nix::sys::signal::Signal;
 
+/// 16 fresh connections to `addr`, a request every 50 ms for 500 ms, and what they saw.
+fn fresh_connections(addr: SocketAddr) -> ck_tests::quic_client::Seen {
+    finish(start_client(
+        addr,
+        &[
+            "--connections",
+            "16",
+            "--interval-ms",
+            "50",
+            "--duration-ms",
+            "500",
+        ],
+    ))
+}
+
 /// Starts a UDP-only fleet of `workers` example servers on a free port and waits until ready.
 fn fleet(what: &str, workers: usize, extra: &[&str]) -> (Ck, SocketAddr) {
     let bin = quic_bin();
@@ -60,17 +75,7 @@ fn http3_connections_survive_rolls_scaling_and_client_migration() {
         .iter()
         .filter_map(|slot| now.slot(*slot).pid)
         .collect();
-    let fresh = finish(start_client(
-        addr,
-        &[
-            "--connections",
-            "16",
-            "--interval-ms",
-            "50",
-            "--duration-ms",
-            "500",
-        ],
-    ));
+    let fresh = fresh_connections(addr);
     assert_eq!(fresh.broken, 0, "{fresh:#?}");
     assert!(
         !fresh.pids.is_empty() && fresh.pids.is_subset(&serving),
@@ -142,16 +147,6 @@ fn a_killed_worker_breaks_only_its_own_http3_connections() {
     );
     assert!(seen.ok > 300, "{seen:#?}");
     // New connections after the kill are all served.
-    let after = finish(start_client(
-        addr,
-        &[
-            "--connections",
-            "16",
-            "--interval-ms",
-            "50",
-            "--duration-ms",
-            "500",
-        ],
-    ));
+    let after = fresh_connections(addr);
     assert_eq!(after.broken, 0, "{after:#?}");
 }
