@@ -10,6 +10,7 @@
 mod adopt;
 mod conns;
 mod exits;
+mod flow_cache;
 mod minimal;
 mod quic;
 mod sock_addr;

@@ -6,12 +6,13 @@
 //!    names (as for TCP);
 //! 2. `stateless` mode: the consistent table, nothing remembered; `quic` mode: by the QUIC
 //!    header (`quic`);
-//! 3. a known flow (the kernel's hash of its addresses and ports in `flows`) whose slot still
-//!    has the socket it was given to (same `sock_gens` generation): to that slot, ready or not
-//!    (a retired worker keeps its flows until its socket closes);
+//! 3. a known flow (the kernel's hash of its addresses and ports in `flows`, looked up first in
+//!    the small `flow_cache`, see `flow_cache.rs`) whose slot still has the socket it was given
+//!    to (same `sock_gens` generation): to that slot, ready or not (a retired worker keeps its
+//!    flows until its socket closes);
 //! 4. a new flow, or one whose slot is gone (counted `stale`): the consistent table (the
 //!    `sticky` Maglev table of the ready slots, by the same hash), else the live slots in
-//!    turn; remembered in `flows` with the client's address and port (for people: routing
+//!    turn; remembered in `flows` (and the cache) with the client's address and port (for people: routing
 //!    reads only the hash, which the kernel computed already, so a known flow costs no helper
 //!    call).
 //!
@@ -29,7 +30,8 @@ use ck_common::{
 };
 
 use crate::{
-    ACTIVE, CONFIG, SLOTS, SOCKETS, STICKY, probe_slot, sock_addr::SOCK_GENS, source_address,
+    ACTIVE, CONFIG, SLOTS, SOCKETS, STICKY, flow_cache, probe_slot, sock_addr::SOCK_GENS,
+    source_address,
 };
 
 /// The kernel's hash of a flow's addresses and ports -> the slot it goes to and its client
@@ -59,18 +61,32 @@ fn select(ctx: &SkReuseportContext) -> u32 {
             return if done { SK_PASS } else { SK_DROP };
         }
     }
+    let hash = ctx.hash();
+    if config.udp_mode == udp_mode::FLOW {
+        return select_flow(ctx, hash, config.live_half);
+    }
     let Some(set) = ACTIVE.get(config.live_half & 1) else {
         return SK_DROP;
     };
-    let hash = ctx.hash();
     if config.udp_mode == udp_mode::QUIC {
         return crate::quic::select(ctx, hash, set, config.live_half);
     }
-    if config.udp_mode == udp_mode::STATELESS {
-        return match choose(ctx, hash, set, config.live_half) {
-            Some(slot) => pass(slot, route::STATELESS),
-            None => dropped(route::STATELESS),
-        };
+    // Any other mode value is stateless (the supervisor writes only these three).
+    match choose(ctx, hash, set, config.live_half) {
+        Some(slot) => pass(slot, route::STATELESS),
+        None => dropped(route::STATELESS),
+    }
+}
+
+/// `flow` mode: a known flow to its slot (the small cache first, then the `flows` table), else
+/// a new one by the consistent table, remembered in both. The active set is read only for new
+/// flows: a known flow's datagram touches as few cache lines as it can.
+#[inline(always)]
+fn select_flow(ctx: &SkReuseportContext, hash: u32, half: u32) -> u32 {
+    if let Some(flow) = flow_cache::get(hash) {
+        if flow_cache::still_given(flow) && SOCKETS.select_reuseport(ctx, flow.slot).is_ok() {
+            return pass(flow.slot, route::FLOW);
+        }
     }
     let key = FlowKey { hash };
     let mut new_route = route::NEW;
@@ -79,15 +95,19 @@ fn select(ctx: &SkReuseportContext) -> u32 {
         // the flow) names one slot or the other, both of which the checks below accept.
         let flow = unsafe { (*flow).to };
         if still_given(flow) && SOCKETS.select_reuseport(ctx, flow.slot).is_ok() {
+            flow_cache::put(hash, flow);
             return pass(flow.slot, route::FLOW);
         }
         new_route = route::STALE;
     }
+    let Some(set) = ACTIVE.get(half & 1) else {
+        return dropped(new_route);
+    };
     let Some(client) = client_of(ctx) else {
         count(STATS_NO_SLOT, route::MALFORMED);
         return SK_DROP;
     };
-    let Some(slot) = choose(ctx, hash, set, config.live_half) else {
+    let Some(slot) = choose(ctx, hash, set, half) else {
         return dropped(new_route);
     };
     let generation = SOCK_GENS.get(slot).map_or(0, |g| *g);
@@ -98,6 +118,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     // A full table evicts its least recently seen flow; an error leaves the flow unremembered
     // (its next datagram is a new flow again, on the same consistent table).
     let _ = FLOWS.insert(key, value, 0);
+    flow_cache::put(hash, value.to);
     pass(slot, new_route)
 }
 

@@ -467,6 +467,31 @@ fn a_flood_of_one_datagram_flows_keeps_the_flow_table_bounded_and_the_fleet_serv
 }
 
 #[test]
+fn flows_pushed_out_of_the_small_cache_keep_their_workers_from_the_flow_table() {
+    let (mut ck, addr) = udp_fleet("udp-cache", 2, &[]);
+    let flows = Flows::open(addr, FLOWS);
+    let before = flows.round();
+    answered_by(&before);
+    // 12,000 one-datagram flows overwrite nearly every entry of the program's cache (2,048
+    // entries, by the low bits of each flow's hash) but fit the flow table (65,536).
+    for i in 0..12_000u32 {
+        let source = std::net::Ipv4Addr::new(127, 3, (i >> 8) as u8, i as u8);
+        if let Ok(socket) = std::net::UdpSocket::bind((source, 0)) {
+            let _ = socket.send_to(b"x", addr);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // A bigger fleet changes the consistent table: only the flow table keeps the old flows.
+    ck.ctl_ok(&["scale", "4"]);
+    wait_exactly(&mut ck, 4);
+    let after = flows.round();
+    assert_eq!(moved(&before, &after), 0, "{before:?}\n{after:?}");
+    let udp = ck.status().udp[0].clone();
+    assert_eq!(udp.routes["stale"], 0, "{udp:#?}");
+    assert!(udp.flows >= 12_000, "{udp:#?}");
+}
+
+#[test]
 fn an_ipv6_udp_group_keeps_its_flows_too() {
     let port = free_port();
     let (listen, base) = (

@@ -84,6 +84,7 @@ pub(super) fn open(
     if !switches.udp {
         // Only UDP groups remember flows: a TCP group's table is one entry, not megabytes.
         loader.map_max_entries("flows", 1);
+        loader.map_max_entries("flow_cache", 1);
     }
     if !switches.quic {
         // Only `quic` mode remembers handshakes.
