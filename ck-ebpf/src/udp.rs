@@ -18,6 +18,7 @@
 //!
 //! Never the kernel's hash: a datagram no slot can take is dropped and counted.
 use aya_ebpf::{
+    Global,
     bindings::sk_action::{SK_DROP, SK_PASS},
     btf_maps::{LruHashMap, PerCpuArray},
     macros::{btf_map, sk_reuseport},
@@ -43,6 +44,17 @@ static FLOWS: LruHashMap<FlowKey, FlowValue, { MAX_FLOWS as usize }> = LruHashMa
 #[btf_map(name = "udp_stats")]
 static UDP_STATS: PerCpuArray<UdpStats, { SLOTS + 1 }> = PerCpuArray::new();
 
+/// The group's `--udp-mode` (a [`udp_mode`] code), set when ck loads the program. Read-only
+/// data, known to the verifier: it drops the other modes' code, and a datagram reads no map to
+/// learn its mode (`config.udp_mode` holds the same code, for people).
+#[unsafe(no_mangle)]
+static CK_UDP_MODE: Global<u32> = Global::new(0);
+
+/// The first port of the instance's probe range (0: none), set when ck loads the program;
+/// read-only as [`CK_UDP_MODE`] (`config.probe_base` holds the same, for people).
+#[unsafe(no_mangle)]
+static CK_PROBE_BASE: Global<u32> = Global::new(0);
+
 #[sk_reuseport]
 pub fn ck_select_udp(ctx: SkReuseportContext) -> u32 {
     select(&ctx)
@@ -50,11 +62,9 @@ pub fn ck_select_udp(ctx: SkReuseportContext) -> u32 {
 
 #[inline(always)]
 fn select(ctx: &SkReuseportContext) -> u32 {
-    let Some(config) = CONFIG.get(0) else {
-        return SK_DROP;
-    };
-    if config.probe_base != 0 {
-        if let Some(slot) = probe_slot(ctx, config.probe_base) {
+    let probe_base = CK_PROBE_BASE.load();
+    if probe_base != 0 {
+        if let Some(slot) = probe_slot(ctx, probe_base) {
             // The canary asks for slot 127, which has no socket: counted and dropped here.
             let done = crate::SOCKETS.select_reuseport(ctx, slot).is_ok();
             count(if done { slot } else { STATS_NO_SLOT }, route::PROBE);
@@ -62,13 +72,17 @@ fn select(ctx: &SkReuseportContext) -> u32 {
         }
     }
     let hash = ctx.hash();
-    if config.udp_mode == udp_mode::FLOW {
-        return select_flow(ctx, hash, config.live_half);
+    let mode = CK_UDP_MODE.load();
+    if mode == udp_mode::FLOW {
+        return select_flow(ctx, hash);
     }
+    let Some(config) = CONFIG.get(0) else {
+        return SK_DROP;
+    };
     let Some(set) = ACTIVE.get(config.live_half & 1) else {
         return SK_DROP;
     };
-    if config.udp_mode == udp_mode::QUIC {
+    if mode == udp_mode::QUIC {
         return crate::quic::select(ctx, hash, set, config.live_half);
     }
     // Any other mode value is stateless (the supervisor writes only these three).
@@ -79,10 +93,10 @@ fn select(ctx: &SkReuseportContext) -> u32 {
 }
 
 /// `flow` mode: a known flow to its slot (the small cache first, then the `flows` table), else
-/// a new one by the consistent table, remembered in both. The active set is read only for new
-/// flows: a known flow's datagram touches as few cache lines as it can.
+/// a new one by the consistent table, remembered in both. The configuration and the active set
+/// are read only for new flows: a known flow's datagram touches as few cache lines as it can.
 #[inline(always)]
-fn select_flow(ctx: &SkReuseportContext, hash: u32, half: u32) -> u32 {
+fn select_flow(ctx: &SkReuseportContext, hash: u32) -> u32 {
     if let Some(flow) = flow_cache::get(hash) {
         if flow_cache::still_given(flow) && SOCKETS.select_reuseport(ctx, flow.slot).is_ok() {
             return pass(flow.slot, route::FLOW);
@@ -100,6 +114,9 @@ fn select_flow(ctx: &SkReuseportContext, hash: u32, half: u32) -> u32 {
         }
         new_route = route::STALE;
     }
+    let Some(half) = CONFIG.get(0).map(|c| c.live_half) else {
+        return dropped(new_route);
+    };
     let Some(set) = ACTIVE.get(half & 1) else {
         return dropped(new_route);
     };

@@ -143,7 +143,9 @@ impl BpfGroup {
             mut ebpf,
             queue,
             conn_sum,
-        } = open_for(&pin_dir, group, log, reuse, policy, udp_mode, started)?;
+        } = open_for(
+            &pin_dir, group, log, reuse, policy, udp_mode, probe_base, started,
+        )?;
         if !reuse {
             pins::create_group_dir(&pin_dir)?;
         }

@@ -23,6 +23,12 @@ const SUM_CONNS: &str = "CK_SUM_CONNS";
 /// to it and no further.
 const CPUS: &str = "CK_CPUS";
 
+/// The UDP program's read-only `--udp-mode` code (`ck_common::udp::udp_mode`).
+const UDP_MODE: &str = "CK_UDP_MODE";
+
+/// The UDP program's read-only first port of the probe range.
+const PROBE_BASE: &str = "CK_PROBE_BASE";
+
 /// The program's read-only switches, set at load.
 #[derive(Clone, Copy)]
 pub(super) struct Switches {
@@ -34,6 +40,10 @@ pub(super) struct Switches {
     pub udp: bool,
     /// A UDP group in `quic` mode: a full `pending` table (other groups' have one entry).
     pub quic: bool,
+    /// A UDP group's mode code ([`UDP_MODE`]; 0 for TCP groups).
+    pub udp_mode: u32,
+    /// The first port of the probe range ([`PROBE_BASE`]).
+    pub probe_base: u32,
 }
 
 impl Switches {
@@ -80,7 +90,9 @@ pub(super) fn open(
         .override_global(aya_log::LEVEL, &level, true)
         .override_global(READ_KERNEL, &read_kernel, true)
         .override_global(SUM_CONNS, &sum_conns, true)
-        .override_global(CPUS, &cpus, true);
+        .override_global(CPUS, &cpus, true)
+        .override_global(UDP_MODE, &switches.udp_mode, true)
+        .override_global(PROBE_BASE, &switches.probe_base, true);
     if !switches.udp {
         // Only UDP groups remember flows: a TCP group's table is one entry, not megabytes.
         loader.map_max_entries("flows", 1);
@@ -167,6 +179,7 @@ pub(super) fn open_for(
     reuse: bool,
     policy: u32,
     udp_mode: Option<u32>,
+    probe_base: u16,
     started: std::time::Instant,
 ) -> Result<Loaded, BpfError> {
     let udp = udp_mode.is_some();
@@ -176,6 +189,8 @@ pub(super) fn open_for(
             sum_conns,
             udp,
             quic: udp_mode == Some(ck_common::udp::udp_mode::QUIC),
+            udp_mode: udp_mode.unwrap_or(0),
+            probe_base: u32::from(probe_base),
         };
         open(pin_dir, group, log, reuse, switches, started)
     };
