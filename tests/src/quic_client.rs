@@ -102,3 +102,45 @@ pub fn load(addr: SocketAddr, ms: u64, extra: &[&str]) -> std::process::Child {
     args.extend_from_slice(extra);
     start_client(addr, &args)
 }
+
+/// ngtcp2's example client (`gtlsclient`, Debian's `ngtcp2-client`) as `n` clients against
+/// `addr` at once, each moving to a new local port 300 ms after its handshake without
+/// validating the path first (`--nat-rebinding`), and sending its one request 800 ms after the
+/// handshake: only the new port carries it. `during` runs while they wait. Returns each
+/// client's answer (`slot=S pid=P`), or None when it got none (the client exits 0 either way,
+/// so its saved download is what counts).
+pub fn ngtcp2_rebinding(addr: SocketAddr, n: usize, during: impl FnOnce()) -> Vec<Option<String>> {
+    let dir = crate::sys::TempDir::new("ngtcp2-client");
+    let clients: Vec<_> = (0..n)
+        .map(|i| {
+            let got = dir.path().join(i.to_string());
+            std::fs::create_dir_all(&got).expect("a download directory");
+            Command::new("gtlsclient")
+                .args(["--quiet", "--exit-on-all-streams-close", "--nat-rebinding"])
+                .args([
+                    "--change-local-addr=300ms",
+                    "--delay-stream=800ms",
+                    "--timeout=3s",
+                ])
+                .arg(format!("--download={}", got.display()))
+                .args([&addr.ip().to_string(), &addr.port().to_string()])
+                .arg("https://localhost/")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting gtlsclient (cargo xtask installs ngtcp2-client)")
+        })
+        .collect();
+    during();
+    clients
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut client)| {
+            client.wait().expect("gtlsclient");
+            let body = dir.path().join(i.to_string()).join("index.html");
+            std::fs::read_to_string(body)
+                .ok()
+                .filter(|b| b.contains("pid="))
+        })
+        .collect()
+}

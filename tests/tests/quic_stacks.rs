@@ -8,8 +8,12 @@
 //!   that cannot drain costs).
 //! - aioquic (`examples/python/h3_server.py`) on ck's socket: it finishes its connections on
 //!   SIGTERM, so nothing breaks.
+//!
+//! And ngtcp2's example client against the quinn example server: clients that move to a new
+//! port mid-connection (NAT rebinding) while the fleet grows keep their connections in `quic`
+//! mode (the cookie routes them); in `flow` mode the new port is a new flow, and most break.
 
-use ck_tests::quic_client::{finish, load};
+use ck_tests::quic_client::{finish, load, ngtcp2_rebinding, quic_bin};
 use ck_tests::quic_servers::{Stop, aioquic, ngtcp2};
 use ck_tests::sys::TempDir;
 use ck_tests::udp::udp_fleet;
@@ -76,4 +80,32 @@ fn an_aioquic_server_finishes_its_connections_through_rolls() {
     assert!(log.contains("reason=exit 0"), "{log}");
     ck.ctl_ok(&["stop"]);
     ck.wait_clean_exit();
+}
+
+/// A fleet of 4 quinn example servers in `mode` against 16 of ngtcp2's clients that move to a
+/// new port mid-connection (`grow`: while the fleet grows to 6); their answers.
+fn rebinding_clients(what: &str, mode: &str, grow: bool) -> Vec<Option<String>> {
+    let bin = quic_bin();
+    let bin = bin.to_str().expect("UTF-8 path");
+    let (mut ck, addr) = udp_fleet(what, 4, &["--udp-mode", mode, "--", bin, "serve"]);
+    let answers = ngtcp2_rebinding(addr, 16, || {
+        if grow {
+            ck.ctl_ok(&["scale", "6"]);
+        }
+    });
+    if grow {
+        ck.wait_ready(6, READY_TIMEOUT);
+    }
+    ck.ctl_ok(&["stop"]);
+    ck.wait_clean_exit();
+    answers
+}
+
+#[test]
+fn ngtcp2_clients_that_move_to_a_new_port_keep_their_connections_in_quic_mode() {
+    let quic = rebinding_clients("quic-ngtcp2-client", "quic", true);
+    assert!(quic.iter().all(Option::is_some), "{quic:?}");
+    // The same clients in flow mode: each new port is a new flow, most reach another worker.
+    let flow = rebinding_clients("quic-ngtcp2-client-flow", "flow", false);
+    assert!(flow.iter().any(Option::is_none), "{flow:?}");
 }
