@@ -19,7 +19,7 @@ use super::{
     bind_tags::BindTagger,
     conn_steering::ConnSteering,
     conns::ConnCounter,
-    load::{Loaded, open_for},
+    load::{Loaded, Target, open_for},
     pins,
     queue_depth::QueueDepth,
     stats,
@@ -144,7 +144,16 @@ impl BpfGroup {
             queue,
             conn_sum,
         } = open_for(
-            &pin_dir, group, log, reuse, policy, udp_mode, probe_base, started,
+            &pin_dir,
+            group,
+            log,
+            reuse,
+            Target {
+                policy,
+                udp_mode,
+                probe_base,
+            },
+            started,
         )?;
         if !reuse {
             pins::create_group_dir(&pin_dir)?;

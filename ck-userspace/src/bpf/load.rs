@@ -156,6 +156,17 @@ pub(super) fn refusal(e: &BpfError) -> String {
     first.lines().next().unwrap_or_default().to_string()
 }
 
+/// What a group's program is loaded for.
+#[derive(Clone, Copy)]
+pub(super) struct Target {
+    /// The `--policy` code (a UDP group's program ignores it).
+    pub policy: u32,
+    /// A UDP group's `--udp-mode` code; None for a TCP group.
+    pub udp_mode: Option<u32>,
+    /// The first port of the instance's probe range.
+    pub probe_base: u16,
+}
+
 /// A group's object as [`open_for`] loaded it for its policy.
 pub(super) struct Loaded {
     /// The object, its program loaded.
@@ -177,11 +188,14 @@ pub(super) fn open_for(
     group: &str,
     log: bool,
     reuse: bool,
-    policy: u32,
-    udp_mode: Option<u32>,
-    probe_base: u16,
+    target: Target,
     started: std::time::Instant,
 ) -> Result<Loaded, BpfError> {
+    let Target {
+        policy,
+        udp_mode,
+        probe_base,
+    } = target;
     let udp = udp_mode.is_some();
     let open = |read_kernel: bool, sum_conns: bool| {
         let switches = Switches {

@@ -7,8 +7,10 @@
 //! connections (a request that failed, a handshake that failed, a connection that ended with an
 //! error the client did not ask for). Then the same with every client moving to a new local
 //! port every [`REBIND_MS`] (client migration), and with every ClientHello padded to span
-//! three Initial datagrams ([`HELLO_BYTES`]). Then a `kill -9` of one worker under the held
-//! connections: what breaks should be that worker's own connections at most.
+//! three Initial datagrams ([`HELLO_BYTES`]). Then ngtcp2's client (`gtlsclient`) moving to a
+//! new port before its request while the fleet grows (NAT rebinding, another QUIC stack's
+//! migration). Then a `kill -9` of one worker under the held connections: what breaks should be
+//! that worker's own connections at most.
 
 use std::{
     net::SocketAddr,
@@ -208,6 +210,35 @@ fn one_kill(bench: &Bench, bin: &Path, variant: Variant, mode: &str) -> Result<K
     })
 }
 
+/// Clients of ngtcp2 (`gtlsclient`) that move to a new port mid-connection.
+const REBINDING: usize = 32;
+
+/// One fleet against [`REBINDING`] of ngtcp2's clients that each move to a new local port
+/// (NAT rebinding) before their one request, while the fleet grows to 6: the clients left
+/// unanswered.
+fn one_rebinding(bench: &Bench, bin: &Path, variant: Variant, mode: &str) -> Result<u64> {
+    let bin_text = bin.to_str().context("a UTF-8 path")?;
+    let args = ["--udp-mode", mode, "--", bin_text, "serve"];
+    let mut inst = Instance::start_udp(
+        &bench.bin,
+        &bench.log_dir,
+        "quic-rebind",
+        variant,
+        WORKERS,
+        &args,
+    )?;
+    inst.wait_ready(WORKERS as usize)?;
+    let mut grown = Ok(());
+    let answers = ck_tests::quic_client::ngtcp2_rebinding(inst.addr(), REBINDING, || {
+        grown = inst.ctl(&["scale", "6"]).map(drop);
+    });
+    grown?;
+    inst.wait_ready(6)?;
+    bench.report_log(&inst);
+    inst.stop()?;
+    Ok(answers.iter().filter(|a| a.is_none()).count() as u64)
+}
+
 /// Runs the scenario and returns the table.
 pub fn run(bench: &Bench) -> Result<Table> {
     let bin = example()?;
@@ -225,6 +256,13 @@ pub fn run(bench: &Bench) -> Result<Table> {
     for (variant, mode, name) in FLEETS {
         bench.progress(format_args!("quic: {name}, kill -9 of one worker"));
         killed.push(one_kill(bench, &bin, variant, mode)?);
+    }
+    let mut unanswered = Vec::new();
+    for (variant, mode, name) in FLEETS {
+        bench.progress(format_args!(
+            "quic: {name}, ngtcp2's clients moving to a new port"
+        ));
+        unanswered.push(one_rebinding(bench, &bin, variant, mode)?);
     }
     let names: Vec<&str> = FLEETS.iter().map(|(_, _, name)| *name).collect();
     let mut table = Table::with_columns(
@@ -260,6 +298,14 @@ pub fn run(bench: &Bench) -> Result<Table> {
             Goal::None,
         );
     }
+    table.row_of(
+        &format!(
+            "ngtcp2's clients moving to a new port (NAT rebinding) while the fleet grows: \
+             unanswered, of {REBINDING}"
+        ),
+        unanswered.iter().map(|n| count(*n)).collect(),
+        Goal::AtMost(0.0, "0 (quic mode)"),
+    );
     table.row_of(
         &format!("kill -9 of one worker of {WORKERS}: clients broken that it never answered"),
         killed.iter().map(|s| count(s.elsewhere)).collect(),
