@@ -98,6 +98,7 @@ fn measure(bench: &Bench, fleet: &Fleet) -> Result<Outcome> {
     std::thread::sleep(LEAD);
     let mut pick = Pick(0x0063_6b63_6861_6f73);
     let mut kills = Vec::new();
+    let mut last_victim = 0;
     let mut next = started + LEAD;
     while next < started + LEAD + CHAOS {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
@@ -107,6 +108,7 @@ fn measure(bench: &Bench, fleet: &Fleet) -> Result<Outcome> {
             let victim = live[pick.next(live.len())];
             if kill(victim, Signal::SIGKILL).is_ok() {
                 kills.push(started.elapsed());
+                last_victim = victim;
                 if kills.len() % 20 == 0 {
                     bench.progress(format_args!("chaos: {} kills", kills.len()));
                 }
@@ -119,10 +121,12 @@ fn measure(bench: &Bench, fleet: &Fleet) -> Result<Outcome> {
     let report = handle.join();
     let last = kills.last().copied().unwrap_or_default();
     let mut seen = std::collections::BTreeSet::new();
+    // The victim's own answers (a response already on its way when it died) do not count: the
+    // fleet serves again once its replacement answers.
     let all_serving = report
         .answers
         .iter()
-        .filter(|(at, pid)| *at >= last && *pid != 0)
+        .filter(|(at, pid)| *at >= last && *pid != 0 && *pid != last_victim)
         .find_map(|(at, pid)| {
             seen.insert(*pid);
             (seen.len() >= WORKERS).then(|| at.saturating_sub(last))
