@@ -39,9 +39,10 @@ pub struct FlowCacheEntry {
 #[btf_map(name = "flow_cache")]
 static FLOW_CACHE: Array<FlowCacheEntry, { ENTRIES as usize }> = Array::new();
 
-/// The cached flow of `hash`, if the entry at its index is this flow's.
+/// The slot of the flow of `hash`, if the entry at its index is this flow's and its slot still
+/// has the socket the flow was given to (the low 16 bits of `sock_gens[slot]` unchanged).
 #[inline(always)]
-pub fn get(hash: u32) -> Option<Flow> {
+pub fn slot_of(hash: u32) -> Option<u32> {
     let entry = FLOW_CACHE.get_ptr(hash & (ENTRIES - 1))?;
     // SAFETY: an 8-byte aligned value of the map, valid for this run, read as one word.
     let bits = unsafe { core::ptr::read_volatile(entry.cast::<u64>()) };
@@ -50,10 +51,9 @@ pub fn get(hash: u32) -> Option<Flow> {
     if entry.used == 0 || entry.hash != hash {
         return None;
     }
-    Some(Flow {
-        slot: u32::from(entry.slot),
-        generation: u32::from(entry.generation),
-    })
+    let slot = u32::from(entry.slot);
+    let generation = crate::sock_addr::SOCK_GENS.get(slot)?;
+    (*generation as u16 == entry.generation).then_some(slot)
 }
 
 /// Remembers that the flow of `hash` goes to `flow` (replacing whatever shared its index).
@@ -68,16 +68,6 @@ pub fn put(hash: u32, flow: Flow) {
         used: 1,
         generation: flow.generation as u16,
     };
-    // SAFETY: as in `get`; a plain 8-byte struct becomes one word, written at once.
+    // SAFETY: as in `slot_of`; a plain 8-byte struct becomes one word, written at once.
     unsafe { core::ptr::write_volatile(entry.cast::<u64>(), core::mem::transmute(value)) };
-}
-
-/// Whether `flow`'s slot still has the socket the flow was given to, comparing the low 16 bits
-/// of the generation that the cache keeps.
-#[inline(always)]
-pub fn still_given(flow: Flow) -> bool {
-    flow.slot < ck_common::MAX_SLOTS
-        && crate::sock_addr::SOCK_GENS
-            .get(flow.slot)
-            .is_some_and(|g| (*g as u16) == flow.generation as u16)
 }

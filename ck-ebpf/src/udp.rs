@@ -12,9 +12,9 @@
 //!    flows until its socket closes);
 //! 4. a new flow, or one whose slot is gone (counted `stale`): the consistent table (the
 //!    `sticky` Maglev table of the ready slots, by the same hash), else the live slots in
-//!    turn; remembered in `flows` (and the cache) with the client's address and port (for people: routing
-//!    reads only the hash, which the kernel computed already, so a known flow costs no helper
-//!    call).
+//!    turn; remembered in `flows` (and the cache) with the client's address and port (for
+//!    people: routing reads only the hash, which the kernel computed already, so a known flow
+//!    costs no helper call).
 //!
 //! Never the kernel's hash: a datagram no slot can take is dropped and counted.
 use aya_ebpf::{
@@ -97,9 +97,9 @@ fn select(ctx: &SkReuseportContext) -> u32 {
 /// are read only for new flows: a known flow's datagram touches as few cache lines as it can.
 #[inline(always)]
 fn select_flow(ctx: &SkReuseportContext, hash: u32) -> u32 {
-    if let Some(flow) = flow_cache::get(hash) {
-        if flow_cache::still_given(flow) && SOCKETS.select_reuseport(ctx, flow.slot).is_ok() {
-            return pass(flow.slot, route::FLOW);
+    if let Some(slot) = flow_cache::slot_of(hash) {
+        if SOCKETS.select_reuseport(ctx, slot).is_ok() {
+            return pass(slot, route::FLOW);
         }
     }
     let key = FlowKey { hash };
