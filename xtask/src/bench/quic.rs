@@ -125,9 +125,30 @@ fn one_run(
     mode: &str,
     clients: Clients,
 ) -> Result<Seen> {
-    let bin_text = bin.to_str().context("a UTF-8 path")?;
-    let args = ["--udp-mode", mode, "--", bin_text, "serve"].map(String::from);
-    churn(bench, bin, variant, &args, clients)
+    churn(bench, bin, variant, &example_args(bin, mode)?, clients)
+}
+
+/// ck's options and command for [`WORKERS`] of the example server (`bin`) in `mode`.
+fn example_args(bin: &Path, mode: &str) -> Result<Vec<String>> {
+    let bin = bin.to_str().context("a UTF-8 path")?;
+    Ok(["--udp-mode", mode, "--", bin, "serve"]
+        .map(String::from)
+        .to_vec())
+}
+
+/// [`WORKERS`] of the example server (`bin`) in `mode`, started as `what` and ready.
+fn example_fleet(
+    bench: &Bench,
+    what: &str,
+    bin: &Path,
+    variant: Variant,
+    mode: &str,
+) -> Result<Instance> {
+    let args = example_args(bin, mode)?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut inst = Instance::start_udp(&bench.bin, &bench.log_dir, what, variant, WORKERS, &args)?;
+    inst.wait_ready(WORKERS as usize)?;
+    Ok(inst)
 }
 
 /// A fleet of [`WORKERS`] started with ck options and command `args`, under the changes: 5
@@ -174,17 +195,7 @@ struct Killed {
 /// One fleet under the held connections while one worker is killed with SIGKILL; the fleet
 /// is whole again (the replacement ready) before the load ends.
 fn one_kill(bench: &Bench, bin: &Path, variant: Variant, mode: &str) -> Result<Killed> {
-    let bin_text = bin.to_str().context("a UTF-8 path")?;
-    let args = ["--udp-mode", mode, "--", bin_text, "serve"];
-    let mut inst = Instance::start_udp(
-        &bench.bin,
-        &bench.log_dir,
-        "quic-kill",
-        variant,
-        WORKERS,
-        &args,
-    )?;
-    inst.wait_ready(WORKERS as usize)?;
+    let mut inst = example_fleet(bench, "quic-kill", bin, variant, mode)?;
     let load = client(bin, inst.addr(), 60_000, &[])?;
     std::thread::sleep(Duration::from_secs(1));
     let victim = *inst
@@ -217,17 +228,7 @@ const REBINDING: usize = 32;
 /// (NAT rebinding) before their one request, while the fleet grows to 6: the clients left
 /// unanswered.
 fn one_rebinding(bench: &Bench, bin: &Path, variant: Variant, mode: &str) -> Result<u64> {
-    let bin_text = bin.to_str().context("a UTF-8 path")?;
-    let args = ["--udp-mode", mode, "--", bin_text, "serve"];
-    let mut inst = Instance::start_udp(
-        &bench.bin,
-        &bench.log_dir,
-        "quic-rebind",
-        variant,
-        WORKERS,
-        &args,
-    )?;
-    inst.wait_ready(WORKERS as usize)?;
+    let mut inst = example_fleet(bench, "quic-rebind", bin, variant, mode)?;
     let mut grown = Ok(());
     let answers = ck_tests::quic_client::ngtcp2_rebinding(inst.addr(), REBINDING, || {
         grown = inst.ctl(&["scale", "6"]).map(drop);
