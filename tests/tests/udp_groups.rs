@@ -94,6 +94,8 @@ fn a_killed_worker_loses_only_its_own_flows() {
     ck.wait_status("slot 1 replaced", READY_TIMEOUT, |s| {
         s.ready_count() == 4 && !s.worker_pids().contains(&victim)
     });
+    let stale = |ck: &Ck| ck.status().udp[0].routes.get("stale").copied();
+    let stale_before = stale(&ck).unwrap_or(0);
     let after = flows.round();
     answered_by(&after);
     for (was, now) in before.iter().zip(&after) {
@@ -101,6 +103,19 @@ fn a_killed_worker_loses_only_its_own_flows() {
             assert_eq!(was, now, "a flow of a worker that lived moved");
         }
     }
+    // Each of the victim's flows was known to a socket that is gone: its next datagram takes the
+    // new-flow path, counted `stale`, even if the consistent table gives it to the slot's new
+    // worker (a flow never goes to the new socket of its slot as if it knew it).
+    let lost = before
+        .iter()
+        .filter(|a| a.as_deref().and_then(pid_of) == Some(victim))
+        .count() as u64;
+    assert_eq!(
+        stale(&ck).unwrap_or(0) - stale_before,
+        lost,
+        "{:#?}",
+        ck.status().udp
+    );
     let fresh = Flows::open(addr, FLOWS).round();
     assert_eq!(answered_by(&fresh).len(), 4, "{fresh:?}");
 }

@@ -96,6 +96,9 @@ pub(super) fn open(
     if !switches.udp {
         // Only UDP groups remember flows: a TCP group's table is one entry, not megabytes.
         loader.map_max_entries("flows", 1);
+    }
+    if switches.udp_mode != ck_common::udp::udp_mode::FLOW || !switches.udp {
+        // Only `flow` mode reads the cache; one entry leaves nothing to empty elsewhere.
         loader.map_max_entries("flow_cache", 1);
     }
     if !switches.quic {
