@@ -156,28 +156,6 @@ pub struct FlowValue {
     pub client: Client,
 }
 
-/// Entries of `flow_cache`, the small direct-mapped cache the `flow` mode program reads before
-/// `flows` (a power of two; [`FLOW_CACHE_ENTRIES`] x 8 bytes plus the map's header stay under
-/// the 32 KiB the kernel kmallocs rather than vmallocs).
-pub const FLOW_CACHE_ENTRIES: u32 = 2048;
-
-/// One entry of `flow_cache`: a flow (by its [`FlowKey`] hash) and its slot, read and written
-/// as one 8-byte word so that a reader never sees half of another CPU's write. It carries no
-/// generation: the supervisor empties a slot's entries before that slot takes a new socket
-/// (`BpfGroup::place`), so an entry always names the socket its flow was given to.
-#[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FlowCacheEntry {
-    /// The kernel's hash of the flow's addresses and ports ([`FlowKey::hash`]).
-    pub hash: u32,
-    /// The flow's slot.
-    pub slot: u8,
-    /// 1 in an entry written by the program; 0 in an empty one.
-    pub used: u8,
-    /// Zero; makes the entry one 8-byte word.
-    pub reserved: u16,
-}
-
 /// Per-slot datagram counters of a UDP group, by route (per-CPU `udp_stats` map, summed by
 /// the reader); index `STATS_NO_SLOT` counts datagrams no slot took.
 #[repr(C)]
@@ -216,6 +194,4 @@ mod pod {
     unsafe impl aya::Pod for super::UdpStats {}
     // SAFETY: `#[repr(C)]`, `Copy`, a u32 then 20 bytes: 24 bytes, no padding.
     unsafe impl aya::Pod for super::PendingKey {}
-    // SAFETY: `#[repr(C, align(8))]`, `Copy`, u32 + u8 + u8 + u16: 8 bytes, no padding.
-    unsafe impl aya::Pod for super::FlowCacheEntry {}
 }

@@ -8,8 +8,8 @@
 //!    header (`quic`);
 //! 3. a known flow (the kernel's hash of its addresses and ports in `flows`, looked up first in
 //!    the small `flow_cache`, see `flow_cache.rs`) whose slot still has the socket it was given
-//!    to (same `sock_gens` generation; the cache holds no entry of a replaced socket): to that
-//!    slot, ready or not (a retired worker keeps its flows until its socket closes);
+//!    to (same `sock_gens` generation): to that slot, ready or not (a retired worker keeps its
+//!    flows until its socket closes);
 //! 4. a new flow, or one whose slot is gone (counted `stale`): the consistent table (the
 //!    `sticky` Maglev table of the ready slots, by the same hash), else the live slots in
 //!    turn; remembered in `flows` (and the cache) with the client's address and port (for
@@ -109,7 +109,7 @@ fn select_flow(ctx: &SkReuseportContext, hash: u32) -> u32 {
         // the flow) names one slot or the other, both of which the checks below accept.
         let flow = unsafe { (*flow).to };
         if still_given(flow) && SOCKETS.select_reuseport(ctx, flow.slot).is_ok() {
-            flow_cache::put(hash, flow.slot);
+            flow_cache::put(hash, flow);
             return pass(flow.slot, route::FLOW);
         }
         new_route = route::STALE;
@@ -135,7 +135,7 @@ fn select_flow(ctx: &SkReuseportContext, hash: u32) -> u32 {
     // A full table evicts its least recently seen flow; an error leaves the flow unremembered
     // (its next datagram is a new flow again, on the same consistent table).
     let _ = FLOWS.insert(key, value, 0);
-    flow_cache::put(hash, slot);
+    flow_cache::put(hash, value.to);
     pass(slot, new_route)
 }
 

@@ -190,10 +190,7 @@ impl BpfGroup {
         let sock_gens = take(&mut ebpf, "sock_gens")?;
         let sticky = Sticky::new(take(&mut ebpf, "sticky")?);
         let udp_maps = match udp {
-            true => Some(super::udp::UdpMaps::take(
-                &mut ebpf,
-                udp_mode == Some(ck_common::udp::udp_mode::FLOW),
-            )?),
+            true => Some(super::udp::UdpMaps::take(&mut ebpf)?),
             false => None,
         };
         let mut group = BpfGroup {
@@ -355,45 +352,11 @@ impl BpfGroup {
 
     /// Puts a listening `socket`, tagged (see [`BpfGroup::tag`]) before it listened, in
     /// `slot`'s place in the `sockets` map.
-    ///
-    /// In `flow` mode, a slot that had a socket is emptied first, and its `flow_cache`
-    /// entries with it (see [`BpfGroup::forget_old_socket`]).
     pub fn place(&mut self, slot: u32, socket: &Socket) -> Result<(), BpfError> {
-        self.forget_old_socket(slot)?;
         self.sockets
             .set(slot, &socket.as_raw_fd(), 0)
             .map_err(write_err("sockets"))?;
-        if let Some(udp) = &mut self.udp {
-            udp.socket_in(slot);
-        }
         self.bump_generation(slot)
-    }
-
-    /// `flow` mode, before `slot` takes a new socket: the program trusts a `flow_cache` entry
-    /// without checking the slot's generation (one cold line less per datagram), so no entry
-    /// may name the slot once its new socket is in. In order: the slot's place in `sockets`
-    /// is emptied and given a new generation (from here on, a run finds no socket there and
-    /// `flows` calls the old flows stale), every program run that began before is waited
-    /// out (an RCU grace period, 10-20 ms), and then the slot's entries are emptied: no run
-    /// can write one again until the new socket is in. Nothing to do for a slot that had no
-    /// socket since the program was loaded.
-    fn forget_old_socket(&mut self, slot: u32) -> Result<(), BpfError> {
-        if !self.udp.as_ref().is_some_and(|udp| udp.may_cache(slot)) {
-            return Ok(());
-        }
-        // A socket that already closed has left the map by itself; nothing to report then.
-        let _ = self.sockets.clear_index(&slot);
-        self.bump_generation(slot)?;
-        crate::os::rcu::wait_for_program_runs();
-        if let Some(udp) = &mut self.udp {
-            let forgotten = udp.forget_cached(slot)?;
-            tracing::debug!(
-                slot,
-                forgotten,
-                "flow cache entries of the slot's old socket"
-            );
-        }
-        Ok(())
     }
 
     /// Gives `slot`'s `sockets` entry, just written, a new generation: the program finds the
@@ -485,11 +448,6 @@ impl BpfGroup {
         };
         // The pinned storage keeps the tag; writing it again also refills `listeners`' cookies.
         self.tag(slot, socket);
-        // The slot's socket (the one it had before the handover, or this one placed now) is
-        // in: the program may remember flows for it.
-        if let Some(udp) = &mut self.udp {
-            udp.socket_in(slot);
-        }
         match placed {
             true => self.bump_generation(slot),
             false => Ok(()),

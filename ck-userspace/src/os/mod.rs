@@ -13,7 +13,6 @@ pub mod pipe;
 pub mod priority;
 pub mod privileges;
 pub mod probe;
-pub mod rcu;
 pub mod readiness;
 pub mod reexec;
 pub mod sock_diag;
