@@ -98,7 +98,7 @@ pub(super) fn open(
         loader.map_max_entries("flows", 1);
     }
     if switches.udp_mode != ck_common::udp::udp_mode::FLOW || !switches.udp {
-        // Only `flow` mode reads the cache; one entry leaves nothing to empty elsewhere.
+        // Only `flow` mode reads the cache: other groups' is one entry, not 16 KiB.
         loader.map_max_entries("flow_cache", 1);
     }
     if !switches.quic {
