@@ -97,3 +97,16 @@ pub fn moved(before: &[Option<String>], after: &[Option<String>]) -> usize {
         .filter(|(b, a)| b.is_none() || b != a)
         .count()
 }
+
+/// Runs `ck reload` while `held` keeps sending (so no held worker goes quiet); asserts that no
+/// held flow moved meanwhile (their answers stay `first`).
+pub fn reload_while_sending(ck: &Ck, held: &Flows, first: &[Option<String>]) {
+    let name = ck.name().to_string();
+    let reload = std::thread::spawn(move || crate::ck::ck_output(&["reload", "--name", &name]));
+    while !reload.is_finished() {
+        assert_eq!(held.round(), first, "a held flow moved during the roll");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = reload.join().expect("the reload thread");
+    assert!(out.status.success(), "{out:?}");
+}

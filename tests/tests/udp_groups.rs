@@ -21,7 +21,7 @@ use ck_tests::{
     http::metrics_text,
     instance_name, local, probe_base_for,
     sys::{self, free_port},
-    udp::{Flows, answered_by, moved, pid_of, udp_fleet},
+    udp::{Flows, answered_by, moved, pid_of, reload_while_sending, udp_fleet},
 };
 use nix::sys::signal::Signal;
 
@@ -242,19 +242,6 @@ fn a_roll_flips_new_flows_and_leaves_old_flows_with_their_worker_until_it_exits(
     });
     let moved_on = held.round();
     assert!(answered_by(&moved_on).is_disjoint(&old), "{moved_on:?}");
-}
-
-/// Runs `ck reload` while `held` keeps sending (so no held worker goes quiet); asserts that no
-/// held flow moved meanwhile (their answers stay `first`).
-fn reload_while_sending(ck: &Ck, held: &Flows, first: &[Option<String>]) {
-    let name = ck.name().to_string();
-    let reload = std::thread::spawn(move || ck_tests::ck::ck_output(&["reload", "--name", &name]));
-    while !reload.is_finished() {
-        assert_eq!(held.round(), first, "a held flow moved during the roll");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = reload.join().expect("the reload thread");
-    assert!(out.status.success(), "{out:?}");
 }
 
 #[test]

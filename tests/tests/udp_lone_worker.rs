@@ -1,12 +1,13 @@
-//! A UDP group of one worker (`-w 1`): the worker's death would close the last socket of the
-//! group (the kernel would free the reuseport group, the program attached to it, and every
-//! datagram queued). ck holds that socket instead, as for TCP: datagrams sent while no worker
-//! runs wait in it, and the replacement gets it and answers them. Real client sockets against
-//! the demo worker, which answers each datagram with its slot and pid.
+//! A UDP group of one worker (`-w 1`). Its death would close the last socket of the group (the
+//! kernel would free the reuseport group, the program attached to it, and every datagram
+//! queued): ck holds that socket instead, as for TCP, so datagrams sent while no worker runs
+//! wait in it, and the replacement gets it and answers them. A roll runs two workers for a
+//! while: the old one keeps its flows until it exits, new flows go to its successor. Real
+//! client sockets against the demo worker, which answers each datagram with its slot and pid.
 
 use ck_tests::{
     READY_TIMEOUT, sys,
-    udp::{Flows, answered_by, udp_fleet},
+    udp::{Flows, answered_by, reload_while_sending, udp_fleet},
 };
 use nix::sys::signal::Signal;
 
@@ -49,4 +50,35 @@ fn a_lone_workers_socket_is_held_so_datagrams_sent_as_it_dies_reach_its_replacem
     for route in ["stale", "malformed", "cookie", "pending", "stateless"] {
         assert_eq!(grew(route), 0, "{route}: {before:?} -> {routes:?}");
     }
+}
+
+#[test]
+fn a_lone_worker_rolled_keeps_its_flows_until_it_exits_and_new_flows_go_to_its_successor() {
+    let (mut ck, addr) = udp_fleet("udp-lone-roll", 1, &["--drain-timeout", "3s"]);
+    let old = ck.status().worker_pid(0);
+    let held = Flows::open(addr, FLOWS);
+    let first = held.round();
+    assert_eq!(answered_by(&first), [old].into(), "{first:?}");
+    // The held flows keep sending through the roll (so the old worker never goes quiet), and
+    // none of them moves meanwhile.
+    reload_while_sending(&ck, &held, &first);
+    assert_eq!(held.round(), first, "a held flow left the old worker");
+    let fresh = Flows::open(addr, FLOWS).round();
+    let new = answered_by(&fresh);
+    assert_eq!(new.len(), 1, "{fresh:?}");
+    assert!(
+        !new.contains(&old),
+        "a new flow reached the old worker: {fresh:?}"
+    );
+    // Once the old worker is gone (told to stop, the demo worker exits when its socket has had
+    // no datagram for 300 ms; --drain-timeout bounds it), its flows go to the successor, the
+    // group's only worker.
+    ck.wait_status("the old worker gone", READY_TIMEOUT, |s| {
+        !s.worker_pids().contains(&old) && s.slots.len() == 1
+    });
+    assert_eq!(
+        answered_by(&held.round()),
+        new,
+        "the held flows after the old worker left"
+    );
 }
