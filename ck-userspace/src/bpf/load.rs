@@ -36,12 +36,8 @@ pub(super) struct Switches {
     pub read_kernel: bool,
     /// Sum the per-CPU open-connection counts ([`SUM_CONNS`]).
     pub sum_conns: bool,
-    /// A UDP group: `ck_select_udp` and a full `flows` table (a TCP group's has one entry).
-    pub udp: bool,
-    /// A UDP group in `quic` mode: a full `pending` table (other groups' have one entry).
-    pub quic: bool,
-    /// A UDP group's mode code ([`UDP_MODE`]; 0 for TCP groups).
-    pub udp_mode: u32,
+    /// A UDP group's mode code ([`UDP_MODE`]); None for a TCP group.
+    pub udp_mode: Option<u32>,
     /// The first port of the probe range ([`PROBE_BASE`]).
     pub probe_base: u32,
 }
@@ -49,7 +45,20 @@ pub(super) struct Switches {
 impl Switches {
     /// The group's select program.
     pub fn program(self) -> &'static str {
-        program_name(self.udp)
+        program_name(self.udp_mode.is_some())
+    }
+
+    /// Whether the program reads `map` at full size: `flows` in UDP groups, `flow_cache` in
+    /// `flow` mode, `pending` in `quic` mode (other groups' are one entry, not kilobytes or
+    /// megabytes).
+    fn uses(self, map: &str) -> bool {
+        use ck_common::udp::udp_mode::{FLOW, QUIC};
+        match map {
+            "flows" => self.udp_mode.is_some(),
+            "flow_cache" => self.udp_mode == Some(FLOW),
+            "pending" => self.udp_mode == Some(QUIC),
+            _ => true,
+        }
     }
 }
 
@@ -78,6 +87,8 @@ pub(super) fn open(
     // (the verifier then drops them), so the program writes no record without --bpf-log. The
     // kernel-read switch works the same way.
     let level: u8 = if log { u8::MAX } else { 0 };
+    // The program reads 0 in a TCP group, which never runs its UDP code.
+    let udp_mode = switches.udp_mode.unwrap_or(0);
     let read_kernel = u8::from(switches.read_kernel);
     let sum_conns = u8::from(switches.sum_conns);
     let cpus = aya::util::nr_cpus()
@@ -91,19 +102,12 @@ pub(super) fn open(
         .override_global(READ_KERNEL, &read_kernel, true)
         .override_global(SUM_CONNS, &sum_conns, true)
         .override_global(CPUS, &cpus, true)
-        .override_global(UDP_MODE, &switches.udp_mode, true)
+        .override_global(UDP_MODE, &udp_mode, true)
         .override_global(PROBE_BASE, &switches.probe_base, true);
-    if !switches.udp {
-        // Only UDP groups remember flows: a TCP group's table is one entry, not megabytes.
-        loader.map_max_entries("flows", 1);
-    }
-    if switches.udp_mode != ck_common::udp::udp_mode::FLOW || !switches.udp {
-        // Only `flow` mode reads the cache: other groups' is one entry, not 16 KiB.
-        loader.map_max_entries("flow_cache", 1);
-    }
-    if !switches.quic {
-        // Only `quic` mode remembers handshakes.
-        loader.map_max_entries("pending", 1);
+    for map in ["flows", "flow_cache", "pending"] {
+        if !switches.uses(map) {
+            loader.map_max_entries(map, 1);
+        }
     }
     let paths: Vec<_> = PINNED_MAPS.iter().map(|m| (*m, pin_dir.join(m))).collect();
     if reuse {
@@ -204,9 +208,7 @@ pub(super) fn open_for(
         let switches = Switches {
             read_kernel,
             sum_conns,
-            udp,
-            quic: udp_mode == Some(ck_common::udp::udp_mode::QUIC),
-            udp_mode: udp_mode.unwrap_or(0),
+            udp_mode,
             probe_base: u32::from(probe_base),
         };
         open(pin_dir, group, log, reuse, switches, started)

@@ -103,8 +103,8 @@ pub enum Scenario {
     /// HTTP/3 connections (quinn + h3) held open through 5 rolls and a scale up and down, with
     /// and without client migration, and a worker's kill -9: broken connections under
     /// --udp-mode quic, flow and plain SO_REUSEPORT; ngtcp2's client moving to a new port; an
-    /// unmodified ngtcp2 server adopted; and
-    /// the datagram rate of many small flows, ck beside plain.
+    /// unmodified ngtcp2 server adopted; and the datagram rate of many small flows, ck beside
+    /// plain.
     Quic,
     /// dnsperf at a fixed rate through 10 rolls of 4 DNS servers: queries lost under
     /// --udp-mode stateless, plain SO_REUSEPORT, and an adopted dnsmasq.
