@@ -121,6 +121,23 @@ pub(crate) enum Event {
     },
 }
 
+/// A [`reports::View`] of a supervisor's fields, borrowed one by one (so that the reports can be
+/// borrowed apart from it).
+macro_rules! view_of {
+    ($sup:expr) => {
+        reports::View {
+            cfg: &$sup.cfg,
+            settings: &$sup.settings,
+            stopping: $sup.stopping,
+            table: &$sup.table,
+            groups: &$sup.groups,
+            inputs: &$sup.inputs,
+            ops: &$sup.ops,
+            continuity: &$sup.continuity,
+        }
+    };
+}
+
 /// The supervisor's state: the run's configuration and its parts, each in a folder of its own.
 pub struct Supervisor {
     cfg: RunConfig,
@@ -138,6 +155,16 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
+    /// Every part but the reports, read-only: what the reports and other reads look at.
+    fn view(&self) -> reports::View<'_> {
+        view_of!(self)
+    }
+
+    /// The reports to change (the service manager told), beside the view they tell from.
+    fn reporting(&mut self) -> (&mut reports::Reports, reports::View<'_>) {
+        (&mut self.reports, view_of!(self))
+    }
+
     fn all_stopped(&self) -> bool {
         self.table.slots.values().all(|s| s.worker.is_none())
     }
@@ -189,7 +216,10 @@ impl Supervisor {
             Event::SteeringCheck => self.check_steering_soon(),
             Event::AdoptScan if !self.stopping => self.scan_unadopted(),
             Event::AdoptScan => {}
-            Event::ForeignScan => self.watch_foreign(),
+            Event::ForeignScan if !self.stopping => {
+                self.inputs.watch_foreign(&self.groups, &self.table)
+            }
+            Event::ForeignScan => {}
             Event::CgroupReap => self.table.reap_cgroups(),
             Event::RecycleCheck => self.check_recycling(),
             Event::Listened(event) => self.on_listened(event),
@@ -213,7 +243,7 @@ impl Supervisor {
 
     fn control(&mut self, req: Request, reply: oneshot::Sender<Response>) {
         let response = match req {
-            Request::Status => Response::Status(Box::new(self.status())),
+            Request::Status => Response::Status(Box::new(self.reports.status(self.view()))),
             Request::Drain { slot } => self.set_drained(slot, true),
             Request::Undrain { slot } => self.set_drained(slot, false),
             Request::Stop => self.stop_requested(false),

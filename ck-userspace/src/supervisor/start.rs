@@ -283,9 +283,10 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
                 }
                 Some(event) = events.recv() => sup.handle(event),
                 Some((req, reply)) = calls.recv() => sup.control(req, reply),
-                Some(call) = metrics_calls.recv() => sup.metrics_call(call),
+                Some(call) = metrics_calls.recv() => sup.reports.metrics_call(sup.view(), call),
             }
-            sup.tell_systemd();
+            let (reports, view) = sup.reporting();
+            reports.tell_systemd(view);
             sup.save_state();
         }
         if !sup.continuity.exec_due() {

@@ -28,10 +28,7 @@ impl Supervisor {
 
     /// Every slot's life, for the machine's views.
     pub(super) fn lives(&self) -> impl Iterator<Item = (u32, &lifecycle::Life)> + Clone {
-        self.table
-            .slots
-            .iter()
-            .map(|(index, slot)| (*index, &slot.life))
+        self.table.lives()
     }
 }
 

@@ -219,7 +219,7 @@ impl Supervisor {
                 handled = true;
             }
             while let Ok(call) = metrics_calls.try_recv() {
-                self.metrics_call(call);
+                self.reports.metrics_call(self.view(), call);
                 handled = true;
             }
             if !handled {

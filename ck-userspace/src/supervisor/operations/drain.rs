@@ -79,17 +79,4 @@ impl Supervisor {
             changed.len()
         ))
     }
-
-    /// The whole host is out of rotation: the `active` map lists no ready slot, and every slot
-    /// with a worker is drained.
-    pub(in crate::supervisor) fn host_drained(&self) -> bool {
-        let (ready, _) = self.active_lists();
-        let mut workers = self
-            .table
-            .slots
-            .values()
-            .filter(|s| s.worker.is_some())
-            .peekable();
-        ready.is_empty() && workers.peek().is_some() && workers.all(|s| s.life.drained)
-    }
 }

@@ -18,6 +18,9 @@ use crate::control::{QuietWaitReport, Response};
 use crate::supervisor::{
     Event, Group, Supervisor,
     fleet::quiet::{Limits, Verdict, decide},
+    groups::Groups,
+    reports::View,
+    slots::SlotTable,
     tasks,
 };
 
@@ -69,19 +72,17 @@ impl Quiet {
     pub(in crate::supervisor) fn waiting(&self) -> bool {
         self.wait.is_some()
     }
-}
 
-impl Supervisor {
     /// New connections the program selected for `group`, summed over the slots in use (the
     /// kernel's `selected` less re-homed requests), or None without counters.
-    fn new_connections(&self, group: &Group) -> Option<u64> {
+    fn new_connections(group: &Group, table: &SlotTable) -> Option<u64> {
         let stats = |slot: u32| match (&group.bpf, &group.pinned_stats) {
             (Some(bpf), _) => Some(bpf.stats(slot)),
             (None, Some(pinned)) => Some(pinned.stats(slot)),
             (None, None) => None,
         };
         let mut total = 0u64;
-        for index in self.table.slots.keys() {
+        for index in table.slots.keys() {
             let s = stats(*index)?;
             total = total.wrapping_add(s.selected.saturating_sub(s.migrated));
         }
@@ -89,14 +90,14 @@ impl Supervisor {
     }
 
     /// Reads every group's count; returns the sum and the latest change over all groups.
-    fn observe_traffic(&self) -> Option<(u64, Instant)> {
+    fn observe_traffic(&self, groups: &Groups, table: &SlotTable) -> Option<(u64, Instant)> {
         let now = Instant::now();
-        let mut seen = self.ops.quiet.seen.borrow_mut();
-        seen.resize(self.groups.len(), None);
+        let mut seen = self.seen.borrow_mut();
+        seen.resize(groups.len(), None);
         let mut sum = 0u64;
         let mut latest: Option<Instant> = None;
-        for (group, seen) in self.groups.iter().zip(seen.iter_mut()) {
-            let total = self.new_connections(group)?;
+        for (group, seen) in groups.iter().zip(seen.iter_mut()) {
+            let total = Quiet::new_connections(group, table)?;
             let entry = match seen {
                 // A slot forgotten or reset changes the sum too: any change counts as traffic.
                 Some(s) if s.total == total => *s,
@@ -114,10 +115,14 @@ impl Supervisor {
 
     /// `/metrics`: per group, the seconds since the program last selected a new connection
     /// for it (since ck first read its counters, if none came since); None without counters.
-    pub(in crate::supervisor) fn seconds_since_last_connection(&self) -> Vec<Option<f64>> {
-        self.observe_traffic();
-        let seen = self.ops.quiet.seen.borrow();
-        (0..self.groups.len())
+    pub(in crate::supervisor) fn seconds_since_last_connection(
+        &self,
+        groups: &Groups,
+        table: &SlotTable,
+    ) -> Vec<Option<f64>> {
+        self.observe_traffic(groups, table);
+        let seen = self.seen.borrow();
+        (0..groups.len())
             .map(|i| {
                 seen.get(i)
                     .copied()
@@ -127,6 +132,44 @@ impl Supervisor {
             .collect()
     }
 
+    /// `/readyz` during the wait: not ready, with where the wait stands.
+    pub(in crate::supervisor) fn readiness(&self, view: View<'_>) -> Option<String> {
+        let report = self.report(view).filter(|r| r.waiting)?;
+        Some(format!("stopping: {}", report.words()))
+    }
+
+    /// The wait for `ck status`: while it lasts, or how the last one ended.
+    pub(in crate::supervisor) fn report(&self, view: View<'_>) -> Option<QuietWaitReport> {
+        let ms = |d: Duration| d.as_millis() as u64;
+        let base = QuietWaitReport {
+            quiet_period_ms: ms(view.cfg.quiet_period),
+            quiet_max_ms: ms(view.cfg.quiet_max),
+            ..Default::default()
+        };
+        if let Some(wait) = &self.wait {
+            let (total, changed) = self
+                .observe_traffic(view.groups, view.table)
+                .unwrap_or((wait.first_total, wait.started));
+            return Some(QuietWaitReport {
+                waiting: true,
+                quiet_ms: ms(changed.max(wait.started).elapsed()),
+                waited_ms: ms(wait.started.elapsed()),
+                new_connections: total.wrapping_sub(wait.first_total),
+                ..base
+            });
+        }
+        let ended = self.ended.as_ref()?;
+        Some(QuietWaitReport {
+            quiet_ms: ms(ended.quiet),
+            waited_ms: ms(ended.waited),
+            new_connections: ended.new_connections,
+            ended: Some(ended.why.clone()),
+            ..base
+        })
+    }
+}
+
+impl Supervisor {
     /// A stop signal (SIGTERM, SIGINT): the quiet wait, then the stop; during the wait, a
     /// second one skips the rest of it; once stopping, SIGINT kills every worker now.
     pub(in crate::supervisor) fn on_stop_signal(&mut self, name: &'static str) {
@@ -185,7 +228,10 @@ impl Supervisor {
             self.reports.metrics_addr.is_some(),
             !self.cfg.no_bpf,
         );
-        let total = match (skip, self.observe_traffic()) {
+        let total = match (
+            skip,
+            self.ops.quiet.observe_traffic(&self.groups, &self.table),
+        ) {
             (None, Some((total, _))) => total,
             (why, _) => {
                 let why = why.unwrap_or("the BPF program is still being set up");
@@ -218,7 +264,8 @@ impl Supervisor {
 
     /// Reads the counters during the wait; ends it once quiet, or at `--quiet-max`.
     pub(in crate::supervisor) fn on_quiet_tick(&mut self) {
-        let Some((total, changed)) = self.observe_traffic() else {
+        let Some((total, changed)) = self.ops.quiet.observe_traffic(&self.groups, &self.table)
+        else {
             return self.end_wait("the program's counters are gone".into(), false);
         };
         let Some(wait) = self.ops.quiet.wait.as_mut() else {
@@ -258,7 +305,9 @@ impl Supervisor {
         };
         wait.ticker.abort();
         let (total, changed) = self
-            .observe_traffic()
+            .ops
+            .quiet
+            .observe_traffic(&self.groups, &self.table)
             .unwrap_or((wait.first_total, wait.started));
         let ended = Ended {
             why,
@@ -283,41 +332,5 @@ impl Supervisor {
         }
         self.ops.quiet.ended = Some(ended);
         self.begin_shutdown(wait.reason);
-    }
-
-    /// `/readyz` during the wait: not ready, with where the wait stands.
-    pub(in crate::supervisor) fn quiet_readiness(&self) -> Option<String> {
-        let report = self.quiet_report().filter(|r| r.waiting)?;
-        Some(format!("stopping: {}", report.words()))
-    }
-
-    /// The wait for `ck status`: while it lasts, or how the last one ended.
-    pub(in crate::supervisor) fn quiet_report(&self) -> Option<QuietWaitReport> {
-        let ms = |d: Duration| d.as_millis() as u64;
-        let base = QuietWaitReport {
-            quiet_period_ms: ms(self.cfg.quiet_period),
-            quiet_max_ms: ms(self.cfg.quiet_max),
-            ..Default::default()
-        };
-        if let Some(wait) = &self.ops.quiet.wait {
-            let (total, changed) = self
-                .observe_traffic()
-                .unwrap_or((wait.first_total, wait.started));
-            return Some(QuietWaitReport {
-                waiting: true,
-                quiet_ms: ms(changed.max(wait.started).elapsed()),
-                waited_ms: ms(wait.started.elapsed()),
-                new_connections: total.wrapping_sub(wait.first_total),
-                ..base
-            });
-        }
-        let ended = self.ops.quiet.ended.as_ref()?;
-        Some(QuietWaitReport {
-            quiet_ms: ms(ended.quiet),
-            waited_ms: ms(ended.waited),
-            new_connections: ended.new_connections,
-            ended: Some(ended.why.clone()),
-            ..base
-        })
     }
 }

@@ -8,6 +8,12 @@ pub(super) mod udp;
 
 use std::time::Instant;
 
+use crate::settings::run_config::RunConfig;
+use crate::supervisor::{
+    continuity::Continuity, groups::Groups, inputs::Inputs, lifecycle::Settings,
+    operations::Operations, slots::SlotTable,
+};
+
 /// What the reports need beside the kernel and the maps.
 pub(in crate::supervisor) struct Reports {
     /// When the instance started (its first image).
@@ -23,4 +29,19 @@ pub(in crate::supervisor) struct Reports {
     pub systemd_due: bool,
     /// Recent readings of the UDP groups' datagram counters, for their rates.
     pub udp_rates: udp::UdpRates,
+}
+
+/// What the reports read: every other part, borrowed read-only, so a report cannot change the
+/// fleet it describes (`Supervisor::view`).
+#[derive(Clone, Copy)]
+pub(in crate::supervisor) struct View<'a> {
+    pub cfg: &'a RunConfig,
+    pub settings: &'a Settings,
+    /// ck is shutting down.
+    pub stopping: bool,
+    pub table: &'a SlotTable,
+    pub groups: &'a Groups,
+    pub inputs: &'a Inputs,
+    pub ops: &'a Operations,
+    pub continuity: &'a Continuity,
 }

@@ -5,31 +5,38 @@
 //! run off the loop (see `metrics::server`).
 use ck_common::STATS_NO_SLOT;
 
-use crate::supervisor::{Supervisor, lifecycle::active_set, lifecycle::crash::Breaker};
+use crate::supervisor::{
+    lifecycle::active_set,
+    lifecycle::crash::Breaker,
+    reports::{Reports, View},
+};
 use crate::{
     metrics::{Call, GroupScrape, GroupSlot, Scrape, SlotScrape},
     os::sockets,
 };
 
-impl Supervisor {
+impl Reports {
     /// Answers one call of the metrics listener.
-    pub(in crate::supervisor) fn metrics_call(&self, call: Call) {
+    pub(in crate::supervisor) fn metrics_call(&self, view: View<'_>, call: Call) {
         match call {
             Call::Scrape(reply) => {
-                let _ = reply.send(self.scrape());
+                let _ = reply.send(self.scrape(view));
             }
             Call::Alive(reply) => {
                 let _ = reply.send(());
             }
             Call::Ready(reply) => {
-                let _ = reply.send(self.readiness());
+                let _ = reply.send(readiness(view));
             }
         }
     }
 
-    fn scrape(&self) -> Scrape {
-        let since = self.seconds_since_last_connection();
-        let groups = self
+    fn scrape(&self, view: View<'_>) -> Scrape {
+        let since = view
+            .ops
+            .quiet
+            .seconds_since_last_connection(view.groups, view.table);
+        let groups = view
             .groups
             .iter()
             .enumerate()
@@ -38,7 +45,7 @@ impl Supervisor {
                 listen: group.addr.addr.to_string(),
                 since_last_connection: since.get(index).copied().flatten(),
                 dropped: group.bpf.as_ref().map(|b| b.stats(STATS_NO_SLOT).errors),
-                slots: self
+                slots: view
                     .table
                     .slots
                     .values()
@@ -53,17 +60,17 @@ impl Supervisor {
                     .collect(),
             })
             .collect();
-        let (active, _) = self.active_lists();
-        let slots = self
+        let (active, _) = view.active_lists();
+        let slots = view
             .table
             .slots
             .values()
             .map(|s| {
-                let usage = self.table.usage(s.index);
-                let pids = self.table.tree_pids(s.index);
+                let usage = view.table.usage(s.index);
+                let pids = view.table.tree_pids(s.index);
                 SlotScrape {
                     slot: s.index,
-                    state: self.groups.state_word(s.index, s.life.shown()),
+                    state: view.groups.state_word(s.index, s.life.shown()),
                     ready: active.contains(&s.index),
                     breaker_open: s.life.crash.breaker() != Breaker::Closed,
                     restarts: s.life.restarts,
@@ -78,81 +85,81 @@ impl Supervisor {
         Scrape {
             groups,
             slots,
-            reloads: self.ops.reloads,
-            upgrades: u64::from(self.continuity.upgrades),
-            ports: self.groups.iter().map(|g| g.addr.addr.port()).collect(),
-            connections: self.kernel_connections().ok(),
+            reloads: view.ops.reloads,
+            upgrades: u64::from(view.continuity.upgrades),
+            ports: view.groups.iter().map(|g| g.addr.addr.port()).collect(),
+            connections: view.kernel_connections().ok(),
             udp: super::udp::reports(
-                &self.groups,
-                &self.table.slots.keys().copied().collect::<Vec<_>>(),
-                self.cfg.udp_mode.name(),
-                &self.reports.udp_rates,
+                &view.groups,
+                &view.table.slots.keys().copied().collect::<Vec<_>>(),
+                view.cfg.udp_mode.name(),
+                &self.udp_rates,
                 std::time::Instant::now(),
             ),
         }
     }
+}
 
-    /// `/readyz`: ready while every group has at least one worker in its active set (read
-    /// from the group's `active` map), with the reason either way.
-    fn readiness(&self) -> Result<String, String> {
-        if self.stopping {
-            return Err("ck is stopping".into());
-        }
-        if let Some(why) = self.quiet_readiness() {
-            return Err(why);
-        }
-        let mut ready = Vec::new();
-        let mut missing = Vec::new();
-        for group in &self.groups {
-            let listed = match &group.bpf {
-                Some(bpf) => bpf.read_active().map(|(ready, _)| ready),
-                // With no map (`--no-bpf`), or while an upgraded or taking-over ck loads the
-                // program again (the pinned maps hold the set it computes), the computed set.
-                None if self.cfg.no_bpf || self.continuity.bpf_resumed => {
-                    let set = active_set(self.lives(), self.stopping);
-                    Some(set.slots[..set.ready_len as usize].to_vec())
-                }
-                None => None,
-            };
-            match listed {
-                None => missing.push(format!(
-                    "{}: BPF steering is still being set up",
-                    group.name
-                )),
-                Some(slots) if slots.is_empty() => missing.push(format!(
-                    "{}: no worker in the active set ({})",
-                    group.name,
-                    self.slot_words()
-                )),
-                Some(slots) => ready.push(format!("{} slots {slots:?}", group.name)),
+/// `/readyz`: ready while every group has at least one worker in its active set (read
+/// from the group's `active` map), with the reason either way.
+fn readiness(view: View<'_>) -> Result<String, String> {
+    if view.stopping {
+        return Err("ck is stopping".into());
+    }
+    if let Some(why) = view.ops.quiet.readiness(view) {
+        return Err(why);
+    }
+    let mut ready = Vec::new();
+    let mut missing = Vec::new();
+    for group in view.groups.iter() {
+        let listed = match &group.bpf {
+            Some(bpf) => bpf.read_active().map(|(ready, _)| ready),
+            // With no map (`--no-bpf`), or while an upgraded or taking-over ck loads the
+            // program again (the pinned maps hold the set it computes), the computed set.
+            None if view.cfg.no_bpf || view.continuity.bpf_resumed => {
+                let set = active_set(view.table.lives(), view.stopping);
+                Some(set.slots[..set.ready_len as usize].to_vec())
             }
-        }
-        match missing.is_empty() {
-            true => Ok(format!("in the active set: {}", ready.join("; "))),
-            // `ck drain --all` (or every slot drained one by one): the host is out of rotation.
-            false if self.host_drained() => Err(format!(
-                "drained: every worker's slot is drained (`ck undrain --all` puts the host \
-                 back); {}",
-                missing.join("; ")
+            None => None,
+        };
+        match listed {
+            None => missing.push(format!(
+                "{}: BPF steering is still being set up",
+                group.name
             )),
-            false => Err(missing.join("; ")),
+            Some(slots) if slots.is_empty() => missing.push(format!(
+                "{}: no worker in the active set ({})",
+                group.name,
+                slot_words(view)
+            )),
+            Some(slots) => ready.push(format!("{} slots {slots:?}", group.name)),
         }
     }
+    match missing.is_empty() {
+        true => Ok(format!("in the active set: {}", ready.join("; "))),
+        // `ck drain --all` (or every slot drained one by one): the host is out of rotation.
+        false if view.host_drained() => Err(format!(
+            "drained: every worker's slot is drained (`ck undrain --all` puts the host \
+             back); {}",
+            missing.join("; ")
+        )),
+        false => Err(missing.join("; ")),
+    }
+}
 
-    /// `slot 0 draining (drained), slot 1 starting`: why no slot is selected.
-    fn slot_words(&self) -> String {
-        if self.table.slots.is_empty() {
-            return "no slot in use".into();
-        }
-        self.table
-            .slots
-            .values()
-            .map(|s| {
-                let drained = if s.life.drained { " (drained)" } else { "" };
-                let state = self.groups.state_word(s.index, s.life.shown());
-                format!("slot {} {state}{drained}", s.index)
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+/// `slot 0 draining (drained), slot 1 starting`: why no slot is selected.
+fn slot_words(view: View<'_>) -> String {
+    if view.table.slots.is_empty() {
+        return "no slot in use".into();
     }
+    view.table
+        .slots
+        .values()
+        .map(|s| {
+            let drained = if s.life.drained { " (drained)" } else { "" };
+            let state = view.groups.state_word(s.index, s.life.shown());
+            format!("slot {} {state}{drained}", s.index)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

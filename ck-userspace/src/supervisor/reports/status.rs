@@ -9,11 +9,11 @@ use ck_common::MAX_SLOTS;
 use crate::bpf::{conn_steering::ConnSteering, queue_depth::QueueDepth};
 use crate::control::{GroupSteering, SlotReport, StatusReport};
 use crate::supervisor::{
-    Supervisor,
     lifecycle::{active_set, crash::Breaker},
+    reports::{Reports, View},
 };
 
-impl Supervisor {
+impl View<'_> {
     /// Open connections per slot as the kernel counts them (every group's `ck_conns`, summed),
     /// or why it does not count them here.
     pub(in crate::supervisor) fn kernel_connections(&self) -> Result<BTreeMap<u32, u64>, String> {
@@ -42,7 +42,7 @@ impl Supervisor {
     /// or `scan (WHY)` (sock_diag matched to the workers' fds: the fallback where the kernel does
     /// not count, slower: a readlink per fd of each worker).
     ///
-    /// [`kernel_connections`]: Supervisor::kernel_connections
+    /// [`kernel_connections`]: View::kernel_connections
     fn open_connections(&self) -> (BTreeMap<u32, u64>, String) {
         match self.kernel_connections() {
             Ok(counts) => (counts, "kernel".to_string()),
@@ -64,7 +64,7 @@ impl Supervisor {
         {
             return lists;
         }
-        let set = active_set(self.lives(), self.stopping);
+        let set = active_set(self.table.lives(), self.stopping);
         let ready = set.ready_len as usize;
         (
             set.slots[..ready].to_vec(),
@@ -150,22 +150,37 @@ impl Supervisor {
         })
     }
 
+    /// The whole host is out of rotation: the `active` map lists no ready slot, and every slot
+    /// with a worker is drained.
+    pub(in crate::supervisor) fn host_drained(&self) -> bool {
+        let (ready, _) = self.active_lists();
+        let mut workers = self
+            .table
+            .slots
+            .values()
+            .filter(|s| s.worker.is_some())
+            .peekable();
+        ready.is_empty() && workers.peek().is_some() && workers.all(|s| s.life.drained)
+    }
+}
+
+impl Reports {
     /// The report `ck status` prints.
-    pub(in crate::supervisor) fn status(&self) -> StatusReport {
-        let (connections, connection_count) = self.open_connections();
-        let indices: Vec<u32> = self.table.slots.keys().copied().collect();
-        let slots = self
+    pub(in crate::supervisor) fn status(&self, view: View<'_>) -> StatusReport {
+        let (connections, connection_count) = view.open_connections();
+        let indices: Vec<u32> = view.table.slots.keys().copied().collect();
+        let slots = view
             .table
             .slots
             .values()
             .map(|s| {
-                let stats = self.groups.slot_stats(s.index);
-                let usage = self.table.usage(s.index);
+                let stats = view.groups.slot_stats(s.index);
+                let usage = view.table.usage(s.index);
                 let worker = s.worker.as_ref();
                 SlotReport {
                     slot: s.index,
                     pid: worker.map(|w| w.pid),
-                    state: self.groups.state_word(s.index, s.life.shown()),
+                    state: view.groups.state_word(s.index, s.life.shown()),
                     drained: s.life.drained,
                     uptime_ms: s.uptime().map_or(0, |d| d.as_millis() as u64),
                     restarts: s.life.restarts,
@@ -195,8 +210,8 @@ impl Supervisor {
                 }
             })
             .collect();
-        let (active, fallback) = self.active_lists();
-        let steering = self
+        let (active, fallback) = view.active_lists();
+        let steering = view
             .groups
             .iter()
             .filter(|g| g.bpf.is_some())
@@ -207,63 +222,63 @@ impl Supervisor {
             })
             .collect();
         StatusReport {
-            name: self.cfg.name.clone(),
+            name: view.cfg.name.clone(),
             pid: std::process::id(),
-            bpf: self.groups.steering_verified(),
-            no_bpf: self.cfg.no_bpf,
+            bpf: view.groups.steering_verified(),
+            no_bpf: view.cfg.no_bpf,
             steering,
-            policy: self.cfg.policy,
-            groups: self.groups.iter().map(|g| g.name.clone()).collect(),
-            listen: self
+            policy: view.cfg.policy,
+            groups: view.groups.iter().map(|g| g.name.clone()).collect(),
+            listen: view
                 .groups
                 .iter()
                 .map(|g| g.addr.addr.to_string())
                 .collect(),
-            probe: self.cfg.health.probe.as_ref().map(|p| p.to_string()),
-            probe_port_base: self.cfg.health.probe_port_base,
-            pins: self.groups.bpf_loaded().then(|| {
-                crate::bpf::pins::instance_dir(&self.cfg.name)
+            probe: view.cfg.health.probe.as_ref().map(|p| p.to_string()),
+            probe_port_base: view.cfg.health.probe_port_base,
+            pins: view.groups.bpf_loaded().then(|| {
+                crate::bpf::pins::instance_dir(&view.cfg.name)
                     .display()
                     .to_string()
             }),
-            uptime_ms: self.reports.started.elapsed().as_millis() as u64,
+            uptime_ms: self.started.elapsed().as_millis() as u64,
             active,
             fallback,
-            degraded: self.degraded(),
-            foreign: self.foreign_listeners(),
-            min_workers: self.settings.min_workers,
-            cgroup: self
+            degraded: view.degraded(),
+            foreign: crate::supervisor::inputs::foreign::listeners(view.groups, view.table),
+            min_workers: view.settings.min_workers,
+            cgroup: view
                 .table
                 .cgroups
                 .as_ref()
                 .map(|c| c.dir().display().to_string()),
-            memory_limit: self.table.memory_limit(self.cfg.worker_memory_max),
-            adopt: self.cfg.adopt,
-            dropped: self.groups.slot_stats(MAX_SLOTS).errors,
-            stopping: self.stopping || self.ops.quiet.waiting(),
-            reloading: self.ops.core.roll.is_some(),
-            migration: self.groups.bpf_loaded() && crate::bpf::kernel_migrates(),
-            queue_depth: self.queue_depth(),
-            queue_patience_us: self.queue_patience_us(),
-            conn_steering: self.conn_steering(),
-            exits_watched: self.inputs.exit_watch.as_ref().map(|w| w.watched()),
+            memory_limit: view.table.memory_limit(view.cfg.worker_memory_max),
+            adopt: view.cfg.adopt,
+            dropped: view.groups.slot_stats(MAX_SLOTS).errors,
+            stopping: view.stopping || view.ops.quiet.waiting(),
+            reloading: view.ops.core.roll.is_some(),
+            migration: view.groups.bpf_loaded() && crate::bpf::kernel_migrates(),
+            queue_depth: view.queue_depth(),
+            queue_patience_us: view.queue_patience_us(),
+            conn_steering: view.conn_steering(),
+            exits_watched: view.inputs.exit_watch.as_ref().map(|w| w.watched()),
             nice: crate::os::priority::own_nice(),
-            workers: self.cfg.workers,
-            stop_signal: self.cfg.stop_signal.name().to_string(),
-            drain_timeout_ms: self.cfg.drain_timeout.as_millis() as u64,
-            metrics: self.reports.metrics_addr.map(|a| a.to_string()),
+            workers: view.cfg.workers,
+            stop_signal: view.cfg.stop_signal.name().to_string(),
+            drain_timeout_ms: view.cfg.drain_timeout.as_millis() as u64,
+            metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
             version: crate::VERSION.to_string(),
-            upgrades: self.continuity.upgrades,
-            last_upgrade: self.continuity.last_upgrade.clone(),
+            upgrades: view.continuity.upgrades,
+            last_upgrade: view.continuity.last_upgrade.clone(),
             connection_count,
-            quiet_wait: self.quiet_report(),
-            host_drained: self.host_drained(),
+            quiet_wait: view.ops.quiet.report(view),
+            host_drained: view.host_drained(),
             udp: super::udp::reports(
-                &self.groups,
+                &view.groups,
                 &indices,
-                self.cfg.udp_mode.name(),
-                &self.reports.udp_rates,
+                view.cfg.udp_mode.name(),
+                &self.udp_rates,
                 Instant::now(),
             ),
         }

@@ -23,8 +23,8 @@ use std::{
 use sd_notify::NotifyState;
 
 use crate::supervisor::{
-    Supervisor,
     lifecycle::{active_set, crash::Breaker},
+    reports::{Reports, View},
 };
 
 /// How long one message may wait for room in the service manager's queue before it is dropped
@@ -271,88 +271,88 @@ impl Notifier {
     }
 }
 
-impl Supervisor {
+impl Reports {
     /// Tells the service manager what changed, if ck has one and something may have changed
     /// since the last call (a publish, a canary, a roll's step).
-    pub(in crate::supervisor) fn tell_systemd(&mut self) {
+    pub(in crate::supervisor) fn tell_systemd(&mut self, view: View<'_>) {
         // After `ck upgrade` or a take-over, until the program is loaded again, the service
         // manager keeps what it was told last (the old program steers meanwhile).
-        if self.continuity.bpf_resumed {
+        if view.continuity.bpf_resumed {
             return;
         }
-        if self.reports.systemd.is_none() || !std::mem::take(&mut self.reports.systemd_due) {
+        if self.systemd.is_none() || !std::mem::take(&mut self.systemd_due) {
             return;
         }
-        let view = self.fleet_view();
-        if let Some(notifier) = &mut self.reports.systemd {
-            notifier.update(&view);
+        let fleet = fleet_view(view);
+        if let Some(notifier) = &mut self.systemd {
+            notifier.update(&fleet);
         }
     }
+}
 
-    /// The fleet for the notify protocol: the ready part of every group's active set from its
-    /// map (computed only with `--no-bpf`, where there is no map), breakers, roll, shutdown.
-    fn fleet_view(&self) -> FleetView {
-        let is_root = |index: &u32| {
-            self.table
-                .slots
-                .get(index)
-                .is_some_and(|s| s.life.member_of.is_none())
-        };
-        let ready_per_group: Vec<u32> = if self.cfg.no_bpf {
-            let set = active_set(self.lives(), self.stopping);
-            let ready = &set.slots[..set.ready_len as usize];
-            vec![ready.iter().filter(|i| is_root(i)).count() as u32]
-        } else {
-            // While the program loads there is no map yet: nothing counts as ready.
-            self.groups
-                .iter()
-                .map(|g| {
-                    g.bpf
-                        .as_ref()
-                        .and_then(|bpf| bpf.read_active())
-                        .map_or(0, |(ready, _)| ready.iter().filter(|i| is_root(i)).count())
-                        as u32
-                })
-                .collect()
-        };
-        let steering = if self.cfg.no_bpf {
-            Steering::Off
-        } else if self.groups.steering_verified() {
-            Steering::On
-        } else if self
-            .groups
+/// The fleet for the notify protocol: the ready part of every group's active set from its
+/// map (computed only with `--no-bpf`, where there is no map), breakers, roll, shutdown.
+fn fleet_view(view: View<'_>) -> FleetView {
+    let is_root = |index: &u32| {
+        view.table
+            .slots
+            .get(index)
+            .is_some_and(|s| s.life.member_of.is_none())
+    };
+    let ready_per_group: Vec<u32> = if view.cfg.no_bpf {
+        let set = active_set(view.table.lives(), view.stopping);
+        let ready = &set.slots[..set.ready_len as usize];
+        vec![ready.iter().filter(|i| is_root(i)).count() as u32]
+    } else {
+        // While the program loads there is no map yet: nothing counts as ready.
+        view.groups
             .iter()
-            .any(|g| g.bpf.is_some() && g.steering.attached == Some(false))
-        {
-            Steering::Lost
-        } else {
-            Steering::Unverified
-        };
-        let breakers = self
-            .table
-            .slots
-            .values()
-            .filter(|s| s.life.serving())
-            .map(|s| (s.index, s.life.crash.breaker()))
-            .filter(|(_, breaker)| *breaker != Breaker::Closed)
-            .map(|(index, breaker)| (index, breaker.name()))
-            .collect();
-        let running = self
-            .table
-            .slots
-            .values()
-            .filter(|s| s.worker.is_some())
-            .count() as u32;
-        FleetView {
-            workers: self.cfg.workers,
-            ready: ready_per_group.iter().copied().min().unwrap_or(0),
-            every_group_ready: ready_per_group.iter().all(|ready| *ready > 0),
-            steering,
-            breakers,
-            reloading: self.ops.reload_progress(),
-            stopping: self.stopping.then_some(running),
-            quiet_wait: self.ops.quiet.waiting(),
-        }
+            .map(|g| {
+                g.bpf
+                    .as_ref()
+                    .and_then(|bpf| bpf.read_active())
+                    .map_or(0, |(ready, _)| ready.iter().filter(|i| is_root(i)).count())
+                    as u32
+            })
+            .collect()
+    };
+    let steering = if view.cfg.no_bpf {
+        Steering::Off
+    } else if view.groups.steering_verified() {
+        Steering::On
+    } else if view
+        .groups
+        .iter()
+        .any(|g| g.bpf.is_some() && g.steering.attached == Some(false))
+    {
+        Steering::Lost
+    } else {
+        Steering::Unverified
+    };
+    let breakers = view
+        .table
+        .slots
+        .values()
+        .filter(|s| s.life.serving())
+        .map(|s| (s.index, s.life.crash.breaker()))
+        .filter(|(_, breaker)| *breaker != Breaker::Closed)
+        .map(|(index, breaker)| (index, breaker.name()))
+        .collect();
+    let running = view
+        .table
+        .slots
+        .values()
+        .filter(|s| s.worker.is_some())
+        .count() as u32;
+    FleetView {
+        workers: view.cfg.workers,
+        ready: ready_per_group.iter().copied().min().unwrap_or(0),
+        every_group_ready: ready_per_group.iter().all(|ready| *ready > 0),
+        steering,
+        breakers,
+        reloading: view.ops.reload_progress(),
+        stopping: view.stopping.then_some(running),
+        quiet_wait: view.ops.quiet.waiting(),
     }
 }
 

@@ -32,6 +32,13 @@ pub(in crate::supervisor) struct SlotTable {
 }
 
 impl SlotTable {
+    /// Every slot's life, in index order.
+    pub fn lives(
+        &self,
+    ) -> impl Iterator<Item = (u32, &crate::supervisor::lifecycle::Life)> + Clone {
+        self.slots.iter().map(|(index, slot)| (*index, &slot.life))
+    }
+
     /// The worker running on slot `index`, if any.
     pub fn worker(&self, index: u32) -> Option<&Worker> {
         self.slots.get(&index)?.worker.as_ref()
