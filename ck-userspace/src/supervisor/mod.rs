@@ -24,6 +24,7 @@ pub mod output;
 mod reports;
 mod slots;
 mod start;
+mod steer;
 mod tasks;
 mod world;
 
@@ -230,7 +231,8 @@ impl Supervisor {
                 before,
                 connected,
             } => {
-                self.on_canary(group, before, connected);
+                self.groups
+                    .on_canary(&self.table, self.stopping, group, before, connected);
                 self.reports.systemd_due = true;
             }
             Event::SystemdWatchdog => {

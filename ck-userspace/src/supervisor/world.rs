@@ -101,7 +101,8 @@ impl World for Supervisor {
     }
 
     fn publish(&mut self) {
-        Supervisor::publish(self);
+        let set = self.groups.publish(&self.table, self.stopping);
+        self.reports.published(&set);
     }
 
     fn signal(&mut self, index: u32, sig: Sig) {

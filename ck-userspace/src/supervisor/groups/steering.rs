@@ -14,10 +14,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Context as _;
 use tokio::{net::TcpSocket, sync::oneshot};
 
-use crate::supervisor::{Event, Supervisor, fleet::CANARY_SLOT, groups::Join, lifecycle::Input};
+use crate::supervisor::{
+    Event,
+    fleet::CANARY_SLOT,
+    groups::{Groups, Join},
+    slots::SlotTable,
+};
 use crate::{
     bpf::{BpfError, BpfGroup, conn_steering::ConnSteering, pins, queue_depth::QueueDepth},
     os::probe,
@@ -204,45 +208,33 @@ async fn udp_canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<b
 /// How long a UDP canary's verdict waits after the send (loopback delivers in microseconds).
 const UDP_CANARY_WAIT: Duration = Duration::from_millis(20);
 
-impl Supervisor {
-    /// Takes the loaded programs into use ([`Supervisor::use_loaded_bpf`]), then starts the exit
-    /// watch: after steering, not beside it, since its load takes CPU the first workers'
-    /// readiness checks need on a small machine.
-    pub(in crate::supervisor) fn steer_with(&mut self, loaded: Loaded) -> anyhow::Result<()> {
-        self.use_loaded_bpf(loaded)?;
-        crate::supervisor::inputs::exits::start(&self.events);
-        Ok(())
-    }
-
-    /// Takes the loaded programs into use: maps first (slot records, active set, every open
-    /// socket), then the program is attached to each group, and a canary checks it.
-    pub(in crate::supervisor) fn use_loaded_bpf(&mut self, loaded: Loaded) -> anyhow::Result<()> {
-        let started = Instant::now();
-        let loaded = loaded.context("the BPF loading thread ended without an answer")??;
-        for (group, mut bpf) in self.groups.iter_mut().zip(loaded) {
-            if self.cfg.bpf_log {
+impl Groups {
+    /// Takes the loaded programs (in group order) into use, before anything is written to
+    /// their maps or attached (see `Supervisor::use_loaded_bpf`).
+    pub(in crate::supervisor) fn take_loaded(
+        &mut self,
+        loaded: Vec<BpfGroup>,
+        bpf_log: bool,
+    ) -> anyhow::Result<()> {
+        for (group, mut bpf) in self.iter_mut().zip(loaded) {
+            if bpf_log {
                 bpf.forward_logs()?;
             }
             group.bpf = Some(bpf);
             group.pinned_stats = None;
         }
-        // Fresh (or resumed) maps: every record and the active set written again.
-        let republish = self
-            .table
-            .slots
-            .keys()
-            .map(|i| (*i, Input::Republish))
-            .collect();
-        self.apply_all(republish);
-        // After an upgrade or a take-over the pinned `sockets` map holds the earlier ck's
-        // already.
-        let how = match self.continuity.bpf_resumed {
-            true => Join::Resumed,
-            false => Join::Fresh,
-        };
-        for (position, group) in self.groups.iter_mut().enumerate() {
-            let members: Vec<(u32, &socket2::Socket)> = self
-                .table
+        Ok(())
+    }
+
+    /// Every slot's socket joins its group's `sockets` map, the program attached through the
+    /// first (`how`: fresh maps, or pinned maps an earlier ck filled).
+    pub(in crate::supervisor) fn join_all(
+        &mut self,
+        table: &SlotTable,
+        how: Join,
+    ) -> anyhow::Result<()> {
+        for (position, group) in self.iter_mut().enumerate() {
+            let members: Vec<(u32, &socket2::Socket)> = table
                 .slots
                 .values()
                 .filter_map(|slot| Some((slot.index, slot.sockets.get(position)?)))
@@ -252,19 +244,12 @@ impl Supervisor {
                 group.join(*index, socket, how, n == 0)?;
             }
         }
-        self.continuity.bpf_resumed = false;
-        self.tag_binds();
-        // `--adopt`: the hooks outlive this image (an upgrade, a crash) beside the maps.
-        if let Some(hooks) = self.inputs.adopt_hooks.as_mut()
-            && let Err(e) = hooks.pin(&pins::instance_dir(&self.cfg.name))
-        {
-            tracing::warn!(
-                "{e}; the --adopt hooks detach for the moment ck re-executes or while a dead \
-                 ck is away"
-            );
-        }
+        Ok(())
+    }
+
+    /// Warns once the programs are loaded if open connections are counted by a scan.
+    pub(in crate::supervisor) fn warn_if_scanned(&self) {
         if let Some(why) = self
-            .groups
             .tcp()
             .find_map(|g| g.bpf.as_ref()?.conn_count_fallback())
         {
@@ -274,31 +259,23 @@ impl Supervisor {
                  with BTF (/sys/kernel/btf/vmlinux) and CK_CONN_COUNT unset"
             );
         }
-        tracing::info!(
-            pins = %pins::instance_dir(&self.cfg.name).display(),
-            ms = started.elapsed().as_secs_f64() * 1e3,
-            "BPF program loaded and attached; checking it with a canary"
-        );
-        self.check_steering_soon();
-        Ok(())
     }
 
     /// `--adopt`: every group tags the sockets its workers bind, from their cgroups (those
     /// running now included).
-    fn tag_binds(&mut self) {
-        let Some(instance) = self.table.cgroups.as_ref().filter(|_| self.cfg.adopt) else {
+    pub(in crate::supervisor) fn tag_binds(&mut self, table: &SlotTable, adopt: bool) {
+        let Some(instance) = table.cgroups.as_ref().filter(|_| adopt) else {
             return;
         };
-        let ports: Vec<u16> = self.groups.iter().map(|g| g.addr.addr.port()).collect();
-        for group in &mut self.groups {
+        let ports: Vec<u16> = self.iter().map(|g| g.addr.addr.port()).collect();
+        for group in self.iter_mut() {
             let port = group.addr.addr.port();
             let alone = ports.iter().filter(|p| **p == port).count() == 1;
             if let Some(bpf) = group.bpf.as_mut() {
                 bpf.tag_binds(instance.dir(), group.addr.addr, alone);
             }
         }
-        let running: Vec<_> = self
-            .table
+        let running: Vec<_> = table
             .slots
             .values()
             .filter_map(|s| {
@@ -309,7 +286,7 @@ impl Supervisor {
             })
             .collect();
         for (slot, dir) in running {
-            for bpf in self.groups.iter_mut().filter_map(|g| g.bpf.as_mut()) {
+            for bpf in self.iter_mut().filter_map(|g| g.bpf.as_mut()) {
                 bpf.bind_slot(&dir, slot);
             }
         }
@@ -319,11 +296,15 @@ impl Supervisor {
     /// member (`--adopt` before the first worker bound) has nothing to steer yet: a canary
     /// sent then would prove nothing when it came back after the first adoption, and would
     /// hold back the one that adoption asks for.
-    pub(in crate::supervisor) fn check_steering_soon(&mut self) {
-        let base = self.cfg.health.probe_port_base;
-        for (position, group) in self.groups.iter_mut().enumerate() {
+    pub(in crate::supervisor) fn check_steering_soon(
+        &mut self,
+        table: &SlotTable,
+        base: u16,
+        events: &tokio::sync::mpsc::UnboundedSender<Event>,
+    ) {
+        for (position, group) in self.iter_mut().enumerate() {
             let Some(bpf) = &group.bpf else { continue };
-            let has_member = self.table.member_socket(position).is_some();
+            let has_member = table.member_socket(position).is_some();
             if group.steering.in_flight || base == 0 || !has_member {
                 continue;
             }
@@ -334,7 +315,7 @@ impl Supervisor {
             group.steering.in_flight = true;
             let before = bpf.canary_count(CANARY_SLOT);
             let udp = group.addr.is_udp();
-            let events = self.events.clone();
+            let events = events.clone();
             tokio::spawn(async move {
                 let connected = match udp {
                     true => udp_canary(target, source).await,
@@ -353,13 +334,14 @@ impl Supervisor {
     /// group lost its program (or never had it): attach it again through an open member.
     pub(in crate::supervisor) fn on_canary(
         &mut self,
+        table: &SlotTable,
+        stopping: bool,
         position: usize,
         before: u64,
         connected: std::io::Result<bool>,
     ) {
-        let has_member = self.table.member_socket(position).is_some();
-        let stopping = self.stopping;
-        let Some(group) = self.groups.get_mut(position) else {
+        let has_member = table.member_socket(position).is_some();
+        let Some(group) = self.get_mut(position) else {
             return;
         };
         group.steering.in_flight = false;
@@ -392,13 +374,13 @@ impl Supervisor {
             "BPF steering is not in effect on the group (a canary connection was not steered): \
              attaching the program again"
         );
-        let member = self.table.member_socket(position);
-        let (Some(member), Some(bpf)) = (member, self.groups[position].bpf.as_mut()) else {
+        let member = table.member_socket(position);
+        let (Some(member), Some(bpf)) = (member, self[position].bpf.as_mut()) else {
             return;
         };
         // The next tick's canary checks it (no immediate re-check: no loop if it keeps failing).
         if let Err(e) = bpf.attach(member) {
-            tracing::error!(group = %self.groups[position].name, "{e}");
+            tracing::error!(group = %self[position].name, "{e}");
         }
     }
 }

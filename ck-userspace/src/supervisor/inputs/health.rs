@@ -231,7 +231,7 @@ impl Supervisor {
         for (index, signal, bad, detail) in changes {
             self.set_health(index, signal, bad, &detail);
         }
-        self.write_depths(&depth_changed);
+        self.groups.write_depths(&self.table, &depth_changed);
         let indices: Vec<u32> = self.table.slots.keys().copied().collect();
         for group in &mut self.groups {
             if let Some(bpf) = &mut group.bpf

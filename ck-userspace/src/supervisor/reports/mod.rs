@@ -31,6 +31,26 @@ pub(in crate::supervisor) struct Reports {
     pub udp_rates: udp::UdpRates,
 }
 
+impl Reports {
+    /// The maps were published with `set`: the service manager is due to hear, and a change
+    /// of the ready list is logged (an empty one, while workers live, as a warning).
+    pub fn published(&mut self, set: &ck_common::ActiveSet) {
+        let ready: Vec<u32> = set.slots[..set.ready_len as usize].to_vec();
+        if ready.is_empty() && !self.last_ready.is_empty() && set.live_len > 0 {
+            tracing::warn!(
+                live = set.live_len,
+                "no ready and healthy worker left: new connections wait in the queues of the \
+                 other open sockets"
+            );
+        }
+        if ready != self.last_ready {
+            tracing::debug!(active = ?ready, fallback = ?&set.slots[ready.len()..set.live_len as usize], "active set");
+            self.last_ready = ready;
+        }
+        self.systemd_due = true;
+    }
+}
+
 /// What the reports read: every other part, borrowed read-only, so a report cannot change the
 /// fleet it describes (`Supervisor::view`).
 #[derive(Clone, Copy)]
