@@ -146,12 +146,24 @@ impl World for Supervisor {
     }
 
     fn spawn(&mut self, index: u32) -> anyhow::Result<u64> {
-        self.spawn_worker(index).inspect_err(|e| {
-            tracing::error!(slot = index, "starting a worker failed: {e:#}");
-            if let Some(slot) = self.table.slots.get_mut(&index) {
-                slot.last_exit = Some(format!("spawn failed: {e:#}"));
-            }
-        })
+        let spawned = self
+            .table
+            .spawn_worker(index, &self.cfg, &mut self.groups, &self.events)
+            .inspect_err(|e| {
+                tracing::error!(slot = index, "starting a worker failed: {e:#}");
+                if let Some(slot) = self.table.slots.get_mut(&index) {
+                    slot.last_exit = Some(format!("spawn failed: {e:#}"));
+                }
+            })?;
+        self.continuity.state_dirty = true;
+        self.inputs.watch_exit(index, spawned.pid);
+        if spawned.founding && self.groups.bpf_loaded() {
+            self.check_steering_soon();
+        }
+        // A silent starter is checked for readiness within a few sample intervals, whatever
+        // the pace of sampling: the next tick comes now.
+        self.inputs.pacer.tick_now();
+        Ok(spawned.id)
     }
 
     fn socket_open(&self, index: u32) -> bool {

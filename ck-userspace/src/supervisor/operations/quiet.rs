@@ -19,6 +19,7 @@ use crate::supervisor::{
     Event, Group, Supervisor,
     fleet::quiet::{Limits, Verdict, decide},
     groups::Groups,
+    lifecycle::Input,
     reports::View,
     slots::SlotTable,
     tasks,
@@ -184,7 +185,8 @@ impl Supervisor {
         } else if name == "SIGINT" {
             // A second Ctrl-C once stopping: the person at the terminal does not want to wait.
             tracing::warn!(signal = name, "second interrupt: killing every worker now");
-            self.kill_all();
+            let all = self.table.slots.keys().map(|i| (*i, Input::KillNow));
+            self.apply_all(all.collect());
         } else {
             tracing::info!(signal = name, "already stopping; send SIGINT to kill now");
         }

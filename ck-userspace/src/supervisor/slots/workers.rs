@@ -5,13 +5,15 @@ use std::os::fd::AsRawFd as _;
 
 use anyhow::Context as _;
 
+use tokio::sync::mpsc::UnboundedSender;
+
 use crate::supervisor::{
-    Event, Supervisor,
-    groups::Join,
+    Event,
+    groups::{Groups, Join},
     inputs::notify::watch_notify,
-    lifecycle::{Input, State},
+    lifecycle::State,
     output,
-    slots::slot::Worker,
+    slots::{SlotTable, slot::Worker},
 };
 use crate::{
     os::notify::{self, NotifySocket},
@@ -32,22 +34,38 @@ fn quic_server_id(cfg: &RunConfig, index: u32, generation: u32) -> Option<String
     })
 }
 
-impl Supervisor {
+/// A worker spawned by [`SlotTable::spawn_worker`].
+pub(in crate::supervisor) struct Spawned {
+    /// Its id (`CK_WORKER_ID`).
+    pub id: u64,
+    /// Its pid.
+    pub pid: u32,
+    /// Its slot's sockets opened a group that had no other member.
+    pub founding: bool,
+}
+
+impl SlotTable {
     /// Opens the slot's sockets if they are closed (putting them in the maps, and attaching the
     /// program to a socket that founds its group), then spawns a worker on them. Returns its id.
-    pub(in crate::supervisor) fn spawn_worker(&mut self, index: u32) -> anyhow::Result<u64> {
-        let worker_id = self.table.next_worker_id;
-        self.table.next_worker_id += 1;
+    /// The rest (the exit watch, the steering check, the pacer) is the caller's.
+    pub(in crate::supervisor) fn spawn_worker(
+        &mut self,
+        index: u32,
+        cfg: &RunConfig,
+        groups: &mut Groups,
+        events: &UnboundedSender<Event>,
+    ) -> anyhow::Result<Spawned> {
+        let worker_id = self.next_worker_id;
+        self.next_worker_id += 1;
         let founding = !self
-            .table
             .slots
             .values()
             .any(|s| s.index != index && !s.sockets.is_empty());
-        let slot = self.table.slots.get_mut(&index).context("no such slot")?;
+        let slot = self.slots.get_mut(&index).context("no such slot")?;
         // With --adopt the worker opens its own sockets; the slot gets them when they are
         // adopted (a held socket stays the slot's until then).
-        if slot.sockets.is_empty() && !self.cfg.adopt {
-            for group in &mut self.groups {
+        if slot.sockets.is_empty() && !cfg.adopt {
+            for group in groups.iter_mut() {
                 let socket = sockets::bind_member(group.addr)?;
                 // Tagged before it listens: the kernel counts its first connection too.
                 if let Some(bpf) = &mut group.bpf {
@@ -58,31 +76,28 @@ impl Supervisor {
                 slot.sockets.push(socket);
             }
         }
-        let notify = NotifySocket::bind(&self.cfg.name, index, worker_id)
+        let notify = NotifySocket::bind(&cfg.name, index, worker_id)
             .context("binding the worker's NOTIFY_SOCKET")?;
-        let cgroup = self
-            .table
-            .worker_cgroup(worker_id, self.cfg.worker_memory_max)?;
+        let cgroup = self.worker_cgroup(worker_id, cfg.worker_memory_max)?;
         if let Some(cgroup) = &cgroup
-            && self.cfg.adopt
+            && cfg.adopt
         {
-            self.groups.bind_cgroup(cgroup, index);
+            groups.bind_cgroup(cgroup, index);
         }
         let pipes = self
-            .table
             .output
             .as_ref()
             .map(|_| capture_pipes())
             .transpose()
             .context("making the worker's output pipes")?;
-        let slot = self.table.slots.get_mut(&index).context("no such slot")?;
-        let socket_fds = match self.cfg.adopt {
+        let slot = self.slots.get_mut(&index).context("no such slot")?;
+        let socket_fds = match cfg.adopt {
             true => 0,
             false => slot.sockets.len(),
         };
         // --survive-supervisor: the worker holds its pipes' read ends too (after its sockets),
         // so its writes block, and never fail, while no ck reads; the next ck copies them.
-        let keep = self.cfg.survive_supervisor && pipes.is_some();
+        let keep = cfg.survive_supervisor && pipes.is_some();
         // A replacement of a worker that died (its slot waits or holds its socket; not a spare):
         // the fleet is short of it until it boots.
         let replacing = matches!(
@@ -90,24 +105,23 @@ impl Supervisor {
             State::Waiting | State::Held | State::Broken
         ) && !slot.life.spare;
         let spawned = spawn::spawn(SpawnSpec {
-            app: &self.cfg.app,
+            app: &cfg.app,
             slot: index,
             worker_id,
             // The generation the worker gets once spawned (`Input::Spawned` counts it).
-            quic_server_id: quic_server_id(&self.cfg, index, slot.life.generation + 1),
-            fds: match self.cfg.adopt {
+            quic_server_id: quic_server_id(&cfg, index, slot.life.generation + 1),
+            fds: match cfg.adopt {
                 true => Vec::new(),
                 false => slot.sockets.iter().map(|s| s.as_raw_fd()).collect(),
             },
-            fd_names: self.groups.iter().map(|g| g.name.clone()).collect(),
+            fd_names: groups.iter().map(|g| g.name.clone()).collect(),
             notify_socket: notify.env_value.clone(),
-            watchdog_usec: self.cfg.health.watchdog.map(|d| d.as_micros() as u64),
+            watchdog_usec: cfg.health.watchdog.map(|d| d.as_micros() as u64),
             cgroup: cgroup.as_ref(),
-            adopt_port: self.cfg.adopt.then(|| self.cfg.listen[0].addr.port()),
-            adopt_listen: match self.cfg.adopt {
+            adopt_port: cfg.adopt.then(|| cfg.listen[0].addr.port()),
+            adopt_listen: match cfg.adopt {
                 // TCP ones as HOST:PORT (as ever), UDP ones as udp://HOST:PORT.
-                true => self
-                    .cfg
+                true => cfg
                     .listen
                     .iter()
                     .map(|a| match a.is_udp() {
@@ -117,9 +131,9 @@ impl Supervisor {
                     .collect(),
                 false => Vec::new(),
             },
-            fd_limit: self.table.fd_limit,
-            user: self.cfg.user.as_ref(),
-            pdeathsig: !self.cfg.survive_supervisor,
+            fd_limit: self.fd_limit,
+            user: cfg.user.as_ref(),
+            pdeathsig: !cfg.survive_supervisor,
             output: pipes.as_ref().map(|p| p.writes()).transpose()?,
             keep_fds: match (&pipes, keep) {
                 (Some(p), true) => p.reads().to_vec(),
@@ -130,16 +144,15 @@ impl Supervisor {
             Ok(spawned) => spawned,
             Err(e) => {
                 if let Some(cgroup) = cgroup {
-                    self.groups.unbind_cgroup(&cgroup);
+                    groups.unbind_cgroup(&cgroup);
                     cgroup.remove();
                 }
-                return Err(e)
-                    .with_context(|| format!("spawning {}", self.cfg.app.program.display()));
+                return Err(e).with_context(|| format!("spawning {}", cfg.app.program.display()));
             }
         };
         let pid = spawned.pid;
         let generation = slot.life.generation + 1;
-        let output = match (pipes, &self.table.output) {
+        let output = match (pipes, &self.output) {
             (Some(pipes), Some(hub)) => {
                 let first = 3 + socket_fds as i32;
                 let ends = pipes.into_ends(keep.then_some([first, first + 1]))?;
@@ -156,12 +169,12 @@ impl Supervisor {
             }
             _ => None,
         };
-        let events = self.events.clone();
+        let exits = events.clone();
         let waiter = spawned
             .pidfd
             .try_clone()
             .context("duplicating the worker's pidfd")?;
-        let (exec, program) = (spawned.exec, self.cfg.app.program.clone());
+        let (exec, program) = (spawned.exec, cfg.app.program.clone());
         tokio::spawn(async move {
             // Read here, not in `spawn`: the loop does not wait for the child's exec. A child
             // that could not exec exits 127 (a boot crash).
@@ -169,7 +182,7 @@ impl Supervisor {
                 tracing::error!(slot = index, pid, "spawning {}: {e}", program.display());
             }
             let status = crate::os::pidfd::wait_child(waiter, pid).await;
-            let _ = events.send(Event::Exited {
+            let _ = exits.send(Event::Exited {
                 slot: index,
                 worker: worker_id,
                 status,
@@ -184,7 +197,7 @@ impl Supervisor {
             cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
         };
         let notify_task = watch_notify(
-            &self.events,
+            events,
             index,
             worker_id,
             speakers,
@@ -193,12 +206,12 @@ impl Supervisor {
             heard.clone(),
         );
         slot.last_pid = pid;
-        let selected_base = self.groups.slot_stats(index).selected;
+        let selected_base = groups.slot_stats(index).selected;
         let requests_limit = crate::supervisor::operations::recycle::requests_limit(
-            self.cfg.max_requests,
+            cfg.max_requests,
             crate::supervisor::world::jitter(),
         );
-        let slot = self.table.slots.get_mut(&index).context("no such slot")?;
+        let slot = self.slots.get_mut(&index).context("no such slot")?;
         let mut worker = Worker::spawned(pid, spawned.pidfd, selected_base, replacing);
         worker.tasks.push(notify_task);
         worker.notify = Some(notify_socket);
@@ -209,26 +222,11 @@ impl Supervisor {
         worker.notify_name = Some(notify_name);
         worker.output = output;
         slot.worker = Some(worker);
-        self.continuity.state_dirty = true;
-        self.inputs.watch_exit(index, pid);
-        if founding && self.groups.bpf_loaded() {
-            self.check_steering_soon();
-        }
-        // A silent starter is checked for readiness within a few sample intervals, whatever
-        // the pace of sampling: the next tick comes now.
-        self.inputs.pacer.tick_now();
-        Ok(worker_id)
-    }
-
-    /// SIGKILLs every live worker (a second interrupt).
-    pub(in crate::supervisor) fn kill_all(&mut self) {
-        let all = self
-            .table
-            .slots
-            .keys()
-            .map(|i| (*i, Input::KillNow))
-            .collect();
-        self.apply_all(all);
+        Ok(Spawned {
+            id: worker_id,
+            pid,
+            founding,
+        })
     }
 }
 
