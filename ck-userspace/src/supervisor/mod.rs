@@ -13,6 +13,7 @@
 //! (`slots`), the groups and their BPF state (`groups`), the input sources (`inputs`), the
 //! operations (`operations`), the reports (`reports`) and what outlives one image of ck
 //! (`continuity`).
+mod carry_on;
 pub mod continuity;
 mod executor;
 pub mod fleet;
@@ -282,7 +283,7 @@ impl Supervisor {
 
     /// Releases what is left after the last worker exited: sockets, cgroups, pins.
     fn finish(&mut self) {
-        self.remove_state();
+        continuity::survive::remove_state(&self.cfg.name);
         for slot in self.table.slots.values_mut() {
             slot.sockets.clear();
         }

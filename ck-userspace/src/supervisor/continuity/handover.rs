@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 pub use super::compat::{Compat, FORMAT};
 use crate::os::fd_limit::FdLimit;
-use crate::supervisor::{Supervisor, inputs::health::Health, lifecycle::Life, lifecycle::Timer};
+use crate::supervisor::{inputs::health::Health, lifecycle::Life, lifecycle::Timer, reports::View};
 
 /// Everything the new image needs to carry on where the old one stopped.
 #[derive(Debug, Serialize, Deserialize)]
@@ -209,121 +209,121 @@ pub(in crate::supervisor) struct Prepared<'a> {
     pub fds: Vec<BorrowedFd<'a>>,
 }
 
-impl Supervisor {
-    /// The state to hand over, with the descriptors it names. `lock`, `control` and
-    /// `metrics` are the run's own (held by the event loop, not by the supervisor); without
-    /// them (the `--survive-supervisor` state file) their numbers are -1.
-    pub(in crate::supervisor) fn prepare_handover<'a>(
-        &'a self,
-        lock: Option<BorrowedFd<'a>>,
-        control: Option<BorrowedFd<'a>>,
-        metrics: Option<BorrowedFd<'a>>,
-    ) -> Prepared<'a> {
-        let mut fds: Vec<BorrowedFd<'a>> = [lock, control, metrics].into_iter().flatten().collect();
-        let cgroup_of =
-            |c: &crate::os::cgroup::WorkerCgroup| (c.dir().to_path_buf(), c.memory_controller());
-        let mut slots = Vec::new();
-        for slot in self.table.slots.values() {
-            let worker = slot.worker.as_ref().map(|w| {
-                fds.push(w.pidfd.as_fd());
-                if let Some(n) = &w.notify {
-                    fds.push(n.as_fd());
-                }
-                WorkerHandover {
-                    id: slot.worker_id().unwrap_or_default(),
-                    pid: w.pid,
-                    pidfd: w.pidfd.as_raw_fd(),
-                    notify: w.notify.as_ref().map(|n| n.as_raw_fd()),
-                    started: slot
-                        .life
-                        .state
-                        .run()
-                        .map_or_else(Instant::now, |r| r.started),
-                    spoke_notify: w.spoke_notify,
-                    status: w.status.clone(),
-                    health: Health {
-                        probing: false,
-                        ..w.health
-                    },
-                    cgroup: w.cgroup.as_ref().map(cgroup_of),
-                    selected_base: w.selected_base,
-                    requests_limit: w.requests_limit,
-                    replacing: w.replacing,
-                    stepped_back: w.stepped_back,
-                    over_memory: w.over_memory,
-                    notify_refused: w.notify_refused.load(std::sync::atomic::Ordering::Relaxed),
-                    start_ticks: w.start_ticks,
-                    notify_name: w.notify_name.clone(),
-                    holder: w.holder,
-                    output: w.output.as_ref().map(|o| {
-                        fds.extend(o.ends.iter().map(|e| e.as_fd()));
-                        OutputHandover {
-                            fds: [o.ends[0].as_raw_fd(), o.ends[1].as_raw_fd()],
-                            inodes: o.inodes,
-                            in_worker: o.in_worker,
-                        }
-                    }),
-                }
-            });
-            // Only the state file needs them: an upgrade keeps ck's own copies open.
-            let adopted = match (self.cfg.survive_supervisor, slot.life.state.run()) {
-                (true, Some(run)) if run.adopted => slot.adopted_locations(),
-                _ => Vec::new(),
-            };
-            fds.extend(slot.sockets.iter().map(|s| s.as_fd()));
-            slots.push(SlotHandover {
-                index: slot.index,
-                life: slot.life.clone(),
-                sockets: slot.sockets.iter().map(|s| s.as_raw_fd()).collect(),
-                spare: slot.life.spare,
-                last_pid: slot.last_pid,
-                last_exit: slot.last_exit.clone(),
-                probe_failures: slot.probe_failures,
-                worker,
-                member_of: slot.life.member_of,
-                adopted,
-                output_dropped: slot
-                    .output_dropped
-                    .load(std::sync::atomic::Ordering::Relaxed),
-            });
-        }
-        let handover = Handover {
-            compat: Compat::this(),
-            exe: self.continuity.exe.clone(),
-            exec_at: SystemTime::now(),
-            lock_fd: lock.map_or(-1, |fd| fd.as_raw_fd()),
-            control_fd: control.map_or(-1, |fd| fd.as_raw_fd()),
-            metrics_fd: metrics.map(|m| m.as_raw_fd()),
-            started: self.reports.started,
-            next_worker_id: self.table.next_worker_id,
-            workers: self.cfg.workers,
-            stop_signal: Some(self.cfg.stop_signal.to_string()),
-            upgrades: self.continuity.upgrades,
-            reloads: (self.ops.reloads.ok, self.ops.reloads.aborted),
-            spare_failures: self.ops.core.spares.failures,
-            spare_due_us: self.ops.core.spares.due.map(left_us),
-            fd_limit: self.table.fd_limit,
-            cgroup: self
-                .table
-                .cgroups
-                .as_ref()
-                .map(|c| (c.dir().to_path_buf(), c.memory_controller())),
-            dead_cgroups: self.table.dead_cgroups.iter().map(cgroup_of).collect(),
-            slots,
-            timers: self
-                .continuity
-                .timers
-                .iter()
-                .map(|a| TimerHandover {
-                    slot: a.slot,
-                    epoch: a.epoch,
-                    timer: a.timer,
-                    left_us: left_us(a.at),
-                })
-                .collect(),
+/// The state to hand over, with the descriptors it names. `lock`, `control` and
+/// `metrics` are the run's own (held by the event loop, not by the supervisor); without
+/// them (the `--survive-supervisor` state file) their numbers are -1. `started`: when the
+/// instance started.
+pub(in crate::supervisor) fn prepare<'a>(
+    view: View<'a>,
+    started: Instant,
+    lock: Option<BorrowedFd<'a>>,
+    control: Option<BorrowedFd<'a>>,
+    metrics: Option<BorrowedFd<'a>>,
+) -> Prepared<'a> {
+    let mut fds: Vec<BorrowedFd<'a>> = [lock, control, metrics].into_iter().flatten().collect();
+    let cgroup_of =
+        |c: &crate::os::cgroup::WorkerCgroup| (c.dir().to_path_buf(), c.memory_controller());
+    let mut slots = Vec::new();
+    for slot in view.table.slots.values() {
+        let worker = slot.worker.as_ref().map(|w| {
+            fds.push(w.pidfd.as_fd());
+            if let Some(n) = &w.notify {
+                fds.push(n.as_fd());
+            }
+            WorkerHandover {
+                id: slot.worker_id().unwrap_or_default(),
+                pid: w.pid,
+                pidfd: w.pidfd.as_raw_fd(),
+                notify: w.notify.as_ref().map(|n| n.as_raw_fd()),
+                started: slot
+                    .life
+                    .state
+                    .run()
+                    .map_or_else(Instant::now, |r| r.started),
+                spoke_notify: w.spoke_notify,
+                status: w.status.clone(),
+                health: Health {
+                    probing: false,
+                    ..w.health
+                },
+                cgroup: w.cgroup.as_ref().map(cgroup_of),
+                selected_base: w.selected_base,
+                requests_limit: w.requests_limit,
+                replacing: w.replacing,
+                stepped_back: w.stepped_back,
+                over_memory: w.over_memory,
+                notify_refused: w.notify_refused.load(std::sync::atomic::Ordering::Relaxed),
+                start_ticks: w.start_ticks,
+                notify_name: w.notify_name.clone(),
+                holder: w.holder,
+                output: w.output.as_ref().map(|o| {
+                    fds.extend(o.ends.iter().map(|e| e.as_fd()));
+                    OutputHandover {
+                        fds: [o.ends[0].as_raw_fd(), o.ends[1].as_raw_fd()],
+                        inodes: o.inodes,
+                        in_worker: o.in_worker,
+                    }
+                }),
+            }
+        });
+        // Only the state file needs them: an upgrade keeps ck's own copies open.
+        let adopted = match (view.cfg.survive_supervisor, slot.life.state.run()) {
+            (true, Some(run)) if run.adopted => slot.adopted_locations(),
+            _ => Vec::new(),
         };
-        Prepared { handover, fds }
+        fds.extend(slot.sockets.iter().map(|s| s.as_fd()));
+        slots.push(SlotHandover {
+            index: slot.index,
+            life: slot.life.clone(),
+            sockets: slot.sockets.iter().map(|s| s.as_raw_fd()).collect(),
+            spare: slot.life.spare,
+            last_pid: slot.last_pid,
+            last_exit: slot.last_exit.clone(),
+            probe_failures: slot.probe_failures,
+            worker,
+            member_of: slot.life.member_of,
+            adopted,
+            output_dropped: slot
+                .output_dropped
+                .load(std::sync::atomic::Ordering::Relaxed),
+        });
     }
+    let handover = Handover {
+        compat: Compat::this(),
+        exe: view.continuity.exe.clone(),
+        exec_at: SystemTime::now(),
+        lock_fd: lock.map_or(-1, |fd| fd.as_raw_fd()),
+        control_fd: control.map_or(-1, |fd| fd.as_raw_fd()),
+        metrics_fd: metrics.map(|m| m.as_raw_fd()),
+        started: started,
+        next_worker_id: view.table.next_worker_id,
+        workers: view.cfg.workers,
+        stop_signal: Some(view.cfg.stop_signal.to_string()),
+        upgrades: view.continuity.upgrades,
+        reloads: (view.ops.reloads.ok, view.ops.reloads.aborted),
+        spare_failures: view.ops.core.spares.failures,
+        spare_due_us: view.ops.core.spares.due.map(left_us),
+        fd_limit: view.table.fd_limit,
+        cgroup: view
+            .table
+            .cgroups
+            .as_ref()
+            .map(|c| (c.dir().to_path_buf(), c.memory_controller())),
+        dead_cgroups: view.table.dead_cgroups.iter().map(cgroup_of).collect(),
+        slots,
+        timers: view
+            .continuity
+            .timers
+            .iter()
+            .map(|a| TimerHandover {
+                slot: a.slot,
+                epoch: a.epoch,
+                timer: a.timer,
+                left_us: left_us(a.at),
+            })
+            .collect(),
+    };
+    Prepared { handover, fds }
 }
 
 #[cfg(test)]

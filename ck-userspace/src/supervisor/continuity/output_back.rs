@@ -10,9 +10,7 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::supervisor::{
-    Supervisor, continuity::handover::OutputHandover, output, output::OutputEnds,
-};
+use crate::supervisor::{continuity::handover::OutputHandover, output, output::OutputEnds};
 
 /// Where the read ends come from.
 pub(in crate::supervisor) enum EndsFrom<'a> {
@@ -22,39 +20,37 @@ pub(in crate::supervisor) enum EndsFrom<'a> {
     Worker(&'a OwnedFd),
 }
 
-impl Supervisor {
-    /// Reads again the output of worker `source` (stream aside), whose pipes `saved` names,
-    /// counting dropped lines in the slot's `dropped`: ck's read ends, or none (logged) when
-    /// they cannot be had.
-    pub(in crate::supervisor) fn output_back(
-        &self,
-        source: output::Source,
-        dropped: &Arc<AtomicU64>,
-        saved: Option<&OutputHandover>,
-        from: EndsFrom<'_>,
-    ) -> Option<OutputEnds> {
-        let (index, pid) = (source.slot, source.pid);
-        let saved = saved?;
-        let ends = match ends_back(saved, &from) {
-            Ok(ends) => ends,
-            Err(e) => {
-                tracing::warn!(slot = index, pid, "its output is not read any more: {e:#}");
-                return None;
-            }
-        };
-        let Some(hub) = &self.table.output else {
-            tracing::warn!(
-                slot = index,
-                pid,
-                "its output is not read: this ck runs with --worker-output inherit"
-            );
-            return Some(ends);
-        };
-        if let Err(e) = hub.read(&ends, source, dropped) {
-            tracing::warn!(slot = index, pid, "its output is not read any more: {e}");
+/// Reads again the output of worker `source` (stream aside), whose pipes `saved` names,
+/// counting dropped lines in the slot's `dropped`: ck's read ends, or none (logged) when
+/// they cannot be had. `hub`: the output readers, if ck captures output.
+pub(in crate::supervisor) fn output_back(
+    hub: Option<&output::Hub>,
+    source: output::Source,
+    dropped: &Arc<AtomicU64>,
+    saved: Option<&OutputHandover>,
+    from: EndsFrom<'_>,
+) -> Option<OutputEnds> {
+    let (index, pid) = (source.slot, source.pid);
+    let saved = saved?;
+    let ends = match ends_back(saved, &from) {
+        Ok(ends) => ends,
+        Err(e) => {
+            tracing::warn!(slot = index, pid, "its output is not read any more: {e:#}");
+            return None;
         }
-        Some(ends)
+    };
+    let Some(hub) = hub else {
+        tracing::warn!(
+            slot = index,
+            pid,
+            "its output is not read: this ck runs with --worker-output inherit"
+        );
+        return Some(ends);
+    };
+    if let Err(e) = hub.read(&ends, source, dropped) {
+        tracing::warn!(slot = index, pid, "its output is not read any more: {e}");
     }
+    Some(ends)
 }
 
 fn ends_back(saved: &OutputHandover, from: &EndsFrom<'_>) -> anyhow::Result<OutputEnds> {

@@ -6,22 +6,26 @@
 use std::{
     os::fd::{OwnedFd, RawFd},
     sync::{Arc, atomic::AtomicU64},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::Context as _;
 use socket2::Socket;
 use tokio::net::UnixDatagram;
 
+use tokio::sync::mpsc::UnboundedSender;
+
 use crate::supervisor::{
-    Event, Supervisor,
+    Event,
     continuity::handover::{FORMAT, Handover, WorkerHandover},
-    continuity::output_back::EndsFrom,
-    inputs::notify::watch_notify,
+    continuity::output_back::{EndsFrom, output_back},
+    groups::Groups,
+    inputs::{members::watch_member, notify::watch_notify},
+    lifecycle::Timer,
+    output,
     slots::slot::{Slot, Worker},
-    tasks,
 };
-use crate::{os::cgroup::WorkerCgroup, os::notify, os::reexec};
+use crate::{os::cgroup::WorkerCgroup, os::notify, os::reexec, settings::run_config::RunConfig};
 
 /// The handover left by the image ck re-executed from, if this image is one (`ck upgrade`).
 pub(in crate::supervisor) fn take_handover() -> anyhow::Result<Option<Handover>> {
@@ -48,86 +52,118 @@ pub(in crate::supervisor) fn take_handover() -> anyhow::Result<Option<Handover>>
     Ok(Some(handover))
 }
 
-impl Supervisor {
-    /// Rebuilds the slots, workers and timers of `handover`, in place of starting a fleet.
-    pub(in crate::supervisor) fn resume(&mut self, handover: Handover) -> anyhow::Result<()> {
-        // `ck scale` may have changed the count since the command line was written.
-        if handover.workers > 0 {
-            self.cfg.workers = handover.workers;
-        }
-        let mut workers = 0;
-        for saved in handover.slots {
-            let index = saved.index;
-            let sockets = saved
-                .sockets
-                .iter()
-                .map(|fd| reexec::inherited(*fd).map(Socket::from))
-                .collect::<std::io::Result<Vec<_>>>()
-                .with_context(|| format!("slot {index}: taking its sockets back"))?;
-            let mut slot = Slot::restore(&saved, sockets);
-            let mut holder = None;
-            if let Some(w) = saved.worker {
-                let pidfd = reexec::inherited(w.pidfd)
-                    .with_context(|| format!("slot {index}: taking the pidfd of {} back", w.pid))?;
-                let notify = w
-                    .notify
-                    .map(|fd| reexec::inherited(fd).and_then(notify::inherit))
-                    .transpose()
-                    .with_context(|| format!("slot {index}: taking the notify socket back"))?;
-                let cgroup = w
-                    .cgroup
-                    .clone()
-                    .map(|(dir, memory)| WorkerCgroup::resume(dir, memory))
-                    .transpose()?;
-                // A member's process is not ck's child: its exit shows on its pidfd.
-                let exit = match saved.member_of {
-                    Some(_) => ExitSeen::Member,
-                    None => ExitSeen::Child,
-                };
-                let mut worker = self.watch_again(index, &w, pidfd, notify, cgroup, exit)?;
-                worker.output = self.output_back(
-                    output_source(index, w.pid, &slot),
-                    &slot.output_dropped,
-                    w.output.as_ref(),
-                    EndsFrom::Exec,
-                );
-                slot.worker = Some(worker);
-                holder = w.holder;
-                workers += 1;
+/// A fleet rebuilt from what an earlier ck left (`ck upgrade`'s handover, or a dead ck's state
+/// file): the slots to put in the table, then what to watch, arm and start again.
+pub(in crate::supervisor) struct Restored {
+    /// The slots taken back, their workers watched again.
+    pub slots: Vec<Slot>,
+    /// Root slots whose adopted socket a process other than the worker holds: (slot, pid).
+    pub holders: Vec<(u32, u32)>,
+    /// Lifecycle timers to arm again: (slot, epoch, timer, delay).
+    pub timers: Vec<(u32, u64, Timer, Duration)>,
+    /// Slots whose worker is gone: started again.
+    pub renew: Vec<u32>,
+    /// When spares are due again.
+    pub spare_due: Option<Duration>,
+    /// The worker count, when the record has one (`ck scale` may have changed it since the
+    /// command line was written).
+    pub workers: Option<u32>,
+    /// How the upgrade went, for `ck status` (None: not an upgrade).
+    pub last_upgrade: Option<String>,
+}
+
+/// What taking workers back needs of the running ck: its configuration, its groups (to check a
+/// socket taken back), the output readers and the event sender the workers' watchers send to.
+pub(in crate::supervisor) struct Restorer<'a> {
+    pub cfg: &'a RunConfig,
+    pub groups: &'a Groups,
+    pub hub: Option<&'a output::Hub>,
+    pub events: &'a UnboundedSender<Event>,
+}
+
+/// Rebuilds the slots, workers and timers of `handover` (`ck upgrade`), in place of starting a
+/// fleet.
+pub(in crate::supervisor) fn restore(
+    r: &Restorer<'_>,
+    handover: Handover,
+) -> anyhow::Result<Restored> {
+    let mut restored = Restored {
+        slots: Vec::new(),
+        holders: Vec::new(),
+        timers: Vec::new(),
+        renew: Vec::new(),
+        spare_due: handover.spare_due_us.map(Duration::from_micros),
+        workers: (handover.workers > 0).then_some(handover.workers),
+        last_upgrade: None,
+    };
+    let mut workers = 0;
+    for saved in handover.slots {
+        let index = saved.index;
+        let sockets = saved
+            .sockets
+            .iter()
+            .map(|fd| reexec::inherited(*fd).map(Socket::from))
+            .collect::<std::io::Result<Vec<_>>>()
+            .with_context(|| format!("slot {index}: taking its sockets back"))?;
+        let mut slot = Slot::restore(&saved, sockets);
+        if let Some(w) = saved.worker {
+            let pidfd = reexec::inherited(w.pidfd)
+                .with_context(|| format!("slot {index}: taking the pidfd of {} back", w.pid))?;
+            let notify = w
+                .notify
+                .map(|fd| reexec::inherited(fd).and_then(notify::inherit))
+                .transpose()
+                .with_context(|| format!("slot {index}: taking the notify socket back"))?;
+            let cgroup = w
+                .cgroup
+                .clone()
+                .map(|(dir, memory)| WorkerCgroup::resume(dir, memory))
+                .transpose()?;
+            // A member's process is not ck's child: its exit shows on its pidfd.
+            let exit = match saved.member_of {
+                Some(_) => ExitSeen::Member,
+                None => ExitSeen::Child,
+            };
+            let mut worker = r.watch_again(index, &w, pidfd, notify, cgroup, exit)?;
+            worker.output = output_back(
+                r.hub,
+                output_source(index, w.pid, &slot),
+                &slot.output_dropped,
+                w.output.as_ref(),
+                EndsFrom::Exec,
+            );
+            slot.worker = Some(worker);
+            if let Some(holder) = w.holder {
+                restored.holders.push((index, holder));
             }
-            self.table.slots.insert(index, slot);
-            if let Some(holder) = holder {
-                self.watch_holder(index, holder);
-            }
+            workers += 1;
         }
-        for t in handover.timers {
-            self.set_timer(t.slot, t.epoch, t.timer, Duration::from_micros(t.left_us));
-        }
-        if let Some(us) = handover.spare_due_us {
-            let delay = Duration::from_micros(us);
-            self.ops.core.spares.due = Some(Instant::now() + delay);
-            tasks::send_after(&self.events, delay, Event::SpareDue);
-        }
-        let exec_ms = handover
-            .exec_at
-            .elapsed()
-            .map_or(0.0, |d| d.as_secs_f64() * 1e3);
-        tracing::info!(
-            from = %handover.compat.ck,
-            to = crate::VERSION,
-            workers,
-            slots = self.table.slots.len(),
-            upgrades = self.continuity.upgrades,
-            exec_to_resumed_ms = exec_ms,
-            "ck upgraded in place: workers kept, steering kept"
-        );
-        self.continuity.last_upgrade = Some(format!(
-            "ok: ck {} -> {} ({workers} worker(s) kept, resumed {exec_ms:.1} ms after the exec)",
-            handover.compat.ck,
-            crate::VERSION
-        ));
-        Ok(())
+        restored.slots.push(slot);
     }
+    restored.timers = handover
+        .timers
+        .iter()
+        .map(|t| (t.slot, t.epoch, t.timer, Duration::from_micros(t.left_us)))
+        .collect();
+    let exec_ms = handover
+        .exec_at
+        .elapsed()
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    tracing::info!(
+        from = %handover.compat.ck,
+        to = crate::VERSION,
+        workers,
+        slots = restored.slots.len(),
+        upgrades = handover.upgrades,
+        exec_to_resumed_ms = exec_ms,
+        "ck upgraded in place: workers kept, steering kept"
+    );
+    restored.last_upgrade = Some(format!(
+        "ok: ck {} -> {} ({workers} worker(s) kept, resumed {exec_ms:.1} ms after the exec)",
+        handover.compat.ck,
+        crate::VERSION
+    ));
+    Ok(restored)
 }
 
 /// How the exit of a worker watched again is seen.
@@ -142,7 +178,7 @@ pub(in crate::supervisor) enum ExitSeen {
     Member,
 }
 
-impl Supervisor {
+impl Restorer<'_> {
     /// The [`Worker`] of a handed-over record `w` on slot `index`, watched again: its notify
     /// socket read (messages checked against its pid and cgroup), its exit sent as an event.
     pub(in crate::supervisor) fn watch_again(
@@ -163,7 +199,7 @@ impl Supervisor {
                 cgroup: cgroup.as_ref().map(|c| c.dir().to_path_buf()),
             };
             tasks.push(watch_notify(
-                &self.events,
+                self.events,
                 index,
                 w.id,
                 speakers,
@@ -175,7 +211,7 @@ impl Supervisor {
         let waiter = pidfd.try_clone().context("duplicating a pidfd")?;
         let (events, id, pid) = (self.events.clone(), w.id, w.pid);
         match exit {
-            ExitSeen::Member => tasks.push(self.watch_member(index, id, waiter)),
+            ExitSeen::Member => tasks.push(watch_member(self.events, index, id, waiter)),
             ExitSeen::Child | ExitSeen::Adopted => {
                 tokio::spawn(async move {
                     let status = match exit {

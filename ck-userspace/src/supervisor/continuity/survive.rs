@@ -13,11 +13,10 @@ use anyhow::Context as _;
 use socket2::Socket;
 
 use crate::supervisor::{
-    Supervisor,
     continuity::handover::{FORMAT, Handover, SlotHandover, WorkerHandover},
-    continuity::output_back::EndsFrom,
-    continuity::resume::{ExitSeen, output_source},
-    lifecycle::{Input, Life},
+    continuity::output_back::{EndsFrom, output_back},
+    continuity::resume::{ExitSeen, Restored, Restorer, output_source},
+    lifecycle::Life,
     slots::slot::{Slot, Worker},
 };
 use crate::{
@@ -99,156 +98,157 @@ fn stop_stray(w: &WorkerHandover, stop: StopSignal) {
     }
 }
 
-impl Supervisor {
-    /// Writes the state file if anything changed since the last write (only with
-    /// `--survive-supervisor`).
-    pub(in crate::supervisor) fn save_state(&mut self) {
-        if !self.cfg.survive_supervisor || !self.continuity.state_dirty {
-            return;
-        }
-        self.continuity.state_dirty = false;
-        let prepared = self.prepare_handover(None, None, None);
-        let path = state_path(&self.cfg.name);
-        let tmp = path.with_extension("state.tmp");
-        let written = serde_json::to_vec(&prepared.handover)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| {
-                let mut file = std::fs::File::create(&tmp)?;
-                file.write_all(&bytes)?;
-                std::fs::rename(&tmp, &path)
-            });
-        if let Err(e) = written {
-            tracing::warn!(path = %path.display(), "writing the state file failed: {e}");
-        }
+/// Writes `handover` (without descriptors) to instance `name`'s state file: a temporary file,
+/// then renamed over the last one.
+pub(in crate::supervisor) fn write_state(name: &str, handover: &Handover) {
+    let path = state_path(name);
+    let tmp = path.with_extension("state.tmp");
+    let written = serde_json::to_vec(handover)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&bytes)?;
+            std::fs::rename(&tmp, &path)
+        });
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), "writing the state file failed: {e}");
     }
+}
 
-    /// Removes the state file (a clean stop: nothing to take over).
-    pub(in crate::supervisor) fn remove_state(&self) {
-        let _ = std::fs::remove_file(state_path(&self.cfg.name));
-    }
+/// Removes instance `name`'s state file (a clean stop: nothing to take over).
+pub(in crate::supervisor) fn remove_state(name: &str) {
+    let _ = std::fs::remove_file(state_path(name));
+}
 
-    /// Takes back the fleet of a ck that died: every worker still running (the same process:
-    /// pid and start time) with its sockets and notify socket, and with `--adopt` the member
-    /// slots of the roots taken back; slots whose worker is gone start a new one.
-    pub(in crate::supervisor) fn take_fleet_back(&mut self, state: Handover) -> anyhow::Result<()> {
-        // `ck scale` may have changed the count since the command line was written.
-        if state.workers > 0 {
-            self.cfg.workers = state.workers;
+/// Takes back the fleet of a ck that died: every worker still running (the same process:
+/// pid and start time) with its sockets and notify socket, and with `--adopt` the member
+/// slots of the roots taken back; slots whose worker is gone start a new one.
+pub(in crate::supervisor) fn take_fleet_back(r: &Restorer<'_>, state: Handover) -> Restored {
+    let saved_ago = state.exec_at.elapsed().unwrap_or_default();
+    let mut kept = Vec::new();
+    let mut renew = Vec::new();
+    let stop = r.cfg.stop_signal;
+    let mut holders = Vec::new();
+    let mut slots = Vec::new();
+    // Roots first: a member is taken back only with its root.
+    let (members, roots): (Vec<_>, Vec<_>) =
+        state.slots.into_iter().partition(|s| s.member_of.is_some());
+    for mut saved in roots {
+        let index = saved.index;
+        // A state file from before spares were the lifecycle's own fact.
+        saved.life.spare |= saved.spare;
+        if saved.life.standby && !saved.life.spare || saved.life.member_of.is_some() {
+            continue;
         }
-        let saved_ago = state.exec_at.elapsed().unwrap_or_default();
-        let mut kept = Vec::new();
-        let mut renew = Vec::new();
-        let stop = self.cfg.stop_signal;
-        let mut holders = Vec::new();
-        // Roots first: a member is taken back only with its root.
-        let (members, roots): (Vec<_>, Vec<_>) =
-            state.slots.into_iter().partition(|s| s.member_of.is_some());
-        for mut saved in roots {
-            let index = saved.index;
-            // A state file from before spares were the lifecycle's own fact.
-            saved.life.spare |= saved.spare;
-            if saved.life.standby && !saved.life.spare || saved.life.member_of.is_some() {
-                continue;
-            }
-            let taken = saved.worker.as_ref().and_then(|w| {
-                self.take_back(&saved, w)
-                    .inspect_err(|e| {
-                        tracing::warn!(slot = index, pid = w.pid, "not taken back: {e:#}");
-                        stop_stray(w, stop);
-                    })
-                    .ok()
-            });
-            match taken {
-                Some((mut worker, sockets)) => {
-                    // The process of its tree holding its socket, if not the worker itself
-                    // (watched with one group, as at adoption).
-                    let holder = saved.adopted.first().map(|a| a.pid);
-                    let holder = holder.filter(|_| self.groups.len() == 1);
-                    if let Some(holder) = holder.filter(|h| *h != worker.pid) {
-                        holders.push((index, holder));
-                    }
-                    let mut slot = Slot::restore(&saved, sockets);
-                    slot.last_pid = worker.pid;
-                    // The pipes' read ends, from the worker's own copies.
-                    worker.output = self.output_back(
-                        output_source(index, worker.pid, &slot),
-                        &slot.output_dropped,
-                        saved.worker.as_ref().and_then(|w| w.output.as_ref()),
-                        EndsFrom::Worker(&worker.pidfd),
-                    );
-                    slot.worker = Some(worker);
-                    self.table.slots.insert(index, slot);
-                    kept.push(index);
-                }
-                None => {
-                    let fresh = match saved.life.spare {
-                        true => Life::spare(self.cfg.restart),
-                        false => Life::new(self.cfg.restart, false),
-                    };
-                    let life = Life {
-                        generation: saved.life.generation,
-                        restarts: saved.life.restarts,
-                        ..fresh
-                    };
-                    let mut slot = Slot::new(index, life);
-                    slot.last_pid = saved.last_pid;
-                    slot.last_exit = Some("gone while ck was down".into());
-                    self.table.slots.insert(index, slot);
-                    renew.push(index);
-                }
-            }
-        }
-        let mut members_kept = 0;
-        for saved in members {
-            let (index, root) = (saved.index, saved.member_of.expect("partitioned"));
-            let Some(w) = saved.worker.as_ref() else {
-                continue;
-            };
-            let taken = match kept.contains(&root) {
-                true => self.take_back(&saved, w),
-                false => Err(anyhow::anyhow!("its root slot {root} was not taken back")),
-            };
-            match taken {
-                Ok((worker, sockets)) => {
-                    let mut slot = Slot::restore(&saved, sockets);
-                    slot.life.member_of = Some(root);
-                    slot.last_pid = worker.pid;
-                    slot.worker = Some(worker);
-                    self.table.slots.insert(index, slot);
-                    kept.push(index);
-                    members_kept += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        slot = index,
-                        pid = w.pid,
-                        root,
-                        "member not taken back: {e:#}"
-                    );
+        let taken = saved.worker.as_ref().and_then(|w| {
+            r.take_back(&saved, w)
+                .inspect_err(|e| {
+                    tracing::warn!(slot = index, pid = w.pid, "not taken back: {e:#}");
                     stop_stray(w, stop);
+                })
+                .ok()
+        });
+        match taken {
+            Some((mut worker, sockets)) => {
+                // The process of its tree holding its socket, if not the worker itself
+                // (watched with one group, as at adoption).
+                let holder = saved.adopted.first().map(|a| a.pid);
+                let holder = holder.filter(|_| r.groups.len() == 1);
+                if let Some(holder) = holder.filter(|h| *h != worker.pid) {
+                    holders.push((index, holder));
                 }
+                let mut slot = Slot::restore(&saved, sockets);
+                slot.last_pid = worker.pid;
+                // The pipes' read ends, from the worker's own copies.
+                worker.output = output_back(
+                    r.hub,
+                    output_source(index, worker.pid, &slot),
+                    &slot.output_dropped,
+                    saved.worker.as_ref().and_then(|w| w.output.as_ref()),
+                    EndsFrom::Worker(&worker.pidfd),
+                );
+                slot.worker = Some(worker);
+                slots.push(slot);
+                kept.push(index);
+            }
+            None => {
+                let fresh = match saved.life.spare {
+                    true => Life::spare(r.cfg.restart),
+                    false => Life::new(r.cfg.restart, false),
+                };
+                let life = Life {
+                    generation: saved.life.generation,
+                    restarts: saved.life.restarts,
+                    ..fresh
+                };
+                let mut slot = Slot::new(index, life);
+                slot.last_pid = saved.last_pid;
+                slot.last_exit = Some("gone while ck was down".into());
+                slots.push(slot);
+                renew.push(index);
             }
         }
-        for (index, holder) in holders {
-            self.watch_holder(index, holder);
-        }
-        for t in state.timers.iter().filter(|t| kept.contains(&t.slot)) {
-            let left = Duration::from_micros(t.left_us).saturating_sub(saved_ago);
-            self.set_timer(t.slot, t.epoch, t.timer, left);
-        }
-        tracing::info!(
-            kept = kept.len(),
-            members = members_kept,
-            renewed = renew.len(),
-            state_age_ms = saved_ago.as_millis() as u64,
-            "took back the fleet of a ck that died (--survive-supervisor)"
-        );
-        for index in renew {
-            self.apply(index, Input::Start);
-        }
-        Ok(())
     }
+    let mut members_kept = 0;
+    for saved in members {
+        let (index, root) = (saved.index, saved.member_of.expect("partitioned"));
+        let Some(w) = saved.worker.as_ref() else {
+            continue;
+        };
+        let taken = match kept.contains(&root) {
+            true => r.take_back(&saved, w),
+            false => Err(anyhow::anyhow!("its root slot {root} was not taken back")),
+        };
+        match taken {
+            Ok((worker, sockets)) => {
+                let mut slot = Slot::restore(&saved, sockets);
+                slot.life.member_of = Some(root);
+                slot.last_pid = worker.pid;
+                slot.worker = Some(worker);
+                slots.push(slot);
+                kept.push(index);
+                members_kept += 1;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    slot = index,
+                    pid = w.pid,
+                    root,
+                    "member not taken back: {e:#}"
+                );
+                stop_stray(w, stop);
+            }
+        }
+    }
+    let timers = state
+        .timers
+        .iter()
+        .filter(|t| kept.contains(&t.slot))
+        .map(|t| {
+            let left = Duration::from_micros(t.left_us).saturating_sub(saved_ago);
+            (t.slot, t.epoch, t.timer, left)
+        })
+        .collect();
+    tracing::info!(
+        kept = kept.len(),
+        members = members_kept,
+        renewed = renew.len(),
+        state_age_ms = saved_ago.as_millis() as u64,
+        "took back the fleet of a ck that died (--survive-supervisor)"
+    );
+    Restored {
+        slots,
+        holders,
+        timers,
+        renew,
+        spare_due: None,
+        // `ck scale` may have changed the count since the command line was written.
+        workers: (state.workers > 0).then_some(state.workers),
+        last_upgrade: None,
+    }
+}
 
+impl Restorer<'_> {
     /// One worker (or member) of slot record `saved` taken back: the same process, its sockets
     /// (a socket-activation worker's fds 3..; with `--adopt`, the descriptors the record names
     /// in its tree, each still the same socket), checked to listen on the groups' ports, its

@@ -13,13 +13,12 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 
 use crate::supervisor::{
-    Event, Supervisor,
-    continuity::handover::{Compat, FORMAT},
+    Event,
+    continuity::Continuity,
+    continuity::handover::{Compat, FORMAT, prepare},
+    reports::View,
 };
-use crate::{
-    control::{Response, server::ControlCall},
-    os::reexec,
-};
+use crate::{control::Response, os::reexec};
 
 /// How long a candidate binary has to answer `upgrade-check`.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -104,55 +103,58 @@ async fn check(binary: PathBuf) -> Result<Compat, String> {
     Ok(compat)
 }
 
-impl Supervisor {
-    /// Why an upgrade cannot start now, if it cannot.
-    fn upgrade_refused(&self) -> Option<String> {
-        if self.stopping || self.ops.quiet.waiting() {
-            return Some("ck is stopping".into());
-        }
-        if self.ops.core.roll.is_some() {
-            return Some(
-                "a rolling restart is in progress; run `ck upgrade` again once it is done \
-                 (`ck status` shows reloading: false)"
-                    .into(),
-            );
-        }
-        if !self.cfg.no_bpf && !self.groups.bpf_loaded() {
-            return Some(
-                "BPF steering is still being set up (ck started a moment ago); try again".into(),
-            );
-        }
-        None
+/// Why an upgrade cannot start now, if it cannot.
+pub(in crate::supervisor) fn refused(view: View<'_>) -> Option<String> {
+    if view.stopping || view.ops.quiet.waiting() {
+        return Some("ck is stopping".into());
     }
+    if view.ops.core.roll.is_some() {
+        return Some(
+            "a rolling restart is in progress; run `ck upgrade` again once it is done \
+             (`ck status` shows reloading: false)"
+                .into(),
+        );
+    }
+    if !view.cfg.no_bpf && !view.groups.bpf_loaded() {
+        return Some(
+            "BPF steering is still being set up (ck started a moment ago); try again".into(),
+        );
+    }
+    None
+}
 
+impl Continuity {
     /// `ck upgrade` (with the client's `reply`) or SIGUSR2 (without): checks `binary` (ck's
-    /// own by default) on a task; [`Supervisor::on_upgrade_checked`] goes on.
+    /// own by default) on a task; [`Continuity::upgrade_checked`] goes on. `refused`: why the
+    /// fleet cannot be upgraded now ([`refused`]).
     pub(in crate::supervisor) fn upgrade(
         &mut self,
+        refused: Option<String>,
         binary: Option<PathBuf>,
         reply: Option<oneshot::Sender<Response>>,
+        events: &mpsc::UnboundedSender<Event>,
     ) {
-        let refused = match (&self.continuity.upgrade, self.upgrade_refused()) {
+        let refused = match (&self.upgrade, refused) {
             (Some(_), _) => Some("an upgrade is already under way".to_string()),
             (None, why) => why,
         };
         if let Some(why) = refused {
             tracing::warn!(reason = %why, "upgrade refused");
-            self.continuity.last_upgrade = Some(format!("refused: {why}"));
+            self.last_upgrade = Some(format!("refused: {why}"));
             if let Some(reply) = reply {
                 let _ = reply.send(Response::Error(format!("upgrade refused: {why}")));
             }
             return;
         }
-        let binary = binary.unwrap_or_else(|| self.continuity.exe.clone());
+        let binary = binary.unwrap_or_else(|| self.exe.clone());
         tracing::info!(binary = %binary.display(), "upgrade: checking the new binary");
-        let events = self.events.clone();
+        let events = events.clone();
         let candidate = binary.clone();
         tokio::spawn(async move {
             let result = check(candidate).await;
             let _ = events.send(Event::UpgradeChecked(result));
         });
-        self.continuity.upgrade = Some(Upgrade {
+        self.upgrade = Some(Upgrade {
             binary,
             reply,
             asked: Instant::now(),
@@ -161,18 +163,23 @@ impl Supervisor {
     }
 
     /// The candidate answered: refuse (the old image carries on) or get ready to exec.
-    pub(in crate::supervisor) fn on_upgrade_checked(&mut self, result: Result<Compat, String>) {
-        let Some(mut upgrade) = self.continuity.upgrade.take() else {
+    /// `refused`: why the fleet cannot be upgraded now ([`refused`]).
+    pub(in crate::supervisor) fn upgrade_checked(
+        &mut self,
+        refused: Option<String>,
+        result: Result<Compat, String>,
+    ) {
+        let Some(mut upgrade) = self.upgrade.take() else {
             return;
         };
-        let result = result.and_then(|compat| match self.upgrade_refused() {
+        let result = result.and_then(|compat| match refused {
             Some(why) => Err(why),
             None => Ok(compat),
         });
         match result {
             Err(why) => {
                 tracing::error!(binary = %upgrade.binary.display(), reason = %why, "upgrade refused; ck carries on");
-                self.continuity.last_upgrade = Some(format!("failed: {why}"));
+                self.last_upgrade = Some(format!("failed: {why}"));
                 if let Some(reply) = upgrade.reply.take() {
                     let _ = reply.send(Response::Error(format!("upgrade failed: {why}")));
                 }
@@ -193,117 +200,87 @@ impl Supervisor {
                     )));
                 }
                 upgrade.checked = Some(compat);
-                self.continuity.upgrade = Some(upgrade);
+                self.upgrade = Some(upgrade);
             }
         }
     }
+}
 
-    /// Lets the connection tasks write the answers already given (the upgrade's own among
-    /// them), and handles what is already queued (events, control and metrics calls) so that
-    /// the state handed over is current.
-    pub(in crate::supervisor) async fn finish_before_exec(
-        &mut self,
-        events: &mut mpsc::UnboundedReceiver<Event>,
-        calls: &mut mpsc::UnboundedReceiver<ControlCall>,
-        metrics_calls: &mut mpsc::UnboundedReceiver<crate::metrics::Call>,
-    ) {
-        for _ in 0..5 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            let mut handled = false;
-            while let Ok(event) = events.try_recv() {
-                self.handle(event);
-                handled = true;
-            }
-            while let Ok((req, reply)) = calls.try_recv() {
-                self.control(req, reply);
-                handled = true;
-            }
-            while let Ok(call) = metrics_calls.try_recv() {
-                self.reports.metrics_call(self.view(), call);
-                handled = true;
-            }
-            if !handled {
-                return;
-            }
-        }
-    }
+/// Hands the state over and execs the checked binary of `upgrade`. Returns only if ck could
+/// not re-execute (the old image carries on, every descriptor closed on exec again), with why.
+/// `started`: when the instance started.
+pub(in crate::supervisor) fn reexec(
+    upgrade: &Upgrade,
+    view: View<'_>,
+    started: Instant,
+    lock: BorrowedFd<'_>,
+    control: BorrowedFd<'_>,
+    metrics: Option<BorrowedFd<'_>>,
+) -> String {
+    // The workers' output: what is read is written; what is not stays in the pipes.
+    let paused = view
+        .table
+        .output
+        .as_ref()
+        .map(|o| o.pause(Duration::from_millis(200)));
+    let error = match refused(view) {
+        Some(why) => why,
+        None => match exec_image(view, started, &upgrade.binary, lock, control, metrics) {
+            Ok(never) => match never {},
+            Err(e) => format!(
+                "re-executing {} failed: {e:#}; ck carries on",
+                upgrade.binary.display()
+            ),
+        },
+    };
+    drop(paused);
+    error
+}
 
-    /// Hands the state over and execs the checked binary. Returns only if ck could not
-    /// re-execute (the old image carries on, every descriptor closed on exec again).
-    pub(in crate::supervisor) fn reexec(
-        &mut self,
-        lock: BorrowedFd<'_>,
-        control: BorrowedFd<'_>,
-        metrics: Option<BorrowedFd<'_>>,
-    ) {
-        let Some(upgrade) = self.continuity.upgrade.take() else {
-            return;
-        };
-        // The workers' output: what is read is written; what is not stays in the pipes.
-        let paused = self
-            .table
-            .output
-            .as_ref()
-            .map(|o| o.pause(Duration::from_millis(200)));
-        let error = match self.upgrade_refused() {
-            Some(why) => why,
-            None => match self.exec_image(&upgrade.binary, lock, control, metrics) {
-                Ok(never) => match never {},
-                Err(e) => format!(
-                    "re-executing {} failed: {e:#}; ck carries on",
-                    upgrade.binary.display()
-                ),
-            },
-        };
-        drop(paused);
-        tracing::error!(reason = %error, "upgrade failed");
-        self.continuity.last_upgrade = Some(format!("failed: {error}"));
-    }
-
-    fn exec_image(
-        &self,
-        binary: &Path,
-        lock: BorrowedFd<'_>,
-        control: BorrowedFd<'_>,
-        metrics: Option<BorrowedFd<'_>>,
-    ) -> anyhow::Result<std::convert::Infallible> {
-        use anyhow::Context as _;
-        let mut prepared = self.prepare_handover(Some(lock), Some(control), metrics);
-        prepared.handover.upgrades += 1;
-        let state = serde_json::to_vec(&prepared.handover).context("serializing the state")?;
-        let memfd = reexec::state_memfd(&state).context("writing the state to a memfd")?;
-        let keep = |keep: bool| {
-            prepared
-                .fds
-                .iter()
-                .try_for_each(|fd| reexec::keep_across_exec(*fd, keep))
-        };
-        let args: Vec<_> = std::env::args_os().skip(1).collect();
-        let workers = prepared
-            .handover
-            .slots
+fn exec_image(
+    view: View<'_>,
+    started: Instant,
+    binary: &Path,
+    lock: BorrowedFd<'_>,
+    control: BorrowedFd<'_>,
+    metrics: Option<BorrowedFd<'_>>,
+) -> anyhow::Result<std::convert::Infallible> {
+    use anyhow::Context as _;
+    let mut prepared = prepare(view, started, Some(lock), Some(control), metrics);
+    prepared.handover.upgrades += 1;
+    let state = serde_json::to_vec(&prepared.handover).context("serializing the state")?;
+    let memfd = reexec::state_memfd(&state).context("writing the state to a memfd")?;
+    let keep = |keep: bool| {
+        prepared
+            .fds
             .iter()
-            .filter(|s| s.worker.is_some())
-            .count();
-        tracing::info!(
-            binary = %binary.display(),
-            workers,
-            fds = prepared.fds.len(),
-            state_bytes = state.len(),
-            format = FORMAT,
-            "upgrade: handing over and re-executing"
-        );
-        // What is logged so far reaches stderr before the exec.
-        crate::supervisor::output::sink::flush(Duration::from_millis(200));
-        let result = keep(true)
-            .and_then(|()| reexec::block_handled())
-            .map(|()| reexec::exec(binary, &args, memfd.as_raw_fd()));
-        // Still here: nothing was replaced. Close on exec again what the workers must not get.
-        let _ = reexec::unblock_handled();
-        let _ = keep(false);
-        match result {
-            Ok(exec_error) => Err(exec_error).context("execve"),
-            Err(e) => Err(e).context("keeping descriptors across the exec"),
-        }
+            .try_for_each(|fd| reexec::keep_across_exec(*fd, keep))
+    };
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let workers = prepared
+        .handover
+        .slots
+        .iter()
+        .filter(|s| s.worker.is_some())
+        .count();
+    tracing::info!(
+        binary = %binary.display(),
+        workers,
+        fds = prepared.fds.len(),
+        state_bytes = state.len(),
+        format = FORMAT,
+        "upgrade: handing over and re-executing"
+    );
+    // What is logged so far reaches stderr before the exec.
+    crate::supervisor::output::sink::flush(Duration::from_millis(200));
+    let result = keep(true)
+        .and_then(|()| reexec::block_handled())
+        .map(|()| reexec::exec(binary, &args, memfd.as_raw_fd()));
+    // Still here: nothing was replaced. Close on exec again what the workers must not get.
+    let _ = reexec::unblock_handled();
+    let _ = keep(false);
+    match result {
+        Ok(exec_error) => Err(exec_error).context("execve"),
+        Err(e) => Err(e).context("keeping descriptors across the exec"),
     }
 }

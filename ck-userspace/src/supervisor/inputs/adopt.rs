@@ -191,7 +191,7 @@ impl Supervisor {
         };
         self.apply(index, Input::Adopted);
         if self.groups.len() == 1 {
-            self.watch_holder(index, holder);
+            super::members::watch_holder(&mut self.table, &self.events, index, holder);
         }
         self.check_steering_soon();
         match self.cfg.ready {

@@ -10,10 +10,15 @@ use socket2::Socket;
 use tokio::task::JoinHandle;
 
 use crate::os::pidfd;
+use tokio::sync::mpsc::UnboundedSender;
+
 use crate::supervisor::{
     Event, Supervisor,
     lifecycle::{Input, Life},
-    slots::slot::{Slot, Worker},
+    slots::{
+        SlotTable,
+        slot::{Slot, Worker},
+    },
 };
 
 impl Supervisor {
@@ -44,7 +49,7 @@ impl Supervisor {
         };
         let id = self.table.next_worker_id;
         self.table.next_worker_id += 1;
-        let task = self.watch_member(index, id, watcher);
+        let task = watch_member(&self.events, index, id, watcher);
         let selected_base = self.groups.slot_stats(index).selected;
         let worker = Worker::member(pid, pidfd, selected_base, latency_us, task);
         let life = Life::member(self.cfg.restart, root);
@@ -60,58 +65,6 @@ impl Supervisor {
         self.apply(index, Input::Spawned { id });
         self.apply(index, Input::Adopted);
         self.mark_ready(index, format!("a listener of slot {root}'s process tree"));
-    }
-
-    /// The task that sends member slot `index`'s `MemberExited` once the process behind
-    /// `watcher` (not ck's child) exits.
-    pub(in crate::supervisor) fn watch_member(
-        &self,
-        index: u32,
-        id: u64,
-        watcher: OwnedFd,
-    ) -> JoinHandle<()> {
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let _ = pidfd::exited(watcher).await;
-            let _ = events.send(Event::MemberExited {
-                slot: index,
-                worker: id,
-            });
-        })
-    }
-
-    /// Watches `holder`, the process holding root slot `index`'s adopted socket, when it is
-    /// not the worker itself.
-    pub(in crate::supervisor) fn watch_holder(&mut self, index: u32, holder: u32) {
-        let Some(slot) = self.table.slots.get(&index) else {
-            return;
-        };
-        let (Some(worker), Some(id)) = (slot.worker.as_ref(), slot.worker_id()) else {
-            return;
-        };
-        if worker.pid == holder {
-            return;
-        }
-        let events = self.events.clone();
-        let Ok(watcher) = pidfd::open(holder) else {
-            // Gone already (e.g. while ck re-executed itself): as if it exited now.
-            let _ = events.send(Event::HolderExited {
-                slot: index,
-                worker: id,
-            });
-            return;
-        };
-        let task = tokio::spawn(async move {
-            let _ = pidfd::exited(watcher).await;
-            let _ = events.send(Event::HolderExited {
-                slot: index,
-                worker: id,
-            });
-        });
-        if let Some(worker) = self.table.worker_mut(index) {
-            worker.tasks.push(task);
-            worker.holder = Some(holder);
-        }
     }
 
     /// A member's process exited: the slot leaves (its socket closes after the publish).
@@ -163,5 +116,62 @@ impl Supervisor {
         if !members.is_empty() {
             self.apply_all(members);
         }
+    }
+}
+
+/// The task that sends member slot `index`'s `MemberExited` once the process behind
+/// `watcher` (not ck's child) exits.
+pub(in crate::supervisor) fn watch_member(
+    events: &UnboundedSender<Event>,
+    index: u32,
+    id: u64,
+    watcher: OwnedFd,
+) -> JoinHandle<()> {
+    let events = events.clone();
+    tokio::spawn(async move {
+        let _ = pidfd::exited(watcher).await;
+        let _ = events.send(Event::MemberExited {
+            slot: index,
+            worker: id,
+        });
+    })
+}
+
+/// Watches `holder`, the process holding root slot `index`'s adopted socket, when it is
+/// not the worker itself.
+pub(in crate::supervisor) fn watch_holder(
+    table: &mut SlotTable,
+    events: &UnboundedSender<Event>,
+    index: u32,
+    holder: u32,
+) {
+    let Some(slot) = table.slots.get(&index) else {
+        return;
+    };
+    let (Some(worker), Some(id)) = (slot.worker.as_ref(), slot.worker_id()) else {
+        return;
+    };
+    if worker.pid == holder {
+        return;
+    }
+    let events = events.clone();
+    let Ok(watcher) = pidfd::open(holder) else {
+        // Gone already (e.g. while ck re-executed itself): as if it exited now.
+        let _ = events.send(Event::HolderExited {
+            slot: index,
+            worker: id,
+        });
+        return;
+    };
+    let task = tokio::spawn(async move {
+        let _ = pidfd::exited(watcher).await;
+        let _ = events.send(Event::HolderExited {
+            slot: index,
+            worker: id,
+        });
+    });
+    if let Some(worker) = table.worker_mut(index) {
+        worker.tasks.push(task);
+        worker.holder = Some(holder);
     }
 }
