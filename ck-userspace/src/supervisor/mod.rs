@@ -16,6 +16,7 @@
 mod carry_on;
 pub mod continuity;
 mod executor;
+mod feed;
 pub mod fleet;
 mod groups;
 mod inputs;
@@ -203,7 +204,9 @@ impl Supervisor {
             Event::QuietTick => self.on_quiet_tick(),
             Event::Reload => self.reload(None),
             Event::Tick => self.on_tick(),
-            Event::ProbeTick => self.on_probe_tick(),
+            Event::ProbeTick => {
+                inputs::probes::start(&self.cfg, &self.groups, &mut self.table, &self.events)
+            }
             Event::ProbeResult {
                 slot,
                 worker,

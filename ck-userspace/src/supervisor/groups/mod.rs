@@ -62,6 +62,17 @@ impl<'a> IntoIterator for &'a mut Groups {
 }
 
 impl Groups {
+    /// `least-conn`'s sampled counts of the slots `indices`, written to every group's program.
+    pub fn sample_connections(&mut self, indices: &[u32]) {
+        for group in self.0.iter_mut() {
+            if let Some(bpf) = &mut group.bpf
+                && let Err(e) = bpf.sample_connections(indices.iter().copied())
+            {
+                tracing::warn!(group = %group.addr, "writing least-conn's sampled counts: {e}");
+            }
+        }
+    }
+
     /// The TCP groups (connections, accept queues and probes are theirs).
     pub fn tcp(&self) -> impl Iterator<Item = &Group> {
         self.0.iter().filter(|g| !g.addr.is_udp())

@@ -13,12 +13,11 @@ use aya::maps::{MapData, RingBuf};
 use ck_common::ListenEvent;
 use socket2::Socket;
 
-use crate::supervisor::{Event, Group, Supervisor, lifecycle::Input};
+use crate::supervisor::{Event, Group, groups::Groups, inputs::Inputs, slots::SlotTable};
 use crate::{
     bpf::adopt::{self, AdoptHooks},
     os::pidfd,
     os::sock_diag,
-    settings::run_config::ReadyMode,
 };
 
 /// Attaches the hooks for `cfg`'s ports to the instance's cgroup, before any worker starts.
@@ -58,17 +57,46 @@ fn monotonic_ns() -> u64 {
         .unwrap_or(0)
 }
 
-impl Supervisor {
+/// What copying a socket a worker holds led to.
+pub(in crate::supervisor) enum Copied {
+    /// Nothing more to do (already the slot's, gone, not ck's, or waiting for other groups).
+    Nothing,
+    /// A further listener of root slot `root`'s tree (one group): a member slot of its own.
+    Member {
+        root: u32,
+        pid: u32,
+        socket: Socket,
+        latency_us: Option<u64>,
+    },
+    /// Every group has slot `index`'s socket, held by `holder`: the adoption is complete
+    /// (`said_ready`: its worker said READY=1 meanwhile).
+    Complete {
+        index: u32,
+        holder: u32,
+        said_ready: bool,
+    },
+}
+
+impl Inputs {
     /// A process of the instance's cgroup started to listen (TCP) or bound a UDP socket to one
-    /// of the instance's ports: the event's cookie tells which socket, so which protocol.
-    pub(in crate::supervisor) fn on_listened(&mut self, event: ListenEvent) {
+    /// of the instance's ports: the event's cookie tells which socket, so which protocol. The
+    /// group's position, the socket's inode and the latency since the event, to adopt.
+    pub(in crate::supervisor) fn listened(
+        &mut self,
+        groups: &Groups,
+        table: &SlotTable,
+        event: ListenEvent,
+    ) -> Option<(usize, u64, u64)> {
         let port = event.port as u16;
         let v6 = event.family == libc::AF_INET6 as u32;
         let mut found = None;
         for udp in [false, true] {
             let sockets = match group_sockets(udp, port, v6) {
                 Ok(sockets) => sockets,
-                Err(e) => return tracing::warn!(port, udp, "listing sockets failed: {e}"),
+                Err(e) => {
+                    tracing::warn!(port, udp, "listing sockets failed: {e}");
+                    return None;
+                }
             };
             if let Some(socket) = sockets.into_iter().find(|l| l.cookie == event.cookie) {
                 found = Some((udp, socket));
@@ -76,24 +104,22 @@ impl Supervisor {
             }
         }
         // Gone already (the worker closed it, or died): nothing to adopt.
-        let Some((udp, listener)) = found else {
-            return;
-        };
+        let (udp, listener) = found?;
         let of_group = |g: &Group| g.addr.addr.port() == port && g.addr.is_udp() == udp;
-        let Some(position) = self.groups.iter().position(of_group) else {
-            let holder = self.table.holder_in_fleet(listener.inode);
+        let Some(position) = groups.iter().position(of_group) else {
+            let holder = table.holder_in_fleet(listener.inode);
             let (slot, pid) = (holder.map(|h| h.0), holder.map(|h| h.1));
             // The same port in the other protocol (a DNS server's TCP listener beside its UDP
             // group): the worker serves that socket alone, unsteered.
-            if self.groups.iter().any(|g| g.addr.addr.port() == port) {
-                if !self.inputs.other_protocol_seen.insert((port, udp)) {
-                    return;
+            if groups.iter().any(|g| g.addr.addr.port() == port) {
+                if !self.other_protocol_seen.insert((port, udp)) {
+                    return None;
                 }
                 let (what, scheme) = match udp {
                     true => ("bound a UDP socket to", "udp"),
                     false => ("listens with TCP on", "tcp"),
                 };
-                return tracing::warn!(
+                tracing::warn!(
                     port,
                     ?slot,
                     ?pid,
@@ -101,109 +127,110 @@ impl Supervisor {
                      adopted, each worker serves its own (add --listen {scheme}://HOST:{port} to \
                      steer them too); said once"
                 );
+                return None;
             }
-            return tracing::warn!(
+            tracing::warn!(
                 port,
                 ?slot,
                 ?pid,
                 "a worker listens on a port that is not one of the instance's: not adopted \
                  (it binds another port than $PORT?)"
             );
+            return None;
         };
         let latency = monotonic_ns().saturating_sub(event.ktime_ns) / 1000;
-        self.adopt_listener(position, listener.inode, Some(latency));
+        Some((position, listener.inode, latency))
     }
+}
 
-    /// Adopts listeners of the instance's ports held by workers and not adopted yet (in case a
-    /// listen event was lost).
-    pub(in crate::supervisor) fn scan_unadopted(&mut self) {
-        for position in 0..self.groups.len() {
-            let addr = self.groups[position].addr;
-            let Ok(listeners) = group_sockets(addr.is_udp(), addr.addr.port(), addr.addr.is_ipv6())
-            else {
-                continue;
-            };
-            let own = self.table.own_inodes(position);
-            for listener in listeners.iter().filter(|l| !own.contains(&l.inode)) {
-                self.adopt_listener(position, listener.inode, None);
-            }
-        }
+/// Listeners of group `position`'s port held by workers and not adopted yet (in case a listen
+/// event was lost): their inodes.
+pub(in crate::supervisor) fn unadopted(
+    groups: &Groups,
+    table: &SlotTable,
+    position: usize,
+) -> Vec<u64> {
+    let addr = groups[position].addr;
+    let Ok(listeners) = group_sockets(addr.is_udp(), addr.addr.port(), addr.addr.is_ipv6()) else {
+        return Vec::new();
+    };
+    let own = table.own_inodes(position);
+    listeners
+        .iter()
+        .filter(|l| !own.contains(&l.inode))
+        .map(|l| l.inode)
+        .collect()
+}
+
+/// Takes a copy of socket `inode` from the worker holding it into its slot, for group
+/// `position`; says when the slot has one for every group (or the socket is a further listener).
+pub(in crate::supervisor) fn copy(
+    groups: &Groups,
+    table: &mut SlotTable,
+    position: usize,
+    inode: u64,
+    latency_us: Option<u64>,
+) -> Copied {
+    if table.own_inodes(position).contains(&inode) {
+        return Copied::Nothing;
     }
-
-    /// Takes a copy of socket `inode` from the worker holding it into its slot, for group
-    /// `position`; commits the slot's sockets once every group has one.
-    fn adopt_listener(&mut self, position: usize, inode: u64, latency_us: Option<u64>) {
-        if self.table.own_inodes(position).contains(&inode) {
-            return;
+    let Some((index, pid, fd)) = table.holder_in_fleet(inode) else {
+        return Copied::Nothing;
+    };
+    let copy = pidfd::open(pid).and_then(|pidfd| pidfd::get_fd(&pidfd, fd));
+    let socket = match copy {
+        Ok(fd) => Socket::from(fd),
+        Err(e) => {
+            tracing::warn!(slot = index, pid, "taking the worker's socket failed: {e}");
+            return Copied::Nothing;
         }
-        let Some((index, pid, fd)) = self.table.holder_in_fleet(inode) else {
-            return;
-        };
-        let copy = pidfd::open(pid).and_then(|pidfd| pidfd::get_fd(&pidfd, fd));
-        let socket = match copy {
-            Ok(fd) => Socket::from(fd),
-            Err(e) => {
-                return tracing::warn!(slot = index, pid, "taking the worker's socket failed: {e}");
-            }
-        };
-        let groups = self.groups.len();
-        let Some(slot) = self.table.slots.get_mut(&index) else {
-            return;
-        };
-        slot.adopting.resize_with(groups, || None);
-        let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
-        if slot.adopting[position].is_some() || adopted {
-            if groups == 1 {
-                return self.adopt_member(index, pid, socket, latency_us);
-            }
-            return tracing::warn!(
-                slot = index,
+    };
+    let count = groups.len();
+    let Some(slot) = table.slots.get_mut(&index) else {
+        return Copied::Nothing;
+    };
+    slot.adopting.resize_with(count, || None);
+    let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
+    if slot.adopting[position].is_some() || adopted {
+        if count == 1 {
+            return Copied::Member {
+                root: index,
                 pid,
-                group = %self.groups[position].name,
-                "a second listening socket on the port in one worker's process tree: with \
-                 several groups only the first of each is steered"
-            );
+                socket,
+                latency_us,
+            };
         }
-        tracing::debug!(
+        tracing::warn!(
             slot = index,
             pid,
-            fd = socket.as_raw_fd(),
-            "worker socket copied"
+            group = %groups[position].name,
+            "a second listening socket on the port in one worker's process tree: with \
+             several groups only the first of each is steered"
         );
-        slot.adopting[position] = Some(socket);
-        if slot.adopting.iter().all(Option::is_some) {
-            self.commit_adoption(index, latency_us, pid);
-        }
+        return Copied::Nothing;
     }
-
-    /// Every group has the worker's socket: the lifecycle's `Adopted` installs them (into the
-    /// maps, then as the slot's sockets: see the executor), then the worker's readiness.
-    fn commit_adoption(&mut self, index: u32, latency_us: Option<u64>, holder: u32) {
-        let Some(slot) = self.table.slots.get_mut(&index) else {
-            return;
-        };
-        let said_ready = match slot.worker.as_mut() {
-            Some(worker) => {
-                worker.adopt_latency_us = latency_us;
-                worker.said_ready
-            }
-            None => false,
-        };
-        self.apply(index, Input::Adopted);
-        if self.groups.len() == 1 {
-            super::members::watch_holder(&mut self.table, &self.events, index, holder);
+    tracing::debug!(
+        slot = index,
+        pid,
+        fd = socket.as_raw_fd(),
+        "worker socket copied"
+    );
+    slot.adopting[position] = Some(socket);
+    if !slot.adopting.iter().all(Option::is_some) {
+        return Copied::Nothing;
+    }
+    // Every group has the worker's socket: the lifecycle's `Adopted` installs them (into
+    // the maps, then as the slot's sockets: see the executor), then the worker's readiness.
+    let said_ready = match slot.worker.as_mut() {
+        Some(worker) => {
+            worker.adopt_latency_us = latency_us;
+            worker.said_ready
         }
-        self.check_steering_soon();
-        match self.cfg.ready {
-            ReadyMode::Notify | ReadyMode::Probe if !said_ready => {}
-            ReadyMode::Notify => self.mark_ready(index, "READY=1, and listening (adopted)".into()),
-            ReadyMode::Probe => self.mark_ready(
-                index,
-                "the readiness probe passed, and listening (adopted)".into(),
-            ),
-            ReadyMode::Auto | ReadyMode::Spawn => {
-                self.mark_ready(index, "listening on the instance's port (adopted)".into())
-            }
-        }
+        None => false,
+    };
+    Copied::Complete {
+        index,
+        holder: pid,
+        said_ready,
     }
 }

@@ -16,151 +16,157 @@
 use std::{net::SocketAddr, time::Instant};
 
 use crate::supervisor::{
-    Supervisor,
+    groups::Groups,
+    inputs::Found,
     inputs::accept_probe::{self, Step},
     lifecycle::State,
-    slots::slot::{Slot, Worker},
+    slots::{
+        SlotTable,
+        slot::{Slot, Worker},
+    },
 };
 use crate::{
     os::{notify, probe, readiness, sock_diag, sockets},
-    settings::run_config::ReadyMode,
+    settings::run_config::{ReadyMode, RunConfig},
 };
 
-impl Supervisor {
-    /// Whether some starting worker is watched for readiness (ticks stay fast meanwhile).
-    pub(in crate::supervisor) fn watching_readiness(&self) -> bool {
-        self.detects_readiness() && self.table.slots.values().any(is_silent_starter)
-    }
+/// Whether some starting worker is watched for readiness (ticks stay fast meanwhile).
+pub(in crate::supervisor) fn watching(cfg: &RunConfig, table: &SlotTable) -> bool {
+    detects(cfg) && table.slots.values().any(is_silent_starter)
+}
 
-    fn detects_readiness(&self) -> bool {
-        self.cfg.ready == ReadyMode::Auto && !self.cfg.adopt
-    }
+fn detects(cfg: &RunConfig) -> bool {
+    cfg.ready == ReadyMode::Auto && !cfg.adopt
+}
 
-    /// Where accept probes go, the probe port base and the position of the (first TCP) group
-    /// they go to, when the program steers them to their slot (attached and checked) and
-    /// `CK_READY_DETECT=proc` does not turn them off.
-    fn accept_probe_route(&self) -> Option<(SocketAddr, u16, usize)> {
-        if self.cfg.no_bpf || !self.groups.steering_verified() || accept_probe::forced_off() {
-            return None;
-        }
-        let (position, group) = self
-            .groups
-            .iter()
-            .enumerate()
-            .find(|(_, g)| !g.addr.is_udp())?;
-        Some((
-            probe::target_of(group.addr.addr),
-            self.cfg.health.probe_port_base,
-            position,
-        ))
+/// Where accept probes go, the probe port base and the position of the (first TCP) group
+/// they go to, when the program steers them to their slot (attached and checked) and
+/// `CK_READY_DETECT=proc` does not turn them off.
+fn accept_probe_route(cfg: &RunConfig, groups: &Groups) -> Option<(SocketAddr, u16, usize)> {
+    if cfg.no_bpf || !groups.steering_verified() || accept_probe::forced_off() {
+        return None;
     }
+    let (position, group) = groups.iter().enumerate().find(|(_, g)| !g.addr.is_udp())?;
+    Some((
+        probe::target_of(group.addr.addr),
+        cfg.health.probe_port_base,
+        position,
+    ))
+}
 
-    /// Marks ready every silent starting worker that accepts on its socket: seen by its accept
-    /// probe, or by the `/proc` scan while the probe is not in its queue.
-    pub(in crate::supervisor) fn detect_ready(&mut self) {
-        if !self.detects_readiness() {
-            return;
-        }
-        let route = self.accept_probe_route();
-        let now = Instant::now();
-        let mut ready: Vec<(u32, &'static str)> = Vec::new();
-        for slot in self.table.slots.values_mut() {
-            if !is_silent_starter(slot) {
-                // It spoke on NOTIFY_SOCKET: READY=1 decides, the probe has nothing to add.
-                if let Some(worker) = slot.worker.as_mut() {
-                    worker.accept_probe.end();
-                }
-                continue;
-            }
-            let queue = route
-                .and_then(|(_, _, position)| slot.sockets.get(position))
-                .and_then(|s| sockets::accept_queue_len(s).ok());
-            let index = slot.index;
-            let Some(worker) = slot.worker.as_mut() else {
-                continue;
-            };
-            let probe = &mut worker.accept_probe;
-            if let (Some((target, base, _)), Some(queue)) = (route, queue) {
-                let sent = probe::source_of(target, base, index)
-                    .is_some_and(|source| probe.send(target, source, queue, now));
-                // The queue is read again at the next tick, with the probe in it.
-                if !sent && probe.step(queue, now) == Step::Accepted {
-                    ready.push((index, accept_probe::REASON));
-                    continue;
-                }
-            }
-            if probe.armed() {
-                continue;
-            }
-            let inodes: Vec<u64> = slot
-                .sockets
-                .iter()
-                .filter_map(|s| sock_diag::inode_of(s).ok())
-                .collect();
-            if let Some(how) = readiness::accepting(&processes(worker), &inodes) {
-                ready.push((index, how.reason()));
-            }
-        }
-        for (index, why) in ready {
-            self.mark_ready(index, why.to_string());
-        }
+/// Marks ready every silent starting worker that accepts on its socket: seen by its accept
+/// probe, or by the `/proc` scan while the probe is not in its queue: the slots found ready,
+/// with why.
+pub(in crate::supervisor) fn ready_now(
+    cfg: &RunConfig,
+    groups: &Groups,
+    table: &mut SlotTable,
+) -> Vec<(u32, Found)> {
+    if !detects(cfg) {
+        return Vec::new();
     }
-
-    /// `--ready-grace` is over for the worker of run `epoch` on `index`: if it is still a silent
-    /// starter, it is taken as ready only if ck cannot see whether it accepts; else it keeps
-    /// starting (one log line says so), watched until it accepts or its ready timeout.
-    pub(in crate::supervisor) fn on_ready_grace(&mut self, index: u32, epoch: u64) {
-        let Some(slot) = self.table.slots.get(&index) else {
-            return;
-        };
-        if !matches!(slot.life.state, State::Starting(run) if run.id == epoch) {
-            return;
-        }
+    let route = accept_probe_route(cfg, groups);
+    let now = Instant::now();
+    let mut ready: Vec<(u32, &'static str)> = Vec::new();
+    for slot in table.slots.values_mut() {
         if !is_silent_starter(slot) {
-            return;
+            // It spoke on NOTIFY_SOCKET: READY=1 decides, the probe has nothing to add.
+            if let Some(worker) = slot.worker.as_mut() {
+                worker.accept_probe.end();
+            }
+            continue;
         }
-        let Some(worker) = slot.worker.as_ref() else {
-            return;
+        let queue = route
+            .and_then(|(_, _, position)| slot.sockets.get(position))
+            .and_then(|s| sockets::accept_queue_len(s).ok());
+        let index = slot.index;
+        let Some(worker) = slot.worker.as_mut() else {
+            continue;
         };
-        let pid = worker.pid;
-        let grace = self.cfg.ready_grace;
-        // The accept probe sees an accept without reading /proc.
-        let probe_sees = self.accept_probe_route().is_some() && !worker.accept_probe.off();
-        let cannot = match probe_sees {
-            true => None,
-            false => readiness::undetectable(&processes(worker)),
-        };
-        match cannot {
-            Some(cannot) => self.mark_ready(
-                index,
-                format!(
-                    "sent nothing on NOTIFY_SOCKET within --ready-grace {grace:?}, and {cannot}; \
-                     taken as ready (use --ready notify or --ready probe to wait for a sign)"
-                ),
-            ),
-            None => tracing::info!(
+        let probe = &mut worker.accept_probe;
+        if let (Some((target, base, _)), Some(queue)) = (route, queue) {
+            let sent = probe::source_of(target, base, index)
+                .is_some_and(|source| probe.send(target, source, queue, now));
+            // The queue is read again at the next tick, with the probe in it.
+            if !sent && probe.step(queue, now) == Step::Accepted {
+                ready.push((index, accept_probe::REASON));
+                continue;
+            }
+        }
+        if probe.armed() {
+            continue;
+        }
+        let inodes: Vec<u64> = slot
+            .sockets
+            .iter()
+            .filter_map(|s| sock_diag::inode_of(s).ok())
+            .collect();
+        if let Some(how) = readiness::accepting(&processes(worker), &inodes) {
+            ready.push((index, how.reason()));
+        }
+    }
+    ready
+        .into_iter()
+        .map(|(index, why)| (index, Found::Ready(why.to_string())))
+        .collect()
+}
+
+/// `--ready-grace` is over for the worker of run `epoch` on `index`: if it is still a silent
+/// starter, it is taken as ready only if ck cannot see whether it accepts; else it keeps
+/// starting (one log line says so), watched until it accepts or its ready timeout. Why it is
+/// ready, if it is.
+pub(in crate::supervisor) fn grace_over(
+    cfg: &RunConfig,
+    groups: &Groups,
+    table: &SlotTable,
+    index: u32,
+    epoch: u64,
+) -> Option<Found> {
+    let slot = table.slots.get(&index)?;
+    if !matches!(slot.life.state, State::Starting(run) if run.id == epoch) {
+        return None;
+    }
+    if !is_silent_starter(slot) {
+        return None;
+    }
+    let worker = slot.worker.as_ref()?;
+    let pid = worker.pid;
+    let grace = cfg.ready_grace;
+    // The accept probe sees an accept without reading /proc.
+    let probe_sees = accept_probe_route(cfg, groups).is_some() && !worker.accept_probe.off();
+    let cannot = match probe_sees {
+        true => None,
+        false => readiness::undetectable(&processes(worker)),
+    };
+    match cannot {
+        Some(cannot) => Some(Found::Ready(format!(
+            "sent nothing on NOTIFY_SOCKET within --ready-grace {grace:?}, and {cannot}; \
+             taken as ready (use --ready notify or --ready probe to wait for a sign)"
+        ))),
+        None => {
+            tracing::info!(
                 slot = index,
                 pid,
                 reason = %format!(
                     "silent for --ready-grace {grace:?} and not waiting for connections yet"
                 ),
-                timeout = ?self.cfg.ready_timeout,
+                timeout = ?cfg.ready_timeout,
                 "worker still starting: ready once it accepts (or READY=1), else stopped at \
                  --ready-timeout"
-            ),
+            );
+            None
         }
     }
+}
 
-    /// Whether the readiness probe alone makes the worker of `index` ready (`--ready probe`,
-    /// while it starts): a `READY=1` then changes nothing.
-    pub(in crate::supervisor) fn probe_decides(&self, index: u32) -> bool {
-        self.cfg.ready == ReadyMode::Probe
-            && self
-                .table
-                .slots
-                .get(&index)
-                .is_some_and(|s| matches!(s.life.state, State::Starting(_)))
-    }
+/// Whether the readiness probe alone makes the worker of `index` ready (`--ready probe`,
+/// while it starts): a `READY=1` then changes nothing.
+pub(in crate::supervisor) fn probe_decides(cfg: &RunConfig, table: &SlotTable, index: u32) -> bool {
+    cfg.ready == ReadyMode::Probe
+        && table
+            .slots
+            .get(&index)
+            .is_some_and(|s| matches!(s.life.state, State::Starting(_)))
 }
 
 /// Whether the slot's worker is starting and has said nothing on `NOTIFY_SOCKET` (nor has a

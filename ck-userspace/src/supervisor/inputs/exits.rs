@@ -14,10 +14,13 @@ use ck_common::exits::ExitEvent;
 use crate::bpf::exits::{self, ExitWatch};
 use nix::sys::signal::Signal;
 
+use crate::settings::run_config::RunConfig;
 use crate::settings::stop_signal::StopSignal;
 use crate::supervisor::{
-    Event, Supervisor,
+    Event,
+    inputs::Inputs,
     lifecycle::{After, State},
+    slots::SlotTable,
 };
 
 /// How ck learned that a worker exited.
@@ -74,29 +77,33 @@ pub(in crate::supervisor) fn start(events: &tokio::sync::mpsc::UnboundedSender<E
     });
 }
 
-impl Supervisor {
-    /// A watched process began to exit: a worker that died on its own is handled as exited now.
-    pub(in crate::supervisor) fn on_exiting(&mut self, exit: ExitEvent) {
-        let found = self.table.slots.iter().find_map(|(index, slot)| {
-            slot.worker
-                .as_ref()
-                .filter(|w| w.pid == exit.pid && slot.life.member_of.is_none())?;
-            let asked = matches!(slot.life.state, State::Stopping(..));
-            Some((*index, slot.worker_id()?, asked))
-        });
-        let Some((index, id, asked)) = found else {
-            return;
-        };
-        if asked || self.stopping {
-            return;
-        }
-        self.on_exit(
-            index,
-            id,
-            Ok(ExitStatus::from_raw(exit.status)),
-            ExitReport::Tracepoint,
-        );
+/// A death as the fleet executor takes it (`executor::fleet::on_death`).
+pub(in crate::supervisor) struct Death {
+    /// Killed by a signal only others send (see [`killed_from_outside`]).
+    pub outside: bool,
+    /// Words for a roll's abort, should the worker be one of its replacements.
+    pub why: String,
+}
+
+/// A watched process began to exit: the slot, worker and status to handle as exited now, for a
+/// worker that died on its own (one ck asked to stop, or any while ck stops, is left to its
+/// pidfd).
+pub(in crate::supervisor) fn exiting(
+    table: &SlotTable,
+    stopping: bool,
+    exit: ExitEvent,
+) -> Option<(u32, u64, ExitStatus)> {
+    let (index, id, asked) = table.slots.iter().find_map(|(index, slot)| {
+        slot.worker
+            .as_ref()
+            .filter(|w| w.pid == exit.pid && slot.life.member_of.is_none())?;
+        let asked = matches!(slot.life.state, State::Stopping(..));
+        Some((*index, slot.worker_id()?, asked))
+    })?;
+    if asked || stopping {
+        return None;
     }
+    Some((index, id, ExitStatus::from_raw(exit.status)))
 }
 
 /// Describes how a process ended: `exit 0`, `exit 3`, `signal SIGKILL`.
@@ -134,23 +141,24 @@ pub(crate) fn killed_from_outside(
         || signal == stop_signal.signal()
 }
 
-impl Supervisor {
-    /// Slot `index`'s worker `id` exited with `status`, as `seen` says.
-    pub(in crate::supervisor) fn on_exit(
+impl Inputs {
+    /// Slot `index`'s worker `id` exited with `status`, as `seen` says: its exit recorded and
+    /// logged, the death for the fleet executor returned (None: not the slot's worker).
+    pub(in crate::supervisor) fn exited(
         &mut self,
+        table: &mut SlotTable,
+        cfg: &RunConfig,
         index: u32,
         id: u64,
         status: std::io::Result<ExitStatus>,
-        seen: crate::supervisor::inputs::exits::ExitReport,
-    ) {
-        let Some(slot) = self.table.slots.get_mut(&index) else {
-            return;
-        };
+        seen: ExitReport,
+    ) -> Option<Death> {
+        let slot = table.slots.get_mut(&index)?;
         let (Some(worker), Some(ran)) = (slot.worker_of(id), slot.uptime()) else {
-            return;
+            return None;
         };
         let pid = worker.pid;
-        if let Some(watch) = &mut self.inputs.exit_watch {
+        if let Some(watch) = &mut self.exit_watch {
             watch.unwatch(pid);
         }
         let reason = describe_exit(&status);
@@ -168,17 +176,17 @@ impl Supervisor {
             seen = seen.name(),
             "worker exited"
         );
-        let outside = killed_from_outside(&status, self.cfg.stop_signal);
+        let outside = killed_from_outside(&status, cfg.stop_signal);
         // Words for the roll's abort, should the worker be one of its replacements.
         let why = if never_ready {
             format!(
                 "was not ready within --ready-timeout {:?}",
-                self.cfg.ready_timeout
+                cfg.ready_timeout
             )
         } else {
             format!("exited before it was flipped in ({reason})")
         };
-        crate::supervisor::executor::fleet::on_death(self, index, outside, why);
+        Some(Death { outside, why })
     }
 }
 

@@ -17,11 +17,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::settings::run_config::RunConfig;
 use crate::supervisor::{
-    Supervisor,
-    inputs::queue_motion,
+    groups::Groups,
+    inputs::{Found, Inputs, detect, queue_motion},
     lifecycle::{Input, State},
-    operations::leaving,
+    slots::SlotTable,
 };
 
 /// A worker's health as the supervisor sees it.
@@ -77,101 +78,82 @@ pub(in crate::supervisor) enum Signal {
     Stall,
 }
 
-impl Supervisor {
-    /// Sets or clears one health signal of `index`'s worker; tells the lifecycle when the
-    /// worker's verdict (healthy or not) changes.
-    pub(in crate::supervisor) fn set_health(
-        &mut self,
-        index: u32,
-        signal: Signal,
-        bad: bool,
-        detail: &str,
-    ) {
-        let Some(worker) = self.table.worker_mut(index) else {
-            return;
-        };
-        let was_healthy = worker.health.is_healthy();
-        let flag = match signal {
-            Signal::Watchdog => &mut worker.health.watchdog,
-            Signal::Probe => &mut worker.health.probe,
-            Signal::Stall => &mut worker.health.stalled,
-        };
-        if *flag == bad {
-            return;
-        }
-        *flag = bad;
-        let healthy = worker.health.is_healthy();
-        if bad {
-            worker.health.since.get_or_insert_with(Instant::now);
-        } else if healthy {
-            worker.health.since = None;
-        }
-        if healthy != was_healthy {
-            let why = format!("{signal:?}: {detail}");
-            self.apply(index, Input::Health { healthy, why });
-        }
+/// Sets or clears one health signal of `index`'s worker; the input that tells the lifecycle
+/// when the worker's verdict (healthy or not) changes.
+pub(in crate::supervisor) fn set(
+    table: &mut SlotTable,
+    index: u32,
+    signal: Signal,
+    bad: bool,
+    detail: &str,
+) -> Option<Input> {
+    let worker = table.worker_mut(index)?;
+    let was_healthy = worker.health.is_healthy();
+    let flag = match signal {
+        Signal::Watchdog => &mut worker.health.watchdog,
+        Signal::Probe => &mut worker.health.probe,
+        Signal::Stall => &mut worker.health.stalled,
+    };
+    if *flag == bad {
+        return None;
     }
-
-    /// A tick: when sampling is due, samples every slot's accept queue, detects stalls and
-    /// missed heartbeats and replaces workers unhealthy for too long; checks silent starting
-    /// workers for readiness; sets the next tick's period.
-    pub(in crate::supervisor) fn on_tick(&mut self) {
-        let now = Instant::now();
-        let fallback = self.groups.steers_by_samples();
-        let watching = self.watching_readiness();
-        if self.inputs.pacer.sample_due(now, fallback) {
-            self.sample(now, fallback);
-        }
-        // Reading /proc costs ~0.1 ms a starting worker, paid only while one starts.
-        let interval = self.cfg.health.sample_interval;
-        if self.inputs.pacer.ready_check_due(now, watching, interval) {
-            self.detect_ready();
-        }
-        let leaving = self.table.any_leaving();
-        if leaving {
-            self.check_leavers(now);
-        }
-        let lingering =
-            !self.cfg.udp_linger.is_zero() && self.groups.any_udp() && self.table.any_stopping();
-        if lingering {
-            self.check_lingerers(now);
-        }
-        let count_every = match (leaving, lingering) {
-            (true, _) => Some(leaving::CHECK_EVERY),
-            (false, true) => Some(leaving::LINGER_CHECK_EVERY),
-            (false, false) => None,
-        };
-        self.inputs.pacer.pace(now, watching, count_every);
+    *flag = bad;
+    let healthy = worker.health.is_healthy();
+    if bad {
+        worker.health.since.get_or_insert_with(Instant::now);
+    } else if healthy {
+        worker.health.since = None;
     }
+    (healthy != was_healthy).then(|| Input::Health {
+        healthy,
+        why: format!("{signal:?}: {detail}"),
+    })
+}
 
+/// What a sample of the accept queues found.
+pub(in crate::supervisor) struct Sampled {
+    /// Health signals that changed, by slot.
+    pub found: Vec<(u32, Found)>,
+    /// Slots whose queue depth changed (their records are written again).
+    pub depth_changed: Vec<u32>,
+    /// Nothing queued anywhere and no connection sent since the last sample.
+    pub quiet: bool,
+}
+
+impl Inputs {
     /// Samples every slot's accept queue (`TCP_INFO` of ck's copy of each socket), detects
-    /// stalls and missed heartbeats, replaces workers unhealthy for too long.
-    fn sample(&mut self, now: Instant, fallback: bool) {
-        let stall_timeout = self.cfg.health.stall_timeout;
-        let watchdog = self.cfg.health.watchdog;
+    /// stalls and missed heartbeats (the supervisor feeds what it found to the machine).
+    pub(in crate::supervisor) fn sample(
+        &mut self,
+        table: &mut SlotTable,
+        groups: &Groups,
+        cfg: &RunConfig,
+        now: Instant,
+    ) -> Sampled {
+        let stall_timeout = cfg.health.stall_timeout;
+        let watchdog = cfg.health.watchdog;
         let mut depth_changed = Vec::new();
         let mut changes = Vec::new();
         // Nothing queued anywhere and no connection sent since the last sample.
         let mut quiet = true;
         // A queue that did not move since the last sample has been still since that sample.
-        let still_since = self.inputs.pacer.sampled(now);
+        let still_since = self.pacer.sampled(now);
         // Connections the program sent each slot so far: with the depths, how many left its
         // queue since the last sample (`queue_motion`).
         // Read only where stall detection runs and the program counts.
-        let counted = stall_timeout.is_some() && !self.cfg.no_bpf;
+        let counted = stall_timeout.is_some() && !cfg.no_bpf;
         let sent: BTreeMap<u32, u64> = match counted {
-            true => self
-                .table
+            true => table
                 .slots
                 .keys()
                 .map(|&index| {
-                    let stats = self.groups.slot_stats(index);
+                    let stats = groups.slot_stats(index);
                     (index, stats.selected + stats.probe_hits)
                 })
                 .collect(),
             false => BTreeMap::new(),
         };
-        for slot in self.table.slots.values_mut() {
+        for slot in table.slots.values_mut() {
             let sent = sent.get(&slot.index).copied();
             let depth = slot.live_queue_depth();
             let previous = slot.queue_depth;
@@ -197,11 +179,14 @@ impl Supervisor {
                     if !worker.health.stalled && now.duration_since(since) >= timeout {
                         changes.push((
                             slot.index,
-                            Signal::Stall,
-                            true,
-                            format!(
-                                "{depth} connection(s) queued and not accepted for {timeout:?}"
-                            ),
+                            Found::Health {
+                                signal: Signal::Stall,
+                                bad: true,
+                                detail: format!(
+                                    "{depth} connection(s) queued and not accepted for \
+                                     {timeout:?}"
+                                ),
+                            },
                         ));
                     }
                 } else {
@@ -209,9 +194,11 @@ impl Supervisor {
                     if worker.health.stalled {
                         changes.push((
                             slot.index,
-                            Signal::Stall,
-                            false,
-                            format!("queue moving ({previous} -> {depth})"),
+                            Found::Health {
+                                signal: Signal::Stall,
+                                bad: false,
+                                detail: format!("queue moving ({previous} -> {depth})"),
+                            },
                         ));
                     }
                 }
@@ -222,51 +209,35 @@ impl Supervisor {
             {
                 changes.push((
                     slot.index,
-                    Signal::Watchdog,
-                    true,
-                    format!("no WATCHDOG=1 for {limit:?}"),
+                    Found::Health {
+                        signal: Signal::Watchdog,
+                        bad: true,
+                        detail: format!("no WATCHDOG=1 for {limit:?}"),
+                    },
                 ));
             }
         }
-        for (index, signal, bad, detail) in changes {
-            self.set_health(index, signal, bad, &detail);
+        Sampled {
+            found: changes,
+            depth_changed,
+            quiet,
         }
-        self.groups.write_depths(&self.table, &depth_changed);
-        let indices: Vec<u32> = self.table.slots.keys().copied().collect();
-        for group in &mut self.groups {
-            if let Some(bpf) = &mut group.bpf
-                && let Err(e) = bpf.sample_connections(indices.iter().copied())
-            {
-                tracing::warn!(group = %group.addr, "writing least-conn's sampled counts: {e}");
-            }
-        }
-        self.reports.udp_rates.record(&self.groups, &indices, now);
-        self.replace_long_unhealthy(now);
-        let fallback = fallback.then(|| self.fallback_period(now));
-        self.inputs
-            .pacer
-            .next_sample_after(now, fallback, quiet, stall_timeout);
     }
 
     /// The sampled fallback's period (see `pace::Pacer::fallback_period`).
-    fn fallback_period(&mut self, now: Instant) -> Duration {
-        let watching = self.watching_readiness();
-        let queued = self.table.slots.values().any(|s| s.queue_depth > 0);
-        let interval = self.cfg.health.sample_interval;
-        let (slots, groups) = (&self.table.slots, &self.groups);
+    pub(in crate::supervisor) fn fallback_period(
+        &mut self,
+        table: &SlotTable,
+        groups: &Groups,
+        cfg: &RunConfig,
+        now: Instant,
+    ) -> Duration {
+        let watching = detect::watching(cfg, table);
+        let queued = table.slots.values().any(|s| s.queue_depth > 0);
+        let interval = cfg.health.sample_interval;
+        let slots = &table.slots;
         let selected = || slots.keys().map(|&i| groups.slot_stats(i).selected).sum();
-        let pacer = &mut self.inputs.pacer;
+        let pacer = &mut self.pacer;
         pacer.fallback_period(now, queued, watching, selected, interval)
-    }
-
-    /// `WATCHDOG=1` from a worker.
-    pub(in crate::supervisor) fn on_watchdog(&mut self, index: u32) {
-        let Some(worker) = self.table.worker_mut(index) else {
-            return;
-        };
-        worker.health.last_watchdog = Some(Instant::now());
-        if worker.health.watchdog {
-            self.set_health(index, Signal::Watchdog, false, "WATCHDOG=1 again");
-        }
     }
 }

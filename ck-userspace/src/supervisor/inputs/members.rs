@@ -12,8 +12,10 @@ use tokio::task::JoinHandle;
 use crate::os::pidfd;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::settings::run_config::RunConfig;
 use crate::supervisor::{
-    Event, Supervisor,
+    Event,
+    groups::Groups,
     lifecycle::{Input, Life},
     slots::{
         SlotTable,
@@ -21,102 +23,99 @@ use crate::supervisor::{
     },
 };
 
-impl Supervisor {
-    /// Steers `socket`, held by `pid` in `root`'s process tree, as a member slot of `root`.
-    pub(in crate::supervisor) fn adopt_member(
-        &mut self,
-        root: u32,
-        pid: u32,
-        socket: Socket,
-        latency_us: Option<u64>,
-    ) {
-        let Some(index) = self.free_slot() else {
-            return tracing::warn!(
+/// Makes `socket`, held by `pid` in `root`'s process tree, a member slot of `root`: the slot
+/// and its worker in the table, its exit watched. The slot and the worker's id, for the
+/// machine (`Spawned`, then `Adopted`), or None (no free slot, or the process is gone).
+pub(in crate::supervisor) fn member_slot(
+    table: &mut SlotTable,
+    groups: &Groups,
+    cfg: &RunConfig,
+    events: &UnboundedSender<Event>,
+    member: (u32, u32, Socket, Option<u64>),
+) -> Option<(u32, u64)> {
+    let (root, pid, socket, latency_us) = member;
+    let Some(index) = table.free_slot() else {
+        tracing::warn!(
+            slot = root,
+            pid,
+            "no free slot for a further listener: not steered"
+        );
+        return None;
+    };
+    let (pidfd, watcher) = match pidfd::open(pid).and_then(|fd| Ok((fd.try_clone()?, fd))) {
+        Ok(fds) => fds,
+        Err(e) => {
+            tracing::warn!(
                 slot = root,
                 pid,
-                "no free slot for a further listener: not steered"
+                "watching a further listener's process: {e}"
             );
-        };
-        let (pidfd, watcher) = match pidfd::open(pid).and_then(|fd| Ok((fd.try_clone()?, fd))) {
-            Ok(fds) => fds,
-            Err(e) => {
-                return tracing::warn!(
-                    slot = root,
-                    pid,
-                    "watching a further listener's process: {e}"
-                );
-            }
-        };
-        let id = self.table.next_worker_id;
-        self.table.next_worker_id += 1;
-        let task = watch_member(&self.events, index, id, watcher);
-        let selected_base = self.groups.slot_stats(index).selected;
-        let worker = Worker::member(pid, pidfd, selected_base, latency_us, task);
-        let life = Life::member(self.cfg.restart, root);
-        // The lifecycle's `Adopted` installs the socket (into the maps, then as the slot's).
-        let slot = Slot::member(index, life, socket, worker);
-        self.table.slots.insert(index, slot);
-        tracing::info!(
-            slot = index,
-            pid,
-            root,
-            "a further listener in a worker's process tree: steered as a slot of its own"
-        );
-        self.apply(index, Input::Spawned { id });
-        self.apply(index, Input::Adopted);
-        self.mark_ready(index, format!("a listener of slot {root}'s process tree"));
-    }
-
-    /// A member's process exited: the slot leaves (its socket closes after the publish).
-    pub(in crate::supervisor) fn on_member_exit(&mut self, index: u32, id: u64) {
-        let Some(slot) = self.table.slots.get_mut(&index) else {
-            return;
-        };
-        if slot.worker_of(id).is_none() {
-            return;
+            return None;
         }
-        slot.last_exit = Some("exited".into());
-        tracing::info!(
-            slot = index,
-            pid = slot.pid(),
-            "member listener's process exited"
-        );
-        self.apply(index, Input::Exited { outside: false });
-    }
+    };
+    let id = table.next_worker_id;
+    table.next_worker_id += 1;
+    let task = watch_member(events, index, id, watcher);
+    let selected_base = groups.slot_stats(index).selected;
+    let worker = Worker::member(pid, pidfd, selected_base, latency_us, task);
+    let life = Life::member(cfg.restart, root);
+    // The lifecycle's `Adopted` installs the socket (into the maps, then as the slot's).
+    let slot = Slot::member(index, life, socket, worker);
+    table.slots.insert(index, slot);
+    tracing::info!(
+        slot = index,
+        pid,
+        root,
+        "a further listener in a worker's process tree: steered as a slot of its own"
+    );
+    Some((index, id))
+}
 
-    /// The process holding the root slot's socket exited while the worker lives: the slot gives
-    /// the socket up and waits for the tree's next listener.
-    pub(in crate::supervisor) fn on_holder_exit(&mut self, index: u32, id: u64) {
-        let Some(slot) = self.table.slots.get_mut(&index) else {
-            return;
-        };
-        let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
-        let Some(worker) = slot.worker_of_mut(id).filter(|_| adopted) else {
-            return;
-        };
-        worker.said_ready = false;
-        worker.holder = None;
-        tracing::info!(
-            slot = index,
-            pid = worker.pid,
-            "the process holding the slot's socket exited: waiting for the tree's next listener"
-        );
-        self.apply(index, Input::Unadopted);
-    }
+/// A member's process exited: the slot leaves (its socket closes after the publish).
+pub(in crate::supervisor) fn member_exited(
+    table: &mut SlotTable,
+    index: u32,
+    id: u64,
+) -> Option<Input> {
+    let slot = table.slots.get_mut(&index)?;
+    slot.worker_of(id)?;
+    slot.last_exit = Some("exited".into());
+    tracing::info!(
+        slot = index,
+        pid = slot.pid(),
+        "member listener's process exited"
+    );
+    Some(Input::Exited { outside: false })
+}
 
-    /// Retires the members of every root in `roots` (their root is stopping).
-    pub(in crate::supervisor) fn retire_members(&mut self, roots: &[u32]) {
-        let members: Vec<(u32, Input)> = self
-            .table
-            .slots
-            .values()
-            .filter(|s| s.life.member_of.is_some_and(|root| roots.contains(&root)))
-            .map(|s| (s.index, Input::Retire("its worker is stopping".into())))
-            .collect();
-        if !members.is_empty() {
-            self.apply_all(members);
-        }
-    }
+/// The process holding the root slot's socket exited while the worker lives: the slot gives
+/// the socket up and waits for the tree's next listener.
+pub(in crate::supervisor) fn holder_exited(
+    table: &mut SlotTable,
+    index: u32,
+    id: u64,
+) -> Option<Input> {
+    let slot = table.slots.get_mut(&index)?;
+    let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
+    let worker = slot.worker_of_mut(id).filter(|_| adopted)?;
+    worker.said_ready = false;
+    worker.holder = None;
+    tracing::info!(
+        slot = index,
+        pid = worker.pid,
+        "the process holding the slot's socket exited: waiting for the tree's next listener"
+    );
+    Some(Input::Unadopted)
+}
+
+/// The members of every root in `roots` (their root is stopping), to retire.
+pub(in crate::supervisor) fn retirements(table: &SlotTable, roots: &[u32]) -> Vec<(u32, Input)> {
+    table
+        .slots
+        .values()
+        .filter(|s| s.life.member_of.is_some_and(|root| roots.contains(&root)))
+        .map(|s| (s.index, Input::Retire("its worker is stopping".into())))
+        .collect()
 }
 
 /// The task that sends member slot `index`'s `MemberExited` once the process behind

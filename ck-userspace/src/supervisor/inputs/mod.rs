@@ -19,6 +19,22 @@ use std::collections::BTreeSet;
 
 use crate::supervisor::slots::SlotTable;
 
+/// What an input source found about one slot's worker, in the words the supervisor feeds to the
+/// lifecycle machine: an input as it is, readiness (which `notify::ready` turns into one), or
+/// a health signal (which `health::set` turns into one when the verdict changes).
+pub(in crate::supervisor) enum Found {
+    /// An input for the machine.
+    Input(crate::supervisor::lifecycle::Input),
+    /// The worker is ready, for this reason.
+    Ready(String),
+    /// One health signal set (`bad`) or cleared.
+    Health {
+        signal: health::Signal,
+        bad: bool,
+        detail: String,
+    },
+}
+
 /// The sources of inputs.
 pub(in crate::supervisor) struct Inputs {
     /// Pace of queue sampling (see `pace::Pacer`).

@@ -1,60 +1,68 @@
 //! What a worker says on `NOTIFY_SOCKET` (its reader, the messages turned into lifecycle
 //! inputs), readiness from any source, and the lifecycle's timers coming back.
 use crate::os::notify::{self, NotifyMsg};
+use crate::settings::run_config::RunConfig;
 use crate::supervisor::{
-    Event, Supervisor,
-    lifecycle::{Input, Timer},
+    Event,
+    inputs::{Found, detect, health::Signal},
+    lifecycle::Input,
+    slots::SlotTable,
 };
 
-impl Supervisor {
-    /// The worker of `index` is ready for `why` (a roll waiting for it may flip: see the
-    /// executor).
-    pub(in crate::supervisor) fn mark_ready(&mut self, index: u32, why: String) {
-        let Some(slot) = self.table.slots.get_mut(&index) else {
-            return;
-        };
-        // --adopt: not before its socket is adopted; adoption asks again.
-        let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
-        if let Some(worker) = slot.worker.as_mut().filter(|_| self.cfg.adopt && !adopted) {
-            worker.said_ready = true;
-            return;
-        }
-        if let Some(worker) = slot.worker.as_mut() {
-            worker.accept_probe.end();
-        }
-        let healthy = slot.worker.as_ref().is_some_and(|w| w.health.is_healthy());
-        self.apply(index, Input::Ready { why, healthy });
+/// The worker of `index` is ready for `why`: its `Ready` input, or None (no worker; with
+/// `--adopt` before its socket is adopted, noted for the adoption to ask again).
+pub(in crate::supervisor) fn ready(
+    table: &mut SlotTable,
+    adopt: bool,
+    index: u32,
+    why: String,
+) -> Option<Input> {
+    let slot = table.slots.get_mut(&index)?;
+    // --adopt: not before its socket is adopted; adoption asks again.
+    let adopted = slot.life.state.run().is_some_and(|run| run.adopted);
+    if let Some(worker) = slot.worker.as_mut().filter(|_| adopt && !adopted) {
+        worker.said_ready = true;
+        return None;
     }
-
-    pub(in crate::supervisor) fn on_notify(&mut self, index: u32, id: u64, msgs: Vec<NotifyMsg>) {
-        for msg in msgs {
-            let probe_decides = self.probe_decides(index);
-            let Some(worker) = self.table.worker_of_mut(index, id) else {
-                return;
-            };
-            worker.spoke_notify = true;
-            // It speaks the protocol: READY=1 decides, its accept probe (if sent) is reset.
-            worker.accept_probe.end();
-            match msg {
-                // --ready probe: the probe, not READY=1, makes a starting worker ready.
-                NotifyMsg::Ready if probe_decides => {}
-                NotifyMsg::Ready => self.mark_ready(index, "READY=1".into()),
-                NotifyMsg::Stopping => {
-                    self.apply(index, Input::WorkerDraining);
-                }
-                NotifyMsg::Status(text) => worker.status = Some(text),
-                NotifyMsg::Watchdog => self.on_watchdog(index),
-                NotifyMsg::Other => {}
-            }
-        }
+    if let Some(worker) = slot.worker.as_mut() {
+        worker.accept_probe.end();
     }
+    let healthy = slot.worker.as_ref().is_some_and(|w| w.health.is_healthy());
+    Some(Input::Ready { why, healthy })
+}
 
-    pub(in crate::supervisor) fn on_timer(&mut self, index: u32, epoch: u64, timer: Timer) {
-        if timer == Timer::ReadyGrace {
-            self.on_ready_grace(index, epoch);
-        } else {
-            self.apply(index, Input::Timer(timer, epoch));
+/// What one notify message of worker `id` on slot `index` says, beside what it changes on the
+/// worker (its status, its heartbeat): readiness, a health change, a drain, or nothing.
+pub(in crate::supervisor) fn heard(
+    table: &mut SlotTable,
+    cfg: &RunConfig,
+    index: u32,
+    id: u64,
+    msg: NotifyMsg,
+) -> Option<Found> {
+    let probe_decides = detect::probe_decides(cfg, table, index);
+    let worker = table.worker_of_mut(index, id)?;
+    worker.spoke_notify = true;
+    // It speaks the protocol: READY=1 decides, its accept probe (if sent) is reset.
+    worker.accept_probe.end();
+    match msg {
+        // --ready probe: the probe, not READY=1, makes a starting worker ready.
+        NotifyMsg::Ready if probe_decides => None,
+        NotifyMsg::Ready => Some(Found::Ready("READY=1".into())),
+        NotifyMsg::Stopping => Some(Found::Input(Input::WorkerDraining)),
+        NotifyMsg::Status(text) => {
+            worker.status = Some(text);
+            None
         }
+        NotifyMsg::Watchdog => {
+            worker.health.last_watchdog = Some(std::time::Instant::now());
+            worker.health.watchdog.then(|| Found::Health {
+                signal: Signal::Watchdog,
+                bad: false,
+                detail: "WATCHDOG=1 again".into(),
+            })
+        }
+        NotifyMsg::Other => None,
     }
 }
 

@@ -6,11 +6,6 @@ use ck_common::SlotInfo;
 use crate::supervisor::{Supervisor, executor::fleet as run_fleet, fleet};
 
 impl Supervisor {
-    /// The lowest slot index not in use.
-    pub(in crate::supervisor) fn free_slot(&self) -> Option<u32> {
-        fleet::free_slot(&fleet::lives(self.lives()))
-    }
-
     /// Opens a new serving slot and starts its worker. Errors when no slot is free or the
     /// worker could not be started.
     pub(in crate::supervisor) fn open_slot(&mut self) -> Result<u32, String> {
@@ -19,7 +14,7 @@ impl Supervisor {
 
     /// Slots that count towards the fleet size (not leaving, not a roll's standby).
     pub(in crate::supervisor) fn serving_slots(&self) -> Vec<u32> {
-        fleet::serving(&fleet::lives(self.lives()))
+        self.table.serving()
     }
 
     /// Changes the fleet to `target` workers: new slots start workers; the slots that keep the

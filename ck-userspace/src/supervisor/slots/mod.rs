@@ -12,7 +12,7 @@ pub(super) mod workers;
 
 use std::collections::BTreeMap;
 
-use crate::supervisor::output;
+use crate::supervisor::{fleet, output};
 use slot::{Slot, Worker};
 
 /// The slots and their workers.
@@ -37,6 +37,16 @@ impl SlotTable {
         &self,
     ) -> impl Iterator<Item = (u32, &crate::supervisor::lifecycle::Life)> + Clone {
         self.slots.iter().map(|(index, slot)| (*index, &slot.life))
+    }
+
+    /// The lowest slot index not in use.
+    pub fn free_slot(&self) -> Option<u32> {
+        fleet::free_slot(&fleet::lives(self.lives()))
+    }
+
+    /// Slots that count towards the fleet size (not leaving, not a roll's standby).
+    pub fn serving(&self) -> Vec<u32> {
+        fleet::serving(&fleet::lives(self.lives()))
     }
 
     /// The worker running on slot `index`, if any.
