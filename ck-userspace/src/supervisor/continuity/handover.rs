@@ -295,7 +295,7 @@ pub(in crate::supervisor) fn prepare<'a>(
         lock_fd: lock.map_or(-1, |fd| fd.as_raw_fd()),
         control_fd: control.map_or(-1, |fd| fd.as_raw_fd()),
         metrics_fd: metrics.map(|m| m.as_raw_fd()),
-        started: started,
+        started,
         next_worker_id: view.table.next_worker_id,
         workers: view.cfg.workers,
         stop_signal: Some(view.cfg.stop_signal.to_string()),

@@ -90,7 +90,7 @@ impl Reports {
             ports: view.groups.iter().map(|g| g.addr.addr.port()).collect(),
             connections: view.kernel_connections().ok(),
             udp: super::udp::reports(
-                &view.groups,
+                view.groups,
                 &view.table.slots.keys().copied().collect::<Vec<_>>(),
                 view.cfg.udp_mode.name(),
                 &self.udp_rates,

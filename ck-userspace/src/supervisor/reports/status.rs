@@ -275,7 +275,7 @@ impl Reports {
             quiet_wait: view.ops.quiet.report(view),
             host_drained: view.host_drained(),
             udp: super::udp::reports(
-                &view.groups,
+                view.groups,
                 &indices,
                 view.cfg.udp_mode.name(),
                 &self.udp_rates,

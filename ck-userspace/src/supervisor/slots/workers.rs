@@ -109,7 +109,7 @@ impl SlotTable {
             slot: index,
             worker_id,
             // The generation the worker gets once spawned (`Input::Spawned` counts it).
-            quic_server_id: quic_server_id(&cfg, index, slot.life.generation + 1),
+            quic_server_id: quic_server_id(cfg, index, slot.life.generation + 1),
             fds: match cfg.adopt {
                 true => Vec::new(),
                 false => slot.sockets.iter().map(|s| s.as_raw_fd()).collect(),
