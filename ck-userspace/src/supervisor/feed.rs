@@ -115,12 +115,19 @@ impl Supervisor {
         }
         let leaving = self.table.any_leaving();
         if leaving {
-            self.check_leavers(now);
+            let done = leaving::leavers_done(&mut self.table, &self.groups, now);
+            if !done.is_empty() {
+                self.apply_all(done);
+            }
         }
         let lingering =
             !self.cfg.udp_linger.is_zero() && self.groups.any_udp() && self.table.any_stopping();
         if lingering {
-            self.check_lingerers(now);
+            let linger = self.cfg.udp_linger;
+            let quiet = leaving::lingerers_quiet(&mut self.table, &self.groups, linger, now);
+            if !quiet.is_empty() {
+                self.apply_all(quiet);
+            }
         }
         let count_every = match (leaving, lingering) {
             (true, _) => Some(leaving::CHECK_EVERY),

@@ -21,6 +21,7 @@ pub mod fleet;
 mod groups;
 mod inputs;
 pub mod lifecycle;
+mod operate;
 mod operations;
 pub mod output;
 mod reports;
@@ -213,7 +214,7 @@ impl Supervisor {
                 result,
             } => self.on_probe_result(slot, worker, result),
             Event::ScaleBy(delta) => {
-                let target = self.serving_slots().len() as i64 + i64::from(delta);
+                let target = self.table.serving().len() as i64 + i64::from(delta);
                 if let Err(e) = self.scale_to(target.max(0) as u32) {
                     tracing::warn!("scaling refused: {e}");
                 }

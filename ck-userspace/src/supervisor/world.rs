@@ -141,8 +141,11 @@ impl World for Supervisor {
         }
     }
 
+    /// The slot's record cleared and counters zeroed for the next user of the index (its
+    /// sockets are already closed).
     fn forget(&mut self, index: u32) {
-        self.forget_slot(index);
+        self.table.slots.remove(&index);
+        self.groups.forget(index);
     }
 
     fn spawn(&mut self, index: u32) -> anyhow::Result<u64> {
@@ -230,7 +233,7 @@ impl World for Supervisor {
     fn batch_done(&mut self, ready: Vec<u32>, stopping: Vec<u32>) {
         self.continuity.state_dirty = true;
         // A replacement began or ended its boot: the rest of the fleet steps back or returns.
-        self.apply_boot_priority();
+        super::operations::boot_priority::apply(&mut self.table, self.cfg.boot_boost);
         // A stopping worker's further listeners (--adopt, forking servers) stop with it.
         if !stopping.is_empty() {
             self.retire_members(&stopping);

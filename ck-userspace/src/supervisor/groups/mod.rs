@@ -6,7 +6,7 @@ pub(super) mod publish;
 pub(super) mod steering;
 
 use anyhow::Context;
-use ck_common::{SlotState, SlotStats};
+use ck_common::{SlotInfo, SlotState, SlotStats};
 use socket2::Socket;
 
 use crate::bpf::{BpfError, BpfGroup};
@@ -62,6 +62,20 @@ impl<'a> IntoIterator for &'a mut Groups {
 }
 
 impl Groups {
+    /// Slot `index` is gone: out of every group's `sockets` map, its counters zeroed and its
+    /// record cleared for the next user of the index.
+    pub fn forget(&mut self, index: u32) {
+        for group in self.0.iter_mut() {
+            if let Some(bpf) = &mut group.bpf {
+                bpf.remove(index);
+                bpf.reset_stats(index);
+                if let Err(e) = bpf.write_slot(index, &SlotInfo::default()) {
+                    tracing::error!(group = %group.name, "{e}");
+                }
+            }
+        }
+    }
+
     /// `least-conn`'s sampled counts of the slots `indices`, written to every group's program.
     pub fn sample_connections(&mut self, indices: &[u32]) {
         for group in self.0.iter_mut() {

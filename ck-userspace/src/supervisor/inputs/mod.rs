@@ -69,6 +69,26 @@ impl Inputs {
         self.exit_watch = Some(watch);
     }
 
+    /// Starts (again) the ticker that probes every worker at `--probe-interval`, when probes
+    /// are on; stops the old one.
+    pub fn start_probe_ticker(
+        &mut self,
+        cfg: &crate::settings::run_config::RunConfig,
+        events: &tokio::sync::mpsc::UnboundedSender<crate::supervisor::Event>,
+    ) {
+        if let Some(ticker) = self.probe_ticker.take() {
+            ticker.abort();
+        }
+        if cfg.health.probe.is_some() {
+            let period = cfg.health.probe_interval;
+            self.probe_ticker = Some(crate::supervisor::tasks::start_ticker(
+                events,
+                period,
+                || crate::supervisor::Event::ProbeTick,
+            ));
+        }
+    }
+
     /// Watches slot `index`'s new worker `pid`.
     pub fn watch_exit(&mut self, index: u32, pid: u32) {
         if let Some(watch) = &mut self.exit_watch {

@@ -17,7 +17,7 @@
 //! connections, it leaves at the next tick.
 use std::time::{Duration, Instant};
 
-use crate::supervisor::{Supervisor, lifecycle::Input, lifecycle::State};
+use crate::supervisor::{groups::Groups, lifecycle::Input, lifecycle::State, slots::SlotTable};
 
 /// How often a leaving slot's connections are counted.
 pub(in crate::supervisor) const CHECK_EVERY: Duration = Duration::from_millis(5);
@@ -100,68 +100,68 @@ pub(in crate::supervisor) fn quiet(
         .then(|| format!("no datagram and no connection for --udp-linger {linger:?}"))
 }
 
-impl Supervisor {
-    /// Counts every leaving slot's connections and lets go of those that are done.
-    pub(in crate::supervisor) fn check_leavers(&mut self, now: Instant) {
-        let leaving: Vec<(u32, u64)> = self
-            .table
-            .slots
-            .values()
-            .filter_map(|s| match s.life.state {
-                State::Leaving(run) => Some((s.index, run.id)),
-                _ => None,
-            })
-            .collect();
-        let mut finished = Vec::new();
-        for (index, worker) in leaving {
-            let open = self.groups.kernel_connections_of(index);
-            let Some(slot) = self.table.slots.get_mut(&index) else {
-                continue;
-            };
-            if let Some(why) = done(&mut slot.leave_watch, worker, open, now) {
-                slot.leave_watch = None;
-                finished.push((index, Input::Finished(why)));
-            }
-        }
-        if !finished.is_empty() {
-            self.apply_all(finished);
+/// Counts every leaving slot's connections: the inputs that let go of those that are done.
+pub(in crate::supervisor) fn leavers_done(
+    table: &mut SlotTable,
+    groups: &Groups,
+    now: Instant,
+) -> Vec<(u32, Input)> {
+    let leaving: Vec<(u32, u64)> = table
+        .slots
+        .values()
+        .filter_map(|s| match s.life.state {
+            State::Leaving(run) => Some((s.index, run.id)),
+            _ => None,
+        })
+        .collect();
+    let mut finished = Vec::new();
+    for (index, worker) in leaving {
+        let open = groups.kernel_connections_of(index);
+        let Some(slot) = table.slots.get_mut(&index) else {
+            continue;
+        };
+        if let Some(why) = done(&mut slot.leave_watch, worker, open, now) {
+            slot.leave_watch = None;
+            finished.push((index, Input::Finished(why)));
         }
     }
+    finished
+}
 
-    /// `--udp-linger`: counts every stopping slot's datagrams and kills the workers of those
-    /// gone quiet. Nothing to do without UDP groups or with the linger off.
-    pub(in crate::supervisor) fn check_lingerers(&mut self, now: Instant) {
-        let linger = self.cfg.udp_linger;
-        if linger.is_zero() {
-            return;
-        }
-        let stopping: Vec<(u32, u64)> = self
-            .table
-            .slots
-            .values()
-            .filter_map(|s| match s.life.state {
-                State::Stopping(run, _) => Some((s.index, run.id)),
-                _ => None,
-            })
-            .collect();
-        let mut quiet_ones = Vec::new();
-        for (index, worker) in stopping {
-            let Some(datagrams) = self.groups.datagrams_of(index) else {
-                continue;
-            };
-            let open = self.groups.kernel_connections_of(index).unwrap_or(0);
-            let Some(slot) = self.table.slots.get_mut(&index) else {
-                continue;
-            };
-            if let Some(why) = quiet(&mut slot.leave_watch, worker, datagrams, open, linger, now) {
-                slot.leave_watch = None;
-                quiet_ones.push((index, Input::Quiet(why)));
-            }
-        }
-        if !quiet_ones.is_empty() {
-            self.apply_all(quiet_ones);
+/// `--udp-linger`: counts every stopping slot's datagrams and kills the workers of those
+/// gone quiet (the inputs that do). Nothing to do without UDP groups or with the linger off.
+pub(in crate::supervisor) fn lingerers_quiet(
+    table: &mut SlotTable,
+    groups: &Groups,
+    linger: Duration,
+    now: Instant,
+) -> Vec<(u32, Input)> {
+    if linger.is_zero() {
+        return Vec::new();
+    }
+    let stopping: Vec<(u32, u64)> = table
+        .slots
+        .values()
+        .filter_map(|s| match s.life.state {
+            State::Stopping(run, _) => Some((s.index, run.id)),
+            _ => None,
+        })
+        .collect();
+    let mut quiet_ones = Vec::new();
+    for (index, worker) in stopping {
+        let Some(datagrams) = groups.datagrams_of(index) else {
+            continue;
+        };
+        let open = groups.kernel_connections_of(index).unwrap_or(0);
+        let Some(slot) = table.slots.get_mut(&index) else {
+            continue;
+        };
+        if let Some(why) = quiet(&mut slot.leave_watch, worker, datagrams, open, linger, now) {
+            slot.leave_watch = None;
+            quiet_ones.push((index, Input::Quiet(why)));
         }
     }
+    quiet_ones
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
-//! The operations: roll, scale, spares, recycle, drain, the quiet wait, reconfigure, leaving
-//! and boot priority. The rule: each asks the fleet core ([`super::fleet`]) what to do and
-//! feeds its decisions to the executor; none changes a slot's state by itself.
+//! The operations: roll, recycle, drain, the quiet wait, reconfigure, leaving and boot
+//! priority (scaling and spares are the fleet core's and the executor's alone: see `operate`).
+//! The rule: each plans from the fleet's state and the fleet core ([`super::fleet`]) and
+//! returns its plan (inputs, an answer, a reason to stop); the supervisor's top (`operate`)
+//! feeds it to the executor. None changes a slot's state by itself.
 
 pub(super) mod boot_priority;
 pub(super) mod drain;
@@ -9,8 +11,6 @@ pub(super) mod quiet;
 pub(super) mod reconfigure;
 pub(super) mod recycle;
 pub(super) mod roll;
-pub(super) mod scale;
-pub(super) mod spares;
 
 use tokio::sync::oneshot;
 

@@ -14,12 +14,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::control::{QuietWaitReport, Response};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::control::QuietWaitReport;
+use crate::settings::run_config::RunConfig;
 use crate::supervisor::{
-    Event, Group, Supervisor,
+    Event, Group,
     fleet::quiet::{Limits, Verdict, decide},
     groups::Groups,
-    lifecycle::Input,
     reports::View,
     slots::SlotTable,
     tasks,
@@ -91,7 +93,11 @@ impl Quiet {
     }
 
     /// Reads every group's count; returns the sum and the latest change over all groups.
-    fn observe_traffic(&self, groups: &Groups, table: &SlotTable) -> Option<(u64, Instant)> {
+    pub(in crate::supervisor) fn observe_traffic(
+        &self,
+        groups: &Groups,
+        table: &SlotTable,
+    ) -> Option<(u64, Instant)> {
         let now = Instant::now();
         let mut seen = self.seen.borrow_mut();
         seen.resize(groups.len(), None);
@@ -170,70 +176,19 @@ impl Quiet {
     }
 }
 
-impl Supervisor {
-    /// A stop signal (SIGTERM, SIGINT): the quiet wait, then the stop; during the wait, a
-    /// second one skips the rest of it; once stopping, SIGINT kills every worker now.
-    pub(in crate::supervisor) fn on_stop_signal(&mut self, name: &'static str) {
-        if self.ops.quiet.waiting() {
-            tracing::warn!(
-                signal = name,
-                "second stop signal: skipping the rest of the quiet wait"
-            );
-            self.end_wait(format!("{name} again during the wait"), false);
-        } else if !self.stopping {
-            self.stop(name);
-        } else if name == "SIGINT" {
-            // A second Ctrl-C once stopping: the person at the terminal does not want to wait.
-            tracing::warn!(signal = name, "second interrupt: killing every worker now");
-            let all = self.table.slots.keys().map(|i| (*i, Input::KillNow));
-            self.apply_all(all.collect());
-        } else {
-            tracing::info!(signal = name, "already stopping; send SIGINT to kill now");
-        }
-    }
-
-    /// `ck stop` (`now`: `ck stop --now`) on the control socket.
-    pub(in crate::supervisor) fn stop_requested(&mut self, now: bool) -> Response {
-        if self.ops.quiet.waiting() {
-            if !now {
-                return Response::Ok(
-                    "already stopping: waiting for traffic to stop (`ck stop --now` stops at once)"
-                        .into(),
-                );
-            }
-            tracing::info!("ck stop --now: skipping the rest of the quiet wait");
-            self.end_wait("ck stop --now".into(), false);
-            return Response::Ok("stopping: stopping every worker now".into());
-        }
-        if self.stopping {
-            return Response::Ok("already stopping: stopping every worker".into());
-        }
-        match now {
-            true => {
-                tracing::info!("ck stop --now: stopping every worker (no quiet wait)");
-                self.begin_shutdown("ck stop --now");
-            }
-            false => self.stop("ck stop"),
-        }
-        match self.ops.quiet.waiting() {
-            true => Response::Ok(
-                "stopping: waiting for traffic to stop, then stopping every worker".into(),
-            ),
-            false => Response::Ok("stopping".into()),
-        }
-    }
-
-    /// Begins a stop: the quiet wait where it can run, else the stop at once.
-    fn stop(&mut self, reason: &'static str) {
-        let skip = crate::supervisor::fleet::quiet::skip(
-            self.cfg.quiet_period,
-            self.reports.metrics_addr.is_some(),
-            !self.cfg.no_bpf,
-        );
-        let total = match (
-            skip,
-            self.ops.quiet.observe_traffic(&self.groups, &self.table),
-        ) {
+impl Quiet {
+    /// Begins a stop for `reason`: the quiet wait where it can run (`skip` says why not, see
+    /// [`crate::supervisor::fleet::quiet::skip`]; `traffic`: every group's count now, None
+    /// without counters). The shutdown's reason when it is to begin at once (no wait).
+    pub(in crate::supervisor) fn begin(
+        &mut self,
+        reason: &'static str,
+        skip: Option<&'static str>,
+        traffic: Option<(u64, Instant)>,
+        cfg: &RunConfig,
+        events: &UnboundedSender<Event>,
+    ) -> Option<&'static str> {
+        let total = match (skip, traffic) {
             (None, Some((total, _))) => total,
             (why, _) => {
                 let why = why.unwrap_or("the BPF program is still being set up");
@@ -241,76 +196,77 @@ impl Supervisor {
                     signal = reason,
                     "stopping every worker (no quiet wait: {why})"
                 );
-                return self.begin_shutdown(reason);
+                return Some(reason);
             }
         };
         let now = Instant::now();
-        let ticker = tasks::start_ticker(&self.events, POLL, || Event::QuietTick);
-        self.ops.quiet.wait = Some(Wait {
+        let ticker = tasks::start_ticker(events, POLL, || Event::QuietTick);
+        self.wait = Some(Wait {
             started: now,
             reason,
             first_total: total,
             samples: VecDeque::from([(now, total)]),
             ticker,
         });
-        self.ops.quiet.ended = None;
-        self.reports.systemd_due = true;
+        self.ended = None;
         tracing::info!(
             signal = reason,
-            quiet_period = ?self.cfg.quiet_period,
-            quiet_max = ?self.cfg.quiet_max,
+            quiet_period = ?cfg.quiet_period,
+            quiet_max = ?cfg.quiet_max,
             "stopping: /readyz answers 503 and every worker keeps serving; waiting until no new \
              connection comes for the quiet period, then stopping every worker"
         );
+        None
     }
 
-    /// Reads the counters during the wait; ends it once quiet, or at `--quiet-max`.
-    pub(in crate::supervisor) fn on_quiet_tick(&mut self) {
-        let Some((total, changed)) = self.ops.quiet.observe_traffic(&self.groups, &self.table)
-        else {
-            return self.end_wait("the program's counters are gone".into(), false);
+    /// The counters read during the wait (`traffic`: None once they are gone): why the wait
+    /// ends now (and whether that is worth a warning), if it does.
+    pub(in crate::supervisor) fn tick(
+        &mut self,
+        traffic: Option<(u64, Instant)>,
+        cfg: &RunConfig,
+    ) -> Option<(String, bool)> {
+        let Some((total, changed)) = traffic else {
+            return Some(("the program's counters are gone".into(), false));
         };
-        let Some(wait) = self.ops.quiet.wait.as_mut() else {
-            return;
-        };
+        let wait = self.wait.as_mut()?;
         let now = Instant::now();
         wait.samples.push_back((now, total));
         while wait.samples.len() > 2 && now - wait.samples[1].0 >= RATE_WINDOW {
             wait.samples.pop_front();
         }
         let limits = Limits {
-            period: self.cfg.quiet_period,
-            max: self.cfg.quiet_max,
+            period: cfg.quiet_period,
+            max: cfg.quiet_max,
             min_span: POLL,
         };
         match decide(limits, wait.started, changed, now, wait.samples[0], total) {
-            Verdict::Wait => {}
+            Verdict::Wait => None,
             Verdict::Quiet(quiet) => {
-                let why = format!("quiet for {quiet:.1?}: no new connection");
-                self.end_wait(why, false);
+                Some((format!("quiet for {quiet:.1?}: no new connection"), false))
             }
-            Verdict::TooLong(rate) => {
-                let why = format!(
+            Verdict::TooLong(rate) => Some((
+                format!(
                     "reached --quiet-max {:?} while still receiving {rate:.1} new connections/s: \
                      the balancer never stopped sending (check that its health check reads /readyz)",
-                    self.cfg.quiet_max
-                );
-                self.end_wait(why, true);
-            }
+                    cfg.quiet_max
+                ),
+                true,
+            )),
         }
     }
 
-    /// Ends the wait (`why` for the log and `ck status`) and begins the stop.
-    fn end_wait(&mut self, why: String, warn: bool) {
-        let Some(wait) = self.ops.quiet.wait.take() else {
-            return;
-        };
+    /// Ends the wait (`why` for the log and `ck status`; `traffic`: the counters now): the
+    /// reason of the stop it asked for, for the shutdown that follows (None: no wait).
+    pub(in crate::supervisor) fn end(
+        &mut self,
+        why: String,
+        warn: bool,
+        traffic: Option<(u64, Instant)>,
+    ) -> Option<&'static str> {
+        let wait = self.wait.take()?;
         wait.ticker.abort();
-        let (total, changed) = self
-            .ops
-            .quiet
-            .observe_traffic(&self.groups, &self.table)
-            .unwrap_or((wait.first_total, wait.started));
+        let (total, changed) = traffic.unwrap_or((wait.first_total, wait.started));
         let ended = Ended {
             why,
             waited: wait.started.elapsed(),
@@ -332,7 +288,7 @@ impl Supervisor {
                 ended.why
             ),
         }
-        self.ops.quiet.ended = Some(ended);
-        self.begin_shutdown(wait.reason);
+        self.ended = Some(ended);
+        Some(wait.reason)
     }
 }

@@ -5,7 +5,6 @@
 //! A file that no longer reads is refused with its error and changes nothing.
 use tokio::sync::oneshot;
 
-use crate::supervisor::{Event, Supervisor, tasks};
 use crate::{
     control::Response,
     settings::config_diff::{self, Change},
@@ -34,82 +33,37 @@ impl ConfigSource {
     }
 }
 
-impl Supervisor {
-    /// `ck reload` / SIGHUP: with a config file, reads it again and applies the changes, then
-    /// the rolling restart of every worker (which starts the new app); `reply` gets the changes
-    /// and the roll's result.
-    pub(in crate::supervisor) fn reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
-        // Refused before the file is read when a roll could not start (the roll says why).
-        if self.ops.config.is_none() || self.stopping || self.ops.core.roll.is_some() {
-            return self.begin_reload(reply);
-        }
-        let source = self.ops.config.as_mut().expect("checked");
-        let file = source.command_line.file().display().to_string();
-        let new = match source.command_line.load() {
+/// The config file read again: the configuration to run with, whether the worker count
+/// changed, and the summary of the changes for the log and the answer.
+pub(in crate::supervisor) struct Reread {
+    pub next: RunConfig,
+    pub workers_changed: bool,
+    pub summary: String,
+}
+
+impl ConfigSource {
+    /// Reads the file again (the command line on top) and compares it with the last read: the
+    /// changes, or why it no longer reads (logged; nothing changed).
+    pub(in crate::supervisor) fn reread(&mut self) -> Result<Reread, String> {
+        let file = self.command_line.file().display().to_string();
+        let new = match self.command_line.load() {
             Ok(new) => new,
             Err(e) => {
                 let why = format!("reload refused, nothing changed: {e:#}");
                 tracing::error!(file, "{why}");
-                if let Some(reply) = reply {
-                    let _ = reply.send(Response::Error(why));
-                }
-                return;
+                return Err(why);
             }
         };
-        let (next, changes) = config_diff::compare(&source.last, &new);
-        let workers_changed = next.workers != source.last.workers;
-        source.last = next.clone();
+        let (next, changes) = config_diff::compare(&self.last, &new);
+        let workers_changed = next.workers != self.last.workers;
+        self.last = next.clone();
         let summary = summary(&file, &changes);
         tracing::info!(file, changes = %summary, "config file read again");
-        // The workers to replace: those running now (new slots start the new app anyway).
-        let running = self
-            .table
-            .slots
-            .values()
-            .filter(|s| s.life.serving() && s.worker.is_some())
-            .map(|s| s.index)
-            .collect();
-        self.take_settings(next.clone());
-        if workers_changed && let Err(why) = self.scale_to(next.workers) {
-            tracing::error!("{why}");
-            if let Some(reply) = reply {
-                let _ = reply.send(Response::Error(format!("{summary}; {why}")));
-            }
-            return;
-        }
-        let reply = reply.map(|reply| prefixed(reply, summary));
-        self.begin_roll(running, reply, true);
-    }
-
-    /// Runs with `next` from now on (all but the worker count, which `scale_to` changes):
-    /// lifecycle settings recomputed, the probe ticker restarted if probes changed.
-    fn take_settings(&mut self, next: RunConfig) {
-        let probes_changed = next.health.probe != self.cfg.health.probe
-            || next.health.probe_interval != self.cfg.health.probe_interval;
-        self.cfg = RunConfig {
-            workers: self.cfg.workers,
-            ..next
-        };
-        self.settings = crate::supervisor::start::settings(&self.cfg);
-        // The state file carries settings the orphan guard uses (`--stop-signal`).
-        self.continuity.state_dirty = true;
-        if probes_changed {
-            self.start_probe_ticker();
-        }
-    }
-
-    /// Starts (again) the ticker that probes every worker at `--probe-interval`, when probes
-    /// are on; stops the old one.
-    pub(in crate::supervisor) fn start_probe_ticker(&mut self) {
-        if let Some(ticker) = self.inputs.probe_ticker.take() {
-            ticker.abort();
-        }
-        if self.cfg.health.probe.is_some() {
-            let period = self.cfg.health.probe_interval;
-            self.inputs.probe_ticker = Some(tasks::start_ticker(&self.events, period, || {
-                Event::ProbeTick
-            }));
-        }
+        Ok(Reread {
+            next,
+            workers_changed,
+            summary,
+        })
     }
 }
 
@@ -137,7 +91,10 @@ fn summary(file: &str, changes: &[Change]) -> String {
 }
 
 /// A reply channel whose answer gets `summary` in front before it reaches `reply`.
-fn prefixed(reply: oneshot::Sender<Response>, summary: String) -> oneshot::Sender<Response> {
+pub(in crate::supervisor) fn prefixed(
+    reply: oneshot::Sender<Response>,
+    summary: String,
+) -> oneshot::Sender<Response> {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
         let answer = match rx.await {

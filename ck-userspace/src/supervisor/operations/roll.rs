@@ -4,37 +4,28 @@
 //! sockets close (leftovers migrate) when they exit. The roll ends, and `ck reload` answers,
 //! once every old worker has been told to stop. A replacement that exits or never becomes ready
 //! aborts the roll; old workers keep serving. The decisions are the fleet core's
-//! ([`crate::supervisor::fleet::roll`]), run by the fleet executor; this file answers and counts.
-use std::collections::VecDeque;
-
+//! ([`crate::supervisor::fleet::roll`]), run by the fleet executor; this file says whether one may start, and keeps who to answer.
 use tokio::sync::oneshot;
 
 use crate::control::Response;
-use crate::supervisor::{Supervisor, executor::fleet as run_fleet, fleet};
+use crate::supervisor::{fleet, operations::Operations};
 
-impl Supervisor {
-    /// Starts a rolling restart of every current worker.
-    pub(in crate::supervisor) fn begin_reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
-        let all = fleet::roll::reload_targets(&fleet::lives(self.lives()));
-        self.begin_roll(all, reply, true);
-    }
-
-    /// Starts a rolling restart of the workers of `pending` slots (`reload`: of the whole
-    /// fleet, by `ck reload` or SIGHUP); `reply` is answered when it ends.
-    pub(in crate::supervisor) fn begin_roll(
+impl Operations {
+    /// Whether a roll may start now (ck not stopping, no roll in flight); else says why in the
+    /// log and to `reply`. When it may, `reply` is kept, answered when the roll ends.
+    pub(in crate::supervisor) fn roll_may_start(
         &mut self,
-        pending: VecDeque<u32>,
+        stopping: bool,
         reply: Option<oneshot::Sender<Response>>,
-        reload: bool,
-    ) {
-        if let Some(why) = fleet::roll::refusal(self.stopping, self.ops.core.roll.is_some()) {
+    ) -> bool {
+        if let Some(why) = fleet::roll::refusal(stopping, self.core.roll.is_some()) {
             tracing::warn!("reload refused: {why}");
             if let Some(reply) = reply {
                 let _ = reply.send(Response::Error(why.to_string()));
             }
-            return;
+            return false;
         }
-        self.ops.roll_reply = reply;
-        let _ = run_fleet::begin_roll(self, pending, reload);
+        self.roll_reply = reply;
+        true
     }
 }

@@ -1,0 +1,282 @@
+//! The operations as the supervisor runs them: each plans from the fleet's state (`operations`,
+//! the fleet core) and this applies the plan through the executor and answers.
+//!
+//! - Scaling (`ck scale N`, `SIGTTIN` +1, `SIGTTOU` -1) and slot opening, by the fleet core's
+//!   decisions ([`super::fleet::scale`]) through the fleet executor. Workers scaled away leave
+//!   gracefully (SIGTERM, then SIGKILL only after the stop timeout), never killed outright.
+//! - Hot spares (`--spares N`): N extra workers booted and ready but never selected (standby
+//!   slots). When a serving worker dies, a ready spare takes its place in the same publish, so
+//!   the fleet has its full capacity again at once rather than after a boot, and a new spare
+//!   boots in the background. A spare that dies before it is used is replaced after a growing
+//!   delay (100 ms doubling to 10 s). The decisions are the fleet core's
+//!   ([`super::fleet::spares`], [`super::fleet::death`]).
+//! - Rolls (`operations::roll`), recycling (`operations::recycle`), reloads with `--config`
+//!   (`operations::reconfigure`), drains (`operations::drain`) and the stop's quiet wait
+//!   (`operations::quiet`).
+use std::{collections::VecDeque, time::Duration, time::Instant};
+
+use tokio::sync::oneshot;
+
+use super::{
+    Event, Supervisor,
+    executor::fleet as run_fleet,
+    fleet,
+    lifecycle::Input,
+    operations::{drain, reconfigure, recycle},
+};
+use crate::{control::Response, settings::run_config::RunConfig};
+
+impl Supervisor {
+    /// Opens a new serving slot and starts its worker. Errors when no slot is free or the
+    /// worker could not be started.
+    pub(super) fn open_slot(&mut self) -> Result<u32, String> {
+        run_fleet::open_slot(self).map_err(|e| e.to_string())
+    }
+
+    /// Changes the fleet to `target` workers: new slots start workers; the slots that keep the
+    /// least open leave first (see [`super::lifecycle::retire_order`]).
+    pub(super) fn scale_to(&mut self, target: u32) -> Result<String, String> {
+        let rolling = self.ops.core.roll.is_some();
+        if let Some(why) = fleet::scale::refusal(target, self.stopping, rolling) {
+            return Err(why);
+        }
+        let current = self.table.serving().len() as u32;
+        tracing::info!(from = current, to = target, "scaling");
+        run_fleet::scale_to(self, target).map_err(|e| match e {
+            Ok(why) => why,
+            Err(e) => e.to_string(),
+        })?;
+        self.cfg.workers = target;
+        Ok(format!("scaling from {current} to {target} worker(s)"))
+    }
+
+    /// Boots spares until there are `--spares` (not while stopping, rolling, or backing off).
+    pub(super) fn replenish_spares(&mut self) {
+        run_fleet::replenish_spares(self);
+    }
+
+    /// A spare died before it was used (or could not start): the next after `delay`.
+    pub(super) fn spare_lost(&mut self, delay: Duration) {
+        tracing::warn!(
+            delay_ms = delay.as_millis() as u64,
+            "a spare died before it was used: next spare after a delay"
+        );
+        super::tasks::send_after(&self.events, delay, Event::SpareDue);
+    }
+
+    /// Starts a rolling restart of every current worker.
+    fn begin_reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
+        let all = fleet::roll::reload_targets(&fleet::lives(self.lives()));
+        self.begin_roll(all, reply, true);
+    }
+
+    /// Starts a rolling restart of the workers of `pending` slots (`reload`: of the whole
+    /// fleet, by `ck reload` or SIGHUP); `reply` is answered when it ends.
+    fn begin_roll(
+        &mut self,
+        pending: VecDeque<u32>,
+        reply: Option<oneshot::Sender<Response>>,
+        reload: bool,
+    ) {
+        if self.ops.roll_may_start(self.stopping, reply) {
+            let _ = run_fleet::begin_roll(self, pending, reload);
+        }
+    }
+
+    /// Once a second: starts the replacement of one worker that needs recycling (never during
+    /// a roll or a shutdown).
+    pub(super) fn check_recycling(&mut self) {
+        let Some((index, why)) = recycle::due(&self.cfg, &self.groups, &mut self.table) else {
+            return;
+        };
+        if self.ops.core.roll.is_some() || self.stopping {
+            return;
+        }
+        let pid = self.table.slots.get(&index).map_or(0, |s| s.pid());
+        tracing::info!(
+            slot = index,
+            pid,
+            reason = why.as_str(),
+            "recycling worker: replacing it gracefully"
+        );
+        self.begin_roll([index].into(), None, false);
+    }
+
+    /// Starts a graceful replacement of a worker unhealthy for longer than
+    /// `--unhealthy-replace-after` (one at a time, never during a rolling restart).
+    pub(super) fn replace_long_unhealthy(&mut self, now: Instant) {
+        let Some(after) = self.cfg.health.unhealthy_replace_after else {
+            return;
+        };
+        if self.ops.core.roll.is_some() || self.stopping {
+            return;
+        }
+        if let Some(index) = recycle::overdue(&self.table, after, now) {
+            tracing::warn!(slot = index, after = ?after, "worker unhealthy too long: replacing it");
+            self.begin_roll([index].into(), None, false);
+        }
+    }
+
+    /// `ck reload` / SIGHUP: with a config file, reads it again and applies the changes, then
+    /// the rolling restart of every worker (which starts the new app); `reply` gets the changes
+    /// and the roll's result.
+    pub(super) fn reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
+        // Refused before the file is read when a roll could not start (the roll says why).
+        let source = match self.ops.config.as_mut() {
+            Some(source) if !self.stopping && self.ops.core.roll.is_none() => source,
+            _ => return self.begin_reload(reply),
+        };
+        let reread = match source.reread() {
+            Ok(reread) => reread,
+            Err(why) => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Response::Error(why));
+                }
+                return;
+            }
+        };
+        // The workers to replace: those running now (new slots start the new app anyway).
+        let running = self
+            .table
+            .slots
+            .values()
+            .filter(|s| s.life.serving() && s.worker.is_some())
+            .map(|s| s.index)
+            .collect();
+        let workers = reread.next.workers;
+        self.take_settings(reread.next);
+        if reread.workers_changed
+            && let Err(why) = self.scale_to(workers)
+        {
+            tracing::error!("{why}");
+            if let Some(reply) = reply {
+                let _ = reply.send(Response::Error(format!("{}; {why}", reread.summary)));
+            }
+            return;
+        }
+        let reply = reply.map(|reply| reconfigure::prefixed(reply, reread.summary));
+        self.begin_roll(running, reply, true);
+    }
+
+    /// Runs with `next` from now on (all but the worker count, which `scale_to` changes):
+    /// lifecycle settings recomputed, the probe ticker restarted if probes changed.
+    fn take_settings(&mut self, next: RunConfig) {
+        let probes_changed = next.health.probe != self.cfg.health.probe
+            || next.health.probe_interval != self.cfg.health.probe_interval;
+        self.cfg = RunConfig {
+            workers: self.cfg.workers,
+            ..next
+        };
+        self.settings = super::start::settings(&self.cfg);
+        // The state file carries settings the orphan guard uses (`--stop-signal`).
+        self.continuity.state_dirty = true;
+        if probes_changed {
+            self.inputs.start_probe_ticker(&self.cfg, &self.events);
+        }
+    }
+
+    /// `ck drain SLOT` / `ck undrain SLOT`.
+    pub(super) fn set_drained(&mut self, index: u32, drained: bool) -> Response {
+        let (answer, inputs) =
+            drain::one(&self.groups, &self.table, self.cfg.no_bpf, index, drained);
+        if !inputs.is_empty() {
+            self.apply_all(inputs);
+        }
+        answer
+    }
+
+    /// `ck drain --all` / `ck undrain --all`: every slot in one batch (one publish).
+    pub(super) fn set_all_drained(&mut self, drained: bool) -> Response {
+        let (answer, inputs) = drain::all(&self.groups, &self.table, self.cfg.no_bpf, drained);
+        if !inputs.is_empty() {
+            self.apply_all(inputs);
+        }
+        answer
+    }
+
+    /// A stop signal (SIGTERM, SIGINT): the quiet wait, then the stop; during the wait, a
+    /// second one skips the rest of it; once stopping, SIGINT kills every worker now.
+    pub(super) fn on_stop_signal(&mut self, name: &'static str) {
+        if self.ops.quiet.waiting() {
+            tracing::warn!(
+                signal = name,
+                "second stop signal: skipping the rest of the quiet wait"
+            );
+            self.end_wait(format!("{name} again during the wait"), false);
+        } else if !self.stopping {
+            self.stop(name);
+        } else if name == "SIGINT" {
+            // A second Ctrl-C once stopping: the person at the terminal does not want to wait.
+            tracing::warn!(signal = name, "second interrupt: killing every worker now");
+            let all = self.table.slots.keys().map(|i| (*i, Input::KillNow));
+            self.apply_all(all.collect());
+        } else {
+            tracing::info!(signal = name, "already stopping; send SIGINT to kill now");
+        }
+    }
+
+    /// `ck stop` (`now`: `ck stop --now`) on the control socket.
+    pub(super) fn stop_requested(&mut self, now: bool) -> Response {
+        if self.ops.quiet.waiting() {
+            if !now {
+                return Response::Ok(
+                    "already stopping: waiting for traffic to stop (`ck stop --now` stops at once)"
+                        .into(),
+                );
+            }
+            tracing::info!("ck stop --now: skipping the rest of the quiet wait");
+            self.end_wait("ck stop --now".into(), false);
+            return Response::Ok("stopping: stopping every worker now".into());
+        }
+        if self.stopping {
+            return Response::Ok("already stopping: stopping every worker".into());
+        }
+        match now {
+            true => {
+                tracing::info!("ck stop --now: stopping every worker (no quiet wait)");
+                self.begin_shutdown("ck stop --now");
+            }
+            false => self.stop("ck stop"),
+        }
+        match self.ops.quiet.waiting() {
+            true => Response::Ok(
+                "stopping: waiting for traffic to stop, then stopping every worker".into(),
+            ),
+            false => Response::Ok("stopping".into()),
+        }
+    }
+
+    /// Begins a stop: the quiet wait where it can run, else the stop at once.
+    fn stop(&mut self, reason: &'static str) {
+        let skip = fleet::quiet::skip(
+            self.cfg.quiet_period,
+            self.reports.metrics_addr.is_some(),
+            !self.cfg.no_bpf,
+        );
+        let traffic = self.ops.quiet.observe_traffic(&self.groups, &self.table);
+        match self
+            .ops
+            .quiet
+            .begin(reason, skip, traffic, &self.cfg, &self.events)
+        {
+            Some(now) => self.begin_shutdown(now),
+            None => self.reports.systemd_due = true,
+        }
+    }
+
+    /// Reads the counters during the wait; ends it once quiet, or at `--quiet-max`.
+    pub(super) fn on_quiet_tick(&mut self) {
+        let traffic = self.ops.quiet.observe_traffic(&self.groups, &self.table);
+        if let Some((why, warn)) = self.ops.quiet.tick(traffic, &self.cfg) {
+            self.end_wait(why, warn);
+        }
+    }
+
+    /// Ends the wait (`why` for the log and `ck status`) and begins the stop.
+    fn end_wait(&mut self, why: String, warn: bool) {
+        let traffic = self.ops.quiet.observe_traffic(&self.groups, &self.table);
+        if let Some(reason) = self.ops.quiet.end(why, warn, traffic) {
+            self.begin_shutdown(reason);
+        }
+    }
+}
