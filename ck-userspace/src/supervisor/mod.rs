@@ -9,10 +9,14 @@
 //! Who decides what: a slot's state changes only through the lifecycle machine
 //! ([`lifecycle`]); what spans slots (a death, a roll, a scale, the spares, boot priority, the
 //! quiet wait) is decided by the fleet core ([`fleet`]); the executor ([`executor`]) runs both
-//! on the OS (`world`). The parts, each in a folder with its rule at the top: the slot table
+//! on the OS (`world`). The parts, each in a folder with its rule at the top, own their fields
+//! and take the other parts they read as arguments, never the supervisor: the slot table
 //! (`slots`), the groups and their BPF state (`groups`), the input sources (`inputs`), the
-//! operations (`operations`), the reports (`reports`) and what outlives one image of ck
-//! (`continuity`).
+//! operations (`operations`), the reports (`reports`, which read a `reports::View`) and what
+//! outlives one image of ck (`continuity`). What spans parts is sequenced at this folder's top,
+//! one file a concern: `feed` (what the inputs found, fed to the machine), `operate` (the
+//! operations' plans applied), `steer` (the loaded programs taken into use), `carry_on`
+//! (continuity's steps), `world` (the executor's effects), `start` (a run's start and end).
 mod carry_on;
 pub mod continuity;
 mod executor;
@@ -32,7 +36,6 @@ mod tasks;
 mod world;
 
 pub use start::{run, run_with};
-use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -43,7 +46,6 @@ pub use continuity::handover::Compat;
 pub use inputs::accept_probe::FORCE_ENV as READY_DETECT_ENV;
 
 use crate::{
-    bpf::pins,
     control::{Request, Response},
     os::notify::NotifyMsg,
     settings::run_config::RunConfig,
@@ -169,19 +171,6 @@ impl Supervisor {
         (&mut self.reports, view_of!(self))
     }
 
-    fn all_stopped(&self) -> bool {
-        self.table.slots.values().all(|s| s.worker.is_none())
-    }
-
-    /// Opens slots 0..workers and starts a worker on each, then the spares.
-    fn start_fleet(&mut self) -> anyhow::Result<()> {
-        for _ in 0..self.cfg.workers {
-            self.open_slot().map_err(anyhow::Error::msg)?;
-        }
-        self.replenish_spares();
-        Ok(())
-    }
-
     fn handle(&mut self, event: Event) {
         match event {
             Event::Exited {
@@ -267,39 +256,5 @@ impl Supervisor {
             Request::Upgrade { binary } => return self.upgrade(binary, Some(reply)),
         };
         let _ = reply.send(response);
-    }
-
-    /// Sends a timer event for `slot` after `delay`, tagged with the slot's epoch.
-    fn set_timer(&mut self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
-        self.continuity.note_timer(slot, epoch, timer, delay);
-        tasks::send_after(&self.events, delay, Event::Timer { slot, epoch, timer });
-    }
-
-    /// Starts the shutdown (after the quiet wait, if any: see `quiet`): nothing new is steered anywhere, every worker gets SIGTERM, and
-    /// SIGKILL after the stop timeout (`--drain-timeout`).
-    pub(super) fn begin_shutdown(&mut self, reason: &'static str) {
-        if self.stopping {
-            return;
-        }
-        self.stopping = true;
-        executor::fleet::shutdown(self, reason);
-    }
-
-    /// Releases what is left after the last worker exited: sockets, cgroups, pins.
-    fn finish(&mut self) {
-        continuity::survive::remove_state(&self.cfg.name);
-        for slot in self.table.slots.values_mut() {
-            slot.sockets.clear();
-        }
-        for cgroup in self.table.dead_cgroups.drain(..) {
-            cgroup.remove();
-        }
-        self.table.cgroups = None;
-        for group in &mut self.groups {
-            group.bpf = None;
-        }
-        if let Err(e) = pins::remove_instance(&self.cfg.name) {
-            tracing::error!("{e}");
-        }
     }
 }

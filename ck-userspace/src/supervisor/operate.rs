@@ -279,4 +279,14 @@ impl Supervisor {
             self.begin_shutdown(reason);
         }
     }
+
+    /// Starts the shutdown (after the quiet wait, if any: see `quiet`): nothing new is steered anywhere, every worker gets SIGTERM, and
+    /// SIGKILL after the stop timeout (`--drain-timeout`).
+    pub(super) fn begin_shutdown(&mut self, reason: &'static str) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        run_fleet::shutdown(self, reason);
+    }
 }

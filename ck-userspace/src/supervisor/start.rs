@@ -317,3 +317,37 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
         None => result,
     }
 }
+
+impl Supervisor {
+    /// Every worker has exited.
+    fn all_stopped(&self) -> bool {
+        self.table.slots.values().all(|s| s.worker.is_none())
+    }
+
+    /// Opens slots 0..workers and starts a worker on each, then the spares.
+    fn start_fleet(&mut self) -> anyhow::Result<()> {
+        for _ in 0..self.cfg.workers {
+            self.open_slot().map_err(anyhow::Error::msg)?;
+        }
+        self.replenish_spares();
+        Ok(())
+    }
+
+    /// Releases what is left after the last worker exited: sockets, cgroups, pins.
+    fn finish(&mut self) {
+        continuity::survive::remove_state(&self.cfg.name);
+        for slot in self.table.slots.values_mut() {
+            slot.sockets.clear();
+        }
+        for cgroup in self.table.dead_cgroups.drain(..) {
+            cgroup.remove();
+        }
+        self.table.cgroups = None;
+        for group in &mut self.groups {
+            group.bpf = None;
+        }
+        if let Err(e) = crate::bpf::pins::remove_instance(&self.cfg.name) {
+            tracing::error!("{e}");
+        }
+    }
+}

@@ -251,6 +251,12 @@ impl World for Supervisor {
 }
 
 impl Supervisor {
+    /// Sends a timer event for `slot` after `delay`, tagged with the slot's epoch.
+    pub(super) fn set_timer(&mut self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
+        self.continuity.note_timer(slot, epoch, timer, delay);
+        super::tasks::send_after(&self.events, delay, Event::Timer { slot, epoch, timer });
+    }
+
     /// Writes the machine's note as one lifecycle log line with the slot and pid.
     fn log_note(&self, index: u32, note: Note) {
         let Some(slot) = self.table.slots.get(&index) else {

@@ -1,6 +1,10 @@
 //! How a fleet outlives the ck process that runs it: `ck upgrade` (re-exec in place with a
 //! handover), `--survive-supervisor` (a state file, the take-back by the next `ck run`, and the
-//! orphan guard), and where a run starts from (fresh, a handover, a dead ck's state).
+//! orphan guard), and where a run starts from (fresh, a handover, a dead ck's state). The rule:
+//! a fleet taken back is built as a `resume::Restored` value (its slots, then what to watch,
+//! arm and start) from a handover and what the running ck lends (`resume::Restorer`); a
+//! handover is written from a read-only view. The supervisor's top (`carry_on`) puts them in
+//! place; nothing here takes the supervisor.
 pub(super) mod compat;
 pub(super) mod handover;
 pub(super) mod instant_age;

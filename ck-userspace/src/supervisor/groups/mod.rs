@@ -1,6 +1,8 @@
 //! The listen groups and their BPF state. The rule: a socket joins a group's `sockets` map
 //! only through [`Group::join`] (which attaches the program when it founds the group); the
 //! maps are written only by the publish (`publish`) and the program's loading (`steering`).
+//! Methods here take the slot table they read as an argument; nothing here takes the
+//! supervisor.
 
 pub(super) mod publish;
 pub(super) mod steering;

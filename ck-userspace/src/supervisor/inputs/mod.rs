@@ -1,7 +1,9 @@
 //! The input sources: exits, notify and health signals, readiness detection, the accept
 //! probe, `--adopt`'s hooks and members, foreign listeners. The rule: they turn what the OS
-//! says into lifecycle inputs and facts; they decide nothing about the fleet (the fleet core
-//! does, through the operations).
+//! says into lifecycle inputs and findings ([`Found`]) and return them; the supervisor's top
+//! (`feed`) feeds them to the machine. They decide nothing about the fleet (the fleet core
+//! does), never apply an input, and take the parts they read as arguments, never the
+//! supervisor.
 
 pub(super) mod accept_probe;
 pub(super) mod adopt;

@@ -1,5 +1,7 @@
 //! The reports: `ck status`, `/metrics` and the service manager. The rule: what they say is
 //! read from the kernel and the maps when asked; the fields here only say where to tell it.
+//! They read the other parts through a [`View`], which lends them read-only: a report cannot
+//! change the fleet it describes.
 
 pub(super) mod scrape;
 pub(super) mod status;

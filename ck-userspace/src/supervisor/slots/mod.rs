@@ -3,7 +3,8 @@
 //! `World::open` (the fleet executor opens slots), `Slot::restore` (continuity takes a slot
 //! back) or `Slot::member` (`--adopt`'s further listeners), a `Worker` only through
 //! `Worker::spawned`, `Worker::member` or `Worker::restored`; a slot's state changes only
-//! through the lifecycle machine.
+//! through the lifecycle machine. Spawning a worker (`SlotTable::spawn_worker`) is given the
+//! configuration, the groups and the event sender; nothing here takes the supervisor.
 
 pub(super) mod cgroups;
 pub(super) mod slot;
