@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{
     Event, Supervisor,
     continuity::{self, handover::Handover, resume::Restored, resume::Restorer},
+    executor::World,
     inputs::members::watch_holder,
     lifecycle::Input,
     tasks,
@@ -28,9 +29,11 @@ impl Supervisor {
 
     /// Rebuilds the fleet `ck upgrade` handed over, in place of starting one.
     pub(super) fn resume(&mut self, handover: Handover) -> anyhow::Result<()> {
-        let restored = continuity::resume::restore(&self.restorer(), handover)?;
+        // What was rebuilt before an error is the fleet's all the same: the shutdown that
+        // follows stops it.
+        let (restored, result) = continuity::resume::restore(&self.restorer(), handover);
         self.take_restored(restored);
-        Ok(())
+        result
     }
 
     /// Takes back the fleet of a ck that died (`--survive-supervisor`).
@@ -61,7 +64,17 @@ impl Supervisor {
         if restored.last_upgrade.is_some() {
             self.continuity.last_upgrade = restored.last_upgrade;
         }
-        for index in restored.renew {
+        // Every slot is in the table before the first starts (the machine reads the others).
+        let mut renew = Vec::new();
+        for renewal in restored.renew {
+            World::open(self, renewal.index, renewal.life);
+            if let Some(slot) = self.table.slots.get_mut(&renewal.index) {
+                slot.last_pid = renewal.last_pid;
+                slot.last_exit = Some("gone while ck was down".into());
+            }
+            renew.push(renewal.index);
+        }
+        for index in renew {
             self.apply(index, Input::Start);
         }
     }

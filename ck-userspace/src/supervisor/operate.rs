@@ -22,7 +22,7 @@ use super::{
     executor::fleet as run_fleet,
     fleet,
     lifecycle::Input,
-    operations::{drain, reconfigure, recycle},
+    operations::{drain, quiet::Window, reconfigure, recycle},
 };
 use crate::{control::Response, settings::run_config::RunConfig};
 
@@ -257,7 +257,7 @@ impl Supervisor {
         match self
             .ops
             .quiet
-            .begin(reason, skip, traffic, &self.cfg, &self.events)
+            .begin(reason, skip, traffic, Window::of(&self.cfg), &self.events)
         {
             Some(now) => self.begin_shutdown(now),
             None => self.reports.systemd_due = true,
@@ -267,7 +267,7 @@ impl Supervisor {
     /// Reads the counters during the wait; ends it once quiet, or at `--quiet-max`.
     pub(super) fn on_quiet_tick(&mut self) {
         let traffic = self.ops.quiet.observe_traffic(&self.groups, &self.table);
-        if let Some((why, warn)) = self.ops.quiet.tick(traffic, &self.cfg) {
+        if let Some((why, warn)) = self.ops.quiet.tick(traffic, Window::of(&self.cfg)) {
             self.end_wait(why, warn);
         }
     }

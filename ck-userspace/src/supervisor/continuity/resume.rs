@@ -61,8 +61,8 @@ pub(in crate::supervisor) struct Restored {
     pub holders: Vec<(u32, u32)>,
     /// Lifecycle timers to arm again: (slot, epoch, timer, delay).
     pub timers: Vec<(u32, u64, Timer, Duration)>,
-    /// Slots whose worker is gone: started again.
-    pub renew: Vec<u32>,
+    /// Slots whose worker is gone: opened anew and started again.
+    pub renew: Vec<Renewal>,
     /// When spares are due again.
     pub spare_due: Option<Duration>,
     /// The worker count, when the record has one (`ck scale` may have changed it since the
@@ -70,6 +70,15 @@ pub(in crate::supervisor) struct Restored {
     pub workers: Option<u32>,
     /// How the upgrade went, for `ck status` (None: not an upgrade).
     pub last_upgrade: Option<String>,
+}
+
+/// A slot whose worker is gone while ck was down, to open anew and start.
+pub(in crate::supervisor) struct Renewal {
+    pub index: u32,
+    /// A fresh life with the slot's generation and restarts.
+    pub life: crate::supervisor::lifecycle::Life,
+    /// The pid of the worker that is gone.
+    pub last_pid: u32,
 }
 
 /// What taking workers back needs of the running ck: its configuration, its groups (to check a
@@ -82,20 +91,31 @@ pub(in crate::supervisor) struct Restorer<'a> {
 }
 
 /// Rebuilds the slots, workers and timers of `handover` (`ck upgrade`), in place of starting a
-/// fleet.
+/// fleet. On an error, the slots rebuilt before it are in `Restored` all the same (with no
+/// timer, spare or count from the handover), so that the shutdown that follows stops their
+/// workers.
 pub(in crate::supervisor) fn restore(
     r: &Restorer<'_>,
     handover: Handover,
-) -> anyhow::Result<Restored> {
+) -> (Restored, anyhow::Result<()>) {
     let mut restored = Restored {
         slots: Vec::new(),
         holders: Vec::new(),
         timers: Vec::new(),
         renew: Vec::new(),
-        spare_due: handover.spare_due_us.map(Duration::from_micros),
-        workers: (handover.workers > 0).then_some(handover.workers),
+        spare_due: None,
+        workers: None,
         last_upgrade: None,
     };
+    let result = restore_into(r, handover, &mut restored);
+    (restored, result)
+}
+
+fn restore_into(
+    r: &Restorer<'_>,
+    handover: Handover,
+    restored: &mut Restored,
+) -> anyhow::Result<()> {
     let mut workers = 0;
     for saved in handover.slots {
         let index = saved.index;
@@ -145,6 +165,8 @@ pub(in crate::supervisor) fn restore(
         .iter()
         .map(|t| (t.slot, t.epoch, t.timer, Duration::from_micros(t.left_us)))
         .collect();
+    restored.spare_due = handover.spare_due_us.map(Duration::from_micros);
+    restored.workers = (handover.workers > 0).then_some(handover.workers);
     let exec_ms = handover
         .exec_at
         .elapsed()
@@ -163,7 +185,7 @@ pub(in crate::supervisor) fn restore(
         handover.compat.ck,
         crate::VERSION
     ));
-    Ok(restored)
+    Ok(())
 }
 
 /// How the exit of a worker watched again is seen.

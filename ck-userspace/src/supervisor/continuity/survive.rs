@@ -15,7 +15,7 @@ use socket2::Socket;
 use crate::supervisor::{
     continuity::handover::{FORMAT, Handover, SlotHandover, WorkerHandover},
     continuity::output_back::{EndsFrom, output_back},
-    continuity::resume::{ExitSeen, Restored, Restorer, output_source},
+    continuity::resume::{ExitSeen, Renewal, Restored, Restorer, output_source},
     lifecycle::Life,
     slots::slot::{Slot, Worker},
 };
@@ -181,11 +181,11 @@ pub(in crate::supervisor) fn take_fleet_back(r: &Restorer<'_>, state: Handover) 
                     restarts: saved.life.restarts,
                     ..fresh
                 };
-                let mut slot = Slot::new(index, life);
-                slot.last_pid = saved.last_pid;
-                slot.last_exit = Some("gone while ck was down".into());
-                slots.push(slot);
-                renew.push(index);
+                renew.push(Renewal {
+                    index,
+                    life,
+                    last_pid: saved.last_pid,
+                });
             }
         }
     }

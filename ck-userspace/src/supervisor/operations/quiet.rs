@@ -43,6 +43,25 @@ pub(in crate::supervisor) struct Quiet {
     seen: RefCell<Vec<Option<Seen>>>,
 }
 
+/// `--quiet-period` and `--quiet-max`.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::supervisor) struct Window {
+    /// No new connection for this long: quiet.
+    pub period: Duration,
+    /// The wait ends at this at the latest.
+    pub max: Duration,
+}
+
+impl Window {
+    /// The window of `cfg`.
+    pub(in crate::supervisor) fn of(cfg: &RunConfig) -> Window {
+        Window {
+            period: cfg.quiet_period,
+            max: cfg.quiet_max,
+        }
+    }
+}
+
 /// A group's new-connection count as last read.
 #[derive(Clone, Copy)]
 struct Seen {
@@ -185,7 +204,7 @@ impl Quiet {
         reason: &'static str,
         skip: Option<&'static str>,
         traffic: Option<(u64, Instant)>,
-        cfg: &RunConfig,
+        limits: Window,
         events: &UnboundedSender<Event>,
     ) -> Option<&'static str> {
         let total = match (skip, traffic) {
@@ -211,8 +230,8 @@ impl Quiet {
         self.ended = None;
         tracing::info!(
             signal = reason,
-            quiet_period = ?cfg.quiet_period,
-            quiet_max = ?cfg.quiet_max,
+            quiet_period = ?limits.period,
+            quiet_max = ?limits.max,
             "stopping: /readyz answers 503 and every worker keeps serving; waiting until no new \
              connection comes for the quiet period, then stopping every worker"
         );
@@ -224,7 +243,7 @@ impl Quiet {
     pub(in crate::supervisor) fn tick(
         &mut self,
         traffic: Option<(u64, Instant)>,
-        cfg: &RunConfig,
+        window: Window,
     ) -> Option<(String, bool)> {
         let Some((total, changed)) = traffic else {
             return Some(("the program's counters are gone".into(), false));
@@ -236,8 +255,8 @@ impl Quiet {
             wait.samples.pop_front();
         }
         let limits = Limits {
-            period: cfg.quiet_period,
-            max: cfg.quiet_max,
+            period: window.period,
+            max: window.max,
             min_span: POLL,
         };
         match decide(limits, wait.started, changed, now, wait.samples[0], total) {
@@ -249,7 +268,7 @@ impl Quiet {
                 format!(
                     "reached --quiet-max {:?} while still receiving {rate:.1} new connections/s: \
                      the balancer never stopped sending (check that its health check reads /readyz)",
-                    cfg.quiet_max
+                    window.max
                 ),
                 true,
             )),
@@ -290,5 +309,59 @@ impl Quiet {
         }
         self.ended = Some(ended);
         Some(wait.reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: Window = Window {
+        period: Duration::from_secs(2),
+        max: Duration::from_secs(30),
+    };
+
+    #[tokio::test]
+    async fn a_stop_that_cannot_wait_begins_the_shutdown_at_once_with_its_reason() {
+        let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut quiet = Quiet::default();
+        let traffic = Some((5, Instant::now()));
+        let skipped = quiet.begin("SIGTERM", Some("no --metrics"), traffic, WINDOW, &events);
+        assert_eq!(skipped, Some("SIGTERM"));
+        // No counters yet (the program is loading): no wait either.
+        assert_eq!(
+            quiet.begin("ck stop", None, None, WINDOW, &events),
+            Some("ck stop")
+        );
+        assert!(!quiet.waiting());
+        assert!(quiet.ended.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_wait_ends_once_with_the_reason_of_the_stop_that_began_it() {
+        let (events, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut quiet = Quiet::default();
+        let started = Instant::now();
+        let traffic = Some((100, started));
+        assert_eq!(quiet.begin("SIGTERM", None, traffic, WINDOW, &events), None);
+        assert!(quiet.waiting());
+        // Counters that vanish end the wait, without a warning.
+        let gone = quiet.tick(None, WINDOW);
+        assert_eq!(
+            gone,
+            Some(("the program's counters are gone".to_string(), false))
+        );
+        // 7 new connections since it began, counted in how it ended.
+        let reason = quiet.end("ck stop --now".into(), false, Some((107, started)));
+        assert_eq!(reason, Some("SIGTERM"));
+        assert!(!quiet.waiting());
+        let ended = quiet.ended.as_ref().expect("ended");
+        assert_eq!(
+            (ended.why.as_str(), ended.new_connections),
+            ("ck stop --now", 7)
+        );
+        // Ended once: a second end and a tick find no wait.
+        assert_eq!(quiet.end("again".into(), false, None), None);
+        assert_eq!(quiet.tick(Some((107, started)), WINDOW), None);
     }
 }

@@ -1,6 +1,7 @@
 //! The slot table: the slots and their workers, and what a worker's process is given (its
 //! cgroup, the output hub, the open-file limit). The rule: a `Slot` comes to be only through
-//! `World::open` (the fleet executor opens slots), `Slot::restore` (continuity takes a slot
+//! `World::open` (the fleet executor opens slots, and the supervisor reopens those whose
+//! worker is gone while ck was down), `Slot::restore` (continuity takes a slot
 //! back) or `Slot::member` (`--adopt`'s further listeners), a `Worker` only through
 //! `Worker::spawned`, `Worker::member` or `Worker::restored`; a slot's state changes only
 //! through the lifecycle machine. Spawning a worker (`SlotTable::spawn_worker`) is given the
