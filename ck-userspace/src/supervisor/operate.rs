@@ -66,7 +66,7 @@ impl Supervisor {
 
     /// Starts a rolling restart of every current worker.
     fn begin_reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
-        let all = fleet::roll::reload_targets(&fleet::lives(self.lives()));
+        let all = fleet::roll::reload_targets(&fleet::lives(self.table.lives()));
         self.begin_roll(all, reply, true);
     }
 

@@ -25,18 +25,13 @@ impl Supervisor {
     pub(super) fn apply_all(&mut self, inputs: Vec<(u32, Input)>) -> Outcome<anyhow::Error> {
         executor::run(self, inputs)
     }
-
-    /// Every slot's life, for the machine's views.
-    pub(super) fn lives(&self) -> impl Iterator<Item = (u32, &lifecycle::Life)> + Clone {
-        self.table.lives()
-    }
 }
 
 impl World for Supervisor {
     type SpawnError = anyhow::Error;
 
     fn lives(&self) -> impl Iterator<Item = (u32, &lifecycle::Life)> + Clone {
-        Supervisor::lives(self)
+        self.table.lives()
     }
 
     fn life_mut(&mut self, index: u32) -> Option<&mut lifecycle::Life> {
