@@ -2,207 +2,28 @@
 //! log captured to a file, its `ck status --json` report, control commands, and a clean-up on
 //! drop that leaves no process, pin or run-time file behind even when the test panicked.
 
+mod binary;
+mod status;
+
 use std::collections::BTreeSet;
 use std::fs::{self, File};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ::ck::control::{SlotReport, StatusReport};
 use nix::sys::signal::Signal;
-use serde::Deserialize;
+
+pub use self::binary::{
+    ck_bin, ck_command, ck_command_at, ck_output, control_socket, lock_file, pins_dir,
+    remove_leftovers, said, state_file,
+};
+pub use self::status::Status;
 
 use crate::sys::{self, TempDir};
 
 /// How long one `ck status`/`drain`/... call may take before the test gives up on it (a `ck
 /// reload` waits for every replacement to boot: 10 s each for `ready_slow.rs`'s server).
 const CTL_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Path of the `ck` binary: `$CK_BIN`, else `target/debug/ck` of this workspace.
-///
-/// # Panics
-/// When the binary does not exist (it is built by `cargo xtask test`, not by `cargo test`).
-pub fn ck_bin() -> PathBuf {
-    let path = match std::env::var_os("CK_BIN").filter(|p| !p.is_empty()) {
-        Some(path) => PathBuf::from(path),
-        None => {
-            let target = option_env!("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-            target.join("debug").join("ck")
-        }
-    };
-    assert!(
-        path.is_file(),
-        "{} does not exist: run `cargo xtask test` (it builds ck first), or \
-         `cargo build -p ck-userspace --bin ck`, or set CK_BIN",
-        path.display()
-    );
-    path
-}
-
-/// A `ck` command (no arguments yet).
-pub fn ck_command() -> Command {
-    ck_command_at(&ck_bin())
-}
-
-/// A command of the ck binary `bin` (a copy of [`ck_bin`], for example one that another user can
-/// reach), with no arguments yet and plain log lines (no ANSI colours, no `CK_LOG` of the
-/// caller) that can be searched.
-pub fn ck_command_at(bin: &Path) -> Command {
-    let mut cmd = Command::new(bin);
-    cmd.env_remove("CK_LOG").env("NO_COLOR", "1");
-    cmd
-}
-
-/// Runs `ck ARGS` to completion (at most 20 s) and returns its output.
-///
-/// # Panics
-/// When it does not exit in time (it is killed first).
-pub fn ck_output(args: &[&str]) -> Output {
-    sys::output_within(ck_command().args(args), Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("`ck {}` did not exit within 20 s", args.join(" ")))
-}
-
-/// What a `ck` command printed: its stdout, then its stderr.
-pub fn said(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Pin directory of instance `name`: under `$CK_PIN_DIR`, else `/sys/fs/bpf/ck`, as ck itself
-/// finds it.
-pub fn pins_dir(name: &str) -> PathBuf {
-    ::ck::bpf::pins::instance_dir(name)
-}
-
-/// Control socket of instance `name`: under `$CK_RUN_DIR`, else `/run/ck`.
-pub fn control_socket(name: &str) -> PathBuf {
-    ::ck::os::instance::control_path(name)
-}
-
-/// Lock file of instance `name`.
-pub fn lock_file(name: &str) -> PathBuf {
-    ::ck::os::instance::lock_path(name)
-}
-
-/// Removes whatever instance `name` may have left: cgroups, pins, control socket, lock file,
-/// state file.
-pub fn remove_leftovers(name: &str) {
-    if let Some(dir) = sys::cgroup_dir(name) {
-        sys::remove_cgroup(&dir);
-    }
-    let _ = fs::remove_dir_all(pins_dir(name));
-    let _ = fs::remove_file(control_socket(name));
-    let _ = fs::remove_file(lock_file(name));
-    let _ = fs::remove_file(state_file(name));
-}
-
-/// The `--survive-supervisor` state file of instance `name`.
-pub fn state_file(name: &str) -> PathBuf {
-    ::ck::os::instance::state_path(name)
-}
-
-/// `ck status --json`: ck's own [`StatusReport`] (every field reads through), with helpers.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(transparent)]
-pub struct Status(
-    /// The report as ck sent it.
-    pub StatusReport,
-);
-
-impl std::ops::Deref for Status {
-    type Target = StatusReport;
-
-    fn deref(&self) -> &StatusReport {
-        &self.0
-    }
-}
-
-impl Status {
-    /// Slot `index`.
-    ///
-    /// # Panics
-    /// When there is no such slot.
-    pub fn slot(&self, index: u32) -> &SlotReport {
-        self.slots
-            .iter()
-            .find(|s| s.slot == index)
-            .unwrap_or_else(|| panic!("no slot {index} in {self:#?}"))
-    }
-
-    /// The pid of slot `index`'s worker.
-    ///
-    /// # Panics
-    /// When there is no such slot, or it has no worker.
-    pub fn worker_pid(&self, index: u32) -> u32 {
-        self.slot(index)
-            .pid
-            .unwrap_or_else(|| panic!("slot {index} has no worker: {self:#?}"))
-    }
-
-    /// The slots in state `ready`.
-    pub fn ready(&self) -> impl Iterator<Item = &SlotReport> {
-        self.slots.iter().filter(|s| s.state == "ready")
-    }
-
-    /// Number of slots in state `ready`.
-    pub fn ready_count(&self) -> usize {
-        self.ready().count()
-    }
-
-    /// Pids of every live worker.
-    pub fn worker_pids(&self) -> BTreeSet<u32> {
-        self.slots.iter().filter_map(|s| s.pid).collect()
-    }
-
-    /// Pids of the workers that serve (every live worker but the hot spares).
-    pub fn serving_pids(&self) -> Vec<u32> {
-        self.slots
-            .iter()
-            .filter(|s| !s.spare)
-            .filter_map(|s| s.pid)
-            .collect()
-    }
-
-    /// Where `--metrics` listens.
-    ///
-    /// # Panics
-    /// When the instance has no metrics listener.
-    pub fn metrics_addr(&self) -> std::net::SocketAddr {
-        let addr = self
-            .metrics
-            .as_deref()
-            .unwrap_or_else(|| panic!("`ck status` shows no metrics address: {self:#?}"));
-        addr.parse()
-            .unwrap_or_else(|e| panic!("metrics address {addr:?}: {e}"))
-    }
-
-    /// Sum of `migrated` over the slots.
-    pub fn migrated(&self) -> u64 {
-        self.slots.iter().map(|s| s.migrated).sum()
-    }
-
-    /// Each slot's open connections (`connections`).
-    ///
-    /// # Panics
-    /// When a slot has no count.
-    pub fn connections(&self) -> std::collections::BTreeMap<u32, u64> {
-        self.slots
-            .iter()
-            .map(|s| {
-                let count = s.connections;
-                (
-                    s.slot,
-                    count.unwrap_or_else(|| panic!("no count: {self:#?}")),
-                )
-            })
-            .collect()
-    }
-}
 
 /// A running `ck run --name NAME ...`, killed with all its workers (and its leftovers removed)
 /// on drop. When the test is panicking, the drop prints ck's log.
