@@ -93,12 +93,14 @@ pub fn shape(status: &Status) -> Shape {
 /// Waits until every listener of `server` is adopted and ready, steering verified, and `more`
 /// holds; the status then.
 pub fn wait_fleet(ck: &mut Ck, server: Server, more: impl Fn(&Status) -> bool) -> Status {
-    let status = ck.wait_status("every listener adopted and ready", READY_TIMEOUT, |s| {
-        s.bpf
-            && s.slots.len() == server.listeners()
-            && s.ready_count() == server.listeners()
-            && more(s)
-    });
+    let status = ck
+        .wait_status("every listener adopted and ready", READY_TIMEOUT, |s| {
+            s.bpf
+                && s.slots.len() == server.listeners()
+                && s.ready_count() == server.listeners()
+                && more(s)
+        })
+        .expect("wait for the status");
     let members = status
         .slots
         .iter()
@@ -147,25 +149,28 @@ pub fn assert_every_slot_selected(was: &Status, now: &Status) {
 /// Every slot of the fleet still gets new connections: ten per listener on new connections,
 /// all answered, and every slot's kernel count grew.
 pub fn assert_every_slot_gets_connections(ck: &Ck, port: u16) {
-    let before = ck.status();
+    let before = ck.status().expect("ck status");
     let n = 10 * before.slots.len() as u32;
     let tally = burst(local(port), n);
     assert_eq!(tally.ok, n, "{tally:?}");
-    assert_every_slot_selected(&before, &ck.status());
+    assert_every_slot_selected(&before, &ck.status().expect("ck status"));
 }
 
 /// `ck drain` of the fleet's last slot still works: 30 new connections all answered, none
 /// selected for it, every other slot some; then `ck undrain`.
 pub fn assert_drain_works(ck: &mut Ck, port: u16) {
-    let before = ck.status();
+    let before = ck.status().expect("ck status");
     let drained = before.slots.last().expect("a slot").slot;
-    ck.ctl_ok(&["drain", &drained.to_string()]);
-    let at = ck.wait_status("the slot drained", READY_TIMEOUT, |s| {
-        !s.active.contains(&drained)
-    });
+    ck.ctl_ok(&["drain", &drained.to_string()])
+        .expect("ck drain");
+    let at = ck
+        .wait_status("the slot drained", READY_TIMEOUT, |s| {
+            !s.active.contains(&drained)
+        })
+        .expect("wait for the status");
     let tally = burst(local(port), 30);
     assert_eq!(tally.ok, 30, "{tally:?}");
-    let after = ck.status();
+    let after = ck.status().expect("ck status");
     assert_eq!(
         after.slot(drained).selected,
         at.slot(drained).selected,
@@ -174,17 +179,19 @@ pub fn assert_drain_works(ck: &mut Ck, port: u16) {
     for slot in after.slots.iter().filter(|s| s.slot != drained) {
         assert!(slot.selected > at.slot(slot.slot).selected, "{after:#?}");
     }
-    ck.ctl_ok(&["undrain", &drained.to_string()]);
+    ck.ctl_ok(&["undrain", &drained.to_string()])
+        .expect("ck undrain");
     ck.wait_status("the slot back", READY_TIMEOUT, |s| {
         s.active.contains(&drained)
-    });
+    })
+    .expect("wait for the status");
 }
 
 /// This ck watches every process of the fleet: a member that exits takes its slot with it and
 /// the child holding the root's socket gives that up when it exits (a forking server); a worker
 /// that is killed is replaced and its socket adopted (demo).
 pub fn assert_exits_seen(ck: &mut Ck, port: u16, server: Server) {
-    let before = ck.status();
+    let before = ck.status().expect("ck status");
     match server {
         Server::Forking => {
             let member = before
@@ -196,11 +203,12 @@ pub fn assert_exits_seen(ck: &mut Ck, port: u16, server: Server) {
             kill_hard(pid);
             ck.wait_status("the member's slot removed", READY_TIMEOUT, |s| {
                 s.slots.iter().all(|slot| slot.slot != gone)
-            });
+            })
+            .expect("wait for the status");
             let tally = burst(local(port), 20);
             assert_eq!(tally.ok, 20, "{tally:?}");
             // The root's socket is a child's: neither the root's pid nor a member's.
-            let known: BTreeSet<u32> = ck.status().worker_pids();
+            let known: BTreeSet<u32> = ck.status().expect("ck status").worker_pids();
             let tree = instance_processes(ck.name());
             let holder = tree
                 .iter()
@@ -209,7 +217,8 @@ pub fn assert_exits_seen(ck: &mut Ck, port: u16, server: Server) {
             kill_hard(*holder);
             ck.wait_status("the root gave its socket up", READY_TIMEOUT, |s| {
                 s.slot(0).state == "starting"
-            });
+            })
+            .expect("wait for the status");
             return;
         }
         Server::Demo => {
@@ -227,8 +236,8 @@ pub fn assert_exits_seen(ck: &mut Ck, port: u16, server: Server) {
 pub fn stop_and_assert_clean(mut ck: Ck, port: u16, mut pids: BTreeSet<u32>) {
     let name = ck.name().to_string();
     pids.extend(instance_processes(&name));
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     let left = wait_all_dead(&pids, Duration::from_secs(10));
     assert!(left.is_empty(), "processes {left:?} left");
     assert!(cgroup_dir(&name).is_none_or(|d| !d.exists()), "cgroup left");

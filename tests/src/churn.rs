@@ -163,7 +163,9 @@ pub struct KillRun {
 /// the workers of slots 1 and 2 at once, waits until both slots have ready replacements, lets
 /// the load run a little longer, and returns the report.
 pub fn kill_two(ck: &mut Ck, port: u16, mode: Mode) -> KillRun {
-    let before = ck.wait_ready(3, crate::READY_TIMEOUT);
+    let before = ck
+        .wait_ready(3, crate::READY_TIMEOUT)
+        .expect("wait for ready slots");
     let victims: BTreeSet<u32> = [1, 2]
         .iter()
         .map(|s| before.slot(*s).pid.expect("slots 1 and 2 have workers"))
@@ -174,18 +176,20 @@ pub fn kill_two(ck: &mut Ck, port: u16, mode: Mode) -> KillRun {
         sys::signal(*pid, Signal::SIGKILL);
     }
     eprintln!("SIGKILLed {victims:?} at {:?} into the load", load.now());
-    let after = ck.wait_status(
-        "slots 1 and 2 replaced and ready",
-        Duration::from_secs(15),
-        |s| {
-            s.ready_count() == 3
-                && [1, 2].iter().all(|i| {
-                    s.slots.iter().any(|slot| {
-                        slot.slot == *i && slot.pid.is_some_and(|p| !victims.contains(&p))
+    let after = ck
+        .wait_status(
+            "slots 1 and 2 replaced and ready",
+            Duration::from_secs(15),
+            |s| {
+                s.ready_count() == 3
+                    && [1, 2].iter().all(|i| {
+                        s.slots.iter().any(|slot| {
+                            slot.slot == *i && slot.pid.is_some_and(|p| !victims.contains(&p))
+                        })
                     })
-                })
-        },
-    );
+            },
+        )
+        .expect("wait for the status");
     std::thread::sleep(SETTLE);
     let report = load.finish();
     KillRun {
@@ -249,7 +253,8 @@ impl ReloadRun {
 /// for a while after the last one), and returns the report and each reload's outcome. A failed
 /// reload does not stop the scenario.
 pub fn reload_times(ck: &mut Ck, port: u16, mode: Mode, workers: usize, times: usize) -> ReloadRun {
-    ck.wait_ready(workers, crate::READY_TIMEOUT);
+    ck.wait_ready(workers, crate::READY_TIMEOUT)
+        .expect("wait for ready slots");
     let load = Background::start(port, mode);
     reload_times_under(ck, load, times)
 }
@@ -260,9 +265,9 @@ pub fn reload_times_under(ck: &mut Ck, load: Background, times: usize) -> Reload
     std::thread::sleep(SETTLE);
     let mut reloads = Vec::new();
     for _ in 0..times {
-        let before = ck.status().worker_pids();
+        let before = ck.status().expect("ck status").worker_pids();
         let asked = load.now();
-        let output = ck.ctl(&["reload"]);
+        let output = ck.ctl(&["reload"]).expect("ck reload");
         let done = load.now();
         let reload = Reload {
             before,
@@ -287,7 +292,7 @@ pub fn reload_times_under(ck: &mut Ck, load: Background, times: usize) -> Reload
     // Longer after the last one: requests sent after it are what the tests look at.
     std::thread::sleep(SETTLE * 2);
     let report = load.finish();
-    let after = ck.status();
+    let after = ck.status().expect("ck status");
     ReloadRun {
         report,
         reloads,

@@ -1,9 +1,12 @@
-//! Harness for ck's integration tests (`tests/tests/*.rs`): start a `ck run` instance on a free
-//! port under a name of its own ([`ck::Ck`]), give it a wrapper app ([`app`]), talk HTTP to its
-//! demo workers ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect
-//! processes, ports and CPUs ([`sys`]) and what a process costs ([`cpu`]); run real servers ([`pyservers`], [`real_servers`]) through
-//! one checklist ([`server_checks`]); run a program in a real terminal ([`tmux`]), read the
-//! files of `deploy/` ([`deploy`]), tell a static binary from a dynamic one ([`elf`]), put ck hosts behind a real balancer in network
+//! Harness for ck's integration tests (`tests/tests/*.rs`) and benchmarks: start a `ck run`
+//! instance on a free port under a name of its own ([`ck::Ck`], the one handle on a running ck;
+//! its methods and the `start*` functions here return `Result`, which a test `.expect`s and a
+//! benchmark passes on), give it a wrapper app ([`app`]), talk HTTP to its demo workers
+//! ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect processes,
+//! ports and CPUs ([`sys`]) and what a process costs ([`cpu`]); run real servers
+//! ([`pyservers`], [`real_servers`]) through one checklist ([`server_checks`]); run a program
+//! in a real terminal ([`tmux`]), read the files of `deploy/` ([`deploy`]), tell a static
+//! binary from a dynamic one ([`elf`]), put ck hosts behind a real balancer in network
 //! namespaces ([`fleet`]), hold ck to README's promises ([`promises`]), run the docs' shell
 //! blocks and check their links and tables ([`docs`]), and regenerate the reference to compare
 //! it with the committed one ([`reference`]).
@@ -40,7 +43,9 @@ pub mod udp;
 
 use std::time::Duration;
 
-pub use crate::ck::{Ck, Status, ck_bin};
+use anyhow::{Context as _, Result};
+
+pub use crate::ck::{Ck, StartOptions, Status, ck_bin};
 /// One slot of a [`Status`]: ck's own schema.
 pub use ::ck::control::SlotReport;
 pub use http::{Answer, Failure, KeepAlive, Tally, burst, burst_pinned, get_new_conn, local};
@@ -62,55 +67,53 @@ pub fn probe_base_for(port: u16) -> u16 {
 /// Starts `ck run --name t-<what>-<port> --port <port> --probe-port-base <base> ARGS...` on a
 /// free port (base from [`probe_base_for`]) and returns it with the port. `args` may end with
 /// `--` and an APP.
-pub fn start(what: &str, args: &[&str]) -> (Ck, u16) {
+pub fn start(what: &str, args: &[&str]) -> Result<(Ck, u16)> {
     start_with_env(what, args, &[])
 }
 
 /// Starts like [`start`] with `env` set for ck.
-pub fn start_with_env(what: &str, args: &[&str], env: &[(&str, &str)]) -> (Ck, u16) {
+pub fn start_with_env(what: &str, args: &[&str], env: &[(&str, &str)]) -> Result<(Ck, u16)> {
     let port = sys::free_port();
-    (start_on(what, port, args, env), port)
+    Ok((start_on(what, port, args, env)?, port))
 }
 
 /// Starts like [`start_with_env`] on `port` (from [`sys::free_port`]), e.g. one a client is
 /// already trying to reach.
-pub fn start_on(what: &str, port: u16, args: &[&str], env: &[(&str, &str)]) -> Ck {
-    let name = instance_name(what, port);
-    let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
-    let mut all = vec![
-        "--port",
-        port_text.as_str(),
-        "--probe-port-base",
-        base_text.as_str(),
-    ];
-    all.extend_from_slice(args);
-    Ck::start_with_env(&name, &all, env)
+pub fn start_on(what: &str, port: u16, args: &[&str], env: &[(&str, &str)]) -> Result<Ck> {
+    StartOptions::new()
+        .port(port)
+        .args(&["--probe-port-base", &probe_base_for(port).to_string()])
+        .args(args)
+        .env(env)
+        .start(&instance_name(what, port))
 }
 
 /// Starts like [`start`] and waits until `workers` slots are ready (`-w <workers>` is added).
-pub fn start_ready(what: &str, workers: usize, args: &[&str]) -> (Ck, u16, Status) {
+pub fn start_ready(what: &str, workers: usize, args: &[&str]) -> Result<(Ck, u16, Status)> {
     let w = workers.to_string();
     let mut all = vec!["-w", w.as_str()];
     all.extend_from_slice(args);
-    let (mut ck, port) = start(what, &all);
-    let status = ck.wait_ready(workers, READY_TIMEOUT);
-    (ck, port, status)
+    let (mut ck, port) = start(what, &all)?;
+    let status = ck.wait_ready(workers, READY_TIMEOUT)?;
+    Ok((ck, port, status))
 }
 
 /// Starts `-w 1` with `flags` and a demo worker that says READY=1 only after 1.5 s, and waits
 /// until it is spawned and steering is on: while it starts, every connection is a fallback to
 /// it. Returns the instance, its port and that status.
-pub fn start_one_starting(what: &str, flags: &[&str]) -> (Ck, u16, Status) {
-    let bin = ck_bin();
-    let bin = bin.to_str().expect("UTF-8 path");
+pub fn start_one_starting(what: &str, flags: &[&str]) -> Result<(Ck, u16, Status)> {
+    let bin = ck::find_ck_bin()?;
+    let bin = bin
+        .to_str()
+        .with_context(|| format!("{} is not a UTF-8 path", bin.display()))?;
     let mut args = vec!["-w", "1"];
     args.extend_from_slice(flags);
     args.extend_from_slice(&["--", bin, "demo-worker", "--ready-after", "1500ms"]);
-    let (mut ck, port) = start(what, &args);
+    let (mut ck, port) = start(what, &args)?;
     let status = ck.wait_status("the worker is starting", READY_TIMEOUT, |s| {
         s.bpf && s.slots.len() == 1 && s.slots[0].state == "starting"
-    });
-    (ck, port, status)
+    })?;
+    Ok((ck, port, status))
 }
 
 #[cfg(test)]

@@ -60,7 +60,9 @@ pub fn run(mut ck: Ck, port: u16, checks: Checks) {
 
 /// The two ready slots.
 fn ready_slots(ck: &mut Ck) -> Vec<u32> {
-    let status = ck.wait_ready(2, READY_TIMEOUT);
+    let status = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     status.ready().map(|s| s.slot).collect()
 }
 
@@ -75,12 +77,13 @@ fn spreads_and_drains(ck: &mut Ck, port: u16, label: &str) {
         assert_eq!(tally.slot(*slot), 20, "{label}: slot {slot}: {tally:?}");
     }
     let drained = slots[1].to_string();
-    ck.ctl_ok(&["drain", &drained]);
+    ck.ctl_ok(&["drain", &drained]).expect("ck drain");
     burst_without(burst_pinned, local(port), 40, slots[1], "drained");
-    ck.ctl_ok(&["undrain", &drained]);
+    ck.ctl_ok(&["undrain", &drained]).expect("ck undrain");
     ck.wait_status("both slots active again", READY_TIMEOUT, |s| {
         s.active.len() == 2
-    });
+    })
+    .expect("wait for the status");
 }
 
 /// Two `ck reload`s under a load: every reload succeeds, no request fails, and none of the
@@ -127,7 +130,7 @@ fn a_kill_fails_what_it_held(ck: &mut Ck, port: u16, checks: Checks) {
         Vec::new()
     };
     let victim_slot = held.first().map_or(slots[0], |(_, slot)| *slot);
-    let victim = ck.status().worker_pid(victim_slot);
+    let victim = ck.status().expect("ck status").worker_pid(victim_slot);
     let load = Background::start_with(port, Mode::NewConnection, false, checks.rate);
     std::thread::sleep(SETTLE);
     kill_hard(victim);
@@ -152,7 +155,8 @@ fn a_kill_fails_what_it_held(ck: &mut Ck, port: u16, checks: Checks) {
     }
     ck.wait_status("the killed worker replaced", READY_TIMEOUT, |s| {
         s.ready_count() == 2 && s.slot(victim_slot).pid.is_some_and(|p| p != victim)
-    });
+    })
+    .expect("wait for the status");
     std::thread::sleep(SETTLE);
     let report = load.finish_and_print(&format!("{label} kill"));
     if checks.keeps_alive {
@@ -195,8 +199,8 @@ pub fn stops_clean(mut ck: Ck, port: u16, label: &str) {
     let mut pids = cgroup_pids(&cgroup);
     pids.extend(sys::instance_processes(&name));
     assert!(pids.len() >= 2, "{label}: no workers found in {cgroup:?}");
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     let alive = sys::wait_all_dead(&pids, Duration::from_secs(5));
     assert!(alive.is_empty(), "{label}: processes left: {alive:?}");
     assert!(

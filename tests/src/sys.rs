@@ -278,14 +278,24 @@ pub struct TempDir {
 
 impl TempDir {
     /// Creates a fresh directory whose name starts with `prefix`.
+    ///
+    /// # Panics
+    /// When it cannot be created.
     pub fn new(prefix: &str) -> TempDir {
+        TempDir::try_new(prefix).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`TempDir::new`], or the error (naming the directory) when it cannot be created.
+    pub fn try_new(prefix: &str) -> std::io::Result<TempDir> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let path =
             std::env::temp_dir().join(format!("ck-tests-{prefix}-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
-        TempDir { path }
+        fs::create_dir_all(&path).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
+        })?;
+        Ok(TempDir { path })
     }
 
     /// Its path.

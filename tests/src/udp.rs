@@ -19,8 +19,9 @@ pub fn udp_fleet(what: &str, workers: usize, extra: &[&str]) -> (Ck, SocketAddr)
     );
     let mut args = vec!["--listen", &listen, "--probe-port-base", &base, "-w", &w];
     args.extend_from_slice(extra);
-    let mut ck = Ck::start(&instance_name(what, port), &args);
-    ck.wait_ready(workers, READY_TIMEOUT);
+    let mut ck = Ck::start(&instance_name(what, port), &args).expect("start ck");
+    ck.wait_ready(workers, READY_TIMEOUT)
+        .expect("wait for ready slots");
     (ck, local(port))
 }
 

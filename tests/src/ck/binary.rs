@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use anyhow::{Result, ensure};
+
 use crate::sys;
 
 /// Path of the `ck` binary: `$CK_BIN`, else `target/debug/ck` of this workspace.
@@ -15,6 +17,11 @@ use crate::sys;
 /// # Panics
 /// When the binary does not exist (it is built by `cargo xtask test`, not by `cargo test`).
 pub fn ck_bin() -> PathBuf {
+    find_ck_bin().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`ck_bin`], or the error that names how to build it.
+pub fn find_ck_bin() -> Result<PathBuf> {
     let path = match std::env::var_os("CK_BIN").filter(|p| !p.is_empty()) {
         Some(path) => PathBuf::from(path),
         None => {
@@ -24,13 +31,13 @@ pub fn ck_bin() -> PathBuf {
             target.join("debug").join("ck")
         }
     };
-    assert!(
+    ensure!(
         path.is_file(),
         "{} does not exist: run `cargo xtask test` (it builds ck first), or \
          `cargo build -p ck-userspace --bin ck`, or set CK_BIN",
         path.display()
     );
-    path
+    Ok(path)
 }
 
 /// A `ck` command (no arguments yet).

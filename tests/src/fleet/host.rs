@@ -119,8 +119,9 @@ impl Host {
             let script = node_app.to_str().expect("UTF-8 path");
             args.extend(["--", "node", script]);
         }
-        let mut ck = Ck::start_command(cmd, &self.name, &args, &[]);
-        ck.wait_ready(WORKERS, READY_TIMEOUT);
+        let mut ck = Ck::start_command(cmd, &self.name, &args, &[]).expect("start ck");
+        ck.wait_ready(WORKERS, READY_TIMEOUT)
+            .expect("wait for ready slots");
         self.ck = Some(ck);
     }
 
@@ -129,8 +130,8 @@ impl Host {
     pub fn stop(&mut self) -> Duration {
         let mut ck = self.ck.take().expect("a running ck");
         let at = Instant::now();
-        ck.sigterm();
-        let code = ck.wait_exit(STOP_TIMEOUT);
+        ck.sigterm().expect("SIGTERM to ck");
+        let code = ck.wait_exit(STOP_TIMEOUT).expect("wait for ck to exit");
         let took = at.elapsed();
         assert_eq!(
             code.code(),
@@ -146,8 +147,8 @@ impl Host {
     /// serving) and leaves the instance to the next [`Host::start`].
     pub fn crash_supervisor(&mut self) {
         let mut ck = self.ck.take().expect("a running ck");
-        ck.kill_supervisor();
-        ck.abandon();
+        ck.kill_supervisor().expect("kill the supervisor");
+        ck.abandon().expect("abandon the dead ck");
     }
 
     /// Kills every process of the host's namespace at once (the host died) and removes what
@@ -163,12 +164,18 @@ impl Host {
         let ck = self.ck.as_mut().expect("a running ck");
         ck.wait_status(&format!("upgrade {n} done"), READY_TIMEOUT, |s| {
             s.upgrades == n && s.bpf
-        });
+        })
+        .expect("wait for the status");
     }
 
     /// Pids of its ck's workers.
     pub fn worker_pids(&self) -> Vec<u32> {
-        self.ck().status().worker_pids().into_iter().collect()
+        self.ck()
+            .status()
+            .expect("ck status")
+            .worker_pids()
+            .into_iter()
+            .collect()
     }
 }
 

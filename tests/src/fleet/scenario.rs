@@ -192,7 +192,11 @@ pub fn rolling(
 /// its workers) on every host at once.
 pub fn upgrade_and_reload(rig: &mut Rig) -> Row {
     let (report, ()) = under_load(rig, |rig, _| {
-        let before: Vec<u32> = rig.hosts.iter().map(|h| h.ck().status().upgrades).collect();
+        let before: Vec<u32> = rig
+            .hosts
+            .iter()
+            .map(|h| h.ck().status().expect("ck status").upgrades)
+            .collect();
         on_every_host(rig, &["upgrade"]);
         for (host, n) in rig.hosts.iter_mut().zip(before) {
             host.wait_upgraded(n + 1);
@@ -210,7 +214,7 @@ pub fn upgrade_and_reload(rig: &mut Rig) -> Row {
 fn on_every_host(rig: &Rig, args: &[&str]) {
     std::thread::scope(|scope| {
         for host in &rig.hosts {
-            scope.spawn(move || host.ck().ctl_ok(args));
+            scope.spawn(move || host.ck().ctl_ok(args).expect("ck control command"));
         }
     });
 }
@@ -276,7 +280,10 @@ pub fn drain_all(rig: &mut Rig) -> Row {
     let pids: BTreeSet<u32> = rig.hosts[0].worker_pids().into_iter().collect();
     let (report, (drained, removed, undrained)) = under_load(rig, |rig, start| {
         let drained = Instant::now();
-        rig.hosts[0].ck().ctl_ok(&["drain", "--all"]);
+        rig.hosts[0]
+            .ck()
+            .ctl_ok(&["drain", "--all"])
+            .expect("ck drain");
         let removed = rig
             .front
             .wait_rotation(0, false, rig.front.detection_bound() * 3)
@@ -284,7 +291,10 @@ pub fn drain_all(rig: &mut Rig) -> Row {
         // Long enough to see that nothing reaches it any more.
         std::thread::sleep(rig.front.detection_bound());
         let undrained = Instant::now();
-        rig.hosts[0].ck().ctl_ok(&["undrain", "--all"]);
+        rig.hosts[0]
+            .ck()
+            .ctl_ok(&["undrain", "--all"])
+            .expect("ck undrain");
         rig.wait_in_rotation(0);
         (
             drained - start,

@@ -54,7 +54,9 @@ fn counted(status: &Status) -> BTreeMap<u32, u64> {
 fn assert_counts(ck: &mut Ck, held: &Held, after: &str) {
     let want = held.answered.clone();
     let what = format!("ck to count what the clients hold after {after}: {want:?}");
-    let status = ck.wait_status(&what, SETTLE, |s| counted(s) == want);
+    let status = ck
+        .wait_status(&what, SETTLE, |s| counted(s) == want)
+        .expect("wait for the status");
     assert_eq!(status.connection_count, "kernel", "after {after}");
     eprintln!(
         "{}: after {after}, ck counts what the clients hold: {want:?}",
@@ -67,9 +69,10 @@ fn assert_counts(ck: &mut Ck, held: &Held, after: &str) {
 fn first_connections_counted(what: &str, args: &[&str]) {
     let port = free_port();
     let client = thread::spawn(move || hold_from_first(local(port), FIRST, READY_TIMEOUT));
-    let mut ck = start_on(what, port, args, &[]);
+    let mut ck = start_on(what, port, args, &[]).expect("start ck");
     let (conns, answered) = client.join().expect("the client");
-    ck.wait_ready(2, READY_TIMEOUT);
+    ck.wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(answered.values().sum::<u64>(), FIRST as u64);
     let held = Held { conns, answered };
     assert_counts(&mut ck, &held, "the first moments");
@@ -121,50 +124,57 @@ pub fn counts_stay_exact_with_adopt() {
 /// counts match what the clients hold after the start, a scale-up, a scale-down, a roll, an
 /// upgrade and a take-back (kill -9, then `ck run` again); then `ck stop` leaves nothing.
 fn counts_stay_exact(what: &str, args: &[&str], workers: usize) {
-    let (mut ck, port) = start(what, args);
-    ck.wait_ready(workers, READY_TIMEOUT);
+    let (mut ck, port) = start(what, args).expect("start ck");
+    ck.wait_ready(workers, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let mut held = Held::default();
     held.more(port, 10);
     assert_counts(&mut ck, &held, "the start");
 
-    ck.ctl_ok(&["scale", &(workers + 1).to_string()]);
-    ck.wait_ready(workers + 1, READY_TIMEOUT);
+    ck.ctl_ok(&["scale", &(workers + 1).to_string()])
+        .expect("ck scale");
+    ck.wait_ready(workers + 1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     held.more(port, 6);
     assert_counts(&mut ck, &held, "a scale-up");
 
     // A worker leaving takes its connections (the demo worker closes idle ones when it stops):
     // what is left is counted, then new ones.
     held.close();
-    ck.ctl_ok(&["scale", &workers.to_string()]);
-    ck.wait_status("scaled down", READY_TIMEOUT, |s| s.slots.len() == workers);
+    ck.ctl_ok(&["scale", &workers.to_string()])
+        .expect("ck scale");
+    ck.wait_status("scaled down", READY_TIMEOUT, |s| s.slots.len() == workers)
+        .expect("wait for the status");
     assert_counts(&mut ck, &held, "a scale-down");
     held.more(port, 8);
     assert_counts(&mut ck, &held, "connections after a scale-down");
 
     held.close();
-    ck.ctl_ok(&["reload"]);
+    ck.ctl_ok(&["reload"]).expect("ck reload");
     assert_counts(&mut ck, &held, "a roll");
     held.more(port, 8);
     assert_counts(&mut ck, &held, "connections after a roll");
 
-    let said = ck.ctl_ok(&["upgrade"]);
+    let said = ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
     assert!(said.contains("upgraded:"), "{said}");
-    ck.wait_status("upgraded", READY_TIMEOUT, |s| s.upgrades == 1 && s.bpf);
+    ck.wait_status("upgraded", READY_TIMEOUT, |s| s.upgrades == 1 && s.bpf)
+        .expect("wait for the status");
     assert_counts(&mut ck, &held, "`ck upgrade`");
     held.more(port, 4);
     assert_counts(&mut ck, &held, "connections after `ck upgrade`");
 
     let name = ck.name().to_string();
-    let pids = ck.status().worker_pids();
-    ck.kill_supervisor();
-    ck.abandon();
+    let pids = ck.status().expect("ck status").worker_pids();
+    ck.kill_supervisor().expect("kill the supervisor");
+    ck.abandon().expect("abandon the dead ck");
     held.more(port, 4);
     let args_again = again(args, port);
     let args_again: Vec<&str> = args_again.iter().map(String::as_str).collect();
-    let mut back = Ck::start(&name, &args_again);
-    back.wait_ready(workers, READY_TIMEOUT);
+    let mut back = Ck::start(&name, &args_again).expect("start ck");
+    back.wait_ready(workers, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(
-        back.status().worker_pids(),
+        back.status().expect("ck status").worker_pids(),
         pids,
         "the same workers, taken back"
     );

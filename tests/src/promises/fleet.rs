@@ -41,7 +41,7 @@ fn changes_fail_nothing(ck: &mut Ck, port: u16, server: Server, mode: Mode) {
     let load = Background::start_with(port, mode, retry, server.rate());
     std::thread::sleep(SETTLE);
     for roll in 1..=ROLLS {
-        let out = ck.ctl(&["reload"]);
+        let out = ck.ctl(&["reload"]).expect("ck reload");
         assert!(
             out.status.success(),
             "{label}: roll {roll} failed: {}\n--- ck log ---\n{}",
@@ -50,13 +50,15 @@ fn changes_fail_nothing(ck: &mut Ck, port: u16, server: Server, mode: Mode) {
         );
         std::thread::sleep(SETTLE / 2);
     }
-    ck.ctl_ok(&["scale", "3"]);
-    ck.wait_ready(3, READY_TIMEOUT);
+    ck.ctl_ok(&["scale", "3"]).expect("ck scale");
+    ck.wait_ready(3, READY_TIMEOUT)
+        .expect("wait for ready slots");
     std::thread::sleep(SETTLE / 2);
-    ck.ctl_ok(&["scale", "2"]);
+    ck.ctl_ok(&["scale", "2"]).expect("ck scale");
     ck.wait_status("scaled down to 2", READY_TIMEOUT, |s| {
         s.slots.len() == 2 && s.ready_count() == 2
-    });
+    })
+    .expect("wait for the status");
     std::thread::sleep(SETTLE);
     let report = load.finish();
     print_report(&label, &report);
@@ -89,10 +91,10 @@ fn a_kill_fails_no_more_than_it_held(ck: &mut Ck, port: u16, server: Server) {
     let label = server.label();
     let load = Background::start_with(port, Mode::NewConnection, false, server.rate());
     std::thread::sleep(SETTLE);
-    let before = ck.status();
+    let before = ck.status().expect("ck status");
     let victim = before.ready().next().expect("a ready worker").slot;
     let pid = before.worker_pid(victim);
-    let held = ck.status().connections()[&victim];
+    let held = ck.status().expect("ck status").connections()[&victim];
     kill_hard(pid);
     assert!(
         poll_until(Duration::from_secs(5), Duration::from_millis(5), || {
@@ -100,13 +102,16 @@ fn a_kill_fails_no_more_than_it_held(ck: &mut Ck, port: u16, server: Server) {
         }),
         "{label}: worker {pid} survived SIGKILL"
     );
-    let seen = ck.wait_status("the kill seen", READY_TIMEOUT, |s| {
-        s.slot(victim).pid != Some(pid) || s.slot(victim).state != "ready"
-    });
+    let seen = ck
+        .wait_status("the kill seen", READY_TIMEOUT, |s| {
+            s.slot(victim).pid != Some(pid) || s.slot(victim).state != "ready"
+        })
+        .expect("wait for the status");
     let sent = seen.slot(victim).selected - before.slot(victim).selected;
     ck.wait_status("the killed worker replaced", READY_TIMEOUT, |s| {
         s.ready_count() == 2 && s.slot(victim).pid.is_some_and(|p| p != pid)
-    });
+    })
+    .expect("wait for the status");
     std::thread::sleep(SETTLE);
     let report = load.finish();
     print_report(&format!("{label} kill"), &report);

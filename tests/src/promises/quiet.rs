@@ -24,11 +24,12 @@ const SPIN_WAKEUPS: u64 = 300;
 /// load is over), stay under [`SPIN`] and [`SPIN_WAKEUPS`]: bounds on what ck did, not
 /// timings.
 pub fn idle_is_cheap(what: &str, args: &[&str]) {
-    let (mut ck, _port, _status) = start_ready(what, 2, args);
+    let (mut ck, _port, _status) = start_ready(what, 2, args).expect("start a ready ck");
     if !args.contains(&"--no-bpf") {
         ck.wait_status("the exit watch loaded", READY_TIMEOUT, |s| {
             s.exits_watched.is_some()
-        });
+        })
+        .expect("wait for the status");
     }
     let spent = spent_over(ck.pid(), WINDOW).expect("ck exited while idle");
     assert!(
@@ -85,12 +86,14 @@ fn first_answer(addr: SocketAddr, path: &str) -> (u16, String) {
 pub fn the_first_scrape_is_complete() {
     let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let metrics_arg = metrics.to_string();
-    let (mut ck, port) = start("first-scrape", &["-w", "2", "--metrics", &metrics_arg]);
+    let (mut ck, port) =
+        start("first-scrape", &["-w", "2", "--metrics", &metrics_arg]).expect("start ck");
     let (code, _) = first_answer(metrics, "/healthz");
     assert_eq!(code, 200, "/healthz");
     let (code, first) = first_answer(metrics, "/metrics");
     assert_eq!(code, 200, "/metrics");
-    ck.wait_ready(2, READY_TIMEOUT);
+    ck.wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let tally = burst(local(port), 20);
     assert_eq!(tally.failed(), 0, "{tally:?}");
     let later = get_path(metrics, "/metrics").expect("a later scrape").1;

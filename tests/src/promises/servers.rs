@@ -116,7 +116,7 @@ impl Server {
         args.push("--".into());
         args.extend(self.command(dir));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (ck, port, _) = start_ready(self.label(), 2, &args);
+        let (ck, port, _) = start_ready(self.label(), 2, &args).expect("start a ready ck");
         (ck, port)
     }
 
