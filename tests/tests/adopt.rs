@@ -53,35 +53,38 @@ fn an_unmodified_python_http_server_is_adopted_steered_and_drained() {
             "-c",
             "exec python3 -m http.server $PORT",
         ],
-    );
+    )
+    .expect("start a ready ck");
     for slot in &status.slots {
         assert!(slot.adopt_latency_us.is_some(), "{status:#?}");
     }
-    let before = ck.status();
+    let before = ck.status().expect("ck status");
     for _ in 0..20 {
         assert_eq!(get_status(port), 200);
     }
-    let after = ck.status();
+    let after = ck.status().expect("ck status");
     for s in [0, 1] {
         assert!(
             after.slot(s).selected > before.slot(s).selected,
             "slot {s} got nothing: {after:#?}"
         );
     }
-    ck.ctl_ok(&["drain", "1"]);
-    let drained = ck.status();
+    ck.ctl_ok(&["drain", "1"]).expect("ck drain");
+    let drained = ck.status().expect("ck status");
     for _ in 0..20 {
         assert_eq!(get_status(port), 200);
     }
-    let later = ck.wait_status("counters", READY_TIMEOUT, |_| true);
+    let later = ck
+        .wait_status("counters", READY_TIMEOUT, |_| true)
+        .expect("wait for the status");
     assert_eq!(
         later.slot(1).selected,
         drained.slot(1).selected,
         "the drained slot got connections: {later:#?}"
     );
     assert_eq!(later.slot(0).selected, drained.slot(0).selected + 20);
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert!(!cgroup_dir(ck.name()).expect("cgroup2").exists());
 }
 
@@ -92,7 +95,8 @@ fn an_unmodified_node_server_spreads_evenly_and_survives_a_kill_under_load() {
         "adopt-node",
         2,
         &["--adopt", "--policy", "round-robin", "--", "node", &app],
-    );
+    )
+    .expect("start a ready ck");
     let tally = burst_pinned(local(port), 40);
     assert_eq!(tally.ok, 40, "{tally:?}");
     assert_eq!((tally.slot(0), tally.slot(1)), (20, 20), "{tally:?}");
@@ -103,7 +107,8 @@ fn an_unmodified_node_server_spreads_evenly_and_survives_a_kill_under_load() {
     kill_hard(victim);
     ck.wait_status("slot 1 replaced, adopted, ready", READY_TIMEOUT, |s| {
         s.ready_count() == 2 && s.slot(1).pid.is_some_and(|p| p != victim) && s.bpf
-    });
+    })
+    .expect("wait for the status");
     std::thread::sleep(SETTLE);
     let report = load.finish_and_print("adopt-node kill");
     let kinds = failures_by_kind(&report);
@@ -116,15 +121,17 @@ fn an_unmodified_node_server_spreads_evenly_and_survives_a_kill_under_load() {
 /// exactly, and none once they close.
 #[test]
 fn adopted_sockets_connections_are_counted() {
-    let (mut ck, port, _) = start_ready("adopt-conns", 2, &["--adopt", "--policy", "round-robin"]);
+    let (mut ck, port, _) = start_ready("adopt-conns", 2, &["--adopt", "--policy", "round-robin"])
+        .expect("start a ready ck");
     let (conns, answered) = hold(local(port), 10);
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(status.connection_count, "kernel", "{status:#?}");
     assert_eq!(status.connections(), answered, "{status:#?}");
     drop(conns);
     ck.wait_status("every connection counted closed", READY_TIMEOUT, |s| {
         s.connections().values().all(|n| *n == 0)
-    });
+    })
+    .expect("wait for the status");
 }
 
 /// `-w 1` adopted demo worker (it binds $PORT itself): five kills refuse nothing; each time the
@@ -132,17 +139,18 @@ fn adopted_sockets_connections_are_counted() {
 /// queued on it migrates.
 #[test]
 fn a_single_adopted_worker_restarts_without_refusing_a_connection() {
-    let (mut ck, port, _) = start_ready("adopt-one", 1, &["--adopt"]);
+    let (mut ck, port, _) = start_ready("adopt-one", 1, &["--adopt"]).expect("start a ready ck");
     let load = Background::start(port, Mode::NewConnection);
     std::thread::sleep(SETTLE);
     let mut dead = BTreeSet::new();
     for _ in 0..5 {
-        let pid = ck.status().worker_pid(0);
+        let pid = ck.status().expect("ck status").worker_pid(0);
         kill_hard(pid);
         dead.insert(pid);
         ck.wait_status("replaced and adopted", READY_TIMEOUT, |s| {
             s.ready_count() == 1 && s.slot(0).pid.is_some_and(|p| !dead.contains(&p)) && s.bpf
-        });
+        })
+        .expect("wait for the status");
         std::thread::sleep(Duration::from_millis(500));
     }
     let report = load.finish_and_print("adopt-one");
@@ -164,7 +172,7 @@ fn a_single_adopted_worker_restarts_without_refusing_a_connection() {
 
 #[test]
 fn adopted_workers_roll_under_a_keep_alive_client_that_never_retries() {
-    let (mut ck, port, _) = start_ready("adopt-roll", 2, &["--adopt"]);
+    let (mut ck, port, _) = start_ready("adopt-roll", 2, &["--adopt"]).expect("start a ready ck");
     let load = Background::start_without_retry(port, Mode::KeepAlive);
     let run = churn::reload_times_under(&mut ck, load, 3);
     run.assert_all_succeeded(&ck);
@@ -192,7 +200,8 @@ fn a_worker_that_listens_elsewhere_is_named_and_replaced() {
             "--",
             app.to_str().unwrap(),
         ],
-    );
+    )
+    .expect("start ck");
     let named = poll_until(Duration::from_secs(10), Duration::from_millis(50), || {
         ck.log()
             .contains("a worker listens on a port that is not one of the instance's")
@@ -202,7 +211,8 @@ fn a_worker_that_listens_elsewhere_is_named_and_replaced() {
         "the worker replaced after --ready-timeout",
         READY_TIMEOUT,
         |s| s.slot(0).restarts >= 1,
-    );
+    )
+    .expect("wait for the status");
     assert!(
         ck.log().contains("not ready within --ready-timeout"),
         "{}",

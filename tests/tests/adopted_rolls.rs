@@ -17,7 +17,7 @@ const ROLLS: usize = 20;
 /// and no request fails.
 fn rolls_fail_nothing(what: &str, workers: usize, app: &str) {
     let args = ["--adopt", "--policy", "round-robin", "--", app];
-    let (mut ck, port, _) = start_ready(what, workers, &args);
+    let (mut ck, port, _) = start_ready(what, workers, &args).expect("start a ready ck");
     let load = Background::start_without_retry(port, Mode::NewConnection);
     let run = churn::reload_times_under(&mut ck, load, ROLLS);
     run.assert_all_succeeded(&ck);

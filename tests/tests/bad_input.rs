@@ -164,7 +164,7 @@ fn metrics_address_in_use() {
 
 #[test]
 fn second_instance_with_the_same_name() {
-    let (first, first_port, status) = start_ready("bad-twice", 2, &[]);
+    let (first, first_port, status) = start_ready("bad-twice", 2, &[]).expect("start a ready ck");
     let name = first.name().to_string();
     let second_port = free_port();
     let out = run(&name, second_port, &[]);
@@ -181,7 +181,7 @@ fn second_instance_with_the_same_name() {
 
     // The first instance is untouched and still serves.
     assert!(control_socket(&name).exists() && lock_file(&name).exists());
-    let now = first.status();
+    let now = first.status().expect("ck status");
     assert_eq!(now.pid, status.pid);
     assert_eq!(now.worker_pids(), status.worker_pids());
     assert_eq!(now.ready_count(), 2, "{now:#?}");

@@ -9,7 +9,8 @@ use ck_tests::start_ready;
 
 #[test]
 fn no_bpf_sigkill_two_of_three_new_connections() {
-    let (mut ck, port, status) = start_ready("base-kill", 3, &["--no-bpf"]);
+    let (mut ck, port, status) =
+        start_ready("base-kill", 3, &["--no-bpf"]).expect("start a ready ck");
     assert!(!status.bpf, "{status:#?}");
     let run = churn::kill_two(&mut ck, port, Mode::NewConnection);
     churn::print_report("base-kill", &run.report);
@@ -25,7 +26,8 @@ fn no_bpf_sigkill_two_of_three_new_connections() {
 
 #[test]
 fn no_bpf_reload_five_times_new_connections() {
-    let (mut ck, port, status) = start_ready("base-reload", 4, &["--no-bpf"]);
+    let (mut ck, port, status) =
+        start_ready("base-reload", 4, &["--no-bpf"]).expect("start a ready ck");
     assert!(!status.bpf, "{status:#?}");
     let run = churn::reload_times(&mut ck, port, Mode::NewConnection, 4, 5);
     churn::print_report("base-reload", &run.report);

@@ -54,8 +54,9 @@ fn start_slow(what: &str, flags: &[&str]) -> Ck {
     let mut args = vec!["-w", "2"];
     args.extend(flags);
     args.extend(["--", "python3", "-c", SLOW_WORKER]);
-    let (mut ck, _port) = start(what, &args);
-    ck.wait_ready(2, Duration::from_secs(20));
+    let (mut ck, _port) = start(what, &args).expect("start ck");
+    ck.wait_ready(2, Duration::from_secs(20))
+        .expect("wait for ready slots");
     ck
 }
 
@@ -63,18 +64,20 @@ fn start_slow(what: &str, flags: &[&str]) -> Ck {
 /// threads while it boots (once its second thread exists), and those of slot 1's worker's
 /// then.
 fn kill_and_watch_boot(ck: &mut Ck) -> (u32, Vec<i32>, Vec<i32>) {
-    let survivor = ck.status().worker_pid(1);
-    let old = ck.status().worker_pid(0);
+    let survivor = ck.status().expect("ck status").worker_pid(1);
+    let old = ck.status().expect("ck status").worker_pid(0);
     sys::signal(old, Signal::SIGKILL);
-    let status = ck.wait_status("slot 0 replaced", Duration::from_secs(10), |s| {
-        s.slot(0).pid.is_some_and(|p| p != old)
-    });
+    let status = ck
+        .wait_status("slot 0 replaced", Duration::from_secs(10), |s| {
+            s.slot(0).pid.is_some_and(|p| p != old)
+        })
+        .expect("wait for the status");
     let new = status.worker_pid(0);
     wait_second_threads(ck, &[new]);
     let booting = thread_nices(new);
     let survivor_then = thread_nices(survivor);
     assert_eq!(
-        ck.status().slot(0).state,
+        ck.status().expect("ck status").slot(0).state,
         "starting",
         "the replacement was ready before its boot ended\n{}",
         ck.log()
@@ -86,7 +89,7 @@ fn kill_and_watch_boot(ck: &mut Ck) -> (u32, Vec<i32>, Vec<i32>) {
 fn while_a_replacement_boots_the_rest_of_the_fleet_steps_back() {
     let mut ck = start_slow("boot-boost", &[]);
     let fleet = nice_of(ck.pid()).expect("ck's nice");
-    let first = ck.status();
+    let first = ck.status().expect("ck status");
     for slot in [0, 1] {
         assert_eq!(
             thread_nices(first.worker_pid(slot)),
@@ -107,7 +110,7 @@ fn while_a_replacement_boots_the_rest_of_the_fleet_steps_back() {
         [back, back],
         "both threads of the survivor step back 5 levels while it boots"
     );
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(
         status.slot(1).nice,
         Some(back),
@@ -115,7 +118,8 @@ fn while_a_replacement_boots_the_rest_of_the_fleet_steps_back() {
     );
     ck.wait_status("the replacement ready", Duration::from_secs(20), |s| {
         s.slot(0).state == "ready" && s.slot(0).pid == Some(new)
-    });
+    })
+    .expect("wait for the status");
     assert!(
         poll_until(Duration::from_secs(2), Duration::from_millis(10), || {
             thread_nices(survivor) == [fleet, fleet]
@@ -143,15 +147,15 @@ fn while_a_replacement_boots_the_rest_of_the_fleet_steps_back() {
         lines[1].contains(&format!("slot=1 pid={survivor} nice={fleet}")),
         "{lines:?}"
     );
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
 fn a_rolls_workers_and_boot_boost_0_boot_at_the_fleets_priority() {
     let mut ck = start_slow("boot-boost-roll", &[]);
     let fleet = nice_of(ck.pid()).expect("ck's nice");
-    let before = ck.status().worker_pids();
+    let before = ck.status().expect("ck status").worker_pids();
     // `ck reload` answers when the roll is done: it runs beside the checks.
     let reload = ck_tests::ck::ck_command()
         .args(["reload", "--name", ck.name()])
@@ -159,11 +163,13 @@ fn a_rolls_workers_and_boot_boost_0_boot_at_the_fleets_priority() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("starting ck reload");
-    let status = ck.wait_status("a roll's new worker", Duration::from_secs(10), |s| {
-        s.slots
-            .iter()
-            .any(|slot| slot.pid.is_some_and(|p| !before.contains(&p)))
-    });
+    let status = ck
+        .wait_status("a roll's new worker", Duration::from_secs(10), |s| {
+            s.slots
+                .iter()
+                .any(|slot| slot.pid.is_some_and(|p| !before.contains(&p)))
+        })
+        .expect("wait for the status");
     let new = status
         .slots
         .iter()
@@ -182,8 +188,8 @@ fn a_rolls_workers_and_boot_boost_0_boot_at_the_fleets_priority() {
     );
     let rolled = reload.wait_with_output().expect("ck reload");
     assert!(rolled.status.success(), "the roll failed\n{}", ck.log());
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 
     let mut ck = start_slow("boot-boost-off", &["--boot-boost", "0"]);
     let (_new, booting, survivor_then) = kill_and_watch_boot(&mut ck);
@@ -193,8 +199,8 @@ fn a_rolls_workers_and_boot_boost_0_boot_at_the_fleets_priority() {
         "--boot-boost 0: nobody's priority changes"
     );
     assert!(ck.log_lines("worker priority").is_empty());
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 /// Every slot at once: both workers SIGKILLed together, so both replacements boot at the
@@ -206,21 +212,24 @@ fn a_rolls_workers_and_boot_boost_0_boot_at_the_fleets_priority() {
 fn when_every_worker_died_both_replacements_boot_at_the_fleets_priority() {
     let mut ck = start_slow("boot-boost-all", &[]);
     let fleet = nice_of(ck.pid()).expect("ck's nice");
-    let old = ck.status().worker_pids();
+    let old = ck.status().expect("ck status").worker_pids();
     for pid in &old {
         sys::signal(*pid, Signal::SIGKILL);
     }
-    let status = ck.wait_status("both slots replaced", Duration::from_secs(10), |s| {
-        s.slots
-            .iter()
-            .all(|slot| slot.pid.is_some_and(|p| !old.contains(&p)))
-    });
+    let status = ck
+        .wait_status("both slots replaced", Duration::from_secs(10), |s| {
+            s.slots
+                .iter()
+                .all(|slot| slot.pid.is_some_and(|p| !old.contains(&p)))
+        })
+        .expect("wait for the status");
     let new: Vec<u32> = status.worker_pids().into_iter().collect();
     wait_second_threads(&ck, &new);
     for pid in &new {
         assert_eq!(thread_nices(*pid), [fleet, fleet], "replacement {pid}");
     }
-    ck.wait_ready(2, Duration::from_secs(20));
+    ck.wait_ready(2, Duration::from_secs(20))
+        .expect("wait for ready slots");
     assert!(
         poll_until(Duration::from_secs(2), Duration::from_millis(10), || {
             new.iter().all(|pid| thread_nices(*pid) == [fleet, fleet])
@@ -235,6 +244,6 @@ fn when_every_worker_died_both_replacements_boot_at_the_fleets_priority() {
             .is_none_or(|l| l.contains("no replacement boots")),
         "the last priority change brings the fleet back: {lines:?}"
     );
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }

@@ -31,7 +31,7 @@ fn bpftool(args: &[&str]) -> String {
 
 #[test]
 fn bpftool_reads_the_pinned_slot_records() {
-    let (ck, port, status) = start_ready("bpftool", 2, &[]);
+    let (ck, port, status) = start_ready("bpftool", 2, &[]).expect("start a ready ck");
     let group = format!("tcp4-{port}");
     assert_eq!(status.groups, vec![group.clone()]);
     let dir: PathBuf = pins_dir(ck.name()).join(&group);
@@ -84,7 +84,7 @@ fn bpftool_reads_the_pinned_slot_records() {
 
 #[test]
 fn no_bpf_runs_plain_reuseport() {
-    let (mut ck, port, status) = start_ready("nobpf", 2, &["--no-bpf"]);
+    let (mut ck, port, status) = start_ready("nobpf", 2, &["--no-bpf"]).expect("start a ready ck");
     assert!(!status.bpf, "{status:#?}");
     assert_eq!(status.pins, None, "{status:#?}");
     assert!(
@@ -99,13 +99,13 @@ fn no_bpf_runs_plain_reuseport() {
     assert!(tally.only_from(&status.worker_pids()), "{tally:?}");
 
     // Draining needs the program: refused with a reason.
-    let out = ck.ctl(&["drain", "0"]);
+    let out = ck.ctl(&["drain", "0"]).expect("ck drain");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "drain without BPF succeeded");
     assert!(err.contains("ck: error:") && err.contains("BPF"), "{err}");
 
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     let log = ck.log();
     let warnings = log.matches("BPF steering is off").count();
     assert_eq!(warnings, 1, "warning count {warnings} in:\n{log}");
@@ -117,10 +117,11 @@ fn no_bpf_runs_plain_reuseport() {
 /// that fallback shows up in ck's log; the connection is answered once the worker accepts.
 #[test]
 fn bpf_log_forwards_the_programs_fallback_lines() {
-    let (ck, port, status) = ck_tests::start_one_starting("bpflog", &["--bpf-log"]);
+    let (ck, port, status) = ck_tests::start_one_starting("bpflog", &["--bpf-log"])
+        .expect("start ck with a starting worker");
     let answer = ck_tests::get_new_conn(local(port)).expect("the queued connection is answered");
     assert_eq!(Some(answer.pid), status.slots[0].pid);
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert!(status.slots[0].fallbacks >= 1, "{status:?}");
     let found =
         ck_tests::sys::poll_until(Duration::from_secs(5), Duration::from_millis(50), || {

@@ -39,8 +39,10 @@ fn grandchild(dir: &TempDir, slot: u32, generation_hint: &str) -> u32 {
 fn a_workers_whole_tree_dies_with_it_and_nothing_is_left() {
     let dir = TempDir::new("cgtree");
     let app = forking_app(&dir);
-    let (mut ck, _port) = start("cgtree", &["-w", "2", "--", &app]);
-    let status = ck.wait_ready(2, READY_TIMEOUT);
+    let (mut ck, _port) = start("cgtree", &["-w", "2", "--", &app]).expect("start ck");
+    let status = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let cgroup = cgroup_dir(ck.name()).expect("cgroup2 is mounted");
     assert_eq!(status.cgroup.as_deref(), cgroup.to_str(), "{status:#?}");
     for slot in &status.slots {
@@ -60,12 +62,13 @@ fn a_workers_whole_tree_dies_with_it_and_nothing_is_left() {
     );
     ck.wait_status("slot 0 replaced", READY_TIMEOUT, |s| {
         s.ready_count() == 2 && s.slot(0).pid != status.slot(0).pid
-    });
+    })
+    .expect("wait for the status");
 
     // `ck stop`: every grandchild dies, the cgroups are removed.
     let grandchildren = [grandchild(&dir, 0, "second"), grandchild(&dir, 1, "first")];
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     for pid in grandchildren {
         assert!(!pid_alive(pid), "grandchild {pid} outlived ck stop");
     }
@@ -74,8 +77,11 @@ fn a_workers_whole_tree_dies_with_it_and_nothing_is_left() {
 
 #[test]
 fn worker_memory_max_is_applied_or_ck_says_why_not() {
-    let (mut ck, _port) = start("cgmem", &["-w", "1", "--worker-memory-max", "64M"]);
-    let status = ck.wait_ready(1, READY_TIMEOUT);
+    let (mut ck, _port) =
+        start("cgmem", &["-w", "1", "--worker-memory-max", "64M"]).expect("start ck");
+    let status = ck
+        .wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let limit = status.memory_limit.clone().expect("the limit is reported");
     let cgroup = cgroup_dir(ck.name()).expect("cgroup2 is mounted");
     let worker_dirs: Vec<_> = fs::read_dir(&cgroup)
@@ -99,7 +105,11 @@ fn worker_memory_max_is_applied_or_ck_says_why_not() {
             "{}",
             ck.log()
         );
-        assert!(ck.ctl_ok(&["status"]).contains("worker memory limit"));
+        assert!(
+            ck.ctl_ok(&["status"])
+                .expect("ck status")
+                .contains("worker memory limit")
+        );
     }
 }
 
@@ -120,8 +130,10 @@ fn a_stale_instance_cgroup_is_cleaned_up_at_start() {
     let mut ck = ck_tests::Ck::start(
         &name,
         &["--port", &port_text, "--probe-port-base", &base, "-w", "1"],
-    );
-    ck.wait_ready(1, READY_TIMEOUT);
+    )
+    .expect("start ck");
+    ck.wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let _ = leftover.wait();
     assert!(!stale.exists(), "the stale worker cgroup is still there");
     assert!(

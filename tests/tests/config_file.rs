@@ -42,6 +42,7 @@ fn wait_exactly(ck: &mut Ck, n: usize) -> Status {
     ck.wait_status(&format!("exactly {n} ready workers"), READY_TIMEOUT, |s| {
         s.bpf && s.slots.len() == n && s.ready_count() == n && !s.reloading
     })
+    .expect("wait for the status")
 }
 
 /// Starts `ck run --config <file> ARGS` with `text` as the file; returns the instance and the
@@ -52,7 +53,7 @@ fn start_with_file(what: &str, text: &str, args: &[&str]) -> (Ck, TempDir) {
     let file = file.to_str().expect("UTF-8 path");
     let mut all = vec!["--config", file];
     all.extend_from_slice(args);
-    let (ck, _port) = start(what, &all);
+    let (ck, _port) = start(what, &all).expect("start ck");
     (ck, dir)
 }
 
@@ -93,7 +94,7 @@ fn a_flag_wins_over_the_file_at_start_and_at_reload() {
         format!("workers = 4\n{}", app_line("50ms")),
     )
     .unwrap();
-    let said = ck.ctl_ok(&["reload"]);
+    let said = ck.ctl_ok(&["reload"]).expect("ck reload");
     assert!(said.contains("ck.toml: nothing changed"), "{said}");
     assert!(said.contains("reloaded 2 worker(s)"), "{said}");
     let after = wait_exactly(&mut ck, 2);
@@ -194,7 +195,7 @@ fn reload_applies_the_edited_file_and_refuses_a_broken_one() {
 
     let edited = format!("workers = 3\npolicy = \"hash\"\n{}", app_line("60ms"));
     std::fs::write(config_path(&dir), edited).unwrap();
-    let said = ck.ctl_ok(&["reload"]);
+    let said = ck.ctl_ok(&["reload"]).expect("ck reload");
     assert!(said.contains("workers 2 -> 3"), "{said}");
     assert!(said.contains("app: "), "{said}");
     assert!(said.contains("--ready-after 50ms -> "), "{said}");
@@ -213,12 +214,12 @@ fn reload_applies_the_edited_file_and_refuses_a_broken_one() {
 
     // A file that no longer reads: refused with its error, the fleet untouched.
     std::fs::write(config_path(&dir), "workers = \n").unwrap();
-    let out = ck.ctl(&["reload"]);
+    let out = ck.ctl(&["reload"]).expect("ck reload");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a broken file was accepted: {err}");
     assert!(err.contains("reload refused, nothing changed"), "{err}");
     assert!(err.contains("is not valid TOML"), "{err}");
-    let third = ck.status();
+    let third = ck.status().expect("ck status");
     assert!(!third.reloading, "a roll started: {third:#?}");
     assert_eq!(third.worker_pids(), second.worker_pids());
     assert_eq!(third.ready_count(), 3);
@@ -237,15 +238,17 @@ fn reload_turns_probes_on() {
     assert_eq!(first.slots[0].unhealthy, None);
     let probes = "probe = \"http:/healthz\"\nprobe-interval = \"100ms\"\nprobe-fails = 2\n";
     std::fs::write(config_path(&dir), format!("workers = 1\n{probes}{app}")).unwrap();
-    let said = ck.ctl_ok(&["reload"]);
+    let said = ck.ctl_ok(&["reload"]).expect("ck reload");
     assert!(
         said.contains("probe off -> http:/healthz; probe-interval 1s -> 100ms; probe-fails 3 -> 2"),
         "{said}"
     );
     // The replacement is probed from now on, fails, and leaves the active set.
-    let probed = ck.wait_status("the worker unhealthy by probe", READY_TIMEOUT, |s| {
-        s.slots.len() == 1 && s.slots[0].unhealthy.as_deref() == Some("probe")
-    });
+    let probed = ck
+        .wait_status("the worker unhealthy by probe", READY_TIMEOUT, |s| {
+            s.slots.len() == 1 && s.slots[0].unhealthy.as_deref() == Some("probe")
+        })
+        .expect("wait for the status");
     assert!(probed.active.is_empty(), "{probed:#?}");
     assert!(probed.slots[0].probe_hits >= 2, "{probed:#?}");
 }
@@ -266,7 +269,7 @@ fn reload_changes_the_stop_signal_for_the_workers_it_replaces() {
     assert_eq!(first.stop_signal, "SIGTERM", "{first:#?}");
     let old = first.worker_pids().into_iter().next().expect("a worker");
     std::fs::write(config_path(&dir), format!("stop-signal = \"INT\"\n{base}")).unwrap();
-    let said = ck.ctl_ok(&["reload"]);
+    let said = ck.ctl_ok(&["reload"]).expect("ck reload");
     assert!(said.contains("stop-signal TERM -> INT"), "{said}");
     let after = wait_exactly(&mut ck, 1);
     assert_eq!(after.stop_signal, "SIGINT", "{after:#?}");

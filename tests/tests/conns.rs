@@ -20,11 +20,12 @@ fn wait_zero(ck: &mut Ck) -> Status {
     ck.wait_status("every connection counted closed", SETTLE, |s| {
         s.connections().values().all(|n| *n == 0)
     })
+    .expect("wait for the status")
 }
 
 /// `ck maps --json`.
 fn maps_json(ck: &Ck) -> serde_json::Value {
-    let out = ck.ctl_ok(&["maps", "--json"]);
+    let out = ck.ctl_ok(&["maps", "--json"]).expect("ck maps");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("ck maps --json: {e}\n{out}"))
 }
 
@@ -50,14 +51,15 @@ fn held_connections_count_exactly_per_slot_and_none_after_closing() {
         "conns",
         2,
         &["--policy", "round-robin", "--metrics", "127.0.0.1:0"],
-    );
+    )
+    .expect("start a ready ck");
     let (conns, answered) = hold(local(port), 10);
     assert_eq!(
         answered,
         BTreeMap::from([(0, 5), (1, 5)]),
         "round-robin from one CPU"
     );
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(status.connection_count, "kernel", "{status:#?}");
     assert_eq!(status.connections(), answered, "{status:#?}");
     assert_eq!(metrics_connections(&status), answered);
@@ -89,14 +91,15 @@ fn held_connections_count_exactly_per_slot_and_none_after_closing() {
     );
     // One more round: the counters start again from exactly 0 (no drift).
     let (conns, answered) = hold(local(port), 6);
-    assert_eq!(ck.status().connections(), answered);
+    assert_eq!(ck.status().expect("ck status").connections(), answered);
     drop(conns);
     wait_zero(&mut ck);
 }
 
 #[test]
 fn queued_connections_migrate_with_their_count() {
-    let (mut ck, port, status) = start_ready("conns-mig", 2, &["--policy", "round-robin"]);
+    let (mut ck, port, status) =
+        start_ready("conns-mig", 2, &["--policy", "round-robin"]).expect("start a ready ck");
     assert!(status.migration, "migration is off: {status:#?}");
     let victim = status.worker_pid(1);
     // Slot 1's worker frozen: its half of the connections waits in its accept queue, counted
@@ -108,15 +111,19 @@ fn queued_connections_migrate_with_their_count() {
             .map(|i| KeepAlive::connect(addr).unwrap_or_else(|e| panic!("conn {i}: {e}")))
             .collect::<Vec<_>>()
     });
-    let before = ck.wait_status("10 connections on each slot", SETTLE, |s| {
-        s.connections() == BTreeMap::from([(0, 10), (1, 10)])
-    });
+    let before = ck
+        .wait_status("10 connections on each slot", SETTLE, |s| {
+            s.connections() == BTreeMap::from([(0, 10), (1, 10)])
+        })
+        .expect("wait for the status");
     eprintln!("before: {:?}", before.connections());
 
     kill_hard(victim);
-    let after = ck.wait_status("slot 1 restarted and ready", READY_TIMEOUT, |s| {
-        s.slot(1).state == "ready" && s.slot(1).generation == 2
-    });
+    let after = ck
+        .wait_status("slot 1 restarted and ready", READY_TIMEOUT, |s| {
+            s.slot(1).state == "ready" && s.slot(1).generation == 2
+        })
+        .expect("wait for the status");
     assert_eq!(after.migrated(), 10, "{after:#?}");
     // The 10 queued connections now wait on (and count for) slot 0.
     assert_eq!(
@@ -130,7 +137,10 @@ fn queued_connections_migrate_with_their_count() {
             .unwrap_or_else(|e| panic!("request on conn {i}: {e}"));
         assert_eq!(answer.slot, 0, "conn {i}");
     }
-    assert_eq!(ck.status().connections(), BTreeMap::from([(0, 20), (1, 0)]));
+    assert_eq!(
+        ck.status().expect("ck status").connections(),
+        BTreeMap::from([(0, 20), (1, 0)])
+    );
     drop(conns);
     wait_zero(&mut ck);
     // Every re-homed connection's record left with it.
@@ -138,22 +148,25 @@ fn queued_connections_migrate_with_their_count() {
     assert_eq!(maps["groups"][0]["moved"], 0, "{maps:#}");
     // Closing sockets now look for such records: counts stay exact.
     let (conns, answered) = hold(local(port), 6);
-    assert_eq!(ck.status().connections(), answered);
+    assert_eq!(ck.status().expect("ck status").connections(), answered);
     drop(conns);
     wait_zero(&mut ck);
 }
 
 #[test]
 fn counts_go_on_across_an_upgrade() {
-    let (mut ck, port, _) = start_ready("conns-up", 2, &["--policy", "round-robin"]);
+    let (mut ck, port, _) =
+        start_ready("conns-up", 2, &["--policy", "round-robin"]).expect("start a ready ck");
     let (mut conns, answered) = hold(local(port), 8);
-    assert_eq!(ck.status().connections(), answered);
+    assert_eq!(ck.status().expect("ck status").connections(), answered);
 
-    let said = ck.ctl_ok(&["upgrade"]);
+    let said = ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
     assert!(said.contains("upgraded:"), "{said}");
-    let status = ck.wait_status("upgraded, counting in the kernel", READY_TIMEOUT, |s| {
-        s.upgrades == 1 && s.bpf && s.connection_count == "kernel"
-    });
+    let status = ck
+        .wait_status("upgraded, counting in the kernel", READY_TIMEOUT, |s| {
+            s.upgrades == 1 && s.bpf && s.connection_count == "kernel"
+        })
+        .expect("wait for the status");
     assert_eq!(status.connections(), answered, "{status:#?}");
     // The new image counts what opens and closes after it.
     let (more, answered_more) = hold(local(port), 4);
@@ -161,12 +174,14 @@ fn counts_go_on_across_an_upgrade() {
     for (slot, n) in answered_more {
         *total.entry(slot).or_insert(0) += n;
     }
-    assert_eq!(ck.status().connections(), total);
+    assert_eq!(ck.status().expect("ck status").connections(), total);
     conns.truncate(4);
     drop(more);
-    let status = ck.wait_status("4 left", SETTLE, |s| {
-        s.connections().values().sum::<u64>() == 4
-    });
+    let status = ck
+        .wait_status("4 left", SETTLE, |s| {
+            s.connections().values().sum::<u64>() == 4
+        })
+        .expect("wait for the status");
     eprintln!("{:?}", status.connections());
     drop(conns);
     wait_zero(&mut ck);
@@ -189,10 +204,11 @@ fn forced_fallback_counts_with_the_scan_and_says_so() {
         "--metrics",
         "127.0.0.1:0",
     ];
-    let mut ck = Ck::start_with_env(&name, &args, &[("CK_CONN_COUNT", "scan")]);
-    ck.wait_ready(2, READY_TIMEOUT);
+    let mut ck = Ck::start_with_env(&name, &args, &[("CK_CONN_COUNT", "scan")]).expect("start ck");
+    ck.wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let (conns, answered) = hold(local(port), 6);
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert!(
         status
             .connection_count

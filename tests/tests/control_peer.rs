@@ -20,7 +20,7 @@ fn as_nobody_ck(name: &str, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn other_users_are_refused_by_the_socket_mode_and_by_the_peer_check() {
-    let (mut ck, port, _) = start_ready("ctl-peer", 1, &[]);
+    let (mut ck, port, _) = start_ready("ctl-peer", 1, &[]).expect("start a ready ck");
     let name = ck.name().to_string();
     let path = control_socket(&name);
     let meta = std::fs::metadata(&path).expect("the control socket");
@@ -57,10 +57,10 @@ fn other_users_are_refused_by_the_socket_mode_and_by_the_peer_check() {
     );
 
     // ck keeps serving, undrained, and root still controls it.
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert!(!status.stopping && !status.slot(0).drained, "{status:#?}");
     let served = burst(local(port), 5);
     assert_eq!(served.ok, 5, "{served:?}");
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }

@@ -92,12 +92,13 @@ fn the_image_command_serves_the_app_answers_probes_and_drains_on_sigterm() {
 
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..]);
-    let mut ck = Ck::spawn(&format!("ck-{port}"), cmd);
+    let mut ck = Ck::spawn(&format!("ck-{port}"), cmd).expect("start ck");
 
     // The app answers on its port once a worker is ready.
     ck.wait_status("a ready worker", READY_TIMEOUT, |s| {
         s.bpf && s.ready_count() >= 1
-    });
+    })
+    .expect("wait for the status");
     let answer = get_new_conn(local(port));
     assert!(answer.is_ok(), "the app did not answer: {answer:?}");
 
@@ -121,6 +122,6 @@ fn the_image_command_serves_the_app_answers_probes_and_drains_on_sigterm() {
     );
 
     // SIGTERM to tini, as kubelet sends it: ck drains every worker and exits 0, and so does tini.
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }

@@ -187,7 +187,7 @@ fn the_deb_installs_serves_from_usr_bin_and_purges_to_no_file() {
             &port.to_string(),
         ])
         .args(["--probe-port-base", &probe_base_for(port).to_string()]);
-    let mut instance = Ck::spawn(&name, cmd);
+    let mut instance = Ck::spawn(&name, cmd).expect("start ck");
     let status = wait_ready(&|| bare(Path::new("/usr/bin/ck"), Path::new("/")), &name, 2);
     let exe = std::fs::read_link(format!("/proc/{}/exe", status.pid)).unwrap();
     assert_eq!(exe, Path::new("/usr/bin/ck"));
@@ -197,7 +197,7 @@ fn the_deb_installs_serves_from_usr_bin_and_purges_to_no_file() {
         assert!(all.slot(slot) > 0, "slot {slot}: {all:?}");
     }
     run(Command::new("/usr/bin/ck").args(["stop", "--name", &name]));
-    instance.wait_clean_exit();
+    instance.wait_clean_exit().expect("ck exits cleanly");
     drop(instance);
 
     run(Command::new("dpkg").args(["--purge", "ck"]));

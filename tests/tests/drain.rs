@@ -10,7 +10,8 @@ const N: u32 = 400;
 
 #[test]
 fn drained_slot_gets_no_new_connections_and_keeps_serving() {
-    let (ck, port, _) = start_ready("drain", 4, &["--policy", "round-robin"]);
+    let (ck, port, _) =
+        start_ready("drain", 4, &["--policy", "round-robin"]).expect("start a ready ck");
     let addr = local(port);
 
     // A keep-alive connection on slot 2 (a slot in the middle of the active set): connect
@@ -19,9 +20,9 @@ fn drained_slot_gets_no_new_connections_and_keeps_serving() {
     let s = first.slot;
     eprintln!("keep-alive connection is on slot {s} (pid {})", first.pid);
 
-    let said = ck.ctl_ok(&["drain", &s.to_string()]);
+    let said = ck.ctl_ok(&["drain", &s.to_string()]).expect("ck drain");
     eprintln!("ck drain {s}: {said}");
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     let slot = status.slot(s);
     assert_eq!(slot.state, "draining", "{status:#?}");
     assert!(slot.drained, "{status:#?}");
@@ -38,9 +39,9 @@ fn drained_slot_gets_no_new_connections_and_keeps_serving() {
     assert!(pid_alive(first.pid), "drained worker {} died", first.pid);
     kept.assert_stays_with(first, 5);
 
-    let said = ck.ctl_ok(&["undrain", &s.to_string()]);
+    let said = ck.ctl_ok(&["undrain", &s.to_string()]).expect("ck undrain");
     eprintln!("ck undrain {s}: {said}");
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(status.slot(s).state, "ready", "{status:#?}");
     assert!(!status.slot(s).drained, "{status:#?}");
     assert_eq!(status.active.len(), 4, "{status:#?}");
@@ -61,8 +62,8 @@ fn drained_slot_gets_no_new_connections_and_keeps_serving() {
 
 #[test]
 fn drain_refuses_unknown_slot_and_repeats_are_harmless() {
-    let (ck, _port, _) = start_ready("drain-bad", 2, &[]);
-    let out = ck.ctl(&["drain", "99"]);
+    let (ck, _port, _) = start_ready("drain-bad", 2, &[]).expect("start a ready ck");
+    let out = ck.ctl(&["drain", "99"]).expect("ck drain");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "ck drain 99 succeeded: {err}");
     assert!(
@@ -70,11 +71,11 @@ fn drain_refuses_unknown_slot_and_repeats_are_harmless() {
         "{err}"
     );
 
-    ck.ctl_ok(&["drain", "1"]);
-    let again = ck.ctl_ok(&["drain", "1"]);
+    ck.ctl_ok(&["drain", "1"]).expect("ck drain");
+    let again = ck.ctl_ok(&["drain", "1"]).expect("ck drain");
     assert!(again.contains("already"), "{again}");
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(status.active, vec![0], "{status:#?}");
-    ck.ctl_ok(&["undrain", "1"]);
-    assert_eq!(ck.status().active, vec![0, 1]);
+    ck.ctl_ok(&["undrain", "1"]).expect("ck undrain");
+    assert_eq!(ck.status().expect("ck status").active, vec![0, 1]);
 }

@@ -10,15 +10,16 @@ use ck_tests::{burst, local, start_ready};
 
 #[test]
 fn drain_all_takes_the_host_out_of_rotation_and_keeps_serving() {
-    let (mut ck, port, status) = start_ready("drain-all", 2, &["--metrics", "127.0.0.1:0"]);
+    let (mut ck, port, status) =
+        start_ready("drain-all", 2, &["--metrics", "127.0.0.1:0"]).expect("start a ready ck");
     let metrics = status.metrics_addr();
     let pids = status.worker_pids();
     assert_eq!(get_path(metrics, "/readyz").expect("/readyz").0, 200);
     assert!(!status.host_drained, "{status:#?}");
 
-    let answer = ck.ctl_ok(&["drain", "--all"]);
+    let answer = ck.ctl_ok(&["drain", "--all"]).expect("ck drain");
     assert!(answer.contains("every slot drained"), "{answer}");
-    let drained = ck.status();
+    let drained = ck.status().expect("ck status");
     assert!(drained.host_drained, "{drained:#?}");
     assert!(drained.active.is_empty(), "{drained:#?}");
     assert!(
@@ -31,24 +32,30 @@ fn drain_all_takes_the_host_out_of_rotation_and_keeps_serving() {
     let (code, body) = get_path(metrics, "/readyz").expect("/readyz");
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("drained"), "{body}");
-    let text = ck.ctl_ok(&["status"]);
+    let text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(text.contains("host drained"), "{text}");
 
     // Nothing is refused: every connection is answered, by the same two workers.
     let tally = burst(local(port), 60);
     assert_eq!(tally.ok, 60, "{tally:?}");
     assert!(tally.only_from(&pids), "{tally:?} not from {pids:?}");
-    assert_eq!(ck.status().worker_pids(), pids, "no worker was replaced");
+    assert_eq!(
+        ck.status().expect("ck status").worker_pids(),
+        pids,
+        "no worker was replaced"
+    );
 
     // Again: nothing changes, and says so.
-    let again = ck.ctl_ok(&["drain", "--all"]);
+    let again = ck.ctl_ok(&["drain", "--all"]).expect("ck drain");
     assert!(again.contains("0 changed"), "{again}");
 
     // A scale-up while drained keeps the host out of rotation: the new slot starts drained.
-    ck.ctl_ok(&["scale", "3"]);
-    let scaled = ck.wait_status("a third drained worker", ck_tests::READY_TIMEOUT, |s| {
-        s.slots.len() == 3 && s.slots.iter().all(|s| s.state == "draining")
-    });
+    ck.ctl_ok(&["scale", "3"]).expect("ck scale");
+    let scaled = ck
+        .wait_status("a third drained worker", ck_tests::READY_TIMEOUT, |s| {
+            s.slots.len() == 3 && s.slots.iter().all(|s| s.state == "draining")
+        })
+        .expect("wait for the status");
     assert!(scaled.host_drained, "{scaled:#?}");
     assert!(scaled.active.is_empty(), "{scaled:#?}");
     let pids = scaled.worker_pids();
@@ -56,26 +63,28 @@ fn drain_all_takes_the_host_out_of_rotation_and_keeps_serving() {
     assert_eq!(tally.ok, 30, "{tally:?}");
     assert!(tally.only_from(&pids), "{tally:?} not from {pids:?}");
 
-    ck.ctl_ok(&["undrain", "--all"]);
-    let back = ck.wait_ready(3, ck_tests::READY_TIMEOUT);
+    ck.ctl_ok(&["undrain", "--all"]).expect("ck undrain");
+    let back = ck
+        .wait_ready(3, ck_tests::READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert!(!back.host_drained, "{back:#?}");
     assert_eq!(back.active.len(), 3, "{back:#?}");
     let (code, body) = get_path(metrics, "/readyz").expect("/readyz");
     assert_eq!(code, 200, "{body}");
     assert_eq!(burst(local(port), 20).ok, 20);
-    ck.ctl_ok(&["stop", "--now"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop", "--now"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
 fn drain_takes_a_slot_or_all_but_not_both() {
-    let (ck, _, _) = start_ready("drain-all-args", 1, &[]);
+    let (ck, _, _) = start_ready("drain-all-args", 1, &[]).expect("start a ready ck");
     for args in [
         &["drain", "0", "--all"][..],
         &["drain"][..],
         &["undrain"][..],
     ] {
-        let out = ck.ctl(args);
+        let out = ck.ctl(args).expect("ck control command");
         assert!(
             !out.status.success(),
             "`ck {}` was accepted",
@@ -88,8 +97,8 @@ fn drain_takes_a_slot_or_all_but_not_both() {
 
 #[test]
 fn drain_all_without_bpf_is_refused_with_the_reason() {
-    let (ck, _, _) = start_ready("drain-all-nobpf", 1, &["--no-bpf"]);
-    let out = ck.ctl(&["drain", "--all"]);
+    let (ck, _, _) = start_ready("drain-all-nobpf", 1, &["--no-bpf"]).expect("start a ready ck");
+    let out = ck.ctl(&["drain", "--all"]).expect("ck drain");
     assert!(!out.status.success());
     let said = ck_tests::ck::said(&out);
     assert!(said.contains("--no-bpf"), "{said}");

@@ -29,7 +29,7 @@ fn spreads_evenly(what: &str, extra: &[&str], app: &[&str]) -> (ck_tests::Ck, u1
     args.extend_from_slice(extra);
     args.push("--");
     args.extend_from_slice(app);
-    let (ck, port, status) = start_ready(what, 2, &args);
+    let (ck, port, status) = start_ready(what, 2, &args).expect("start a ready ck");
     let tally = burst_pinned(local(port), 40);
     assert_eq!(tally.ok, 40, "{tally:?}");
     assert_eq!((tally.slot(0), tally.slot(1)), (20, 20), "{tally:?}");
@@ -84,8 +84,8 @@ fn rust_hyper_server_on_ck_worker_rolls_without_a_failure() {
         "old workers still listed: {:#?}",
         run.after
     );
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
@@ -131,10 +131,13 @@ fn c_server_forking_four_children_that_each_bind_under_adopt() {
         "ex-c-fork",
         1,
         &["--adopt", "--", "env", "FORK=4", server.to_str().unwrap()],
-    );
-    let status = ck.wait_status("4 listeners steered", READY_TIMEOUT, |s| {
-        s.slots.iter().filter(|s| s.state == "ready").count() == 4
-    });
+    )
+    .expect("start a ready ck");
+    let status = ck
+        .wait_status("4 listeners steered", READY_TIMEOUT, |s| {
+            s.slots.iter().filter(|s| s.state == "ready").count() == 4
+        })
+        .expect("wait for the status");
     let members: Vec<_> = status
         .slots
         .iter()
@@ -149,9 +152,11 @@ fn c_server_forking_four_children_that_each_bind_under_adopt() {
     let victim = members[0].pid.expect("a member has a pid");
     let gone = members[0].slot;
     kill_hard(victim);
-    let after = ck.wait_status("the member slot removed", READY_TIMEOUT, |s| {
-        s.slots.iter().all(|slot| slot.slot != gone)
-    });
+    let after = ck
+        .wait_status("the member slot removed", READY_TIMEOUT, |s| {
+            s.slots.iter().all(|slot| slot.slot != gone)
+        })
+        .expect("wait for the status");
     assert!(!after.active.contains(&gone), "{after:#?}");
     let tally = burst(local(port), 30);
     assert_eq!(tally.ok, 30, "{tally:?}");
@@ -159,8 +164,8 @@ fn c_server_forking_four_children_that_each_bind_under_adopt() {
 
     // Stopping stops the whole tree.
     let pids: Vec<u32> = tally.per_pid.keys().copied().collect();
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert!(poll_until(
         std::time::Duration::from_secs(5),
         std::time::Duration::from_millis(20),

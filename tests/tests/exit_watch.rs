@@ -36,19 +36,22 @@ fn resident(pid: u32) -> u64 {
 /// ready, holds its 1 GiB, and (unless `env` forces the pidfds) its exit is watched.
 fn big_worker(what: &str, env: &[(&str, &str)]) -> (Ck, u32) {
     let (mut ck, _port) =
-        start_with_env(what, &["-w", "1", "--", "python3", "-c", BIG_WORKER], env);
+        start_with_env(what, &["-w", "1", "--", "python3", "-c", BIG_WORKER], env)
+            .expect("start ck");
     let watched = env.is_empty();
     // The watch loads beside the first worker; `ck status` lists the pids in its map.
-    let status = ck.wait_status(
-        "a ready worker (whose exit is watched)",
-        Duration::from_secs(20),
-        |s| {
-            s.slot(0).state == "ready"
-                && s.slot(0).pid.is_some_and(|pid| {
-                    !watched || s.exits_watched.as_ref().is_some_and(|w| w.contains(&pid))
-                })
-        },
-    );
+    let status = ck
+        .wait_status(
+            "a ready worker (whose exit is watched)",
+            Duration::from_secs(20),
+            |s| {
+                s.slot(0).state == "ready"
+                    && s.slot(0).pid.is_some_and(|pid| {
+                        !watched || s.exits_watched.as_ref().is_some_and(|w| w.contains(&pid))
+                    })
+            },
+        )
+        .expect("wait for the status");
     let pid = status.worker_pid(0);
     assert!(
         poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
@@ -66,7 +69,7 @@ fn kill_and_replace(ck: &Ck, old: u32) -> (bool, Status) {
     sys::signal(old, Signal::SIGKILL);
     let mut existed = None;
     poll_until(Duration::from_secs(10), Duration::from_millis(1), || {
-        let Ok(status) = ck.try_status() else {
+        let Ok(status) = ck.status() else {
             return false;
         };
         let replaced = status.slot(0).pid.is_some_and(|p| p != old);
@@ -75,7 +78,7 @@ fn kill_and_replace(ck: &Ck, old: u32) -> (bool, Status) {
         }
         replaced
     });
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     let existed =
         existed.unwrap_or_else(|| panic!("slot 0 was not replaced: {status:#?}\n{}", ck.log()));
     (existed, status)
@@ -120,14 +123,14 @@ fn a_killed_worker_is_replaced_while_the_kernel_still_tears_it_down() {
         }),
         "the killed worker {old} was never reaped"
     );
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
 fn forced_to_the_pidfds_a_killed_worker_is_replaced_once_it_is_gone() {
     let (mut ck, old) = big_worker("exitpidfd", &[("CK_EXIT_WATCH", "pidfd")]);
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(status.exits_watched, None, "{status:#?}");
     let said = ck.log_lines("worker exits are seen when");
     assert_eq!(said.len(), 1, "{said:#?}");
@@ -138,8 +141,8 @@ fn forced_to_the_pidfds_a_killed_worker_is_replaced_once_it_is_gone() {
         "replaced while {old} still existed without the watch: {status:#?}"
     );
     assert_killed_once(&ck, &status, old, "pidfd");
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
@@ -158,7 +161,8 @@ fn an_exit_code_reads_from_the_tracepoint_as_waitid_reports_it() {
             "-c",
             "sleep 0.3; exit 3",
         ],
-    );
+    )
+    .expect("start ck");
     let mut exits = Vec::new();
     let seen = poll_until(Duration::from_secs(15), Duration::from_millis(50), || {
         exits = ck.log_lines("worker exited");
@@ -168,21 +172,21 @@ fn an_exit_code_reads_from_the_tracepoint_as_waitid_reports_it() {
     for line in &exits {
         assert!(line.contains("reason=exit 3"), "{line}");
     }
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(
         status.slot(0).last_exit.as_deref(),
         Some("exit 3"),
         "{status:#?}"
     );
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
 fn a_worker_ck_stops_is_gone_when_ck_says_so() {
     let (mut ck, pid) = big_worker("exitstop", &[]);
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert!(
         !exists(pid),
         "ck exited while its worker {pid} still existed"

@@ -13,7 +13,8 @@ const N: usize = 20;
 
 #[test]
 fn queued_connections_survive_a_worker_death() {
-    let (mut ck, port, status) = start_ready("failover", 2, &["--policy", "round-robin"]);
+    let (mut ck, port, status) =
+        start_ready("failover", 2, &["--policy", "round-robin"]).expect("start a ready ck");
     assert!(status.migration, "migration is off: {status:#?}");
     let victim = status.slot(1).pid.expect("slot 1 has a worker");
     let survivor = status.slot(0).pid.expect("slot 0 has a worker");
@@ -27,7 +28,7 @@ fn queued_connections_survive_a_worker_death() {
             .map(|i| send_new_conn(addr).unwrap_or_else(|e| panic!("connection {i}: {e}")))
             .collect::<Vec<_>>()
     });
-    let selected = ck.status();
+    let selected = ck.status().expect("ck status");
     assert_eq!(selected.slot(1).selected, (N / 2) as u64, "{selected:#?}");
 
     kill_hard(victim);
@@ -45,10 +46,12 @@ fn queued_connections_survive_a_worker_death() {
     );
     assert!(tally.pid(survivor) >= (N / 2) as u32, "{tally:?}");
 
-    let status = ck.wait_status("slot 1 restarted and ready", Duration::from_secs(15), |s| {
-        let slot = s.slot(1);
-        slot.state == "ready" && slot.generation == 2
-    });
+    let status = ck
+        .wait_status("slot 1 restarted and ready", Duration::from_secs(15), |s| {
+            let slot = s.slot(1);
+            slot.state == "ready" && slot.generation == 2
+        })
+        .expect("wait for the status");
     eprintln!("{status:#?}");
     let slot1 = status.slot(1);
     assert_ne!(slot1.pid, Some(victim));

@@ -13,8 +13,8 @@ fn both_groups_spread(what: &str, extra: &[&str]) {
     let listen = format!("tcp://[::]:{v6_port}");
     let mut args = vec!["--policy", "round-robin", "--listen", &listen];
     args.extend_from_slice(extra);
-    let (ck, port, _) = start_ready(what, 2, &args);
-    let status = ck.status();
+    let (ck, port, _) = start_ready(what, 2, &args).expect("start a ready ck");
+    let status = ck.status().expect("ck status");
     assert_eq!(status.groups.len(), 2, "{status:#?}");
     assert_eq!(status.steering.len(), 2, "{status:#?}");
     assert!(

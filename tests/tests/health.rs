@@ -31,9 +31,11 @@ fn back_in(status: &Status, slot: u32) -> bool {
 /// Waits (at most `timeout`) until slot `slot` is out for `reason` ([`out_for`]), prints why,
 /// its queue depth and the active set, and returns that status.
 fn wait_out(ck: &mut Ck, slot: u32, reason: &str, timeout: Duration) -> Status {
-    let status = ck.wait_status(&format!("slot {slot} unhealthy ({reason})"), timeout, |s| {
-        out_for(s, slot, reason)
-    });
+    let status = ck
+        .wait_status(&format!("slot {slot} unhealthy ({reason})"), timeout, |s| {
+            out_for(s, slot, reason)
+        })
+        .expect("wait for the status");
     let s = status.slot(slot);
     eprintln!(
         "slot {slot} out: unhealthy={:?}, queue_depth={}, active={:?}",
@@ -45,11 +47,13 @@ fn wait_out(ck: &mut Ck, slot: u32, reason: &str, timeout: Duration) -> Status {
 /// Waits (at most `timeout`) until slot `slot` is back in ([`back_in`]), asserts that its worker
 /// is still `pid` (not restarted), prints the health lines of ck's log, and returns that status.
 fn wait_back(ck: &mut Ck, slot: u32, pid: u32, timeout: Duration) -> Status {
-    let status = ck.wait_status(
-        &format!("slot {slot} back in the active set"),
-        timeout,
-        |s| back_in(s, slot),
-    );
+    let status = ck
+        .wait_status(
+            &format!("slot {slot} back in the active set"),
+            timeout,
+            |s| back_in(s, slot),
+        )
+        .expect("wait for the status");
     assert_eq!(
         status.worker_pid(slot),
         pid,
@@ -73,7 +77,8 @@ fn start_and_freeze(
         what,
         workers,
         &["--policy", policy, "--stall-timeout", stall],
-    );
+    )
+    .expect("start a ready ck");
     let pid = ready.worker_pid(slot);
     signal(pid, Signal::SIGSTOP);
     (ck, local(port), pid)
@@ -113,7 +118,8 @@ fn failing_probes_take_a_worker_out_until_they_pass_again() {
             "--",
             &app,
         ],
-    );
+    )
+    .expect("start a ready ck");
     let addr = local(port);
 
     // Before the failure: a keep-alive connection on slot 1.
@@ -135,7 +141,7 @@ fn failing_probes_take_a_worker_out_until_they_pass_again() {
     // Its socket is open and its worker serves the connection it has.
     kept.assert_stays_with(first, 5);
     assert!(pid_alive(first.pid), "unhealthy worker {} died", first.pid);
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert!(
         out_for(&status, 1, "probe"),
         "slot 1 came back before the checks above were done (they would prove nothing): \
@@ -159,7 +165,8 @@ fn failing_probes_take_a_worker_out_until_they_pass_again() {
 fn a_worker_that_misses_its_watchdog_leaves_the_active_set() {
     let dir = TempDir::new("health-watchdog");
     let app = demo_app_on_slot(&dir, 1, "--watchdog-stop-after 1s");
-    let (mut ck, port, ready) = start_ready("hwatchdog", 2, &["--watchdog", "300ms", "--", &app]);
+    let (mut ck, port, ready) = start_ready("hwatchdog", 2, &["--watchdog", "300ms", "--", &app])
+        .expect("start a ready ck");
     let addr = local(port);
     let pid1 = ready.worker_pid(1);
 
@@ -177,7 +184,7 @@ fn a_worker_that_misses_its_watchdog_leaves_the_active_set() {
     assert_eq!(out.slot(0), 200, "{out:?}");
 
     // Slot 0 kept its heartbeat; slot 1 (still silent) stays out, alive.
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert!(back_in(&status, 0), "slot 0 left: {status:#?}");
     assert!(out_for(&status, 1, "watchdog"), "{status:#?}");
     assert!(pid_alive(pid1), "unhealthy worker {pid1} died");
@@ -280,13 +287,16 @@ fn a_worker_unhealthy_too_long_is_replaced() {
             "--",
             &app,
         ],
-    );
+    )
+    .expect("start a ready ck");
     let sick = started.worker_pid(1);
     let healthy = started.worker_pid(0);
     wait_out(&mut ck, 1, "probe", Duration::from_secs(5));
-    let status = ck.wait_status("slot 1 replaced", Duration::from_secs(15), |s| {
-        s.ready_count() == 2 && s.slots.len() == 2 && s.slots.iter().all(|slot| slot.slot != 1)
-    });
+    let status = ck
+        .wait_status("slot 1 replaced", Duration::from_secs(15), |s| {
+            s.ready_count() == 2 && s.slots.len() == 2 && s.slots.iter().all(|slot| slot.slot != 1)
+        })
+        .expect("wait for the status");
     assert!(
         ck_tests::sys::poll_until(Duration::from_secs(5), Duration::from_millis(50), || {
             !pid_alive(sick)
@@ -344,7 +354,8 @@ fn a_worker_that_keeps_up_with_a_queue_never_empty_is_not_marked_stalled() {
         "hkeepsup",
         1,
         &["--stall-timeout", "200ms", "--", "python3", app],
-    );
+    )
+    .expect("start a ready ck");
     let addr = local(port);
     let until = std::time::Instant::now() + Duration::from_secs(3);
     let clients: Vec<_> = (0..3)
@@ -361,7 +372,7 @@ fn a_worker_that_keeps_up_with_a_queue_never_empty_is_not_marked_stalled() {
     let mut total = ck_tests::Tally::default();
     let mut deepest = 0;
     while std::time::Instant::now() < until {
-        deepest = deepest.max(ck.status().slot(0).queue_depth);
+        deepest = deepest.max(ck.status().expect("ck status").slot(0).queue_depth);
         std::thread::sleep(Duration::from_millis(100));
     }
     for client in clients {
@@ -380,7 +391,7 @@ fn a_worker_that_keeps_up_with_a_queue_never_empty_is_not_marked_stalled() {
         !health.contains("worker unhealthy"),
         "a worker that keeps up was marked stalled:\n{health}"
     );
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(status.slot(0).state, "ready", "{status:#?}");
     assert_eq!(status.active, vec![0], "{status:#?}");
 }

@@ -57,9 +57,9 @@ fn raise_own_fd_limit() {
 
 #[test]
 fn a_silent_client_is_closed_with_the_reason_while_others_are_served() {
-    let (ck, port, _) = start_ready("ctl-silent", 2, &[]);
+    let (ck, port, _) = start_ready("ctl-silent", 2, &[]).expect("start a ready ck");
     let silent = connect(ck.name());
-    ck.ctl_ok(&["status"]);
+    ck.ctl_ok(&["status"]).expect("ck status");
     assert_eq!(burst(local(port), 20).ok, 20, "workers serve meanwhile");
     let mut reader = BufReader::new(silent);
     let why = answer(&mut reader);
@@ -91,7 +91,7 @@ fn an_endless_request_is_cut_off_and_memory_stays_bounded() {
     let sent = sender.join().unwrap();
     eprintln!("sent {sent} bytes before ck closed");
     assert!(sent < 10 * 1024 * 1024, "ck read all 10 MB");
-    ck.ctl_ok(&["status"]);
+    ck.ctl_ok(&["status"]).expect("ck status");
     assert_eq!(burst(local(port), 20).ok, 20);
     let after = rss_kib(ck.pid());
     eprintln!("ck RSS {before} KiB -> {after} KiB");
@@ -104,7 +104,7 @@ fn an_endless_request_is_cut_off_and_memory_stays_bounded() {
 
 #[test]
 fn a_request_that_is_not_json_is_answered_and_the_connection_stays_usable() {
-    let (ck, _port, _) = start_ready("ctl-garbage", 1, &[]);
+    let (ck, _port, _) = start_ready("ctl-garbage", 1, &[]).expect("start a ready ck");
     let mut stream = connect(ck.name());
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     stream.write_all(b"\xff\xfe not json {{{\n").unwrap();
@@ -122,10 +122,11 @@ fn a_request_that_is_not_json_is_answered_and_the_connection_stays_usable() {
 /// exit watch loads after steering (a few dozen descriptors: maps, program, ring buffer; and
 /// the memory of its BTF parse, while it lasts).
 fn start_settled(what: &str, workers: usize) -> (Ck, u16) {
-    let (mut ck, port, _) = start_ready(what, workers, &[]);
+    let (mut ck, port, _) = start_ready(what, workers, &[]).expect("start a ready ck");
     ck.wait_status("the exit watch loaded", READY_TIMEOUT, |s| {
         s.exits_watched.is_some()
-    });
+    })
+    .expect("wait for the status");
     (ck, port)
 }
 
@@ -136,7 +137,7 @@ fn a_thousand_idle_connections_do_not_lock_out_other_clients() {
     let fds_before = open_fds(ck.pid());
     let crowd: Vec<UnixStream> = (0..1000).map(|_| connect(ck.name())).collect();
     // A client that talks is answered although a thousand connections say nothing.
-    ck.ctl_ok(&["status"]);
+    ck.ctl_ok(&["status"]).expect("ck status");
     assert_eq!(burst(local(port), 20).ok, 20, "workers serve meanwhile");
     let mut first = BufReader::new(crowd[0].try_clone().unwrap());
     let why = answer(&mut first);
@@ -150,7 +151,7 @@ fn a_thousand_idle_connections_do_not_lock_out_other_clients() {
         open_fds(ck.pid())
     );
     drop(crowd);
-    ck.ctl_ok(&["status"]);
+    ck.ctl_ok(&["status"]).expect("ck status");
 }
 
 #[test]
@@ -171,7 +172,7 @@ fn accept_failing_for_lack_of_file_descriptors_pauses_instead_of_spinning() {
     let crowd: Vec<UnixStream> = (0..100).map(|_| connect(ck.name())).collect();
     // The crowd is closed for its silence, which frees the fds; then a talking client is served.
     let served = poll_until(READY_TIMEOUT, Duration::from_millis(100), || {
-        ck.ctl(&["status"]).status.success()
+        ck.ctl(&["status"]).expect("ck status").status.success()
     });
     assert!(served, "{}", ck.log());
     drop(crowd);

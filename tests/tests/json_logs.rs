@@ -12,10 +12,11 @@ use serde_json::Value;
 
 #[test]
 fn every_line_of_ck_is_a_json_object_with_level_message_and_fields() {
-    let (mut ck, _port, status) = start_ready("json-logs", 2, &["--log-format", "json"]);
+    let (mut ck, _port, status) =
+        start_ready("json-logs", 2, &["--log-format", "json"]).expect("start a ready ck");
     let pids = status.worker_pids();
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     let log = ck.log();
     let mut lines = Vec::new();
     for text in log.lines().filter(|l| !l.is_empty()) {

@@ -37,20 +37,22 @@ fn reloads_fail_nothing(label: &str, mut ck: Ck, port: u16) {
 
 #[test]
 fn demo_worker_closes_keep_alive_connections_without_a_failure() {
-    let (ck, port, _) = start_ready("kaclose-demo", 2, &[]);
+    let (ck, port, _) = start_ready("kaclose-demo", 2, &[]).expect("start a ready ck");
     reloads_fail_nothing("demo", ck, port);
 }
 
 #[test]
 fn node_example_closes_keep_alive_connections_without_a_failure() {
     let app = example("worker.js");
-    let (ck, port, _) = start_ready("kaclose-node", 2, &["--", "node", &app]);
+    let (ck, port, _) =
+        start_ready("kaclose-node", 2, &["--", "node", &app]).expect("start a ready ck");
     reloads_fail_nothing("node", ck, port);
 }
 
 #[test]
 fn python_example_closes_keep_alive_connections_without_a_failure() {
     let app = example("worker.py");
-    let (ck, port, _) = start_ready("kaclose-python", 2, &["--", "python3", &app]);
+    let (ck, port, _) =
+        start_ready("kaclose-python", 2, &["--", "python3", &app]).expect("start a ready ck");
     reloads_fail_nothing("python", ck, port);
 }

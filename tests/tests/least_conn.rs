@@ -45,11 +45,13 @@ fn wait_counts(ck: &mut Ck, want: &BTreeMap<u32, u64>) -> Status {
     ck.wait_status(&format!("open connections {want:?}"), SETTLE, |s| {
         s.connections() == *want
     })
+    .expect("wait for the status")
 }
 
 #[test]
 fn least_conn_sends_the_next_connections_to_the_emptiest_worker() {
-    let (ck, port, status) = start_ready("lconn", 2, &["--policy", "least-conn"]);
+    let (ck, port, status) =
+        start_ready("lconn", 2, &["--policy", "least-conn"]).expect("start a ready ck");
     assert_eq!(status.policy.name(), "least-conn", "{status:#?}");
     assert_eq!(status.connection_count, "kernel", "{status:#?}");
     assert_eq!(
@@ -72,11 +74,13 @@ fn least_conn_sends_the_next_connections_to_the_emptiest_worker() {
 #[test]
 fn the_forced_fallback_says_so_and_steers_by_sampled_counts() {
     let (mut ck, port) = start_least_conn("lconn-sampled", &[("CK_LEAST_CONN", "sampled")]);
-    let status = ck.wait_ready(2, ck_tests::READY_TIMEOUT);
+    let status = ck
+        .wait_ready(2, ck_tests::READY_TIMEOUT)
+        .expect("wait for ready slots");
     let said = "sampled (forced by CK_LEAST_CONN=sampled)";
     assert_eq!(status.conn_steering.as_deref(), Some(said), "{status:#?}");
     assert_eq!(status.connection_count, "kernel", "{status:#?}");
-    let text = ck.ctl_ok(&["status"]);
+    let text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(
         text.contains(&format!("least-conn counts: {said}")),
         "{text}"
@@ -94,7 +98,9 @@ fn the_forced_fallback_says_so_and_steers_by_sampled_counts() {
 fn without_kernel_counts_least_conn_says_so_and_spreads_round_robin() {
     let (mut ck, port) = start_least_conn("lconn-rr", &[("CK_CONN_COUNT", "scan")]);
     let base = probe_base_for(port);
-    let status = ck.wait_ready(2, ck_tests::READY_TIMEOUT);
+    let status = ck
+        .wait_ready(2, ck_tests::READY_TIMEOUT)
+        .expect("wait for ready slots");
     let steering = status.conn_steering.clone().unwrap_or_default();
     assert!(
         steering.starts_with("round-robin (the kernel does not count connections here")
@@ -118,7 +124,7 @@ fn without_kernel_counts_least_conn_says_so_and_spreads_round_robin() {
 
 /// Starts `-w 2 --policy least-conn` with `env` on a free port (probe steering on its own base).
 fn start_least_conn(what: &str, env: &[(&str, &str)]) -> (Ck, u16) {
-    start_with_env(what, &["-w", "2", "--policy", "least-conn"], env)
+    start_with_env(what, &["-w", "2", "--policy", "least-conn"], env).expect("start ck")
 }
 
 /// How long the fallback's samples take to see a change (sampled every `--sample-interval`,
@@ -130,7 +136,7 @@ const SAMPLE_WAIT: Duration = Duration::from_millis(300);
 fn emptiest_worker_takes_the_next(mut ck: Ck, port: u16, settle: Duration) {
     let base = probe_base_for(port);
     // Probes ck sent itself (a starting worker's accept probe) are not the test's.
-    let probes = ck.status().slot(0).probe_hits;
+    let probes = ck.status().expect("ck status").slot(0).probe_hits;
     let on_slot0: Vec<_> = (1..=HELD).map(|h| held_on(port, base, 0, h)).collect();
     let before = wait_counts(&mut ck, &BTreeMap::from([(0, u64::from(HELD)), (1, 0)]));
     assert_eq!(
@@ -180,7 +186,8 @@ fn least_conn_sums_the_counts_of_connections_opened_on_another_cpu() {
     let cpus = allowed_cpus();
     let (first, last) = (cpus[0], cpus[cpus.len() - 1]);
     assert_ne!(first, last, "this test needs two CPUs: {cpus:?}");
-    let (mut ck, port, _) = start_ready("lconn-cpus", 2, &["--policy", "least-conn"]);
+    let (mut ck, port, _) =
+        start_ready("lconn-cpus", 2, &["--policy", "least-conn"]).expect("start a ready ck");
     let base = probe_base_for(port);
     let on_slot0 = on_cpu(last, move || {
         (1..=HELD)
@@ -196,11 +203,13 @@ fn least_conn_sums_the_counts_of_connections_opened_on_another_cpu() {
 
 #[test]
 fn least_conn_fills_the_workers_a_scale_up_adds() {
-    let (mut ck, port, _) = start_ready("lconn-scale", 2, &["--policy", "least-conn"]);
+    let (mut ck, port, _) =
+        start_ready("lconn-scale", 2, &["--policy", "least-conn"]).expect("start a ready ck");
     let (first, answered) = hold(local(port), 10);
     assert_eq!(answered, BTreeMap::from([(0, 5), (1, 5)]));
-    ck.ctl_ok(&["scale", "4"]);
-    ck.wait_ready(4, ck_tests::READY_TIMEOUT);
+    ck.ctl_ok(&["scale", "4"]).expect("ck scale");
+    ck.wait_ready(4, ck_tests::READY_TIMEOUT)
+        .expect("wait for ready slots");
     // Every worker is a candidate (4 of 4): the two new ones take all 10 until they hold 5.
     let (second, answered) = hold(local(port), 10);
     assert_eq!(answered.values().sum::<u64>(), 10, "{answered:?}");
@@ -208,9 +217,11 @@ fn least_conn_fills_the_workers_a_scale_up_adds() {
         !answered.contains_key(&0) && !answered.contains_key(&1),
         "{answered:?}"
     );
-    let status = ck.wait_status("20 connections counted", SETTLE, |s| {
-        s.connections().values().sum::<u64>() == 20
-    });
+    let status = ck
+        .wait_status("20 connections counted", SETTLE, |s| {
+            s.connections().values().sum::<u64>() == 20
+        })
+        .expect("wait for the status");
     let counts: Vec<u64> = status
         .ready()
         .map(|s| s.connections.expect("kernel count"))

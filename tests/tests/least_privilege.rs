@@ -62,8 +62,12 @@ fn core_scenario_as_nobody_with_only_cap_bpf_and_cap_perfmon() {
             "round-robin",
         ])
         .envs(dirs.env());
-    let mut ck = Ck::spawn(&name, cmd).with_ctl_env(&dirs.env());
-    let status = ck.wait_ready(2, READY_TIMEOUT);
+    let mut ck = Ck::spawn(&name, cmd)
+        .expect("start ck")
+        .with_ctl_env(&dirs.env());
+    let status = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert!(status.bpf, "steering on, as the canary shows: {status:#?}");
 
     // ck itself: nobody, with exactly the two capabilities.
@@ -86,7 +90,7 @@ fn core_scenario_as_nobody_with_only_cap_bpf_and_cap_perfmon() {
     assert_eq!((spread.slot(0), spread.slot(1)), (10, 10), "{spread:?}");
 
     // A drained slot gets none.
-    ck.ctl_ok(&["drain", "1"]);
+    ck.ctl_ok(&["drain", "1"]).expect("ck drain");
     let drained = burst_pinned(addr, 20);
     assert_eq!(drained.ok, 20, "{drained:?}");
     assert_eq!(
@@ -94,15 +98,17 @@ fn core_scenario_as_nobody_with_only_cap_bpf_and_cap_perfmon() {
         0,
         "the drained slot got connections: {drained:?}"
     );
-    ck.ctl_ok(&["undrain", "1"]);
+    ck.ctl_ok(&["undrain", "1"]).expect("ck undrain");
 
     // A SIGKILLed worker is restarted (as ck's user, like the first).
     let old = status.worker_pid(0);
     ck_tests::sys::kill_hard(old);
-    let after = ck.wait_status("slot 0 restarted", READY_TIMEOUT, |s| {
-        let slot = s.slot(0);
-        slot.pid.is_some_and(|p| p != old) && slot.state == "ready" && slot.restarts == 1
-    });
+    let after = ck
+        .wait_status("slot 0 restarted", READY_TIMEOUT, |s| {
+            let slot = s.slot(0);
+            slot.pid.is_some_and(|p| p != old) && slot.state == "ready" && slot.restarts == 1
+        })
+        .expect("wait for the status");
     let new = after.worker_pid(0);
     let worker = creds(new).expect("the new worker's /proc status");
     assert!(worker.uids.iter().all(|u| *u == who.uid), "{worker:?}");
@@ -112,8 +118,8 @@ fn core_scenario_as_nobody_with_only_cap_bpf_and_cap_perfmon() {
     assert_eq!(again.pid(new), 10, "the new worker serves: {again:?}");
 
     // `ck stop`: clean exit, nothing left in the lent directories.
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert!(
         dirs.pins.entries().is_empty(),
         "pins left: {:?}",
@@ -137,16 +143,20 @@ fn a_non_root_ck_runs_workers_without_its_capabilities_with_user_of_its_own() {
     cmd.args(["run", "--name", &name, "--port", &port_text])
         .args(["--probe-port-base", &base, "-w", "1", "--user", "nobody"])
         .envs(dirs.env());
-    let mut ck = Ck::spawn(&name, cmd).with_ctl_env(&dirs.env());
-    let status = ck.wait_ready(1, READY_TIMEOUT);
+    let mut ck = Ck::spawn(&name, cmd)
+        .expect("start ck")
+        .with_ctl_env(&dirs.env());
+    let status = ck
+        .wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     // No CAP_SETUID needed: the user is ck's own; only the capabilities are dropped.
     let worker = creds(status.worker_pid(0)).expect("the worker's /proc status");
     assert!(worker.uids.iter().all(|u| *u == nobody().uid), "{worker:?}");
     assert!(worker.no_capability(), "{worker:?}");
     let served = burst_pinned(local(port), 5);
     assert_eq!(served.ok, 5, "{served:?}");
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 /// Runs ck as nobody with `caps` to completion and returns what it said (it must fail).
@@ -208,8 +218,11 @@ fn without_ptrace(what: &str, env: &[(&str, &str)]) -> (Ck, Dirs, String) {
         .args(["--", "python3", server.to_str().expect("UTF-8 path"), "1"])
         .envs(dirs.env())
         .envs(env.iter().copied());
-    let mut ck = Ck::spawn(&name, cmd).with_ctl_env(&dirs.env());
-    ck.wait_ready(1, READY_TIMEOUT);
+    let mut ck = Ck::spawn(&name, cmd)
+        .expect("start ck")
+        .with_ctl_env(&dirs.env());
+    ck.wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let log = ck.log();
     let line = log
         .lines()
@@ -228,8 +241,8 @@ fn without_ptrace(what: &str, env: &[(&str, &str)]) -> (Ck, Dirs, String) {
 fn without_ptrace_access_the_accept_probe_sees_a_silent_worker_accept() {
     let (mut ck, _dirs, line) = without_ptrace("lp-probe", &[]);
     assert!(line.contains("(accept probe)"), "{line}");
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 /// Without ptrace access and without the accept probe (`CK_READY_DETECT=proc`), ck cannot see
@@ -243,6 +256,6 @@ fn without_ptrace_access_the_grace_makes_a_silent_worker_ready_and_says_why() {
         line.contains("within --ready-grace") && line.contains("ck may not read /proc/"),
         "{line}"
     );
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }

@@ -66,10 +66,12 @@ fn start_and_stop(
         "4s",
     ];
     let args: Vec<&str> = args.iter().chain(extra).copied().collect();
-    let mut ck = Ck::start_with_env(&instance_name(what, port), &args, env);
-    let status = ck.wait_status("all ready, steering on", READY_TIMEOUT, |s| {
-        s.ready_count() == workers && s.bpf && s.queue_depth.is_some()
-    });
+    let mut ck = Ck::start_with_env(&instance_name(what, port), &args, env).expect("start ck");
+    let status = ck
+        .wait_status("all ready, steering on", READY_TIMEOUT, |s| {
+            s.ready_count() == workers && s.bpf && s.queue_depth.is_some()
+        })
+        .expect("wait for the status");
     let pids: Vec<u32> = stopped
         .iter()
         .map(|&slot| status.worker_pid(slot))
@@ -83,7 +85,8 @@ fn start_and_stop(
 /// The first group's `config` entry as `ck maps --json` reads it from the pinned map.
 fn pinned_config(ck: &Ck) -> serde_json::Value {
     let maps: serde_json::Value =
-        serde_json::from_str(&ck.ctl_ok(&["maps", "--json"])).expect("ck maps --json");
+        serde_json::from_str(&ck.ctl_ok(&["maps", "--json"]).expect("ck maps"))
+            .expect("ck maps --json");
     maps["groups"][0]["config"].clone()
 }
 
@@ -91,7 +94,8 @@ fn pinned_config(ck: &Ck) -> serde_json::Value {
 /// sample: what the fallback steers by).
 fn pinned_depth(ck: &Ck, slot: u32) -> u64 {
     let maps: serde_json::Value =
-        serde_json::from_str(&ck.ctl_ok(&["maps", "--json"])).expect("ck maps --json");
+        serde_json::from_str(&ck.ctl_ok(&["maps", "--json"]).expect("ck maps"))
+            .expect("ck maps --json");
     let slots = maps["groups"][0]["slots"]
         .as_array()
         .expect("slots")
@@ -112,7 +116,7 @@ fn burst_from_one_cpu(addr: SocketAddr, n: u32) -> Vec<Pending> {
 
 /// Connections the program sent to `slot` since `before`.
 fn selected_since(ck: &Ck, before: &Status, slot: u32) -> u64 {
-    ck.status().slot(slot).selected - before.slot(slot).selected
+    ck.status().expect("ck status").slot(slot).selected - before.slot(slot).selected
 }
 
 /// Sends `n` requests on new connections one after the other; before each, every earlier one
@@ -139,7 +143,7 @@ fn least_queue_sends_nothing_more_to_a_worker_whose_queue_holds_more() {
         Some("exact (BPF)"),
         "{before:#?}"
     );
-    let text = ck.ctl_ok(&["status"]);
+    let text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(text.contains("least-queue depth: exact (BPF)"), "{text}");
     assert_eq!(before.queue_patience_us, Some(0), "{before:#?}");
     assert!(text.contains("least-queue patience: 0 ("), "{text}");
@@ -170,7 +174,8 @@ fn least_queue_sends_nothing_more_to_a_worker_whose_queue_holds_more() {
     );
     ck.wait_status("the stopped worker still ready", READY_TIMEOUT, |s| {
         s.slot(STOPPED).state == "ready" && s.slot(STOPPED).pid == Some(pid)
-    });
+    })
+    .expect("wait for the status");
 }
 
 /// A restarted worker's slot gets a new socket, and the program reads that one's queue: the
@@ -188,9 +193,11 @@ fn least_queue_reads_the_new_socket_of_a_restarted_worker() {
         "before the restart: {answered:?}"
     );
     signal(pid, Signal::SIGKILL);
-    let restarted = ck.wait_status("the killed worker restarted", READY_TIMEOUT, |s| {
-        s.ready_count() == 3 && s.slot(STOPPED).pid.is_some_and(|p| p != pid)
-    });
+    let restarted = ck
+        .wait_status("the killed worker restarted", READY_TIMEOUT, |s| {
+            s.ready_count() == 3 && s.slot(STOPPED).pid.is_some_and(|p| p != pid)
+        })
+        .expect("wait for the status");
     drop(queued);
     let new_pid = restarted.worker_pid(STOPPED);
     signal(new_pid, Signal::SIGSTOP);
@@ -217,7 +224,7 @@ fn the_forced_fallback_says_so_and_steers_by_the_sampled_depth() {
     let (ck, addr, pid, before) = start_and_freeze("lq-sampled", &forced);
     let said = "sampled (forced by CK_QUEUE_DEPTH=sampled)";
     assert_eq!(before.queue_depth.as_deref(), Some(said), "{before:#?}");
-    let text = ck.ctl_ok(&["status"]);
+    let text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(
         text.contains(&format!("least-queue depth: {said}")),
         "{text}"
@@ -238,7 +245,7 @@ fn the_forced_fallback_says_so_and_steers_by_the_sampled_depth() {
 
     // `ck status` reads the depth when asked; the program steers by the sampled record in
     // `slots`. Once a sample has seen its queue, it gets nothing more.
-    let live = ck.status();
+    let live = ck.status().expect("ck status");
     assert_eq!(u64::from(live.slot(STOPPED).queue_depth), fed, "{live:#?}");
     let deadline = std::time::Instant::now() + READY_TIMEOUT;
     while pinned_depth(&ck, STOPPED) != fed {
@@ -248,7 +255,7 @@ fn the_forced_fallback_says_so_and_steers_by_the_sampled_depth() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let sampled = ck.status();
+    let sampled = ck.status().expect("ck status");
     let (answered, queued) = one_by_one(addr, N);
     eprintln!("after the sample: {answered:?}");
     assert!(
@@ -310,12 +317,12 @@ fn a_young_queue_keeps_its_turn_until_its_oldest_connection_waited_the_patience(
     );
     assert_eq!(pinned_config(&ck)["queue_patience_us"], 2_000_000);
     assert_eq!(before.queue_patience_us, Some(2_000_000), "{before:#?}");
-    let status_text = ck.ctl_ok(&["status"]);
+    let status_text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(
         status_text.contains("least-queue patience: 2s"),
         "{status_text}"
     );
-    let text = ck.ctl_ok(&["maps"]);
+    let text = ck.ctl_ok(&["maps"]).expect("ck maps");
     assert!(text.contains("queue patience 2000000 us"), "{text}");
 
     // A burst from one CPU, well within the patience: every queue keeps up (the stopped worker's
@@ -330,12 +337,20 @@ fn a_young_queue_keeps_its_turn_until_its_oldest_connection_waited_the_patience(
         "the burst took {:?}",
         sent.elapsed()
     );
-    assert_eq!(fed, u64::from(burst_len / 3), "{:#?}", ck.status());
-    assert_eq!(ck.status().slot(STOPPED).queue_depth, burst_len / 3);
+    assert_eq!(
+        fed,
+        u64::from(burst_len / 3),
+        "{:#?}",
+        ck.status().expect("ck status")
+    );
+    assert_eq!(
+        ck.status().expect("ck status").slot(STOPPED).queue_depth,
+        burst_len / 3
+    );
 
     // Once the oldest of them has waited the patience, the stopped worker gets nothing more.
     std::thread::sleep(patience.saturating_sub(sent.elapsed()) + Duration::from_millis(200));
-    let waited = ck.status();
+    let waited = ck.status().expect("ck status");
     let (answered, queued) = one_by_one(addr, N);
     assert!(queued.is_empty(), "{} more queued", queued.len());
     assert_eq!(answered.ok, N, "{answered:?}");

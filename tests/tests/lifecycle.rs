@@ -35,14 +35,14 @@ fn assert_nothing_left(name: &str, port: u16, workers: &BTreeSet<u32>) {
 
 #[test]
 fn sigterm_stops_everything_cleanly() {
-    let (mut ck, port, status) = start_ready("sigterm", 3, &[]);
+    let (mut ck, port, status) = start_ready("sigterm", 3, &[]).expect("start a ready ck");
     let workers = status.worker_pids();
     assert_eq!(workers.len(), 3, "{status:#?}");
     assert_eq!(status.pid, ck.pid());
     assert!(pins_dir(ck.name()).exists() && control_socket(ck.name()).exists());
 
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert_nothing_left(ck.name(), port, &workers);
     let log = ck.log();
     assert!(log.contains("ck stopped"), "{log}");
@@ -55,13 +55,13 @@ fn sigterm_stops_everything_cleanly() {
 
 #[test]
 fn ck_stop_stops_everything_cleanly() {
-    let (mut ck, port, status) = start_ready("stop", 2, &[]);
-    let said = ck.ctl_ok(&["stop"]);
+    let (mut ck, port, status) = start_ready("stop", 2, &[]).expect("start a ready ck");
+    let said = ck.ctl_ok(&["stop"]).expect("ck stop");
     assert!(said.contains("stopping"), "{said}");
-    ck.wait_clean_exit();
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert_nothing_left(ck.name(), port, &status.worker_pids());
     // Nothing answers any more.
-    let out = ck.ctl(&["status", "--json"]);
+    let out = ck.ctl(&["status", "--json"]).expect("ck status");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -72,10 +72,10 @@ fn ck_stop_stops_everything_cleanly() {
 
 #[test]
 fn stale_pins_of_a_crashed_instance_are_replaced() {
-    let (mut crashed, port, status) = start_ready("stale", 2, &[]);
+    let (mut crashed, port, status) = start_ready("stale", 2, &[]).expect("start a ready ck");
     let name = crashed.name().to_string();
     let workers = status.worker_pids();
-    let signal = crashed.kill_supervisor();
+    let signal = crashed.kill_supervisor().expect("kill the supervisor");
     eprintln!("supervisor ended by {signal}");
     // Workers get SIGTERM by PDEATHSIG when their supervisor dies.
     let alive = wait_all_dead(&workers, Duration::from_secs(5));
@@ -89,8 +89,10 @@ fn stale_pins_of_a_crashed_instance_are_replaced() {
     );
 
     let port_text = port.to_string();
-    let mut ck = Ck::start(&name, &["--port", &port_text, "-w", "2"]);
-    let status: Status = ck.wait_ready(2, READY_TIMEOUT);
+    let mut ck = Ck::start(&name, &["--port", &port_text, "-w", "2"]).expect("start ck");
+    let status: Status = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let log = ck.log();
     assert!(
         log.contains("stale pins"),
@@ -104,8 +106,8 @@ fn stale_pins_of_a_crashed_instance_are_replaced() {
     assert_eq!(tally.ok, 20, "{tally:?}");
     assert!(tally.only_from(&status.worker_pids()), "{tally:?}");
 
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert_nothing_left(&name, port, &status.worker_pids());
     drop(crashed);
 }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 const N: u32 = 90;
 
 fn maps_json(ck: &Ck) -> Value {
-    let out = ck.ctl_ok(&["maps", "--json"]);
+    let out = ck.ctl_ok(&["maps", "--json"]).expect("ck maps");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("ck maps --json: {e}\n{out}"))
 }
 
@@ -32,11 +32,12 @@ fn row(section: &str, slot: u32) -> Vec<&str> {
 
 #[test]
 fn maps_decode_every_slot_and_count_what_clients_saw() {
-    let (ck, port, _) = start_ready("maps", 3, &["--policy", "round-robin"]);
+    let (ck, port, _) =
+        start_ready("maps", 3, &["--policy", "round-robin"]).expect("start a ready ck");
     let tally = burst_pinned(local(port), N);
     assert_eq!(tally.ok, N, "{tally:?}");
-    ck.ctl_ok(&["drain", "2"]);
-    let status = ck.status();
+    ck.ctl_ok(&["drain", "2"]).expect("ck drain");
+    let status = ck.status().expect("ck status");
     assert_eq!(status.slots.len(), 3, "{status:#?}");
 
     let maps = maps_json(&ck);
@@ -63,7 +64,7 @@ fn maps_decode_every_slot_and_count_what_clients_saw() {
         assert!(names.contains(&map), "{map} missing: {names:?}");
     }
 
-    let text = ck.ctl_ok(&["maps"]);
+    let text = ck.ctl_ok(&["maps"]).expect("ck maps");
     eprintln!("{text}");
     let (slots_text, stats_text) = text.split_once("\nstats:").expect("a stats section");
     for s in &status.slots {
@@ -90,17 +91,17 @@ fn maps_decode_every_slot_and_count_what_clients_saw() {
 
 #[test]
 fn maps_say_why_there_are_none() {
-    let (ck, _, status) = start_ready("maps-nobpf", 1, &["--no-bpf"]);
+    let (ck, _, status) = start_ready("maps-nobpf", 1, &["--no-bpf"]).expect("start a ready ck");
     assert!(status.no_bpf && status.pins.is_none(), "{status:#?}");
-    let out = ck.ctl(&["maps"]);
+    let out = ck.ctl(&["maps"]).expect("ck maps");
     let text = said(&out);
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("runs without BPF (--no-bpf)"), "{text}");
 
-    let (ck, _, status) = start_ready("maps-nopins", 1, &[]);
+    let (ck, _, status) = start_ready("maps-nopins", 1, &[]).expect("start a ready ck");
     let group = pins_dir(ck.name()).join(&status.groups[0]);
     std::fs::remove_dir_all(&group).expect("removing the group's pins");
-    let out = ck.ctl(&["maps"]);
+    let out = ck.ctl(&["maps"]).expect("ck maps");
     let text = said(&out);
     assert!(!out.status.success(), "{text}");
     assert!(
@@ -124,7 +125,7 @@ fn maps_say_why_there_are_none() {
 /// ends the output quietly (exit 0), never with a panic and a backtrace.
 #[test]
 fn a_reader_that_closes_the_pipe_early_gets_no_panic() {
-    let (ck, _port, _) = start_ready("closed-pipe", 2, &[]);
+    let (ck, _port, _) = start_ready("closed-pipe", 2, &[]).expect("start a ready ck");
     for args in [
         &["status", "--json"][..],
         &["status"],

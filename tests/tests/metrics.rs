@@ -131,7 +131,7 @@ fn selected_counters_grow_by_the_connections_each_worker_answered() {
     let listen = format!("tcp://[::]:{v6_port}");
     let mut args = vec!["--listen", listen.as_str()];
     args.extend_from_slice(&METRICS);
-    let (ck, port, status) = start_ready("metrics-sel", 3, &args);
+    let (ck, port, status) = start_ready("metrics-sel", 3, &args).expect("start a ready ck");
     let addr = metrics_addr(&status);
     let (v4, v6) = (status.groups[0].clone(), status.groups[1].clone());
     let before = Metrics::fetch(addr);
@@ -141,7 +141,7 @@ fn selected_counters_grow_by_the_connections_each_worker_answered() {
     ];
     let tallies: Vec<_> = sent.iter().map(|(to, _, n)| burst(*to, *n)).collect();
     let after = Metrics::fetch(addr);
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     for ((_, group, n), tally) in sent.iter().zip(&tallies) {
         assert_eq!(tally.ok, *n, "{group}: every request answered: {tally:?}");
         let grown = |slot: &str| {
@@ -214,7 +214,7 @@ fn selected_counters_grow_by_the_connections_each_worker_answered() {
 fn worker_connections_count(what: &str, extra: &[&str]) {
     let mut args = METRICS.to_vec();
     args.extend_from_slice(extra);
-    let (ck, port, status) = start_ready(what, 2, &args);
+    let (ck, port, status) = start_ready(what, 2, &args).expect("start a ready ck");
     let addr = metrics_addr(&status);
     let mut held = Vec::new();
     let mut per_slot = [0.0; 2];
@@ -264,13 +264,16 @@ fn restarts_reloads_and_probe_failures_are_counted() {
         "2",
     ];
     args.extend_from_slice(&METRICS);
-    let (mut ck, _port, status) = start_ready("metrics-events", 2, &args);
+    let (mut ck, _port, status) =
+        start_ready("metrics-events", 2, &args).expect("start a ready ck");
     let addr = metrics_addr(&status);
     let killed = status.worker_pid(0);
     ck_tests::sys::signal(killed, Signal::SIGKILL);
-    let status = ck.wait_status("slot 0 restarted and ready", READY_TIMEOUT, |s| {
-        s.slot(0).restarts == 1 && s.slot(0).state == "ready" && s.slot(0).pid != Some(killed)
-    });
+    let status = ck
+        .wait_status("slot 0 restarted and ready", READY_TIMEOUT, |s| {
+            s.slot(0).restarts == 1 && s.slot(0).state == "ready" && s.slot(0).pid != Some(killed)
+        })
+        .expect("wait for the status");
     let metrics = Metrics::fetch(addr);
     assert_eq!(
         metrics.value("ck_worker_restarts_total", &[("slot", "0")]),
@@ -288,7 +291,7 @@ fn restarts_reloads_and_probe_failures_are_counted() {
         "healthy workers"
     );
 
-    ck.ctl_ok(&["reload"]);
+    ck.ctl_ok(&["reload"]).expect("ck reload");
     let metrics = Metrics::fetch(addr);
     assert_eq!(metrics.value("ck_reloads_total", &[("result", "ok")]), 1.0);
     assert_eq!(
@@ -318,13 +321,15 @@ fn restarts_reloads_and_probe_failures_are_counted() {
         "--fail-health-after",
         "0ms",
     ]);
-    let (mut ck, _port) = ck_tests::start("metrics-probes", &args);
-    let status = ck.wait_status("steering on and the worker unhealthy", READY_TIMEOUT, |s| {
-        s.bpf
-            && s.slots
-                .first()
-                .is_some_and(|s| s.unhealthy.as_deref() == Some("probe"))
-    });
+    let (mut ck, _port) = ck_tests::start("metrics-probes", &args).expect("start ck");
+    let status = ck
+        .wait_status("steering on and the worker unhealthy", READY_TIMEOUT, |s| {
+            s.bpf
+                && s.slots
+                    .first()
+                    .is_some_and(|s| s.unhealthy.as_deref() == Some("probe"))
+        })
+        .expect("wait for the status");
     let addr = metrics_addr(&status);
     let metrics = Metrics::fetch(addr);
     assert!(
@@ -348,7 +353,7 @@ fn restarts_reloads_and_probe_failures_are_counted() {
 /// `/readyz` is 200 while a worker of every group is in the active set, 503 with the reason
 /// once every slot is drained, and 200 again after an undrain; an unknown path is 404.
 fn readyz_follows_the_active_set(what: &str, workers: usize) {
-    let (ck, _port, status) = start_ready(what, workers, &METRICS);
+    let (ck, _port, status) = start_ready(what, workers, &METRICS).expect("start a ready ck");
     let addr = metrics_addr(&status);
     let (code, body) = get(addr, "/readyz");
     assert_eq!(code, 200, "{body}");
@@ -358,7 +363,7 @@ fn readyz_follows_the_active_set(what: &str, workers: usize) {
             code, 200,
             "before draining slot {slot} of {workers}: {body}"
         );
-        ck.ctl_ok(&["drain", &slot.to_string()]);
+        ck.ctl_ok(&["drain", &slot.to_string()]).expect("ck drain");
     }
     let (code, body) = get(addr, "/readyz");
     assert_eq!(code, 503, "every slot drained: {body}");
@@ -366,7 +371,7 @@ fn readyz_follows_the_active_set(what: &str, workers: usize) {
     assert!(body.contains("slot 0 draining (drained)"), "{body}");
     let metrics = Metrics::fetch(addr);
     assert_eq!(metrics.sum("ck_worker_ready", &[]), 0.0, "{}", metrics.text);
-    ck.ctl_ok(&["undrain", "0"]);
+    ck.ctl_ok(&["undrain", "0"]).expect("ck undrain");
     let (code, body) = get(addr, "/readyz");
     assert_eq!(code, 200, "slot 0 undrained: {body}");
     let (code, body) = get(addr, "/healthz");

@@ -25,11 +25,13 @@ fn wait_replaced(ck: &mut ck_tests::Ck, workers: usize, dead: &BTreeSet<u32>) ->
                 .iter()
                 .all(|slot| slot.pid.is_some_and(|p| !dead.contains(&p)))
     })
+    .expect("wait for the status")
 }
 
 #[test]
 fn steering_survives_every_worker_of_the_group_dying() {
-    let (mut ck, port, before) = start_ready("alldead", 2, &["--policy", "round-robin"]);
+    let (mut ck, port, before) =
+        start_ready("alldead", 2, &["--policy", "round-robin"]).expect("start a ready ck");
     let dead = before.worker_pids();
     for pid in &dead {
         kill_hard(*pid);
@@ -40,7 +42,7 @@ fn steering_survives_every_worker_of_the_group_dying() {
         after.steering.iter().all(|g| g.attached == Some(true)),
         "{after:#?}"
     );
-    ck.ctl_ok(&["drain", "1"]);
+    ck.ctl_ok(&["drain", "1"]).expect("ck drain");
     let tally = burst_without(burst_pinned, local(port), 200, 1, "drained");
     assert_eq!(tally.slot(0), 200, "{tally:?}");
 }
@@ -50,12 +52,12 @@ fn steering_survives_every_worker_of_the_group_dying() {
 fn single_worker_kills(mode_args: &[&str], label: &str) {
     let mut args = vec!["--restart-backoff", "100ms"];
     args.extend_from_slice(mode_args);
-    let (mut ck, port, _) = start_ready(label, 1, &args);
+    let (mut ck, port, _) = start_ready(label, 1, &args).expect("start a ready ck");
     let load = Background::start(port, Mode::NewConnection);
     std::thread::sleep(SETTLE);
     let mut dead = BTreeSet::new();
     for kill in 1..=5 {
-        let status = ck.status();
+        let status = ck.status().expect("ck status");
         let pid = status.worker_pid(0);
         kill_hard(pid);
         dead.insert(pid);
@@ -70,7 +72,7 @@ fn single_worker_kills(mode_args: &[&str], label: &str) {
     assert_eq!(report.other, 0, "{kinds:?}");
     // The only failures are requests a killed worker had already accepted.
     assert!(report.reset <= 5 * CONNECTIONS as u64, "{kinds:?}");
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(status.slot(0).restarts, 5, "{status:#?}");
     assert_eq!(status.slot(0).breaker, "closed", "{status:#?}");
     assert!(status.degraded.is_empty(), "{status:#?}");
@@ -114,21 +116,26 @@ fn the_only_worker_crash_looping_keeps_trying_and_ck_stop_still_answers() {
             "--",
             app,
         ],
-    );
-    let degraded = ck.wait_status("a half-open breaker", Duration::from_secs(15), |s| {
-        s.slot(0).breaker == "half-open" && !s.degraded.is_empty()
-    });
+    )
+    .expect("start ck");
+    let degraded = ck
+        .wait_status("a half-open breaker", Duration::from_secs(15), |s| {
+            s.slot(0).breaker == "half-open" && !s.degraded.is_empty()
+        })
+        .expect("wait for the status");
     eprintln!("{degraded:#?}");
     assert!(
         degraded.degraded[0].contains("--min-workers"),
         "{degraded:#?}"
     );
     let restarts = degraded.slot(0).restarts;
-    let retried = ck.wait_status(
-        "more tries at the maximum backoff",
-        Duration::from_secs(15),
-        |s| s.slot(0).restarts >= restarts + 2,
-    );
+    let retried = ck
+        .wait_status(
+            "more tries at the maximum backoff",
+            Duration::from_secs(15),
+            |s| s.slot(0).restarts >= restarts + 2,
+        )
+        .expect("wait for the status");
     assert_eq!(retried.slot(0).breaker, "half-open", "{retried:#?}");
     let log = ck.log();
     assert!(log.contains("fleet degraded"), "{log}");
@@ -151,21 +158,21 @@ fn the_only_worker_crash_looping_keeps_trying_and_ck_stop_still_answers() {
     assert!(!port_bindable(port), "the port was released");
 
     // With no worker running, `ck stop` still answers, and ck exits cleanly.
-    let out = ck.ctl(&["stop"]);
+    let out = ck.ctl(&["stop"]).expect("ck stop");
     assert!(out.status.success(), "ck stop failed: {}", said(&out));
     assert!(said(&out).contains("stopping"), "{}", said(&out));
-    ck.wait_clean_exit();
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert!(instance_processes(ck.name()).is_empty());
 }
 
 #[test]
 fn random_kills_leave_every_slot_serving_and_refuse_nothing() {
-    let (mut ck, port, _) = start_ready("chaos", 4, &[]);
+    let (mut ck, port, _) = start_ready("chaos", 4, &[]).expect("start a ready ck");
     let load = Background::start(port, Mode::NewConnection);
     std::thread::sleep(SETTLE);
     let mut dead = BTreeSet::new();
     for round in 0..12u32 {
-        let status = ck.status();
+        let status = ck.status().expect("ck status");
         let live: Vec<u32> = status.slots.iter().filter_map(|s| s.pid).collect();
         let victim = live[(round as usize * 7 + 3) % live.len()];
         kill_hard(victim);

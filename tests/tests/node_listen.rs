@@ -43,8 +43,10 @@ fn start_fleet(what: &str, args: &[&str]) -> (ck_tests::Ck, u16, ck_tests::Statu
     all.extend_from_slice(&["--", "node", &js]);
     let env = node_path();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let (mut ck, port) = start_with_env(what, &all, &env);
-    let status = ck.wait_ready(4, READY_TIMEOUT);
+    let (mut ck, port) = start_with_env(what, &all, &env).expect("start ck");
+    let status = ck
+        .wait_ready(4, READY_TIMEOUT)
+        .expect("wait for ready slots");
     (ck, port, status)
 }
 
@@ -78,8 +80,8 @@ fn three_reloads_under_a_keep_alive_load_that_never_retries_fail_nothing() {
         run.report.by_pid
     );
     assert_eq!(workers.len(), 16, "4 workers and 3 rolls of 4: {workers:?}");
-    ck.ctl_ok(&["stop", "--wait"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop", "--wait"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
@@ -88,10 +90,10 @@ fn a_stop_under_a_keep_alive_load_cuts_no_request_in_flight() {
     let load = Background::start_without_retry(port, Mode::KeepAlive);
     std::thread::sleep(churn::SETTLE);
     let stopped = load.now();
-    ck.ctl_ok(&["stop", "--wait"]);
+    ck.ctl_ok(&["stop", "--wait"]).expect("ck stop");
     let down = load.now();
     let report = load.finish_and_print("node ck-listen stop");
-    ck.wait_clean_exit();
+    ck.wait_clean_exit().expect("ck exits cleanly");
     let exits = ck.log_lines("worker exited");
     assert_eq!(exits.len(), 4, "{exits:?}");
     for line in &exits {

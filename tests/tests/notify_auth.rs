@@ -43,12 +43,14 @@ fn send_from_outside(notify_socket: &str, message: &[u8]) {
 
 #[test]
 fn a_foreign_stopping_does_not_drain_a_worker() {
-    let (mut ck, port, before) = start_ready("notify-foreign", 2, &[]);
+    let (mut ck, port, before) = start_ready("notify-foreign", 2, &[]).expect("start a ready ck");
     let victim = before.slot(0).pid.expect("slot 0 has a worker");
     send_from_outside(&notify_socket_of(victim), b"STOPPING=1\nSTATUS=hijacked\n");
-    let after = ck.wait_status("the message counted as refused", READY_TIMEOUT, |s| {
-        s.slot(0).notify_refused >= 1
-    });
+    let after = ck
+        .wait_status("the message counted as refused", READY_TIMEOUT, |s| {
+            s.slot(0).notify_refused >= 1
+        })
+        .expect("wait for the status");
     let slot = after.slot(0);
     assert_eq!(slot.state, "ready", "{after:#?}");
     assert_ne!(slot.status.as_deref(), Some("hijacked"), "{after:#?}");
@@ -81,19 +83,26 @@ time.sleep(1)'\n\
     );
     let app = dir.write("worker.sh", &script, true);
     let app = app.to_str().unwrap();
-    let (mut ck, _port) = start("notify-child", &["-w", "1", "--ready", "notify", "--", app]);
-    let starting = ck.wait_status("a starting worker", READY_TIMEOUT, |s| {
-        s.slots.first().is_some_and(|s| s.pid.is_some())
-    });
+    let (mut ck, _port) =
+        start("notify-child", &["-w", "1", "--ready", "notify", "--", app]).expect("start ck");
+    let starting = ck
+        .wait_status("a starting worker", READY_TIMEOUT, |s| {
+            s.slots.first().is_some_and(|s| s.pid.is_some())
+        })
+        .expect("wait for the status");
     let pid = starting.slot(0).pid.unwrap();
     send_from_outside(&notify_socket_of(pid), b"READY=1\n");
-    let refused = ck.wait_status("the foreign READY=1 refused", READY_TIMEOUT, |s| {
-        s.slot(0).notify_refused >= 1
-    });
+    let refused = ck
+        .wait_status("the foreign READY=1 refused", READY_TIMEOUT, |s| {
+            s.slot(0).notify_refused >= 1
+        })
+        .expect("wait for the status");
     assert_eq!(refused.slot(0).state, "starting", "{refused:#?}");
     assert!(refused.active.is_empty(), "{refused:#?}");
     std::fs::write(&go, "").unwrap();
-    let ready = ck.wait_ready(1, READY_TIMEOUT);
+    let ready = ck
+        .wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(ready.slot(0).pid, Some(pid), "{ready:#?}");
     assert_eq!(ready.slot(0).notify_refused, 1, "{ready:#?}");
 }

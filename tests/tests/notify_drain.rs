@@ -45,13 +45,16 @@ fn stopping_then_ready_drains_and_restores_a_worker() {
     );
     let app = app.to_str().expect("UTF-8 temp path");
     let (mut ck, port, started) =
-        start_ready("stopping", 2, &["--policy", "round-robin", "--", app]);
+        start_ready("stopping", 2, &["--policy", "round-robin", "--", app])
+            .expect("start a ready ck");
     let pid = started.worker_pid(1);
     let addr = local(port);
 
-    let drained = ck.wait_status("slot 1 draining", Duration::from_secs(5), |s| {
-        s.slot(1).state == "draining" && s.active == vec![0]
-    });
+    let drained = ck
+        .wait_status("slot 1 draining", Duration::from_secs(5), |s| {
+            s.slot(1).state == "draining" && s.active == vec![0]
+        })
+        .expect("wait for the status");
     assert_eq!(
         drained.worker_pid(1),
         pid,
@@ -60,9 +63,11 @@ fn stopping_then_ready_drains_and_restores_a_worker() {
     burst_without(burst_pinned, addr, 100, 1, "STOPPING=1");
     assert!(pid_alive(pid), "the draining worker exited");
 
-    let back = ck.wait_status("slot 1 ready again", Duration::from_secs(10), |s| {
-        s.slot(1).state == "ready" && s.active.len() == 2
-    });
+    let back = ck
+        .wait_status("slot 1 ready again", Duration::from_secs(10), |s| {
+            s.slot(1).state == "ready" && s.active.len() == 2
+        })
+        .expect("wait for the status");
     assert_eq!(back.worker_pid(1), pid, "slot 1 was restarted: {back:#?}");
     let tally = burst_pinned(addr, 100);
     assert_eq!(tally.failed(), 0, "{tally:?}");

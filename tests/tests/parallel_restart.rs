@@ -30,8 +30,11 @@ fn two_workers_killed_at_once_are_replaced_side_by_side() {
     let (mut ck, port) = start(
         "parallel-restart",
         &["-w", "2", "--", bin, "demo-worker", "--ready-after", BOOT],
-    );
-    let before = ck.wait_ready(2, READY_TIMEOUT);
+    )
+    .expect("start ck");
+    let before = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let victims: BTreeSet<u32> = [before.worker_pid(0), before.worker_pid(1)].into();
     assert_eq!(victims.len(), 2, "{before:#?}");
     for pid in &victims {
@@ -39,15 +42,17 @@ fn two_workers_killed_at_once_are_replaced_side_by_side() {
     }
 
     // Both replacements run before either is ready: their boots overlap.
-    let booting = ck.wait_status("both slots starting with new workers", READY_TIMEOUT, |s| {
-        (0..2).all(|i| {
-            let slot = s.slot(i);
-            slot.state == "starting"
-                && slot
-                    .pid
-                    .is_some_and(|p| !victims.contains(&p) && pid_alive(p))
+    let booting = ck
+        .wait_status("both slots starting with new workers", READY_TIMEOUT, |s| {
+            (0..2).all(|i| {
+                let slot = s.slot(i);
+                slot.state == "starting"
+                    && slot
+                        .pid
+                        .is_some_and(|p| !victims.contains(&p) && pid_alive(p))
+            })
         })
-    });
+        .expect("wait for the status");
     let fresh: BTreeSet<u32> = (0..2).map(|i| booting.worker_pid(i)).collect();
     assert_eq!(fresh.len(), 2, "{booting:#?}");
     let cgroups: BTreeSet<String> = fresh.iter().map(|p| cgroup_of(*p)).collect();
@@ -63,15 +68,17 @@ fn two_workers_killed_at_once_are_replaced_side_by_side() {
     }
 
     // Then both become ready and serve, as the same processes.
-    let after = ck.wait_ready(2, READY_TIMEOUT);
+    let after = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let serving: BTreeSet<u32> = (0..2).map(|i| after.worker_pid(i)).collect();
     assert_eq!(serving, fresh, "{after:#?}");
     let tally = burst(local(port), 20);
     assert_eq!(tally.ok, 20, "{tally:?}");
     let answered: BTreeSet<u32> = tally.per_pid.keys().copied().collect();
     assert_eq!(answered, fresh, "{tally:?}");
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert!(
         fresh.iter().all(|p| !pid_alive(*p)),
         "no worker outlives ck"

@@ -20,7 +20,7 @@ const PROBED: u32 = 2;
 
 /// Starts a ready fleet and returns it with its port and its probe port base.
 fn start_with_probe_base(what: &str, workers: usize, args: &[&str]) -> (Ck, u16, u16) {
-    let (ck, port, _) = start_ready(what, workers, args);
+    let (ck, port, _) = start_ready(what, workers, args).expect("start a ready ck");
     (ck, port, probe_base_for(port))
 }
 
@@ -93,14 +93,14 @@ fn assert_probes_reach(port: u16, base: u16, pid: u32, when: &str) {
 
 /// `probe_hits` of `slot` in `ck status`.
 fn probe_hits(ck: &Ck, slot: u32) -> u64 {
-    ck.status().slot(slot).probe_hits
+    ck.status().expect("ck status").slot(slot).probe_hits
 }
 
 #[test]
 fn probes_reach_their_slot_even_when_it_is_drained() {
     let (ck, port, base) = start_with_probe_base("probe-steer", 4, &["--policy", "round-robin"]);
     let addr = local(port);
-    let pid = ck.status().worker_pid(PROBED);
+    let pid = ck.status().expect("ck status").worker_pid(PROBED);
     eprintln!("port {port}, probe base {base}, slot {PROBED} pid {pid}");
     // Probes ck sent itself (a starting worker's accept probe) are not the test's.
     let ck_probes: Vec<u64> = (0..4).map(|s| probe_hits(&ck, s)).collect();
@@ -108,9 +108,11 @@ fn probes_reach_their_slot_even_when_it_is_drained() {
     // Ready: every probe from base+2 is answered by slot 2's worker.
     assert_probes_reach(port, base, pid, "ready");
 
-    let said = ck.ctl_ok(&["drain", &PROBED.to_string()]);
+    let said = ck
+        .ctl_ok(&["drain", &PROBED.to_string()])
+        .expect("ck drain");
     eprintln!("ck drain {PROBED}: {said}");
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(status.slot(PROBED).state, "draining", "{status:#?}");
     assert!(!status.active.contains(&PROBED), "{status:#?}");
 
@@ -135,7 +137,9 @@ fn probes_reach_their_slot_even_when_it_is_drained() {
     }
 
     // `ck probe 2` goes the same way.
-    let said = ck.ctl_ok(&["probe", &PROBED.to_string()]);
+    let said = ck
+        .ctl_ok(&["probe", &PROBED.to_string()])
+        .expect("ck probe");
     eprintln!("ck probe {PROBED}: {said}");
     assert!(said.contains(&format!("pid {pid}")), "{said}");
     assert!(

@@ -47,11 +47,12 @@ fn fleet(what: &str, workers: usize, extra: &[&str]) -> (Ck, SocketAddr) {
 /// Two rolls, a scale to 6 and back to 4, one after the other.
 fn churn(ck: &mut Ck) {
     std::thread::sleep(Duration::from_millis(500));
-    ck.ctl_ok(&["reload"]);
-    ck.ctl_ok(&["reload"]);
-    ck.ctl_ok(&["scale", "6"]);
-    ck.wait_ready(6, READY_TIMEOUT);
-    ck.ctl_ok(&["scale", "4"]);
+    ck.ctl_ok(&["reload"]).expect("ck reload");
+    ck.ctl_ok(&["reload"]).expect("ck reload");
+    ck.ctl_ok(&["scale", "6"]).expect("ck scale");
+    ck.wait_ready(6, READY_TIMEOUT)
+        .expect("wait for ready slots");
+    ck.ctl_ok(&["scale", "4"]).expect("ck scale");
 }
 
 #[test]
@@ -62,14 +63,16 @@ fn http3_connections_survive_rolls_scaling_and_client_migration() {
     let seen = finish(client);
     assert_eq!(seen.broken, 0, "{seen:#?}\n--- ck log ---\n{}", ck.log());
     assert!(seen.ok > 1000 && seen.handshakes >= 32, "{seen:#?}");
-    let udp = ck.status().udp[0].clone();
+    let udp = ck.status().expect("ck status").udp[0].clone();
     assert!(
         udp.routes["cookie"] > 0 && udp.routes["new"] > 0,
         "{udp:#?}"
     );
     // Connections opened after the last flip are served by the latest workers only, though
     // earlier ones may still be finishing their own.
-    let now = ck.wait_status("4 ready", READY_TIMEOUT, |s| s.ready_count() == 4);
+    let now = ck
+        .wait_status("4 ready", READY_TIMEOUT, |s| s.ready_count() == 4)
+        .expect("wait for the status");
     let serving: BTreeSet<u32> = now
         .active
         .iter()
@@ -93,12 +96,12 @@ fn handshakes_whose_client_hello_spans_several_datagrams_complete_across_rolls()
     let (ck, addr) = fleet("quic-hello", 4, &["--udp-mode", "quic"]);
     let client = load(addr, 5000, &["--hello-bytes", "3000"]);
     std::thread::sleep(Duration::from_millis(500));
-    ck.ctl_ok(&["reload"]);
-    ck.ctl_ok(&["reload"]);
+    ck.ctl_ok(&["reload"]).expect("ck reload");
+    ck.ctl_ok(&["reload"]).expect("ck reload");
     let seen = finish(client);
     assert_eq!(seen.broken, 0, "{seen:#?}\n--- ck log ---\n{}", ck.log());
     assert!(seen.handshakes >= 64, "{seen:#?}");
-    let udp = ck.status().udp[0].clone();
+    let udp = ck.status().expect("ck status").udp[0].clone();
     assert!(
         udp.routes["pending"] >= seen.handshakes,
         "each handshake's later Initial datagrams go by pending: {udp:#?}\n{seen:#?}"
@@ -135,11 +138,12 @@ fn a_killed_worker_breaks_only_its_own_http3_connections() {
         ],
     );
     std::thread::sleep(Duration::from_millis(1000));
-    let victim = ck.status().worker_pid(1);
+    let victim = ck.status().expect("ck status").worker_pid(1);
     sys::signal(victim, Signal::SIGKILL);
     ck.wait_status("slot 1 replaced", READY_TIMEOUT, |s| {
         s.ready_count() == 4 && !s.worker_pids().contains(&victim)
-    });
+    })
+    .expect("wait for the status");
     let seen = finish(client);
     assert!(
         seen.broken_pids.iter().all(|pids| pids.contains(&victim)),

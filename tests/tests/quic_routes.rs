@@ -58,7 +58,7 @@ fn initial(dcid: &[u8]) -> Vec<u8> {
 #[test]
 fn a_cookie_reaches_its_slot_from_any_port_and_an_old_generation_is_stale() {
     let (ck, addr) = fleet("quic-cookie", 3);
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     for slot in &status.slots {
         let pid = slot.pid.expect("a worker");
         for _ in 0..5 {
@@ -75,7 +75,7 @@ fn a_cookie_reaches_its_slot_from_any_port_and_an_old_generation_is_stale() {
     assert!(send(addr, &short_header(status.slots[0].slot, stale)).is_some());
     // A truncated header is dropped and counted.
     assert_eq!(send(addr, &[0x40, 0x07]), None);
-    let udp = ck.status().udp[0].clone();
+    let udp = ck.status().expect("ck status").udp[0].clone();
     assert_eq!(udp.routes["cookie"], 15, "{udp:#?}");
     assert_eq!(udp.routes["stale"], 1, "{udp:#?}");
     assert_eq!(udp.routes["malformed"], 1, "{udp:#?}");
@@ -84,7 +84,7 @@ fn a_cookie_reaches_its_slot_from_any_port_and_an_old_generation_is_stale() {
 #[test]
 fn the_datagrams_of_one_handshake_reach_one_worker_across_a_flip() {
     let (ck, addr) = fleet("quic-pending", 3);
-    let old = ck.status().worker_pids();
+    let old = ck.status().expect("ck status").worker_pids();
     let mut seen = BTreeSet::new();
     let dcids: Vec<Vec<u8>> = (0..16u8)
         .map(|i| vec![0xe0 | (i >> 4), i, 7, 7, 7, 7, 7, 7])
@@ -123,7 +123,7 @@ fn the_datagrams_of_one_handshake_reach_one_worker_across_a_flip() {
         !old.contains(&fresh),
         "a new handshake reached an old worker"
     );
-    let udp = ck.status().udp[0].clone();
+    let udp = ck.status().expect("ck status").udp[0].clone();
     assert!(udp.routes["pending"] >= 16, "{udp:#?}");
 }
 
@@ -140,11 +140,11 @@ fn a_flood_of_initials_keeps_the_pending_table_bounded_and_the_fleet_serving() {
         let _ = socket.send_to(&initial(&dcid), addr);
     }
     std::thread::sleep(Duration::from_millis(300));
-    let udp = ck.status().udp[0].clone();
+    let udp = ck.status().expect("ck status").udp[0].clone();
     assert!(udp.pending <= PENDING_MAX, "{udp:#?}");
     assert!(udp.pending > 1000, "{udp:#?}");
     // The fleet still answers new handshakes and known cookies.
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     let slot = &status.slots[0];
     assert_eq!(
         send(addr, &short_header(slot.slot, slot.generation)),

@@ -34,14 +34,16 @@ fn rolled(what: &str, args: &[String]) -> (Ck, ck_tests::quic_client::Seen) {
     let (ck, addr) = udp_fleet(what, 2, &args);
     let client = load(addr, 6000, &[]);
     std::thread::sleep(std::time::Duration::from_millis(800));
-    let before = ck.status().worker_pids();
-    ck.ctl_ok(&["reload"]);
-    ck.ctl_ok(&["reload"]);
+    let before = ck.status().expect("ck status").worker_pids();
+    ck.ctl_ok(&["reload"]).expect("ck reload");
+    ck.ctl_ok(&["reload"]).expect("ck reload");
     let seen = finish(client);
     let mut ck = ck;
-    let now = ck.wait_status("two new workers, the old ones gone", READY_TIMEOUT, |s| {
-        s.ready_count() == 2 && s.worker_pids().is_disjoint(&before)
-    });
+    let now = ck
+        .wait_status("two new workers, the old ones gone", READY_TIMEOUT, |s| {
+            s.ready_count() == 2 && s.worker_pids().is_disjoint(&before)
+        })
+        .expect("wait for the status");
     assert!(now.bpf, "{now:#?}");
     (ck, seen)
 }
@@ -50,7 +52,7 @@ fn rolled(what: &str, args: &[String]) -> (Ck, ck_tests::quic_client::Seen) {
 fn an_ngtcp2_server_that_ignores_the_stop_signal_keeps_every_connection_through_rolls() {
     let (mut ck, seen) = rolled_ngtcp2("quic-ngtcp2", Stop::IgnoredUntilQuiet);
     let log = ck.log();
-    assert!(ck.status().adopt);
+    assert!(ck.status().expect("ck status").adopt);
     assert_eq!(seen.broken, 0, "{seen:#?}\n--- ck log ---\n{log}");
     assert!(seen.ok > 500 && seen.handshakes >= 32, "{seen:#?}");
     assert!(log.contains("(adopted)"), "{log}");
@@ -58,16 +60,16 @@ fn an_ngtcp2_server_that_ignores_the_stop_signal_keeps_every_connection_through_
         log.contains("no datagram and no connection for --udp-linger"),
         "the old servers are killed once quiet: {log}"
     );
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
 fn an_ngtcp2_server_that_dies_on_sigterm_breaks_the_connections_it_held() {
     let (mut ck, seen) = rolled_ngtcp2("quic-ngtcp2-term", Stop::Term);
     assert!(seen.broken > 0, "{seen:#?}");
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
@@ -78,8 +80,8 @@ fn an_aioquic_server_finishes_its_connections_through_rolls() {
     assert!(seen.ok > 500 && seen.handshakes >= 32, "{seen:#?}");
     // On SIGTERM each old server exited by itself once its connections were closed.
     assert!(log.contains("reason=exit 0"), "{log}");
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 /// A fleet of 4 quinn example servers in `mode` against 16 of ngtcp2's clients that move to a
@@ -90,14 +92,15 @@ fn rebinding_clients(what: &str, mode: &str, grow: bool) -> Vec<Option<String>> 
     let (mut ck, addr) = udp_fleet(what, 4, &["--udp-mode", mode, "--", bin, "serve"]);
     let answers = ngtcp2_rebinding(addr, 16, || {
         if grow {
-            ck.ctl_ok(&["scale", "6"]);
+            ck.ctl_ok(&["scale", "6"]).expect("ck scale");
         }
     });
     if grow {
-        ck.wait_ready(6, READY_TIMEOUT);
+        ck.wait_ready(6, READY_TIMEOUT)
+            .expect("wait for ready slots");
     }
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     answers
 }
 

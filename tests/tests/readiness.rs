@@ -15,15 +15,18 @@ fn a_worker_gets_no_connection_before_ready() {
     let dir = TempDir::new("readiness");
     // Slot 1 boots slowly (READY=1 after 2 s, STATUS=booting at once); slot 0 is ready at once.
     let app = demo_app_on_slot(&dir, 1, &format!("--ready-after {SLOW_READY}"));
-    let (mut ck, port) = start("ready", &["-w", "2", "--policy", "round-robin", "--", &app]);
+    let (mut ck, port) =
+        start("ready", &["-w", "2", "--policy", "round-robin", "--", &app]).expect("start ck");
     let addr = local(port);
 
-    let status = ck.wait_status("slot 0 ready", Duration::from_secs(15), |s| {
-        s.bpf
-            && s.slots
-                .iter()
-                .any(|slot| slot.slot == 0 && slot.state == "ready")
-    });
+    let status = ck
+        .wait_status("slot 0 ready", Duration::from_secs(15), |s| {
+            s.bpf
+                && s.slots
+                    .iter()
+                    .any(|slot| slot.slot == 0 && slot.state == "ready")
+        })
+        .expect("wait for the status");
     assert_eq!(
         status.slot(1).state,
         "starting",
@@ -40,7 +43,7 @@ fn a_worker_gets_no_connection_before_ready() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let outcome = get_new_conn(addr);
-        let now = ck.status();
+        let now = ck.status().expect("ck status");
         if now.slot(1).state == "starting" {
             before.add(&outcome);
             last_starting = now;
@@ -77,7 +80,9 @@ fn a_worker_gets_no_connection_before_ready() {
         "{last_starting:#?}"
     );
 
-    let status = ck.wait_ready(2, Duration::from_secs(15));
+    let status = ck
+        .wait_ready(2, Duration::from_secs(15))
+        .expect("wait for ready slots");
     assert_eq!(status.active, vec![0, 1], "{status:#?}");
     let after = burst_pinned(addr, 100);
     eprintln!("after slot 1 became ready: {after:?}");

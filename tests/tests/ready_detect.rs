@@ -48,8 +48,9 @@ fn start_one(what: &str, app: &[&str], env: &[(&str, &str)]) -> (Ck, u16) {
         "--",
     ]);
     args.extend_from_slice(app);
-    let mut ck = Ck::start_with_env(&instance_name(what, port), &args, env);
-    ck.wait_ready(1, READY_TIMEOUT);
+    let mut ck = Ck::start_with_env(&instance_name(what, port), &args, env).expect("start ck");
+    ck.wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let tally = burst(local(port), 5);
     assert_eq!(tally.ok, 5, "{tally:?}");
     (ck, port)
@@ -58,11 +59,13 @@ fn start_one(what: &str, app: &[&str], env: &[(&str, &str)]) -> (Ck, u16) {
 /// SIGKILLs the worker (the program steers by now) and returns the replacement's `worker
 /// ready` line, once it serves.
 fn replacement_ready(ck: &mut Ck, port: u16) -> String {
-    let old = ck.status().worker_pid(0);
+    let old = ck.status().expect("ck status").worker_pid(0);
     kill_hard(old);
-    let status = ck.wait_status("the replacement ready", Duration::from_secs(90), |s| {
-        s.ready_count() == 1 && s.worker_pid(0) != old
-    });
+    let status = ck
+        .wait_status("the replacement ready", Duration::from_secs(90), |s| {
+            s.ready_count() == 1 && s.worker_pid(0) != old
+        })
+        .expect("wait for the status");
     let tally = burst(local(port), 5);
     assert_eq!(tally.ok, 5, "{tally:?}");
     let pid = format!("pid={}", status.worker_pid(0));
@@ -175,5 +178,6 @@ fn a_worker_that_says_ready_keeps_no_probe_connection() {
     assert!(line.contains("READY=1"), "{line}");
     ck.wait_status("no open connection", Duration::from_secs(10), |s| {
         s.slot(0).connections == Some(0)
-    });
+    })
+    .expect("wait for the status");
 }

@@ -53,8 +53,8 @@ fn rolls_without_a_failure(
     let mut args = vec!["--port", &port_text, "--probe-port-base", &base];
     args.extend(["-w", "2", "--ready-timeout", "90s", "--"]);
     args.extend(app.iter().map(String::as_str));
-    let mut ck = Ck::start_with_env(&instance_name(what, port), &args, env);
-    let first = ck.wait_ready(2, SLOW_READY);
+    let mut ck = Ck::start_with_env(&instance_name(what, port), &args, env).expect("start ck");
+    let first = ck.wait_ready(2, SLOW_READY).expect("wait for ready slots");
     let load = Background::start_with(port, Mode::NewConnection, true, RATE);
     let run = churn::reload_times_under(&mut ck, load, 1);
     churn::print_report(what, &run.report);
@@ -156,18 +156,20 @@ fn ready_probe_waits_for_the_probe_not_for_ready_1() {
         "0",
         up_path,
     ];
-    let (mut ck, port) = start("ready-probe", &args);
+    let (mut ck, port) = start("ready-probe", &args).expect("start ck");
     // Both said READY=1 and accept; their probes reach them and fail (503): still starting.
-    let probed = ck.wait_status("3 failed probes of each worker", SLOW_READY, |s| {
-        s.slots.len() == 2 && s.slots.iter().all(|slot| slot.probe_hits >= 3)
-    });
+    let probed = ck
+        .wait_status("3 failed probes of each worker", SLOW_READY, |s| {
+            s.slots.len() == 2 && s.slots.iter().all(|slot| slot.probe_hits >= 3)
+        })
+        .expect("wait for the status");
     assert!(
         probed.slots.iter().all(|s| s.state == "starting"),
         "{probed:#?}"
     );
     assert!(ready_lines(&ck.log()).is_empty(), "{}", ck.log());
     std::fs::write(&up, "").expect("creating the health marker");
-    ck.wait_ready(2, SLOW_READY);
+    ck.wait_ready(2, SLOW_READY).expect("wait for ready slots");
     // A roll's replacements are probed while they start (as standbys) and flip in at a pass.
     let load = Background::start_with(port, Mode::NewConnection, true, RATE);
     let run = churn::reload_times_under(&mut ck, load, 1);

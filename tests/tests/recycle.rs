@@ -25,14 +25,17 @@ fn a_leaking_worker_is_recycled_without_a_failed_request() {
     let dir = TempDir::new("recycle-mem");
     let app = demo_app(&dir, "true", "--leak-per-request 16K");
     let (mut ck, port, before) =
-        start_ready("recycle-mem", 2, &["--max-memory", "20M", "--", &app]);
+        start_ready("recycle-mem", 2, &["--max-memory", "20M", "--", &app])
+            .expect("start a ready ck");
     let report = load_for(port, 9, "recycle-mem");
     churn::assert_served(&report);
     let log = ck.log();
     let recycled = log.matches("recycling worker").count();
     assert!(recycled >= 1, "no worker was recycled:\n{log}");
     assert!(log.contains("above --max-memory"), "{log}");
-    let after = ck.wait_ready(2, READY_TIMEOUT);
+    let after = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert!(
         !after.worker_pids().is_superset(&before.worker_pids()),
         "the same workers still serve: {after:#?}"
@@ -42,7 +45,8 @@ fn a_leaking_worker_is_recycled_without_a_failed_request() {
 
 #[test]
 fn workers_are_recycled_after_about_max_requests_without_a_failed_request() {
-    let (mut ck, port, _) = start_ready("recycle-req", 2, &["--max-requests", "500"]);
+    let (mut ck, port, _) =
+        start_ready("recycle-req", 2, &["--max-requests", "500"]).expect("start a ready ck");
     let report = load_for(port, 6, "recycle-req");
     churn::assert_served(&report);
     let log = ck.log();
@@ -57,5 +61,6 @@ fn workers_are_recycled_after_about_max_requests_without_a_failed_request() {
             .unwrap_or_else(|| panic!("no limit in {line}"));
         assert!((450..=550).contains(&limit), "{line}");
     }
-    ck.wait_ready(2, READY_TIMEOUT);
+    ck.wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
 }

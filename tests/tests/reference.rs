@@ -146,7 +146,8 @@ fn ck_help_lists_man_and_completions() {
 
 #[test]
 fn every_served_metric_and_real_json_is_in_the_reference() {
-    let (ck, _port, status) = start_ready("reference", 2, &["--metrics", "127.0.0.1:0"]);
+    let (ck, _port, status) =
+        start_ready("reference", 2, &["--metrics", "127.0.0.1:0"]).expect("start a ready ck");
     let text = metrics_text(status.metrics.as_deref().expect("a metrics address"));
     let page = read("src/reference/metrics.md");
     let mut served = 0;
@@ -174,8 +175,9 @@ fn every_served_metric_and_real_json_is_in_the_reference() {
             serde_json::from_str(&read(schema)).unwrap_or_else(|e| panic!("{schema}: {e}"));
         let validator = jsonschema::validator_for(&schema)
             .unwrap_or_else(|e| panic!("{} is not a JSON Schema: {e}", args[0]));
-        let output: serde_json::Value = serde_json::from_str(&ck.ctl_ok(args))
-            .unwrap_or_else(|e| panic!("`ck {}` is not JSON: {e}", args.join(" ")));
+        let output: serde_json::Value =
+            serde_json::from_str(&ck.ctl_ok(args).expect("ck control command"))
+                .unwrap_or_else(|e| panic!("`ck {}` is not JSON: {e}", args.join(" ")));
         let errors: Vec<String> = validator
             .iter_errors(&output)
             .map(|e| format!("{} at {}", e, e.instance_path()))

@@ -61,7 +61,7 @@ fn check(example: Example) {
     args.extend_from_slice(example.flags);
     args.push("--");
     args.extend(example.command.iter().map(String::as_str));
-    let (mut ck, port, status) = start_ready(label, 2, &args);
+    let (mut ck, port, status) = start_ready(label, 2, &args).expect("start a ready ck");
 
     let tally = burst_pinned(local(port), 40);
     eprintln!("{label}: {tally:?}");

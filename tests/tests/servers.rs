@@ -56,7 +56,8 @@ fn gunicorn_runs_under_ck_with_socket_activation_and_ready() {
             "--",
             app.to_str().unwrap(),
         ],
-    );
+    )
+    .expect("start a ready ck");
     assert!(
         ck.log().contains("reason=\"READY=1\""),
         "gunicorn said READY=1: {}",
@@ -95,7 +96,8 @@ fn uvicorn_runs_under_ck_on_fd_3() {
             "--no-access-log",
             "asgi_app:app",
         ],
-    );
+    )
+    .expect("start a ready ck");
     let checks = Checks {
         roll_mode: Mode::KeepAlive,
         retry: true,
@@ -115,7 +117,7 @@ fn puma_runs_under_ck_on_its_activated_socket() {
     let command = puma_command(&dir);
     let mut args = vec!["--policy", "round-robin", "--probe", "http", "--"];
     args.extend(command.iter().map(String::as_str));
-    let (ck, port, status) = start_ready("puma", 2, &args);
+    let (ck, port, status) = start_ready("puma", 2, &args).expect("start a ready ck");
     let log = ck.log();
     for pid in status.worker_pids() {
         let ready = log
@@ -145,6 +147,7 @@ fn node_worker_runs_under_ck_on_fd_3() {
             "node",
             app.to_str().unwrap(),
         ],
-    );
+    )
+    .expect("start a ready ck");
     server_checks::run(ck, port, Checks::new("node", NODE_RATE));
 }

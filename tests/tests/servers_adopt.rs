@@ -31,7 +31,8 @@ fn go_net_http_server_runs_under_adopt() {
             "--",
             server.to_str().unwrap(),
         ],
-    );
+    )
+    .expect("start a ready ck");
     server_checks::run(ck, port, Checks::new("go", ck_tests::churn::RATE));
 }
 
@@ -51,9 +52,10 @@ fn nginx_with_its_own_master_runs_under_adopt() {
             "--",
             app.to_str().unwrap(),
         ],
-    );
+    )
+    .expect("start a ready ck");
     assert_eq!(status.stop_signal, "SIGQUIT", "{status:#?}");
-    let text = ck.ctl_ok(&["status"]);
+    let text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(text.contains("stop: SIGQUIT, SIGKILL after 10s"), "{text}");
     server_checks::run(ck, port, Checks::new("nginx", ck_tests::churn::RATE));
 }
@@ -116,18 +118,20 @@ fn roll_under_slow_requests(stop: &str) -> SlowRun {
             "--",
             app.to_str().unwrap(),
         ],
-    );
+    )
+    .expect("start a ready ck");
     let requests: Vec<JoinHandle<Result<Duration, String>>> = (0..SLOW_REQUESTS)
         .map(|_| std::thread::spawn(move || slow_get(port)))
         .collect();
     std::thread::sleep(Duration::from_millis(400));
-    let before = ck.status().worker_pids();
-    let reload = ck.ctl(&["reload"]);
+    let before = ck.status().expect("ck status").worker_pids();
+    let reload = ck.ctl(&["reload"]).expect("ck reload");
     assert!(reload.status.success(), "reload failed: {}", ck.log());
     let outcomes: Vec<_> = requests.into_iter().map(|h| h.join().unwrap()).collect();
     ck.wait_status("the old workers gone", READY_TIMEOUT, |s| {
         s.worker_pids().is_disjoint(&before)
-    });
+    })
+    .expect("wait for the status");
     let signal = format!("SIG{}", stop.to_uppercase());
     // One line per old worker: stopping, with the signal ck sent.
     let log = ck.log();
@@ -146,8 +150,8 @@ fn roll_under_slow_requests(stop: &str) -> SlowRun {
         .filter_map(|o| o.clone().ok())
         .max()
         .unwrap_or_default();
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     SlowRun {
         ok: outcomes.len() - failed.len(),
         failed,

@@ -25,17 +25,20 @@ fn a_replacement_on_a_reused_slot_gets_its_own_ready_timeout() {
     let app = demo_app_with_marker(&dir, &marker, &format!("--ready-after {SLOW_BOOT}"));
     let timeout = format!("{}s", READY_TIMEOUT.as_secs());
     let (mut ck, port, first) =
-        start_ready("slotreuse", 1, &["--ready-timeout", &timeout, "--", &app]);
+        start_ready("slotreuse", 1, &["--ready-timeout", &timeout, "--", &app])
+            .expect("start a ready ck");
     let first_ready = Instant::now();
     let first_pid = first.slot(0).pid.expect("slot 0 has a worker");
     let load = Background::start(port, Mode::NewConnection);
 
     // First reload: the replacement goes to slot 1; slot 0 is retired once its worker exits.
-    let said = ck.ctl_ok(&["reload"]);
+    let said = ck.ctl_ok(&["reload"]).expect("ck reload");
     eprintln!("first reload: {}", said.trim());
-    let moved = ck.wait_status("only slot 1 left", Duration::from_secs(10), |s| {
-        s.slots.len() == 1 && s.slots[0].slot == 1 && s.slots[0].state == "ready"
-    });
+    let moved = ck
+        .wait_status("only slot 1 left", Duration::from_secs(10), |s| {
+            s.slots.len() == 1 && s.slots[0].slot == 1 && s.slots[0].state == "ready"
+        })
+        .expect("wait for the status");
     let second_pid = moved.slot(1).pid.expect("slot 1 has a worker");
 
     // Second reload, of slow-booting replacements: this one goes to slot 0 again.
@@ -45,7 +48,7 @@ fn a_replacement_on_a_reused_slot_gets_its_own_ready_timeout() {
         "second reload {:?} after the first worker was ready",
         first_ready.elapsed()
     );
-    let out = ck.ctl(&["reload"]);
+    let out = ck.ctl(&["reload"]).expect("ck reload");
     let said = ck_tests::ck::said(&out);
     eprintln!("second reload: {}: {}", out.status, said.trim());
     let report = load.finish_and_print("slotreuse");
@@ -55,9 +58,11 @@ fn a_replacement_on_a_reused_slot_gets_its_own_ready_timeout() {
          --ready-timeout of {READY_TIMEOUT:?}: {said}\n--- ck log ---\n{}",
         ck.log()
     );
-    let status = ck.wait_status("only slot 0 left", Duration::from_secs(10), |s| {
-        s.slots.len() == 1 && s.slots[0].slot == 0 && s.slots[0].state == "ready"
-    });
+    let status = ck
+        .wait_status("only slot 0 left", Duration::from_secs(10), |s| {
+            s.slots.len() == 1 && s.slots[0].slot == 0 && s.slots[0].state == "ready"
+        })
+        .expect("wait for the status");
     let third_pid = status.slot(0).pid.expect("slot 0 has a worker");
     assert!(
         third_pid != first_pid && third_pid != second_pid,

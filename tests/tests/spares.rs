@@ -30,10 +30,12 @@ fn ready_spares(s: &Status) -> Vec<&ck_tests::SlotReport> {
 
 #[test]
 fn a_ready_spare_takes_a_dead_workers_place_at_once() {
-    let (mut ck, port) = start("spares", &["-w", "2", "--spares", "1"]);
-    let before = ck.wait_status("2 workers and a ready spare", READY_TIMEOUT, |s| {
-        s.bpf && serving(s).len() == 2 && ready_spares(s).len() == 1
-    });
+    let (mut ck, port) = start("spares", &["-w", "2", "--spares", "1"]).expect("start ck");
+    let before = ck
+        .wait_status("2 workers and a ready spare", READY_TIMEOUT, |s| {
+            s.bpf && serving(s).len() == 2 && ready_spares(s).len() == 1
+        })
+        .expect("wait for the status");
     let spare = ready_spares(&before)[0].clone();
     assert!(
         !before.active.contains(&spare.slot),
@@ -45,17 +47,19 @@ fn a_ready_spare_takes_a_dead_workers_place_at_once() {
     let victim = before.worker_pid(0);
     kill_hard(victim);
     let taken = Instant::now();
-    let after = ck.wait_status(
-        "the spare serving and a new spare ready",
-        READY_TIMEOUT,
-        |s| {
-            serving(s).len() == 2
-                && s.slots
-                    .iter()
-                    .any(|slot| slot.pid == spare.pid && !slot.spare && slot.state == "ready")
-                && ready_spares(s).len() == 1
-        },
-    );
+    let after = ck
+        .wait_status(
+            "the spare serving and a new spare ready",
+            READY_TIMEOUT,
+            |s| {
+                serving(s).len() == 2
+                    && s.slots
+                        .iter()
+                        .any(|slot| slot.pid == spare.pid && !slot.spare && slot.state == "ready")
+                    && ready_spares(s).len() == 1
+            },
+        )
+        .expect("wait for the status");
     eprintln!(
         "spare took over and a new one was ready after {:?}: {after:#?}",
         taken.elapsed()
@@ -80,15 +84,19 @@ fn a_ready_spare_takes_a_dead_workers_place_at_once() {
 
 #[test]
 fn a_rolling_restart_renews_the_spares() {
-    let (mut ck, _port) = start("spares-roll", &["-w", "2", "--spares", "1"]);
-    let before = ck.wait_status("a ready spare", READY_TIMEOUT, |s| {
-        s.bpf && serving(s).len() == 2 && ready_spares(s).len() == 1
-    });
+    let (mut ck, _port) = start("spares-roll", &["-w", "2", "--spares", "1"]).expect("start ck");
+    let before = ck
+        .wait_status("a ready spare", READY_TIMEOUT, |s| {
+            s.bpf && serving(s).len() == 2 && ready_spares(s).len() == 1
+        })
+        .expect("wait for the status");
     let old: BTreeSet<u32> = before.worker_pids();
-    ck.ctl_ok(&["reload"]);
-    let after = ck.wait_status("new workers and a new spare", READY_TIMEOUT, |s| {
-        serving(s).len() == 2 && ready_spares(s).len() == 1 && s.worker_pids().is_disjoint(&old)
-    });
+    ck.ctl_ok(&["reload"]).expect("ck reload");
+    let after = ck
+        .wait_status("new workers and a new spare", READY_TIMEOUT, |s| {
+            serving(s).len() == 2 && ready_spares(s).len() == 1 && s.worker_pids().is_disjoint(&old)
+        })
+        .expect("wait for the status");
     assert_eq!(after.slots.len(), 3, "{after:#?}");
 }
 
@@ -97,8 +105,10 @@ fn a_spare_that_keeps_dying_is_retried_after_a_growing_delay() {
     let dir = TempDir::new("spares-loop");
     // -w 1: the spare gets slot 1, and the app exits at once there.
     let app = demo_app_on_slot(&dir, 1, "--no-such-option");
-    let (mut ck, _port) = start("spares-loop", &["-w", "1", "--spares", "1", "--", &app]);
-    ck.wait_ready(1, READY_TIMEOUT);
+    let (mut ck, _port) =
+        start("spares-loop", &["-w", "1", "--spares", "1", "--", &app]).expect("start ck");
+    ck.wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     std::thread::sleep(Duration::from_secs(2));
     let log = ck.log();
     let delays: Vec<u64> = log
@@ -117,6 +127,6 @@ fn a_spare_that_keeps_dying_is_retried_after_a_growing_delay() {
     assert!(delays.len() >= 3, "{log}");
     assert!(delays.windows(2).all(|w| w[1] > w[0]), "{delays:?}");
     assert!(delays.len() <= 6, "spares restarted too often: {delays:?}");
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(serving(&status), vec![0], "{status:#?}");
 }

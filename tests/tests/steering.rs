@@ -41,14 +41,17 @@ fn inode(socket: &Socket) -> u64 {
 
 #[test]
 fn a_foreign_member_of_the_group_is_reported_and_never_selected() {
-    let (mut ck, port, _) = start_ready("foreign", 2, &["--policy", "round-robin"]);
+    let (mut ck, port, _) =
+        start_ready("foreign", 2, &["--policy", "round-robin"]).expect("start a ready ck");
     let foreign = foreign_member(port);
     let ino = inode(&foreign);
-    let status = ck.wait_status(
-        "the foreign listener reported",
-        Duration::from_secs(5),
-        |s| s.foreign.iter().any(|f| f.inode == ino),
-    );
+    let status = ck
+        .wait_status(
+            "the foreign listener reported",
+            Duration::from_secs(5),
+            |s| s.foreign.iter().any(|f| f.inode == ino),
+        )
+        .expect("wait for the status");
     let reported = status
         .foreign
         .iter()
@@ -66,12 +69,14 @@ fn a_foreign_member_of_the_group_is_reported_and_never_selected() {
     drop(foreign);
     ck.wait_status("the foreign listener gone", Duration::from_secs(5), |s| {
         s.foreign.is_empty()
-    });
+    })
+    .expect("wait for the status");
 }
 
 #[test]
 fn a_program_detached_behind_cks_back_is_attached_again() {
-    let (mut ck, port, _) = start_ready("detach", 2, &["--policy", "round-robin"]);
+    let (mut ck, port, _) =
+        start_ready("detach", 2, &["--policy", "round-robin"]).expect("start a ready ck");
     let member = foreign_member(port);
     // SO_DETACH_REUSEPORT_BPF on any member detaches the group's program (the kernel wants
     // an int-sized value, which it ignores).
@@ -93,7 +98,9 @@ fn a_program_detached_behind_cks_back_is_attached_again() {
             .contains("BPF steering is not in effect on the group")
     });
     assert!(noticed, "{}", ck.log());
-    let status = ck.wait_status("steering back on", Duration::from_secs(5), |s| s.bpf);
+    let status = ck
+        .wait_status("steering back on", Duration::from_secs(5), |s| s.bpf)
+        .expect("wait for the status");
     assert!(
         status.steering.iter().all(|g| g.attached == Some(true)),
         "{status:#?}"
@@ -102,7 +109,7 @@ fn a_program_detached_behind_cks_back_is_attached_again() {
     // While the group had no program the kernel hashed over every member, the foreign one
     // included (ck's canary may have landed there): only what comes after counts.
     accepted(&member);
-    ck.ctl_ok(&["drain", "1"]);
+    ck.ctl_ok(&["drain", "1"]).expect("ck drain");
     let tally = burst_without(burst_pinned, local(port), 200, 1, "drained");
     assert_eq!(tally.slot(0), 200, "{tally:?}");
     assert_eq!(accepted(&member), 0, "the foreign socket got connections");
@@ -134,13 +141,14 @@ fn log_ring(name: &str, group: &str) -> RingBuf<MapData> {
 
 #[test]
 fn the_program_writes_no_log_record_without_bpf_log() {
-    let (ck, port, status) = start_one_starting("nolog", &[]);
+    let (ck, port, status) =
+        start_one_starting("nolog", &[]).expect("start ck with a starting worker");
     let mut ring = log_ring(ck.name(), &status.groups[0]);
     // Connections while nothing is ready fall back to the starting worker: each one is a
     // fallback the program would log.
     let answer = get_new_conn(local(port)).expect("the queued connection is answered");
     assert_eq!(Some(answer.pid), status.slots[0].pid);
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert!(status.slots[0].fallbacks >= 1, "{status:#?}");
     let mut records = 0;
     while ring.next().is_some() {

@@ -65,12 +65,12 @@ fn assert_placed_by_table(placed: &BTreeMap<IpAddr, u32>, ready: &[u32]) {
 
 /// `ck maps --json`'s live `sticky` half of the only group: entries per slot.
 fn live_shares(ck: &Ck) -> BTreeMap<u32, u32> {
-    let out = ck.ctl_ok(&["maps", "--json"]);
+    let out = ck.ctl_ok(&["maps", "--json"]).expect("ck maps");
     let maps: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
     let group = &maps["groups"][0];
     assert_eq!(group["config"]["policy"], "sticky", "{group:#}");
     assert_eq!(group["sticky"]["used"], true, "{group:#}");
-    let text = ck.ctl_ok(&["maps"]);
+    let text = ck.ctl_ok(&["maps"]).expect("ck maps");
     assert!(text.contains("sticky:   positions per slot"), "{text}");
     group["sticky"]["live"]
         .as_array()
@@ -103,7 +103,8 @@ fn assert_table_over(ck: &Ck, ready: &[u32]) {
 
 #[test]
 fn sticky_keeps_each_clients_worker_and_moves_only_a_drained_workers_clients() {
-    let (ck, port, status) = start_ready("sticky", 4, &["--policy", "sticky"]);
+    let (ck, port, status) =
+        start_ready("sticky", 4, &["--policy", "sticky"]).expect("start a ready ck");
     assert_eq!(status.policy, Policy::Sticky);
     let addr = local(port);
     let all = [0, 1, 2, 3];
@@ -126,7 +127,7 @@ fn sticky_keeps_each_clients_worker_and_moves_only_a_drained_workers_clients() {
     // that answered it.
     let sent = 3 * LONG + u32::from(CLIENTS) * EACH;
     assert_eq!(tally.ok, sent, "{tally:?}");
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     for s in &status.slots {
         assert_eq!(s.selected, u64::from(tally.slot(s.slot)), "{status:#?}");
     }
@@ -134,7 +135,8 @@ fn sticky_keeps_each_clients_worker_and_moves_only_a_drained_workers_clients() {
 
     // One worker leaves the active set: its clients move, every other client stays.
     let drained = before[&client(0)];
-    ck.ctl_ok(&["drain", &drained.to_string()]);
+    ck.ctl_ok(&["drain", &drained.to_string()])
+        .expect("ck drain");
     let rest: Vec<u32> = all.into_iter().filter(|s| *s != drained).collect();
     assert_table_over(&ck, &rest);
     let during = placement(addr, &mut tally);
@@ -153,31 +155,35 @@ fn sticky_keeps_each_clients_worker_and_moves_only_a_drained_workers_clients() {
     assert!(during.values().all(|s| *s != drained), "{during:?}");
 
     // Back in the set: the same table again, so every client is back on its worker.
-    ck.ctl_ok(&["undrain", &drained.to_string()]);
+    ck.ctl_ok(&["undrain", &drained.to_string()])
+        .expect("ck undrain");
     assert_table_over(&ck, &all);
     let after = placement(addr, &mut tally);
     assert_eq!(after, before);
-    assert_eq!(ck.status().dropped, 0);
+    assert_eq!(ck.status().expect("ck status").dropped, 0);
 }
 
 #[test]
 fn sticky_clients_keep_their_worker_across_an_upgrade() {
-    let (mut ck, port, _) = start_ready("sticky-up", 3, &["--policy", "sticky"]);
+    let (mut ck, port, _) =
+        start_ready("sticky-up", 3, &["--policy", "sticky"]).expect("start a ready ck");
     let addr = local(port);
     let all = [0, 1, 2];
     let mut tally = Tally::default();
     let before = placement(addr, &mut tally);
     assert_placed_by_table(&before, &all);
 
-    ck.ctl_ok(&["upgrade"]);
-    let now = ck.wait_status("upgrade 1 done", READY_TIMEOUT, |s| {
-        s.upgrades == 1 && s.bpf
-    });
+    ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
+    let now = ck
+        .wait_status("upgrade 1 done", READY_TIMEOUT, |s| {
+            s.upgrades == 1 && s.bpf
+        })
+        .expect("wait for the status");
     assert_eq!(now.policy, Policy::Sticky);
     assert_eq!(placement(addr, &mut tally), before);
 
     // The new image keeps the table current: a drain moves only the drained worker's clients.
-    ck.ctl_ok(&["drain", "1"]);
+    ck.ctl_ok(&["drain", "1"]).expect("ck drain");
     assert_table_over(&ck, &[0, 2]);
     let during = placement(addr, &mut tally);
     assert_placed_by_table(&during, &[0, 2]);
@@ -197,7 +203,8 @@ fn sticky_keys_ipv6_clients_by_their_address() {
     let v6_port = free_port();
     let listen = format!("tcp://[::]:{v6_port}");
     let (ck, port, status) =
-        start_ready("sticky-v6", 4, &["--policy", "sticky", "--listen", &listen]);
+        start_ready("sticky-v6", 4, &["--policy", "sticky", "--listen", &listen])
+            .expect("start a ready ck");
     assert_eq!(status.groups.len(), 2, "{status:#?}");
     let table = Maglev::build(&[0, 1, 2, 3]);
     let mut tally = Tally::default();
@@ -213,7 +220,7 @@ fn sticky_keys_ipv6_clients_by_their_address() {
         table.slot_of(source)
     );
 
-    let out = ck.ctl_ok(&["maps", "--json"]);
+    let out = ck.ctl_ok(&["maps", "--json"]).expect("ck maps");
     let maps: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
     for group in maps["groups"].as_array().expect("groups") {
         let live = group["sticky"]["live"].as_array().expect("live half");

@@ -32,7 +32,9 @@ fn ck_in(run_dir: &str, args: &[&str]) -> Output {
 fn start_in(what: &str, run_dir: &str, args: &[&str]) -> (Ck, u16) {
     let port = sys::free_port();
     let env = [("CK_RUN_DIR", run_dir)];
-    let ck = start_on(what, port, args, &env).with_ctl_env(&env);
+    let ck = start_on(what, port, args, &env)
+        .expect("start ck")
+        .with_ctl_env(&env);
     (ck, port)
 }
 
@@ -89,7 +91,9 @@ fn status_wait_asked_before_the_instance_exists_answers_once_every_slot_is_ready
         .expect("starting `ck status --wait`");
     assert!(!run.exists());
     let env = [("CK_RUN_DIR", run_text.as_str())];
-    let mut ck = start_on("stop-wait", port, &["-w", "4"], &env).with_ctl_env(&env);
+    let mut ck = start_on("stop-wait", port, &["-w", "4"], &env)
+        .expect("start ck")
+        .with_ctl_env(&env);
     let out = sys::wait_output(waiter, Duration::from_secs(40)).expect("`ck status --wait` exits");
     assert!(out.status.success(), "`ck status --wait`: {}", said(&out));
     let status: Status = serde_json::from_slice(&out.stdout).expect("status JSON");
@@ -108,7 +112,7 @@ fn status_wait_asked_before_the_instance_exists_answers_once_every_slot_is_ready
         4
     );
 
-    let out = ck.ctl(&["stop", "--wait"]);
+    let out = ck.ctl(&["stop", "--wait"]).expect("ck stop");
     assert_down(&mut ck, &out, &workers, &run);
 }
 
@@ -125,9 +129,11 @@ fn stop_wait_outlasts_the_quiet_wait_by_default() {
         "2s",
     ];
     let (mut ck, _) = start_in("stop-wait-quiet", &run_text, &args);
-    let status = ck.wait_ready(2, ck_tests::READY_TIMEOUT);
+    let status = ck
+        .wait_ready(2, ck_tests::READY_TIMEOUT)
+        .expect("wait for ready slots");
     let workers: Vec<u32> = status.worker_pids().into_iter().collect();
-    let out = ck.ctl(&["stop", "--wait"]);
+    let out = ck.ctl(&["stop", "--wait"]).expect("ck stop");
     assert!(
         said(&out).contains("waiting for traffic to stop"),
         "{}",
@@ -156,8 +162,11 @@ fn status_wait_times_out_naming_the_slots_not_ready_or_the_missing_instance() {
     );
     ck.wait_status("both workers spawned", ck_tests::READY_TIMEOUT, |s| {
         s.slots.len() == 2 && s.slots.iter().all(|s| s.pid.is_some())
-    });
-    let out = ck.ctl(&["status", "--wait", "--timeout", "1s"]);
+    })
+    .expect("wait for the status");
+    let out = ck
+        .ctl(&["status", "--wait", "--timeout", "1s"])
+        .expect("ck status");
     assert!(!out.status.success());
     let text = said(&out);
     for slot in ["slot 0 starting (pid ", "slot 1 starting (pid "] {
@@ -180,12 +189,16 @@ fn stop_wait_times_out_naming_a_worker_that_ignores_its_stop_signal_then_returns
     let mut args = vec!["-w", "1", "--drain-timeout", "5s", "--"];
     args.extend_from_slice(&app);
     let (mut ck, _) = start_in("stop-wait-stuck", &run_text, &args);
-    let status = ck.wait_status("the worker spawned", ck_tests::READY_TIMEOUT, |s| {
-        s.slots.len() == 1 && s.slots[0].pid.is_some()
-    });
+    let status = ck
+        .wait_status("the worker spawned", ck_tests::READY_TIMEOUT, |s| {
+            s.slots.len() == 1 && s.slots[0].pid.is_some()
+        })
+        .expect("wait for the status");
     let worker = status.worker_pid(0);
 
-    let out = ck.ctl(&["stop", "--wait", "--timeout", "500ms"]);
+    let out = ck
+        .ctl(&["stop", "--wait", "--timeout", "500ms"])
+        .expect("ck stop");
     assert!(!out.status.success(), "{}", said(&out));
     let text = said(&out);
     for what in [
@@ -201,6 +214,6 @@ fn stop_wait_times_out_naming_a_worker_that_ignores_its_stop_signal_then_returns
     assert!(sys::pid_alive(worker), "the worker ignores SIGTERM");
 
     // Again, with the default timeout (the drain timeout and more): SIGKILL ends it.
-    let out = ck.ctl(&["stop", "--wait"]);
+    let out = ck.ctl(&["stop", "--wait"]).expect("ck stop");
     assert_down(&mut ck, &out, &[worker], &run);
 }

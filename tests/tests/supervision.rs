@@ -41,16 +41,20 @@ fn crash_looping_slot_trips_its_breaker_and_is_retried_after_the_cool_down() {
             "--",
             app,
         ],
-    );
+    )
+    .expect("start ck");
     ck.wait_status("slots 0 and 2 ready", READY_TIMEOUT, |s| {
         s.bpf && s.ready_count() == 2 && s.slot(0).state == "ready" && s.slot(2).state == "ready"
-    });
+    })
+    .expect("wait for the status");
     let load = Background::start(port, Mode::NewConnection);
 
-    let tripped = ck.wait_status("slot 1's breaker open", Duration::from_secs(10), |s| {
-        let slot = s.slot(1);
-        slot.breaker == "open" && slot.state == "broken"
-    });
+    let tripped = ck
+        .wait_status("slot 1's breaker open", Duration::from_secs(10), |s| {
+            let slot = s.slot(1);
+            slot.breaker == "open" && slot.state == "broken"
+        })
+        .expect("wait for the status");
     let at_trip = tripped.slot(1).clone();
     eprintln!(
         "breaker open at {:?} into the load: {at_trip:?}",
@@ -67,11 +71,13 @@ fn crash_looping_slot_trips_its_breaker_and_is_retried_after_the_cool_down() {
     );
 
     // After the 3 s cool-down, slot 1 is tried again (and crashes again).
-    let retried = ck.wait_status(
-        "slot 1 tried again after the cool-down",
-        Duration::from_secs(10),
-        |s| s.slot(1).restarts > at_trip.restarts,
-    );
+    let retried = ck
+        .wait_status(
+            "slot 1 tried again after the cool-down",
+            Duration::from_secs(10),
+            |s| s.slot(1).restarts > at_trip.restarts,
+        )
+        .expect("wait for the status");
     eprintln!(
         "slot 1 tried again at {:?} into the load: {:?}",
         load.now(),
@@ -101,7 +107,8 @@ fn reload_with_never_ready_replacements_is_aborted_and_old_workers_keep_serving(
     let dir = TempDir::new("neverready");
     let marker = dir.path().join("never-ready");
     let app = demo_app_with_marker(&dir, &marker, "--ready-after 1h");
-    let (ck, port, before) = start_ready("neverready", 2, &["--ready-timeout", "2s", "--", &app]);
+    let (ck, port, before) = start_ready("neverready", 2, &["--ready-timeout", "2s", "--", &app])
+        .expect("start a ready ck");
     let old_pids = before.worker_pids();
     let old_slots: Vec<(u32, Option<u32>)> = before.slots.iter().map(|s| (s.slot, s.pid)).collect();
     assert_eq!(old_pids.len(), 2, "{before:#?}");
@@ -109,7 +116,7 @@ fn reload_with_never_ready_replacements_is_aborted_and_old_workers_keep_serving(
     let load = Background::start(port, Mode::NewConnection);
     std::thread::sleep(SETTLE);
     std::fs::write(&marker, "").expect("creating the marker");
-    let out = ck.ctl(&["reload"]);
+    let out = ck.ctl(&["reload"]).expect("ck reload");
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!(
         "ck reload at {:?} into the load: {}: {}",
@@ -146,7 +153,7 @@ fn reload_with_never_ready_replacements_is_aborted_and_old_workers_keep_serving(
         gone,
         "instance processes {processes:?}, expected only {old_pids:?}"
     );
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     let slots: Vec<(u32, Option<u32>)> = status.slots.iter().map(|s| (s.slot, s.pid)).collect();
     assert_eq!(slots, old_slots, "{status:#?}");
     assert!(!status.reloading, "{status:#?}");
@@ -176,7 +183,8 @@ fn sigterm_ignoring_workers_are_killed_after_the_drain_timeout() {
             "demo-worker",
             "--ignore-sigterm",
         ],
-    );
+    )
+    .expect("start a ready ck");
     let workers = status.worker_pids();
     assert_eq!(workers.len(), 2, "{status:#?}");
 
@@ -185,8 +193,8 @@ fn sigterm_ignoring_workers_are_killed_after_the_drain_timeout() {
     let report = load.finish_and_print("ignoreterm");
     churn::assert_served(&report);
 
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     let log = ck.log();
     let killed = log
         .lines()

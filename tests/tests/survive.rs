@@ -32,7 +32,7 @@ fn run_again(name: &str, port: u16, workers: u32, flags: &[&str]) -> Ck {
         base_text.as_str(),
     ];
     args.extend_from_slice(flags);
-    Ck::start(name, &args)
+    Ck::start(name, &args).expect("start ck")
 }
 
 /// Pids of the orphan guards of instance `name`.
@@ -63,18 +63,20 @@ fn assert_guards_gone(name: &str) {
 
 fn take_back_under_load(what: &str, mode: Mode) {
     let flags = ["--survive-supervisor", "--policy", "round-robin"];
-    let (mut first, port, _) = start_ready(what, 4, &flags);
+    let (mut first, port, _) = start_ready(what, 4, &flags).expect("start a ready ck");
     let name = first.name().to_string();
     assert_eq!(guards(&name).len(), 1, "one orphan guard per instance");
     let load = Background::start_without_retry(port, mode);
     std::thread::sleep(SETTLE);
-    let was = first.status();
-    first.kill_supervisor();
-    first.abandon();
+    let was = first.status().expect("ck status");
+    first.kill_supervisor().expect("kill the supervisor");
+    first.abandon().expect("abandon the dead ck");
     // The workers serve on without a supervisor (the program keeps steering).
     std::thread::sleep(SETTLE / 2);
     let mut second = run_again(&name, port, 4, &flags);
-    let now = second.wait_ready(4, READY_TIMEOUT);
+    let now = second
+        .wait_ready(4, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_ne!(now.pid, was.pid, "a new ck: {now:#?}");
     assert_eq!(
         now.worker_pids(),
@@ -92,7 +94,7 @@ fn take_back_under_load(what: &str, mode: Mode) {
     std::thread::sleep(SETTLE);
     let report = load.finish_and_print(what);
     churn::assert_served(&report);
-    let after = second.status();
+    let after = second.status().expect("ck status");
     assert_eq!(after.worker_pids(), was.worker_pids(), "{after:#?}");
     // Every worker answered, and only they.
     for pid in &after.worker_pids() {
@@ -114,8 +116,8 @@ fn take_back_under_load(what: &str, mode: Mode) {
     });
     assert_eq!(guards(&name).len(), 1, "{:?}", guards(&name));
     // Counters went on: selections only grew, no restart was counted.
-    second.ctl_ok(&["stop"]);
-    second.wait_clean_exit();
+    second.ctl_ok(&["stop"]).expect("ck stop");
+    second.wait_clean_exit().expect("ck exits cleanly");
     assert!(!state_file(&name).exists(), "state file left");
     assert!(!pins_dir(&name).exists(), "pins left");
     assert_guards_gone(&name);
@@ -147,28 +149,34 @@ fn kill_9_then_run_again_takes_the_fleet_back_keep_alive() {
 #[test]
 fn open_connection_counts_go_on_across_a_take_back() {
     let flags = ["--survive-supervisor", "--policy", "round-robin"];
-    let (mut first, port, _) = start_ready("sv-conns", 2, &flags);
+    let (mut first, port, _) = start_ready("sv-conns", 2, &flags).expect("start a ready ck");
     let name = first.name().to_string();
     let (conns, answered) = hold(local(port), 8);
-    assert_eq!(first.status().connections(), answered);
-    first.kill_supervisor();
-    first.abandon();
+    assert_eq!(first.status().expect("ck status").connections(), answered);
+    first.kill_supervisor().expect("kill the supervisor");
+    first.abandon().expect("abandon the dead ck");
     drop(conns);
     let (more, now_open) = hold(local(port), 4);
     let mut second = run_again(&name, port, 2, &flags);
-    let now = second.wait_status("taken back, counting what is open", READY_TIMEOUT, |s| {
-        s.ready_count() == 2 && s.bpf && s.connection_count == "kernel"
-    });
+    let now = second
+        .wait_status("taken back, counting what is open", READY_TIMEOUT, |s| {
+            s.ready_count() == 2 && s.bpf && s.connection_count == "kernel"
+        })
+        .expect("wait for the status");
     assert_eq!(now.worker_pids().len(), 2, "the same two workers: {now:#?}");
-    second.wait_status("the 4 opened while ck was down", SETTLE * 2, |s| {
-        s.connections() == now_open
-    });
+    second
+        .wait_status("the 4 opened while ck was down", SETTLE * 2, |s| {
+            s.connections() == now_open
+        })
+        .expect("wait for the status");
     drop(more);
-    second.wait_status("every connection closed", SETTLE * 2, |s| {
-        s.connections().values().all(|n| *n == 0)
-    });
-    second.ctl_ok(&["stop"]);
-    second.wait_clean_exit();
+    second
+        .wait_status("every connection closed", SETTLE * 2, |s| {
+            s.connections().values().all(|n| *n == 0)
+        })
+        .expect("wait for the status");
+    second.ctl_ok(&["stop"]).expect("ck stop");
+    second.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
@@ -183,10 +191,11 @@ fn orphans_stop_when_no_ck_comes_back() {
             "--drain-timeout",
             "2s",
         ],
-    );
+    )
+    .expect("start a ready ck");
     let name = ck.name().to_string();
     let pids = before.worker_pids();
-    ck.kill_supervisor();
+    ck.kill_supervisor().expect("kill the supervisor");
     // Right after ck died, its workers still serve.
     let tally = burst(local(port), 10);
     assert_eq!(tally.failed(), 0, "{tally:?}");
@@ -222,21 +231,23 @@ fn orphans_stop_when_no_ck_comes_back() {
     for pid in &pids {
         assert!(!pid_alive(*pid));
     }
-    ck.abandon();
+    ck.abandon().expect("abandon the dead ck");
 }
 
 #[test]
 fn a_worker_that_died_while_ck_was_down_is_replaced_on_take_back() {
     let flags = ["--survive-supervisor"];
-    let (mut first, port, before) = start_ready("sv-gone", 2, &flags);
+    let (mut first, port, before) = start_ready("sv-gone", 2, &flags).expect("start a ready ck");
     let name = first.name().to_string();
-    first.kill_supervisor();
-    first.abandon();
+    first.kill_supervisor().expect("kill the supervisor");
+    first.abandon().expect("abandon the dead ck");
     let (kept, gone) = (before.worker_pid(0), before.worker_pid(1));
     sys::kill_hard(gone);
     assert!(wait_all_dead(&[gone].into(), Duration::from_secs(10)).is_empty());
     let mut second = run_again(&name, port, 2, &flags);
-    let now = second.wait_ready(2, READY_TIMEOUT);
+    let now = second
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(now.worker_pid(0), kept, "slot 0 taken back: {now:#?}");
     assert_ne!(now.worker_pid(1), gone, "slot 1 has a new worker: {now:#?}");
     assert_eq!(
@@ -247,32 +258,37 @@ fn a_worker_that_died_while_ck_was_down_is_replaced_on_take_back() {
     let tally = burst(local(port), 40);
     assert_eq!(tally.failed(), 0, "{tally:?}");
     assert!(tally.only_from(&now.worker_pids()), "{tally:?}");
-    second.ctl_ok(&["stop"]);
-    second.wait_clean_exit();
+    second.ctl_ok(&["stop"]).expect("ck stop");
+    second.wait_clean_exit().expect("ck exits cleanly");
     assert_guards_gone(&name);
 }
 
 #[test]
 fn a_fleet_upgraded_in_place_is_taken_back_after_a_kill() {
     let flags = ["--survive-supervisor"];
-    let (mut first, port, before) = start_ready("sv-upgraded", 2, &flags);
+    let (mut first, port, before) =
+        start_ready("sv-upgraded", 2, &flags).expect("start a ready ck");
     let name = first.name().to_string();
-    first.ctl_ok(&["upgrade"]);
-    first.wait_status("the upgrade done", READY_TIMEOUT, |s| {
-        s.upgrades == 1 && s.bpf
-    });
+    first.ctl_ok(&["upgrade"]).expect("ck upgrade");
+    first
+        .wait_status("the upgrade done", READY_TIMEOUT, |s| {
+            s.upgrades == 1 && s.bpf
+        })
+        .expect("wait for the status");
     // The guard watches the same pid across the upgrade: still one.
     assert_eq!(guards(&name).len(), 1, "{:?}", guards(&name));
-    first.kill_supervisor();
-    first.abandon();
+    first.kill_supervisor().expect("kill the supervisor");
+    first.abandon().expect("abandon the dead ck");
     let mut second = run_again(&name, port, 2, &flags);
-    let now = second.wait_ready(2, READY_TIMEOUT);
+    let now = second
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(now.worker_pids(), before.worker_pids(), "{now:#?}");
     assert_eq!(now.upgrades, 1, "the count goes on: {now:#?}");
     let tally = burst(local(port), 20);
     assert_eq!(tally.failed(), 0, "{tally:?}");
-    second.ctl_ok(&["stop"]);
-    second.wait_clean_exit();
+    second.ctl_ok(&["stop"]).expect("ck stop");
+    second.wait_clean_exit().expect("ck exits cleanly");
     assert_guards_gone(&name);
 }
 
@@ -282,10 +298,10 @@ fn a_pid_that_names_another_process_now_is_neither_taken_back_nor_signalled() {
     // the process with pid P now started at another tick. Here the state file is edited so
     // that slot 1's record has another start time than its (live) worker.
     let flags = ["--survive-supervisor"];
-    let (mut first, port, before) = start_ready("sv-reuse", 2, &flags);
+    let (mut first, port, before) = start_ready("sv-reuse", 2, &flags).expect("start a ready ck");
     let name = first.name().to_string();
-    first.kill_supervisor();
-    first.abandon();
+    first.kill_supervisor().expect("kill the supervisor");
+    first.abandon().expect("abandon the dead ck");
     let path = state_file(&name);
     let mut state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).expect("the state file")).expect("JSON");
@@ -298,7 +314,9 @@ fn a_pid_that_names_another_process_now_is_neither_taken_back_nor_signalled() {
     }
     std::fs::write(&path, serde_json::to_vec(&state).unwrap()).expect("writing the state");
     let mut second = run_again(&name, port, 2, &flags);
-    let now = second.wait_ready(2, READY_TIMEOUT);
+    let now = second
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(now.worker_pid(0), before.worker_pid(0), "{now:#?}");
     assert_ne!(now.worker_pid(1), other, "{now:#?}");
     assert!(
@@ -313,8 +331,8 @@ fn a_pid_that_names_another_process_now_is_neither_taken_back_nor_signalled() {
     assert_eq!(tally.failed(), 0, "{tally:?}");
     assert!(tally.only_from(&now.worker_pids()), "{tally:?}");
     sys::kill_hard(other);
-    second.ctl_ok(&["stop"]);
-    second.wait_clean_exit();
+    second.ctl_ok(&["stop"]).expect("ck stop");
+    second.wait_clean_exit().expect("ck exits cleanly");
     assert_guards_gone(&name);
 }
 
@@ -340,10 +358,11 @@ fn the_orphan_guard_sends_the_stop_signal() {
             "demo-worker",
             "--ignore-sigterm",
         ],
-    );
+    )
+    .expect("start a ready ck");
     let name = ck.name().to_string();
     let pids = before.worker_pids();
-    ck.kill_supervisor();
+    ck.kill_supervisor().expect("kill the supervisor");
     let left = wait_all_dead(&pids, Duration::from_secs(20));
     assert!(
         left.is_empty(),
@@ -364,16 +383,16 @@ fn the_orphan_guard_sends_the_stop_signal() {
 fn adopted_take_back_under_load(what: &str, server: Server, mode: Mode) {
     let args = server.args(&["--survive-supervisor"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (mut first, port) = ck_tests::start(what, &args);
+    let (mut first, port) = ck_tests::start(what, &args).expect("start ck");
     let name = first.name().to_string();
     let started = adopted::wait_fleet(&mut first, server, |_| true);
     let load = Background::start_without_retry(port, mode);
     std::thread::sleep(SETTLE);
-    let was = first.status();
+    let was = first.status().expect("ck status");
     let root = was.worker_pid(0);
     assert!(adopted::binds_beside(root, port), "the bind hook is off");
-    first.kill_supervisor();
-    first.abandon();
+    first.kill_supervisor().expect("kill the supervisor");
+    first.abandon().expect("abandon the dead ck");
     // No ck: the pinned bind hook still lets the fleet's processes bind the port.
     assert!(
         adopted::binds_beside(root, port),
@@ -387,7 +406,7 @@ fn adopted_take_back_under_load(what: &str, server: Server, mode: Mode) {
     let (port_text, base_text) = (port.to_string(), probe_base_for(port).to_string());
     let mut again = vec!["--port", &port_text, "--probe-port-base", &base_text];
     again.extend_from_slice(&args);
-    let mut second = Ck::start(&name, &again);
+    let mut second = Ck::start(&name, &again).expect("start ck");
     let now = adopted::wait_fleet(&mut second, server, |_| true);
     assert_ne!(now.pid, was.pid, "a new ck: {now:#?}");
     adopted::assert_same_fleet(&was, &now);
@@ -402,13 +421,13 @@ fn adopted_take_back_under_load(what: &str, server: Server, mode: Mode) {
     std::thread::sleep(SETTLE);
     let report = load.finish_and_print(what);
     churn::assert_served(&report);
-    let after = second.status();
+    let after = second.status().expect("ck status");
     adopted::assert_same_fleet(&was, &after);
     adopted::assert_every_slot_gets_connections(&second, port);
     adopted::assert_exits_seen(&mut second, port, server);
     // A roll after the take-back: a new fleet of the same shape, then 0 failed.
     let old = started.worker_pids();
-    second.ctl_ok(&["reload"]);
+    second.ctl_ok(&["reload"]).expect("ck reload");
     let rolled = adopted::wait_fleet(&mut second, server, |s| s.worker_pids().is_disjoint(&old));
     let tally = burst(local(port), 40);
     assert_eq!(tally.failed(), 0, "{tally:?}");
@@ -454,13 +473,13 @@ fn a_forking_servers_orphans_stop_when_no_ck_comes_back() {
     ];
     let args = server.args(&flags);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (mut ck, port) = ck_tests::start("sv-fork-orphan", &args);
+    let (mut ck, port) = ck_tests::start("sv-fork-orphan", &args).expect("start ck");
     let name = ck.name().to_string();
     adopted::wait_fleet(&mut ck, server, |_| true);
     let pids: std::collections::BTreeSet<u32> =
         sys::instance_processes(&name).into_iter().collect();
     assert_eq!(pids.len(), 5, "the root and its four children: {pids:?}");
-    ck.kill_supervisor();
+    ck.kill_supervisor().expect("kill the supervisor");
     let tally = burst(local(port), 20);
     assert_eq!(tally.ok, 20, "{tally:?}");
     let left = wait_all_dead(&pids, Duration::from_secs(20));
@@ -476,5 +495,5 @@ fn a_forking_servers_orphans_stop_when_no_ck_comes_back() {
         "the instance's cgroup left"
     );
     assert_guards_gone(&name);
-    ck.abandon();
+    ck.abandon().expect("abandon the dead ck");
 }

@@ -143,7 +143,8 @@ fn ck_tells_the_service_manager_ready_status_degraded_watchdog_and_stopping() {
             ("NOTIFY_SOCKET", notify_text),
             ("WATCHDOG_USEC", &watchdog_text),
         ],
-    );
+    )
+    .expect("start ck");
 
     // READY=1 only once a worker is ready: ck was alive and beating before it (several
     // WATCHDOG=1 and a STATUS with no worker ready), and the kernel's active set has a
@@ -151,7 +152,7 @@ fn ck_tells_the_service_manager_ready_status_degraded_watchdog_and_stopping() {
     let ready = manager.wait_for(&mut ck, "READY=1", READY_TIMEOUT, |d| {
         has_line(d, "READY=1")
     });
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert!(
         !status.active.is_empty(),
         "READY=1 while no worker is in the active set: {status:#?}"
@@ -184,7 +185,7 @@ fn ck_tells_the_service_manager_ready_status_degraded_watchdog_and_stopping() {
     });
 
     // `ck reload`: RELOADING=1 with the time, the progress, then READY=1 when it is done.
-    ck.ctl_ok(&["reload"]);
+    ck.ctl_ok(&["reload"]).expect("ck reload");
     let reloading = manager.wait_for(&mut ck, "RELOADING=1", READY_TIMEOUT, |d| {
         has_line(d, "RELOADING=1")
     });
@@ -204,7 +205,7 @@ fn ck_tells_the_service_manager_ready_status_degraded_watchdog_and_stopping() {
 
     // A worker is killed and its replacements crash at start: its slot's breaker opens, and
     // ck says the fleet is degraded.
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     let victim = status
         .slots
         .iter()
@@ -221,16 +222,16 @@ fn ck_tells_the_service_manager_ready_status_degraded_watchdog_and_stopping() {
         status_of(&degraded).is_some_and(|s| s.ends_with("1/2 workers ready, steering on")),
         "{degraded:?}"
     );
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert_eq!(status.slot(victim).breaker, "open", "{status:#?}");
 
     // `ck stop`: STOPPING=1, then a clean exit.
-    ck.ctl_ok(&["stop"]);
+    ck.ctl_ok(&["stop"]).expect("ck stop");
     manager.wait_for(&mut ck, "STOPPING=1", READY_TIMEOUT, |d| {
         has_line(d, "STOPPING=1")
     });
     let elapsed = started.elapsed();
-    ck.wait_clean_exit();
+    ck.wait_clean_exit().expect("ck exits cleanly");
 
     // WATCHDOG=1 about every 200 ms the whole time (loose bounds: a busy machine delays ticks).
     let beats = manager.watchdogs();

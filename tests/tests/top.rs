@@ -35,7 +35,8 @@ fn shows_every_slot(screen: &str, status: &Status) -> bool {
 
 #[test]
 fn top_once_shows_every_slot_with_its_rate_under_traffic() {
-    let (ck, port, status) = start_ready("top-once", 3, &["--policy", "round-robin"]);
+    let (ck, port, status) =
+        start_ready("top-once", 3, &["--policy", "round-robin"]).expect("start a ready ck");
     let mut top = ck_command()
         .args(["top", "--once", "--name", ck.name()])
         .stdout(Stdio::piped())
@@ -114,7 +115,7 @@ fn assert_exits_restoring_the_terminal(tmux: &Tmux, dir: &TempDir, code: i32) {
 
 #[test]
 fn top_in_a_terminal_drains_undrains_reloads_reports_a_lost_instance_and_quits_cleanly() {
-    let (mut ck, _port, status) = start_ready("top-tty", 3, &[]);
+    let (mut ck, _port, status) = start_ready("top-tty", 3, &[]).expect("start a ready ck");
     let (tmux, dir) = top_in_tmux(&ck);
     tmux.wait_screen("every slot on screen", WAIT, |screen| {
         shows_every_slot(screen, &status)
@@ -129,7 +130,8 @@ fn top_in_a_terminal_drains_undrains_reloads_reports_a_lost_instance_and_quits_c
     tmux.keys(&["j", "d"]);
     ck.wait_status("slot 1 drained from ck top", WAIT, |s| {
         s.slot(1).drained && s.slot(1).state == "draining" && !s.active.contains(&1)
-    });
+    })
+    .expect("wait for the status");
     let pid1 = status.worker_pid(1);
     tmux.wait_screen("slot 1 shown drained", WAIT, |screen| {
         slot_row(screen, 1, pid1).is_some_and(|f| f[2] == "drained")
@@ -138,7 +140,8 @@ fn top_in_a_terminal_drains_undrains_reloads_reports_a_lost_instance_and_quits_c
     tmux.keys(&["u"]);
     ck.wait_status("slot 1 undrained from ck top", WAIT, |s| {
         !s.slot(1).drained && s.active.contains(&1)
-    });
+    })
+    .expect("wait for the status");
 
     // `r` reloads: the answer shows at the bottom, and new workers in the table.
     tmux.keys(&["r"]);
@@ -148,16 +151,18 @@ fn top_in_a_terminal_drains_undrains_reloads_reports_a_lost_instance_and_quits_c
     // The answer comes once the last replacement is flipped in; the old worker it replaced
     // still drains for a moment.
     let old = status.worker_pids();
-    let reloaded = ck.wait_status("the old workers gone", WAIT, |s| {
-        s.worker_pids().is_disjoint(&old)
-    });
+    let reloaded = ck
+        .wait_status("the old workers gone", WAIT, |s| {
+            s.worker_pids().is_disjoint(&old)
+        })
+        .expect("wait for the status");
     tmux.wait_screen("the new workers on screen", WAIT, |screen| {
         shows_every_slot(screen, &reloaded)
     });
 
     // The instance goes away: ck top says so and keeps trying.
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     tmux.wait_screen("the lost instance on screen", WAIT, |screen| {
         screen.contains("NOT REACHABLE") && screen.contains("no ck instance named")
     });
@@ -168,7 +173,7 @@ fn top_in_a_terminal_drains_undrains_reloads_reports_a_lost_instance_and_quits_c
 
 #[test]
 fn top_gives_the_terminal_back_when_terminated() {
-    let (ck, _port, status) = start_ready("top-term", 1, &[]);
+    let (ck, _port, status) = start_ready("top-term", 1, &[]).expect("start a ready ck");
     let (tmux, dir) = top_in_tmux(&ck);
     tmux.wait_screen("the slot on screen", WAIT, |screen| {
         shows_every_slot(screen, &status)

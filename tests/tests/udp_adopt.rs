@@ -38,7 +38,7 @@ fn adopted_fleet(what: &str, workers: usize, app: &[&str]) -> (Ck, SocketAddr) {
 /// The fleet's flows stay with their workers through a scale-up and another worker's death;
 /// new flows reach every worker; the replacement is adopted.
 fn flows_keep_their_workers(mut ck: Ck, addr: SocketAddr) {
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert!(status.adopt && status.bpf, "{status:#?}");
     let flows = Flows::open(addr, 32);
     let first = flows.round();
@@ -46,10 +46,12 @@ fn flows_keep_their_workers(mut ck: Ck, addr: SocketAddr) {
     let log = ck.log();
     assert!(log.contains("(adopted)"), "{log}");
 
-    ck.ctl_ok(&["scale", "3"]);
-    let grown = ck.wait_status("3 ready slots", READY_TIMEOUT, |s| {
-        s.slots.len() == 3 && s.ready_count() == 3
-    });
+    ck.ctl_ok(&["scale", "3"]).expect("ck scale");
+    let grown = ck
+        .wait_status("3 ready slots", READY_TIMEOUT, |s| {
+            s.slots.len() == 3 && s.ready_count() == 3
+        })
+        .expect("wait for the status");
     let after = flows.round();
     assert_eq!(moved(&first, &after), 0, "{first:?}\n{after:?}");
     let fresh = Flows::open(addr, 32).round();
@@ -62,9 +64,11 @@ fn flows_keep_their_workers(mut ck: Ck, addr: SocketAddr) {
         .find_map(|a| pid_of(a))
         .expect("an answer");
     ck_tests::sys::signal(victim, Signal::SIGKILL);
-    let healed = ck.wait_status("the victim replaced", READY_TIMEOUT, |s| {
-        s.ready_count() == 3 && !s.worker_pids().contains(&victim)
-    });
+    let healed = ck
+        .wait_status("the victim replaced", READY_TIMEOUT, |s| {
+            s.ready_count() == 3 && !s.worker_pids().contains(&victim)
+        })
+        .expect("wait for the status");
     let later = flows.round();
     for (was, now) in after.iter().zip(&later) {
         if was.as_deref().and_then(pid_of) != Some(victim) {
@@ -76,8 +80,8 @@ fn flows_keep_their_workers(mut ck: Ck, addr: SocketAddr) {
     }
     let fresh = Flows::open(addr, 32).round();
     assert_eq!(answered_by(&fresh), healed.worker_pids(), "{fresh:?}");
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]

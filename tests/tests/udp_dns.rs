@@ -74,7 +74,7 @@ fn every_a_query_answered(server: SocketAddr) {
 
 /// The per-slot datagram counts of the instance's UDP group.
 fn datagrams_by_slot(ck: &Ck) -> Vec<(u32, u64)> {
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     let group = status.udp.first().expect("a UDP group in the status");
     group.slots.iter().map(|s| (s.slot, s.datagrams)).collect()
 }
@@ -101,15 +101,19 @@ fn the_example_dns_server_answers_every_query_from_every_worker() {
             ck_tests::udp::pid_of(&text).expect("slot=S pid=P")
         })
         .collect();
-    assert_eq!(pids, ck.status().worker_pids(), "{txt:?}");
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    assert_eq!(
+        pids,
+        ck.status().expect("ck status").worker_pids(),
+        "{txt:?}"
+    );
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
 fn an_unmodified_dnsmasq_is_adopted_answers_and_is_rolled() {
     let (mut ck, addr) = fleet("udp-dns-dnsmasq", &["--adopt", "--", "sh", "-c", DNSMASQ]);
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     assert!(status.adopt && status.bpf, "{status:#?}");
     every_a_query_answered(addr);
     let counts = datagrams_by_slot(&ck);
@@ -126,10 +130,12 @@ fn an_unmodified_dnsmasq_is_adopted_answers_and_is_rolled() {
     );
 
     let before = status.worker_pids();
-    ck.ctl_ok(&["reload"]);
-    let rolled = ck.wait_status("two new workers ready", READY_TIMEOUT, |s| {
-        s.ready_count() == 2 && s.worker_pids().is_disjoint(&before)
-    });
+    ck.ctl_ok(&["reload"]).expect("ck reload");
+    let rolled = ck
+        .wait_status("two new workers ready", READY_TIMEOUT, |s| {
+            s.ready_count() == 2 && s.worker_pids().is_disjoint(&before)
+        })
+        .expect("wait for the status");
     every_a_query_answered(addr);
     let slots: Vec<u32> = rolled.slots.iter().map(|s| s.slot).collect();
     let counts = datagrams_by_slot(&ck);
@@ -139,6 +145,6 @@ fn an_unmodified_dnsmasq_is_adopted_answers_and_is_rolled() {
             "new slot {slot} gets queries: {counts:?}"
         );
     }
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }

@@ -32,7 +32,8 @@ const FLOWS: usize = 64;
 fn wait_exactly(ck: &mut Ck, n: usize) {
     ck.wait_status(&format!("exactly {n} ready slots"), READY_TIMEOUT, |s| {
         s.slots.len() == n && s.ready_count() == n
-    });
+    })
+    .expect("wait for the status");
 }
 
 #[test]
@@ -42,7 +43,7 @@ fn a_flow_keeps_its_worker_while_the_fleet_grows_and_shrinks() {
     let before = flows.round();
     assert_eq!(answered_by(&before).len(), 3, "{before:?}");
 
-    ck.ctl_ok(&["scale", "5"]);
+    ck.ctl_ok(&["scale", "5"]).expect("ck scale");
     wait_exactly(&mut ck, 5);
     let grown = flows.round();
     assert_eq!(moved(&before, &grown), 0, "{before:?}\n{grown:?}");
@@ -53,9 +54,9 @@ fn a_flow_keeps_its_worker_while_the_fleet_grows_and_shrinks() {
         "new flows reach every worker, the new ones too: {fresh:?}"
     );
 
-    ck.ctl_ok(&["scale", "3"]);
+    ck.ctl_ok(&["scale", "3"]).expect("ck scale");
     wait_exactly(&mut ck, 3);
-    let alive = ck.status().worker_pids();
+    let alive = ck.status().expect("ck status").worker_pids();
     let shrunk = flows.round();
     answered_by(&shrunk);
     for (was, now) in grown.iter().zip(&shrunk) {
@@ -74,7 +75,7 @@ fn plain_reuseport_moves_flows_when_the_group_grows() {
     let flows = Flows::open(addr, FLOWS);
     let before = flows.round();
     answered_by(&before);
-    ck.ctl_ok(&["scale", "5"]);
+    ck.ctl_ok(&["scale", "5"]).expect("ck scale");
     wait_exactly(&mut ck, 5);
     let grown = flows.round();
     assert!(
@@ -89,12 +90,18 @@ fn a_killed_worker_loses_only_its_own_flows() {
     let flows = Flows::open(addr, FLOWS);
     let before = flows.round();
     assert_eq!(answered_by(&before).len(), 4, "{before:?}");
-    let victim = ck.status().worker_pid(1);
+    let victim = ck.status().expect("ck status").worker_pid(1);
     sys::signal(victim, Signal::SIGKILL);
     ck.wait_status("slot 1 replaced", READY_TIMEOUT, |s| {
         s.ready_count() == 4 && !s.worker_pids().contains(&victim)
-    });
-    let stale = |ck: &Ck| ck.status().udp[0].routes.get("stale").copied();
+    })
+    .expect("wait for the status");
+    let stale = |ck: &Ck| {
+        ck.status().expect("ck status").udp[0]
+            .routes
+            .get("stale")
+            .copied()
+    };
     let stale_before = stale(&ck).unwrap_or(0);
     let after = flows.round();
     answered_by(&after);
@@ -114,7 +121,7 @@ fn a_killed_worker_loses_only_its_own_flows() {
         stale(&ck).unwrap_or(0) - stale_before,
         lost,
         "{:#?}",
-        ck.status().udp
+        ck.status().expect("ck status").udp
     );
     let fresh = Flows::open(addr, FLOWS).round();
     assert_eq!(answered_by(&fresh).len(), 4, "{fresh:?}");
@@ -124,8 +131,11 @@ fn a_killed_worker_loses_only_its_own_flows() {
 fn a_fleet_serves_tcp_and_udp_on_one_port() {
     let port = free_port();
     let listen = format!("udp://127.0.0.1:{port}");
-    let mut ck = ck_tests::start_on("udp-mixed", port, &["-w", "2", "--listen", &listen], &[]);
-    let status = ck.wait_ready(2, READY_TIMEOUT);
+    let mut ck = ck_tests::start_on("udp-mixed", port, &["-w", "2", "--listen", &listen], &[])
+        .expect("start ck");
+    let status = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(status.groups.len(), 2, "{status:#?}");
     assert!(
         status.steering.iter().all(|g| g.attached == Some(true)),
@@ -136,8 +146,10 @@ fn a_fleet_serves_tcp_and_udp_on_one_port() {
     let udp = Flows::open(local(port), FLOWS).round();
     assert_eq!(answered_by(&udp), status.worker_pids(), "{udp:?}");
     // The fleet stops cleanly: every worker's UDP socket quiet, then gone.
-    ck.sigterm();
-    let code = ck.wait_exit(Duration::from_secs(15));
+    ck.sigterm().expect("SIGTERM to ck");
+    let code = ck
+        .wait_exit(Duration::from_secs(15))
+        .expect("wait for ck to exit");
     assert_eq!(code.code(), Some(0), "{}", ck.log());
 }
 
@@ -155,7 +167,7 @@ fn every_datagram_is_counted_under_one_route() {
     // The canary runs the program once a second: read until no run came between the reads.
     let (runs, udp) = loop {
         let before = bpf_stats::read(program).expect("run count").runs;
-        let status = ck.status();
+        let status = ck.status().expect("ck status");
         if bpf_stats::read(program).expect("run count").runs == before {
             break (before, status.udp[0].clone());
         }
@@ -173,7 +185,7 @@ fn every_datagram_is_counted_under_one_route() {
     assert!(udp.routes["probe"] >= 1, "the canary: {udp:#?}");
 
     // `/metrics` says the same, per slot and route.
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     let text = metrics_text(status.metrics.as_deref().expect("a metrics address"));
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
         .expect("an OpenMetrics text");
@@ -196,7 +208,7 @@ fn every_datagram_is_counted_under_one_route() {
     assert_eq!(sum("ck_udp_flows", None), 32.0, "{text}");
 
     // `ck maps` decodes the flow table and the route counters from the pins.
-    let maps = ck.ctl_ok(&["maps", "--json"]);
+    let maps = ck.ctl_ok(&["maps", "--json"]).expect("ck maps");
     let maps: serde_json::Value = serde_json::from_str(&maps).expect("ck maps --json");
     let udp = &maps["groups"][0]["udp"];
     assert_eq!(udp["flows"], 32, "{udp:#}");
@@ -208,14 +220,14 @@ fn every_datagram_is_counted_under_one_route() {
         .filter_map(|f| f["client"].as_str())
         .collect();
     assert_eq!(clients.len(), 32, "{udp:#}");
-    let text = ck.ctl_ok(&["maps"]);
+    let text = ck.ctl_ok(&["maps"]).expect("ck maps");
     assert!(text.contains("flows:    32 remembered"), "{text}");
 }
 
 #[test]
 fn a_roll_flips_new_flows_and_leaves_old_flows_with_their_worker_until_it_exits() {
     let (mut ck, addr) = udp_fleet("udp-roll", 2, &["--drain-timeout", "3s"]);
-    let old = ck.status().worker_pids();
+    let old = ck.status().expect("ck status").worker_pids();
     let held = Flows::open(addr, 16);
     let first = held.round();
     assert_eq!(answered_by(&first), old, "{first:?}");
@@ -239,7 +251,8 @@ fn a_roll_flips_new_flows_and_leaves_old_flows_with_their_worker_until_it_exits(
     // busy), their flows go to the new ones.
     ck.wait_status("the old workers gone", READY_TIMEOUT, |s| {
         s.worker_pids().is_disjoint(&old) && s.slots.len() == 2
-    });
+    })
+    .expect("wait for the status");
     let moved_on = held.round();
     assert!(answered_by(&moved_on).is_disjoint(&old), "{moved_on:?}");
 }
@@ -265,7 +278,7 @@ fn a_stopping_worker_keeps_its_flows_while_they_send_and_is_killed_once_its_slot
             "--ignore-sigterm",
         ],
     );
-    let old = ck.status().worker_pids();
+    let old = ck.status().expect("ck status").worker_pids();
     let held = Flows::open(addr, 16);
     let first = held.round();
     assert_eq!(answered_by(&first), old, "{first:?}");
@@ -277,7 +290,7 @@ fn a_stopping_worker_keeps_its_flows_while_they_send_and_is_killed_once_its_slot
         assert_eq!(held.round(), first, "a held flow left its stopping worker");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let running = ck.status().worker_pids();
+    let running = ck.status().expect("ck status").worker_pids();
     assert!(
         old.is_subset(&running),
         "a stopping worker whose flows still send was ended: {old:?} not all in {running:?}"
@@ -285,7 +298,8 @@ fn a_stopping_worker_keeps_its_flows_while_they_send_and_is_killed_once_its_slot
     // Quiet from now on: killed for the linger, long before the drain timeout.
     ck.wait_status("the old workers gone", READY_TIMEOUT, |s| {
         s.worker_pids().is_disjoint(&old) && s.slots.len() == 2
-    });
+    })
+    .expect("wait for the status");
     let log = ck.log();
     let quiet_kills = log
         .lines()
@@ -337,7 +351,7 @@ fn status_and_top_show_each_slots_datagrams_per_second() {
     while Instant::now() < sent_until {
         answered_by(&flows.round());
     }
-    let status = ck.status();
+    let status = ck.status().expect("ck status");
     let udp = &status.udp[0];
     let rates: Vec<Option<f64>> = udp.slots.iter().map(|s| s.datagrams_per_s).collect();
     assert!(rates.iter().all(Option::is_some), "{udp:#?}");
@@ -346,7 +360,7 @@ fn status_and_top_show_each_slots_datagrams_per_second() {
         "the slots with flows have a rate: {udp:#?}"
     );
     assert!(udp.datagrams_per_s.is_some_and(|r| r > 0.0), "{udp:#?}");
-    let text = ck.ctl_ok(&["status"]);
+    let text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(text.contains("/s,"), "{text}");
 }
 
@@ -357,7 +371,7 @@ fn stateless_mode_answers_every_datagram_and_remembers_no_flow() {
     for _ in 0..3 {
         assert_eq!(answered_by(&flows.round()).len(), 3);
     }
-    let udp = ck.status().udp[0].clone();
+    let udp = ck.status().expect("ck status").udp[0].clone();
     assert_eq!(udp.mode, "stateless", "{udp:#?}");
     assert_eq!(udp.flows, 0, "{udp:#?}");
     assert_eq!(udp.routes["stateless"], 3 * FLOWS as u64, "{udp:#?}");
@@ -371,13 +385,15 @@ fn an_upgrade_in_place_keeps_every_flow_on_its_worker() {
     let before = flows.round();
     // A scale-up first: the consistent table no longer gives every flow its worker, so only
     // the flow table (pinned, kept by the new image) can.
-    ck.ctl_ok(&["scale", "4"]);
+    ck.ctl_ok(&["scale", "4"]).expect("ck scale");
     wait_exactly(&mut ck, 4);
     answered_by(&before);
-    ck.ctl_ok(&["upgrade"]);
-    let upgraded = ck.wait_status("the upgrade done", READY_TIMEOUT, |s| {
-        s.upgrades == 1 && s.ready_count() == 4 && s.bpf
-    });
+    ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
+    let upgraded = ck
+        .wait_status("the upgrade done", READY_TIMEOUT, |s| {
+            s.upgrades == 1 && s.ready_count() == 4 && s.bpf
+        })
+        .expect("wait for the status");
     assert!(
         upgraded
             .last_upgrade
@@ -386,7 +402,7 @@ fn an_upgrade_in_place_keeps_every_flow_on_its_worker() {
     );
     let after = flows.round();
     assert_eq!(moved(&before, &after), 0, "{before:?}\n{after:?}");
-    let udp = ck.status().udp[0].clone();
+    let udp = ck.status().expect("ck status").udp[0].clone();
     assert_eq!(udp.routes["stale"], 0, "{udp:#?}");
 }
 
@@ -411,24 +427,28 @@ fn a_fleet_taken_back_after_its_ck_was_killed_keeps_every_flow_on_its_worker() {
     let name = instance_name("udp-survive", port);
     let first_args = args("3");
     let first_args: Vec<&str> = first_args.iter().map(String::as_str).collect();
-    let mut first = Ck::start(&name, &first_args);
-    first.wait_ready(3, READY_TIMEOUT);
+    let mut first = Ck::start(&name, &first_args).expect("start ck");
+    first
+        .wait_ready(3, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let flows = Flows::open(local(port), FLOWS);
     let before = flows.round();
     // A scale-up first: the consistent table no longer gives every flow its worker, so only
     // the flow table (pinned, read by the program while no ck runs) can.
-    first.ctl_ok(&["scale", "4"]);
+    first.ctl_ok(&["scale", "4"]).expect("ck scale");
     wait_exactly(&mut first, 4);
-    let was = first.status();
-    first.kill_supervisor();
-    first.abandon();
+    let was = first.status().expect("ck status");
+    first.kill_supervisor().expect("kill the supervisor");
+    first.abandon().expect("abandon the dead ck");
     // No ck: the workers serve on, every flow on its own.
     let alone = flows.round();
     assert_eq!(moved(&before, &alone), 0, "{before:?}\n{alone:?}");
     let again_args = args("4");
     let again_args: Vec<&str> = again_args.iter().map(String::as_str).collect();
-    let mut second = Ck::start(&name, &again_args);
-    let now = second.wait_ready(4, READY_TIMEOUT);
+    let mut second = Ck::start(&name, &again_args).expect("start ck");
+    let now = second
+        .wait_ready(4, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(now.worker_pids(), was.worker_pids(), "{was:#?}\n{now:#?}");
     assert!(
         second
@@ -439,11 +459,11 @@ fn a_fleet_taken_back_after_its_ck_was_killed_keeps_every_flow_on_its_worker() {
     );
     let after = flows.round();
     assert_eq!(moved(&before, &after), 0, "{before:?}\n{after:?}");
-    let udp = second.status().udp[0].clone();
+    let udp = second.status().expect("ck status").udp[0].clone();
     assert_eq!(udp.routes["stale"], 0, "{udp:#?}");
     assert_eq!(udp.flows, FLOWS as u64, "the table came through: {udp:#?}");
-    second.ctl_ok(&["stop"]);
-    second.wait_clean_exit();
+    second.ctl_ok(&["stop"]).expect("ck stop");
+    second.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
@@ -459,7 +479,7 @@ fn a_flood_of_one_datagram_flows_keeps_the_flow_table_bounded_and_the_fleet_serv
         let _ = socket.send_to(b"x", addr);
     }
     std::thread::sleep(Duration::from_millis(300));
-    let udp = ck.status().udp[0].clone();
+    let udp = ck.status().expect("ck status").udp[0].clone();
     assert!(udp.flows <= 65_536, "{udp:#?}");
     assert!(udp.flows > 10_000, "{udp:#?}");
     // Known flows and new ones are still answered.
@@ -484,11 +504,11 @@ fn flows_pushed_out_of_the_small_cache_keep_their_workers_from_the_flow_table() 
     }
     std::thread::sleep(Duration::from_millis(300));
     // A bigger fleet changes the consistent table: only the flow table keeps the old flows.
-    ck.ctl_ok(&["scale", "4"]);
+    ck.ctl_ok(&["scale", "4"]).expect("ck scale");
     wait_exactly(&mut ck, 4);
     let after = flows.round();
     assert_eq!(moved(&before, &after), 0, "{before:?}\n{after:?}");
-    let udp = ck.status().udp[0].clone();
+    let udp = ck.status().expect("ck status").udp[0].clone();
     assert_eq!(udp.routes["stale"], 0, "{udp:#?}");
     assert!(udp.flows >= 12_000, "{udp:#?}");
 }
@@ -501,14 +521,16 @@ fn an_ipv6_udp_group_keeps_its_flows_too() {
         probe_base_for(port).to_string(),
     );
     let args = ["--listen", &listen, "--probe-port-base", &base, "-w", "2"];
-    let mut ck = Ck::start(&instance_name("udp-v6", port), &args);
-    let status = ck.wait_ready(2, READY_TIMEOUT);
+    let mut ck = Ck::start(&instance_name("udp-v6", port), &args).expect("start ck");
+    let status = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(status.groups, [format!("udp6-__1-{port}")], "{status:#?}");
     let addr = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
     let flows = Flows::open(addr, FLOWS);
     let before = flows.round();
     assert_eq!(answered_by(&before).len(), 2, "{before:?}");
-    ck.ctl_ok(&["scale", "3"]);
+    ck.ctl_ok(&["scale", "3"]).expect("ck scale");
     wait_exactly(&mut ck, 3);
     assert_eq!(moved(&before, &flows.round()), 0);
 }
@@ -526,17 +548,20 @@ fn udp_instances_started_together_all_get_their_steering_checked() {
                 &instance_name("udp-together", port),
                 &["--listen", &listen, "-w", "1"],
             )
+            .expect("start ck")
         })
         .collect();
     for ck in &mut fleets {
-        let status = ck.wait_status("steering checked by a canary", READY_TIMEOUT, |s| s.bpf);
+        let status = ck
+            .wait_status("steering checked by a canary", READY_TIMEOUT, |s| s.bpf)
+            .expect("wait for the status");
         assert!(
             status.steering.iter().all(|g| g.attached == Some(true)),
             "{status:#?}"
         );
     }
     for mut ck in fleets {
-        ck.ctl_ok(&["stop"]);
-        ck.wait_clean_exit();
+        ck.ctl_ok(&["stop"]).expect("ck stop");
+        ck.wait_clean_exit().expect("ck exits cleanly");
     }
 }

@@ -17,20 +17,22 @@ const FLOWS: usize = 16;
 #[test]
 fn a_lone_workers_socket_is_held_so_datagrams_sent_as_it_dies_reach_its_replacement() {
     let (mut ck, addr) = udp_fleet("udp-lone", 1, &[]);
-    let victim = ck.status().worker_pid(0);
+    let victim = ck.status().expect("ck status").worker_pid(0);
     let held = Flows::open(addr, FLOWS);
     let first = held.round();
     assert_eq!(answered_by(&first), [victim].into(), "{first:?}");
-    let before = ck.status().udp[0].routes.clone();
+    let before = ck.status().expect("ck status").udp[0].routes.clone();
 
     // Sent right after the kill, before any replacement runs: none is lost (`answered_by`
     // asserts an answer for each), and the replacement answers those the victim did not.
     sys::signal(victim, Signal::SIGKILL);
     let meanwhile = held.round();
     let answered = answered_by(&meanwhile);
-    let replaced = ck.wait_status("slot 0 replaced", READY_TIMEOUT, |s| {
-        s.ready_count() == 1 && !s.worker_pids().contains(&victim)
-    });
+    let replaced = ck
+        .wait_status("slot 0 replaced", READY_TIMEOUT, |s| {
+            s.ready_count() == 1 && !s.worker_pids().contains(&victim)
+        })
+        .expect("wait for the status");
     let heir = replaced.worker_pid(0);
     assert!(answered.is_subset(&[victim, heir].into()), "{meanwhile:?}");
     assert!(answered.contains(&heir), "{meanwhile:?}");
@@ -43,7 +45,7 @@ fn a_lone_workers_socket_is_held_so_datagrams_sent_as_it_dies_reach_its_replacem
 
     // The program saw each of those datagrams once (the group never lost its program): the
     // held flows' two rounds as known flows, the fresh ones as new.
-    let routes = ck.status().udp[0].routes.clone();
+    let routes = ck.status().expect("ck status").udp[0].routes.clone();
     let grew = |route: &str| routes.get(route).unwrap_or(&0) - before.get(route).unwrap_or(&0);
     assert_eq!(grew("flow"), 2 * FLOWS as u64, "{before:?} -> {routes:?}");
     assert_eq!(grew("new"), FLOWS as u64, "{before:?} -> {routes:?}");
@@ -55,7 +57,7 @@ fn a_lone_workers_socket_is_held_so_datagrams_sent_as_it_dies_reach_its_replacem
 #[test]
 fn a_lone_worker_rolled_keeps_its_flows_until_it_exits_and_new_flows_go_to_its_successor() {
     let (mut ck, addr) = udp_fleet("udp-lone-roll", 1, &["--drain-timeout", "3s"]);
-    let old = ck.status().worker_pid(0);
+    let old = ck.status().expect("ck status").worker_pid(0);
     let held = Flows::open(addr, FLOWS);
     let first = held.round();
     assert_eq!(answered_by(&first), [old].into(), "{first:?}");
@@ -75,7 +77,8 @@ fn a_lone_worker_rolled_keeps_its_flows_until_it_exits_and_new_flows_go_to_its_s
     // group's only worker.
     ck.wait_status("the old worker gone", READY_TIMEOUT, |s| {
         !s.worker_pids().contains(&old) && s.slots.len() == 1
-    });
+    })
+    .expect("wait for the status");
     assert_eq!(
         answered_by(&held.round()),
         new,

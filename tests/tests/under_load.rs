@@ -16,7 +16,8 @@ const CLOSE_IDLE_GRACE: Duration = Duration::from_millis(500);
 /// SIGKILLs the workers of slots 1 and 2 of a round-robin fleet of 3 under load in `mode`,
 /// asserts on the failures, then checks that all 3 slots serve again.
 fn kill_two_of_three(what: &str, mode: Mode) {
-    let (mut ck, port, status) = start_ready(what, 3, &["--policy", "round-robin"]);
+    let (mut ck, port, status) =
+        start_ready(what, 3, &["--policy", "round-robin"]).expect("start a ready ck");
     assert!(status.migration, "migration is off: {status:#?}");
     let run = churn::kill_two(&mut ck, port, mode);
     let report = &run.report;
@@ -61,7 +62,9 @@ fn kill_two_of_three(what: &str, mode: Mode) {
     }
 
     // Every slot serves again: round-robin from one CPU reaches each of the 3.
-    let status = ck.wait_ready(3, READY_TIMEOUT);
+    let status = ck
+        .wait_ready(3, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let tally = burst_pinned(local(port), 300);
     eprintln!("{what}: burst after the kill: {tally:?}");
     assert_eq!(tally.failed(), 0, "{tally:?}");
@@ -90,7 +93,7 @@ fn sigkill_two_of_three_keep_alive() {
 /// (with keep-alive, but for the one next request of each connection it still holds, answered
 /// with `Connection: close`: the graceful close).
 fn reload_five_times(what: &str, mode: Mode) {
-    let (mut ck, port, _) = start_ready(what, 4, &[]);
+    let (mut ck, port, _) = start_ready(what, 4, &[]).expect("start a ready ck");
     let run = churn::reload_times(&mut ck, port, mode, 4, 5);
     let report = &run.report;
     churn::print_report(what, report);
@@ -187,12 +190,13 @@ fn wait_fleet(ck: &mut Ck, n: usize) -> Status {
         Duration::from_secs(15),
         |s| s.workers as usize == n && s.slots.len() == n && s.ready_count() == n,
     )
+    .expect("wait for the status")
 }
 
 /// `ck scale N` while `load` runs: waits for exactly `n` ready slots ([`wait_fleet`]), checks
 /// the target and the active set, and lets the load run on a while.
 fn scale_to(ck: &mut Ck, what: &str, load: &Background, n: usize) {
-    let said = ck.ctl_ok(&["scale", &n.to_string()]);
+    let said = ck.ctl_ok(&["scale", &n.to_string()]).expect("ck scale");
     eprintln!("{what}: scale {n}: {}", said.trim());
     let fleet = wait_fleet(ck, n);
     eprintln!("{what}: {n} slots at {:?}: {:?}", load.now(), fleet.active);
@@ -203,7 +207,7 @@ fn scale_to(ck: &mut Ck, what: &str, load: &Background, n: usize) {
 
 /// Scales a fleet of 4 to 2, then to 6, under load in `mode`: no request fails.
 fn scale_down_then_up(what: &str, mode: Mode) {
-    let (mut ck, port, _) = start_ready(what, 4, &[]);
+    let (mut ck, port, _) = start_ready(what, 4, &[]).expect("start a ready ck");
     let load = Background::start(port, mode);
     std::thread::sleep(SETTLE);
     scale_to(&mut ck, what, &load, 2);

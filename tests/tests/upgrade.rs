@@ -24,6 +24,7 @@ fn wait_upgraded(ck: &mut Ck, n: u32) -> Status {
     ck.wait_status(&format!("upgrade {n} done"), READY_TIMEOUT, |s| {
         s.upgrades == n && s.bpf
     })
+    .expect("wait for the status")
 }
 
 /// The same supervisor and the same workers, with counters that went on from `was`: no
@@ -61,19 +62,19 @@ fn assert_continuous(ck: &Ck, was: &Status, now: &Status) {
 
 /// Stops ck and checks that nothing is left: no control socket, no pins.
 fn stop_clean(mut ck: Ck) {
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert!(!control_socket(ck.name()).exists(), "control socket left");
     assert!(!pins_dir(ck.name()).exists(), "pins left");
 }
 
 fn upgrades_under_load(what: &str, mode: Mode) {
-    let (mut ck, port, first) = start_ready(what, 4, &[]);
+    let (mut ck, port, first) = start_ready(what, 4, &[]).expect("start a ready ck");
     let load = Background::start_without_retry(port, mode);
     std::thread::sleep(SETTLE);
-    let mut was = ck.status();
+    let mut was = ck.status().expect("ck status");
     for n in 1..=UPGRADES {
-        let said = ck.ctl_ok(&["upgrade"]);
+        let said = ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
         assert!(said.contains("upgraded:"), "upgrade {n}: {said}");
         let now = wait_upgraded(&mut ck, n);
         assert_continuous(&ck, &was, &now);
@@ -89,7 +90,7 @@ fn upgrades_under_load(what: &str, mode: Mode) {
     std::thread::sleep(SETTLE);
     let report = load.finish_and_print(what);
     churn::assert_served(&report);
-    let after = ck.status();
+    let after = ck.status().expect("ck status");
     assert_continuous(&ck, &first, &after);
     assert_eq!(after.upgrades, UPGRADES);
     let selected = |s: &Status| s.slots.iter().map(|s| s.selected).sum::<u64>();
@@ -132,7 +133,7 @@ fn ten_upgrades_under_load_keep_alive() {
 
 #[test]
 fn a_binary_that_cannot_take_over_is_refused_and_ck_carries_on() {
-    let (mut ck, port, before) = start_ready("up-bad", 2, &[]);
+    let (mut ck, port, before) = start_ready("up-bad", 2, &[]).expect("start a ready ck");
     let dir = TempDir::new("up-bad");
     let not_executable = dir.write("ck-not-executable", "#!/bin/sh\nexit 0\n", false);
     let not_ck = dir.write("not-ck", "#!/bin/sh\necho hello\n", true);
@@ -170,7 +171,9 @@ fn a_binary_that_cannot_take_over_is_refused_and_ck_carries_on() {
     ];
     for (binary, problem) in cases {
         let binary = binary.to_str().expect("UTF-8 path").to_string();
-        let out = ck.ctl(&["upgrade", "--binary", &binary]);
+        let out = ck
+            .ctl(&["upgrade", "--binary", &binary])
+            .expect("ck upgrade");
         let said = sys_said(&out);
         assert!(!out.status.success(), "{binary}: {said}");
         assert!(said.contains(problem), "{binary}: {said}");
@@ -179,7 +182,7 @@ fn a_binary_that_cannot_take_over_is_refused_and_ck_carries_on() {
             "{binary}: no fix named: {said}"
         );
         // The old ck carries on: same pid, same workers, still serving, no upgrade counted.
-        let now = ck.status();
+        let now = ck.status().expect("ck status");
         assert_eq!(now.pid, ck.pid());
         assert_eq!(now.worker_pids(), before.worker_pids(), "{now:#?}");
         assert_eq!(now.upgrades, 0, "{now:#?}");
@@ -194,7 +197,8 @@ fn a_binary_that_cannot_take_over_is_refused_and_ck_carries_on() {
     }
     // And a good one still works afterwards.
     let bin = ck_tests::ck_bin();
-    ck.ctl_ok(&["upgrade", "--binary", bin.to_str().expect("UTF-8 path")]);
+    ck.ctl_ok(&["upgrade", "--binary", bin.to_str().expect("UTF-8 path")])
+        .expect("ck upgrade");
     let now = wait_upgraded(&mut ck, 1);
     assert_eq!(now.worker_pids(), before.worker_pids());
     stop_clean(ck);
@@ -210,10 +214,12 @@ fn sys_said(out: &std::process::Output) -> String {
 
 #[test]
 fn sigusr2_upgrades_in_place() {
-    let (mut ck, port, _) = start_ready("up-usr2", 2, &[]);
+    let (mut ck, port, _) = start_ready("up-usr2", 2, &[]).expect("start a ready ck");
     // A worker count changed at run time is kept (not the command line's).
-    ck.ctl_ok(&["scale", "3"]);
-    let before = ck.wait_ready(3, READY_TIMEOUT);
+    ck.ctl_ok(&["scale", "3"]).expect("ck scale");
+    let before = ck
+        .wait_ready(3, READY_TIMEOUT)
+        .expect("wait for ready slots");
     sys::signal(ck.pid(), Signal::SIGUSR2);
     let now = wait_upgraded(&mut ck, 1);
     assert_continuous(&ck, &before, &now);
@@ -228,11 +234,14 @@ fn sigusr2_upgrades_in_place() {
 fn one_worker_still_starting_becomes_ready_after_an_upgrade() {
     // The worker says READY=1 1.5 s after it starts: on the notify socket the new image took
     // over, with the ready timeout armed again from the handed-over timers.
-    let (mut ck, port, starting) = start_one_starting("up-start", &[]);
+    let (mut ck, port, starting) =
+        start_one_starting("up-start", &[]).expect("start ck with a starting worker");
     let pid = starting.worker_pid(0);
-    let out = ck.ctl_ok(&["upgrade"]);
+    let out = ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
     assert!(out.contains("upgraded:"), "{out}");
-    let ready = ck.wait_ready(1, READY_TIMEOUT);
+    let ready = ck
+        .wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(ready.worker_pid(0), pid, "{ready:#?}");
     assert_eq!(ready.slot(0).restarts, 0, "{ready:#?}");
     assert_eq!(ready.slot(0).generation, starting.slot(0).generation);
@@ -243,14 +252,14 @@ fn one_worker_still_starting_becomes_ready_after_an_upgrade() {
 
 #[test]
 fn an_upgrade_in_the_first_milliseconds_works_or_is_refused_clearly() {
-    let (mut ck, port) = start("up-early", &["-w", "1"]);
+    let (mut ck, port) = start("up-early", &["-w", "1"]).expect("start ck");
     // As soon as the control socket answers.
     assert!(sys::poll_until(
         READY_TIMEOUT,
         Duration::from_millis(1),
         || { control_socket(ck.name()).exists() }
     ));
-    let out = ck.ctl(&["upgrade"]);
+    let out = ck.ctl(&["upgrade"]).expect("ck upgrade");
     let said = sys_said(&out);
     eprintln!("upgrade asked as soon as the control socket existed: {said}");
     if out.status.success() {
@@ -259,9 +268,11 @@ fn an_upgrade_in_the_first_milliseconds_works_or_is_refused_clearly() {
         assert!(said.contains("upgrade refused:"), "{said}");
         assert!(said.contains("try again"), "{said}");
     }
-    let ready = ck.wait_ready(1, READY_TIMEOUT);
-    let again = ck.status().upgrades + 1;
-    ck.ctl_ok(&["upgrade"]);
+    let ready = ck
+        .wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
+    let again = ck.status().expect("ck status").upgrades + 1;
+    ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
     let now = wait_upgraded(&mut ck, again);
     assert_eq!(now.worker_pids(), ready.worker_pids(), "{now:#?}");
     let tally = burst(local(port), 20);
@@ -291,7 +302,8 @@ fn metrics(addr: &str) -> String {
 
 #[test]
 fn the_metrics_listener_and_its_counters_go_on_after_an_upgrade() {
-    let (mut ck, port, before) = start_ready("up-metrics", 2, &["--metrics", "127.0.0.1:0"]);
+    let (mut ck, port, before) =
+        start_ready("up-metrics", 2, &["--metrics", "127.0.0.1:0"]).expect("start a ready ck");
     let addr = before.metrics.clone().expect("a metrics address");
     burst(local(port), 20);
     assert!(metrics(&addr).contains("ck_upgrades_total 0"));
@@ -311,7 +323,7 @@ fn the_metrics_listener_and_its_counters_go_on_after_an_upgrade() {
             (codes, unanswered)
         })
     };
-    ck.ctl_ok(&["upgrade"]);
+    ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
     let now = wait_upgraded(&mut ck, 1);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (codes, unanswered) = poller.join().expect("the /readyz poller");
@@ -359,18 +371,23 @@ fn a_broken_slots_cool_down_goes_on_across_an_upgrade() {
             "--",
             app,
         ],
-    );
-    let broken = ck.wait_status("slot 1 broken", READY_TIMEOUT, |s| {
-        s.bpf && s.slots.len() == 2 && s.slot(0).state == "ready" && s.slot(1).state == "broken"
-    });
-    let out = ck.ctl_ok(&["upgrade"]);
+    )
+    .expect("start ck");
+    let broken = ck
+        .wait_status("slot 1 broken", READY_TIMEOUT, |s| {
+            s.bpf && s.slots.len() == 2 && s.slot(0).state == "ready" && s.slot(1).state == "broken"
+        })
+        .expect("wait for the status");
+    let out = ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
     assert!(out.contains("upgraded:"), "{out}");
     let was = broken.slot(1).restarts;
-    let after = ck.wait_status(
-        "slot 1 tried again after its cool-down",
-        READY_TIMEOUT,
-        |s| s.slot(1).restarts > was,
-    );
+    let after = ck
+        .wait_status(
+            "slot 1 tried again after its cool-down",
+            READY_TIMEOUT,
+            |s| s.slot(1).restarts > was,
+        )
+        .expect("wait for the status");
     assert_eq!(after.upgrades, 1, "{after:#?}");
     assert_eq!(after.worker_pid(0), broken.worker_pid(0), "{after:#?}");
     stop_clean(ck);
@@ -385,24 +402,28 @@ fn an_upgrade_during_a_rolling_restart_is_refused_and_the_roll_goes_on() {
         "up-roll",
         2,
         &["--", bin, "demo-worker", "--ready-after", "1s"],
-    );
+    )
+    .expect("start a ready ck");
     let reload = ck_tests::ck::ck_command()
         .args(["reload", "--name", ck.name()])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("starting ck reload");
-    ck.wait_status("the roll under way", READY_TIMEOUT, |s| s.reloading);
-    let out = ck.ctl(&["upgrade"]);
+    ck.wait_status("the roll under way", READY_TIMEOUT, |s| s.reloading)
+        .expect("wait for the status");
+    let out = ck.ctl(&["upgrade"]).expect("ck upgrade");
     let said = sys_said(&out);
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("rolling restart is in progress"), "{said}");
     let reload = reload.wait_with_output().expect("ck reload");
     assert!(reload.status.success(), "{}", sys_said(&reload));
-    let now = ck.wait_ready(2, READY_TIMEOUT);
+    let now = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(now.upgrades, 0, "{now:#?}");
     // Once the roll is done, the upgrade goes through.
-    ck.ctl_ok(&["upgrade"]);
+    ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
     wait_upgraded(&mut ck, 1);
     let tally = burst(local(port), 20);
     assert_eq!(tally.failed(), 0, "{tally:?}");
@@ -415,13 +436,13 @@ fn an_upgrade_during_a_rolling_restart_is_refused_and_the_roll_goes_on() {
 fn adopted_upgrades_under_load(what: &str, server: Server, mode: Mode) {
     let args = server.args(&[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (mut ck, port) = start(what, &args);
+    let (mut ck, port) = start(what, &args).expect("start ck");
     let first = adopted::wait_fleet(&mut ck, server, |_| true);
     let load = Background::start_without_retry(port, mode);
     std::thread::sleep(SETTLE);
-    let mut was = ck.status();
+    let mut was = ck.status().expect("ck status");
     for n in 1..=3 {
-        let said = ck.ctl_ok(&["upgrade"]);
+        let said = ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
         assert!(said.contains("upgraded:"), "upgrade {n}: {said}");
         let now = adopted::wait_fleet(&mut ck, server, |s| s.upgrades == n);
         assert_eq!(now.pid, ck.pid(), "ck's pid changed: {now:#?}");
@@ -432,7 +453,7 @@ fn adopted_upgrades_under_load(what: &str, server: Server, mode: Mode) {
     std::thread::sleep(SETTLE);
     let report = load.finish_and_print(what);
     churn::assert_served(&report);
-    let after = ck.status();
+    let after = ck.status().expect("ck status");
     adopted::assert_same_fleet(&first, &after);
     adopted::assert_every_slot_gets_connections(&ck, port);
     assert_eq!(ck.log().matches("ck upgraded in place").count(), 3);

@@ -35,7 +35,7 @@ fn shell_flags(script: &str) -> [&str; 8] {
 
 /// One worker running the shell `script` (see [`shell_flags`]).
 fn start_script(name: &str, script: &str) -> (Ck, u16, ck_tests::Status) {
-    start_ready(name, 1, &shell_flags(script))
+    start_ready(name, 1, &shell_flags(script)).expect("start a ready ck")
 }
 
 /// Every line of a JSON log as an object (panics on a line that is not one).
@@ -80,7 +80,7 @@ fn wait_log(ck: &Ck, what: &str, check: impl Fn(&str) -> bool) {
 
 #[test]
 fn text_lines_are_prefixed_with_their_worker() {
-    let (ck, _port, status) = start_ready("out-text", 2, &[]);
+    let (ck, _port, status) = start_ready("out-text", 2, &[]).expect("start a ready ck");
     for slot in [0, 1] {
         let pid = status.worker_pid(slot);
         let line = format!(
@@ -104,9 +104,9 @@ fn lines_keep_their_order_and_a_partial_last_line_is_logged_at_exit() {
     let (mut ck, _port, status) = start_script("out-order", &script);
     let pid = status.worker_pid(0);
     wait_log(&ck, "the stderr line", |log| log.contains("to-stderr"));
-    assert_eq!(ck.status().slot(0).output_dropped, 0);
-    ck.sigterm();
-    ck.wait_clean_exit();
+    assert_eq!(ck.status().expect("ck status").slot(0).output_dropped, 0);
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     let log = ck.log();
     let all = records(&log);
     let mut expected: Vec<String> = (1..=LINES).map(|i| format!("line {i}")).collect();
@@ -169,25 +169,32 @@ fn a_flood_while_ck_s_stderr_is_stalled_blocks_nothing_and_is_counted() {
     ]);
     cmd.args(["--metrics", "127.0.0.1:0", "--", "/bin/sh", "-c"]);
     cmd.arg("exec yes 'a flooding worker writes this line as fast as it can'");
-    let mut ck = Ck::spawn_with_stderr(&name, cmd, Some(Stdio::from(stderr)));
-    let status = ck.wait_ready(1, READY_TIMEOUT);
+    let mut ck = Ck::spawn_with_stderr(&name, cmd, Some(Stdio::from(stderr))).expect("start ck");
+    let status = ck
+        .wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     let (ck_pid, worker) = (status.pid, status.worker_pid(0));
     let before = rss_kib(ck_pid);
     // ck reads the flood and drops what its stalled stderr cannot take, and says how many.
     let mut dropped = 0;
     let counted = poll_until(READY_TIMEOUT, Duration::from_millis(50), || {
-        dropped = ck.status().slot(0).output_dropped;
+        dropped = ck.status().expect("ck status").slot(0).output_dropped;
         dropped > 1_000
     });
     assert!(counted, "dropped lines counted: {dropped}");
     // The event loop still answers, memory stays bounded, the worker still runs.
     for _ in 0..5 {
-        let now = ck.status();
+        let now = ck.status().expect("ck status");
         assert_eq!(now.worker_pid(0), worker);
     }
-    let addr = ck.status().metrics.clone().expect("a metrics address");
+    let addr = ck
+        .status()
+        .expect("ck status")
+        .metrics
+        .clone()
+        .expect("a metrics address");
     assert!(dropped_metric(&addr, 0) >= dropped);
-    let text = ck.ctl_ok(&["status"]);
+    let text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(
         text.contains(
             "worker output: lines dropped because ck's own output could not keep up (slot 0: "
@@ -206,8 +213,8 @@ fn a_flood_while_ck_s_stderr_is_stalled_blocks_nothing_and_is_counted() {
         let _ = std::fs::File::from(stalled).read_to_end(&mut text);
         String::from_utf8_lossy(&text).into_owned()
     });
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     let text = reader.join().expect("the reader");
     assert!(
         text.contains("worker output dropped: ck's own output (its stderr) could not keep up"),
@@ -226,9 +233,10 @@ fn the_pipes_survive_an_upgrade_and_nothing_is_lost() {
     let (mut ck, _port, status) = start_script("out-upgrade", TICKER);
     let pid = status.worker_pid(0);
     wait_log(&ck, "5 ticks", |log| ticks(log, pid).len() >= 5);
-    let said = ck.ctl_ok(&["upgrade"]);
+    let said = ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
     assert!(said.contains("upgraded:"), "{said}");
-    ck.wait_status("upgrade done", READY_TIMEOUT, |s| s.upgrades == 1);
+    ck.wait_status("upgrade done", READY_TIMEOUT, |s| s.upgrades == 1)
+        .expect("wait for the status");
     // Ten more ticks after the new image said it took over.
     let after_upgrade = |log: &str| {
         let all = records(log);
@@ -243,25 +251,30 @@ fn the_pipes_survive_an_upgrade_and_nothing_is_lost() {
     wait_log(&ck, "ticks after the upgrade", |log| {
         after_upgrade(log) >= 10
     });
-    assert_eq!(ck.status().worker_pid(0), pid, "the same worker");
+    assert_eq!(
+        ck.status().expect("ck status").worker_pid(0),
+        pid,
+        "the same worker"
+    );
     let log = ck.log();
     let seen = ticks(&log, pid);
     assert_eq!(seen.first(), Some(&0), "{log}");
     assert_contiguous(&seen, &log);
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
 fn a_worker_writes_on_while_ck_is_dead_and_the_next_ck_reads_what_it_wrote() {
     let mut flags = vec!["--survive-supervisor"];
     flags.extend(shell_flags(TICKER));
-    let (mut first, port, status) = start_ready("out-survive", 1, &flags);
+    let (mut first, port, status) =
+        start_ready("out-survive", 1, &flags).expect("start a ready ck");
     let (name, pid) = (first.name().to_string(), status.worker_pid(0));
     wait_log(&first, "5 ticks", |log| ticks(log, pid).len() >= 5);
-    first.kill_supervisor();
+    first.kill_supervisor().expect("kill the supervisor");
     let first_log = first.log();
-    first.abandon();
+    first.abandon().expect("abandon the dead ck");
     let last = *ticks(&first_log, pid).last().expect("ticks");
     // ck is away for a second: the worker writes some 20 lines into its pipe meanwhile.
     std::thread::sleep(Duration::from_secs(1));
@@ -276,8 +289,10 @@ fn a_worker_writes_on_while_ck_is_dead_and_the_next_ck_reads_what_it_wrote() {
         &base_text,
     ];
     args.extend_from_slice(&flags);
-    let mut second = Ck::start(&name, &args);
-    let now = second.wait_ready(1, READY_TIMEOUT);
+    let mut second = Ck::start(&name, &args).expect("start ck");
+    let now = second
+        .wait_ready(1, READY_TIMEOUT)
+        .expect("wait for ready slots");
     assert_eq!(now.worker_pid(0), pid, "the same worker: {now:#?}");
     wait_log(&second, "40 ticks", |log| ticks(log, pid).len() >= 40);
     let log = second.log();
@@ -291,13 +306,14 @@ fn a_worker_writes_on_while_ck_is_dead_and_the_next_ck_reads_what_it_wrote() {
     );
     assert_contiguous(&seen, &log);
     assert!(pid_alive(pid));
-    second.sigterm();
-    second.wait_clean_exit();
+    second.sigterm().expect("SIGTERM to ck");
+    second.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
 fn inherit_leaves_the_workers_on_ck_s_own_output() {
-    let (ck, _port, status) = start_ready("out-inherit", 1, &["--worker-output", "inherit"]);
+    let (ck, _port, status) =
+        start_ready("out-inherit", 1, &["--worker-output", "inherit"]).expect("start a ready ck");
     let pid = status.worker_pid(0);
     let bare = format!("demo worker slot=0 pid={pid} listening on ");
     wait_log(&ck, &bare, |log| log.lines().any(|l| l.starts_with(&bare)));
@@ -319,9 +335,10 @@ fn a_line_in_the_making_at_an_upgrade_is_logged_in_two_marked_parts() {
     wait_log(&ck, "the first line", |log| {
         lines_of(&records(log), pid, "stdout").contains(&"started".to_string())
     });
-    let said = ck.ctl_ok(&["upgrade"]);
+    let said = ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
     assert!(said.contains("upgraded:"), "{said}");
-    ck.wait_status("upgrade done", READY_TIMEOUT, |s| s.upgrades == 1);
+    ck.wait_status("upgrade done", READY_TIMEOUT, |s| s.upgrades == 1)
+        .expect("wait for the status");
     std::fs::write(&go, "").expect("the go file");
     wait_log(&ck, "the rest of the line", |log| {
         lines_of(&records(log), pid, "stdout").contains(&"rest".to_string())
@@ -332,6 +349,6 @@ fn a_line_in_the_making_at_an_upgrade_is_logged_in_two_marked_parts() {
         ["started", "half- [split: ck upgrade]", "rest"],
         "{log}"
     );
-    ck.sigterm();
-    ck.wait_clean_exit();
+    ck.sigterm().expect("SIGTERM to ck");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }

@@ -37,8 +37,10 @@ fn start_on(what: &str, port: u16, workers: usize, args: &[&str]) -> (Ck, Status
     // Root runs ck, but the workers run as `nobody`, which must reach the binary they start
     // (ck's own, for the demo worker), wherever the checkout is.
     let ck_copy = reachable_copy(&ck_bin());
-    let mut ck = Ck::start_command(ck_command_at(&ck_copy), &name, &all, &[]);
-    let status = ck.wait_ready(workers, READY_TIMEOUT);
+    let mut ck = Ck::start_command(ck_command_at(&ck_copy), &name, &all, &[]).expect("start ck");
+    let status = ck
+        .wait_ready(workers, READY_TIMEOUT)
+        .expect("wait for ready slots");
     (ck, status)
 }
 
@@ -50,11 +52,13 @@ fn workers_run_as_nobody_on_a_low_port_with_no_capability() {
         assert_nobody_without_capabilities(pid);
     }
     // Their notify messages still count: the demo worker's STATUS= reaches ck, none refused.
-    let status = ck.wait_status("STATUS=serving from both workers", READY_TIMEOUT, |s| {
-        s.slots
-            .iter()
-            .all(|slot| slot.status.as_deref() == Some("serving"))
-    });
+    let status = ck
+        .wait_status("STATUS=serving from both workers", READY_TIMEOUT, |s| {
+            s.slots
+                .iter()
+                .all(|slot| slot.status.as_deref() == Some("serving"))
+        })
+        .expect("wait for the status");
     assert!(
         status.slots.iter().all(|s| s.notify_refused == 0),
         "{status:#?}"
@@ -70,17 +74,19 @@ fn workers_run_as_nobody_on_a_low_port_with_no_capability() {
     // A SIGKILLed worker is restarted as nobody, and serves.
     let old = status.worker_pid(1);
     ck_tests::sys::kill_hard(old);
-    let after = ck.wait_status("slot 1 restarted", READY_TIMEOUT, |s| {
-        let slot = s.slot(1);
-        slot.pid.is_some_and(|p| p != old) && slot.state == "ready" && slot.restarts == 1
-    });
+    let after = ck
+        .wait_status("slot 1 restarted", READY_TIMEOUT, |s| {
+            let slot = s.slot(1);
+            slot.pid.is_some_and(|p| p != old) && slot.state == "ready" && slot.restarts == 1
+        })
+        .expect("wait for the status");
     let new = after.worker_pid(1);
     assert_nobody_without_capabilities(new);
     let again = burst_pinned(addr, 20);
     assert_eq!(again.pid(new), 10, "the new worker serves: {again:?}");
 
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
     assert!(port_bindable(port), "port {port} left bound");
 }
 
@@ -108,13 +114,15 @@ fn adopted_workers_run_as_nobody_and_are_adopted() {
     }
     let old = status.worker_pid(0);
     ck_tests::sys::kill_hard(old);
-    let after = ck.wait_status("slot 0 adopted again", READY_TIMEOUT, |s| {
-        let slot = s.slot(0);
-        slot.pid.is_some_and(|p| p != old) && slot.state == "ready" && slot.restarts == 1
-    });
+    let after = ck
+        .wait_status("slot 0 adopted again", READY_TIMEOUT, |s| {
+            let slot = s.slot(0);
+            slot.pid.is_some_and(|p| p != old) && slot.state == "ready" && slot.restarts == 1
+        })
+        .expect("wait for the status");
     assert_nobody_without_capabilities(after.worker_pid(0));
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 #[test]
@@ -127,8 +135,8 @@ fn user_from_a_config_file() {
     assert_nobody_without_capabilities(status.worker_pid(0));
     let served = burst_pinned(local(port), 5);
     assert_eq!(served.ok, 5, "{served:?}");
-    ck.ctl_ok(&["stop"]);
-    ck.wait_clean_exit();
+    ck.ctl_ok(&["stop"]).expect("ck stop");
+    ck.wait_clean_exit().expect("ck exits cleanly");
 }
 
 /// Asserts that `out` failed with an error (`error:` from the option's parser, `ck: error:`

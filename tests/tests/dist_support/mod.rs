@@ -257,7 +257,7 @@ pub fn serve_and_drain(
     cmd.args(["run", "--name", &name, "--policy", "round-robin"])
         .args(["-w", &workers.to_string(), "--port", &port.to_string()])
         .args(["--probe-port-base", &probe_base_for(port).to_string()]);
-    let mut instance = Ck::spawn(&name, cmd);
+    let mut instance = Ck::spawn(&name, cmd).expect("start ck");
     let ctl = |args: &[&str]| stdout(ck().args(args).args(["--name", &name]));
     while_running(&wait_ready(ck, &name, workers as usize));
     let addr = local(port);
@@ -288,5 +288,5 @@ pub fn serve_and_drain(
         );
     }
     ctl(&["stop"]);
-    instance.wait_clean_exit();
+    instance.wait_clean_exit().expect("ck exits cleanly");
 }
