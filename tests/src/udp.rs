@@ -5,24 +5,25 @@ use std::{
     time::Duration,
 };
 
-use crate::{Ck, READY_TIMEOUT, instance_name, local, probe_base_for, sys::free_port};
+use crate::ck::{Proto, StartOptions};
+use crate::{Ck, READY_TIMEOUT, instance_name, probe_base_for, sys::free_port};
 
 /// Starts a UDP-only fleet of `workers` on a free loopback port, with `extra` options (and
 /// the command after `--`, if any), waits until they are ready, and returns it with its
 /// address.
 pub fn udp_fleet(what: &str, workers: usize, extra: &[&str]) -> (Ck, SocketAddr) {
     let port = free_port();
-    let (listen, base, w) = (
-        format!("udp://127.0.0.1:{port}"),
-        probe_base_for(port).to_string(),
-        workers.to_string(),
-    );
-    let mut args = vec!["--listen", &listen, "--probe-port-base", &base, "-w", &w];
-    args.extend_from_slice(extra);
-    let mut ck = Ck::start(&instance_name(what, port), &args).expect("start ck");
+    let mut ck = StartOptions::new()
+        .listen(Proto::Udp, port)
+        .args(&["--probe-port-base", &probe_base_for(port).to_string()])
+        .args(&["-w", &workers.to_string()])
+        .args(extra)
+        .start(&instance_name(what, port))
+        .expect("start ck");
     ck.wait_ready(workers, READY_TIMEOUT)
         .expect("wait for ready slots");
-    (ck, local(port))
+    let addr = ck.addr();
+    (ck, addr)
 }
 
 /// How long a flow waits for its answer.
