@@ -119,15 +119,22 @@ fn lent_binaries_dir() -> PathBuf {
     .clone()
 }
 
-/// Panics with the fix unless `nobody` can execute `path` (every directory above it searchable).
-pub fn assert_reachable_by_nobody(path: &Path) {
+/// The first directory above `path` that others cannot search (so `nobody` cannot run
+/// `path`), with its mode; `None` when every one can be searched.
+pub fn unsearchable_ancestor(path: &Path) -> Option<(PathBuf, u32)> {
     use std::os::unix::fs::PermissionsExt as _;
-    for dir in path.ancestors().skip(1) {
+    path.ancestors().skip(1).find_map(|dir| {
         let mode = fs::metadata(dir)
             .map(|m| m.permissions().mode())
             .unwrap_or(0);
-        assert!(
-            mode & 0o001 != 0,
+        (mode & 0o001 == 0).then(|| (dir.to_path_buf(), mode))
+    })
+}
+
+/// Panics with the fix unless `nobody` can execute `path` (every directory above it searchable).
+pub fn assert_reachable_by_nobody(path: &Path) {
+    if let Some((dir, mode)) = unsearchable_ancestor(path) {
+        panic!(
             "{} is not searchable by others (mode {mode:o}), so `nobody` cannot run {}: set \
              TMPDIR to a directory others can search",
             dir.display(),

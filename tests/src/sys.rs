@@ -23,6 +23,12 @@ use nix::unistd::Pid;
 /// by `bind(0)` comes from the same pool as the source ports of outgoing connections, so a
 /// parallel test's client could take it as its source port before ck binds it (or right after
 /// ck releases it, while a test checks that the port is free again).
+///
+/// Tests run in processes of their own, several at once (nextest): each running test has a
+/// slot number of its own (`NEXTEST_TEST_GLOBAL_SLOT`), and a port is only picked from the
+/// slot's share of the range, the ports whose last two digits are the slot modulo
+/// [`PORT_SHARES`]: two tests running at once never pick the same port, nor ports of the same
+/// last two digits, which decide the probe port base ([`crate::probe_base_for`]).
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -42,10 +48,14 @@ pub fn free_port() -> u16 {
                     .map(|d| d.subsec_nanos())
                     .unwrap_or(0)
         });
+        let share = test_slot() % PORT_SHARES;
         for _ in 0..span {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
             let port = LOW + seed.wrapping_add(n.wrapping_mul(101)) % span;
             let port = u16::try_from(port).expect("below the ephemeral range");
+            if u32::from(port % 100) % PORT_SHARES != share {
+                continue;
+            }
             if port_bindable(port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
                 return port;
             }
@@ -55,6 +65,19 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("binding 127.0.0.1:0 to find a free port")
         .port()
+}
+
+/// Into how many shares [`free_port`] splits its range: as many tests can run at once without
+/// ever picking the same port (more than the CPUs of the machines the suite runs on).
+pub const PORT_SHARES: u32 = 4;
+
+/// This test's slot among the tests running at once (`NEXTEST_TEST_GLOBAL_SLOT`; 0 outside
+/// nextest, where the tests of one process share [`free_port`]'s counter instead).
+fn test_slot() -> u32 {
+    std::env::var("NEXTEST_TEST_GLOBAL_SLOT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Whether `0.0.0.0:port` can be bound right now by a plain listener (no `SO_REUSEPORT`).

@@ -10,8 +10,10 @@ mod dist;
 mod docs;
 mod fuzz;
 mod multi_host;
+mod nextest;
 mod promises;
 mod tally;
+mod test;
 mod test_deps;
 mod toolchain;
 
@@ -72,11 +74,13 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// Build `ck` and run `cargo test --workspace --exclude ck-ebpf --exclude ck-fuzz ARGS...`
-    /// as root, then each fuzz target for a few seconds and (without ARGS) README's promises on
-    /// the release build (`promises`).
+    /// The whole suite as root, every part run even after another failed: `cargo fmt --check`,
+    /// clippy with `-D warnings`, `docs --check`, every test binary under cargo-nextest (each
+    /// test stopped at its time limit), the doc tests, each fuzz target for a few seconds and
+    /// README's promises on the release build; one closing line says how each part went. With
+    /// ARGS, only `cargo nextest run ARGS...`.
     Test {
-        /// Extra arguments for `cargo test` (put them after `--`).
+        /// Arguments for `cargo nextest run` (put them after `--`), e.g. `--test NAME`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
@@ -171,7 +175,7 @@ fn dispatch(task: Task) -> Result<()> {
             build(release).map(drop)
         }
         Task::Run { release, args } => run(release, args),
-        Task::Test { args } => test(args),
+        Task::Test { args } => test::run(args),
         Task::Bench {
             scenario,
             save,
@@ -216,7 +220,9 @@ fn dispatch(task: Task) -> Result<()> {
             }
             toolchain::ensure(Bpffs::Required)?;
             test_deps::ensure(workspace_root()?)?;
-            promises::run(&build(true)?, only.as_deref())
+            let kept = promises::run(&build(true)?, only.as_deref())?;
+            println!("promises: {kept}");
+            Ok(())
         }
         Task::Fleet { front } => {
             if !cmd::is_root() {
@@ -369,60 +375,6 @@ fn run(release: bool, args: Vec<OsString>) -> Result<()> {
     // exec only returns on failure; on success ck takes over our pid, so signals go to it.
     let err = ck.exec();
     Err(err).with_context(|| format!("could not exec `{}`", cmd::describe(&ck)))
-}
-
-/// `cargo xtask test`: set up, build ck, then run the workspace tests (test binaries as root).
-fn test(args: Vec<OsString>) -> Result<()> {
-    // Some tests run ck with --adopt.
-    let privilege = privilege(
-        true,
-        &format!(
-            "the integration tests need root ({}) to load ck's BPF programs: run \
-             `cargo xtask test` as root, or install sudo",
-            bpf_caps(true)
-        ),
-    )?;
-    toolchain::ensure(Bpffs::Required)?;
-    test_deps::ensure(workspace_root()?)?;
-    build(false)?;
-
-    let mut cargo = workspace_cargo()?;
-    cargo.arg("test");
-    if privilege == Privilege::Sudo {
-        // Build as the user and run only the test binaries as root, so target/ stays ours.
-        cargo.args(["--config", r#"target.'cfg(all())'.runner = ["sudo", "-E"]"#]);
-    }
-    cargo
-        .args([
-            "--workspace",
-            "--exclude",
-            "ck-ebpf",
-            "--exclude",
-            "ck-fuzz",
-        ])
-        .args(&args);
-    let (status, tally) =
-        tally::run(&mut cargo).with_context(|| format!("running `{}`", cmd::describe(&cargo)))?;
-    // A short run of every fuzz target (only when the tests passed and none was filtered out).
-    let fuzzed = match status.success() && args.is_empty() {
-        true => Some(fuzz::smoke(workspace_root()?)),
-        false => None,
-    };
-    // One closing line for the whole run (cargo's own last line is only its last binary's).
-    println!("tests: {} passed, {} failed", tally.passed, tally.failed);
-    if let Some(Err(e)) = fuzzed {
-        eprintln!("error: fuzzing: {e:#}");
-        process::exit(1);
-    }
-    // README's promises on the release build (only after a whole run that passed).
-    if fuzzed.is_some() {
-        let kept = build(true).and_then(|bin| promises::run(&bin, None));
-        if let Err(e) = kept {
-            eprintln!("error: promises: {e:#}");
-            process::exit(1);
-        }
-    }
-    process::exit(cmd::exit_code(status))
 }
 
 #[cfg(test)]

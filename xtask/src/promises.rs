@@ -1,103 +1,128 @@
 //! `cargo xtask promises`: README's headline promises (`ck_tests::promises::promises`, each
-//! beside the README section that makes it) checked on a given ck binary, the release build:
-//! each check on a thread of its own, one line per promise as it ends, a table at the end, and
-//! an error if any promise is broken. `cargo xtask test` runs them after the tests.
+//! beside the README section that makes it) checked on a given ck binary, the release build.
+//!
+//! The checks are the test binary `promises` of `ck-tests` (one test per promise), run by
+//! cargo-nextest's `promises` profile: one promise at a time, so that none loads the machine
+//! while another measures it (the idle check reads ck's CPU), each in a process of its own and
+//! stopped at its time limit. A table at the end gives each promise's README section and
+//! verdict. `cargo xtask test` runs them after the tests.
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
-use ck_tests::promises::{Promise, promises};
+use anyhow::{Result, anyhow, bail};
+use ck_tests::promises::promises;
 
-/// How one promise went.
-struct Outcome {
-    promise: Promise,
-    took: Duration,
-    /// The panic message, when it is broken.
-    broken: Option<String>,
-}
+use crate::nextest::{self, Profile, Report};
 
-/// Checks every promise (or those whose name contains `only`) on the ck at `bin`.
-pub fn run(bin: &Path, only: Option<&str>) -> Result<()> {
-    // SAFETY: xtask runs on one thread until the checks start below; nothing reads the
-    // environment concurrently. The checks find ck (and its examples) through `CK_BIN`.
-    unsafe { std::env::set_var("CK_BIN", bin) };
+/// Checks every promise (or those whose name contains `only`) on the ck at `bin`: `13 kept`,
+/// or an error naming the broken ones.
+pub fn run(bin: &Path, only: Option<&str>) -> Result<String> {
     let all = promises();
-    let names: Vec<String> = all.iter().map(|p| p.name.clone()).collect();
-    let chosen: Vec<Promise> = all
-        .into_iter()
-        .filter(|p| only.is_none_or(|o| p.name.contains(o)))
-        .collect();
-    if chosen.is_empty() {
+    if let Some(only) = only
+        && !all.iter().any(|p| p.name.contains(only))
+    {
+        let names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
         bail!(
-            "no promise is named like {:?}: choose among {}",
-            only.unwrap_or_default(),
+            "no promise is named like {only:?}: choose among {}",
             names.join(", ")
         );
     }
     println!(
-        "promises: checking {} on {} ({})",
-        chosen.len(),
+        "promises: checking on {} ({})",
         bin.display(),
         crate::bench::machine_line()
     );
-    let outcomes: Vec<Outcome> = chosen.into_iter().map(check).collect();
-    print_table(&outcomes);
-    let broken = outcomes.iter().filter(|o| o.broken.is_some()).count();
-    if broken > 0 {
-        bail!("{broken} of {} promises broken (see above)", outcomes.len());
+    let target = crate::target_dir()?;
+    let mut cargo = nextest::command(Profile::Promises);
+    cargo
+        .current_dir(crate::workspace_root()?)
+        .env("CARGO_TARGET_DIR", &target)
+        // The checks find ck (and its examples beside it) through `CK_BIN`.
+        .env("CK_BIN", bin);
+    if let Some(only) = only {
+        cargo.args(["-E", &format!("test(/{}/)", regex_escape(only))]);
     }
-    Ok(())
-}
-
-/// Runs one promise's check on a thread of its own (a broken promise panics there).
-fn check(promise: Promise) -> Outcome {
-    println!("promise {}: {}", promise.name, promise.claim);
-    let started = Instant::now();
-    let on_thread = promise.clone();
-    let joined = std::thread::Builder::new()
-        .name(promise.name.clone())
-        .spawn(move || on_thread.check())
-        .map(|handle| handle.join());
-    let broken = match joined {
-        Ok(Ok(())) => None,
-        Ok(Err(panic)) => Some(
-            panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "the check panicked".into()),
-        ),
-        Err(e) => Some(format!("could not start its thread: {e}")),
+    let (status, report) = nextest::run(&mut cargo, &Profile::Promises.junit(&target))?;
+    let Some(report) = report else {
+        bail!(
+            "nextest checked no promise (exit {}): see its output above",
+            crate::cmd::exit_code(status)
+        );
     };
-    let took = started.elapsed();
-    let verdict = if broken.is_some() { "BROKEN" } else { "kept" };
-    println!("promise {}: {verdict} ({took:.1?})", promise.name);
-    Outcome {
-        promise,
-        took,
-        broken,
+    print_table(&report);
+    let (kept, broken) = verdicts(&report);
+    if broken.is_empty() && status.success() {
+        Ok(format!("{} kept", kept.len()))
+    } else {
+        Err(anyhow!(
+            "{} kept, {} broken: {}",
+            kept.len(),
+            broken.len(),
+            broken.join(", ")
+        ))
     }
 }
 
-/// One row per promise: its name, README section, verdict and time; then each broken one's
-/// first line of why.
-fn print_table(outcomes: &[Outcome]) {
+/// The promises kept and those broken (failed or stopped at their limit), by name.
+fn verdicts(report: &Report) -> (Vec<String>, Vec<String>) {
+    let mut kept = Vec::new();
+    let mut broken = Vec::new();
+    for binary in report.binaries.values() {
+        for test in &binary.tests {
+            match test.outcome {
+                nextest::Outcome::Passed => kept.push(test.name.clone()),
+                nextest::Outcome::Skipped => {}
+                nextest::Outcome::Failed | nextest::Outcome::TimedOut => {
+                    broken.push(test.name.clone())
+                }
+            }
+        }
+    }
+    (kept, broken)
+}
+
+/// One row per promise checked: its name, README section, verdict and time.
+fn print_table(report: &Report) {
+    let all = promises();
     println!();
     println!("| promise | README section | verdict | time |");
     println!("| --- | --- | --- | --- |");
-    for o in outcomes {
-        let verdict = if o.broken.is_some() { "BROKEN" } else { "kept" };
+    for test in report.binaries.values().flat_map(|b| &b.tests) {
+        let section = all
+            .iter()
+            .find(|p| p.name == test.name)
+            .map_or("?", |p| p.readme);
+        let verdict = match test.outcome {
+            nextest::Outcome::Passed => "kept",
+            nextest::Outcome::Failed => "BROKEN",
+            nextest::Outcome::TimedOut => "BROKEN (stopped at its time limit)",
+            nextest::Outcome::Skipped => "not checked",
+        };
         println!(
-            "| {} | {} | {verdict} | {:.1} s |",
-            o.promise.name,
-            o.promise.readme,
-            o.took.as_secs_f64()
+            "| {} | {section} | {verdict} | {:.1} s |",
+            test.name, test.seconds
         );
     }
-    for o in outcomes {
-        if let Some(why) = &o.broken {
-            let first = why.lines().next().unwrap_or_default();
-            println!("broken: {}: {first}", o.promise.name);
+}
+
+/// `text` with the characters a nextest `/regex/` gives a meaning escaped.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$/".contains(c) {
+            out.push('\\');
         }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_is_matched_literally() {
+        assert_eq!(regex_escape("server-go"), "server-go");
+        assert_eq!(regex_escape("a.b/c"), "a\\.b\\/c");
     }
 }

@@ -3,9 +3,9 @@
 //! nginx, puma and rack, the fleet's haproxy, nft, ip and nsenter, dnsmasq, dnsperf and ngtcp2's
 //! example server and client (Debian packages, installed when missing), the real Python servers
 //! gunicorn and uvicorn and the QUIC stack aioquic from PyPI in a virtualenv of the workspace
-//! (`target/py-servers`), and the Kubernetes schema validator `kubernetes-validate` from PyPI
-//! (`target/k8s-validate`). [`ensure`] is idempotent and prints one `xtask: ...` line per thing
-//! it does.
+//! (`target/py-servers`), the Kubernetes schema validator `kubernetes-validate` from PyPI
+//! (`target/k8s-validate`), and cargo-nextest, which runs the tests. [`ensure`] is idempotent
+//! and prints one `xtask: ...` line per thing it does.
 
 use std::path::Path;
 
@@ -90,11 +90,32 @@ const K8S_VALIDATE: [(&str, Installed); 1] = [(
     Installed::Binary("kubernetes-validate"),
 )];
 
-/// Installs whatever of the above is missing (Debian packages need root).
+/// Installs whatever of the above is missing (Debian packages need root), and cargo-nextest,
+/// which runs the tests.
 pub fn ensure(workspace: &Path) -> Result<()> {
+    ensure_nextest()?;
     ensure_programs()?;
     ensure_py_servers(workspace)?;
     ensure_venv(&workspace.join("target/k8s-validate"), &K8S_VALIDATE)
+}
+
+/// Installs cargo-nextest (`cargo install cargo-nextest --locked`) when `cargo nextest` is
+/// missing: `cargo xtask test` runs the tests with it.
+pub fn ensure_nextest() -> Result<()> {
+    let present = cmd::cargo()
+        .args(["nextest", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        return Ok(());
+    }
+    eprintln!("xtask: installing cargo-nextest, which runs the tests (cargo install --locked)");
+    cmd::run(
+        cmd::cargo().args(["install", "cargo-nextest", "--locked"]),
+        "see the cargo output above; installing cargo-nextest needs access to crates.io",
+    )
 }
 
 /// Installs the missing [`PY_SERVERS`] into `target/py-servers` (the benches run aioquic).

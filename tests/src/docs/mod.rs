@@ -30,8 +30,28 @@ use std::path::{Path, PathBuf};
 
 pub use markdown::Markdown;
 pub use plan::{Step, StepKind};
-pub use run::{Hooks, NoHooks, PageReport, run_page, run_steps, run_steps_within};
+pub use run::{Hooks, NoHooks, PageReport, run_page, run_page_in, run_steps, run_steps_within};
 pub use session::Session;
+
+/// Where a page runs from: a checkout of the repository (its `examples/` are copied for the
+/// page, its `packages/` are `NODE_PATH`) and the `ck` binary put first on the page's `PATH`.
+#[derive(Clone, Debug)]
+pub struct Checkout {
+    /// The checkout's root directory.
+    pub root: PathBuf,
+    /// The `ck` binary the page runs.
+    pub ck: PathBuf,
+}
+
+impl Checkout {
+    /// This repository, with the `ck` the tests run ([`crate::ck_bin`]).
+    pub fn this() -> Checkout {
+        Checkout {
+            root: repo_root(),
+            ck: crate::ck_bin(),
+        }
+    }
+}
 
 /// The repository's root directory.
 pub fn repo_root() -> PathBuf {

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use super::Checkout;
 use super::console;
 use super::markdown::Markdown;
 use super::plan::{self, Step, StepKind};
@@ -69,8 +70,18 @@ impl PageReport {
 
 /// Runs every step of `page` (a Markdown file); `shown` is its path for messages.
 pub fn run_page(page: &Markdown, shown: &str, hooks: &mut dyn Hooks) -> PageReport {
+    run_page_in(&Checkout::this(), page, shown, hooks)
+}
+
+/// Like [`run_page`], from `checkout` (another clone of the repository, its own `ck`).
+pub fn run_page_in(
+    checkout: &Checkout,
+    page: &Markdown,
+    shown: &str,
+    hooks: &mut dyn Hooks,
+) -> PageReport {
     let plan = plan::plan(page);
-    let mut report = run_steps(shown, &plan.steps, hooks);
+    let mut report = steps_in(checkout, shown, &plan.steps, hooks, page_timeout());
     report.skipped = plan.skipped.len();
     report
         .failures
@@ -90,6 +101,17 @@ pub fn run_steps_within(
     hooks: &mut dyn Hooks,
     timeout: Duration,
 ) -> PageReport {
+    steps_in(&Checkout::this(), shown, steps, hooks, timeout)
+}
+
+/// Runs `steps` of the page `shown` from `checkout` in one new session within `timeout`.
+fn steps_in(
+    checkout: &Checkout,
+    shown: &str,
+    steps: &[Step],
+    hooks: &mut dyn Hooks,
+    timeout: Duration,
+) -> PageReport {
     let mut report = PageReport {
         page: shown.to_string(),
         ..PageReport::default()
@@ -100,7 +122,7 @@ pub fn run_steps_within(
     let label = Path::new(shown)
         .file_stem()
         .map_or("page".into(), |s| s.to_string_lossy().into_owned());
-    let mut session = Session::start(&label, timeout);
+    let mut session = Session::start_in(checkout, &label, timeout);
     for (i, step) in steps.iter().enumerate() {
         let go_on = run_step(shown, step, &steps[..i], &mut session, hooks, &mut report);
         report.ran += 1;

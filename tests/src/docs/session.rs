@@ -15,10 +15,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use super::Checkout;
 use super::cleanup;
 use super::ports::PortMap;
-use super::repo_root;
-use crate::ck::ck_bin;
 use crate::sys::TempDir;
 
 /// What the shell said after a step was written to it.
@@ -59,13 +58,24 @@ impl Session {
     /// # Panics
     /// When the directories cannot be made or bash cannot be started.
     pub fn start(label: &str, timeout: Duration) -> Session {
+        Session::start_in(&Checkout::this(), label, timeout)
+    }
+
+    /// Like [`Session::start`], from `checkout`.
+    ///
+    /// # Panics
+    /// As [`Session::start`].
+    pub fn start_in(checkout: &Checkout, label: &str, timeout: Duration) -> Session {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let label: String = label
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .collect();
         let dir = TempDir::new(&format!("docs-{label}"));
-        copy_dir(&repo_root().join("examples"), &dir.path().join("examples"));
+        copy_dir(
+            &checkout.root.join("examples"),
+            &dir.path().join("examples"),
+        );
         let steps_dir = dir.path().join(".ck-docs");
         let run_dir = dir.path().join(".ck-docs/run");
         fs::create_dir_all(&run_dir).expect("creating the page's run dir");
@@ -76,7 +86,7 @@ impl Session {
         let _ = fs::remove_dir_all(&pin_dir);
         fs::create_dir_all(&pin_dir)
             .unwrap_or_else(|e| panic!("creating {} (is bpffs mounted?): {e}", pin_dir.display()));
-        let env = page_env(&run_dir, &pin_dir);
+        let env = page_env(checkout, &run_dir, &pin_dir);
         let mut cmd = Command::new("bash");
         cmd.args(["--noprofile", "--norc", "-s"])
             .current_dir(dir.path())
@@ -292,10 +302,11 @@ impl Drop for Session {
 
 /// The page's environment: `PATH` (ck's directory, the tests' Python servers, then the
 /// caller's), `CK_RUN_DIR`, `CK_PIN_DIR`, `NODE_PATH`, `NO_COLOR`.
-fn page_env(run_dir: &Path, pin_dir: &Path) -> Vec<(String, OsString)> {
-    let ck = ck_bin();
-    let ck_dir = ck.parent().expect("ck's directory").to_path_buf();
-    let mut path = vec![ck_dir, repo_root().join("target/py-servers/bin")];
+fn page_env(checkout: &Checkout, run_dir: &Path, pin_dir: &Path) -> Vec<(String, OsString)> {
+    let ck_dir = checkout.ck.parent().expect("ck's directory").to_path_buf();
+    // The tests' Python servers are this repository's (a clone made for a test has none).
+    let py_servers = super::repo_root().join("target/py-servers/bin");
+    let mut path = vec![ck_dir, py_servers];
     path.extend(std::env::split_paths(
         &std::env::var_os("PATH").unwrap_or_default(),
     ));
@@ -304,7 +315,10 @@ fn page_env(run_dir: &Path, pin_dir: &Path) -> Vec<(String, OsString)> {
         ("PATH".to_string(), path),
         ("CK_RUN_DIR".to_string(), run_dir.into()),
         ("CK_PIN_DIR".to_string(), pin_dir.into()),
-        ("NODE_PATH".to_string(), repo_root().join("packages").into()),
+        (
+            "NODE_PATH".to_string(),
+            checkout.root.join("packages").into(),
+        ),
         ("NO_COLOR".to_string(), "1".into()),
     ]
 }
