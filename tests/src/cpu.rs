@@ -123,8 +123,15 @@ mod tests {
         let pid = std::process::id();
         assert!(ticks_cpu(pid).is_some());
         let before = CpuSnapshot::take(pid).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_millis(50);
-        while std::time::Instant::now() < deadline {
+        // Spin until this thread has had 50 ms of CPU (not of wall time: on a loaded machine
+        // the thread may wait for a CPU most of that time).
+        let cpu = || {
+            nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+                .map(Duration::from)
+                .unwrap()
+        };
+        let start = cpu();
+        while cpu() - start < Duration::from_millis(50) {
             std::hint::black_box(0u64);
         }
         let after = CpuSnapshot::take(pid).unwrap();

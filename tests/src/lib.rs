@@ -28,6 +28,7 @@ pub mod elf;
 pub mod fleet;
 pub mod http;
 pub mod load;
+pub mod once;
 pub mod privs;
 pub mod promises;
 pub mod pyservers;

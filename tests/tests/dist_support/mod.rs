@@ -1,5 +1,5 @@
-//! What the tests of `cargo xtask dist` share: the build (once per run, into
-//! `target/dist-tests/`, which this file owns and empties first), running a packaged `ck` with a
+//! What the tests of `cargo xtask dist` share: the build (once per test run, whichever test
+//! process comes first, into `target/dist-tests/`, which this file owns and empties first), running a packaged `ck` with a
 //! chosen environment, and the fleet every package's `ck` must run: the demo worker served on
 //! every slot, a slot drained to 0 new connections and back, a clean stop.
 
@@ -45,19 +45,21 @@ pub fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs `cargo xtask dist --out target/dist-tests` once for every test of this binary.
+/// Runs `cargo xtask dist --out target/dist-tests` once for every test of this binary in a test
+/// run (the tests run in processes of their own: [`ck_tests::once::per_run`]).
 pub fn dist() -> &'static Dist {
     static DIST: OnceLock<Dist> = OnceLock::new();
     DIST.get_or_init(|| {
         let root = workspace();
         let out = root.join("target/dist-tests");
-        let _ = std::fs::remove_dir_all(&out);
-        let status = cargo()
-            .args(["run", "-q", "-p", "xtask", "--", "dist", "--out"])
-            .arg(&out)
-            .status()
-            .expect("running cargo xtask dist");
-        assert!(status.success(), "cargo xtask dist failed: {status}");
+        ck_tests::once::per_run(&out, || {
+            let status = cargo()
+                .args(["run", "-q", "-p", "xtask", "--", "dist", "--out"])
+                .arg(&out)
+                .status()
+                .expect("running cargo xtask dist");
+            assert!(status.success(), "cargo xtask dist failed: {status}");
+        });
         let found = |suffix: &str| -> Vec<PathBuf> {
             let mut files: Vec<PathBuf> = std::fs::read_dir(&out)
                 .unwrap()
