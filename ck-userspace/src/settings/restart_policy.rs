@@ -109,7 +109,8 @@ pub fn parse_backoff(s: &str) -> Result<Backoff, String> {
     }
     if b.max < b.initial {
         return Err(format!(
-            "the maximum backoff {:?} is below the initial one {:?}",
+            "the maximum backoff {:?} is below the initial one {:?}: give a MAX of at least \
+             INITIAL (INITIAL[,MAX[,MULTIPLIER[,JITTER]]])",
             b.max, b.initial
         ));
     }
