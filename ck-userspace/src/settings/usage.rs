@@ -156,8 +156,14 @@ pub fn message(err: &clap::Error, root: &Command, args: &[OsString]) -> String {
         Some(sub) => format!("{} {}", root.get_name(), sub.get_name()),
         None => root.get_name().to_string(),
     };
+    // The command named later on the line (`ck --name web status`): where an option given
+    // before it belongs.
+    let later = args
+        .iter()
+        .filter_map(|a| a.to_str())
+        .find_map(|a| root.find_subcommand(a));
     match err.kind() {
-        ErrorKind::UnknownArgument => unknown_argument(err, root, cmd, &place),
+        ErrorKind::UnknownArgument => unknown_argument(err, root, cmd, later, &place),
         ErrorKind::InvalidSubcommand => unknown_command(err, root),
         ErrorKind::InvalidValue | ErrorKind::ValueValidation => invalid_value(err, cmd, &place),
         ErrorKind::MissingRequiredArgument => {
@@ -187,9 +193,15 @@ fn usage_of(err: &clap::Error) -> String {
     })
 }
 
-/// An option no command of `root` has here: clap's did-you-mean, or the command it belongs to
-/// (an option given before its command, or to the wrong one), and the fix.
-fn unknown_argument(err: &clap::Error, root: &Command, cmd: &Command, place: &str) -> String {
+/// An option `cmd` does not have: clap's did-you-mean, or the command it belongs to (an option
+/// given before its command, `later` if it has it, or to the wrong command), and the fix.
+fn unknown_argument(
+    err: &clap::Error,
+    root: &Command,
+    cmd: &Command,
+    later: Option<&Command>,
+    place: &str,
+) -> String {
     let Some(given) = context_string(err, ContextKind::InvalidArg) else {
         return format!("{}; see `{place} --help`", first_line(err));
     };
@@ -199,27 +211,37 @@ fn unknown_argument(err: &clap::Error, root: &Command, cmd: &Command, place: &st
     let flag = given.split('=').next().unwrap_or(&given).to_string();
     let is_run = cmd.get_name() == "run";
     let near = suggested_option(err).or_else(|| other_case_short(cmd, &flag));
-    let owners = owners_of(root, &flag);
+    let mut owners = owners_of(root, &flag);
+    if let Some(later) = later.filter(|l| owners.iter().any(|o| o == l.get_name())) {
+        owners = vec![later.get_name().to_string()];
+    }
     let mut text = format!("unknown option {flag} for `{place}`");
+    let at_root = std::ptr::eq(cmd, root);
     match (&near, owners.as_slice()) {
         (Some(near), _) => text.push_str(&format!(" (did you mean {near}?)")),
         (None, []) => {}
-        (None, [one]) => text.push_str(&format!(
+        // Given before the command it belongs to.
+        (None, [one]) if at_root => text.push_str(&format!(
             ": it is an option of `ck {one}`, given after it: ck {one} {flag} ..."
         )),
-        (None, many) => text.push_str(&format!(
+        (None, many) if at_root => text.push_str(&format!(
             ": it is an option of the commands {}, given after the command: e.g. ck {} {flag} \
              ...",
             many.join(", "),
             many[0]
         )),
+        // Given to another command than its own.
+        (None, owners) => {
+            let owners: Vec<String> = owners.iter().map(|o| format!("`ck {o}`")).collect();
+            text.push_str(&format!(": it is an option of {}", owners.join(" and ")));
+        }
     }
     if is_run {
         text.push_str(
             "; an app's own options go after `--` or after the app's path: ck run [OPTIONS] \
              -- APP [ARGS]...",
         );
-    } else if near.is_none() && owners.is_empty() {
+    } else if near.is_none() && !(at_root && !owners.is_empty()) {
         text.push_str(&format!("; see `{place} --help` for its options"));
     }
     text
