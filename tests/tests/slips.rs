@@ -108,6 +108,7 @@ const SLIPS: &[Slip] = &[
     slip("run --port {port} -- {dir}/app.d", 2, &["is a directory, not a program"]),
     slip("run --port {port} --config {dir}/missing.toml", 2, &["cannot read the config file", "check the path given to --config"]),
     slip("run --port {port} --config {dir}/typo.toml", 2, &["unknown key `wokers`", "did you mean `workers`?"]),
+    slip("man /proc/ck-man", 1, &["cannot write the man pages into /proc/ck-man", "give a directory you may write to"]),
     // Instances that do not run.
     slip("status", 1, &["no ck instance is running", "start one with `ck run`"]),
     slip("status --wait --timeout 300ms", 1, &["no ck instance started within 300ms", "wait longer with --timeout"]),

@@ -49,8 +49,10 @@ pub fn probe_slot(
     };
     let bound: std::net::SocketAddr = report.listen[0].parse().context("listen address")?;
     let to = ck::os::probe::target_of(bound);
-    let from = ck::os::probe::source_of(to, report.probe_port_base, slot)
-        .context("probe source port out of range")?;
+    let from = ck::os::probe::source_of(to, report.probe_port_base, slot).context(
+        "the probe's source port (--probe-port-base + slot) is above 65535: start the \
+             instance with a lower --probe-port-base",
+    )?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

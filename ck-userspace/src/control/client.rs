@@ -6,7 +6,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 
 use super::{Request, Response, instances::Census};
 use crate::os::instance;
@@ -21,17 +21,26 @@ pub fn request(name: &str, req: &Request) -> anyhow::Result<Response> {
         let answer = exchange(&mut stream, req);
         match answer {
             Ok(answer) if !answer.is_empty() => {
-                return serde_json::from_str(&answer)
-                    .context("malformed answer on the control socket");
+                return serde_json::from_str(&answer).map_err(|e| {
+                    anyhow::anyhow!(
+                        "ck instance {name:?} gave an answer this ck cannot read ({e}): it runs \
+                         another version of ck; use that version's `ck` (`ck status --json` \
+                         shows its version), or upgrade it with `ck upgrade`"
+                    )
+                });
             }
             _ if *req == Request::Status && tries < 20 => {
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Ok(_) => {
-                bail!("ck instance {name:?} closed the control connection without answering")
-            }
-            Err(e) => return Err(e),
+            Ok(_) => bail!(
+                "ck instance {name:?} closed the control connection without answering: it may \
+                 be exiting; see its log (its stderr), and `ck status` for what runs"
+            ),
+            Err(e) => bail!(
+                "the control connection to ck instance {name:?} failed ({e}): it may be \
+                 exiting or busy; see its log (its stderr), and try again"
+            ),
         }
     }
 }
@@ -86,8 +95,6 @@ fn exchange(stream: &mut UnixStream, req: &Request) -> anyhow::Result<String> {
     stream.write_all(line.as_bytes())?;
     let mut reader = BufReader::new(stream);
     let mut answer = String::new();
-    reader
-        .read_line(&mut answer)
-        .context("reading the answer from the control socket")?;
+    reader.read_line(&mut answer)?;
     Ok(answer)
 }

@@ -241,7 +241,7 @@ fn unknown_argument(
             "; an app's own options go after `--` or after the app's path: ck run [OPTIONS] \
              -- APP [ARGS]...",
         );
-    } else if near.is_none() && !(at_root && !owners.is_empty()) {
+    } else if near.is_none() && (!at_root || owners.is_empty()) {
         text.push_str(&format!("; see `{place} --help` for its options"));
     }
     text
