@@ -59,8 +59,8 @@ enum Command {
         /// or start; right after `ck run ... &`, give --pid $!.
         #[arg(long)]
         wait: bool,
-        /// With --wait: how long to wait.
-        #[arg(long, value_parser = parse_duration, default_value = "30s", requires = "wait")]
+        /// With --wait: how long to wait (500ms, 30s, 2m; a bare number is seconds).
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s", requires = "wait")]
         timeout: Duration,
     },
     /// Take a slot (--all: the whole host) out of the active set.
@@ -98,8 +98,8 @@ enum Command {
         /// The new ck binary.
         #[arg(long, value_name = "PATH")]
         binary: Option<std::path::PathBuf>,
-        /// How long to wait for the new image to report back.
-        #[arg(long, value_parser = parse_duration, default_value = "30s")]
+        /// How long to wait for the new image to report back (a bare number is seconds).
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
         timeout: Duration,
         #[command(flatten)]
         target: Target,
@@ -157,8 +157,8 @@ enum Command {
         /// `http:/`).
         #[arg(long)]
         kind: Option<ProbeKind>,
-        /// Time the probe may take.
-        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        /// Time the probe may take (a bare number is seconds).
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "2s")]
         timeout: Duration,
         #[command(flatten)]
         target: Target,
@@ -200,8 +200,8 @@ enum Command {
         #[arg(long)]
         wait: bool,
         /// With --wait: how long to wait (default: the rest of the quiet wait, if one began,
-        /// plus the instance's --drain-timeout, plus 10s).
-        #[arg(long, value_parser = parse_duration, requires = "wait")]
+        /// plus the instance's --drain-timeout, plus 10s; a bare number is seconds).
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, requires = "wait")]
         timeout: Option<Duration>,
         #[command(flatten)]
         target: Target,
