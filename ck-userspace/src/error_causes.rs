@@ -109,6 +109,7 @@ fn samples() -> Vec<(&'static str, String, anyhow::Error)> {
     ));
     all.extend(every_variant!(ConfigError:
         BadListen => ConfigError::BadListen("tcp://x".into()),
+        ListenPortZero => ConfigError::ListenPortZero("tcp://0.0.0.0:0".into()),
         BadWorkers => ConfigError::BadWorkers(0),
         BadName => ConfigError::BadName("a.b".into()),
         DuplicateListen => ConfigError::DuplicateListen(listen),

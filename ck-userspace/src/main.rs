@@ -5,9 +5,13 @@ use std::{ffi::OsString, process::ExitCode, time::Duration};
 
 use anyhow::bail;
 use ck::{
-    control::{Request, Response, client},
+    control::{Request, Response, client, instances},
     settings::health::ProbeKind,
-    settings::{layers, run_args::RunArgs},
+    settings::{
+        layers,
+        run_args::RunArgs,
+        usage::{self, EXIT_USAGE, UsageError},
+    },
 };
 use ck_worker::units::duration::parse_duration;
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
@@ -16,11 +20,20 @@ mod cli;
 
 use cli::control::{answer, probe_slot, simple};
 
+/// What `ck --help` (and `ck(1)`) says after the commands: the exit status.
+const EXIT_STATUS: &str = "\
+Exit status:
+  0  done
+  1  the command failed; the message says why and what to do
+  2  the command line is wrong (an unknown option or command, a bad or missing value, an
+     instance not named where several run): nothing was done";
+
 #[derive(Parser)]
 #[command(
     name = "ck",
     version = ck::VERSION,
-    about = "Supervisor for SO_REUSEPORT worker fleets, steered by eBPF"
+    about = "Supervisor for SO_REUSEPORT worker fleets, steered by eBPF",
+    after_long_help = EXIT_STATUS
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,10 +54,13 @@ enum Command {
         /// Wait until the instance answers (it may not have started yet) and every slot is
         /// ready, then print the status; exits non-zero after --timeout, naming the slots not
         /// ready.
+        ///
+        /// Without --name or --pid it waits for the only instance, and refuses when several run
+        /// or start; right after `ck run ... &`, give --pid $!.
         #[arg(long)]
         wait: bool,
-        /// With --wait: how long to wait.
-        #[arg(long, value_parser = parse_duration, default_value = "30s", requires = "wait")]
+        /// With --wait: how long to wait (500ms, 30s, 2m; a bare number is seconds).
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s", requires = "wait")]
         timeout: Duration,
     },
     /// Take a slot (--all: the whole host) out of the active set.
@@ -82,8 +98,8 @@ enum Command {
         /// The new ck binary.
         #[arg(long, value_name = "PATH")]
         binary: Option<std::path::PathBuf>,
-        /// How long to wait for the new image to report back.
-        #[arg(long, value_parser = parse_duration, default_value = "30s")]
+        /// How long to wait for the new image to report back (a bare number is seconds).
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "30s")]
         timeout: Duration,
         #[command(flatten)]
         target: Target,
@@ -141,8 +157,8 @@ enum Command {
         /// `http:/`).
         #[arg(long)]
         kind: Option<ProbeKind>,
-        /// Time the probe may take.
-        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        /// Time the probe may take (a bare number is seconds).
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "2s")]
         timeout: Duration,
         #[command(flatten)]
         target: Target,
@@ -178,11 +194,14 @@ enum Command {
         now: bool,
         /// Return only once the fleet is down: ck and every worker exited, the control socket
         /// gone; exits non-zero after --timeout, naming what is still up.
+        ///
+        /// With --pid, the instance may still be starting: its control socket is waited for
+        /// first (at most --timeout, else 30s).
         #[arg(long)]
         wait: bool,
         /// With --wait: how long to wait (default: the rest of the quiet wait, if one began,
-        /// plus the instance's --drain-timeout, plus 10s).
-        #[arg(long, value_parser = parse_duration, requires = "wait")]
+        /// plus the instance's --drain-timeout, plus 10s; a bare number is seconds).
+        #[arg(long, value_name = "DUR", value_parser = parse_duration, requires = "wait")]
         timeout: Option<Duration>,
         #[command(flatten)]
         target: Target,
@@ -216,21 +235,52 @@ enum Command {
     },
 }
 
+/// The instance a control command is about.
 #[derive(Args)]
 struct Target {
     /// Instance name (default: the only instance running).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "pid")]
     name: Option<String>,
+    /// The instance whose ck has this pid (`ck run ... &` then --pid $!).
+    #[arg(long, value_name = "PID")]
+    pid: Option<u32>,
+}
+
+impl Target {
+    /// Which instance the options name.
+    fn which(self) -> instances::Which {
+        instances::Which::new(self.name, self.pid)
+    }
 }
 
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let parsed = Cli::command()
+        .try_get_matches_from(&argv)
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
+        // Help and version, and the help `ck` alone prints, are clap's to print.
+        Err(e)
+            if !e.use_stderr()
+                || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            e.exit()
+        }
+        Err(e) => {
+            let message = usage::message(&e, &Cli::command(), &argv[1..]);
+            eprintln!("ck: error: {message}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     match run(cli.command, &matches) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("ck: error: {e:#}");
-            ExitCode::FAILURE
+            match usage::is_usage(&e) {
+                true => ExitCode::from(EXIT_USAGE),
+                false => ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -239,7 +289,9 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
     match command {
         Command::Run(args) => {
             let run_matches = matches.subcommand_matches("run").expect("`run` was parsed");
-            let (cfg, command_line) = layers::configure(*args, run_matches)?;
+            // Options or a config file ck refuses: nothing was started.
+            let (cfg, command_line) =
+                layers::configure(*args, run_matches).map_err(|e| UsageError::from_error(&e))?;
             let format = cfg.log_format;
             cli::logging::init(format);
             let code = match ck::supervisor::run_with(cfg, command_line) {
@@ -260,8 +312,8 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             timeout,
         } => {
             let response = match wait {
-                true => Response::Status(cli::control::wait_ready(target.name, timeout)?),
-                false => client::request(&client::resolve_name(target.name)?, &Request::Status)?,
+                true => Response::Status(cli::wait_ready::wait_ready(target.which(), timeout)?),
+                false => client::request(&instances::resolve(&target.which())?, &Request::Status)?,
             };
             match response {
                 Response::Status(report) if json => {
@@ -273,14 +325,14 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             Ok(ExitCode::SUCCESS)
         }
         Command::Drain { slot, all, target } => simple(
-            target.name,
+            &target.which(),
             match slot {
                 Some(slot) if !all => Request::Drain { slot },
                 _ => Request::DrainAll,
             },
         ),
         Command::Undrain { slot, all, target } => simple(
-            target.name,
+            &target.which(),
             match slot {
                 Some(slot) if !all => Request::Undrain { slot },
                 _ => Request::UndrainAll,
@@ -291,21 +343,21 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             wait,
             timeout,
             target,
-        } => cli::control::stop(target.name, now, wait, timeout),
-        Command::Top { target, once } => cli::top::run(target.name, once),
-        Command::Maps { target, json } => cli::maps::run(target.name, json),
+        } => cli::stop::stop(target.which(), now, wait, timeout),
+        Command::Top { target, once } => cli::top::run(&target.which(), once),
+        Command::Maps { target, json } => cli::maps::run(&target.which(), json),
         Command::Probe {
             slot,
             kind,
             timeout,
             target,
-        } => probe_slot(target.name, slot, kind, timeout),
-        Command::Reload { target } => simple(target.name, Request::Reload),
+        } => probe_slot(&target.which(), slot, kind, timeout),
+        Command::Reload { target } => simple(&target.which(), Request::Reload),
         Command::Upgrade {
             binary,
             timeout,
             target,
-        } => cli::control::upgrade(target.name, binary, timeout),
+        } => cli::control::upgrade(&target.which(), binary, timeout),
         Command::OrphanGuard {
             name,
             timeout,
@@ -334,7 +386,7 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Scale { workers, target } => simple(target.name, Request::Scale { workers }),
+        Command::Scale { workers, target } => simple(&target.which(), Request::Scale { workers }),
         Command::DemoWorker(opts) => {
             ck_worker::demo::run(opts)?;
             Ok(ExitCode::SUCCESS)
@@ -366,14 +418,10 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
 /// `upgrade-check -- ARGS`: whether this binary accepts the running ck's command line (the new
 /// image parses it again after the exec, and could not start the fleet otherwise).
 fn check_run_args(args: Vec<OsString>) -> anyhow::Result<()> {
-    let argv = std::iter::once(OsString::from("ck")).chain(args);
-    let matches = Cli::command().try_get_matches_from(argv).map_err(|e| {
-        let text = e.to_string();
-        let first = text.lines().next().unwrap_or("");
-        anyhow::anyhow!(
-            "the instance's command line: {}",
-            first.trim_start_matches("error: ")
-        )
+    let argv: Vec<OsString> = std::iter::once(OsString::from("ck")).chain(args).collect();
+    let matches = Cli::command().try_get_matches_from(&argv).map_err(|e| {
+        let message = usage::message(&e, &Cli::command(), &argv[1..]);
+        anyhow::anyhow!("the instance's command line: {message}")
     })?;
     let Command::Run(run_args) = Cli::from_arg_matches(&matches)?.command else {
         bail!("the instance's command line is not `ck run ...`");

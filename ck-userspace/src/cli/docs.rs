@@ -15,14 +15,19 @@ const PAGE_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Writes `ck.1`, one page per visible subcommand (`ck-run.1`, `ck-status.1`, ...) of `cmd`
 /// and `ck.toml.5` into `dir` (created if missing) and prints each file's path.
 pub fn man_pages(cmd: clap::Command, dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    clap_mangen::generate_to(cmd.version(PAGE_VERSION), dir)
-        .with_context(|| format!("writing the man pages into {}", dir.display()))?;
+    let unwritable = |e: std::io::Error| {
+        anyhow::anyhow!(
+            "cannot write the man pages into {} ({e}): give a directory you may write to",
+            dir.display()
+        )
+    };
+    std::fs::create_dir_all(dir).map_err(unwritable)?;
+    clap_mangen::generate_to(cmd.version(PAGE_VERSION), dir).map_err(unwritable)?;
     let config =
         ck::reference::config::man_page(&ck::settings::run_args::run_command(), PAGE_VERSION);
-    std::fs::write(dir.join("ck.toml.5"), config)
-        .with_context(|| format!("writing ck.toml.5 into {}", dir.display()))?;
-    let mut pages: Vec<_> = std::fs::read_dir(dir)?
+    std::fs::write(dir.join("ck.toml.5"), config).map_err(unwritable)?;
+    let mut pages: Vec<_> = std::fs::read_dir(dir)
+        .map_err(unwritable)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "1" || x == "5"))
         .collect();

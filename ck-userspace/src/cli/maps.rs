@@ -5,14 +5,14 @@ use std::{fmt::Write as _, process::ExitCode};
 use anyhow::bail;
 use ck::{
     bpf::dump::{self, GroupMaps, InstanceMaps},
-    control::client,
+    control::instances::{self, Which},
 };
 
 use super::control::status_of;
 
-/// `ck maps [--json]` of instance `name` (or the only one running).
-pub fn run(name: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
-    let name = client::resolve_name(name)?;
+/// `ck maps [--json]` of the instance `which` names.
+pub fn run(which: &Which, json: bool) -> anyhow::Result<ExitCode> {
+    let name = instances::resolve(which)?;
     let report = status_of(&name)?;
     if report.no_bpf {
         bail!(

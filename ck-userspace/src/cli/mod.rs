@@ -1,10 +1,15 @@
-//! The parts of the `ck` command line: the control commands, the text of `ck status`, `ck top`,
-//! `ck maps`, logging, and the man pages and completions of `ck man` and `ck completions`
-//! (`ck run`'s options and its config file under them are the library's `ck::settings`).
+//! The parts of the `ck` command line: the control commands, waiting for an instance (`ck
+//! status --wait`, `ck stop --wait`), the text of `ck status`, `ck top`, `ck maps`, logging,
+//! and the man pages and completions of `ck man` and `ck completions` (`ck run`'s options, its
+//! config file under them and the messages of a refused command line are the library's
+//! `ck::settings`).
 pub mod control;
 pub mod docs;
+pub mod finder;
 pub mod logging;
 pub mod maps;
 pub mod status_text;
 pub mod stdout;
+pub mod stop;
 pub mod top;
+pub mod wait_ready;

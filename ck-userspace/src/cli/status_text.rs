@@ -122,50 +122,7 @@ pub fn render(report: &StatusReport) -> String {
             f.command.as_deref().unwrap_or(""),
         );
     }
-    let _ = writeln!(
-        out,
-        "{:>4}  {:>8}  {:<18}  {:>9}  {:>8}  {:>9}  {:>6}  {:>8}  {:>9}  {:<16}  {:<9}  status",
-        "slot",
-        "pid",
-        "state",
-        "uptime",
-        "restarts",
-        "selected",
-        "open",
-        "memory",
-        "cpu",
-        "last exit",
-        "breaker"
-    );
-    for s in &report.slots {
-        let _ = writeln!(
-            out,
-            "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:>6}  {:>8}  {:>9}  {:<16}  {:<9}  {}",
-            s.slot,
-            s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-            match (&s.unhealthy, s.member_of, s.spare, s.nice) {
-                (Some(why), ..) => format!("unhealthy:{why}"),
-                (None, Some(root), ..) => format!("{} (of {root})", s.state),
-                (None, None, true, _) => format!("{} (spare)", s.state),
-                // Stepped back while a replacement boots (`--boot-boost`), or set by the app.
-                (None, None, false, Some(nice)) if nice != report.nice => {
-                    format!("{} (nice {nice})", s.state)
-                }
-                (None, None, false, _) => s.state.clone(),
-            },
-            s.uptime_ms as f64 / 1000.0,
-            s.restarts,
-            s.selected,
-            s.connections.map_or("-".into(), |n| n.to_string()),
-            s.memory_bytes
-                .map_or("-".into(), |b| format!("{:.1}M", b as f64 / 1048576.0)),
-            s.cpu_ms
-                .map_or("-".into(), |ms| format!("{:.2}s", ms as f64 / 1000.0)),
-            s.last_exit.as_deref().unwrap_or("-"),
-            s.breaker,
-            s.status.as_deref().unwrap_or(""),
-        );
-    }
+    out.push_str(&slot_table(report));
     for udp in &report.udp {
         let _ = writeln!(
             out,
@@ -190,6 +147,93 @@ pub fn render(report: &StatusReport) -> String {
         }
     }
     out
+}
+
+/// How a column of the slot table is aligned.
+#[derive(Clone, Copy)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// The slot table's columns: header and alignment (the last, `status`, is not padded).
+const COLUMNS: [(&str, Align); 12] = [
+    ("slot", Align::Right),
+    ("pid", Align::Right),
+    ("state", Align::Left),
+    ("uptime", Align::Right),
+    ("restarts", Align::Right),
+    ("selected", Align::Right),
+    ("open", Align::Right),
+    ("memory", Align::Right),
+    ("cpu", Align::Right),
+    ("last exit", Align::Left),
+    ("breaker", Align::Left),
+    ("status", Align::Left),
+];
+
+/// The slot table: a header and one row per slot, each column as wide as its widest cell (a
+/// long `last exit` or state widens its column instead of pushing the rest of its row out of
+/// line). Hand-written: twenty lines, where a table crate would bring its own styling.
+fn slot_table(report: &StatusReport) -> String {
+    let rows: Vec<[String; 12]> = report.slots.iter().map(|s| slot_row(report, s)).collect();
+    let widths: Vec<usize> = (0..COLUMNS.len())
+        .map(|c| {
+            rows.iter()
+                .map(|row| row[c].chars().count())
+                .chain([COLUMNS[c].0.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: [&str; 12]| {
+        let last = COLUMNS.len() - 1;
+        let mut text: Vec<String> = cells[..last]
+            .iter()
+            .zip(COLUMNS.iter().zip(&widths))
+            .map(|(cell, ((_, align), width))| match align {
+                Align::Left => format!("{cell:<width$}"),
+                Align::Right => format!("{cell:>width$}"),
+            })
+            .collect();
+        text.push(cells[last].to_string());
+        format!("{}\n", text.join("  ").trim_end())
+    };
+    let mut out = line(COLUMNS.map(|(header, _)| header));
+    for row in &rows {
+        out.push_str(&line(std::array::from_fn(|c| row[c].as_str())));
+    }
+    out
+}
+
+/// The cells of slot `s`'s row.
+fn slot_row(report: &StatusReport, s: &ck::control::SlotReport) -> [String; 12] {
+    let state = match (&s.unhealthy, s.member_of, s.spare, s.nice) {
+        (Some(why), ..) => format!("unhealthy:{why}"),
+        (None, Some(root), ..) => format!("{} (of {root})", s.state),
+        (None, None, true, _) => format!("{} (spare)", s.state),
+        // Stepped back while a replacement boots (`--boot-boost`), or set by the app.
+        (None, None, false, Some(nice)) if nice != report.nice => {
+            format!("{} (nice {nice})", s.state)
+        }
+        (None, None, false, _) => s.state.clone(),
+    };
+    [
+        s.slot.to_string(),
+        s.pid.map_or("-".into(), |p| p.to_string()),
+        state,
+        format!("{:.1}s", s.uptime_ms as f64 / 1000.0),
+        s.restarts.to_string(),
+        s.selected.to_string(),
+        s.connections.map_or("-".into(), |n| n.to_string()),
+        s.memory_bytes
+            .map_or("-".into(), |b| format!("{:.1}M", b as f64 / 1048576.0)),
+        s.cpu_ms
+            .map_or("-".into(), |ms| format!("{:.2}s", ms as f64 / 1000.0)),
+        s.last_exit.clone().unwrap_or_else(|| "-".into()),
+        s.breaker.clone(),
+        s.status.clone().unwrap_or_default(),
+    ]
 }
 
 /// `flow 10, new 3` (routes with a count only).
@@ -333,6 +377,49 @@ mod tests {
                 "SIGKILL",
                 "open"
             ]
+        );
+    }
+
+    /// Where each column starts in the header, and that every row's cell of it starts there
+    /// too (left-aligned) or ends where the header ends (right-aligned).
+    #[test]
+    fn long_cells_widen_their_column_and_keep_the_table_aligned() {
+        let mut r = report(json!({}));
+        r.slots[1].last_exit = Some("exit 1 (never became ready)".into());
+        r.slots[0].unhealthy = Some("probe failed: connection refused".into());
+        r.slots[0].pid = Some(1234567);
+        let text = render(&r);
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("slot"))
+            .collect();
+        assert_eq!(table.len(), 3, "{text}");
+        let (header, ready, dead) = (table[0], table[1], table[2]);
+        let start = |line: &str, word: &str| {
+            line.find(word)
+                .unwrap_or_else(|| panic!("no {word:?} in {line:?}"))
+        };
+        let end = |line: &str, word: &str| start(line, word) + word.len();
+        // Left-aligned columns: state, last exit, breaker, status.
+        assert_eq!(
+            start(ready, "unhealthy:probe failed"),
+            start(header, "state")
+        );
+        assert_eq!(start(dead, "restarting"), start(header, "state"));
+        assert_eq!(start(dead, "exit 1 (never"), start(header, "last exit"));
+        assert_eq!(start(ready, "closed"), start(header, "breaker"));
+        assert_eq!(start(dead, "open"), start(header, "breaker"));
+        assert_eq!(start(ready, "serving"), start(header, "status"));
+        // Right-aligned columns: pid, selected, cpu.
+        assert_eq!(end(ready, "1234567"), end(header, "pid"));
+        assert_eq!(end(ready, "17"), end(header, "selected"));
+        assert_eq!(end(ready, "1.25s"), end(header, "cpu"));
+        assert_eq!(end(dead, "5"), end(header, "restarts"));
+        // No row is wider than needed: the widest cell of a column is one gap from the next.
+        assert!(dead.contains("exit 1 (never became ready)  open"), "{text}");
+        assert!(
+            !text.lines().any(|l| l.ends_with(' ')),
+            "trailing blanks: {text}"
         );
     }
 

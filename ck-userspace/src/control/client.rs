@@ -1,52 +1,15 @@
-//! The client side of the control socket, used by `ck status`, `ck drain`, ... .
+//! The client side of the control socket, used by `ck status`, `ck drain`, ...: one request,
+//! one answer, and an error that says what runs when the instance named does not.
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     os::unix::net::UnixStream,
     time::Duration,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 
-use super::{Request, Response};
+use super::{Request, Response, instances::Census};
 use crate::os::instance;
-
-/// Picks the instance: `--name` when given, else the only one running.
-pub fn resolve_name(name: Option<String>) -> anyhow::Result<String> {
-    if let Some(name) = name {
-        return Ok(name);
-    }
-    let dir = instance::run_dir();
-    let mut names = running_names();
-    match names.len() {
-        1 => Ok(names.remove(0)),
-        0 => bail!(
-            "no ck instance is running (no control socket in {}); start one with `ck run`",
-            dir.display()
-        ),
-        _ => bail!(
-            "several ck instances are running ({}); choose one with --name",
-            names.join(", ")
-        ),
-    }
-}
-
-/// The names of the instances with a control socket in the run directory, sorted (none when
-/// the directory does not exist).
-pub fn running_names() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(instance::run_dir())
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let file = e.file_name().to_string_lossy().to_string();
-                    file.strip_suffix(".sock").map(str::to_string)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
 
 /// Sends one request to instance `name` and returns its response. A status request that the
 /// instance dropped unanswered (ck re-executing itself: `ck upgrade`; clients already queued on
@@ -58,17 +21,26 @@ pub fn request(name: &str, req: &Request) -> anyhow::Result<Response> {
         let answer = exchange(&mut stream, req);
         match answer {
             Ok(answer) if !answer.is_empty() => {
-                return serde_json::from_str(&answer)
-                    .context("malformed answer on the control socket");
+                return serde_json::from_str(&answer).map_err(|e| {
+                    anyhow::anyhow!(
+                        "ck instance {name:?} gave an answer this ck cannot read ({e}): it runs \
+                         another version of ck; use that version's `ck` (`ck status --json` \
+                         shows its version), or upgrade it with `ck upgrade`"
+                    )
+                });
             }
             _ if *req == Request::Status && tries < 20 => {
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(5));
             }
-            Ok(_) => {
-                bail!("ck instance {name:?} closed the control connection without answering")
-            }
-            Err(e) => return Err(e),
+            Ok(_) => bail!(
+                "ck instance {name:?} closed the control connection without answering: it may \
+                 be exiting; see its log (its stderr), and `ck status` for what runs"
+            ),
+            Err(e) => bail!(
+                "the control connection to ck instance {name:?} failed ({e}): it may be \
+                 exiting or busy; see its log (its stderr), and try again"
+            ),
         }
     }
 }
@@ -88,13 +60,31 @@ fn connect(name: &str) -> anyhow::Result<UnixStream> {
                 path.display()
             )
         }
-        Err(e) => Err(e).with_context(|| {
-            format!(
-                "no ck instance named {name:?} is running (cannot connect to {}); check `--name`",
-                path.display()
-            )
-        }),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => bail!(
+            "ck instance {name:?} is not running: its control socket {} is left by a ck that \
+             exited without removing it; see `ck status` for the instances that run, or start \
+             it again with `ck run --name {name}`",
+            path.display()
+        ),
+        Err(_) => bail!(not_running(name)),
     }
+}
+
+/// Why instance `name` cannot be reached when it has no control socket: the instances that do
+/// run (or that none does), and the fix.
+fn not_running(name: &str) -> String {
+    let census = Census::take();
+    let fix = match census.running.as_slice() {
+        [] => "start it with `ck run`, or set CK_RUN_DIR to the run directory it uses".to_string(),
+        [one] => format!("did you mean --name {}?", one.name),
+        _ => "give one of them with --name".to_string(),
+    };
+    format!(
+        "no ck instance named {name:?} is running (no control socket {}); ck instances here: \
+         {}; {fix}",
+        instance::control_path(name).display(),
+        census.list()
+    )
 }
 
 /// Writes `req` and reads one answer line (empty if the connection closed first).
@@ -105,8 +95,6 @@ fn exchange(stream: &mut UnixStream, req: &Request) -> anyhow::Result<String> {
     stream.write_all(line.as_bytes())?;
     let mut reader = BufReader::new(stream);
     let mut answer = String::new();
-    reader
-        .read_line(&mut answer)
-        .context("reading the answer from the control socket")?;
+    reader.read_line(&mut answer)?;
     Ok(answer)
 }

@@ -3,6 +3,7 @@
 //! place allowed `unsafe`). Each module wraps one kernel facility behind a safe API.
 pub mod capabilities;
 pub mod cgroup;
+pub mod ck_runs;
 pub mod fd_limit;
 pub mod fork;
 pub mod instance;

@@ -108,11 +108,11 @@ fn toml_type(arg: &Arg) -> String {
             .get_value_names()
             .and_then(|n| n.first())
             .map(|n| n.to_string());
-        let integer = config_file::takes_whole_number(arg);
+        let integer = crate::settings::usage::takes_whole_number(arg);
         match name.as_deref() {
             Some("SIZE") => "string: a size (`512M`, `2G`) or bytes".into(),
             _ if parser == std::any::TypeId::of::<Duration>() => {
-                "string: a duration (`500ms`, `30s`, `2m`)".into()
+                "string: a duration (`500ms`, `30s`, `2m`; a bare number is seconds)".into()
             }
             _ if integer => "integer".into(),
             _ => "string".into(),

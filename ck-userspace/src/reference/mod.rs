@@ -13,8 +13,6 @@ pub mod metrics;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
-
 /// The first line of every generated Markdown page.
 pub const GENERATED: &str =
     "<!-- Generated from ck's code by `ck reference`: do not edit; run `cargo xtask docs`. -->";
@@ -70,13 +68,18 @@ pub fn pages(cli: &clap::Command) -> anyhow::Result<Vec<Page>> {
 
 /// Writes every page of [`pages`] into `dir` (created if missing); returns their paths.
 pub fn write(cli: &clap::Command, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let unwritable = |e: std::io::Error| {
+        anyhow::anyhow!(
+            "cannot write the reference into {} ({e}): give a directory you may write to",
+            dir.display()
+        )
+    };
+    std::fs::create_dir_all(dir).map_err(unwritable)?;
     pages(cli)?
         .into_iter()
         .map(|page| {
             let path = dir.join(page.name);
-            std::fs::write(&path, page.text)
-                .with_context(|| format!("writing {}", path.display()))?;
+            std::fs::write(&path, page.text).map_err(unwritable)?;
             Ok(path)
         })
         .collect()

@@ -10,11 +10,10 @@
 //! the command line always wins.
 use std::path::{Path, PathBuf};
 
-use clap::{
-    Arg, ArgAction, Command,
-    error::{ContextKind, ContextValue, ErrorKind},
-};
+use clap::{Arg, ArgAction, Command, error::ErrorKind};
 use toml::{Spanned, Value};
+
+use crate::settings::usage;
 
 /// Options that are not keys: the file cannot name itself, and help and version are not
 /// settings.
@@ -176,7 +175,7 @@ impl ConfigFile {
                 Some((_, arg)) => check(cmd, &key, arg, &value)
                     .map(|value| (arg.get_id().as_str().to_string(), value))
                     .map_err(|why| format!("`{text}`: {why}")),
-                None => Err(unknown_key(&key, &value, &known)),
+                None => Err(unknown_key(&key, &value, cmd)),
             };
             match checked {
                 Ok((id, value)) => settings.push(Setting {
@@ -262,7 +261,7 @@ fn names_option(message: &str, key: &str) -> bool {
 }
 
 /// The message for a key that is not an option.
-fn unknown_key(key: &str, value: &Value, known: &[(String, &Arg)]) -> String {
+fn unknown_key(key: &str, value: &Value, cmd: &Command) -> String {
     if NOT_KEYS.contains(&key) {
         return format!("`{key}` cannot be set in a config file");
     }
@@ -273,13 +272,9 @@ fn unknown_key(key: &str, value: &Value, known: &[(String, &Arg)]) -> String {
              `ck run --help`)"
         );
     }
-    let nearest = known
-        .iter()
-        .map(|(k, _)| (strsim::jaro(key, k), k))
-        .filter(|(score, _)| *score >= 0.7)
-        .max_by(|a, b| a.0.total_cmp(&b.0));
+    let nearest = usage::similar_option(cmd, key);
     match nearest {
-        Some((_, near)) => format!(
+        Some(near) => format!(
             "unknown key `{key}`: did you mean `{near}`? (the keys are ck run's long options \
              without the dashes, and `{APP_KEY}`; see `ck run --help`)"
         ),
@@ -317,7 +312,9 @@ fn check(cmd: &Command, key: &str, arg: &Arg, value: &Value) -> Result<SettingVa
     };
     let args = values.iter().map(|v| format!("--{key}={v}"));
     match cmd.clone().no_binary_name(true).try_get_matches_from(args) {
-        Err(e) if e.kind() != ErrorKind::MissingRequiredArgument => Err(clap_reason(&e, arg)),
+        Err(e) if e.kind() != ErrorKind::MissingRequiredArgument => {
+            Err(usage::value_reason(&e, Some(arg)))
+        }
         _ => Ok(SettingValue::Values(values)),
     }
 }
@@ -352,45 +349,6 @@ fn app_of(value: &Value) -> Option<Vec<String>> {
         .map(|item| item.as_str().map(str::to_string))
         .collect();
     app.filter(|app| !app.is_empty())
-}
-
-/// Whether `arg`'s value parser gives an integer (a config key that takes a whole number):
-/// the one test both the config file's errors and the generated ck.toml reference use.
-pub fn takes_whole_number(arg: &Arg) -> bool {
-    let parser = arg.get_value_parser().type_id();
-    [
-        std::any::TypeId::of::<u8>(),
-        std::any::TypeId::of::<u16>(),
-        std::any::TypeId::of::<u32>(),
-        std::any::TypeId::of::<u64>(),
-        std::any::TypeId::of::<usize>(),
-        std::any::TypeId::of::<i64>(),
-    ]
-    .iter()
-    .any(|t| parser == *t)
-}
-
-/// What clap says is wrong with a value, without its `error:` framing: the accepted values of
-/// an enumerated option, else the parser's own message.
-fn clap_reason(err: &clap::Error, arg: &Arg) -> String {
-    if err.kind() == ErrorKind::InvalidValue
-        && let Some(ContextValue::Strings(valid)) = err.get(ContextKind::ValidValue)
-    {
-        return format!("expected one of: {}", valid.join(", "));
-    }
-    let reason = match std::error::Error::source(err) {
-        Some(source) => source.to_string(),
-        None => {
-            let rendered = err.render().to_string();
-            let first = rendered.lines().next().unwrap_or_default();
-            first.trim_start_matches("error: ").to_string()
-        }
-    };
-    if takes_whole_number(arg) {
-        format!("{reason} (expected a whole number)")
-    } else {
-        reason
-    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ impl FromStr for ProbeKind {
                     Ok(ProbeKind::Http(path.to_string()))
                 }
                 _ => Err(format!(
-                    "expected `tcp`, `http` or `http:/PATH` (e.g. http:/healthz), got {s:?}"
+                    "{s:?} is not a probe: give `tcp`, `http` or `http:/PATH` (e.g. http:/healthz)"
                 )),
             },
         }

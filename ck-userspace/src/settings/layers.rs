@@ -17,6 +17,7 @@ use crate::settings::{
     config_file::ConfigFile,
     run_args::{RunArgs, run_command},
     run_config::RunConfig,
+    usage,
 };
 
 /// The configuration `ck run` starts with, and with `--config`, the command line to lay over
@@ -96,9 +97,10 @@ impl RunCommandLine {
             argv.push("--".into());
             argv.extend(app.into_iter().map(OsString::from));
         }
-        let matches = cmd
-            .try_get_matches_from(argv)
-            .map_err(|e| anyhow!("{}", e.render().to_string().trim_end()))?;
+        let matches = cmd.clone().try_get_matches_from(&argv).map_err(|e| {
+            let ck = clap::Command::new("ck").subcommand(cmd);
+            anyhow!("{}", usage::message(&e, &ck, &argv))
+        })?;
         let run = RunArgs::from_arg_matches(&matches)?;
         run.into_config().map_err(|e| {
             let message = format!("{e:#}");

@@ -86,7 +86,7 @@ pub fn parse_backoff(s: &str) -> Result<Backoff, String> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
     if parts.len() > 4 || parts.iter().any(|p| p.is_empty()) {
         return Err(format!(
-            "expected INITIAL[,MAX[,MULTIPLIER[,JITTER]]], e.g. 100ms,10s,2,0.1; got {s:?}"
+            "{s:?} is not a backoff: give INITIAL[,MAX[,MULTIPLIER[,JITTER]]], e.g. 100ms,10s,2,0.1"
         ));
     }
     b.initial = parse_duration(parts[0])?;
@@ -109,7 +109,8 @@ pub fn parse_backoff(s: &str) -> Result<Backoff, String> {
     }
     if b.max < b.initial {
         return Err(format!(
-            "the maximum backoff {:?} is below the initial one {:?}",
+            "the maximum backoff {:?} is below the initial one {:?}: give a MAX of at least \
+             INITIAL (INITIAL[,MAX[,MULTIPLIER[,JITTER]]])",
             b.max, b.initial
         ));
     }

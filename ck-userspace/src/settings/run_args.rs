@@ -24,8 +24,15 @@ pub fn run_command() -> Command {
     RunArgs::augment_args(Command::new("run"))
 }
 
-/// The examples `ck run --help` shows after its options (and `ck-run(1)` under EXAMPLES).
+/// What `ck run --help` shows after its options (and `ck-run(1)` at its end): the forms of
+/// values, and examples.
 pub const EXAMPLES: &str = "\
+Values:
+  DUR   a duration: a number with a unit ns, us, ms, s, m or h (500ms, 2.5s, 1m); a bare
+        number is seconds (30 = 30s)
+  SIZE  bytes, with an optional K, M, G or T (binary units): 512M, 2G
+  N     a whole number
+
 Examples:
   Your app with 4 workers on port 8080 (it accepts on fd 3, e.g. through ck-listen or ck-worker):
     ck run -w 4 -p 8080 -- node server.js
@@ -70,7 +77,7 @@ pub struct RunArgs {
     /// TCP port to listen on, on 0.0.0.0 (repeatable).
     ///
     /// Default 8080 when no --listen either.
-    #[arg(short, long = "port", value_name = "PORT")]
+    #[arg(short, long = "port", value_name = "PORT", value_parser = run_config::parse_port)]
     ports: Vec<u16>,
     /// Listen address, tcp:// or udp://HOST:PORT (repeatable).
     ///
@@ -336,11 +343,10 @@ pub struct RunArgs {
     )]
     orphan_timeout: Duration,
     /// The worker program and its arguments (default: the built-in demo worker).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "APP"
-    )]
+    ///
+    /// The program's own options go after it or after `--` (`ck run -w 4 -- node --inspect
+    /// app.js`); every option before them is ck's.
+    #[arg(trailing_var_arg = true, value_name = "APP")]
     app: Vec<String>,
 }
 

@@ -8,6 +8,28 @@ use ck_common::MAX_SLOTS;
 /// Largest `--workers` value: half the slots, so a rolling restart always finds free slots.
 pub const MAX_WORKERS: u32 = MAX_SLOTS / 2;
 
+/// Why a listen port cannot be 0, and the fix.
+const PORT_ZERO: &str = "port 0 asks the kernel for any free port, and each of ck's sockets \
+     would get a different one, so the workers would not share a port and clients would not \
+     know it; give a port from 1 to 65535, e.g. 8080";
+
+/// `--port`'s value parser: a TCP port from 1 to 65535 (0 is explained: see [`PORT_ZERO`]).
+///
+/// # Errors
+/// A message naming what is wrong and the range, for clap to print after the option.
+pub fn parse_port(text: &str) -> Result<u16, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err(PORT_ZERO.to_string()),
+        Ok(port) => u16::try_from(port).map_err(|_| {
+            format!("{port} is out of range: ports go from 1 to 65535; give e.g. 8080")
+        }),
+        Err(_) => Err(format!(
+            "{text:?} is not a port: give a number from 1 to 65535, e.g. 8080 (an address goes \
+             in --listen tcp://HOST:PORT)"
+        )),
+    }
+}
+
 /// An error in the command line or in the environment `ck run` was started in.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -16,6 +38,9 @@ pub enum ConfigError {
         "invalid listen address {0:?}: expected tcp://HOST:PORT or udp://HOST:PORT, e.g. tcp://0.0.0.0:8080, tcp://[::]:8080 or udp://[::]:443"
     )]
     BadListen(String),
+    /// A listen address with port 0.
+    #[error("listen address {0:?} has port 0: {PORT_ZERO}")]
+    ListenPortZero(String),
     /// `--workers` out of range.
     #[error("--workers {0} is out of range: give a number from 1 to {MAX_WORKERS}")]
     BadWorkers(u32),
@@ -118,7 +143,7 @@ impl FromStr for ListenAddr {
             .parse()
             .map_err(|_| ConfigError::BadListen(s.to_string()))?;
         if addr.port() == 0 {
-            return Err(ConfigError::BadListen(s.to_string()));
+            return Err(ConfigError::ListenPortZero(s.to_string()));
         }
         Ok(ListenAddr { addr, proto })
     }
@@ -394,7 +419,7 @@ pub fn listen_addrs(ports: &[u16], listen: &[ListenAddr]) -> Result<Vec<ListenAd
         .chain(listen.iter().copied())
     {
         if addr.addr.port() == 0 {
-            return Err(ConfigError::BadListen(addr.to_string()));
+            return Err(ConfigError::ListenPortZero(addr.to_string()));
         }
         if all.contains(&addr) {
             return Err(ConfigError::DuplicateListen(addr));

@@ -12,7 +12,8 @@
 //! reported in the log at most once a second per stream. While no ck reads (the exec of
 //! `ck upgrade`, a dead ck under `--survive-supervisor`), the pipe's own buffer fills and
 //! then the worker's write blocks: it is never refused (see ARCHITECTURE.md, "Worker
-//! output").
+//! output"). Each worker's last error line on stderr is kept until its death is handled
+//! ([`last_error`]).
 use std::{
     os::fd::OwnedFd,
     sync::{
@@ -24,9 +25,11 @@ use std::{
 
 use crate::settings::run_config::LogFormat;
 
+pub mod last_error;
 pub(super) mod lines;
 pub mod sink;
 
+use last_error::LastErrors;
 use lines::Splitter;
 
 /// The longest line ck logs as one record; a longer one is split.
@@ -79,6 +82,8 @@ pub(super) struct Hub {
     format: LogFormat,
     /// Every reader's line in the making (logged as they are before `ck upgrade`'s exec).
     partials: Mutex<Vec<(Weak<Mutex<Splitter>>, Source)>>,
+    /// Every worker's last error line on stderr, until its death takes it.
+    last_errors: Arc<LastErrors>,
 }
 
 /// ck's read ends of one worker's pipes (stdout, stderr): kept for the handover; the readers
@@ -113,7 +118,14 @@ impl Hub {
             gate: Default::default(),
             format,
             partials: Default::default(),
+            last_errors: Default::default(),
         })
+    }
+
+    /// Worker `pid` died: its last error line on stderr (else its last line), quoted and
+    /// forgotten; None when it wrote none. Waits at most `patience` for its stderr to end.
+    pub(super) fn last_error(&self, pid: u32, patience: Duration) -> Option<String> {
+        self.last_errors.take(pid, patience)
     }
 
     /// Reads the pipes of `ends` for the worker `from` (stream aside), counting lines that
@@ -131,6 +143,10 @@ impl Hub {
             let (reading, dropped, gate) =
                 (self.reading.clone(), dropped.clone(), self.gate.clone());
             let closed = self.closed.clone();
+            let last_errors = (stream == Stream::Stderr).then(|| {
+                self.last_errors.open(from.pid);
+                self.last_errors.clone()
+            });
             reading.fetch_add(1, Ordering::SeqCst);
             // On the reader's runtime (its reactor registers the pipe).
             let _guard = self.readers.enter();
@@ -155,6 +171,7 @@ impl Hub {
                     dropped,
                     unreported: 0,
                     reported_at: None,
+                    last_errors,
                 };
                 reader.run(fd, &gate).await;
                 reading.fetch_sub(1, Ordering::SeqCst);
@@ -210,6 +227,8 @@ struct Reader {
     /// Dropped since the last report.
     unreported: u64,
     reported_at: Option<Instant>,
+    /// For stderr: where its lines are kept for a quote at the worker's death.
+    last_errors: Option<Arc<LastErrors>>,
 }
 
 impl Reader {
@@ -246,17 +265,22 @@ impl Reader {
         }
         // Under the gate, as every batch: not after ck's last line (see `Hub::finish`).
         let _held = gate.lock().unwrap_or_else(|e| e.into_inner());
-        if closed.load(Ordering::SeqCst) {
-            return;
+        if !closed.load(Ordering::SeqCst) {
+            let last = splitter.lock().unwrap_or_else(|e| e.into_inner()).finish();
+            if let Some(last) = last {
+                self.emit(last, false);
+            }
+            self.report(true);
         }
-        let last = splitter.lock().unwrap_or_else(|e| e.into_inner()).finish();
-        if let Some(last) = last {
-            self.emit(last, false);
+        if let Some(last_errors) = &self.last_errors {
+            last_errors.end(self.from.pid);
         }
-        self.report(true);
     }
 
     fn emit(&mut self, text: String, split: bool) {
+        if let Some(last_errors) = &self.last_errors {
+            last_errors.record(self.from.pid, &text);
+        }
         self.report(false);
         let logged = sink::worker_room() && {
             let mark = if split { MARK_LONG } else { "" };

@@ -15,8 +15,8 @@ const UNITS: [(&str, u128); 6] = [
 /// Parses a duration such as `500ms`, `1s`, `2.5s`, `1m` or `1.5h`.
 ///
 /// Accepted forms: a non-negative decimal number (`2`, `2.5`, `.5`), optionally followed by a
-/// unit: `ns`, `us`, `ms`, `s`, `m` (minutes) or `h` (hours). A number without a unit is in
-/// seconds. Surrounding whitespace is ignored; there must be no space between number and unit.
+/// unit: `ns`, `us`, `ms`, `s`, `m` (minutes) or `h` (hours). A bare number (no unit) is in
+/// seconds, wherever a duration is taken, and the error says so. Surrounding whitespace is ignored; there must be no space between number and unit.
 /// Fractions finer than a nanosecond are truncated.
 ///
 /// # Errors
@@ -26,8 +26,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let text = s.trim();
     let invalid = || {
         format!(
-            "invalid duration {s:?}: expected a number with a unit ns, us, ms, s, m or h \
-             (e.g. 500ms, 2.5s, 1m)"
+            "invalid duration {s:?}: give a number with a unit ns, us, ms, s, m or h (e.g. \
+             500ms, 2.5s, 1m); a bare number is seconds (30 = 30s)"
         )
     };
     let digits_end = text
@@ -47,7 +47,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
         return Err(invalid());
     }
-    let too_long = || format!("duration {s:?} is too long");
+    let too_long = || format!("duration {s:?} is too long: give a shorter one");
     let whole: u128 = if whole.is_empty() {
         0
     } else {
@@ -107,6 +107,10 @@ mod tests {
         ] {
             let err = parse_duration(text).expect_err(text);
             assert!(err.contains("invalid duration"), "{text}: {err}");
+            assert!(
+                err.ends_with("a bare number is seconds (30 = 30s)"),
+                "the fix ends the message: {err}"
+            );
         }
     }
 

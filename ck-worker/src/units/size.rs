@@ -16,16 +16,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some('T') => (&body[..body.len() - 1], 40),
         _ => (body, 0),
     };
-    let value: u64 = digits
-        .trim()
-        .parse()
-        .map_err(|_| format!("expected a size such as 512M, 2G or 1048576, got {s:?}"))?;
+    let value: u64 = digits.trim().parse().map_err(|_| {
+        format!(
+            "{s:?} is not a size: give a number of bytes with an optional K, M, G or T \
+                 (binary units), e.g. 512M, 2G or 1048576"
+        )
+    })?;
     if value == 0 {
-        return Err(format!("a size must be more than 0, got {s:?}"));
+        return Err(format!(
+            "a size of 0 ({s:?}) leaves no memory: give more than 0, e.g. 512M"
+        ));
     }
     value
         .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))
+        .ok_or_else(|| format!("{s:?} is too large: give at most 16777215T"))
 }
 
 #[cfg(test)]

@@ -15,16 +15,16 @@ mod tests;
 
 use std::{process::ExitCode, time::Duration};
 
-use ck::control::client;
+use ck::control::instances::{self, Which};
 
 use super::control::status_of;
 
 /// How often the view asks for a report, and the interval `--once` measures rates over.
 pub const REFRESH: Duration = Duration::from_secs(1);
 
-/// `ck top [--once]` on instance `name` (or the only one running).
-pub fn run(name: Option<String>, once: bool) -> anyhow::Result<ExitCode> {
-    let name = client::resolve_name(name)?;
+/// `ck top [--once]` on the instance `which` names.
+pub fn run(which: &Which, once: bool) -> anyhow::Result<ExitCode> {
+    let name = instances::resolve(which)?;
     if !once {
         return live::run(name);
     }

@@ -30,7 +30,7 @@ struct Run {
     adopt: bool,
     #[arg(long)]
     config: Option<PathBuf>,
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(trailing_var_arg = true)]
     app: Vec<String>,
 }
 
@@ -147,11 +147,10 @@ fn unknown_key_names_line_and_nearest_key() {
 #[test]
 fn bad_values_name_key_line_and_what_is_accepted() {
     let err = refusal("workers = \"four\"\n");
-    assert!(
-        err.starts_with("ck.toml line 1: `workers = \"four\"`: invalid digit"),
-        "{err}"
+    assert_eq!(
+        err,
+        "ck.toml line 1: `workers = \"four\"`: expected a whole number from 0 to 4294967295"
     );
-    assert!(err.contains("expected a whole number"), "{err}");
     let err = refusal("\npolicy = \"fastest\"\n");
     assert!(
         err.contains(
@@ -162,7 +161,10 @@ fn bad_values_name_key_line_and_what_is_accepted() {
     let err = refusal("ready-timeout = \"soon\"\n");
     assert!(err.contains("invalid duration \"soon\""), "{err}");
     let err = refusal("max-requests = 0\n");
-    assert!(err.contains("`max-requests = 0`: 0 is not in 1.."), "{err}");
+    assert!(
+        err.contains("`max-requests = 0`: expected a whole number from 1 to 1844"),
+        "{err}"
+    );
     let err = refusal("listen = [\"udp://x:1\"]\n");
     assert!(err.contains("expected tcp://HOST:PORT"), "{err}");
     let err = refusal("adopt = \"yes\"\n");
@@ -176,7 +178,7 @@ fn bad_values_name_key_line_and_what_is_accepted() {
     assert!(err.contains("takes one value, not a list"), "{err}");
     let err = refusal("port = [8080, \"x\"]\n");
     assert!(
-        err.contains("`port = [8080, \"x\"]`: invalid digit"),
+        err.contains("`port = [8080, \"x\"]`: expected a whole number from 0 to 65535"),
         "{err}"
     );
     for app in [

@@ -77,6 +77,10 @@ pub(in crate::supervisor) fn start(events: &tokio::sync::mpsc::UnboundedSender<E
     });
 }
 
+/// How long the death of a booting worker waits for the end of its stderr, so that the roll
+/// it aborts quotes its last error line.
+const LAST_ERROR_PATIENCE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// A death as the fleet executor takes it (`executor::fleet::on_death`).
 pub(in crate::supervisor) struct Death {
     /// Killed by a signal only others send (see [`killed_from_outside`]).
@@ -163,6 +167,22 @@ impl Inputs {
         }
         let reason = describe_exit(&status);
         let never_ready = matches!(slot.life.state, State::Stopping(_, After::Crash));
+        let booting = never_ready || matches!(slot.life.state, State::Starting(_));
+        // A worker that dies while it boots may abort a roll, whose message quotes it: its
+        // last lines may still be on their way to the reader (waited for briefly; such a death
+        // waits a backoff anyway).
+        let patience = if booting {
+            LAST_ERROR_PATIENCE
+        } else {
+            std::time::Duration::ZERO
+        };
+        let last_error = table
+            .output
+            .as_ref()
+            .and_then(|hub| hub.last_error(pid, patience))
+            .map_or(String::new(), |line| {
+                format!("; its last error on stderr: {line:?}")
+            });
         slot.last_exit = Some(if never_ready {
             format!("{reason} (never became ready)")
         } else {
@@ -180,11 +200,11 @@ impl Inputs {
         // Words for the roll's abort, should the worker be one of its replacements.
         let why = if never_ready {
             format!(
-                "was not ready within --ready-timeout {:?}",
+                "was not ready within --ready-timeout {:?}{last_error}",
                 cfg.ready_timeout
             )
         } else {
-            format!("exited before it was flipped in ({reason})")
+            format!("exited before it was flipped in ({reason}){last_error}")
         };
         Some(Death { outside, why })
     }
