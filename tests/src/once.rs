@@ -26,8 +26,7 @@ fn run_id() -> String {
 pub fn per_run(dir: &Path, make: impl FnOnce()) {
     let lock_path = dir.with_extension("lock");
     if let Some(parent) = lock_path.parent() {
-        fs::create_dir_all(parent)
-            .unwrap_or_else(|e| panic!("creating {}: {e}", parent.display()));
+        fs::create_dir_all(parent).unwrap_or_else(|e| panic!("creating {}: {e}", parent.display()));
     }
     let file = File::create(&lock_path)
         .unwrap_or_else(|e| panic!("creating {}: {e}", lock_path.display()));

@@ -38,7 +38,9 @@ fn start(what: &str, env: &[(String, String)]) -> Ck {
     let (port_text, base) = (port.to_string(), probe_base_for(port).to_string());
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let args = ["--port", &port_text, "--probe-port-base", &base, "-w", "1"];
-    Ck::start_with_env(&instance_name(what, port), &args, &env).with_ctl_env(&env)
+    Ck::start_with_env(&instance_name(what, port), &args, &env)
+        .expect("start ck")
+        .with_ctl_env(&env)
 }
 
 #[test]
@@ -46,7 +48,7 @@ fn status_wait_pid_answers_for_the_ck_just_started_and_nothing_answers_for_the_o
     let dir = TempDir::new("choice");
     let env = env_of(&dir);
     let mut first = start("choice-a", &env);
-    let first_pid = first.wait_ready(1, READY_TIMEOUT).pid;
+    let first_pid = first.wait_ready(1, READY_TIMEOUT).expect("ready").pid;
     // Started, and asked about at once: its control socket may not exist yet.
     let second = start("choice-b", &env);
     let second_pid = second.pid().to_string();
@@ -75,15 +77,19 @@ fn status_wait_pid_answers_for_the_ck_just_started_and_nothing_answers_for_the_o
         said(&out)
     );
     assert!(!sys::pid_alive(second.pid()), "the second ck is gone");
-    assert_eq!(first.status().pid, first_pid, "the first runs on");
+    assert_eq!(
+        first.status().expect("ck status").pid,
+        first_pid,
+        "the first runs on"
+    );
     // Alone now, the first is the only instance.
     let out = ck_with(&env, &["status", "--wait", "--json"]);
     assert!(out.status.success(), "{}", said(&out));
     let status: Status = serde_json::from_slice(&out.stdout).expect("status JSON");
     assert_eq!(status.pid, first_pid);
-    let out = first.ctl(&["stop", "--wait"]);
+    let out = first.ctl(&["stop", "--wait"]).expect("ck control command");
     assert!(out.status.success(), "{}", said(&out));
-    first.wait_exit(Duration::from_secs(15));
+    first.wait_exit(Duration::from_secs(15)).expect("ck exits");
 }
 
 #[test]

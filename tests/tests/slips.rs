@@ -333,13 +333,18 @@ fn with_two_instances_running_no_command_answers_for_one_it_was_not_asked_about(
         let port = port.to_string();
         let base = ck_tests::probe_base_for(port.parse().expect("a port")).to_string();
         let args = ["--port", &port, "--probe-port-base", &base, "-w", "1"];
-        let mut ck = Ck::start_with_env(&name, &args, &env).with_ctl_env(&env);
-        ck.wait_ready(1, READY_TIMEOUT);
+        let mut ck = Ck::start_with_env(&name, &args, &env)
+            .expect("start ck")
+            .with_ctl_env(&env);
+        ck.wait_ready(1, READY_TIMEOUT).expect("ready");
         ck
     };
     let (one, two) = (start("one"), start("two"));
     let names = [one.name().to_string(), two.name().to_string()];
-    let pids = (one.status().pid, two.status().pid);
+    let pids = (
+        one.status().expect("ck status").pid,
+        two.status().expect("ck status").pid,
+    );
     let expected: BTreeSet<String> = names.iter().cloned().collect();
     let mut failures = Vec::new();
     for slip in WITH_TWO_RUNNING {
@@ -352,7 +357,10 @@ fn with_two_instances_running_no_command_answers_for_one_it_was_not_asked_about(
         }
     }
     // Nothing was stopped, reloaded or scaled: both run as they were.
-    let (now_one, now_two) = (one.status(), two.status());
+    let (now_one, now_two) = (
+        one.status().expect("ck status"),
+        two.status().expect("ck status"),
+    );
     assert_eq!((now_one.pid, now_two.pid), pids);
     assert_eq!((now_one.workers, now_two.workers), (1, 1));
     assert!(!now_one.stopping && !now_two.stopping);
@@ -364,7 +372,7 @@ fn with_two_instances_running_no_command_answers_for_one_it_was_not_asked_about(
         failures.join("\n  ")
     );
     for ck in [one, two] {
-        let out = ck.ctl(&["stop", "--wait"]);
+        let out = ck.ctl(&["stop", "--wait"]).expect("ck control command");
         assert!(out.status.success(), "{}", ck_tests::ck::said(&out));
     }
     assert!(scene.leftovers(&BTreeSet::new()).is_empty());
@@ -401,10 +409,15 @@ fn an_aborted_roll_quotes_the_replacement_s_last_error_line() {
         "--",
         &app,
     ];
-    let mut ck = Ck::start_with_env(&format!("ck-{port}"), &args, &env).with_ctl_env(&env);
-    let before = ck.wait_ready(2, READY_TIMEOUT).worker_pids();
+    let mut ck = Ck::start_with_env(&format!("ck-{port}"), &args, &env)
+        .expect("start ck")
+        .with_ctl_env(&env);
+    let before = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("ready")
+        .worker_pids();
     fs::write(&broken, "").expect("breaking the release");
-    let out = ck.ctl(&["reload"]);
+    let out = ck.ctl(&["reload"]).expect("ck control command");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -416,11 +429,11 @@ fn an_aborted_roll_quotes_the_replacement_s_last_error_line() {
         ck.log()
     );
     assert_eq!(
-        ck.status().worker_pids(),
+        ck.status().expect("ck status").worker_pids(),
         before,
         "the old workers serve on"
     );
-    let out = ck.ctl(&["stop", "--wait"]);
+    let out = ck.ctl(&["stop", "--wait"]).expect("ck control command");
     assert!(out.status.success(), "{}", ck_tests::ck::said(&out));
-    ck.wait_exit(Duration::from_secs(15));
+    ck.wait_exit(Duration::from_secs(15)).expect("ck exits");
 }
