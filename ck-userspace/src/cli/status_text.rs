@@ -124,7 +124,7 @@ pub fn render(report: &StatusReport) -> String {
     }
     let _ = writeln!(
         out,
-        "{:>4}  {:>8}  {:<18}  {:>9}  {:>8}  {:>9}  {:>6}  {:>8}  {:>9}  {:<16}  {:<9}  status",
+        "{:>4}  {:>8}  {:<18}  {:>9}  {:>8}  {:>9}  {:>6}  {:>6}  {:>8}  {:>9}  {:<16}  {:<9}  status",
         "slot",
         "pid",
         "state",
@@ -132,6 +132,7 @@ pub fn render(report: &StatusReport) -> String {
         "restarts",
         "selected",
         "open",
+        "probes",
         "memory",
         "cpu",
         "last exit",
@@ -140,7 +141,7 @@ pub fn render(report: &StatusReport) -> String {
     for s in &report.slots {
         let _ = writeln!(
             out,
-            "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:>6}  {:>8}  {:>9}  {:<16}  {:<9}  {}",
+            "{:>4}  {:>8}  {:<18}  {:>8.1}s  {:>8}  {:>9}  {:>6}  {:>6}  {:>8}  {:>9}  {:<16}  {:<9}  {}",
             s.slot,
             s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
             match (&s.unhealthy, s.member_of, s.spare, s.nice) {
@@ -157,6 +158,7 @@ pub fn render(report: &StatusReport) -> String {
             s.restarts,
             s.selected,
             s.connections.map_or("-".into(), |n| n.to_string()),
+            s.probe_hits,
             s.memory_bytes
                 .map_or("-".into(), |b| format!("{:.1}M", b as f64 / 1048576.0)),
             s.cpu_ms
@@ -223,7 +225,7 @@ mod tests {
             "slots": [
                 {"slot": 0, "pid": 100, "state": "ready", "drained": false, "uptime_ms": 1_500,
                  "restarts": 2, "generation": 3, "selected": 17, "fallbacks": 0, "migrated": 0,
-                 "breaker": "closed", "queue_depth": 0, "probe_hits": 0, "connections": 4,
+                 "breaker": "closed", "queue_depth": 0, "probe_hits": 6, "connections": 4,
                  "memory_bytes": 3 * 1048576, "cpu_ms": 1_250, "spare": false,
                  "status": "serving"},
                 {"slot": 1, "pid": null, "state": "restarting", "drained": false,
@@ -312,7 +314,7 @@ mod tests {
         assert_eq!(
             ready,
             [
-                "0", "100", "ready", "1.5s", "2", "17", "4", "3.0M", "1.25s", "-", "closed",
+                "0", "100", "ready", "1.5s", "2", "17", "4", "6", "3.0M", "1.25s", "-", "closed",
                 "serving"
             ]
         );
@@ -327,6 +329,7 @@ mod tests {
                 "5",
                 "0",
                 "-",
+                "0",
                 "-",
                 "-",
                 "signal",
