@@ -343,6 +343,12 @@ impl Supervisor {
                 restart = slot.life.restarts,
                 "worker restarting"
             ),
+            Note::Revived => tracing::info!(
+                slot = index,
+                restart = slot.life.restarts,
+                reason = "ck reload: a fresh worker now, no backoff or cool-down waited",
+                "worker restarting"
+            ),
             Note::BreakerOpen { crashes, cooldown } => tracing::error!(
                 slot = index,
                 crashes,

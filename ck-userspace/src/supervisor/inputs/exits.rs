@@ -83,6 +83,9 @@ pub(in crate::supervisor) struct Death {
     pub outside: bool,
     /// Words for a roll's abort, should the worker be one of its replacements.
     pub why: String,
+    /// How it ended, as `ck status` shows it (`exit 3`): for a reload's answer, should the
+    /// worker be one it started on a slot that had crashed.
+    pub how: String,
 }
 
 /// A watched process began to exit: the slot, worker and status to handle as exited now, for a
@@ -163,15 +166,16 @@ impl Inputs {
         }
         let reason = describe_exit(&status);
         let never_ready = matches!(slot.life.state, State::Stopping(_, After::Crash));
-        slot.last_exit = Some(if never_ready {
+        let how = if never_ready {
             format!("{reason} (never became ready)")
         } else {
             reason.clone()
-        });
+        };
+        slot.last_exit = Some(how.clone());
         tracing::info!(
             slot = index,
             pid,
-            reason = %slot.last_exit.as_deref().unwrap_or(""),
+            reason = %how,
             ran_ms = ran.as_millis() as u64,
             seen = seen.name(),
             "worker exited"
@@ -186,7 +190,7 @@ impl Inputs {
         } else {
             format!("exited before it was flipped in ({reason})")
         };
-        Some(Death { outside, why })
+        Some(Death { outside, why, how })
     }
 }
 
