@@ -264,6 +264,52 @@ fn metric_text_of(status: &Status) -> String {
     metrics_text(status.metrics.as_deref().expect("--metrics"))
 }
 
+/// A slot alone (`-w 1`) whose workers die before they accept: ck's accept probe waits in the
+/// queue of the held socket, longer than ck reads a connection the worker does not close. The
+/// worker that finally takes it (the app fixed, `ck reload`) finds a live client: it reads the
+/// end, answers, and sees no reset.
+#[test]
+fn a_probe_left_in_a_held_queue_is_a_live_client_for_the_next_worker() {
+    let dir = TempDir::new("probe-held");
+    let server = python(&dir, RECORDER);
+    let broken = dir.path().join("broken");
+    std::fs::write(&broken, "").expect("writing the marker");
+    let app = script(
+        &dir,
+        "app.sh",
+        &format!(
+            "if [ -e '{}' ]; then sleep 0.3; exit 1; fi\nexec python3 '{server}'",
+            broken.display()
+        ),
+    );
+    let log = dir.path().join("ends.log");
+    let env = [("ENDS_LOG", log.to_str().expect("UTF-8 path"))];
+    let app = app.to_str().expect("UTF-8 path");
+    let (mut ck, _) = start_with_env("probe-held", &["-w", "1", "--", app], &env);
+    ck.wait_status("the breaker held half-open", Duration::from_secs(60), |s| {
+        s.slots.len() == 1 && s.slots[0].breaker == "half-open" && s.slots[0].probe_hits >= 1
+    });
+    // Longer than ck reads a connection before it closes it (os::probe::conn::CLOSE_LIMIT).
+    std::thread::sleep(Duration::from_secs(11));
+    std::fs::remove_file(&broken).expect("removing the marker");
+    let said = ck.ctl_ok(&["reload"]);
+    assert!(said.contains("all ready"), "{said}");
+    ck.ctl_ok(&["stop"]);
+    ck.wait_clean_exit();
+    let ends = ends(&log);
+    assert!(
+        !ends.is_empty(),
+        "the worker took no connection: {}",
+        ck.log()
+    );
+    let bad: Vec<&String> = ends.iter().filter(|l| !l.ends_with(" end")).collect();
+    assert!(
+        bad.is_empty(),
+        "a worker saw an error: {bad:#?}\n{}",
+        ck.log()
+    );
+}
+
 /// How each connection of a [`RECORDER`] server ended, from its log (`port end` lines).
 fn ends(log: &PathBuf) -> Vec<String> {
     std::fs::read_to_string(log)

@@ -56,7 +56,7 @@ pub enum AcceptProbe {
         /// The queue's length at the last reading.
         last: u32,
         /// The probe's connection, held until the probe ends: dropping it ends it politely.
-        _conn: ProbeConn,
+        conn: ProbeConn,
     },
     /// Not usable for this worker: the `/proc` scan decides.
     Off,
@@ -87,6 +87,29 @@ impl AcceptProbe {
     /// Whether the probe cannot be used for this worker (the `/proc` scan decides alone).
     pub fn off(&self) -> bool {
         matches!(self, AcceptProbe::Off)
+    }
+
+    /// The probe's connection, if it has one, taken out (the probe is off): its worker died,
+    /// and the connection may still wait in the queue of the slot's socket for the next one.
+    pub fn take_conn(&mut self) -> Option<ProbeConn> {
+        match std::mem::replace(self, AcceptProbe::Off) {
+            AcceptProbe::Connecting { conn, .. } | AcceptProbe::Armed { conn, .. } => Some(conn),
+            AcceptProbe::Unsent | AcceptProbe::Off => None,
+        }
+    }
+
+    /// Takes over `queued`, the probe of the slot's previous worker that died before it took
+    /// it (see [`AcceptProbe::take_conn`]), if this probe is not sent yet and the queue (`queue`
+    /// long) still holds something: the next accept shrinks it. Says whether it did; else
+    /// `queued` is ended.
+    pub fn take_over(&mut self, queued: Option<ProbeConn>, queue: u32) -> bool {
+        match queued {
+            Some(conn) if queue > 0 && matches!(self, AcceptProbe::Unsent) => {
+                *self = AcceptProbe::Armed { last: queue, conn };
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Sends the probe from `source` to `target` if it is not sent yet, given the queue's
@@ -145,10 +168,7 @@ impl AcceptProbe {
                         let AcceptProbe::Connecting { conn, .. } = std::mem::take(self) else {
                             unreachable!("matched above")
                         };
-                        *self = AcceptProbe::Armed {
-                            last: queue,
-                            _conn: conn,
-                        };
+                        *self = AcceptProbe::Armed { last: queue, conn };
                     }
                     // Connected but not queued (TCP_DEFER_ACCEPT, or accepted at once), failed
                     // or lost: the queue says nothing sure, the scan decides.
@@ -235,6 +255,27 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         assert_eq!(conn.read(&mut buf).unwrap(), 0);
+    }
+
+    #[test]
+    fn the_queued_probe_of_a_dead_worker_is_the_next_ones() {
+        let (l, addr) = listener();
+        let mut first = sent(addr, queue(&l));
+        settle(&mut first, &l);
+        let queued = first.take_conn();
+        assert!(queued.is_some() && first.off(), "{first:?}");
+        // The next worker of the slot: the connection still waits in the queue.
+        let mut next = AcceptProbe::default();
+        assert!(next.take_over(queued, queue(&l)));
+        assert!(next.armed(), "{next:?}");
+        let (mut conn, _) = l.accept().unwrap();
+        assert_eq!(next.step(queue(&l), Instant::now()), Step::Accepted);
+        let mut buf = [0u8; 8];
+        assert_eq!(conn.read(&mut buf).unwrap(), 0, "a live client's end");
+        // Nothing left in the queue: nothing to take over.
+        let mut last = AcceptProbe::default();
+        assert!(!last.take_over(next.take_conn(), queue(&l)));
+        assert!(matches!(last, AcceptProbe::Unsent), "{last:?}");
     }
 
     #[test]
