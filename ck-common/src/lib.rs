@@ -246,6 +246,34 @@ pub struct ConnTag {
     pub flags: u32,
 }
 
+/// Where the `ck_conns` program finds a connection's peer in kernel memory (`struct sock`, its
+/// `sock_common`): byte offsets resolved by the supervisor from the kernel's BTF at load (the
+/// program has no CO-RE), so that it can tell ck's own probe connections (from a port of the
+/// probe range, on loopback) from clients' and leave them out of the open-connection counts.
+/// All 0: not resolved (every connection counts).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerOffsets {
+    /// `skc_dport`: the peer's port, network byte order (2 bytes).
+    pub port: u32,
+    /// `skc_family`: `AF_INET` or `AF_INET6` (2 bytes).
+    pub family: u32,
+    /// `skc_daddr`: an IPv4 peer's address (4 bytes).
+    pub addr4: u32,
+    /// `skc_v6_daddr`: an IPv6 peer's address (16 bytes).
+    pub addr6: u32,
+}
+
+impl PeerOffsets {
+    /// Not resolved.
+    pub const UNKNOWN: PeerOffsets = PeerOffsets {
+        port: 0,
+        family: 0,
+        addr4: 0,
+        addr6: 0,
+    };
+}
+
 /// `--adopt`: the group a `ck_tag_bind4`/`ck_tag_bind6` program tags binds for (the
 /// `bind_group` map's one value, written by the supervisor before it attaches them).
 #[repr(C)]
@@ -314,4 +342,6 @@ mod pod {
     unsafe impl aya::Pod for super::BindGroup {}
     // SAFETY: as above: two u32 fields.
     unsafe impl aya::Pod for super::MovedConn {}
+    // SAFETY: as above: four u32 fields.
+    unsafe impl aya::Pod for super::PeerOffsets {}
 }

@@ -3,7 +3,8 @@
 //! into every connection that listener creates); `ck_conns` (`tp_btf/inet_sock_set_state`) adds
 //! one to the tag's slot on `SYN_RECV -> ESTABLISHED` and takes one off on `-> CLOSE`, in per-CPU
 //! signed counters (`conns`, summed by the reader: a connection may open on one CPU and close on
-//! another). The tag's `CONN_COUNTED` flag keeps a connection from counting twice.
+//! another). The tag's `CONN_COUNTED` flag keeps a connection from counting twice. ck's own
+//! probe connections never count (`probe::peer_is_probe`): the counts are the clients'.
 //!
 //! Migration: an established connection waiting in a closing listener's accept queue keeps the
 //! tag of that listener. When `ck_select` re-homes it ([`migrated`]), the count moves from the
@@ -171,13 +172,14 @@ pub fn ck_conns(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-/// A connection of a tagged listener is established: it counts for the tag's slot.
+/// A connection of a tagged listener is established: it counts for the tag's slot, unless it
+/// is one of ck's probes (counted apart, as probe hits: a probe is not a client).
 #[inline(always)]
 fn opened(sk: *mut c_void) {
     let Some(tag) = CONN_TAGS.get(sk) else {
         return;
     };
-    if tag.flags & CONN_COUNTED == 0 {
+    if tag.flags & CONN_COUNTED == 0 && !crate::probe::peer_is_probe(sk.cast()) {
         tag.flags |= CONN_COUNTED;
         add(tag.slot, 1);
     }
@@ -224,8 +226,10 @@ pub fn migrated(ctx: &SkReuseportContext, migrating: *mut c_void, slot: u32) {
     // `bpf_sock` view the verifier lets this program read.
     let state = unsafe { (*migrating.cast::<aya_ebpf::bindings::bpf_sock>()).state };
     // A request still in SYN_RECV is not a connection yet: the listener it now waits on creates
-    // (and tags) it. TCP_SYN_RECV here is a Fast Open child, counted later on the old tag.
-    if state == BPF_TCP_NEW_SYN_RECV || state == BPF_TCP_SYN_RECV {
+    // (and tags) it. TCP_SYN_RECV here is a Fast Open child, counted later on the old tag. A
+    // connection its client reset while it waited (CLOSE) has left the count already, and
+    // closes no more: moving it would leave one too many on the new slot for good.
+    if state == BPF_TCP_NEW_SYN_RECV || state == BPF_TCP_SYN_RECV || state == BPF_TCP_CLOSE {
         return;
     }
     // SAFETY: the context's `sk` is the closing listener, a socket the helper accepts.

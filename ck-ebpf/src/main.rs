@@ -12,6 +12,7 @@ mod conns;
 mod exits;
 mod flow_cache;
 mod minimal;
+mod probe;
 mod quic;
 mod sock_addr;
 mod udp;
@@ -97,18 +98,21 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     let Some(config) = CONFIG.get(0) else {
         return SK_DROP;
     };
-    let migrating = ctx.migrating_sk().is_some();
-    if config.probe_base != 0 && !migrating {
-        if let Some(slot) = probe_slot(ctx, config.probe_base) {
-            // A probe tests one worker through its own socket: never answer it from another.
-            if SOCKETS.select_reuseport(ctx, slot).is_ok() {
-                count(slot, |s| s.probe_hits += 1);
-                return SK_PASS;
-            }
-            count(slot, |s| s.errors += 1);
+    let migrating = ctx.migrating_sk();
+    if let Some(queued) = &migrating {
+        // A probe tests one worker through its own socket: never answer it from another.
+        if probe::migrating_is_probe(queued.sock.cast(), config.probe_base) {
             return SK_DROP;
         }
+    } else if let Some(slot) = probe::probe_slot(ctx, config.probe_base) {
+        if SOCKETS.select_reuseport(ctx, slot).is_ok() {
+            count(slot, |s| s.probe_hits += 1);
+            return SK_PASS;
+        }
+        count(slot, |s| s.errors += 1);
+        return SK_DROP;
     }
+    let migrating = migrating.is_some();
     let Some(set) = ACTIVE.get(config.live_half & 1) else {
         return SK_DROP;
     };
@@ -455,40 +459,6 @@ fn oldest_wait_ns(sk: u64, at: &QueueOffsets) -> Option<u64> {
 #[inline(always)]
 fn scale(value: u32, n: u32) -> u32 {
     ((u64::from(value) * u64::from(n)) >> 32) as u32
-}
-
-/// The slot a probe connection asks for: its TCP source port minus `base`, when that port lies
-/// in `[base, base + MAX_SLOTS)` and the connection comes from a loopback address (so a remote
-/// client that happens to use such a port is steered normally).
-#[inline(always)]
-fn probe_slot(ctx: &SkReuseportContext, base: u32) -> Option<u32> {
-    let data = ctx.data();
-    if data + 2 > ctx.data_end() {
-        return None;
-    }
-    // SAFETY: the two bytes lie within [data, data_end), checked above (and by the verifier);
-    // `data` points at the TCP header, whose first field is the source port.
-    let sport = u32::from(u16::from_be(unsafe {
-        core::ptr::read_unaligned(data as *const u16)
-    }));
-    if sport < base || sport >= base + MAX_SLOTS {
-        return None;
-    }
-    if !from_loopback(ctx) {
-        return None;
-    }
-    Some(sport - base)
-}
-
-/// Whether the packet's source address is 127.0.0.0/8 or ::1.
-#[inline(always)]
-fn from_loopback(ctx: &SkReuseportContext) -> bool {
-    let loopback6: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-    match source_address(ctx) {
-        Some((addr, false)) => addr[0] == 127,
-        Some((addr, true)) => addr == loopback6,
-        None => false,
-    }
 }
 
 /// The packet's source address from its IP header, and whether it is IPv6: an IPv4 address

@@ -31,7 +31,9 @@ use ck_common::{
 };
 
 use crate::{
-    ACTIVE, CONFIG, SLOTS, SOCKETS, STICKY, flow_cache, probe_slot, sock_addr::SOCK_GENS,
+    ACTIVE, CONFIG, SLOTS, SOCKETS, STICKY, flow_cache,
+    probe::{CK_PROBE_BASE, probe_slot},
+    sock_addr::SOCK_GENS,
     source_address,
 };
 
@@ -49,11 +51,6 @@ static UDP_STATS: PerCpuArray<UdpStats, { SLOTS + 1 }> = PerCpuArray::new();
 /// learn its mode (`config.udp_mode` holds the same code, for people).
 #[unsafe(no_mangle)]
 static CK_UDP_MODE: Global<u32> = Global::new(0);
-
-/// The first port of the instance's probe range (0: none), set when ck loads the program;
-/// read-only as [`CK_UDP_MODE`] (`config.probe_base` holds the same, for people).
-#[unsafe(no_mangle)]
-static CK_PROBE_BASE: Global<u32> = Global::new(0);
 
 #[sk_reuseport]
 pub fn ck_select_udp(ctx: SkReuseportContext) -> u32 {

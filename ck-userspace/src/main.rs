@@ -135,7 +135,9 @@ enum Command {
     },
     /// Rolling restart: replace every worker without dropping a connection.
     ///
-    /// One batch (--reload-batch) at a time; exits non-zero if the roll is aborted.
+    /// One batch (--reload-batch) at a time; a slot whose worker crashed (backing off, or its
+    /// breaker open) gets a fresh worker at once. Exits non-zero if the roll is aborted or such
+    /// a fresh worker still fails.
     Reload {
         #[command(flatten)]
         target: Target,

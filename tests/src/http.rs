@@ -258,7 +258,19 @@ pub fn keep_alive_on(addr: SocketAddr, slot: u32) -> (KeepAlive, Answer) {
 /// # Panics
 /// When a connection or its request fails.
 pub fn hold(addr: SocketAddr, n: usize) -> (Vec<KeepAlive>, BTreeMap<u32, u64>) {
-    crate::sys::on_one_cpu(move || {
+    hold_from_cpu(addr, n, crate::sys::first_allowed_cpu())
+}
+
+/// Like [`hold`], from CPU `cpu` (the kernel counts each connection on the CPU that opened it).
+///
+/// # Panics
+/// When a connection or its request fails.
+pub fn hold_from_cpu(
+    addr: SocketAddr,
+    n: usize,
+    cpu: usize,
+) -> (Vec<KeepAlive>, BTreeMap<u32, u64>) {
+    crate::sys::on_cpu(cpu, move || {
         let mut per_slot = BTreeMap::new();
         let conns = (0..n)
             .map(|i| {

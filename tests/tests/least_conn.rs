@@ -2,20 +2,17 @@
 //! connections, queued ones included). With two workers both are candidates of every
 //! connection, so each new connection goes to the one holding fewer: exact counts.
 //!
-//! Slot 0 is loaded first through probe steering (a loopback connection from source port
-//! `--probe-port-base + 0` always reaches slot 0, whatever the policy), one held connection per
-//! source address of 127.0.0.0/8, so that one source port can hold several. Then a scale-up
-//! from 2 to 4: every worker is a candidate, so the new workers take every new connection until
-//! they hold as many as the old ones.
+//! Slot 0 is loaded first with clients' connections held open while slot 1 is drained (out of
+//! the active set, so every new connection goes to slot 0; ck's own probes would not do: they
+//! never count as open). Then a scale-up from 2 to 4: every worker is a candidate, so the new
+//! workers take every new connection until they hold as many as the old ones.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use ck_tests::http::hold;
-use ck_tests::sys::{allowed_cpus, on_cpu};
-use ck_tests::{Ck, Status, local, probe_base_for, start_ready, start_with_env};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use ck_tests::http::{KeepAlive, hold, hold_from_cpu};
+use ck_tests::sys::{allowed_cpus, first_allowed_cpu};
+use ck_tests::{Ck, Status, local, start_ready, start_with_env};
 
 /// Connections held on slot 0 before the ordinary ones.
 const HELD: u8 = 6;
@@ -24,20 +21,14 @@ const NEXT: usize = 4;
 /// How long the kernel's counts get to reach what the clients hold or closed.
 const SETTLE: Duration = Duration::from_secs(10);
 
-/// A connection held open to `127.0.0.1:port` from `127.0.0.<host>:(base + slot)`: probe
-/// steering sends it to `slot` (linger 0: closing leaves no TIME_WAIT behind).
-fn held_on(port: u16, base: u16, slot: u16, host: u8) -> TcpStream {
-    let source = SocketAddr::from(([127, 0, 0, host], base + slot));
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).expect("socket");
-    socket.set_reuse_address(true).expect("SO_REUSEADDR");
-    socket.set_linger(Some(Duration::ZERO)).expect("SO_LINGER");
-    socket
-        .bind(&SockAddr::from(source))
-        .unwrap_or_else(|e| panic!("bind {source}: {e}"));
-    socket
-        .connect_timeout(&SockAddr::from(local(port)), Duration::from_secs(5))
-        .unwrap_or_else(|e| panic!("connect from {source}: {e}"));
-    socket.into()
+/// [`HELD`] keep-alive connections held open on slot 0, opened from CPU `cpu` while slot 1 is
+/// drained (so all go to slot 0), slot 1 back in the active set after.
+fn held_on_slot0(ck: &Ck, port: u16, cpu: usize) -> Vec<KeepAlive> {
+    ck.ctl_ok(&["drain", "1"]).expect("ck control command");
+    let (held, answered) = hold_from_cpu(local(port), usize::from(HELD), cpu);
+    assert_eq!(answered, BTreeMap::from([(0, u64::from(HELD))]));
+    ck.ctl_ok(&["undrain", "1"]).expect("ck control command");
+    held
 }
 
 /// Waits until the kernel's open counts per slot are `want`.
@@ -45,7 +36,7 @@ fn wait_counts(ck: &mut Ck, want: &BTreeMap<u32, u64>) -> Status {
     ck.wait_status(&format!("open connections {want:?}"), SETTLE, |s| {
         s.connections() == *want
     })
-    .expect("wait for the status")
+    .expect("wait for a status")
 }
 
 #[test]
@@ -80,7 +71,7 @@ fn the_forced_fallback_says_so_and_steers_by_sampled_counts() {
     let said = "sampled (forced by CK_LEAST_CONN=sampled)";
     assert_eq!(status.conn_steering.as_deref(), Some(said), "{status:#?}");
     assert_eq!(status.connection_count, "kernel", "{status:#?}");
-    let text = ck.ctl_ok(&["status"]).expect("ck status");
+    let text = ck.ctl_ok(&["status"]).expect("ck control command");
     assert!(
         text.contains(&format!("least-conn counts: {said}")),
         "{text}"
@@ -97,7 +88,6 @@ fn the_forced_fallback_says_so_and_steers_by_sampled_counts() {
 #[test]
 fn without_kernel_counts_least_conn_says_so_and_spreads_round_robin() {
     let (mut ck, port) = start_least_conn("lconn-rr", &[("CK_CONN_COUNT", "scan")]);
-    let base = probe_base_for(port);
     let status = ck
         .wait_ready(2, ck_tests::READY_TIMEOUT)
         .expect("wait for ready slots");
@@ -115,9 +105,8 @@ fn without_kernel_counts_least_conn_says_so_and_spreads_round_robin() {
         "{}",
         ck.log()
     );
-    let on_slot0: Vec<_> = (1..=HELD).map(|h| held_on(port, base, 0, h)).collect();
-    let cpu = allowed_cpus()[0];
-    let (next, answered) = on_cpu(cpu, move || hold(local(port), NEXT));
+    let on_slot0 = held_on_slot0(&ck, port, first_allowed_cpu());
+    let (next, answered) = hold(local(port), NEXT);
     assert_eq!(answered, BTreeMap::from([(0, 2), (1, 2)]));
     drop((on_slot0, next));
 }
@@ -131,16 +120,15 @@ fn start_least_conn(what: &str, env: &[(&str, &str)]) -> (Ck, u16) {
 /// 1 ms, under traffic; 50 ms idle).
 const SAMPLE_WAIT: Duration = Duration::from_millis(300);
 
-/// Slot 0 holds 6 (probe steering), then the next 4 go to slot 1, the emptier; slot 0's closed,
-/// the next 4 go to slot 0. `settle`: how long a sample takes to see each change.
+/// Slot 0 holds 6 (opened while slot 1 was drained), then the next 4 go to slot 1, the
+/// emptier; slot 0's closed, the next 4 go to slot 0. `settle`: how long a sample takes to see
+/// each change.
 fn emptiest_worker_takes_the_next(mut ck: Ck, port: u16, settle: Duration) {
-    let base = probe_base_for(port);
-    // Probes ck sent itself (a starting worker's accept probe) are not the test's.
-    let probes = ck.status().expect("ck status").slot(0).probe_hits;
-    let on_slot0: Vec<_> = (1..=HELD).map(|h| held_on(port, base, 0, h)).collect();
+    let selected = ck.status().expect("ck status").slot(0).selected;
+    let on_slot0 = held_on_slot0(&ck, port, first_allowed_cpu());
     let before = wait_counts(&mut ck, &BTreeMap::from([(0, u64::from(HELD)), (1, 0)]));
     assert_eq!(
-        before.slot(0).probe_hits - probes,
+        before.slot(0).selected - selected,
         u64::from(HELD),
         "{before:#?}"
     );
@@ -188,14 +176,9 @@ fn least_conn_sums_the_counts_of_connections_opened_on_another_cpu() {
     assert_ne!(first, last, "this test needs two CPUs: {cpus:?}");
     let (mut ck, port, _) =
         start_ready("lconn-cpus", 2, &["--policy", "least-conn"]).expect("start a ready ck");
-    let base = probe_base_for(port);
-    let on_slot0 = on_cpu(last, move || {
-        (1..=HELD)
-            .map(|h| held_on(port, base, 0, h))
-            .collect::<Vec<_>>()
-    });
+    let on_slot0 = held_on_slot0(&ck, port, last);
     wait_counts(&mut ck, &BTreeMap::from([(0, u64::from(HELD)), (1, 0)]));
-    let (next, answered) = hold(local(port), NEXT);
+    let (next, answered) = hold_from_cpu(local(port), NEXT, first);
     assert_eq!(answered, BTreeMap::from([(1, NEXT as u64)]));
     drop((on_slot0, next));
     wait_counts(&mut ck, &BTreeMap::from([(0, 0), (1, 0)]));
@@ -207,7 +190,7 @@ fn least_conn_fills_the_workers_a_scale_up_adds() {
         start_ready("lconn-scale", 2, &["--policy", "least-conn"]).expect("start a ready ck");
     let (first, answered) = hold(local(port), 10);
     assert_eq!(answered, BTreeMap::from([(0, 5), (1, 5)]));
-    ck.ctl_ok(&["scale", "4"]).expect("ck scale");
+    ck.ctl_ok(&["scale", "4"]).expect("ck control command");
     ck.wait_ready(4, ck_tests::READY_TIMEOUT)
         .expect("wait for ready slots");
     // Every worker is a candidate (4 of 4): the two new ones take all 10 until they hold 5.
@@ -221,7 +204,7 @@ fn least_conn_fills_the_workers_a_scale_up_adds() {
         .wait_status("20 connections counted", SETTLE, |s| {
             s.connections().values().sum::<u64>() == 20
         })
-        .expect("wait for the status");
+        .expect("wait for a status");
     let counts: Vec<u64> = status
         .ready()
         .map(|s| s.connections.expect("kernel count"))

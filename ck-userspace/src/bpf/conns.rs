@@ -11,9 +11,13 @@
 //! never zeroed: a slot index used again starts from the connections still open that its
 //! listeners created (held by an earlier worker's children, say), which is what it holds.
 //!
+//! ck's own probe connections are not counted: the program tells them by their peer (a port of
+//! the probe range, on loopback), read at offsets in `struct sock` found in the kernel's BTF
+//! here ([`peer_offsets`]) and set in the program's read-only data at load.
+//!
 //! Where the kernel refuses the program (no BTF, an old kernel) or `CK_CONN_COUNT=scan` asks for
 //! it, counts come from the sock_diag scan instead (`metrics::connections`).
-use std::path::Path;
+use std::{path::Path, sync::OnceLock};
 
 use anyhow::Context as _;
 use aya::{
@@ -21,7 +25,7 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, SkStorage},
     programs::{BtfTracePoint, links::FdLink},
 };
-use ck_common::{ConnTag, MAX_SLOTS};
+use ck_common::{ConnTag, MAX_SLOTS, PeerOffsets};
 use socket2::Socket;
 
 /// The environment variable that forces the sock_diag scan (`CK_CONN_COUNT=scan`), e.g. to test
@@ -129,6 +133,34 @@ impl ConnCounter {
     }
 }
 
+/// Where the program reads a connection's peer in a `struct sock`, from the kernel's BTF; not
+/// resolved (every connection counts, ck's probes too) where BTF cannot be read, which is also
+/// where the program cannot load. Resolved once per process.
+pub fn peer_offsets() -> PeerOffsets {
+    static RESOLVED: OnceLock<PeerOffsets> = OnceLock::new();
+    *RESOLVED.get_or_init(|| {
+        let found = super::btf::Btf::kernel().and_then(|btf| peer_offsets_in(&btf));
+        found.unwrap_or_else(|e| {
+            tracing::debug!("probe connections counted as open: {e}");
+            PeerOffsets::UNKNOWN
+        })
+    })
+}
+
+/// [`peer_offsets`] in `btf`, each field checked for the size the program reads.
+pub fn peer_offsets_in(btf: &super::btf::Btf) -> Result<PeerOffsets, super::btf::BtfError> {
+    let at = |member: &str, size: u32| {
+        btf.sized_field("sock", &["__sk_common", member], size)
+            .map(|f| f.offset)
+    };
+    Ok(PeerOffsets {
+        port: at("skc_dport", 2)?,
+        family: at("skc_family", 2)?,
+        addr4: at("skc_daddr", 4)?,
+        addr6: at("skc_v6_daddr", 16)?,
+    })
+}
+
 /// The cookies of the sockets listening on `socket`'s port and family (sock_diag); none when
 /// they cannot be listed.
 fn listening_cookies(socket: &Socket) -> Vec<u64> {
@@ -204,5 +236,44 @@ mod tests {
         assert_eq!(after_accept, Some(3));
         assert_eq!(closed, Some(0));
         assert!(elsewhere.iter().all(|n| *n == 0), "{elsewhere:?}");
+    }
+
+    /// The kernel's layout, as the program reads it: `sock_common` at the start of `struct
+    /// sock`, its peer's port after the addresses and the hash.
+    #[test]
+    fn the_peer_is_found_in_the_kernels_btf() {
+        let at = peer_offsets_in(&super::super::btf::Btf::kernel().unwrap()).unwrap();
+        assert_eq!((at.addr4, at.port, at.family), (0, 12, 16), "{at:?}");
+        assert!(at.addr6 > at.family, "{at:?}");
+        assert_eq!(peer_offsets(), at);
+    }
+
+    /// A connection from a port of the probe range on loopback is ck's probe: never counted,
+    /// while a client's next to it is. (Loads the program: root.)
+    #[test]
+    fn a_probe_connection_is_not_counted() {
+        let name = format!("unit-conns-probe-{}", std::process::id());
+        let base = 40_000 + (std::process::id() % 20_000) as u16;
+        let mut group =
+            BpfGroup::load(&name, "tcp4-1", 1, None, base, false).expect("loading as root");
+        let tagged = listener();
+        group.insert(2, &tagged).expect("inserting the socket");
+        let addr = tagged.local_addr().unwrap().as_socket().unwrap();
+        let probe = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        probe.set_reuse_address(true).unwrap();
+        probe
+            .bind(&SocketAddr::from(([127, 0, 0, 1], base + 2)).into())
+            .unwrap();
+        probe.connect(&addr.into()).unwrap();
+        let client = TcpStream::connect(addr).unwrap();
+        // Both established (the tracepoint has seen both) once both are accepted.
+        let accepted: Vec<_> = (0..2).map(|_| tagged.accept().unwrap()).collect();
+        let open = group.connections(2);
+        drop((probe, client, accepted));
+        let closed = settles(&group, 2, 0);
+        drop(group);
+        pins::remove_instance(&name).unwrap();
+        assert_eq!(open, Some(1), "the client's connection only");
+        assert_eq!(closed, Some(0));
     }
 }

@@ -1,6 +1,7 @@
 //! Loading one group's BPF object: the maps created (or opened from their pins), the
 //! program's read-only switches set (aya-log's level, reading kernel memory, summing the
-//! per-CPU connection counts, the CPU count), and the group's program loaded (`ck_select`, or
+//! per-CPU connection counts, the CPU count, the probe range and where a connection's peer
+//! lies), and the group's program loaded (`ck_select`, or
 //! `ck_select_udp` for a UDP group); plus the kernel's one-line answer when it refuses.
 use anyhow::Context as _;
 use aya::{Ebpf, EbpfLoader, programs::SkReuseport};
@@ -26,8 +27,11 @@ const CPUS: &str = "CK_CPUS";
 /// The UDP program's read-only `--udp-mode` code (`ck_common::udp::udp_mode`).
 const UDP_MODE: &str = "CK_UDP_MODE";
 
-/// The UDP program's read-only first port of the probe range.
+/// The programs' read-only first port of the probe range.
 const PROBE_BASE: &str = "CK_PROBE_BASE";
+
+/// The connection counter's read-only offsets of a connection's peer (`super::conns`).
+const PEER_AT: &str = "CK_PEER_AT";
 
 /// The program's read-only switches, set at load.
 #[derive(Clone, Copy)]
@@ -95,6 +99,7 @@ pub(super) fn open(
         .ok()
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(0);
+    let peer_at = super::conns::peer_offsets();
     let mut loader = EbpfLoader::new();
     loader
         .btf(None)
@@ -103,7 +108,8 @@ pub(super) fn open(
         .override_global(SUM_CONNS, &sum_conns, true)
         .override_global(CPUS, &cpus, true)
         .override_global(UDP_MODE, &udp_mode, true)
-        .override_global(PROBE_BASE, &switches.probe_base, true);
+        .override_global(PROBE_BASE, &switches.probe_base, true)
+        .override_global(PEER_AT, &peer_at, true);
     for map in ["flows", "flow_cache", "pending"] {
         if !switches.uses(map) {
             loader.map_max_entries(map, 1);

@@ -157,7 +157,7 @@ enum Align {
 }
 
 /// The slot table's columns: header and alignment (the last, `status`, is not padded).
-const COLUMNS: [(&str, Align); 12] = [
+const COLUMNS: [(&str, Align); 13] = [
     ("slot", Align::Right),
     ("pid", Align::Right),
     ("state", Align::Left),
@@ -165,6 +165,7 @@ const COLUMNS: [(&str, Align); 12] = [
     ("restarts", Align::Right),
     ("selected", Align::Right),
     ("open", Align::Right),
+    ("probes", Align::Right),
     ("memory", Align::Right),
     ("cpu", Align::Right),
     ("last exit", Align::Left),
@@ -176,7 +177,7 @@ const COLUMNS: [(&str, Align); 12] = [
 /// long `last exit` or state widens its column instead of pushing the rest of its row out of
 /// line). Hand-written: twenty lines, where a table crate would bring its own styling.
 fn slot_table(report: &StatusReport) -> String {
-    let rows: Vec<[String; 12]> = report.slots.iter().map(|s| slot_row(report, s)).collect();
+    let rows: Vec<[String; 13]> = report.slots.iter().map(|s| slot_row(report, s)).collect();
     let widths: Vec<usize> = (0..COLUMNS.len())
         .map(|c| {
             rows.iter()
@@ -186,7 +187,7 @@ fn slot_table(report: &StatusReport) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    let line = |cells: [&str; 12]| {
+    let line = |cells: [&str; 13]| {
         let last = COLUMNS.len() - 1;
         let mut text: Vec<String> = cells[..last]
             .iter()
@@ -207,7 +208,7 @@ fn slot_table(report: &StatusReport) -> String {
 }
 
 /// The cells of slot `s`'s row.
-fn slot_row(report: &StatusReport, s: &ck::control::SlotReport) -> [String; 12] {
+fn slot_row(report: &StatusReport, s: &ck::control::SlotReport) -> [String; 13] {
     let state = match (&s.unhealthy, s.member_of, s.spare, s.nice) {
         (Some(why), ..) => format!("unhealthy:{why}"),
         (None, Some(root), ..) => format!("{} (of {root})", s.state),
@@ -226,6 +227,7 @@ fn slot_row(report: &StatusReport, s: &ck::control::SlotReport) -> [String; 12] 
         s.restarts.to_string(),
         s.selected.to_string(),
         s.connections.map_or("-".into(), |n| n.to_string()),
+        s.probe_hits.to_string(),
         s.memory_bytes
             .map_or("-".into(), |b| format!("{:.1}M", b as f64 / 1048576.0)),
         s.cpu_ms
@@ -267,7 +269,7 @@ mod tests {
             "slots": [
                 {"slot": 0, "pid": 100, "state": "ready", "drained": false, "uptime_ms": 1_500,
                  "restarts": 2, "generation": 3, "selected": 17, "fallbacks": 0, "migrated": 0,
-                 "breaker": "closed", "queue_depth": 0, "probe_hits": 0, "connections": 4,
+                 "breaker": "closed", "queue_depth": 0, "probe_hits": 6, "connections": 4,
                  "memory_bytes": 3 * 1048576, "cpu_ms": 1_250, "spare": false,
                  "status": "serving"},
                 {"slot": 1, "pid": null, "state": "restarting", "drained": false,
@@ -356,7 +358,7 @@ mod tests {
         assert_eq!(
             ready,
             [
-                "0", "100", "ready", "1.5s", "2", "17", "4", "3.0M", "1.25s", "-", "closed",
+                "0", "100", "ready", "1.5s", "2", "17", "4", "6", "3.0M", "1.25s", "-", "closed",
                 "serving"
             ]
         );
@@ -371,6 +373,7 @@ mod tests {
                 "5",
                 "0",
                 "-",
+                "0",
                 "-",
                 "-",
                 "signal",

@@ -285,7 +285,8 @@ pub struct SlotReport {
     pub restarts: u32,
     /// Worker generation on this slot.
     pub generation: u32,
-    /// Connections the program sent to this slot (all groups).
+    /// Clients' connections the program sent to this slot (all groups; ck's own probes count
+    /// in [`SlotReport::probe_hits`] instead).
     pub selected: u64,
     /// Of those, sent while no slot was ready.
     pub fallbacks: u64,
@@ -302,11 +303,12 @@ pub struct SlotReport {
     pub unhealthy: Option<String>,
     /// Accept-queue depth last sampled.
     pub queue_depth: u32,
-    /// Open connections its listeners created (counted by the kernel, else by the scan: see
-    /// [`StatusReport::connection_count`]).
+    /// Clients' open connections its listeners created (counted by the kernel, else by the
+    /// scan: see [`StatusReport::connection_count`]; ck's own probes never count).
     #[serde(default)]
     pub connections: Option<u64>,
-    /// Probe connections steered to this slot.
+    /// ck's own probe connections (readiness, health, `ck probe`) the program steered to this
+    /// slot: counted apart from clients, never in `selected` or `connections`.
     pub probe_hits: u64,
     /// Memory of the worker's tree (its cgroup's `memory.current`, else resident memory summed
     /// over its processes).

@@ -11,10 +11,15 @@ use std::collections::{BTreeMap, HashSet};
 use crate::os::sock_diag;
 
 /// Established connections on `ports` held by each worker (`(slot, pids of its tree)`), by
-/// slot. A connection shared by several processes of one tree counts once. Slow with many
-/// connections (a readlink per fd): call it off the event loop.
-pub fn per_worker(ports: &[u16], workers: &[(u32, Vec<u32>)]) -> BTreeMap<u32, u64> {
-    let established = match sock_diag::established_inodes(ports) {
+/// slot, ck's own probes (from the probe range at `probe_base`) left out. A connection shared
+/// by several processes of one tree counts once. Slow with many connections (a readlink per
+/// fd): call it off the event loop.
+pub fn per_worker(
+    ports: &[u16],
+    probe_base: u16,
+    workers: &[(u32, Vec<u32>)],
+) -> BTreeMap<u32, u64> {
+    let established = match sock_diag::established_inodes(ports, probe_base) {
         Ok(inodes) => inodes,
         Err(e) => {
             tracing::debug!("sock_diag dump of established connections: {e}");
@@ -56,7 +61,7 @@ mod tests {
             .collect();
         let accepted: Vec<TcpStream> = (0..3).map(|_| listener.accept().unwrap().0).collect();
         let me = std::process::id();
-        let counts = per_worker(&[port], &[(0, vec![me, me]), (1, vec![])]);
+        let counts = per_worker(&[port], 0, &[(0, vec![me, me]), (1, vec![])]);
         assert_eq!(counts.get(&0), Some(&3), "{counts:?}");
         assert_eq!(counts.get(&1), Some(&0), "{counts:?}");
         drop(accepted);

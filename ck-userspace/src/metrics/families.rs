@@ -68,7 +68,14 @@ const fn gauge(name: &'static str, help: &'static str, unit: Option<Unit>) -> Fa
 
 const SELECTED: Family = counter(
     "ck_connections_selected",
-    "New connections (and migrated requests) the BPF program sent to the slot",
+    "New connections (and migrated requests) of clients the BPF program sent to the slot \
+     (ck's own probes count in ck_connections_probe)",
+    None,
+);
+const PROBES: Family = counter(
+    "ck_connections_probe",
+    "ck's own probe connections (readiness, health, ck probe) the BPF program steered to the \
+     slot through its socket: never counted as selected or as open connections",
     None,
 );
 const MIGRATED: Family = counter(
@@ -153,8 +160,9 @@ const OUTPUT_DROPPED: Family = counter(
 );
 const CONNECTIONS: Family = gauge(
     "ck_worker_connections",
-    "Open connections of the slot: counted by the kernel (those its listeners created, queued \
-     ones included, until they close), else established ones its worker's process tree holds",
+    "Open connections of clients of the slot (ck's own probes never count): counted by the \
+     kernel (those its listeners created, queued ones included, until they close), else \
+     established ones its worker's process tree holds",
     None,
 );
 const RELOADS: Family = counter(
@@ -259,6 +267,7 @@ impl Exposition {
 
     fn encode_traffic(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
         SELECTED.encode(encoder, self.per_group_slot(|s| Some(s.stats?.selected)))?;
+        PROBES.encode(encoder, self.per_group_slot(|s| Some(s.stats?.probe_hits)))?;
         MIGRATED.encode(encoder, self.per_group_slot(|s| Some(s.stats?.migrated)))?;
         FALLBACK.encode(encoder, self.per_group_slot(|s| Some(s.stats?.fallbacks)))?;
         let dropped = self.scrape.groups.iter();
@@ -381,6 +390,7 @@ mod tests {
     fn encodes_the_families() {
         let stats = ck_common::SlotStats {
             selected: 7,
+            probe_hits: 2,
             ..Default::default()
         };
         let scrape = Scrape {
@@ -412,6 +422,7 @@ mod tests {
         .encode();
         for line in [
             "ck_connections_selected_total{group=\"tcp4-8080\",slot=\"3\"} 7\n",
+            "ck_connections_probe_total{group=\"tcp4-8080\",slot=\"3\"} 2\n",
             "ck_connections_dropped_total{group=\"tcp4-8080\"} 2\n",
             "ck_accept_queue_depth{group=\"tcp4-8080\",slot=\"3\"} 1\n",
             "ck_group_seconds_since_last_connection{group=\"tcp4-8080\",listen=\"0.0.0.0:8080\"} 2.5\n",

@@ -42,6 +42,9 @@ pub struct Scrape {
     pub upgrades: u64,
     /// The groups' ports (connections accepted on them count in `ck_worker_connections`).
     pub ports: Vec<u16>,
+    /// The first port of the probe range: ck's own probes from it count apart
+    /// (`ck_connections_probe`), never in `ck_worker_connections`.
+    pub probe_base: u16,
     /// Open connections per slot counted by the kernel (None: it does not count them here, and
     /// the sock_diag scan of [`connections`] does).
     pub connections: Option<BTreeMap<u32, u64>>,

@@ -242,7 +242,7 @@ async fn metrics(calls: &mpsc::UnboundedSender<Call>) -> Result<String, String> 
                 .filter(|s| !s.pids.is_empty())
                 .map(|s| (s.slot, s.pids.clone()))
                 .collect();
-            connections::per_worker(&scrape.ports, &workers)
+            connections::per_worker(&scrape.ports, scrape.probe_base, &workers)
         });
         Exposition {
             scrape,

@@ -55,14 +55,20 @@ fn on_port(protocol: u8, states: StateFlags, port: u16, ipv6: bool) -> io::Resul
 }
 
 /// The inodes of every established TCP socket (both families) whose local port is one of
-/// `ports`: the connections accepted on those ports. A connection still waiting in an accept
-/// queue has no file yet (inode 0) and is left out.
-pub fn established_inodes(ports: &[u16]) -> io::Result<HashSet<u64>> {
+/// `ports`: the connections accepted on those ports, but ck's own probes (from loopback and a
+/// port of the probe range from `probe_base`; 0: none). A connection still waiting in an
+/// accept queue has no file yet (inode 0) and is left out.
+pub fn established_inodes(ports: &[u16], probe_base: u16) -> io::Result<HashSet<u64>> {
+    let probe_ports = u32::from(probe_base)..u32::from(probe_base) + ck_common::MAX_SLOTS;
     let mut found = HashSet::new();
     for ipv6 in [false, true] {
         dump(ipv6, IPPROTO_TCP, StateFlags::ESTABLISHED, |response| {
+            let id = &response.header.socket_id;
             let inode = u64::from(response.header.inode);
-            if inode != 0 && ports.contains(&response.header.socket_id.source_port) {
+            let probe = probe_base != 0
+                && probe_ports.contains(&u32::from(id.destination_port))
+                && id.destination_address.is_loopback();
+            if inode != 0 && !probe && ports.contains(&id.source_port) {
                 found.insert(inode);
             }
         })?;

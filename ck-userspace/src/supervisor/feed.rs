@@ -47,7 +47,7 @@ impl Supervisor {
             .inputs
             .exited(&mut self.table, &self.cfg, index, id, status, seen);
         if let Some(death) = death {
-            executor::fleet::on_death(self, index, death.outside, death.why);
+            executor::fleet::on_death(self, index, death.outside, death.why, death.how);
         }
     }
 

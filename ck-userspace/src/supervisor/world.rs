@@ -61,7 +61,14 @@ impl World for Supervisor {
         // The process is gone: drop its handles (the notify reader stops) and copies of
         // sockets not adopted yet (never in the maps), and kill whatever it left in its cgroup.
         slot.adopting.clear();
-        if let Some(cgroup) = slot.worker.take().and_then(|mut w| w.cgroup.take()) {
+        let Some(mut worker) = slot.worker.take() else {
+            return;
+        };
+        // Its accept probe, if it never took it, may wait in the queue for the next worker.
+        if let Some(conn) = worker.accept_probe.take_conn() {
+            slot.queued_probe = Some(conn);
+        }
+        if let Some(cgroup) = worker.cgroup.take() {
             self.table.bury_cgroup(&mut self.groups, cgroup);
         }
     }
@@ -127,6 +134,7 @@ impl World for Supervisor {
     fn close_sockets(&mut self, index: u32) {
         if let Some(slot) = self.table.slots.get_mut(&index) {
             slot.sockets.clear();
+            slot.queued_probe = None;
         }
     }
 
@@ -234,8 +242,12 @@ impl World for Supervisor {
             self.retire_members(&stopping);
         }
         // A roll waiting for a replacement flips its batch once all of it is ready: from the
-        // event loop, not from inside this batch (which a roll may itself have started).
+        // event loop, not from inside this batch (which a roll may itself have started). A
+        // ready worker has taken (or will take first) its slot's queued probe: it ends now.
         for index in ready {
+            if let Some(slot) = self.table.slots.get_mut(&index) {
+                slot.queued_probe = None;
+            }
             let _ = self.events.send(Event::BecameReady(index));
         }
         // A roll's old worker told to stop (or gone) may end the roll (from the loop, as above).
@@ -341,6 +353,12 @@ impl Supervisor {
             Note::Restarting => tracing::info!(
                 slot = index,
                 restart = slot.life.restarts,
+                "worker restarting"
+            ),
+            Note::Revived => tracing::info!(
+                slot = index,
+                restart = slot.life.restarts,
+                reason = "ck reload: a fresh worker now, no backoff or cool-down waited",
                 "worker restarting"
             ),
             Note::BreakerOpen { crashes, cooldown } => tracing::error!(

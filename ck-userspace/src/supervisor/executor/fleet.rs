@@ -136,10 +136,11 @@ fn spare_lost<W: World>(world: &mut W) {
     world.fleet_event(FleetEvent::SpareLost(delay));
 }
 
-/// Slot `index`'s worker died (`outside`: killed by a signal only others send; `why`: how,
-/// for the roll's abort message): a ready spare takes over, or the slot steps its exit; a
-/// lost spare slows the next, a lost replacement aborts the roll.
-pub fn on_death<W: World>(world: &mut W, index: u32, outside: bool, why: String) {
+/// Slot `index`'s worker died (`outside`: killed by a signal only others send; `why`: how, for
+/// the roll's abort message; `how`: its exit as `ck status` shows it, for a reload's answer):
+/// a ready spare takes over, or the slot steps its exit; a lost spare slows the next, a lost
+/// replacement aborts the roll, a slot a reload revived has failed again.
+pub fn on_death<W: World>(world: &mut W, index: u32, outside: bool, why: String, how: String) {
     let death = {
         let lives = fleet::lives(world.lives());
         death::decide(
@@ -152,6 +153,11 @@ pub fn on_death<W: World>(world: &mut W, index: u32, outside: bool, why: String)
         )
     };
     let Some(death) = death else { return };
+    let revival_failed = world
+        .core_mut()
+        .roll
+        .as_mut()
+        .is_some_and(|roll| roll::revival_failed(roll, index, how));
     if let Some(spare) = death.took_over {
         world.fleet_event(FleetEvent::TookOver { spare, dead: index });
         run(world, death.inputs);
@@ -163,6 +169,8 @@ pub fn on_death<W: World>(world: &mut W, index: u32, outside: bool, why: String)
     }
     if death.aborts_roll {
         abort_roll(world, index, why);
+    } else if revival_failed {
+        finish_when_left(world);
     }
 }
 
@@ -185,8 +193,31 @@ pub fn begin_roll<W: World>(
         run(world, retire);
     }
     world.core_mut().roll = Some(roll::begin(pending, reload));
+    if reload {
+        revive(world);
+    }
     next_batch(world);
     Ok(())
+}
+
+/// A reload gives every slot without a worker a fresh one now (see [`roll::revive_targets`]);
+/// the roll waits for each to be ready or to fail.
+fn revive<W: World>(world: &mut W) {
+    let inputs = {
+        let (core, lives) = world.fleet();
+        let Some(roll) = core.roll.as_mut() else {
+            return;
+        };
+        roll::revive(roll, &roll::revive_targets(&lives))
+    };
+    if inputs.is_empty() {
+        return;
+    }
+    for (index, e) in run(world, inputs).spawn_failures {
+        if let Some(roll) = world.core_mut().roll.as_mut() {
+            roll::revival_failed(roll, index, format!("could not start: {e:#}"));
+        }
+    }
 }
 
 /// Starts replacements while the batch has room, or ends the roll when nothing is left.
@@ -232,11 +263,18 @@ pub fn on_ready<W: World>(world: &mut W, index: u32) {
     if lives.get(&index).is_some_and(|l| l.spare) {
         core.spares.ready();
     }
+    let revived = core
+        .roll
+        .as_mut()
+        .is_some_and(|r| roll::revived_ready(r, index));
     let Some(flip) = core
         .roll
         .as_mut()
         .and_then(|r| roll::flip(r, &lives, index))
     else {
+        if revived {
+            finish_when_left(world);
+        }
         return;
     };
     // One batch: the replacements in and the old workers out in the same publish, and only
@@ -268,8 +306,8 @@ pub fn finish_when_left<W: World>(world: &mut W) {
     let Some(roll) = core.roll.as_ref().filter(|r| roll::done(r, &lives)) else {
         return;
     };
-    let replaced = roll.replaced;
-    finish_roll(world, Ok(format!("reloaded {replaced} worker(s)")));
+    let outcome = roll::outcome(roll);
+    finish_roll(world, outcome);
 }
 
 /// ck is shutting down (`stopping` is already set): the roll in flight ends, every slot stops.

@@ -3,7 +3,12 @@
 //! in and the old workers out in one batch, so in one publish); the abort when a replacement
 //! fails (every replacement of the batch retires, the old workers stay); and the end, once no
 //! batch is in flight and no old worker it flipped out is still leaving.
-use std::collections::VecDeque;
+//!
+//! A reload also means fresh workers now where the fleet has none: every serving slot without
+//! a worker (waiting out a boot-crash backoff, holding the group's last socket, or with its
+//! breaker open) is revived at once, with no backoff or cool-down waited, and the reload
+//! answers once each of them is ready or has failed again ([`Revival`], [`outcome`]).
+use std::collections::{BTreeMap, VecDeque};
 
 use super::{Lives, Shape};
 use crate::supervisor::lifecycle::{Input, Life, State};
@@ -22,6 +27,19 @@ pub struct Roll {
     /// A reload of the fleet (`ck reload`, SIGHUP), counted in `ck_reloads_total`; not the
     /// replacement of one worker (health, recycling).
     pub reload: bool,
+    /// Slots the reload revived (see [`revive`]), and how each fresh worker is doing.
+    pub revived: BTreeMap<u32, Revival>,
+}
+
+/// How a slot a reload revived is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revival {
+    /// Its fresh worker starts.
+    Starting,
+    /// Its fresh worker became ready.
+    Ready,
+    /// Its fresh worker died (or could not start) before it was ready: how.
+    Failed(String),
 }
 
 /// Why a roll cannot start now, if so.
@@ -36,11 +54,23 @@ pub fn refusal(stopping: bool, rolling: bool) -> Option<&'static str> {
 }
 
 /// The old slots a reload replaces: every serving slot that runs a worker (slots without one
-/// restart with the new app anyway).
+/// are revived instead: [`revive_targets`]).
 pub fn reload_targets(lives: &Lives) -> VecDeque<u32> {
     lives
         .iter()
         .filter(|(_, l)| l.serving() && l.state.run().is_some())
+        .map(|(index, _)| *index)
+        .collect()
+}
+
+/// The slots a reload revives: serving slots without a worker (waiting out a backoff, holding
+/// the group's last socket, or with the breaker open), whatever their crash memory says.
+pub fn revive_targets(lives: &Lives) -> Vec<u32> {
+    lives
+        .iter()
+        .filter(|(_, l)| {
+            l.serving() && matches!(l.state, State::Waiting | State::Held | State::Broken)
+        })
         .map(|(index, _)| *index)
         .collect()
 }
@@ -53,6 +83,39 @@ pub fn begin(pending: VecDeque<u32>, reload: bool) -> Roll {
         replaced: 0,
         leaving: Vec::new(),
         reload,
+        revived: BTreeMap::new(),
+    }
+}
+
+/// The reload revives `targets` (see [`revive_targets`]): the inputs that start their fresh
+/// workers now.
+pub fn revive(roll: &mut Roll, targets: &[u32]) -> Vec<(u32, Input)> {
+    roll.revived
+        .extend(targets.iter().map(|index| (*index, Revival::Starting)));
+    targets
+        .iter()
+        .map(|index| (*index, Input::Revive))
+        .collect()
+}
+
+/// Revived slot `index`'s worker is ready; whether the slot was one the roll waits for.
+pub fn revived_ready(roll: &mut Roll, index: u32) -> bool {
+    settle(roll, index, Revival::Ready)
+}
+
+/// Revived slot `index`'s worker died or could not start (`why`) before it was ready; whether
+/// the slot was one the roll waits for.
+pub fn revival_failed(roll: &mut Roll, index: u32, why: String) -> bool {
+    settle(roll, index, Revival::Failed(why))
+}
+
+fn settle(roll: &mut Roll, index: u32, how: Revival) -> bool {
+    match roll.revived.get_mut(&index) {
+        Some(now @ Revival::Starting) => {
+            *now = how;
+            true
+        }
+        _ => false,
     }
 }
 
@@ -138,16 +201,45 @@ pub fn abort(roll: &mut Roll, index: u32) -> (Vec<(u32, Input)>, u32) {
     (retire, old)
 }
 
-/// The roll is over: no batch in flight, nothing pending, and every old worker it flipped out
-/// has been told to stop (or is gone), so no old worker takes a request but the last one on
-/// each of its keep-alive connections.
+/// The roll is over: no batch in flight, nothing pending, every old worker it flipped out has
+/// been told to stop (or is gone), so no old worker takes a request but the last one on each
+/// of its keep-alive connections, and every slot it revived is ready or has failed again.
 pub fn done(roll: &Roll, lives: &Lives) -> bool {
     let leaving = roll.leaving.iter().any(|old| {
         lives
             .get(old)
             .is_some_and(|l| matches!(l.state, State::Leaving(_)))
     });
-    roll.batch.is_empty() && roll.pending.is_empty() && !leaving
+    let reviving = roll.revived.values().any(|r| *r == Revival::Starting);
+    roll.batch.is_empty() && roll.pending.is_empty() && !leaving && !reviving
+}
+
+/// What a roll that is [`done`] answers: the workers it replaced and, after a reload that
+/// revived slots, how many it restarted and how many still fail (an error, naming each).
+pub fn outcome(roll: &Roll) -> Result<String, String> {
+    let replaced = format!("reloaded {} worker(s)", roll.replaced);
+    if roll.revived.is_empty() {
+        return Ok(replaced);
+    }
+    let failed: Vec<String> = roll
+        .revived
+        .iter()
+        .filter_map(|(index, r)| match r {
+            Revival::Failed(why) => Some(format!("slot {index}: {why}")),
+            _ => None,
+        })
+        .collect();
+    let restarted = format!(
+        "{replaced} and restarted {} crashed slot(s) at once",
+        roll.revived.len()
+    );
+    match failed.len() {
+        0 => Ok(format!("{restarted}: all ready")),
+        n => Err(format!(
+            "{restarted}: {n} still fail ({}); the workers' output in ck's log says why",
+            failed.join("; ")
+        )),
+    }
 }
 
 /// A reload in progress: workers replaced so far, and in all.

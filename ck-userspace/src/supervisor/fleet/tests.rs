@@ -263,6 +263,76 @@ fn a_reload_replaces_the_serving_slots_that_run_a_worker() {
 }
 
 #[test]
+fn a_reload_revives_every_serving_slot_without_a_worker_and_waits_for_each() {
+    let mut held = serving(State::Held);
+    held.crash.half_open();
+    let lives = map(&[
+        (0, ready(1)),
+        (1, serving(State::Waiting)),
+        (2, held),
+        (
+            3,
+            Life {
+                socket_open: false,
+                ..serving(State::Broken)
+            },
+        ),
+        (4, standby(State::Waiting)),
+        (5, spare(State::Ready(run(3)))),
+    ]);
+    let targets = roll::revive_targets(&view(&lives));
+    assert_eq!(
+        targets,
+        [1, 2, 3],
+        "never a standby, a spare or a slot with a worker"
+    );
+    let mut r = roll::begin(roll::reload_targets(&view(&lives)), true);
+    assert_eq!(
+        roll::revive(&mut r, &targets),
+        [(1, Input::Revive), (2, Input::Revive), (3, Input::Revive)]
+    );
+    r.pending.clear();
+    assert!(
+        !roll::done(&r, &view(&lives)),
+        "waits for the revived slots"
+    );
+    assert!(roll::revived_ready(&mut r, 1));
+    assert!(
+        !roll::revived_ready(&mut r, 0),
+        "not revived: nothing to wait for"
+    );
+    assert!(roll::revival_failed(&mut r, 2, "exit 3".into()));
+    assert!(
+        !roll::revival_failed(&mut r, 1, "exit 3".into()),
+        "ready is settled"
+    );
+    assert!(!roll::done(&r, &view(&lives)));
+    assert!(roll::revival_failed(
+        &mut r,
+        3,
+        "could not start: no such file".into()
+    ));
+    assert!(roll::done(&r, &view(&lives)));
+    assert_eq!(
+        roll::outcome(&r),
+        Err(
+            "reloaded 0 worker(s) and restarted 3 crashed slot(s) at once: 2 still fail \
+             (slot 2: exit 3; slot 3: could not start: no such file); the workers' output in \
+             ck's log says why"
+                .into()
+        )
+    );
+    r.revived.retain(|index, _| *index == 1);
+    r.replaced = 2;
+    assert_eq!(
+        roll::outcome(&r),
+        Ok("reloaded 2 worker(s) and restarted 1 crashed slot(s) at once: all ready".into())
+    );
+    r.revived.clear();
+    assert_eq!(roll::outcome(&r), Ok("reloaded 2 worker(s)".into()));
+}
+
+#[test]
 fn a_scale_down_retires_what_keeps_least_open_first() {
     let lives = map(&[
         (0, ready(1)),

@@ -14,7 +14,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::{net::TcpSocket, sync::oneshot};
+use tokio::{
+    net::{TcpSocket, TcpStream},
+    sync::oneshot,
+};
 
 use crate::supervisor::{
     Event,
@@ -164,23 +167,18 @@ fn load(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
     Ok(loaded)
 }
 
-/// Sends one canary SYN from `source` to `target`: `Ok(true)` when the handshake completed
-/// (the kernel, not the program, chose a socket), `Ok(false)` when it was refused or not
+/// Sends one canary SYN from `source` to `target`: `Ok(Some(connection))` when the handshake
+/// completed (the kernel, not the program, chose a socket: a worker's, whose connection the
+/// caller ends politely, `os::probe::conn::finish`), `Ok(None)` when it was refused or not
 /// answered (the program's `SK_DROP` makes the kernel answer the SYN with a reset), `Err` when
 /// it could not be sent (nothing to conclude).
-async fn canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<bool> {
-    let socket = if target.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(source)?;
+async fn canary(target: SocketAddr, source: SocketAddr) -> std::io::Result<Option<TcpStream>> {
+    let socket = TcpSocket::from_std_stream(probe::conn::bound_socket(target, source)?.into());
     match tokio::time::timeout(CANARY_WAIT, socket.connect(target)).await {
-        Ok(Ok(_)) => Ok(true),
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(false),
+        Ok(Ok(stream)) => Ok(Some(stream)),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(None),
         Ok(Err(e)) => Err(e),
-        Err(_) => Ok(false),
+        Err(_) => Ok(None),
     }
 }
 
@@ -317,15 +315,22 @@ impl Groups {
             let udp = group.addr.is_udp();
             let events = events.clone();
             tokio::spawn(async move {
-                let connected = match udp {
-                    true => udp_canary(target, source).await,
-                    false => canary(target, source).await,
+                let (connected, reached) = match udp {
+                    true => (udp_canary(target, source).await, None),
+                    false => match canary(target, source).await {
+                        Ok(reached) => (Ok(reached.is_some()), reached),
+                        Err(e) => (Err(e), None),
+                    },
                 };
                 let _ = events.send(Event::Canary {
                     group: position,
                     before,
                     connected,
                 });
+                // A canary the kernel hashed to a worker leaves it as a polite client would.
+                if let Some(stream) = reached {
+                    probe::conn::finish(stream).await;
+                }
             });
         }
     }

@@ -6,8 +6,9 @@
 //! only the worker does, so a shorter queue than the last reading is the worker accepting: seen
 //! by the kernel, a millisecond after it happens, for microseconds of ck's CPU where the
 //! `/proc` scan (`os::readiness`) costs ~0.1 ms a tick (a fifth of a core for two booting
-//! workers). The connection is reset before the worker sees it (as a client that gave up); the
-//! worker accepts it, reads ECONNRESET and closes it.
+//! workers). The connection ends as a polite client's does (`os::probe::conn`): ck shuts down
+//! writing as soon as it is in the queue, so the worker that accepts it reads the end of a
+//! request that never came, and ck reads until the worker closes it.
 //!
 //! Where the probe cannot work, the `/proc` scan decides as before: no steering yet (the program
 //! not attached or not checked), a probe port another socket holds (tried again at each tick:
@@ -17,9 +18,7 @@
 //! `CK_READY_DETECT=proc` ([`FORCE_ENV`]), which tests use to check the scan on its own.
 use std::{net::SocketAddr, time::Instant};
 
-use socket2::Socket;
-
-use crate::os::probe;
+use crate::os::probe::conn::ProbeConn;
 
 /// The environment variable that turns the accept probe off (`CK_READY_DETECT=proc`): only the
 /// `/proc` scan then sees a silent worker accept.
@@ -44,17 +43,20 @@ pub enum AcceptProbe {
     Unsent,
     /// Connecting; `before` is the queue length before it was sent.
     Connecting {
-        /// The probe's socket (reset when dropped).
-        socket: Socket,
+        /// The probe's connection (ended politely when dropped).
+        conn: ProbeConn,
         /// The accept queue's length before the probe.
         before: u32,
         /// When it was sent.
         sent: Instant,
     },
-    /// In the queue: the worker accepts once the queue is shorter than `last`.
+    /// In the queue, writing shut down: the worker accepts once the queue is shorter than
+    /// `last`.
     Armed {
         /// The queue's length at the last reading.
         last: u32,
+        /// The probe's connection, held until the probe ends: dropping it ends it politely.
+        conn: ProbeConn,
     },
     /// Not usable for this worker: the `/proc` scan decides.
     Off,
@@ -75,8 +77,9 @@ impl AcceptProbe {
         matches!(self, AcceptProbe::Armed { .. })
     }
 
-    /// Ends the probe (the worker is ready, or spoke on `NOTIFY_SOCKET`): a connecting probe's
-    /// socket is reset now, not left open while the worker lives.
+    /// Ends the probe (the worker is ready, or spoke on `NOTIFY_SOCKET`): its connection is
+    /// ended politely now (read until the worker, which has it or will take it off its queue,
+    /// closes it), not held while the worker lives.
     pub fn end(&mut self) {
         *self = AcceptProbe::Off;
     }
@@ -84,6 +87,29 @@ impl AcceptProbe {
     /// Whether the probe cannot be used for this worker (the `/proc` scan decides alone).
     pub fn off(&self) -> bool {
         matches!(self, AcceptProbe::Off)
+    }
+
+    /// The probe's connection, if it has one, taken out (the probe is off): its worker died,
+    /// and the connection may still wait in the queue of the slot's socket for the next one.
+    pub fn take_conn(&mut self) -> Option<ProbeConn> {
+        match std::mem::replace(self, AcceptProbe::Off) {
+            AcceptProbe::Connecting { conn, .. } | AcceptProbe::Armed { conn, .. } => Some(conn),
+            AcceptProbe::Unsent | AcceptProbe::Off => None,
+        }
+    }
+
+    /// Takes over `queued`, the probe of the slot's previous worker that died before it took
+    /// it (see [`AcceptProbe::take_conn`]), if this probe is not sent yet and the queue (`queue`
+    /// long) still holds something: the next accept shrinks it. Says whether it did; else
+    /// `queued` is ended.
+    pub fn take_over(&mut self, queued: Option<ProbeConn>, queue: u32) -> bool {
+        match queued {
+            Some(conn) if queue > 0 && matches!(self, AcceptProbe::Unsent) => {
+                *self = AcceptProbe::Armed { last: queue, conn };
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Sends the probe from `source` to `target` if it is not sent yet, given the queue's
@@ -98,16 +124,16 @@ impl AcceptProbe {
         if !matches!(self, AcceptProbe::Unsent) {
             return false;
         }
-        *self = match probe::open_accept_probe(target, source) {
-            Ok(socket) => AcceptProbe::Connecting {
-                socket,
+        *self = match ProbeConn::connect(target, source) {
+            Ok(conn) => AcceptProbe::Connecting {
+                conn,
                 before: queue,
                 sent: now,
             },
             // The probe port, or its connection to this socket, is still taken: by ck's end of
-            // a connection (a canary, a health probe) to the worker this one replaces, whose
-            // exit was reported as it began and whose sockets close once the kernel has torn
-            // it down. Tried again at the next tick.
+            // an earlier connection (a health probe, the accept probe of the worker this one
+            // replaces) that the worker has not closed yet, or that waits out TIME_WAIT where
+            // TCP timestamps are off (see `os::probe::conn`). Tried again at the next tick.
             Err(e)
                 if matches!(
                     e.raw_os_error(),
@@ -130,15 +156,20 @@ impl AcceptProbe {
     pub fn step(&mut self, queue: u32, now: Instant) -> Step {
         match self {
             AcceptProbe::Unsent | AcceptProbe::Off => Step::Waiting,
-            AcceptProbe::Connecting {
-                socket,
-                before,
-                sent,
-            } => {
-                match probe::connected(socket) {
+            AcceptProbe::Connecting { conn, before, sent } => {
+                match conn.connected() {
                     Ok(false) if now.duration_since(*sent) < CONNECT_LIMIT => {}
-                    // In the queue (the reset that dropping the socket sends keeps it there).
-                    Ok(true) if queue > *before => *self = AcceptProbe::Armed { last: queue },
+                    // In the queue: writing is shut down now, so the worker that takes it
+                    // reads its end.
+                    Ok(true) if queue > *before => {
+                        if let Err(e) = conn.shut_down_writing() {
+                            tracing::debug!(error = %e, "accept probe: shutting down writing");
+                        }
+                        let AcceptProbe::Connecting { conn, .. } = std::mem::take(self) else {
+                            unreachable!("matched above")
+                        };
+                        *self = AcceptProbe::Armed { last: queue, conn };
+                    }
                     // Connected but not queued (TCP_DEFER_ACCEPT, or accepted at once), failed
                     // or lost: the queue says nothing sure, the scan decides.
                     other => {
@@ -148,7 +179,7 @@ impl AcceptProbe {
                 }
                 Step::Waiting
             }
-            AcceptProbe::Armed { last } => {
+            AcceptProbe::Armed { last, .. } => {
                 if queue < *last {
                     return Step::Accepted;
                 }
@@ -165,7 +196,10 @@ pub const REASON: &str =
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read as _, Write as _};
     use std::net::TcpListener;
+
+    use socket2::Socket;
 
     use super::*;
 
@@ -204,16 +238,44 @@ mod tests {
         let mut p = sent(addr, queue(&l));
         settle(&mut p, &l);
         assert!(p.armed(), "{p:?}");
-        assert_eq!(queue(&l), 1, "the reset probe stays queued");
+        assert_eq!(queue(&l), 1, "the probe stays queued");
         for _ in 0..3 {
             assert_eq!(p.step(queue(&l), Instant::now()), Step::Waiting);
         }
-        let (conn, _) = l.accept().unwrap();
+        let (mut conn, _) = l.accept().unwrap();
         assert_eq!(p.step(queue(&l), Instant::now()), Step::Accepted);
-        // What the worker gets: a connection its client reset.
+        // What the worker gets: the end of a request that never came; what it answers is read,
+        // before and after the probe ends.
         let mut buf = [0u8; 8];
-        let err = std::io::Read::read(&mut &conn, &mut buf).unwrap_err();
-        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
+        assert_eq!(conn.read(&mut buf).unwrap(), 0);
+        conn.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap();
+        p.end();
+        for _ in 0..20 {
+            conn.write_all(b"more").unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert_eq!(conn.read(&mut buf).unwrap(), 0);
+    }
+
+    #[test]
+    fn the_queued_probe_of_a_dead_worker_is_the_next_ones() {
+        let (l, addr) = listener();
+        let mut first = sent(addr, queue(&l));
+        settle(&mut first, &l);
+        let queued = first.take_conn();
+        assert!(queued.is_some() && first.off(), "{first:?}");
+        // The next worker of the slot: the connection still waits in the queue.
+        let mut next = AcceptProbe::default();
+        assert!(next.take_over(queued, queue(&l)));
+        assert!(next.armed(), "{next:?}");
+        let (mut conn, _) = l.accept().unwrap();
+        assert_eq!(next.step(queue(&l), Instant::now()), Step::Accepted);
+        let mut buf = [0u8; 8];
+        assert_eq!(conn.read(&mut buf).unwrap(), 0, "a live client's end");
+        // Nothing left in the queue: nothing to take over.
+        let mut last = AcceptProbe::default();
+        assert!(!last.take_over(next.take_conn(), queue(&l)));
+        assert!(matches!(last, AcceptProbe::Unsent), "{last:?}");
     }
 
     #[test]

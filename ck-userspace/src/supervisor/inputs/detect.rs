@@ -85,8 +85,10 @@ pub(in crate::supervisor) fn ready_now(
         };
         let probe = &mut worker.accept_probe;
         if let (Some((target, base, _)), Some(queue)) = (route, queue) {
-            let sent = probe::source_of(target, base, index)
-                .is_some_and(|source| probe.send(target, source, queue, now));
+            // The previous worker's probe, still queued, is this one's if nothing took it.
+            let sent = probe.take_over(slot.queued_probe.take(), queue)
+                || probe::source_of(target, base, index)
+                    .is_some_and(|source| probe.send(target, source, queue, now));
             // The queue is read again at the next tick, with the probe in it.
             if !sent && probe.step(queue, now) == Step::Accepted {
                 ready.push((index, accept_probe::REASON));

@@ -87,6 +87,9 @@ pub(in crate::supervisor) struct Death {
     pub outside: bool,
     /// Words for a roll's abort, should the worker be one of its replacements.
     pub why: String,
+    /// How it ended, as `ck status` shows it (`exit 3`): for a reload's answer, should the
+    /// worker be one it started on a slot that had crashed.
+    pub how: String,
 }
 
 /// A watched process began to exit: the slot, worker and status to handle as exited now, for a
@@ -183,15 +186,16 @@ impl Inputs {
             .map_or(String::new(), |line| {
                 format!("; its last error on stderr: {line:?}")
             });
-        slot.last_exit = Some(if never_ready {
+        let how = if never_ready {
             format!("{reason} (never became ready)")
         } else {
             reason.clone()
-        });
+        };
+        slot.last_exit = Some(how.clone());
         tracing::info!(
             slot = index,
             pid,
-            reason = %slot.last_exit.as_deref().unwrap_or(""),
+            reason = %how,
             ran_ms = ran.as_millis() as u64,
             seen = seen.name(),
             "worker exited"
@@ -206,7 +210,7 @@ impl Inputs {
         } else {
             format!("exited before it was flipped in ({reason}){last_error}")
         };
-        Some(Death { outside, why })
+        Some(Death { outside, why, how })
     }
 }
 

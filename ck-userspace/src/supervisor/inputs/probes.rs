@@ -1,5 +1,7 @@
 //! Probes through each worker's own socket (`--probe`): one probe per worker per tick, its
 //! answer turned into a health signal (or readiness, for a silent starter with an HTTP probe).
+//! The answer is sent as soon as it is known; the probe's connection is then ended politely in
+//! the same task (`os::probe::conn`), so no verdict waits for a worker to close.
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::supervisor::{
@@ -56,12 +58,15 @@ pub(in crate::supervisor) fn start(
         let events = events.clone();
         let kind = kind.clone();
         tokio::spawn(async move {
-            let result = probe::probe(target, source, &kind, timeout).await;
+            let probed = probe::probe_once(target, source, &kind, timeout).await;
             let _ = events.send(Event::ProbeResult {
                 slot: index,
                 worker: id,
-                result,
+                result: probed.answer,
             });
+            if let Some(stream) = probed.conn {
+                probe::conn::finish(stream).await;
+            }
         });
     }
 }

@@ -135,6 +135,11 @@ impl Crash {
         self.policy.max
     }
 
+    /// Every earlier boot crash forgotten, the breaker closed (`ck reload`: a fresh start).
+    pub fn forget(&mut self) {
+        *self = Crash::new(self.policy);
+    }
+
     /// The cool-down is over: one more try with the breaker closed.
     pub fn cooled_down(&mut self) {
         if self.breaker == Breaker::Open {

@@ -15,9 +15,9 @@
 //! | `Draining` | yes | open | fallback | `READY=1` -> Ready; stop; exit |
 //! | `Leaving` | yes | open | fallback | connections done or linger -> Stopping(Retire); exit -> removed |
 //! | `Stopping` | yes | open | fallback | exit -> Idle / removed / crash rule; stop timeout -> SIGKILL |
-//! | `Waiting` | - | closed | no | restart timer -> spawn |
-//! | `Held` | - | open (last of its group) | last resort | restart timer (or at once) -> spawn on the same socket |
-//! | `Broken` | - | closed | no | cool-down timer -> spawn |
+//! | `Waiting` | - | closed | no | restart timer or `ck reload` -> spawn |
+//! | `Held` | - | open (last of its group) | last resort | restart timer (or at once) or `ck reload` -> spawn on the same socket |
+//! | `Broken` | - | closed | no | cool-down timer or `ck reload` -> spawn |
 //!
 //! The crash rule (`crash`): a worker that served is replaced at once; a boot crash waits a
 //! backoff; too many boot crashes open the breaker unless the group would have fewer than

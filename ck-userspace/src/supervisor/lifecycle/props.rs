@@ -17,7 +17,7 @@ use super::*;
 use crate::settings::restart_policy::RestartPolicy;
 use crate::supervisor::{
     executor::{self, Outcome, fleet as run_fleet},
-    fleet::{Core, Shape},
+    fleet::{Core, Shape, roll::Revival},
 };
 
 mod invariants;
@@ -254,7 +254,7 @@ impl Model {
                 let live: Vec<(u32, u64)> = self.os_worker.iter().map(|(i, w)| (*i, *w)).collect();
                 if !live.is_empty() {
                     let (index, id) = live[n % live.len()];
-                    run_fleet::on_death(self, index, outside, "exited".into());
+                    run_fleet::on_death(self, index, outside, "exited".into(), "exit 1".into());
                     assert!(
                         self.dead.contains(&id),
                         "worker {id}'s exit was not handled"
@@ -304,12 +304,31 @@ impl Model {
                     0 => all,
                     _ => all.get(n % all.len().max(1)).copied().into_iter().collect(),
                 };
+                let reload = n % 2 == 0;
+                let crashed = match reload {
+                    true => crate::supervisor::fleet::roll::revive_targets(&lives),
+                    false => Vec::new(),
+                };
                 let rolling = self.core.roll.is_some();
-                let started = run_fleet::begin_roll(self, pending, n % 2 == 0).is_ok();
+                let started = run_fleet::begin_roll(self, pending, reload).is_ok();
                 assert!(
                     started != (self.stopping || rolling),
                     "a roll started while stopping or rolling, or was refused otherwise"
                 );
+                // A reload gives every slot without a worker a fresh one at once (or says it
+                // could not start).
+                for index in crashed.into_iter().filter(|_| started) {
+                    let revived = self.lives[&index].state.run().is_some();
+                    let failed =
+                        self.core.roll.as_ref().is_none_or(|r| {
+                            matches!(r.revived.get(&index), Some(Revival::Failed(_)))
+                        });
+                    assert!(
+                        revived || failed,
+                        "slot {index} not revived: {:#?}",
+                        self.lives
+                    );
+                }
             }
             Op::FailSpawn(at_open) => self.fail_next_spawn = Some(at_open),
             Op::Listen(n) if self.settings.adopt => {

@@ -230,6 +230,11 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
                 Arm(Timer::Restart, every, life.epoch),
             ]);
         }
+        (State::Waiting | State::Held | State::Broken, Input::Revive) if life.serving() => {
+            life.crash.forget();
+            life.restarts += 1;
+            out.extend([Effect::Note(Note::Revived), Spawn]);
+        }
         (_, Input::Timer(_, epoch)) if epoch != life.epoch => {}
         (State::Starting(run), Input::Timer(Timer::ReadyTimeout, _)) => {
             life.state = State::Stopping(run, After::Crash);

@@ -206,6 +206,61 @@ fn the_breaker_never_takes_the_group_below_min_workers() {
 }
 
 #[test]
+fn a_reload_revives_a_crash_looping_slot_at_once_with_its_crashes_forgotten() {
+    let t0 = Instant::now();
+    let s = settings();
+    // Broken while others try; held half-open as the group's only slot.
+    for alone in [false, true] {
+        let view = match alone {
+            true => Fleet {
+                others_trying: 0,
+                ..fleet(t0, 0)
+            },
+            false => fleet(t0, 2),
+        };
+        let mut life = Life::new(P, false);
+        step(&mut life, Input::Start, &view, &s);
+        for id in 1..=u64::from(P.crash_limit) {
+            step(&mut life, Input::Spawned { id }, &view, &s);
+            step(&mut life, Input::Exited { outside: false }, &view, &s);
+        }
+        let expected = if alone { State::Held } else { State::Broken };
+        assert_eq!(life.state, expected);
+        let (restarts, cooling) = (life.restarts, life.epoch);
+        let effects = step(&mut life, Input::Revive, &view, &s);
+        assert_eq!(ranks(&effects), [Effect::Spawn], "no backoff, no cool-down");
+        assert_eq!(life.crash.breaker(), Breaker::Closed);
+        assert_eq!(life.crash.recent(), 0);
+        assert_eq!(life.restarts, restarts + 1);
+        assert_eq!(
+            life.socket_open, alone,
+            "a held socket goes to the fresh worker"
+        );
+        step(&mut life, Input::Spawned { id: 99 }, &view, &s);
+        assert!(matches!(life.state, State::Starting(Run { id: 99, .. })));
+        let late = Input::Timer(Timer::Restart, cooling);
+        assert!(
+            step(&mut life, late, &view, &s).is_empty(),
+            "the old timer is stale"
+        );
+        // Its next boot crash starts the backoff afresh.
+        let effects = step(&mut life, Input::Exited { outside: false }, &view, &s);
+        assert!(
+            effects.contains(&Effect::Arm(Timer::Restart, P.initial, 99)),
+            "{effects:?}"
+        );
+    }
+    // A slot with a worker, or a standby without one, is not revived.
+    let mut ready = ready_slot(t0, 1);
+    assert!(step(&mut ready, Input::Revive, &fleet(t0, 1), &s).is_empty());
+    let mut standby = Life {
+        state: State::Waiting,
+        ..Life::new(P, true)
+    };
+    assert!(step(&mut standby, Input::Revive, &fleet(t0, 1), &s).is_empty());
+}
+
+#[test]
 fn a_worker_killed_right_after_ready_by_itself_is_a_boot_crash() {
     let t0 = Instant::now();
     let mut life = ready_slot(t0, 1);

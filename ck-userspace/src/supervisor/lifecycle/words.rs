@@ -104,6 +104,10 @@ pub enum Input {
     /// The group needs this slot to keep trying (`--min-workers`, after the fleet shrank):
     /// an open breaker turns half-open.
     Needed,
+    /// `ck reload` (or SIGHUP) on a slot without a worker (waiting out a backoff, holding the
+    /// group's last socket, or with its breaker open): a fresh worker now, its earlier boot
+    /// crashes forgotten (the app may have been fixed).
+    Revive,
     /// A timer armed in epoch `.1` fired.
     Timer(Timer, u64),
 }
@@ -141,6 +145,8 @@ pub enum Note {
     RestartIn(Duration),
     /// Restarting now (the backoff or cool-down ended).
     Restarting,
+    /// Restarting now, without waiting out a backoff or cool-down: `ck reload`.
+    Revived,
     /// The breaker opened.
     BreakerOpen {
         /// Boot crashes that opened it.

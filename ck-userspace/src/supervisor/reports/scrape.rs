@@ -88,6 +88,7 @@ impl Reports {
             reloads: view.ops.reloads,
             upgrades: u64::from(view.continuity.upgrades),
             ports: view.groups.iter().map(|g| g.addr.addr.port()).collect(),
+            probe_base: view.cfg.health.probe_port_base,
             connections: view.kernel_connections().ok(),
             udp: super::udp::reports(
                 view.groups,

@@ -48,8 +48,11 @@ impl View<'_> {
             Ok(counts) => (counts, "kernel".to_string()),
             Err(why) => {
                 let ports: Vec<u16> = self.groups.iter().map(|g| g.addr.addr.port()).collect();
-                let counts =
-                    crate::metrics::connections::per_worker(&ports, &self.table.worker_trees());
+                let counts = crate::metrics::connections::per_worker(
+                    &ports,
+                    self.cfg.health.probe_port_base,
+                    &self.table.worker_trees(),
+                );
                 (counts, format!("scan ({why})"))
             }
         }

@@ -186,6 +186,12 @@ pub struct Slot {
     pub output_dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// While it leaves: what its open connections did so far (`leaving`).
     pub leave_watch: Option<crate::supervisor::operations::leaving::Watch>,
+    /// The accept probe of a worker that died before it took it: where the slot's socket stays
+    /// open (`Held`), it waits in its queue for the next worker, so it is kept open (not ended)
+    /// until that worker's accept probe takes it over, the worker is ready (its first accept
+    /// took the oldest connection of the queue), or the sockets close (the program does not
+    /// re-home a probe). Then it ends politely: the worker that takes it finds a live client.
+    pub queued_probe: Option<crate::os::probe::conn::ProbeConn>,
 }
 
 impl Slot {
@@ -206,6 +212,7 @@ impl Slot {
             probe_failures: 0,
             output_dropped: Default::default(),
             leave_watch: None,
+            queued_probe: None,
         }
     }
 

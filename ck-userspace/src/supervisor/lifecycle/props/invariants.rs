@@ -80,7 +80,8 @@ impl Model {
 
     /// A roll never has more than `--reload-batch` old workers out before their replacements
     /// are in: the batch in flight is at most that long, its old slots still serve, and its
-    /// replacements are standbys nothing retired (a scale-down among them).
+    /// replacements are standbys nothing retired (a scale-down among them). A reload waits only
+    /// for revived slots that have a worker.
     fn check_roll(&self) {
         let Some(roll) = &self.core.roll else {
             return;
@@ -91,6 +92,18 @@ impl Model {
             roll.batch,
             self.shape.reload_batch
         );
+        // A revived slot the roll still waits for has its fresh worker: its death settles it.
+        for (index, revival) in &roll.revived {
+            if *revival == crate::supervisor::fleet::roll::Revival::Starting {
+                assert!(
+                    self.lives
+                        .get(index)
+                        .is_some_and(|l| l.state.run().is_some()),
+                    "revived slot {index} waited for without a worker: {:#?}",
+                    self.lives
+                );
+            }
+        }
         for (old, new) in &roll.batch {
             let old_life = &self.lives[old];
             assert!(
