@@ -40,6 +40,7 @@ pub mod slow_boot;
 pub mod sys;
 pub mod tmux;
 pub mod udp;
+pub mod zoo;
 
 use std::time::Duration;
 
