@@ -12,9 +12,10 @@
 //!
 //! A ready worker's listener on a port of no group (an admin or metrics port) is no mistake:
 //! `Inputs::watch_listeners` logs it once, since ck neither steers, drains nor counts
-//! connections there. Nor is a worker that calls `listen()` again on the socket ck passed it,
-//! but its backlog then is the worker's (`listen(fd, 1)` in an old example): logged once with
-//! the kernel's number.
+//! connections there. Nor is a worker that calls `listen()` again on the socket ck passed it
+//! (Node does, with 511; gunicorn with 2048), but the backlog then is the worker's: one below
+//! [`SMALL_BACKLOG`] (`listen(fd, 1)` or `listen(fd, 5)` in an old example) drops connections
+//! under a burst, and is logged once with the kernel's number.
 use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
 
 use crate::os::sock_diag::{self, Listener};
@@ -62,7 +63,12 @@ pub(in crate::supervisor) struct NotServing {
     pub passed: (SocketAddr, u32),
 }
 
-/// A slot's socket whose backlog its worker lowered (it called `listen()` on it again).
+/// A backlog this small drops a burst's connections (until their SYN is sent again, a second
+/// later): Node's 511, Python's 128 and the frameworks' larger ones are not.
+const SMALL_BACKLOG: u32 = 64;
+
+/// A slot's socket whose backlog its worker lowered below [`SMALL_BACKLOG`] (it called
+/// `listen()` on it again).
 #[derive(Debug, PartialEq, Eq)]
 pub(in crate::supervisor) struct LoweredBacklog {
     /// The slot.
@@ -171,13 +177,13 @@ impl Listens {
 }
 
 impl Listens {
-    /// The slots whose socket (one ck made and passed) has a smaller backlog than ck gave it
-    /// (never with `--adopt`, where the worker's own `listen()` sets it).
+    /// The slots whose socket (one ck made and passed) has a backlog below [`SMALL_BACKLOG`]
+    /// and ck's (never with `--adopt`, where the worker's own `listen()` sets it).
     pub fn lowered_backlogs(&self, cfg: &RunConfig, table: &SlotTable) -> Vec<LoweredBacklog> {
         if cfg.adopt {
             return Vec::new();
         }
-        let ours = crate::os::sockets::backlog();
+        let small = crate::os::sockets::backlog().min(SMALL_BACKLOG);
         table
             .slots
             .values()
@@ -186,7 +192,7 @@ impl Listens {
                 slot.sockets.iter().find_map(|socket| {
                     let inode = sock_diag::inode_of(socket).ok()?;
                     let listener = self.0.iter().find(|l| l.inode == inode)?;
-                    (listener.backlog < ours).then_some(LoweredBacklog {
+                    (listener.backlog < small).then_some(LoweredBacklog {
                         slot: slot.index,
                         pid,
                         addr: listener.addr,
@@ -268,7 +274,7 @@ impl Inputs {
     /// One look at what listens (every second): logs the foreign listeners on the groups'
     /// ports that appeared or went away, each worker's listener on a port of no group once,
     /// each worker that cannot serve the socket ck passed it once (a warning with the fix), and
-    /// each worker that lowered its socket's backlog once.
+    /// each worker that lowered its socket's backlog to a small one once.
     pub(in crate::supervisor) fn watch_listeners(
         &mut self,
         cfg: &RunConfig,
@@ -314,9 +320,9 @@ impl Inputs {
                 backlog = l.backlog,
                 ck_backlog = crate::os::sockets::backlog(),
                 "the worker called listen() again on the socket ck passed it and lowered its \
-                 backlog: connections beyond that many waiting to be accepted are dropped until \
-                 their SYN is sent again (1 s, 3 s, ...); drop that listen() call, or give it a \
-                 larger backlog"
+                 backlog to a small one: connections beyond that many waiting to be accepted are \
+                 dropped until their SYN is sent again (1 s, 3 s, ...); drop that listen() call, \
+                 or give it a larger backlog"
             );
         }
         self.backlog_seen = pids;
