@@ -10,8 +10,8 @@ use std::time::Duration;
 use ck_tests::churn::answers_from_after;
 use ck_tests::load::LoadReport;
 use ck_tests::sys::TempDir;
-use ck_tests::zoo::servers;
 use ck_tests::zoo::tour::{Seen, Tour, stop_clean};
+use ck_tests::zoo::{degraded_shown, servers};
 
 /// Every roll exited 0.
 fn rolls_succeeded(label: &str, seen: &Seen) {
@@ -113,32 +113,14 @@ fn never_reads_the_request() {
         kill.reset,
         seen.kill_held
     );
-    let (line, status) = degraded_shown(&mut ck);
+    let (line, status) = degraded_shown(&mut ck, &["does not answer"], Duration::from_secs(10));
+    eprintln!("{label}: DEGRADED: {line}");
     let pids = status.worker_pids();
     assert!(
         pids.iter().any(|p| line.contains(&format!("(pid {p})"))),
         "{label}: names a worker of {pids:?}: {line}"
     );
     stop_clean(ck, port, label);
-}
-
-/// `ck status` names a worker that does not answer (within 10 s): that line and the status.
-fn degraded_shown(ck: &mut ck_tests::Ck) -> (String, ck_tests::Status) {
-    let status = ck
-        .wait_status(
-            "a DEGRADED line: does not answer",
-            Duration::from_secs(10),
-            |s| s.degraded.iter().any(|l| l.contains("does not answer")),
-        )
-        .expect("ck status says the worker does not answer");
-    let line = status
-        .degraded
-        .iter()
-        .find(|l| l.contains("does not answer"))
-        .cloned()
-        .unwrap_or_default();
-    eprintln!("DEGRADED: {line}");
-    (line, status)
 }
 
 /// A C server that keeps SIGPIPE's default action: it dies the moment it writes to a
@@ -179,7 +161,6 @@ fn ignores_sigterm() {
     );
     kill_bounded(label, &seen);
     stop_clean(ck, port, label);
-    // `ck stop --wait` waited for the SIGKILL at --drain-timeout too.
 }
 
 /// A server that crashes after N requests: every death fails at most the request it died on
