@@ -48,9 +48,20 @@ impl Background {
     /// [`CONNECTIONS`] connections at `rate` requests per second in `mode`, retrying (as HTTP
     /// clients do) or not (as wrk).
     pub fn start_with(port: u16, mode: Mode, retry: bool, rate: f64) -> Background {
+        Background::start_spec(Background::spec(port, mode, retry, rate))
+    }
+
+    /// What [`Background::start_with`] sends, to change before [`Background::start_spec`]
+    /// (e.g. its timeout): [`CONNECTIONS`] connections at `rate`, for at most a minute.
+    pub fn spec(port: u16, mode: Mode, retry: bool, rate: f64) -> LoadSpec {
         let mut spec = LoadSpec::for_duration(local(port), mode, CONNECTIONS, LOAD_LIMIT);
         spec.rate = Some(rate);
         spec.retry = retry;
+        spec
+    }
+
+    /// Starts the load `spec`.
+    pub fn start_spec(spec: LoadSpec) -> Background {
         let (started, wall) = (Instant::now(), SystemTime::now());
         Background {
             handle: load::start(spec),

@@ -8,8 +8,9 @@
 //! in a real terminal ([`tmux`]), read the files of `deploy/` ([`deploy`]), tell a static
 //! binary from a dynamic one ([`elf`]), put ck hosts behind a real balancer in network
 //! namespaces ([`fleet`]), hold ck to README's promises ([`promises`]), run the docs' shell
-//! blocks and check their links and tables ([`docs`]), and regenerate the reference to compare
-//! it with the committed one ([`reference`]).
+//! blocks and check their links and tables ([`docs`]), regenerate the reference to compare
+//! it with the committed one ([`reference`]), and take servers written in a hurry through
+//! every operation ([`zoo`]).
 //!
 //! The tests run the real `ck` binary (`target/debug/ck`, or `$CK_BIN`) as root: they load
 //! BPF programs and pin maps under `/sys/fs/bpf/ck/`. `cargo xtask test` builds ck and runs
@@ -41,6 +42,7 @@ pub mod slow_boot;
 pub mod sys;
 pub mod tmux;
 pub mod udp;
+pub mod zoo;
 
 use std::time::Duration;
 

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::churn::{self, Background, SETTLE};
-use crate::ck::{Ck, control_socket, pins_dir};
+use crate::ck::{Ck, control_socket, lock_file, pins_dir};
 use crate::http::{KeepAlive, burst_without};
 use crate::load::Mode;
 use crate::sys::{self, cgroup_dir, kill_hard, pid_alive, poll_until, port_bindable};
@@ -193,13 +193,23 @@ fn cgroup_pids(dir: &std::path::Path) -> BTreeSet<u32> {
 /// `ck stop`: ck exits 0, and every process the instance had (its cgroup's, the workers'
 /// children nginx and gunicorn start included) is gone, with the cgroup, the pins, the control
 /// socket and every listening socket on the port.
-pub fn stops_clean(mut ck: Ck, port: u16, label: &str) {
+pub fn stops_clean(ck: Ck, port: u16, label: &str) {
+    stops_clean_with(ck, port, label, &["stop"], 2);
+}
+
+/// Like [`stops_clean`], with the stop asked by `ck STOP...` (e.g. `["stop", "--wait"]`) and at
+/// least `workers` processes found before it; the instance's lock file is gone too.
+pub fn stops_clean_with(mut ck: Ck, port: u16, label: &str, stop: &[&str], workers: usize) {
     let name = ck.name().to_string();
     let cgroup = cgroup_dir(&name).expect("cgroup2 is mounted");
     let mut pids = cgroup_pids(&cgroup);
     pids.extend(sys::instance_processes(&name));
-    assert!(pids.len() >= 2, "{label}: no workers found in {cgroup:?}");
-    ck.ctl_ok(&["stop"]).expect("ck stop");
+    assert!(
+        pids.len() >= workers,
+        "{label}: {} process(es) found in {cgroup:?}, fewer than {workers}",
+        pids.len()
+    );
+    ck.ctl_ok(stop).expect("ck stop");
     ck.wait_clean_exit().expect("ck exits cleanly");
     let alive = sys::wait_all_dead(&pids, Duration::from_secs(5));
     assert!(alive.is_empty(), "{label}: processes left: {alive:?}");
@@ -213,6 +223,7 @@ pub fn stops_clean(mut ck: Ck, port: u16, label: &str) {
         !control_socket(&name).exists(),
         "{label}: control socket left"
     );
+    assert!(!lock_file(&name).exists(), "{label}: lock file left");
     assert!(
         port_bindable(port),
         "{label}: a socket is left on port {port}"

@@ -162,6 +162,19 @@ pub fn instance_processes(name: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The resident memory of process `pid` in KiB (`VmRSS` of `/proc/PID/status`), while it lives.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// SIGKILLs `pid` and, when it leads its own process group (ck starts every worker in its own
 /// group), that whole group. Errors (already gone) are ignored.
 pub fn kill_hard(pid: u32) {

@@ -1,12 +1,12 @@
 //! The client side of the control socket, used by `ck status`, `ck drain`, ...: one request,
 //! one answer, and an error that says what runs when the instance named does not.
 use std::{
-    io::{BufRead as _, BufReader, Write as _},
+    io::{BufRead as _, BufReader, ErrorKind, Write as _},
     os::unix::net::UnixStream,
     time::Duration,
 };
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 
 use super::{Request, Response, instances::Census};
 use crate::os::instance;
@@ -87,14 +87,27 @@ fn not_running(name: &str) -> String {
     )
 }
 
-/// Writes `req` and reads one answer line (empty if the connection closed first).
+/// How long an answer may take, but a roll's.
+const ANSWER_LIMIT: Duration = Duration::from_secs(30);
+
+/// Writes `req` and reads one answer line (empty if the connection closed first). A roll
+/// (`ck reload`) is answered when it ends, which takes as long as its replacements boot (each
+/// batch bounded by `--ready-timeout`), so it is waited for without a limit of its own; any
+/// other answer within [`ANSWER_LIMIT`].
 fn exchange(stream: &mut UnixStream, req: &Request) -> anyhow::Result<String> {
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let limit = (*req != Request::Reload).then_some(ANSWER_LIMIT);
+    stream.set_read_timeout(limit)?;
     let mut line = serde_json::to_string(req)?;
     line.push('\n');
     stream.write_all(line.as_bytes())?;
     let mut reader = BufReader::new(stream);
     let mut answer = String::new();
-    reader.read_line(&mut answer)?;
-    Ok(answer)
+    match reader.read_line(&mut answer) {
+        Ok(_) => Ok(answer),
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => bail!(
+            "ck did not answer within {ANSWER_LIMIT:?}; is its event loop stuck? Its log (its \
+             stderr) says what it was doing"
+        ),
+        Err(e) => Err(e).context("reading the answer from the control socket"),
+    }
 }

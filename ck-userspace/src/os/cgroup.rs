@@ -237,6 +237,13 @@ impl WorkerCgroup {
         pids_in(&self.dir)
     }
 
+    /// Its cgroup2 id (the inode of its directory): the id sock_diag gives the sockets its
+    /// processes create.
+    pub fn id(&self) -> io::Result<u64> {
+        use std::os::unix::fs::MetadataExt as _;
+        Ok(fs::metadata(&self.dir)?.ino())
+    }
+
     /// Its CPU time and memory now.
     pub fn usage(&self) -> Usage {
         let cpu_usec = fs::read_to_string(self.dir.join("cpu.stat"))

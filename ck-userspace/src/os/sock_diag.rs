@@ -1,15 +1,16 @@
 //! TCP and UDP sockets as the kernel reports them (`NETLINK_SOCK_DIAG`, `inet_diag` dumps): who
-//! else listens on a group's port (UDP: is bound to it), and which established connections
-//! were accepted on it.
+//! else listens on a group's port (UDP: is bound to it), every TCP listener of the host with the
+//! cgroup that created it (what a worker listens on by itself), which established connections
+//! were accepted on a port, and which of those hold bytes their server has not read.
 use std::{collections::HashSet, io, net::SocketAddr, os::fd::AsFd};
 
 use netlink_packet_core::{
-    NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla as _,
 };
 use netlink_packet_sock_diag::{
     SockDiagMessage,
     constants::{AF_INET, AF_INET6, IPPROTO_TCP, IPPROTO_UDP},
-    inet::{ExtensionFlags, InetRequest, InetResponse, SocketId, StateFlags},
+    inet::{ExtensionFlags, InetRequest, InetResponse, SocketId, StateFlags, nlas::Nla},
 };
 use netlink_sys::{Socket, SocketAddr as NetlinkAddr, protocols::NETLINK_SOCK_DIAG};
 
@@ -24,11 +25,52 @@ pub struct Listener {
     pub uid: u32,
     /// Its cookie (`SO_COOKIE`).
     pub cookie: u64,
+    /// The cgroup (v2 id: the inode of its directory) of the process that created it, where
+    /// the kernel says (`INET_DIAG_CGROUP_ID`, Linux 5.9).
+    pub cgroup: Option<u64>,
+    /// A TCP listener's backlog (the `listen()` argument, capped by `net.core.somaxconn`); 0 for
+    /// a UDP socket.
+    pub backlog: u32,
 }
+
+/// An established TCP connection holding bytes its server has not read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unread {
+    /// Its local address (the port it was accepted on).
+    pub local: SocketAddr,
+    /// Its inode (0 while it waits in an accept queue: nobody accepted it yet).
+    pub inode: u64,
+    /// Bytes received and not read.
+    pub bytes: u32,
+    /// Time since the last data arrived (`tcpi_last_data_recv`), when the kernel says.
+    pub since_data: Option<std::time::Duration>,
+}
+
+/// `INET_DIAG_CGROUP_ID`: the attribute that carries a socket's cgroup id.
+const INET_DIAG_CGROUP_ID: u16 = 21;
+/// Offset of `tcpi_last_data_recv` (u32, ms) in `struct tcp_info`: 8 bytes of u8 fields, then
+/// `rto`, `ato`, `snd_mss`, `rcv_mss`, `unacked`, `sacked`, `lost`, `retrans`, `fackets`,
+/// `last_data_sent`, `last_ack_sent` (u32 each).
+const LAST_DATA_RECV: usize = 8 + 11 * 4;
 
 /// Every TCP socket in LISTEN on `port` in the family of `ipv6`.
 pub fn listeners(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
     on_port(IPPROTO_TCP, StateFlags::LISTEN, port, ipv6)
+}
+
+/// Every TCP socket in LISTEN on the host (both families), whatever its port.
+pub fn all_listeners() -> io::Result<Vec<Listener>> {
+    let mut found = Vec::new();
+    for ipv6 in [false, true] {
+        dump(
+            ipv6,
+            IPPROTO_TCP,
+            StateFlags::LISTEN,
+            ExtensionFlags::empty(),
+            |response| found.push(listener_of(response)),
+        )?;
+    }
+    Ok(found)
 }
 
 /// Every UDP socket bound to `port` and not connected (the kernel reports those in the CLOSE
@@ -40,18 +82,93 @@ pub fn bound_udp(port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
 /// Every `protocol` socket in `states` on `port` in the family of `ipv6`.
 fn on_port(protocol: u8, states: StateFlags, port: u16, ipv6: bool) -> io::Result<Vec<Listener>> {
     let mut found = Vec::new();
-    dump(ipv6, protocol, states, |response| {
-        let id = &response.header.socket_id;
-        if id.source_port == port {
-            found.push(Listener {
-                addr: SocketAddr::new(id.source_address, id.source_port),
-                inode: u64::from(response.header.inode),
-                uid: response.header.uid,
-                cookie: cookie_of(id.cookie),
-            });
-        }
-    })?;
+    dump(
+        ipv6,
+        protocol,
+        states,
+        ExtensionFlags::empty(),
+        |response| {
+            if response.header.socket_id.source_port == port {
+                let mut listener = listener_of(response);
+                if protocol != IPPROTO_TCP {
+                    listener.backlog = 0;
+                }
+                found.push(listener);
+            }
+        },
+    )?;
     Ok(found)
+}
+
+/// The listener (or bound socket) `response` describes.
+fn listener_of(response: &InetResponse) -> Listener {
+    let id = &response.header.socket_id;
+    Listener {
+        addr: SocketAddr::new(id.source_address, id.source_port),
+        inode: u64::from(response.header.inode),
+        uid: response.header.uid,
+        cookie: cookie_of(id.cookie),
+        cgroup: cgroup_of(response),
+        // For a listener the kernel reports its backlog as the send queue.
+        backlog: response.header.send_queue,
+    }
+}
+
+/// The socket's cgroup id, when the kernel sent it.
+fn cgroup_of(response: &InetResponse) -> Option<u64> {
+    response.nlas.iter().find_map(|nla| match nla {
+        Nla::Other(other) if other.kind() == INET_DIAG_CGROUP_ID && other.value_len() == 8 => {
+            let mut bytes = [0u8; 8];
+            other.emit_value(&mut bytes);
+            Some(u64::from_ne_bytes(bytes))
+        }
+        _ => None,
+    })
+}
+
+/// Every established TCP connection (both families) on one of `ports` whose receive queue
+/// holds bytes its server has not read, with how long ago the last of them arrived; also those
+/// whose client has closed its side since (`CLOSE_WAIT`: a client that gave up waiting), since
+/// their request is as unread.
+pub fn unread(ports: &[u16]) -> io::Result<Vec<Unread>> {
+    let mut found = Vec::new();
+    for ipv6 in [false, true] {
+        dump(
+            ipv6,
+            IPPROTO_TCP,
+            StateFlags::ESTABLISHED | StateFlags::CLOSE_WAIT,
+            ExtensionFlags::INFO,
+            |response| {
+                let id = &response.header.socket_id;
+                if response.header.recv_queue == 0 || !ports.contains(&id.source_port) {
+                    return;
+                }
+                found.push(Unread {
+                    local: SocketAddr::new(id.source_address, id.source_port),
+                    inode: u64::from(response.header.inode),
+                    bytes: response.header.recv_queue,
+                    since_data: last_data_recv(response),
+                });
+            },
+        )?;
+    }
+    Ok(found)
+}
+
+/// `tcpi_last_data_recv` of the connection's `tcp_info`, when the kernel sent it.
+fn last_data_recv(response: &InetResponse) -> Option<std::time::Duration> {
+    response.nlas.iter().find_map(|nla| match nla {
+        Nla::TcpInfo(info) => {
+            let bytes: [u8; 4] = info
+                .get(LAST_DATA_RECV..LAST_DATA_RECV + 4)?
+                .try_into()
+                .ok()?;
+            Some(std::time::Duration::from_millis(u64::from(
+                u32::from_ne_bytes(bytes),
+            )))
+        }
+        _ => None,
+    })
 }
 
 /// The inodes of every established TCP socket (both families) whose local port is one of
@@ -62,25 +179,33 @@ pub fn established_inodes(ports: &[u16], probe_base: u16) -> io::Result<HashSet<
     let probe_ports = u32::from(probe_base)..u32::from(probe_base) + ck_common::MAX_SLOTS;
     let mut found = HashSet::new();
     for ipv6 in [false, true] {
-        dump(ipv6, IPPROTO_TCP, StateFlags::ESTABLISHED, |response| {
-            let id = &response.header.socket_id;
-            let inode = u64::from(response.header.inode);
-            let probe = probe_base != 0
-                && probe_ports.contains(&u32::from(id.destination_port))
-                && id.destination_address.is_loopback();
-            if inode != 0 && !probe && ports.contains(&id.source_port) {
-                found.insert(inode);
-            }
-        })?;
+        dump(
+            ipv6,
+            IPPROTO_TCP,
+            StateFlags::ESTABLISHED,
+            ExtensionFlags::empty(),
+            |response| {
+                let id = &response.header.socket_id;
+                let inode = u64::from(response.header.inode);
+                let probe = probe_base != 0
+                    && probe_ports.contains(&u32::from(id.destination_port))
+                    && id.destination_address.is_loopback();
+                if inode != 0 && !probe && ports.contains(&id.source_port) {
+                    found.insert(inode);
+                }
+            },
+        )?;
     }
     Ok(found)
 }
 
-/// Dumps the `protocol` sockets of one family in `states`, calling `visit` for each.
+/// Dumps the `protocol` sockets of one family in `states`, with the attributes `extensions`
+/// asks for, calling `visit` for each.
 fn dump(
     ipv6: bool,
     protocol: u8,
     states: StateFlags,
+    extensions: ExtensionFlags,
     mut visit: impl FnMut(&InetResponse),
 ) -> io::Result<()> {
     let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
@@ -93,7 +218,7 @@ fn dump(
         SockDiagMessage::InetRequest(InetRequest {
             family: if ipv6 { AF_INET6 } else { AF_INET },
             protocol,
-            extensions: ExtensionFlags::empty(),
+            extensions,
             states,
             socket_id: if ipv6 {
                 SocketId::new_v6()
@@ -271,5 +396,66 @@ mod tests {
             bound_udp(port, false).unwrap().is_empty(),
             "a connected socket takes only its peer's datagrams"
         );
+    }
+
+    /// This process's cgroup2 id: the inode of its cgroup's directory.
+    fn own_cgroup_id() -> u64 {
+        use std::os::unix::fs::MetadataExt as _;
+        let line = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let path = line.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+        let mount = crate::os::cgroup::mount_point().unwrap();
+        let dir = mount.join(path.trim_start_matches('/'));
+        std::fs::metadata(dir).unwrap().ino()
+    }
+
+    #[test]
+    fn a_listener_carries_its_creators_cgroup_and_its_backlog() {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket
+            .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        socket.listen(7).unwrap();
+        let inode = inode_of(&socket).unwrap();
+        let found = all_listeners().unwrap();
+        let mine = found.iter().find(|l| l.inode == inode).expect("listed");
+        assert_eq!(mine.backlog, 7, "{mine:?}");
+        assert_eq!(mine.cgroup, Some(own_cgroup_id()), "{mine:?}");
+        // A listener's listen() again changes its backlog.
+        socket.listen(1).unwrap();
+        let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+        assert_eq!(listeners(port, false).unwrap()[0].backlog, 1);
+    }
+
+    #[test]
+    fn a_connection_with_bytes_not_read_is_found_also_once_its_client_left_until_they_are_read() {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (mut accepted, _) = listener.accept().unwrap();
+        let inode = inode_of(&accepted).unwrap();
+        assert!(unread(&[port]).unwrap().is_empty());
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let mut found = Vec::new();
+        for _ in 0..200 {
+            found = unread(&[port]).unwrap();
+            if !found.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].inode, found[0].bytes), (inode, 18), "{found:?}");
+        assert!(found[0].since_data.is_some(), "{found:?}");
+        // The client gives up: its request is still unread (CLOSE_WAIT).
+        drop(client);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let found = unread(&[port]).unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].inode, inode);
+        let mut buf = [0u8; 64];
+        assert_eq!(accepted.read(&mut buf).unwrap(), 18);
+        assert!(unread(&[port]).unwrap().is_empty());
     }
 }

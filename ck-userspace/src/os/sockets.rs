@@ -120,6 +120,16 @@ pub fn bind_member(addr: ListenAddr) -> Result<Socket, SocketError> {
     Ok(socket)
 }
 
+/// The backlog of a slot socket ck made: its own, capped by the kernel at
+/// `net.core.somaxconn`. A smaller one means the worker called `listen()` on it again.
+pub fn backlog() -> u32 {
+    let cap = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(u32::MAX);
+    cap.min(BACKLOG as u32)
+}
+
 /// Makes a TCP member bound by [`bind_member`] listen: it joins the group (a UDP member joined
 /// when bound).
 pub fn listen_member(socket: &Socket, addr: ListenAddr) -> Result<(), SocketError> {

@@ -100,8 +100,9 @@ pub(crate) enum Event {
     SteeringCheck,
     /// `--adopt`: time to look for listeners of the workers' trees not adopted yet.
     AdoptScan,
-    /// Time to look for listeners on the fleet's ports that are not ck's.
-    ForeignScan,
+    /// Time to look at what listens: listeners on the fleet's ports that are not ck's, and
+    /// what the workers listen on by themselves.
+    ListenScan,
     /// Time to remove the cgroups of exited workers that are empty now.
     CgroupReap,
     /// Time to see which workers `--max-requests` / `--max-memory` recycle.
@@ -211,10 +212,11 @@ impl Supervisor {
             Event::SteeringCheck => self.check_steering_soon(),
             Event::AdoptScan if !self.stopping => self.scan_unadopted(),
             Event::AdoptScan => {}
-            Event::ForeignScan if !self.stopping => {
-                self.inputs.watch_foreign(&self.groups, &self.table)
+            Event::ListenScan if !self.stopping => {
+                self.inputs
+                    .watch_listeners(&self.cfg, &self.groups, &self.table)
             }
-            Event::ForeignScan => {}
+            Event::ListenScan => {}
             Event::CgroupReap => self.table.reap_cgroups(),
             Event::RecycleCheck => self.check_recycling(),
             Event::Listened(event) => self.on_listened(event),

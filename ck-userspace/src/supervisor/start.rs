@@ -161,6 +161,9 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             probe_ticker: None,
             adopt_hooks,
             foreign_seen: BTreeSet::new(),
+            own_seen: BTreeSet::new(),
+            not_serving_seen: BTreeSet::new(),
+            backlog_seen: BTreeSet::new(),
             other_protocol_seen: BTreeSet::new(),
         },
         ops: operations::Operations {
@@ -217,7 +220,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
         });
     }
     tasks::start_ticker(&sup.events, groups::steering::CHECK_EVERY, || {
-        Event::ForeignScan
+        Event::ListenScan
     });
     tasks::start_ticker(&sup.events, groups::steering::CHECK_EVERY, || {
         Event::CgroupReap

@@ -77,6 +77,9 @@ pub struct SlotHandover {
     pub last_pid: u32,
     /// How the last worker ended.
     pub last_exit: Option<String>,
+    /// What the last worker did wrong while starting, if ck could name it.
+    #[serde(default)]
+    pub boot_mistake: Option<crate::supervisor::inputs::exits::BootMistake>,
     /// Failed probes (`ck_probe_failures_total`).
     pub probe_failures: u64,
     /// Its worker, if one runs.
@@ -279,6 +282,7 @@ pub(in crate::supervisor) fn prepare<'a>(
             spare: slot.life.spare,
             last_pid: slot.last_pid,
             last_exit: slot.last_exit.clone(),
+            boot_mistake: slot.boot_mistake.clone(),
             probe_failures: slot.probe_failures,
             worker,
             member_of: slot.life.member_of,

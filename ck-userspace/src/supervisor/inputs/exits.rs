@@ -81,6 +81,103 @@ pub(in crate::supervisor) fn start(events: &tokio::sync::mpsc::UnboundedSender<E
 /// it aborts quotes its last error line.
 const LAST_ERROR_PATIENCE: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// What a worker that ended on its own before it was ready did wrong, read from the kernel as
+/// it exited: a server's process should neither end at once nor leave others running for it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum BootMistake {
+    /// It exited 0 before it was ready, leaving nothing behind (a script that starts its
+    /// server in the background and returns).
+    ExitedAtOnce {
+        /// Its pid.
+        pid: u32,
+        /// How long it ran, in ms.
+        ran_ms: u64,
+    },
+    /// It exited before it was ready while processes it started ran on in its cgroup: it
+    /// forked and exited (daemonized). ck stops what it left.
+    Daemonized {
+        /// Its pid.
+        pid: u32,
+        /// How long it ran, in ms.
+        ran_ms: u64,
+        /// How it ended (`exit 0`).
+        exit: String,
+        /// The processes it left (pid, command name).
+        left: Vec<(u32, String)>,
+    },
+}
+
+impl BootMistake {
+    /// What the worker did and the fix, for `ck status`'s DEGRADED line and the log.
+    pub(crate) fn describe(&self, slot: u32) -> String {
+        match self {
+            BootMistake::ExitedAtOnce { pid, ran_ms } => format!(
+                "slot {slot} (pid {pid}): its worker exits 0 at once ({ran_ms} ms after it \
+                 started, before it ever accepted), as a script that starts the server in the \
+                 background and returns does: a worker must stay in the foreground and serve \
+                 the socket ck passes it (fd 3); run the server itself (`exec` it, no `&`)"
+            ),
+            BootMistake::Daemonized {
+                pid,
+                ran_ms,
+                exit,
+                left,
+            } => {
+                let left: Vec<String> = left
+                    .iter()
+                    .map(|(pid, command)| format!("{pid} ({command})"))
+                    .collect();
+                format!(
+                    "slot {slot} (pid {pid}): its worker daemonized: it ended ({exit}) {ran_ms} \
+                     ms after it started, before it was ready, leaving pid {} running in its \
+                     cgroup, which ck stopped: ck supervises the process it starts; run the \
+                     server in the foreground (no fork-and-exit: its no-daemon or foreground \
+                     option)",
+                    left.join(", ")
+                )
+            }
+        }
+    }
+
+    /// The mistake of worker `pid`, which ran `ran` and ended with `status` while starting,
+    /// leaving `left` in its cgroup (None: no mistake ck can name).
+    fn of(
+        pid: u32,
+        ran: std::time::Duration,
+        status: &std::io::Result<ExitStatus>,
+        left: Vec<(u32, String)>,
+    ) -> Option<BootMistake> {
+        let ran_ms = ran.as_millis() as u64;
+        if !left.is_empty() {
+            return Some(BootMistake::Daemonized {
+                pid,
+                ran_ms,
+                exit: describe_exit(status),
+                left,
+            });
+        }
+        let clean = status.as_ref().is_ok_and(|s| s.code() == Some(0));
+        clean.then_some(BootMistake::ExitedAtOnce { pid, ran_ms })
+    }
+}
+
+/// The processes of the worker's cgroup other than `pid`, with their command names: what an
+/// exiting worker leaves behind.
+fn left_behind(worker: &crate::supervisor::slots::slot::Worker) -> Vec<(u32, String)> {
+    let Some(cgroup) = &worker.cgroup else {
+        return Vec::new();
+    };
+    cgroup
+        .pids()
+        .into_iter()
+        .filter(|p| *p != worker.pid)
+        .map(|p| {
+            let command = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+            (p, command.trim().to_string())
+        })
+        .collect()
+}
+
 /// A death as the fleet executor takes it (`executor::fleet::on_death`).
 pub(in crate::supervisor) struct Death {
     /// Killed by a signal only others send (see [`killed_from_outside`]).
@@ -165,12 +262,18 @@ impl Inputs {
             return None;
         };
         let pid = worker.pid;
+        // Read before ck kills the worker's cgroup (`World::exited`).
+        let starting = matches!(slot.life.state, State::Starting(_));
+        let left = match starting {
+            true => left_behind(worker),
+            false => Vec::new(),
+        };
         if let Some(watch) = &mut self.exit_watch {
             watch.unwatch(pid);
         }
         let reason = describe_exit(&status);
         let never_ready = matches!(slot.life.state, State::Stopping(_, After::Crash));
-        let booting = never_ready || matches!(slot.life.state, State::Starting(_));
+        let booting = never_ready || starting;
         // A worker that dies while it boots may abort a roll, whose message quotes it: its
         // last lines may still be on their way to the reader (waited for briefly; such a death
         // waits a backoff anyway).
@@ -186,6 +289,10 @@ impl Inputs {
             .map_or(String::new(), |line| {
                 format!("; its last error on stderr: {line:?}")
             });
+        slot.boot_mistake = match starting {
+            true => BootMistake::of(pid, ran, &status, left),
+            false => None,
+        };
         let how = if never_ready {
             format!("{reason} (never became ready)")
         } else {
@@ -200,6 +307,9 @@ impl Inputs {
             seen = seen.name(),
             "worker exited"
         );
+        if let Some(mistake) = &slot.boot_mistake {
+            tracing::warn!(slot = index, pid, "DEGRADED: {}", mistake.describe(index));
+        }
         let outside = killed_from_outside(&status, cfg.stop_signal);
         // Words for the roll's abort, should the worker be one of its replacements.
         let why = if never_ready {
@@ -222,6 +332,34 @@ mod tests {
 
     fn killed_by(signal: Signal) -> std::io::Result<ExitStatus> {
         Ok(ExitStatus::from_raw(signal as i32))
+    }
+
+    #[test]
+    fn a_worker_that_ends_while_starting_is_named_by_how_it_ended_and_what_it_left() {
+        let ran = std::time::Duration::from_millis(30);
+        let exit = |code: i32| Ok(ExitStatus::from_raw(code << 8));
+        assert_eq!(
+            BootMistake::of(7, ran, &exit(0), Vec::new()),
+            Some(BootMistake::ExitedAtOnce { pid: 7, ran_ms: 30 })
+        );
+        // A crash says why in its own output: nothing to name here.
+        assert_eq!(BootMistake::of(7, ran, &exit(1), Vec::new()), None);
+        let left = vec![(8, "python3".to_string())];
+        let daemon = BootMistake::of(7, ran, &exit(0), left).expect("named");
+        let text = daemon.describe(2);
+        for words in [
+            "slot 2 (pid 7)",
+            "daemonized",
+            "exit 0",
+            "leaving pid 8 (python3)",
+        ] {
+            assert!(text.contains(words), "{words}: {text}");
+        }
+        let at_once = BootMistake::of(7, ran, &exit(0), Vec::new()).expect("named");
+        assert!(
+            at_once.describe(2).contains("exits 0 at once (30 ms"),
+            "{at_once:?}"
+        );
     }
 
     #[test]

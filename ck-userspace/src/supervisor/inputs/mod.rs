@@ -1,5 +1,6 @@
 //! The input sources: exits, notify and health signals, readiness detection, the accept
-//! probe, `--adopt`'s hooks and members, foreign listeners. The rule: they turn what the OS
+//! probe, `--adopt`'s hooks and members, foreign listeners and what workers listen on by
+//! themselves, connections workers leave unread. The rule: they turn what the OS
 //! says into lifecycle inputs and findings ([`Found`]) and return them; the supervisor's top
 //! (`feed`) feeds them to the machine. They decide nothing about the fleet (the fleet core
 //! does), never apply an input, and take the parts they read as arguments, never the
@@ -11,11 +12,13 @@ pub(super) mod detect;
 pub(super) mod exits;
 pub(super) mod foreign;
 pub(super) mod health;
+pub(super) mod listens;
 pub(super) mod members;
 pub(super) mod notify;
 pub(super) mod pace;
 pub(super) mod probes;
 pub(super) mod queue_motion;
+pub(super) mod unread;
 
 use std::collections::BTreeSet;
 
@@ -50,6 +53,12 @@ pub(in crate::supervisor) struct Inputs {
     pub adopt_hooks: Option<crate::bpf::adopt::AdoptHooks>,
     /// Inodes of foreign listeners already logged.
     pub foreign_seen: BTreeSet<u64>,
+    /// Inodes of the workers' own listeners on ports of no group already logged.
+    pub own_seen: BTreeSet<u64>,
+    /// Pids of the workers that cannot serve the socket ck passed them, already warned of.
+    pub not_serving_seen: BTreeSet<u32>,
+    /// Pids of the workers that lowered their socket's backlog, already warned of.
+    pub backlog_seen: BTreeSet<u32>,
     /// `--adopt`: ports (and whether UDP) that workers bound in a protocol the instance has no
     /// group for, already logged (once per instance, not once per worker).
     pub other_protocol_seen: BTreeSet<(u16, bool)>,

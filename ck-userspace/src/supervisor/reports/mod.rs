@@ -3,6 +3,7 @@
 //! They read the other parts through a [`View`], which lends them read-only: a report cannot
 //! change the fleet it describes.
 
+pub(super) mod degraded;
 pub(super) mod scrape;
 pub(super) mod status;
 pub(super) mod systemd;

@@ -1,7 +1,8 @@
 //! The report `ck status` prints, read from the kernel where the kernel holds the truth: the
 //! active set and slot records from the maps, counters from `stats`, steering from the last
-//! canary, foreign listeners from sock_diag, open connections from the kernel's counts (else
-//! the sock_diag scan), accept-queue depths read when asked (`TCP_INFO`).
+//! canary, foreign listeners from sock_diag, why the fleet is degraded (`degraded`), open
+//! connections from the kernel's counts (else the sock_diag scan), accept-queue depths read
+//! when asked (`TCP_INFO`).
 use std::{collections::BTreeMap, time::Instant};
 
 use ck_common::MAX_SLOTS;
@@ -9,7 +10,8 @@ use ck_common::MAX_SLOTS;
 use crate::bpf::{conn_steering::ConnSteering, queue_depth::QueueDepth};
 use crate::control::{GroupSteering, SlotReport, StatusReport};
 use crate::supervisor::{
-    lifecycle::{active_set, crash::Breaker},
+    inputs::{foreign, listens::Listens},
+    lifecycle::active_set,
     reports::{Reports, View},
 };
 
@@ -73,35 +75,6 @@ impl View<'_> {
             set.slots[..ready].to_vec(),
             set.slots[ready..set.live_len as usize].to_vec(),
         )
-    }
-
-    /// Why the fleet is degraded: slots whose breaker is open or held half-open.
-    fn degraded(&self) -> Vec<String> {
-        let policy = &self.cfg.restart;
-        self.table.slots
-            .values()
-            .filter(|s| s.life.serving())
-            .filter_map(|s| match s.life.crash.breaker() {
-                Breaker::Closed => None,
-                Breaker::Open => Some(format!(
-                    "slot {}: circuit breaker open after {} boot crashes within {:?} (last exit: {}); \
-                     next try after the {:?} cool-down",
-                    s.index,
-                    policy.crash_limit,
-                    policy.window,
-                    s.last_exit.as_deref().unwrap_or("-"),
-                    policy.cooldown
-                )),
-                Breaker::HalfOpen => Some(format!(
-                    "slot {}: keeps crashing at start (last exit: {}); the breaker stays half-open \
-                     to keep --min-workers {} slot(s) trying: retried every {:?}",
-                    s.index,
-                    s.last_exit.as_deref().unwrap_or("-"),
-                    self.settings.min_workers,
-                    policy.max
-                )),
-            })
-            .collect()
     }
 
     /// What `least-queue` steers by, read back from every group's `config` map (None with
@@ -171,6 +144,7 @@ impl Reports {
     /// The report `ck status` prints.
     pub(in crate::supervisor) fn status(&self, view: View<'_>) -> StatusReport {
         let (connections, connection_count) = view.open_connections();
+        let listens = Listens::now();
         let indices: Vec<u32> = view.table.slots.keys().copied().collect();
         let slots = view
             .table
@@ -247,8 +221,8 @@ impl Reports {
             uptime_ms: self.started.elapsed().as_millis() as u64,
             active,
             fallback,
-            degraded: view.degraded(),
-            foreign: crate::supervisor::inputs::foreign::listeners(view.groups, view.table),
+            degraded: view.degraded(&listens),
+            foreign: foreign::listeners(view.cfg, view.groups, view.table, &listens),
             min_workers: view.settings.min_workers,
             cgroup: view
                 .table

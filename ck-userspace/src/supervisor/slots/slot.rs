@@ -170,6 +170,9 @@ pub struct Slot {
     pub last_pid: u32,
     /// How the last worker ended.
     pub last_exit: Option<String>,
+    /// What the last worker did wrong, if it ended on its own while starting and ck can name
+    /// it (read from the kernel as it exited).
+    pub boot_mistake: Option<crate::supervisor::inputs::exits::BootMistake>,
     /// Accept-queue depth last sampled (all groups): what the sampled fallback steers by and
     /// `ck maps` shows.
     pub queue_depth: u32,
@@ -206,6 +209,7 @@ impl Slot {
             worker: None,
             last_pid: 0,
             last_exit: None,
+            boot_mistake: None,
             queue_depth: 0,
             queue_rising_since: None,
             sent_seen: None,
@@ -226,6 +230,7 @@ impl Slot {
         slot.sockets = sockets;
         slot.last_pid = saved.last_pid;
         slot.last_exit = saved.last_exit.clone();
+        slot.boot_mistake = saved.boot_mistake.clone();
         slot.probe_failures = saved.probe_failures;
         slot.output_dropped =
             std::sync::Arc::new(std::sync::atomic::AtomicU64::new(saved.output_dropped));

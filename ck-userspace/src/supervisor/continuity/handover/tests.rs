@@ -2,6 +2,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::supervisor::inputs::exits::BootMistake;
 use crate::supervisor::lifecycle::{After, Run, State};
 
 #[test]
@@ -29,6 +30,12 @@ fn a_slot_and_its_timers_come_back_as_they_were() {
         spare: false,
         last_pid: 99,
         last_exit: Some("exit 3".into()),
+        boot_mistake: Some(BootMistake::Daemonized {
+            pid: 99,
+            ran_ms: 40,
+            exit: "exit 0".into(),
+            left: vec![(100, "python3".into())],
+        }),
         probe_failures: 5,
         worker: None,
         member_of: Some(1),
@@ -67,6 +74,11 @@ fn a_slot_and_its_timers_come_back_as_they_were() {
     assert_eq!(slot.life.crash.breaker(), life.crash.breaker());
     assert_eq!((slot.sockets, slot.probe_failures), (vec![12], 5));
     assert_eq!(slot.member_of, Some(1));
+    assert!(
+        matches!(&slot.boot_mistake, Some(BootMistake::Daemonized { left, .. }) if left[0].0 == 100),
+        "{:?}",
+        slot.boot_mistake
+    );
     assert_eq!((slot.adopted[0].pid, slot.adopted[0].fd), (42, 5));
     assert_eq!(
         (timer.timer, timer.epoch, timer.left_us),
@@ -89,6 +101,7 @@ fn a_slot_without_adopt_fields_reads_as_a_plain_root() {
         spare: false,
         last_pid: 0,
         last_exit: None,
+        boot_mistake: None,
         probe_failures: 0,
         worker: None,
         member_of: Some(2),
@@ -99,8 +112,10 @@ fn a_slot_without_adopt_fields_reads_as_a_plain_root() {
     let object = value.as_object_mut().unwrap();
     object.remove("member_of");
     object.remove("adopted");
+    object.remove("boot_mistake");
     let back: SlotHandover = serde_json::from_value(value).unwrap();
     assert_eq!((back.member_of, back.adopted.len()), (None, 0));
+    assert_eq!(back.boot_mistake, None);
 }
 
 /// A member's root and a spare travel beside the life on the wire (`member: true` only in
@@ -115,6 +130,7 @@ fn a_restored_slot_has_its_spare_mark_and_its_members_root_in_its_life() {
         spare,
         last_pid: 77,
         last_exit: Some("exit 1".into()),
+        boot_mistake: None,
         probe_failures: 3,
         worker: None,
         member_of,
