@@ -24,6 +24,20 @@ pub struct Listener {
     pub uid: u32,
     /// Its cookie (`SO_COOKIE`).
     pub cookie: u64,
+    /// Its receive queue as the kernel reports it: for a TCP listener, the connections waiting
+    /// in its accept queue; for a UDP socket, the bytes waiting.
+    pub queued: u32,
+}
+
+/// One established TCP connection, server side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Connection {
+    /// Its local address (the port it was accepted on).
+    pub local: SocketAddr,
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// Its inode: 0 while it waits in an accept queue (no process holds it yet).
+    pub inode: u64,
 }
 
 /// Every TCP socket in LISTEN on `port` in the family of `ipv6`.
@@ -48,6 +62,7 @@ fn on_port(protocol: u8, states: StateFlags, port: u16, ipv6: bool) -> io::Resul
                 inode: u64::from(response.header.inode),
                 uid: response.header.uid,
                 cookie: cookie_of(id.cookie),
+                queued: response.header.recv_queue,
             });
         }
     })?;
@@ -58,12 +73,26 @@ fn on_port(protocol: u8, states: StateFlags, port: u16, ipv6: bool) -> io::Resul
 /// `ports`: the connections accepted on those ports. A connection still waiting in an accept
 /// queue has no file yet (inode 0) and is left out.
 pub fn established_inodes(ports: &[u16]) -> io::Result<HashSet<u64>> {
-    let mut found = HashSet::new();
+    Ok(established(ports)?
+        .into_iter()
+        .map(|c| c.inode)
+        .filter(|inode| *inode != 0)
+        .collect())
+}
+
+/// Every established TCP connection (both families) whose local port is one of `ports`: those
+/// accepted, and those still waiting in an accept queue (inode 0).
+pub fn established(ports: &[u16]) -> io::Result<Vec<Connection>> {
+    let mut found = Vec::new();
     for ipv6 in [false, true] {
         dump(ipv6, IPPROTO_TCP, StateFlags::ESTABLISHED, |response| {
-            let inode = u64::from(response.header.inode);
-            if inode != 0 && ports.contains(&response.header.socket_id.source_port) {
-                found.insert(inode);
+            let id = &response.header.socket_id;
+            if ports.contains(&id.source_port) {
+                found.push(Connection {
+                    local: SocketAddr::new(id.source_address, id.source_port),
+                    peer: SocketAddr::new(id.destination_address, id.destination_port),
+                    inode: u64::from(response.header.inode),
+                });
             }
         })?;
     }
@@ -246,6 +275,25 @@ mod tests {
                 .iter()
                 .all(|l| l.inode != inode)
         );
+    }
+
+    #[test]
+    fn tells_a_queued_connection_from_an_accepted_one() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        let found = established(&[port]).unwrap();
+        let by_peer = |client: &std::net::TcpStream| {
+            let peer = client.local_addr().unwrap();
+            found.iter().find(|c| c.peer == peer).copied()
+        };
+        let (first, second) = (by_peer(&first).unwrap(), by_peer(&second).unwrap());
+        assert_eq!(first.inode, inode_of(&accepted).unwrap(), "{found:?}");
+        assert_eq!(second.inode, 0, "still queued: {found:?}");
+        let listening = listeners(port, false).unwrap();
+        assert_eq!(listening[0].queued, 1, "{listening:?}");
     }
 
     #[test]
