@@ -12,6 +12,7 @@ pub mod counts;
 pub mod figures;
 pub mod fleet;
 pub mod idle;
+pub mod kill;
 pub mod scrape;
 pub mod servers;
 
