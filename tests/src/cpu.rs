@@ -2,7 +2,7 @@
 //! `/proc/PID/task/TID/schedstat` (nanoseconds on a CPU, and how many times it was put on
 //! one: its wake-ups), and for the whole process from
 //! `/proc/PID/stat` (`utime` + `stime`, dead threads included, in clock ticks of 10 ms). The
-//! spin guard, the promise suite and `bench supervisor-cpu` read ck's cost with these.
+//! idle check, the promise suite and `bench supervisor-cpu` read ck's cost with these.
 use std::collections::BTreeMap;
 use std::fs;
 use std::time::Duration;

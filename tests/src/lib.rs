@@ -93,10 +93,20 @@ pub fn start_on(what: &str, port: u16, args: &[&str], env: &[(&str, &str)]) -> R
 
 /// Starts like [`start`] and waits until `workers` slots are ready (`-w <workers>` is added).
 pub fn start_ready(what: &str, workers: usize, args: &[&str]) -> Result<(Ck, u16, Status)> {
+    start_ready_with_env(what, workers, args, &[])
+}
+
+/// Starts like [`start_ready`] with `env` set for ck.
+pub fn start_ready_with_env(
+    what: &str,
+    workers: usize,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<(Ck, u16, Status)> {
     let w = workers.to_string();
     let mut all = vec!["-w", w.as_str()];
     all.extend_from_slice(args);
-    let (mut ck, port) = start(what, &all)?;
+    let (mut ck, port) = start_with_env(what, &all, env)?;
     let status = ck.wait_ready(workers, READY_TIMEOUT)?;
     Ok((ck, port, status))
 }

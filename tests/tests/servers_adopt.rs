@@ -13,6 +13,7 @@ use std::net::TcpStream;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ck_tests::promises::servers::KeepAliveStop;
 use ck_tests::real_servers::{SLOW_BYTES, go_hello, nginx_app};
 use ck_tests::server_checks::{self, Checks};
 use ck_tests::sys::TempDir;
@@ -33,7 +34,11 @@ fn go_net_http_server_runs_under_adopt() {
         ],
     )
     .expect("start a ready ck");
-    server_checks::run(ck, port, Checks::new("go", ck_tests::churn::RATE));
+    let checks = Checks {
+        keep_alive_stop: KeepAliveStop::ClosesAtOnce,
+        ..Checks::new("go", ck_tests::churn::RATE)
+    };
+    server_checks::run(ck, port, checks);
 }
 
 #[test]
@@ -57,7 +62,11 @@ fn nginx_with_its_own_master_runs_under_adopt() {
     assert_eq!(status.stop_signal, "SIGQUIT", "{status:#?}");
     let text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(text.contains("stop: SIGQUIT, SIGKILL after 10s"), "{text}");
-    server_checks::run(ck, port, Checks::new("nginx", ck_tests::churn::RATE));
+    let checks = Checks {
+        keep_alive_stop: KeepAliveStop::ClosesAtOnce,
+        ..Checks::new("nginx", ck_tests::churn::RATE)
+    };
+    server_checks::run(ck, port, checks);
 }
 
 /// Slow requests, all started at once: all in flight, none ending, for most of a second after

@@ -31,6 +31,20 @@ pub struct Listener {
     /// A TCP listener's backlog (the `listen()` argument, capped by `net.core.somaxconn`); 0 for
     /// a UDP socket.
     pub backlog: u32,
+    /// Its receive queue as the kernel reports it: for a TCP listener, the connections waiting
+    /// in its accept queue; for a UDP socket, the bytes waiting.
+    pub queued: u32,
+}
+
+/// One established TCP connection, server side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Connection {
+    /// Its local address (the port it was accepted on).
+    pub local: SocketAddr,
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// Its inode: 0 while it waits in an accept queue (no process holds it yet).
+    pub inode: u64,
 }
 
 /// An established TCP connection holding bytes its server has not read.
@@ -111,6 +125,7 @@ fn listener_of(response: &InetResponse) -> Listener {
         cgroup: cgroup_of(response),
         // For a listener the kernel reports its backlog as the send queue.
         backlog: response.header.send_queue,
+        queued: response.header.recv_queue,
     }
 }
 
@@ -177,7 +192,22 @@ fn last_data_recv(response: &InetResponse) -> Option<std::time::Duration> {
 /// accept queue has no file yet (inode 0) and is left out.
 pub fn established_inodes(ports: &[u16], probe_base: u16) -> io::Result<HashSet<u64>> {
     let probe_ports = u32::from(probe_base)..u32::from(probe_base) + ck_common::MAX_SLOTS;
-    let mut found = HashSet::new();
+    let probe = |c: &Connection| {
+        probe_base != 0
+            && probe_ports.contains(&u32::from(c.peer.port()))
+            && c.peer.ip().is_loopback()
+    };
+    Ok(established(ports)?
+        .into_iter()
+        .filter(|c| c.inode != 0 && !probe(c))
+        .map(|c| c.inode)
+        .collect())
+}
+
+/// Every established TCP connection (both families) whose local port is one of `ports`: those
+/// accepted, and those still waiting in an accept queue (inode 0).
+pub fn established(ports: &[u16]) -> io::Result<Vec<Connection>> {
+    let mut found = Vec::new();
     for ipv6 in [false, true] {
         dump(
             ipv6,
@@ -186,12 +216,12 @@ pub fn established_inodes(ports: &[u16], probe_base: u16) -> io::Result<HashSet<
             ExtensionFlags::empty(),
             |response| {
                 let id = &response.header.socket_id;
-                let inode = u64::from(response.header.inode);
-                let probe = probe_base != 0
-                    && probe_ports.contains(&u32::from(id.destination_port))
-                    && id.destination_address.is_loopback();
-                if inode != 0 && !probe && ports.contains(&id.source_port) {
-                    found.insert(inode);
+                if ports.contains(&id.source_port) {
+                    found.push(Connection {
+                        local: SocketAddr::new(id.source_address, id.source_port),
+                        peer: SocketAddr::new(id.destination_address, id.destination_port),
+                        inode: u64::from(response.header.inode),
+                    });
                 }
             },
         )?;
@@ -377,6 +407,25 @@ mod tests {
                 .iter()
                 .all(|l| l.inode != inode)
         );
+    }
+
+    #[test]
+    fn tells_a_queued_connection_from_an_accepted_one() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let first = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let second = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        let found = established(&[port]).unwrap();
+        let by_peer = |client: &std::net::TcpStream| {
+            let peer = client.local_addr().unwrap();
+            found.iter().find(|c| c.peer == peer).copied()
+        };
+        let (first, second) = (by_peer(&first).unwrap(), by_peer(&second).unwrap());
+        assert_eq!(first.inode, inode_of(&accepted).unwrap(), "{found:?}");
+        assert_eq!(second.inode, 0, "still queued: {found:?}");
+        let listening = listeners(port, false).unwrap();
+        assert_eq!(listening[0].queued, 1, "{listening:?}");
     }
 
     #[test]

@@ -275,6 +275,9 @@ mod tests {
         let mut found = BTreeSet::new();
         scan(&root.join("src"), &mut found);
         scan(&root.join("../ck-worker/src"), &mut found);
+        // Test switches (`CK_TEST_*`, e.g. the idle check's CPU burn) are not ck's interface:
+        // the reference leaves them out.
+        found.retain(|name| !name.starts_with("CK_TEST_"));
         assert!(found.len() >= 15, "{found:?}");
         let listed: BTreeSet<&str> = VARIABLES.iter().map(|v| v.name).collect();
         let missing: Vec<&String> = found

@@ -44,6 +44,7 @@ use lifecycle::{Settings, Timer};
 
 pub use continuity::handover::Compat;
 pub use inputs::accept_probe::FORCE_ENV as READY_DETECT_ENV;
+pub use tasks::IDLE_BURN_ENV;
 
 use crate::{
     control::{Request, Response},

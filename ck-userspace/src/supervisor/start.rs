@@ -209,6 +209,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
     // An upgrade blocked these across the exec: the handlers are in place now.
     reexec::unblock_handled().context("unblocking signals")?;
     tasks::start_sampler(&sup.events, sup.inputs.pacer.next_tick.subscribe());
+    tasks::start_idle_burn();
     sup.inputs.start_probe_ticker(&sup.cfg, &sup.events);
     // The once-a-second chores, each on its own ticker.
     tasks::start_ticker(&sup.events, groups::steering::CHECK_EVERY, || {

@@ -110,3 +110,42 @@ pub(super) fn watch_signals(events: &mpsc::UnboundedSender<Event>) -> anyhow::Re
     }
     Ok(())
 }
+
+/// Test-only: the environment variable that makes ck's event loop burn CPU on purpose (read
+/// once at start, not part of ck's interface and left out of the reference). The test suite's
+/// idle check proves with it that it catches a supervisor that costs more than it promises:
+/// `CK_TEST_IDLE_BURN_US=2000` spins 2 ms of the loop thread's CPU every second.
+pub const IDLE_BURN_ENV: &str = "CK_TEST_IDLE_BURN_US";
+
+/// Test-only ([`IDLE_BURN_ENV`]): when the variable holds a number of microseconds, spins that
+/// much CPU time on the event loop's thread once a second, for as long as ck runs.
+pub(super) fn start_idle_burn() {
+    let Some(burn) = std::env::var(IDLE_BURN_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_micros)
+    else {
+        return;
+    };
+    tracing::warn!(
+        "{IDLE_BURN_ENV} is set: the event loop burns {burn:?} of CPU every second (a test switch)"
+    );
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            interval.tick().await;
+            spin_cpu(burn);
+        }
+    });
+}
+
+/// Spins until this thread has spent `burn` more CPU time (its own clock: time it waited for
+/// a CPU does not count).
+fn spin_cpu(burn: Duration) {
+    use nix::time::{ClockId, clock_gettime};
+    let cpu = || clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map(Duration::from);
+    let Ok(start) = cpu() else { return };
+    while cpu().is_ok_and(|now| now.saturating_sub(start) < burn) {
+        std::hint::spin_loop();
+    }
+}

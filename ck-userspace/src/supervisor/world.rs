@@ -121,13 +121,26 @@ impl World for Supervisor {
         {
             return;
         }
-        if let Err(e) = crate::os::pidfd::send_signal(&worker.pidfd, signal) {
-            tracing::warn!(
+        // The connections it holds as it gets its stop signal, read from the kernel's counters
+        // now: what a server that closes its idle keep-alive connections on the signal may
+        // cost a client that never retries (one request each at most).
+        let open = self.groups.kernel_connections_of(index);
+        match crate::os::pidfd::send_signal(&worker.pidfd, signal) {
+            Err(e) => tracing::warn!(
                 slot = index,
                 pid = worker.pid,
                 "{} failed: {e}",
                 signal.as_str()
-            );
+            ),
+            Ok(()) if sig == Sig::Term => tracing::info!(
+                slot = index,
+                pid = worker.pid,
+                signal = signal.as_str(),
+                // Left out where the kernel does not count them (`--no-bpf`).
+                open_connections = open,
+                "stop signal sent"
+            ),
+            Ok(()) => {}
         }
     }
 

@@ -49,6 +49,10 @@ pub struct LoadReport {
     pub errors: Vec<String>,
     /// Time since the start and kind of every failure (up to [`MAX_TIMELINE`]), in time order.
     pub failures: Vec<(Duration, FailureKind)>,
+    /// Time since the start and the client's port of the connection every failure happened on
+    /// (None: no connection was made), as many as [`LoadReport::failures`], in time order: the
+    /// kernel names a server's connections by that port (`sock_diag`).
+    pub failed_on: Vec<(Duration, Option<u16>)>,
     /// Time since the start and pid (0 when the body had none) of every answer (up to
     /// [`MAX_TIMELINE`]), in time order.
     pub answers: Vec<(Duration, u32)>,
@@ -104,6 +108,7 @@ impl LoadReport {
             elapsed: Duration::ZERO,
             errors: Vec::new(),
             failures: Vec::new(),
+            failed_on: Vec::new(),
             answers: Vec::new(),
             samples: Vec::new(),
         }
@@ -193,6 +198,7 @@ impl LoadReport {
             .add(&report.latency)
             .expect("auto-resizing histograms add up");
         self.failures.extend(report.failures);
+        self.failed_on.extend(report.failed_on);
         self.answers.extend(report.answers);
         self.samples.extend(report.samples);
         errors.extend(e);
@@ -202,6 +208,7 @@ impl LoadReport {
     pub(crate) fn finish(&mut self, elapsed: Duration, mut errors: Vec<(Duration, String)>) {
         self.elapsed = elapsed;
         self.failures.sort_by_key(|&(at, _)| at);
+        self.failed_on.sort_by_key(|&(at, _)| at);
         self.answers.sort_by_key(|&(at, _)| at);
         self.samples.sort_unstable_by_key(|s| s.at_us);
         errors.sort_by_key(|(at, _)| *at);
@@ -275,8 +282,9 @@ impl Recorder {
         }
     }
 
-    /// Records a failure that happened `at` (since the start).
-    pub fn failure(&mut self, caps: &Caps, at: Duration, failure: &Failure) {
+    /// Records a failure that happened `at` (since the start) on the connection from the
+    /// client's port `port` (None: none was made).
+    pub fn failure(&mut self, caps: &Caps, at: Duration, failure: &Failure, port: Option<u16>) {
         let r = &mut self.report;
         match failure.kind {
             FailureKind::Refused => r.refused += 1,
@@ -286,6 +294,7 @@ impl Recorder {
         }
         if take(&caps.failures, MAX_TIMELINE) {
             r.failures.push((at, failure.kind));
+            r.failed_on.push((at, port));
         }
         if take(&caps.errors, MAX_ERRORS) {
             self.errors.push((at, failure.to_string()));

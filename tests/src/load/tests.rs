@@ -211,6 +211,16 @@ fn without_retry_a_closed_idle_connection_is_a_failure_like_in_wrk() {
     assert_eq!(report.retried, 0, "{}", report.summary());
     assert!(report.reset >= 6, "{}", report.summary());
     assert_eq!(report.ok + report.failed(), 12, "{}", report.summary());
+    // Each failure names the connection it was on: a client port of the load's own.
+    assert_eq!(report.failed_on.len() as u64, report.failed());
+    assert!(
+        report
+            .failed_on
+            .iter()
+            .all(|(_, port)| port.is_some_and(|p| p != server.addr.port())),
+        "{:?}",
+        report.failed_on
+    );
 }
 
 #[test]
@@ -245,6 +255,8 @@ fn counts_refused_connections() {
             .all(|&(_, kind)| kind == FailureKind::Refused)
     );
     assert_eq!(report.failures_within(Duration::ZERO, 10 * SECOND), 10);
+    // Refused: no connection was made, so none is named.
+    assert!(report.failed_on.iter().all(|(_, port)| port.is_none()));
     assert!(!report.errors.is_empty() && report.errors.len() <= 20);
     assert!(report.errors[0].contains("refused"), "{:?}", report.errors);
     assert_eq!(report.p99(), Duration::ZERO);

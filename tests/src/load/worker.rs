@@ -82,6 +82,7 @@ async fn connection(
         stream: None,
         buf: Vec::with_capacity(4096),
         retried: false,
+        port: None,
     };
     // With a rate, connection i sends at start + i/rate + k*connections/rate.
     let interval = spec
@@ -146,7 +147,7 @@ async fn connection(
             },
             Err(failure) => failure,
         };
-        recorder.failure(&shared.caps, at, &failure);
+        recorder.failure(&shared.caps, at, &failure, conn.port);
     }
     recorder
 }
@@ -159,6 +160,8 @@ struct Conn {
     buf: Vec<u8>,
     /// Whether the current request was retried.
     retried: bool,
+    /// The client's port of the connection of the last try (None: it could not connect).
+    port: Option<u16>,
 }
 
 impl Conn {
@@ -198,7 +201,12 @@ impl Conn {
         self.buf.clear();
         let stream = match self.stream.take() {
             Some(stream) => stream,
-            None => client::connect(shared.spec.addr).await?,
+            None => {
+                self.port = None;
+                let stream = client::connect(shared.spec.addr).await?;
+                self.port = stream.local_addr().ok().map(|a| a.port());
+                stream
+            }
         };
         let stream = self.stream.insert(stream);
         let outcome = client::exchange(stream, &mut self.buf, &shared.request).await;

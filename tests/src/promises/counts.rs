@@ -1,8 +1,9 @@
 //! Open connections per worker are counted exactly, whatever happens to the fleet: the first
-//! connections of a fleet's first moments, and held connections across a scale-up, a
-//! scale-down, a roll, `ck upgrade` and a `--survive-supervisor` take-back, on ck's sockets
-//! and with `--adopt`. The clients count what each worker answered on the connections they
-//! hold; ck's counts (`ck status`) must be the same, slot by slot.
+//! connections of a fleet's first moments (made while every worker is still starting, and
+//! counted then), and held connections across a scale-up, a scale-down, a roll, `ck upgrade`
+//! and a `--survive-supervisor` take-back, on ck's sockets and with `--adopt`. The clients
+//! count what each worker answered on the connections they hold; ck's counts (`ck status`,
+//! read from the kernel's counters) must be the same, slot by slot.
 use std::collections::BTreeMap;
 use std::thread;
 use std::time::Duration;
@@ -17,6 +18,9 @@ use crate::{READY_TIMEOUT, ck_bin, local, start, start_on};
 const SETTLE: Duration = Duration::from_secs(10);
 /// Connections held from a fleet's first moment.
 const FIRST: usize = 200;
+/// How long the first workers take to say READY=1 (`--ready notify`): the client's
+/// connections are made and answered long before, while every worker is still starting.
+const FIRST_READY_AFTER: &str = "10s";
 
 /// Connections held open by the test, with what each slot answered on them.
 #[derive(Default)]
@@ -50,8 +54,8 @@ fn counted(status: &Status) -> BTreeMap<u32, u64> {
 }
 
 /// Waits until ck counts exactly what `held` holds, slot by slot (panics with both when it
-/// does not within [`SETTLE`]).
-fn assert_counts(ck: &mut Ck, held: &Held, after: &str) {
+/// does not within [`SETTLE`]), and returns the status that does.
+fn assert_counts(ck: &mut Ck, held: &Held, after: &str) -> Status {
     let want = held.answered.clone();
     let what = format!("ck to count what the clients hold after {after}: {want:?}");
     let status = ck
@@ -62,20 +66,51 @@ fn assert_counts(ck: &mut Ck, held: &Held, after: &str) {
         "{}: after {after}, ck counts what the clients hold: {want:?}",
         ck.name()
     );
+    status
 }
 
 /// A client holds [`FIRST`] connections from the moment the port answers, on a fleet of two
-/// workers started with `args` after it: ck counts every one of them, per slot.
+/// demo workers started with `args` after it, which say READY=1 only [`FIRST_READY_AFTER`]
+/// after they start: ck counts every one of them, per slot, while every worker is still
+/// starting (the status that shows the counts shows no slot ready), and once they are ready.
 fn first_connections_counted(what: &str, args: &[&str]) {
+    let bin = ck_bin();
+    let bin = bin.to_str().expect("UTF-8 path");
+    let mut all = args.to_vec();
+    all.extend([
+        "--ready",
+        "notify",
+        "--",
+        bin,
+        "demo-worker",
+        "--ready-after",
+        FIRST_READY_AFTER,
+    ]);
     let port = free_port();
     let client = thread::spawn(move || hold_from_first(local(port), FIRST, READY_TIMEOUT));
-    let mut ck = start_on(what, port, args, &[]).expect("start ck");
+    let mut ck = start_on(what, port, &all, &[]).expect("start ck");
     let (conns, answered) = client.join().expect("the client");
-    ck.wait_ready(2, READY_TIMEOUT)
-        .expect("wait for ready slots");
     assert_eq!(answered.values().sum::<u64>(), FIRST as u64);
     let held = Held { conns, answered };
-    assert_counts(&mut ck, &held, "the first moments");
+    let counted_early = assert_counts(&mut ck, &held, "the first moments");
+    let states: Vec<(u32, &str)> = counted_early
+        .slots
+        .iter()
+        .map(|s| (s.slot, s.state.as_str()))
+        .collect();
+    assert!(
+        states.len() == 2 && states.iter().all(|(_, state)| *state != "ready"),
+        "{what}: a worker was ready before ck counted the first connections (they say \
+         READY=1 {FIRST_READY_AFTER} after they start), the check proves nothing: {states:?}\n{}",
+        ck.log()
+    );
+    eprintln!(
+        "{what}: the kernel counted the first {FIRST} connections while no worker was ready: \
+         {states:?}"
+    );
+    ck.wait_ready(2, READY_TIMEOUT)
+        .expect("wait for ready slots");
+    assert_counts(&mut ck, &held, "the workers became ready");
 }
 
 /// The first connections of a fleet are counted, on ck's sockets and with `--adopt`.
@@ -91,18 +126,7 @@ pub fn first_connections_counted_on_cks_sockets() {
 
 /// [`first_connections_counted`] on demo workers that bind the port themselves, least-conn.
 pub fn first_connections_counted_with_adopt() {
-    let bin = ck_bin();
-    let bin = bin.to_str().expect("UTF-8 path");
-    let adopt = [
-        "-w",
-        "2",
-        "--adopt",
-        "--policy",
-        "least-conn",
-        "--",
-        bin,
-        "demo-worker",
-    ];
+    let adopt = ["-w", "2", "--adopt", "--policy", "least-conn"];
     first_connections_counted("first-conns-adopt", &adopt);
 }
 

@@ -1,15 +1,22 @@
 //! The promise suite: every headline promise of README.md, each beside the README section that
 //! makes it ([`promises`]), checked on the binary `ck_bin()` names (`cargo xtask promises` runs
-//! them on the release build, and `cargo xtask test` after the tests) with bounds that do not
-//! depend on the machine's speed: failed requests counted by the clients, connections counted
-//! by the clients against ck's counts, CPU time against a spin's, files and processes left.
+//! them on the release build, one at a time, and `cargo xtask test` after the tests) at the
+//! figures README states, each a constant of [`figures`] that a unit test compares with
+//! README: failed requests counted by the clients against what the kernel said the workers
+//! held, connections counted by the clients against ck's counts, ck's CPU time and wake-ups
+//! read from the kernel, files and processes left.
 //!
-//! Each check panics, with what broke, when its promise does not hold; the runner runs each on
-//! a thread of its own and reports them all.
+//! Each check panics, with what broke, when its promise does not hold; the runner runs each in
+//! a process of its own and reports them all.
 pub mod counts;
+pub mod figures;
 pub mod fleet;
-pub mod quiet;
+pub mod idle;
+pub mod kill;
+pub mod scrape;
 pub mod servers;
+
+use figures::PROMISES_SECTION;
 
 use servers::Server;
 
@@ -46,12 +53,11 @@ impl Promise {
 }
 
 /// What the real servers promise (each checked by [`fleet::server_keeps_its_promises`]).
-const SERVER_CLAIM: &str = "five rolls, a scale-up and a scale-down under a new-connection \
-    load and under a keep-alive load fail no request; a SIGKILLed worker fails no more requests \
-    than it held; `ck stop` leaves no process, cgroup, socket, pin or file";
-
-/// The README section that lists the promises the own checks hold ck to.
-const PROMISES_SECTION: &str = "What ck promises, and checks";
+const SERVER_CLAIM: &str = "rolls, a scale-up and a scale-down under a new-connection load and \
+    under a keep-alive load, from a client that never retries, fail no request (with a server \
+    that closes idle keep-alive connections at its stop signal, no more than the old workers \
+    held when signalled); a SIGKILLed worker fails only requests on connections it had \
+    accepted; `ck stop` leaves no process, cgroup, socket, pin or file";
 
 /// A promise checked by a function of its own: name, README section, claim, check.
 type OwnCheck = (&'static str, &'static str, &'static str, fn());
@@ -61,21 +67,23 @@ const OWN_CHECKS: [OwnCheck; 5] = [
     (
         "idle-cost",
         PROMISES_SECTION,
-        "ck itself sleeps between its chores: an idle fleet costs it next to no CPU (a spin, a \
-         core, fails)",
-        quiet::idle_fleets_leave_ck_asleep,
+        "an idle ck, with every policy and with --no-bpf, costs at most the CPU and the \
+         wake-ups README states (the median of its windows); the check fails a ck that burns \
+         more on purpose",
+        idle::idle_fleets_are_cheap,
     ),
     (
         "first-scrape",
         PROMISES_SECTION,
-        "every metric is there from the first scrape (counters at 0), and none vanishes",
-        quiet::the_first_scrape_is_complete,
+        "the first scrape has exactly the metric families of a later one, and the per-slot \
+         counters of every slot",
+        scrape::the_first_scrape_is_complete,
     ),
     (
         "counts-first",
         PROMISES_SECTION,
-        "open connections per worker are counted exactly from the first connection, on ck's \
-         sockets and with --adopt",
+        "open connections per worker are counted exactly from the first connection, made \
+         while the workers are still starting, on ck's sockets and with --adopt",
         counts::the_first_connections_are_counted,
     ),
     (

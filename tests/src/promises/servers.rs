@@ -38,8 +38,9 @@ pub enum KeepAliveStop {
     ClosesGracefully,
     /// Closes every connection after its answer: none is ever idle.
     NoneIdle,
-    /// Closes them at once: a request sent on one as it closes fails, unless the client sends
-    /// it again on a new connection (as HTTP clients do for idempotent requests).
+    /// Closes them at once: a request sent on one as it closes fails (one per connection at
+    /// most), unless the client sends it again on a new connection (as HTTP clients do for
+    /// idempotent requests).
     ClosesAtOnce,
 }
 
@@ -86,7 +87,7 @@ impl Server {
     }
 
     /// What it does with idle keep-alive connections when told to stop (from each server's
-    /// own shutdown code; the suite checks the first two with a client that never retries).
+    /// own shutdown code): what a client that never retries may lose at a roll.
     pub fn keep_alive_stop(self) -> KeepAliveStop {
         match self {
             Server::Hyper | Server::Node => KeepAliveStop::ClosesGracefully,
