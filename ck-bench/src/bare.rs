@@ -1,54 +1,61 @@
-//! The baseline with no supervisor at all: the same demo workers, started by the bench itself
-//! (`ck demo-worker --reuse-port` with `PORT`), each binding the port with `SO_REUSEPORT`, so
-//! the kernel's plain hash spreads connections over them and no other process runs beside
-//! them: the physical limit ck's own cost is measured against.
+//! The fleet with no supervisor at all: the same workers, started by the bench itself, each
+//! binding the port with `SO_REUSEPORT` (ck's demo worker with `--reuse-port` and `$PORT` or
+//! `$CK_LISTEN`, the cork server with `REUSEPORT=1`), so the kernel's plain hash spreads
+//! connections (or datagrams) over them and no other process runs beside them: the physical
+//! limit ck's own cost is measured against, and one side of the control pair.
 
+use std::collections::BTreeSet;
 use std::fs::File;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::path::Path;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use ck_tests::sys::free_port;
 use nix::sys::signal::Signal;
 
 use crate::instance::kill;
+use crate::paths::describe;
 
 /// How long the workers get to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Demo workers on one port with no supervisor; stopped (SIGTERM, then SIGKILL) when dropped.
+/// Workers on one port with no supervisor; stopped (SIGTERM, then SIGKILL) when dropped.
+#[derive(Debug)]
 pub struct BareFleet {
     children: Vec<Child>,
     port: u16,
+    udp: bool,
 }
 
 impl BareFleet {
-    /// Starts `workers` demo workers of `bin` on a free loopback port, logging to
-    /// `<log_dir>/bench-bare-<port>.log`, and waits until every one has answered.
-    pub fn start(bin: &Path, log_dir: &Path, workers: u32) -> Result<BareFleet> {
-        let port = free_port();
-        let log = log_dir.join(format!("bench-bare-{port}.log"));
-        let file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    /// Starts `workers` processes of `command(slot)` on `port` of 127.0.0.1 (UDP when `udp`),
+    /// logging to `log`, and waits until every one has answered (a `GET /` or a datagram
+    /// answered `slot=S pid=P`).
+    pub fn start(
+        log: &std::path::Path,
+        workers: u32,
+        port: u16,
+        udp: bool,
+        command: impl Fn(u32) -> Command,
+    ) -> Result<BareFleet> {
+        let file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let mut fleet = BareFleet {
             children: Vec::new(),
             port,
+            udp,
         };
         for slot in 0..workers {
-            let child = Command::new(bin)
-                .args(["demo-worker", "--reuse-port"])
-                // Not socket-activated: it binds $CK_LISTEN itself ($PORT says it may).
-                .env("PORT", port.to_string())
-                .env("CK_LISTEN", fleet.addr().to_string())
-                .env("CK_SLOT", slot.to_string())
+            let mut cmd = command(slot);
+            cmd.env("CK_SLOT", slot.to_string())
                 .env_remove("NOTIFY_SOCKET")
+                .env_remove("LISTEN_FDS")
                 .stdin(Stdio::null())
                 .stdout(file.try_clone()?)
-                .stderr(file.try_clone()?)
+                .stderr(file.try_clone()?);
+            let child = cmd
                 .spawn()
-                .with_context(|| format!("starting {} demo-worker", bin.display()))?;
+                .with_context(|| format!("starting `{}`", describe(&cmd)))?;
             fleet.children.push(child);
         }
         fleet.wait_answered(workers as usize)?;
@@ -61,25 +68,53 @@ impl BareFleet {
     }
 
     /// Waits until `n` different workers have answered.
-    fn wait_answered(&self, n: usize) -> Result<()> {
+    fn wait_answered(&mut self, n: usize) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = BTreeSet::new();
         while seen.len() < n {
             if Instant::now() > deadline {
                 bail!(
-                    "only {} of {n} bare demo workers answered on {} within {READY_TIMEOUT:?}",
+                    "only {} of {n} workers with no supervisor answered on {} within \
+                     {READY_TIMEOUT:?}",
                     seen.len(),
                     self.addr()
                 );
             }
-            match ck_tests::get_new_conn(self.addr()) {
-                Ok(answer) => {
-                    seen.insert(answer.pid);
+            for child in &mut self.children {
+                if let Ok(Some(status)) = child.try_wait() {
+                    bail!(
+                        "a worker with no supervisor exited ({status}) before it answered on {}",
+                        self.addr()
+                    );
                 }
-                Err(_) => thread::sleep(Duration::from_millis(10)),
+            }
+            match self.ask_pid() {
+                Some(pid) => {
+                    seen.insert(pid);
+                }
+                None => thread::sleep(Duration::from_millis(10)),
             }
         }
         Ok(())
+    }
+
+    /// The pid of the worker that answers one request (over a new connection, or a datagram
+    /// from a new socket), if one does.
+    fn ask_pid(&self) -> Option<u32> {
+        if !self.udp {
+            return ck_tests::get_new_conn(self.addr()).ok().map(|a| a.pid);
+        }
+        let socket = UdpSocket::bind("127.0.0.1:0").ok()?;
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .ok()?;
+        socket.send_to(b"ping", self.addr()).ok()?;
+        let mut buf = [0u8; 128];
+        let n = socket.recv(&mut buf).ok()?;
+        let text = String::from_utf8_lossy(&buf[..n]);
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix("pid="))
+            .and_then(|p| p.parse().ok())
     }
 }
 

@@ -110,9 +110,10 @@ impl Instance {
         Self::start_group(bin, log_dir, what, variant, workers, extra, &[], "udp")
     }
 
-    /// Starts `ck run` with one group of `scheme` (`tcp` or `udp`) on a free port.
+    /// Starts `ck run` with one group of `scheme` (`tcp` or `udp`) on a free port, with the
+    /// environment variables `env` set for it.
     #[allow(clippy::too_many_arguments)]
-    fn start_group(
+    pub fn start_group(
         bin: &Path,
         log_dir: &Path,
         what: &str,

@@ -1,155 +1,63 @@
-//! `ck-bench <scenario>` (run by `cargo xtask bench`): measures ck (with its BPF program) against the plain
-//! `SO_REUSEPORT` baseline (`ck run --no-bpf`) with the built-in demo worker, driving load with
-//! the in-repo load client (`ck_tests::load`), and prints one table per scenario, with the
-//! paths of its SVG plots (written under `target/bench/`, and copied to `--save DIR`).
+//! `ck-bench SCENARIO` (run by `cargo xtask bench`): measures ck (with its BPF program) against
+//! the plain `SO_REUSEPORT` baseline (`ck run --no-bpf`), the same workers with no supervisor,
+//! and other supervisors, driving load with the in-repo load client (`ck_tests::load`), and
+//! prints one table per result, with the paths of its SVG plots (written under `target/bench/`,
+//! and copied to `--save DIR`).
 //!
-//! Every instance gets its own `--name` and port on 127.0.0.1, its log goes to a file under
-//! one directory per invocation, and it is stopped (killed, if need be) before the next one
-//! starts. Each scenario is bounded in time; `all` takes about 18 minutes (`upgrade` about 10 s, `ready-slow` about 1 minute). Long steps print a
-//! progress line on stderr ([`Bench::progress`]).
+//! The scenarios are listed in [`scenario`]; those measured in interleaved rounds use
+//! [`rounds`] (their contenders, the runner, the tables laid out from the rounds). Every
+//! instance gets its own `--name` and port on 127.0.0.1, its log goes to a file under one
+//! directory per invocation, and it is stopped (killed, if need be) when its scenario is done.
+//! Long steps print a progress line on stderr ([`Bench::progress`]).
 //!
-//! With `--record` the run is also written to `docs/bench/runs/` as data (`record.rs`), its
-//! plots are copied to `docs/bench/`, and BENCHMARKS.md's tables are drawn again from the
-//! latest record of each scenario (`summary.rs`; `cargo xtask bench summary [--check]` does
-//! only that).
+//! With `--record` the run is also written to `docs/bench/runs/` as data (`record.rs`: the
+//! tables and every round's figures), its plots are copied to `docs/bench/`, and BENCHMARKS.md
+//! is drawn again from the records (`summary/`; `ck-bench summary [--check]` does only that).
 
+pub mod against;
 mod bare;
 mod instance;
-mod paths;
+pub mod paths;
 mod plot;
-mod record;
+pub mod record;
+pub mod rounds;
+pub mod scenario;
 mod scenarios;
-mod summary;
-mod table;
-
-pub use paths::{target_dir, workspace_root};
-use scenarios::{
-    bpf_cost, chaos, conn_count, cork, dns, footprint, long_lived, overhead, quic, quic_stacks,
-    ready_slow, recovery, recovery_node, reload, spread, stall, sticky, supervisor_cpu, survive,
-    udp_cost, udp_rate, upgrade,
-};
+pub mod summary;
+pub mod table;
 
 use std::fmt::Display;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context as _, Result};
-
+use anyhow::{Context as _, Result, bail};
 use ck_tests::machine::{load_text, machine_line};
+
+pub use against::Against;
+pub use paths::{target_dir, workspace_root};
 use record::{Machine, Record, ScenarioRun, Tree};
+use rounds::{Contender, Plan, RoundFigures};
+pub use scenario::Scenario;
 use table::Table;
 
-/// What to measure.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scenario {
-    /// SIGKILL 2 of 3 workers under load: failed requests, time until every slot serves again;
-    /// with the demo worker (ck vs baseline), then with the Node hello app (ck, --no-bpf,
-    /// node:cluster, pm2).
-    Recovery,
-    /// `ck reload` under load: p99 latency and failed requests, steady vs during the reload.
-    Reload,
-    /// `ck upgrade` under load: failed requests, p99 steady vs during upgrades, how long the
-    /// control socket is unavailable per upgrade; then `--survive-supervisor`: kill -9 and
-    /// take-back under load.
-    Upgrade,
-    /// Keep-alive requests/s and new connections/s, ck vs baseline, alternating runs; first the
-    /// BPF program's cost per selection (the `bpf-cost` table).
-    Overhead,
-    /// Only the BPF program's cost per selection, from the kernel's own accounting, per policy
-    /// and worker count (part of `overhead`).
-    BpfCost,
-    /// Supervisor RSS, start to first answer, idle shutdown time.
-    Footprint,
-    /// Open connections counted in the kernel: the counting program's cost per state change
-    /// beside the selection program's, and the counts' exactness (held, closed, drift).
-    ConnCount,
-    /// Share of new connections per worker (3 workers), per policy.
-    Spread,
-    /// Latency with one of 4 workers stalling 200 ms every second, per policy.
-    Stall,
-    /// Session affinity: clients (source addresses) that change worker when one of 4 leaves,
-    /// and that keep it over 1,000 connections; sticky beside hash and round-robin.
-    Sticky,
-    /// Long-lived connections over a fleet that grows (2 workers, scale to 4) and churns:
-    /// max/mean open connections per worker, least-conn beside round-robin, hash and plain.
-    LongLived,
-    /// The supervisor's own CPU under ~10 k new connections/s (2 demo workers): round-robin,
-    /// least-queue and --no-bpf in one run.
-    SupervisorCpu,
-    /// A random worker of 4 SIGKILLed every 0.5 s for 60 s: ck, --no-bpf, node:cluster, pm2.
-    Chaos,
-    /// The SO_REUSEPORT + TCP_CORK article's matrix with its kind of C server under ck.
-    Cork,
-    /// `ck reload` of a server that boots in 10 s and says nothing (waits in poll): p99 during
-    /// the roll vs steady, failed requests, how each worker was taken as ready.
-    ReadySlow,
-    /// HTTP/3 connections (quinn + h3) held open through 5 rolls and a scale up and down, with
-    /// and without client migration, and a worker's kill -9: broken connections under
-    /// --udp-mode quic, flow and plain SO_REUSEPORT; ngtcp2's client moving to a new port; an
-    /// unmodified ngtcp2 server adopted; and the datagram rate of many small flows, ck beside
-    /// plain.
-    Quic,
-    /// dnsperf at a fixed rate through 10 rolls of 4 DNS servers: queries lost under
-    /// --udp-mode stateless, plain SO_REUSEPORT, and an adopted dnsmasq.
-    Dns,
-    /// ns per datagram of ck's UDP program in each --udp-mode (kernel accounting) beside a
-    /// minimal hash % n program on a plain group, under HTTP/3 connections and small flows.
-    UdpCost,
-    /// Every scenario, in the order above.
-    All,
-    /// Measures nothing: draws BENCHMARKS.md's tables again from the latest record of each
-    /// scenario in docs/bench/runs (`--check`: fails if the file differs instead).
-    Summary,
-}
+/// A quick run's rounds are this much shorter than a full run's.
+const QUICK_DIVISOR: u32 = 4;
 
-impl Scenario {
-    /// The scenarios `self` stands for.
-    fn expand(self) -> Vec<Scenario> {
-        match self {
-            Scenario::All => vec![
-                Scenario::Recovery,
-                Scenario::Reload,
-                Scenario::Upgrade,
-                Scenario::Overhead,
-                Scenario::Footprint,
-                Scenario::ConnCount,
-                Scenario::Spread,
-                Scenario::Stall,
-                Scenario::Sticky,
-                Scenario::LongLived,
-                Scenario::SupervisorCpu,
-                Scenario::Chaos,
-                Scenario::Cork,
-                Scenario::ReadySlow,
-                Scenario::Quic,
-                Scenario::UdpCost,
-                Scenario::Dns,
-            ],
-            Scenario::Summary => vec![],
-            one => vec![one],
-        }
-    }
-
-    /// The scenario's name on the command line (`supervisor-cpu`), as records and
-    /// BENCHMARKS.md's markers name it.
-    fn name(self) -> String {
-        use clap::ValueEnum as _;
-        self.to_possible_value()
-            .map_or_else(|| format!("{self:?}"), |v| v.get_name().to_string())
-    }
-}
-
-/// What every scenario needs: the ck binary, where instance logs and plots go, the clock of
-/// the progress lines.
+/// What every scenario needs: the ck binary, where instance logs and plots go, how many rounds
+/// and how long, the clock of the progress lines.
 #[derive(Debug, Clone)]
 pub struct Bench {
     /// The release `ck` binary.
     pub bin: PathBuf,
     /// Directory of this invocation's ck logs.
     pub log_dir: PathBuf,
-    /// Another ck binary whose BPF program `bpf-cost` measures beside `bin`'s (`--against`).
-    pub against: Option<PathBuf>,
+    /// Another build of ck measured beside `bin` (`--against`).
+    pub against: Option<Against>,
+    /// `--rounds`: the rounds of every scenario in rounds, instead of its own count.
+    rounds: Option<usize>,
+    /// `--quick`: every span of a scenario ([`Bench::span`]) a quarter as long.
+    quick: bool,
     /// Directory the plots are written to.
     results: PathBuf,
     /// When the invocation started.
@@ -166,6 +74,28 @@ impl Bench {
     /// (scenario, contender, run n of m), so that a long bench shows it is alive.
     pub fn progress(&self, what: impl Display) {
         eprintln!("{}", progress_line(self.started.elapsed(), what));
+    }
+
+    /// A scenario's span of time (a load's length, an idle window): as given, a quarter of it in
+    /// a quick run (`--quick`).
+    pub fn span(&self, full: Duration) -> Duration {
+        match self.quick {
+            true => full / QUICK_DIVISOR,
+            false => full,
+        }
+    }
+
+    /// The plan of `scenario`: `rounds` rounds (or `--rounds`) of `contenders`, each ck one also
+    /// on `--against`'s build.
+    pub fn plan(&self, scenario: &str, rounds: usize, contenders: Vec<Contender>) -> Plan {
+        let against = self
+            .against
+            .as_ref()
+            .map(|a| (a.rev.as_str(), a.bin.as_path()));
+        let mut plan = Plan::new(scenario, rounds, contenders, &self.bin, against);
+        plan.rounds = self.rounds.unwrap_or(rounds);
+        plan.quick = self.quick || self.rounds.is_some();
+        plan
     }
 
     /// Prints the complaints (WARN/ERROR lines) in an instance's log, if any.
@@ -185,29 +115,53 @@ impl Bench {
     }
 }
 
-/// Where `cargo xtask bench` puts its output, and what else it compares.
-#[derive(Debug, Clone)]
+/// What one scenario gave: its tables and, measured in rounds, every round's figures.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Its result tables.
+    pub tables: Vec<Table>,
+    /// Every round, as run (empty for a single-run scenario).
+    pub rounds: Vec<RoundFigures>,
+}
+
+impl From<Vec<Table>> for Outcome {
+    fn from(tables: Vec<Table>) -> Outcome {
+        Outcome {
+            tables,
+            rounds: Vec::new(),
+        }
+    }
+}
+
+/// Where `ck-bench` puts its output, and how it measures.
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Directory of this run's plots (`target/bench`).
     pub results: PathBuf,
     /// A directory to copy the plots to as well (`--save`), e.g. `docs/bench`.
     pub save: Option<PathBuf>,
-    /// Another ck binary for `bpf-cost` to measure side by side (`--against`).
-    pub against: Option<PathBuf>,
-    /// Write the run to `docs/bench/runs/` and draw BENCHMARKS.md's tables again (`--record`).
+    /// Another revision to measure beside this one (`--against`).
+    pub against: Option<String>,
+    /// The rounds of every scenario in rounds (`--rounds`).
+    pub rounds: Option<usize>,
+    /// Shorter rounds (`--quick`).
+    pub quick: bool,
+    /// Write the run to `docs/bench/runs/` and draw BENCHMARKS.md again (`--record`).
     pub record: bool,
 }
 
-/// `ck-bench summary [--check]`: draws BENCHMARKS.md's tables from the records
-/// (`check`: fails, naming the fix, if the file is not what the records give).
+/// `ck-bench summary [--check]`: draws BENCHMARKS.md from the records (`check`: fails, naming
+/// the fix, if the file is not what the records give).
 pub fn summary(check: bool) -> Result<()> {
     summary::run(paths::workspace_root()?, check)
 }
 
 /// Runs `scenario` with the ck binary `bin` and prints the machine, then each table with the
-/// paths of its plots; with `output.record`, writes the run's record and draws BENCHMARKS.md's
-/// tables again (also when a scenario fails: the ones done are recorded).
+/// paths of its plots; with `output.record`, writes the run's record and draws BENCHMARKS.md
+/// again (also when a scenario fails: the ones done are recorded).
 pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
+    let scenarios = scenario.expand();
+    check_options(&scenarios, output)?;
     let started = Instant::now();
     let now = SystemTime::now();
     let stamp = now
@@ -227,10 +181,17 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
     {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    let against = output
+        .against
+        .as_deref()
+        .map(against::prepare)
+        .transpose()?;
     let bench = Bench {
         bin: bin.to_path_buf(),
         log_dir,
-        against: output.against.clone(),
+        against,
+        rounds: output.rounds,
+        quick: output.quick,
         results: output.results.clone(),
         started,
     };
@@ -248,11 +209,14 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
     };
     println!("{}", machine_line());
     println!("ck: {}", bench.bin.display());
+    if let Some(a) = &bench.against {
+        println!("against: {} ({})", a.bin.display(), a.rev);
+    }
     println!("ck logs: {}", bench.log_dir.display());
     println!("plots: {}\n", bench.results.display());
     let mut failed = None;
-    for one in scenario.expand() {
-        bench.progress(format_args!("{one:?} ..."));
+    for one in scenarios {
+        bench.progress(format_args!("{} ...", one.name()));
         match run_one(&bench, one) {
             Ok(done) => {
                 for table in &done.tables {
@@ -262,8 +226,9 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
                     }
                 }
                 println!(
-                    "  1-min load average before -> after: {} -> {} (other processes on the \
-                     machine compete for its CPUs)\n",
+                    "  {:.0} s; 1-min load average before -> after: {} -> {} (other processes on \
+                     the machine compete for its CPUs)\n",
+                    done.seconds,
                     load_text(done.load_before),
                     load_text(done.load_after)
                 );
@@ -285,41 +250,52 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
     failed.map_or(Ok(()), Err)
 }
 
-/// Runs one scenario; its tables with the load average around it.
+/// Fails, naming the fix, on options that do not go together: a record of a quick run, or
+/// options of the scenarios in rounds given to one that is not.
+fn check_options(scenarios: &[Scenario], output: &Options) -> Result<()> {
+    if output.record && (output.quick || output.rounds.is_some()) {
+        bail!(
+            "--record keeps full runs only: drop --quick and --rounds (they are for trying a \
+             scenario out)"
+        );
+    }
+    if output.rounds == Some(0) {
+        bail!("--rounds 0 measures nothing: give at least 1");
+    }
+    let in_rounds_only = [
+        ("--rounds", output.rounds.is_some()),
+        ("--quick", output.quick),
+        ("--against", output.against.is_some()),
+    ];
+    for (flag, given) in in_rounds_only {
+        let single: Vec<String> = scenarios
+            .iter()
+            .filter(|s| !(s.in_rounds() || flag == "--against" && **s == Scenario::BpfCost))
+            .map(|s| s.name())
+            .collect();
+        if given && !single.is_empty() {
+            bail!(
+                "{flag} works for the scenarios measured in rounds, and {} is not yet: run it \
+                 without {flag}",
+                single.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs one scenario; its tables and rounds with the load average around it.
 fn run_one(bench: &Bench, one: Scenario) -> Result<ScenarioRun> {
     let load_before = record::load_average();
     let started = Instant::now();
-    let tables = match one {
-        Scenario::Recovery => vec![recovery::run(bench)?, recovery_node::run(bench)?],
-        Scenario::Reload => vec![reload::run(bench)?],
-        Scenario::Upgrade => vec![upgrade::run(bench)?, survive::run(bench)?],
-        Scenario::Overhead => vec![bpf_cost::run(bench)?, overhead::run(bench)?],
-        Scenario::BpfCost => vec![bpf_cost::run(bench)?],
-        Scenario::Footprint => vec![footprint::run(bench)?],
-        Scenario::ConnCount => vec![conn_count::run(bench)?],
-        Scenario::Spread => vec![spread::run(bench)?],
-        Scenario::Stall => vec![stall::run(bench)?],
-        Scenario::Sticky => vec![sticky::run(bench)?],
-        Scenario::LongLived => vec![long_lived::run(bench)?],
-        Scenario::SupervisorCpu => vec![supervisor_cpu::run(bench)?],
-        Scenario::Chaos => vec![chaos::run(bench)?],
-        Scenario::Cork => vec![cork::run(bench)?],
-        Scenario::ReadySlow => vec![ready_slow::run(bench)?],
-        Scenario::Quic => vec![
-            quic::run(bench)?,
-            quic_stacks::run(bench)?,
-            udp_rate::run(bench)?,
-        ],
-        Scenario::UdpCost => vec![udp_cost::run(bench)?],
-        Scenario::Dns => vec![dns::run(bench)?],
-        Scenario::All | Scenario::Summary => unreachable!("expand() never yields these"),
-    };
+    let Outcome { tables, rounds } = one.run(bench)?;
     Ok(ScenarioRun {
         scenario: one.name(),
         seconds: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         load_before,
         load_after: record::load_average(),
         tables,
+        rounds,
     })
 }
 
@@ -339,23 +315,9 @@ fn progress_line(elapsed: Duration, what: impl Display) -> String {
     format!("bench [{:>7.1} s] {what}", elapsed.as_secs_f64())
 }
 
-/// The 1-minute load average, from `/proc/loadavg`, as text (`?` when unknown).
-fn load_average() -> String {
-    load_text(record::load_average())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 17);
-        assert!(!Scenario::All.expand().contains(&Scenario::BpfCost));
-        assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
-        assert!(Scenario::Summary.expand().is_empty());
-        assert_eq!(Scenario::SupervisorCpu.name(), "supervisor-cpu");
-    }
 
     #[test]
     fn progress_lines_show_the_elapsed_time() {
@@ -363,5 +325,28 @@ mod tests {
             progress_line(Duration::from_millis(12_345), "overhead: ck run 2/5"),
             "bench [   12.3 s] overhead: ck run 2/5"
         );
+    }
+
+    #[test]
+    fn options_that_do_not_go_together_are_refused() {
+        let quick_record = Options {
+            quick: true,
+            record: true,
+            ..Options::default()
+        };
+        let err = check_options(&[Scenario::Stall], &quick_record).unwrap_err();
+        assert!(err.to_string().contains("drop --quick"), "{err}");
+        let rounds = Options {
+            rounds: Some(2),
+            ..Options::default()
+        };
+        assert!(check_options(&[Scenario::Stall], &rounds).is_ok());
+        let err = check_options(&[Scenario::Reload], &rounds).unwrap_err();
+        assert!(err.to_string().contains("reload is not yet"), "{err}");
+        let against = Options {
+            against: Some("main".into()),
+            ..Options::default()
+        };
+        assert!(check_options(&[Scenario::BpfCost], &against).is_ok());
     }
 }

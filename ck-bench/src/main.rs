@@ -27,10 +27,19 @@ struct Cli {
     /// Measure this ck binary (relative to the workspace root) instead of the release build.
     #[arg(long, value_name = "PATH")]
     ck: Option<PathBuf>,
-    /// `bpf-cost`: also measure the BPF program of this ck binary (relative to the workspace
-    /// root), in the same rounds.
-    #[arg(long, value_name = "PATH")]
-    against: Option<PathBuf>,
+    /// Also measure the release `ck` of revision REV (a commit, branch or tag; built in a git
+    /// worktree under target/against/, or reused): every contender that runs ck, on both
+    /// builds in the same rounds, with the ratio of each pair.
+    #[arg(long, value_name = "REV")]
+    against: Option<String>,
+    /// Run this many rounds of each scenario measured in rounds, instead of its own count (to
+    /// try a scenario out; not recorded).
+    #[arg(long, value_name = "N")]
+    rounds: Option<usize>,
+    /// Shorter rounds: every load and window a quarter as long (to try a scenario out; not
+    /// recorded).
+    #[arg(long)]
+    quick: bool,
     /// Write the run to docs/bench/runs/DATE-TIME-COMMIT.json, its plots to docs/bench, and
     /// draw BENCHMARKS.md's tables again from the records.
     #[arg(long)]
@@ -72,7 +81,9 @@ fn dispatch(cli: Cli) -> Result<()> {
     let output = Options {
         results: ck_bench::target_dir()?.join("bench"),
         save: cli.save.map(|dir| root.join(dir)),
-        against: cli.against.map(|bin| root.join(bin)),
+        against: cli.against,
+        rounds: cli.rounds,
+        quick: cli.quick,
         record: cli.record,
     };
     ck_bench::run(cli.scenario, &bin, &output)
@@ -94,5 +105,19 @@ mod tests {
         assert_eq!((cli.scenario, cli.check), (Scenario::Summary, true));
         assert!(Cli::try_parse_from(["ck-bench"]).is_err());
         assert!(Cli::try_parse_from(["ck-bench", "nope"]).is_err());
+        let cli = Cli::try_parse_from([
+            "ck-bench",
+            "stall",
+            "--rounds",
+            "2",
+            "--quick",
+            "--against",
+            "main",
+        ])
+        .unwrap();
+        assert_eq!(
+            (cli.rounds, cli.quick, cli.against.as_deref()),
+            (Some(2), true, Some("main"))
+        );
     }
 }

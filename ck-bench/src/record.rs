@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 pub use ck_tests::machine::{Machine, Tree, load_average};
 
+use crate::rounds::RoundFigures;
 use crate::table::Table;
 
 /// Where the records go, relative to the workspace root.
@@ -56,6 +57,9 @@ pub struct ScenarioRun {
     pub load_after: Option<f64>,
     /// Its result tables, as printed.
     pub tables: Vec<Table>,
+    /// Measured in rounds: every round's figures, as run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<RoundFigures>,
 }
 
 /// `time` as RFC 3339 in UTC, to the second.
@@ -173,6 +177,7 @@ pub(crate) mod tests {
                 load_before: Some(0.5),
                 load_after: Some(1.25),
                 tables: vec![t],
+                rounds: vec![],
             }],
         }
     }

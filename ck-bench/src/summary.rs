@@ -147,7 +147,7 @@ fn markdown(table: &Table, labelled: bool) -> String {
     };
     let mut head = vec!["metric".to_string()];
     head.extend(table.columns.iter().map(|c| cell(c)));
-    let (over, under) = table.ratio_of;
+    let (over, under) = table.ratio_of.unwrap_or((0, 1));
     let ratio = match (table.columns.get(over), table.columns.get(under)) {
         (Some(a), Some(b)) => format!("{} / {}", cell(a), cell(b)),
         _ => "ratio".into(),

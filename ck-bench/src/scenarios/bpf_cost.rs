@@ -54,7 +54,8 @@ type Costs = Vec<Vec<Vec<Cost>>>;
 /// Measures every policy at every worker count and returns the table (with a bar plot).
 pub fn run(bench: &Bench) -> Result<Table> {
     let _stats = StatsOn::enable()?;
-    let bins: Vec<&Path> = [Some(bench.bin.as_path()), bench.against.as_deref()]
+    let against = bench.against.as_ref().map(|a| a.bin.as_path());
+    let bins: Vec<&Path> = [Some(bench.bin.as_path()), against]
         .into_iter()
         .flatten()
         .collect();
@@ -67,7 +68,11 @@ pub fn run(bench: &Bench) -> Result<Table> {
     let labels = ["", ", --against"];
     let mut t = table(&costs, &labels);
     if let Some(against) = &bench.against {
-        t.note(format!("--against = {}", against.display()));
+        t.note(format!(
+            "--against = {} ({})",
+            against.rev,
+            against.bin.display()
+        ));
     }
     let plot = plot(&costs, &labels);
     t.plot_with(bench.plot_path("bpf-cost"), |path| bars::draw(path, &plot));

@@ -8,6 +8,7 @@ pub mod cork;
 pub mod dns;
 pub mod fleet;
 pub mod footprint;
+pub mod latency;
 pub mod long_lived;
 pub mod minimal_program;
 pub mod overhead;

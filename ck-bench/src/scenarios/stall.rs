@@ -1,32 +1,35 @@
 //! The `stall` scenario: 4 workers, of which slot 0 blocks its event loop for [`STALL`] every
 //! [`STALL_EVERY`] (the demo worker's `--stall-ms`/`--stall-every`, given to slot 0 only by a
-//! small sh script that is the app of every run), under a paced new-connection load of
-//! [`RATE`] req/s over [`CONNECTIONS`] connections for [`DURATION`]. One fresh instance per
-//! setup: each policy with the default `--stall-timeout` (1s, longer than the stall) and with
-//! 100ms, least-queue with a `--queue-patience` (the price of evening out bursts), and the
-//! baseline, which runs first and again last. Reports p50/p99/p99.9 latency,
-//! failed requests, slot 0's share of the answers and how often ck marked it stalled.
+//! small sh script that is the app of every contender), under a paced new-connection load of
+//! [`RATE`] req/s over [`CONNECTIONS`] connections for [`DURATION`]. The contenders: each
+//! policy with the default `--stall-timeout` (1s, longer than the stall) and with 100ms,
+//! least-queue with a `--queue-patience` (the price of evening out bursts), and `--no-bpf`; in
+//! every round each runs once on a fresh fleet (the stalls are timed from the worker's start),
+//! the order rotating. Reported per setup: p50/p99/p99.9 latency, the per-round ratio of its p99
+//! to `--no-bpf`'s, failed requests, slot 0's share of the answers and how often ck marked a
+//! slot stalled. The goal: least-queue's p99 (with either stall timeout) at most a fifth of
+//! `--no-bpf`'s.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use ck_tests::load::{self, LoadReport, LoadSpec, Mode};
+use ck_tests::load::{self, LoadSpec, Mode};
 
-use crate::instance::{Instance, Variant};
-use crate::table::{Cell, Goal, Table};
-use crate::{Bench, load_average};
+use crate::rounds::{App, Contender, Figures, Goal, Group, Layout, Measured, NO_BPF};
+use crate::table::{Cell, Table, Unit};
+use crate::{Bench, Outcome};
 
-/// Workers of the instance.
+/// Workers of each fleet.
 const WORKERS: u32 = 4;
 /// Load connections.
 const CONNECTIONS: usize = 32;
 /// Total requests per second.
 const RATE: f64 = 2000.0;
 /// Length of the load.
-const DURATION: Duration = Duration::from_secs(20);
+const DURATION: Duration = Duration::from_secs(10);
 /// Limit of one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long slot 0 blocks (`--stall-ms`).
@@ -35,220 +38,172 @@ const STALL: &str = "200ms";
 const STALL_EVERY: &str = "1s";
 /// The slot that stalls, as the answers name it.
 const STALLED_SLOT: &str = "0";
-/// The wanted p99 of ck's best setup, as a fraction of the baseline's.
+/// The most p99 of least-queue, as a fraction of `--no-bpf`'s.
 const GOAL_RATIO: f64 = 0.2;
-
-/// One configuration measured.
-struct Setup {
-    /// Table label.
-    label: &'static str,
-    /// Part of the instance name.
-    what: &'static str,
-    variant: Variant,
-    /// `ck run` flags besides the variant's.
-    flags: &'static [&'static str],
-}
-
-/// The baseline: plain `SO_REUSEPORT` (kernel hash over all sockets).
-const BASELINE: Setup = Setup {
-    label: "baseline",
-    what: "stall",
-    variant: Variant::Baseline,
-    flags: &[],
-};
-
-/// The ck setups, in the order they run (between the two baseline runs).
-const SETUPS: [Setup; 7] = [
-    Setup {
-        label: "hash, stall-timeout 1s (default)",
-        what: "stall-hash-1s",
-        variant: Variant::Ck,
-        flags: &["--policy", "hash"],
-    },
-    Setup {
-        label: "round-robin, stall-timeout 1s (default)",
-        what: "stall-round-robin-1s",
-        variant: Variant::Ck,
-        flags: &["--policy", "round-robin"],
-    },
-    Setup {
-        label: "least-queue, stall-timeout 1s (default)",
-        what: "stall-least-queue-1s",
-        variant: Variant::Ck,
-        flags: &["--policy", "least-queue"],
-    },
-    Setup {
-        label: "least-queue --queue-patience 10ms, stall-timeout 1s",
-        what: "stall-lq-patient-1s",
-        variant: Variant::Ck,
-        flags: &["--policy", "least-queue", "--queue-patience", "10ms"],
-    },
-    Setup {
-        label: "hash, stall-timeout 100ms",
-        what: "stall-hash-100ms",
-        variant: Variant::Ck,
-        flags: &["--policy", "hash", "--stall-timeout", "100ms"],
-    },
-    Setup {
-        label: "round-robin, stall-timeout 100ms",
-        what: "stall-round-robin-100ms",
-        variant: Variant::Ck,
-        flags: &["--policy", "round-robin", "--stall-timeout", "100ms"],
-    },
-    Setup {
-        label: "least-queue, stall-timeout 100ms",
-        what: "stall-least-queue-100ms",
-        variant: Variant::Ck,
-        flags: &["--policy", "least-queue", "--stall-timeout", "100ms"],
-    },
+/// Rounds: its goal bounds a ratio far from 1, and a round (eight fleets, each loaded for
+/// [`DURATION`]) takes about a minute and a half, so the fewest allowed.
+const ROUNDS: usize = 3;
+/// The setups least-queue's goal is about.
+const LEAST_QUEUE: [&str; 2] = [
+    "least-queue, stall-timeout 1s",
+    "least-queue, stall-timeout 100ms",
 ];
 
-/// What one setup gave.
-struct Outcome {
-    label: &'static str,
-    report: LoadReport,
-    /// Times ck logged slot 0 unhealthy (stalled).
-    marked: usize,
-    /// Times ck logged another slot (which never stalls) unhealthy: false stalls.
-    marked_others: usize,
-    /// 1-minute load average before the run.
-    load_before: String,
+/// The contenders, in row order.
+fn contenders() -> Vec<Contender> {
+    vec![
+        Contender::ck("hash, stall-timeout 1s", &["--policy", "hash"]),
+        Contender::ck(
+            "round-robin, stall-timeout 1s",
+            &["--policy", "round-robin"],
+        ),
+        Contender::ck(LEAST_QUEUE[0], &["--policy", "least-queue"]),
+        Contender::ck(
+            "least-queue --queue-patience 10ms, stall-timeout 1s",
+            &["--policy", "least-queue", "--queue-patience", "10ms"],
+        ),
+        Contender::ck(
+            "hash, stall-timeout 100ms",
+            &["--policy", "hash", "--stall-timeout", "100ms"],
+        ),
+        Contender::ck(
+            "round-robin, stall-timeout 100ms",
+            &["--policy", "round-robin", "--stall-timeout", "100ms"],
+        ),
+        Contender::ck(
+            LEAST_QUEUE[1],
+            &["--policy", "least-queue", "--stall-timeout", "100ms"],
+        ),
+        Contender::no_bpf(NO_BPF, &[]),
+    ]
 }
 
-impl Outcome {
-    /// Slot 0's share of the answers, in %.
-    fn stalled_share(&self) -> f64 {
-        let n = self.report.by_slot.get(STALLED_SLOT).copied().unwrap_or(0);
-        100.0 * n as f64 / self.report.ok.max(1) as f64
-    }
-
-    /// The p99 latency in milliseconds.
-    fn p99_ms(&self) -> f64 {
-        self.report.p99().as_secs_f64() * 1000.0
-    }
-}
-
-/// Runs the scenario and returns the table.
-pub fn run(bench: &Bench) -> Result<Table> {
+/// Runs the scenario.
+pub fn run(bench: &Bench) -> Result<Outcome> {
     let app = write_app(bench)?;
-    let first = measure(bench, &app, &BASELINE)?;
-    let ck = SETUPS
-        .iter()
-        .map(|setup| measure(bench, &app, setup))
-        .collect::<Result<Vec<_>>>()?;
-    let last = measure(bench, &app, &BASELINE)?;
-    // The baseline run with the lower p99 is the one compared with: the harder goal for ck.
-    let base = if last.report.p99() < first.report.p99() {
-        &last
-    } else {
-        &first
+    let group = Group {
+        workers: WORKERS,
+        udp: false,
+        app: App::Program {
+            argv: vec![app.to_string_lossy().into_owned()],
+            env: Vec::new(),
+            bare_env: Vec::new(),
+        },
     };
+    let plan = bench.plan("stall", ROUNDS, contenders());
+    let measured = plan.run(bench, |i, c, _| measure(bench, c, i, &group))?;
+    let table = table(&measured)?;
+    Ok(measured.outcome(vec![table]))
+}
 
-    let mut t = Table::new(&format!(
-        "stall: {WORKERS} workers, slot 0 stalls {STALL} every {STALL_EVERY}; new connection \
-         per request, {CONNECTIONS} connections at {RATE:.0} req/s for {DURATION:?}, \
-         {REQUEST_TIMEOUT:?} request timeout; one instance per setup"
-    ));
-    for o in &ck {
-        for (name, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
-            t.row(
-                &format!("{}: {name}", o.label),
-                Cell::ms(o.report.quantile(q)),
-                Cell::ms(base.report.quantile(q)),
-                Goal::None,
-            );
-            if name != "p99" {
-                t.detail();
-            }
-        }
-        t.row(
-            &format!("{}: failed (refused/reset/timeout/other)", o.label),
-            Cell::failures(&o.report),
-            Cell::failures(&base.report),
-            Goal::None,
-        );
-        t.detail();
-    }
-    let best = ck
-        .iter()
-        .min_by(|a, b| a.report.p99().cmp(&b.report.p99()))
-        .context("no ck setup measured")?;
-    t.row(
-        &format!("p99, best ck setup ({})", best.label),
-        Cell::ms(best.report.p99()),
-        Cell::ms(base.report.p99()),
-        Goal::AtMost(GOAL_RATIO * base.p99_ms(), "<= 0.2 x baseline p99"),
+/// Runs the load once on a fresh fleet of `contender`.
+fn measure(bench: &Bench, contender: &Contender, index: usize, group: &Group) -> Result<Figures> {
+    let fleet = contender.start(bench, &format!("stall{index}"), group)?;
+    let mut spec = LoadSpec::for_duration(
+        fleet.addr(),
+        Mode::NewConnection,
+        CONNECTIONS,
+        bench.span(DURATION),
     );
-    t.note(format!(
-        "baseline ran first and last: p99 {:.1} ms and {:.1} ms; the lower one is compared \
-         with (the harder goal for ck)",
-        first.p99_ms(),
-        last.p99_ms()
+    spec.rate = Some(RATE);
+    spec.timeout = REQUEST_TIMEOUT;
+    let report = load::run(spec);
+    bench.progress(format_args!(
+        "stall: {}: {}",
+        contender.label,
+        report.summary()
     ));
-    for o in [&first].into_iter().chain(&ck).chain([&last]) {
-        t.note(format!(
-            "{}: slot 0 answered {:.1} % of {} requests, marked stalled {} time(s) (the other \
-             slots, which never stall: {}); load average before {}",
-            o.label,
-            o.stalled_share(),
-            o.report.ok,
-            o.marked,
-            o.marked_others,
-            o.load_before
-        ));
+    let unhealthy: Vec<String> = fleet
+        .instance()
+        .map(|inst| inst.complaints())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|l| l.contains("worker unhealthy"))
+        .collect();
+    let marked = unhealthy.iter().filter(|l| l.contains("slot=0 ")).count();
+    fleet.stop(bench)?;
+    let ms = |q: f64| report.quantile(q).as_secs_f64() * 1000.0;
+    let stalled = report.by_slot.get(STALLED_SLOT).copied().unwrap_or(0);
+    let mut f = Figures::new();
+    f.set("p50", ms(0.5))
+        .set("p99", ms(0.99))
+        .set("p999", ms(0.999))
+        .set("failed", report.failed() as f64)
+        .set("share", 100.0 * stalled as f64 / report.ok.max(1) as f64)
+        .set("marked", marked as f64)
+        .set("marked_others", (unhealthy.len() - marked) as f64);
+    Ok(f)
+}
+
+/// The table: a row per setup (and per `--against` copy).
+fn table(m: &Measured) -> Result<Table> {
+    const P99_RATIO: &str = "p99 / --no-bpf's, per round";
+    let against = m.plan.contenders().iter().any(|c| c.build.is_some());
+    let mut columns = vec!["p50", "p99", "p99.9", P99_RATIO];
+    if against {
+        columns.push("p99, this build / the other");
+    }
+    columns.extend([
+        "failed, all rounds",
+        "slot 0's share of answers",
+        "slot 0 marked stalled (others)",
+    ]);
+    let mut t = Layout::with_columns(
+        m,
+        &format!(
+            "stall: {WORKERS} workers, slot 0 stalls {STALL} every {STALL_EVERY}; new connection \
+             per request, {CONNECTIONS} connections at {RATE:.0} req/s for {} s per setup and \
+             round, a fresh fleet each time, {} s request timeout",
+            DURATION.as_secs(),
+            REQUEST_TIMEOUT.as_secs()
+        ),
+        &columns,
+    );
+    for c in m.plan.contenders() {
+        let l = c.label.as_str();
+        let stat = |key| m.stat(l, key);
+        let mut cells = vec![
+            Unit::Ms.stat(stat("p50")),
+            Unit::Ms.stat(stat("p99")),
+            Unit::Ms.stat(stat("p999")),
+            match l {
+                NO_BPF => Cell::text(""),
+                l => Unit::Ratio.stat(m.ratio(l, NO_BPF, "p99")),
+            },
+        ];
+        if against {
+            cells.push(m.against_of(l).map_or_else(
+                || Cell::text(""),
+                |copy| Unit::Ratio.stat(m.ratio(l, &copy, "p99")),
+            ));
+        }
+        let marked = |key| {
+            m.total(l, key)
+                .map_or_else(|| "-".into(), |n| format!("{n:.0}"))
+        };
+        cells.extend([
+            m.total(l, "failed")
+                .map_or_else(|| Cell::text("-"), |n| Unit::Count.cell(n)),
+            Unit::Percent(1).stat(stat("share")),
+            Cell::text(&format!(
+                "{} ({})",
+                marked("marked"),
+                marked("marked_others")
+            )),
+        ]);
+        t.row(l, cells);
+        if LEAST_QUEUE.contains(&l) {
+            t.goal(Goal::at_most(GOAL_RATIO, Unit::Ratio).of(&[P99_RATIO]));
+        }
     }
     t.note(
         "latency counts from the scheduled send when a connection is behind schedule: a \
          connection stuck behind the stall also delays the sends it missed meanwhile",
     );
-    for o in [&first].into_iter().chain(&ck).chain([&last]) {
-        t.failure_notes(o.label, &o.report, 3);
-    }
-    Ok(t)
+    t.finish()
 }
 
-/// Runs the load once on a fresh instance of `setup`, with `app` as its workers.
-fn measure(bench: &Bench, app: &Path, setup: &Setup) -> Result<Outcome> {
-    let app = app.to_str().context("the app script's path is not UTF-8")?;
-    let mut flags = setup.flags.to_vec();
-    flags.extend(["--", app]);
-    let load_before = load_average();
-    let mut inst = Instance::start(
-        &bench.bin,
-        &bench.log_dir,
-        setup.what,
-        setup.variant,
-        WORKERS,
-        &flags,
-    )?;
-    inst.wait_ready(WORKERS as usize)?;
-
-    let mut spec = LoadSpec::for_duration(inst.addr(), Mode::NewConnection, CONNECTIONS, DURATION);
-    spec.rate = Some(RATE);
-    spec.timeout = REQUEST_TIMEOUT;
-    bench.progress(format_args!("stall: {} for {DURATION:?} ...", setup.label));
-    let report = load::run(spec);
-    bench.progress(format_args!("stall: {}: {}", setup.label, report.summary()));
-
-    let unhealthy: Vec<String> = inst
-        .complaints()
-        .into_iter()
-        .filter(|l| l.contains("worker unhealthy"))
-        .collect();
-    let marked = unhealthy.iter().filter(|l| l.contains("slot=0 ")).count();
-    let marked_others = unhealthy.len() - marked;
-    bench.report_log(&inst);
-    inst.stop()?;
-    Ok(Outcome {
-        label: setup.label,
-        report,
-        marked,
-        marked_others,
-        load_before,
-    })
-}
-
-/// Writes the app of every run, `<log_dir>/stall-app.sh` (see [`app_script`]).
+/// Writes the app of every fleet, `<log_dir>/stall-app.sh` (see [`app_script`]).
 fn write_app(bench: &Bench) -> Result<PathBuf> {
     let ck = bench
         .bin
@@ -278,7 +233,10 @@ fn app_script(ck: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::rounds::{Plan, RoundFigures};
 
     #[test]
     fn script_stalls_slot_0_only() {
@@ -292,5 +250,54 @@ mod tests {
             "{script}"
         );
         assert!(script.ends_with("exec '/x/ck' demo-worker\n"), "{script}");
+    }
+
+    #[test]
+    fn least_queue_is_held_to_a_fifth_of_plain_p99_round_by_round() {
+        let plan = Plan::new("stall", ROUNDS, contenders(), "/ck".as_ref(), None);
+        // --no-bpf's p99 is 180 ms in every round; least-queue's 30 ms, the rest 180 ms.
+        let round = |_| RoundFigures {
+            order: vec![],
+            figures: plan
+                .contenders()
+                .iter()
+                .map(|c| {
+                    let p99 = if c.label.starts_with("least-queue,") {
+                        30.0
+                    } else {
+                        180.0
+                    };
+                    let f = BTreeMap::from([("p99".to_string(), p99), ("marked".into(), 2.0)]);
+                    (c.label.clone(), f)
+                })
+                .collect(),
+            seconds: 90.0,
+        };
+        let t = table(&Measured::new(
+            plan.clone(),
+            (0..ROUNDS).map(round).collect(),
+        ))
+        .unwrap();
+        assert_eq!(t.rows.len(), 8);
+        let goals: Vec<(String, String)> = t
+            .rows
+            .iter()
+            .filter_map(|r| Some((r.metric.clone(), r.goal.as_ref()?.text())))
+            .collect();
+        assert_eq!(
+            goals,
+            [
+                (
+                    LEAST_QUEUE[0].to_string(),
+                    "<= 0.20 (p99 / --no-bpf's, per round): met".to_string()
+                ),
+                (
+                    LEAST_QUEUE[1].to_string(),
+                    "<= 0.20 (p99 / --no-bpf's, per round): met".to_string()
+                )
+            ]
+        );
+        assert_eq!(t.rows[2].cells[3].text, "0.17");
+        assert_eq!(t.rows[0].cells[6].text, "6 (-)");
     }
 }

@@ -229,7 +229,7 @@ fn drive(quic_bin: &Path, load: Load, inst: &Instance) -> Result<()> {
             }
         }
         Load::SmallFlows => {
-            let (answered, _) = super::udp_rate::one_run(inst.addr())?;
+            let (answered, _) = super::udp_rate::one_run(inst.addr(), super::udp_rate::RUN)?;
             if answered == 0 {
                 bail!("no datagram answered by the fleet at {}", inst.addr());
             }
