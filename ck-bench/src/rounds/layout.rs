@@ -8,7 +8,7 @@
 use anyhow::Result;
 
 use crate::rounds::stats::Stat;
-use crate::rounds::{Measured, check_round_count};
+use crate::rounds::{Measured, check_round_count, round_length_note};
 use crate::table::{Cell, Row, Table, Unit, Verdict};
 
 /// What a row's medians should be, and of which columns.
@@ -93,6 +93,14 @@ impl<'m> Layout<'m> {
     /// A table titled `title` with these columns (contenders' labels, or anything a scenario
     /// fills with [`Layout::row`]); each ck column is followed by its `--against` copy.
     pub fn with_columns(measured: &'m Measured, title: &str, columns: &[&str]) -> Layout<'m> {
+        let rounds = measured.rounds.len();
+        let title = format!("{title}; {rounds} rounds, the median (lowest-highest round) shown");
+        Layout::of_samples(measured, &title, columns)
+    }
+
+    /// A table of the same scenario whose rows are not rounds ([`Layout::samples`]: repeated
+    /// measurements of one thing), titled `title` as it is.
+    pub fn of_samples(measured: &'m Measured, title: &str, columns: &[&str]) -> Layout<'m> {
         let mut all = Vec::new();
         for c in columns {
             all.push(c.to_string());
@@ -102,10 +110,8 @@ impl<'m> Layout<'m> {
                 all.push(copy);
             }
         }
-        let rounds = measured.rounds.len();
-        let title = format!("{title}; {rounds} rounds, the median (lowest-highest round) shown");
         let mut table = Table {
-            title,
+            title: title.to_string(),
             columns: all,
             ratio_of: None,
             void: measured.void.clone(),
@@ -289,11 +295,16 @@ impl<'m> Layout<'m> {
     }
 
     /// The table, once the scenario's count of rounds is checked against its goals
-    /// ([`check_round_count`]; the length of its rounds only in a full run).
-    pub fn finish(self) -> Result<Table> {
+    /// ([`check_round_count`]) and, in a full run, against the length of its rounds
+    /// ([`round_length_note`]).
+    pub fn finish(mut self) -> Result<Table> {
         let plan = &self.measured.plan;
-        let round_secs = (!plan.quick).then(|| self.measured.round_seconds());
-        check_round_count(&plan.scenario, plan.planned, self.near_one, round_secs)?;
+        check_round_count(&plan.scenario, plan.planned, self.near_one)?;
+        let note = round_length_note(plan.planned, self.measured.round_seconds());
+        if let Some(note) = note.filter(|_| !plan.quick) {
+            eprintln!("ck-bench: {}: {note}", plan.scenario);
+            self.table.notes.push(note);
+        }
         Ok(self.table)
     }
 }

@@ -39,18 +39,33 @@ fn rounds(plan: &Plan, key: &str, rows: &[&[f64]]) -> Vec<RoundFigures> {
 }
 
 #[test]
-fn the_order_rotates_from_round_to_round() {
+fn the_order_rotates_from_round_to_round_and_turns_around() {
     let p = plan(&["a", "b", "c"], 7, None);
-    assert_eq!(p.order(0), [0, 1, 2]);
-    assert_eq!(p.order(1), [1, 2, 0]);
-    assert_eq!(p.order(2), [2, 0, 1]);
-    assert_eq!(p.order(3), [0, 1, 2]);
+    let orders: Vec<Vec<usize>> = (0..7).map(|r| p.order(r)).collect();
+    assert_eq!(
+        orders,
+        [
+            [0, 1, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+            [0, 2, 1],
+            [1, 0, 2],
+            [0, 1, 2]
+        ]
+    );
     // Over as many rounds as contenders, each runs once in every position.
     for position in 0..3 {
         let mut seen: Vec<usize> = (0..3).map(|r| p.order(r)[position]).collect();
         seen.sort();
         assert_eq!(seen, [0, 1, 2]);
     }
+    // Over twice that, each runs right after each other one.
+    let mut follows = std::collections::BTreeSet::new();
+    for order in &orders[..6] {
+        follows.extend(order.windows(2).map(|w| (w[0], w[1])));
+    }
+    assert_eq!(follows.len(), 6);
 }
 
 #[test]
@@ -187,15 +202,19 @@ fn against_puts_each_copy_beside_its_column_with_their_ratio() {
 #[test]
 fn the_count_of_rounds_follows_the_rules() {
     // A ratio goal within 5 % of 1 needs 7 rounds.
-    assert!(check_round_count("s", 7, true, Some(30.0)).is_ok());
-    let err = check_round_count("s", 5, true, None).unwrap_err();
+    assert!(check_round_count("s", 7, true).is_ok());
+    let err = check_round_count("s", 5, true).unwrap_err();
     assert!(err.to_string().contains("at least 7"), "{err}");
+    assert!(check_round_count("s", 2, false).is_err());
+    assert!(check_round_count("s", 5, false).is_ok());
     // 3 only when a round takes over 60 s.
-    assert!(check_round_count("s", 3, false, Some(90.0)).is_ok());
-    let err = check_round_count("s", 3, false, Some(45.0)).unwrap_err();
-    assert!(err.to_string().contains("only rounds over 60 s"), "{err}");
-    assert!(check_round_count("s", 2, false, Some(200.0)).is_err());
-    assert!(check_round_count("s", 5, false, Some(20.0)).is_ok());
+    assert_eq!(round_length_note(3, 90.0), None);
+    assert_eq!(round_length_note(5, 20.0), None);
+    let note = round_length_note(3, 45.0).unwrap();
+    assert!(
+        note.contains("rounds over 60 s, and these took 45 s"),
+        "{note}"
+    );
     // A layout with such a goal fails on too few planned rounds.
     let p = plan(&["ck", NO_BPF], 5, None);
     let m = Measured::new(p.clone(), rounds(&p, "rps", &[&[1.0, 1.0]]));
@@ -203,4 +222,21 @@ fn the_count_of_rounds_follows_the_rules() {
     t.ratios("r", "rps", NO_BPF)
         .goal(Goal::at_least(0.98, Unit::Ratio));
     assert!(t.finish().is_err());
+    // A layout of a full run that planned 3 short rounds says so.
+    let p = plan(&["ck", NO_BPF], 3, None);
+    let m = Measured::new(p.clone(), rounds(&p, "rps", &[&[1.0, 1.0]]));
+    let mut t = Layout::new(&m, "t");
+    t.values("r", "rps", Unit::Count);
+    let mut short = m.clone();
+    short.rounds[0].seconds = 30.0;
+    assert!(t.finish().unwrap().notes.is_empty(), "90 s rounds");
+    let mut t = Layout::new(&short, "t");
+    t.values("r", "rps", Unit::Count);
+    assert!(
+        t.finish()
+            .unwrap()
+            .notes
+            .iter()
+            .any(|n| n.contains("took 30 s"))
+    );
 }

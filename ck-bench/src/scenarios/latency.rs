@@ -257,7 +257,7 @@ fn latency_table(m: &Measured) -> Result<Table> {
 
 /// The capacity the paced loads are fractions of.
 fn capacity_table(m: &Measured, capacity: &[Vec<f64>]) -> Result<Table> {
-    let mut t = Layout::with_columns(
+    let mut t = Layout::of_samples(
         m,
         &format!(
             "latency, capacity: the workers with no supervisor, unpaced, {CAPACITY_RUNS} runs of \

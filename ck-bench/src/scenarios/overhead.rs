@@ -176,7 +176,7 @@ fn throughput_table(m: &Measured) -> Result<Table> {
 
 /// `--adopt`'s time from `listen()` to adoption, at start and after each kill.
 fn adopt_table(m: &Measured, at_start: &[f64], restarted: &[f64]) -> Result<Table> {
-    let mut t = Layout::with_columns(
+    let mut t = Layout::of_samples(
         m,
         &format!(
             "overhead, --adopt: a worker's listen() to ck adopting its socket (ck status), the \
