@@ -95,7 +95,16 @@ impl<'m> Layout<'m> {
     pub fn with_columns(measured: &'m Measured, title: &str, columns: &[&str]) -> Layout<'m> {
         let rounds = measured.rounds.len();
         let title = format!("{title}; {rounds} rounds, the median (lowest-highest round) shown");
-        Layout::of_samples(measured, &title, columns)
+        let mut layout = Layout::of_samples(measured, &title, columns);
+        for (what, stat) in &measured.control {
+            let text = Unit::Ratio.stat(*stat).text;
+            layout.note(format!(
+                "control pair {what}: {text} (within {}-{} or the run is void)",
+                super::CONTROL_WITHIN.0,
+                super::CONTROL_WITHIN.1
+            ));
+        }
+        layout
     }
 
     /// A table of the same scenario whose rows are not rounds ([`Layout::samples`]: repeated
@@ -110,7 +119,7 @@ impl<'m> Layout<'m> {
                 all.push(copy);
             }
         }
-        let mut table = Table {
+        let table = Table {
             title: title.to_string(),
             columns: all,
             ratio_of: None,
@@ -119,14 +128,6 @@ impl<'m> Layout<'m> {
             notes: Vec::new(),
             plots: Vec::new(),
         };
-        for (what, stat) in &measured.control {
-            let text = Unit::Ratio.stat(*stat).text;
-            table.notes.push(format!(
-                "control pair {what}: {text} (within {}-{} or the run is void)",
-                super::CONTROL_WITHIN.0,
-                super::CONTROL_WITHIN.1
-            ));
-        }
         Layout {
             measured,
             table,
