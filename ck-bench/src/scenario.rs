@@ -9,6 +9,7 @@ use crate::scenarios::{
     quic_stacks, ready_slow, recovery, recovery_node, reload, spread, stall, sticky,
     supervisor_cpu, survive, udp_cost, udp_rate, upgrade,
 };
+use crate::table::Table;
 use crate::{Bench, Outcome};
 
 /// What to measure.
@@ -173,30 +174,29 @@ impl Scenario {
 
     /// Runs it.
     pub fn run(self, bench: &Bench) -> Result<Outcome> {
-        let single = |tables: Result<Vec<crate::table::Table>>| tables.map(Outcome::from);
+        // The scenarios not measured in rounds: their tables, one run each.
+        let single = |tables: Vec<Table>| Ok(Outcome::from(tables));
         match self {
-            Scenario::Recovery => {
-                single(Ok(vec![recovery::run(bench)?, recovery_node::run(bench)?]))
-            }
-            Scenario::Reload => single(Ok(vec![reload::run(bench)?])),
-            Scenario::Upgrade => single(Ok(vec![upgrade::run(bench)?, survive::run(bench)?])),
+            Scenario::Recovery => single(vec![recovery::run(bench)?, recovery_node::run(bench)?]),
+            Scenario::Reload => single(vec![reload::run(bench)?]),
+            Scenario::Upgrade => single(vec![upgrade::run(bench)?, survive::run(bench)?]),
             Scenario::Overhead => overhead::run(bench),
-            Scenario::BpfCost => single(Ok(vec![bpf_cost::run(bench)?])),
+            Scenario::BpfCost => single(vec![bpf_cost::run(bench)?]),
             Scenario::Latency => latency::run(bench),
-            Scenario::Footprint => single(Ok(vec![footprint::run(bench)?])),
-            Scenario::ConnCount => single(Ok(vec![conn_count::run(bench)?])),
-            Scenario::Spread => single(Ok(vec![spread::run(bench)?])),
+            Scenario::Footprint => single(vec![footprint::run(bench)?]),
+            Scenario::ConnCount => single(vec![conn_count::run(bench)?]),
+            Scenario::Spread => single(vec![spread::run(bench)?]),
             Scenario::Stall => stall::run(bench),
-            Scenario::Sticky => single(Ok(vec![sticky::run(bench)?])),
-            Scenario::LongLived => single(Ok(vec![long_lived::run(bench)?])),
+            Scenario::Sticky => single(vec![sticky::run(bench)?]),
+            Scenario::LongLived => single(vec![long_lived::run(bench)?]),
             Scenario::SupervisorCpu => supervisor_cpu::run(bench),
-            Scenario::Chaos => single(Ok(vec![chaos::run(bench)?])),
+            Scenario::Chaos => single(vec![chaos::run(bench)?]),
             Scenario::Cork => cork::run(bench),
-            Scenario::ReadySlow => single(Ok(vec![ready_slow::run(bench)?])),
-            Scenario::Quic => single(Ok(vec![quic::run(bench)?, quic_stacks::run(bench)?])),
+            Scenario::ReadySlow => single(vec![ready_slow::run(bench)?]),
+            Scenario::Quic => single(vec![quic::run(bench)?, quic_stacks::run(bench)?]),
             Scenario::UdpRate => udp_rate::run(bench),
-            Scenario::UdpCost => single(Ok(vec![udp_cost::run(bench)?])),
-            Scenario::Dns => single(Ok(vec![dns::run(bench)?])),
+            Scenario::UdpCost => single(vec![udp_cost::run(bench)?]),
+            Scenario::Dns => single(vec![dns::run(bench)?]),
             Scenario::All | Scenario::Summary => {
                 bail!("{} is not one scenario: expand it first", self.name())
             }
