@@ -94,7 +94,7 @@ impl<'m> Layout<'m> {
     /// fills with [`Layout::row`]); each ck column is followed by its `--against` copy.
     pub fn with_columns(measured: &'m Measured, title: &str, columns: &[&str]) -> Layout<'m> {
         let rounds = measured.rounds.len();
-        let title = format!("{title}; {rounds} rounds, the median (lowest-highest round) shown");
+        let title = format!("{title}; {rounds} rounds");
         let mut layout = Layout::of_samples(measured, &title, columns);
         for (what, stat) in &measured.control {
             let text = Unit::Ratio.stat(*stat).text;

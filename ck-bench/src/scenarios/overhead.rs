@@ -137,8 +137,8 @@ fn throughput_table(m: &Measured) -> Result<Table> {
     let mut t = Layout::new(
         m,
         &format!(
-            "overhead: {WORKERS} demo workers each; unpaced load for {} s per load, keep-alive \
-             ({} connections) then new connection per request ({} connections)",
+            "overhead: {WORKERS} demo workers each, unpaced loads of {} s: keep-alive ({} \
+             connections), then new-conn ({})",
             LOAD.as_secs(),
             LOADS[0].connections,
             LOADS[1].connections
@@ -152,11 +152,11 @@ fn throughput_table(m: &Measured) -> Result<Table> {
             &rate,
             Unit::Rate(spec.unit),
         )
-        .ratios(&format!("{name}: / --no-bpf, per round"), &rate, NO_BPF)
+        .ratios(&format!("{name}: / --no-bpf"), &rate, NO_BPF)
         .goal(least().of(&["ck"]))
-        .ratios(&format!("{name}: / no supervisor, per round"), &rate, BARE)
+        .ratios(&format!("{name}: / no supervisor"), &rate, BARE)
         .goal(least().of(&["ck"]))
-        .ratios(&format!("{name}: / ck, per round"), &rate, "ck")
+        .ratios(&format!("{name}: / ck"), &rate, "ck")
         .goal(least().of(&[ADOPT]))
         .values(&format!("{name} p99"), &format!("{name}_p99"), Unit::Ms)
         .detail()

@@ -137,7 +137,7 @@ fn measure(bench: &Bench, contender: &Contender, index: usize, group: &Group) ->
 
 /// The table: a row per setup (and per `--against` copy).
 fn table(m: &Measured) -> Result<Table> {
-    const P99_RATIO: &str = "p99 / --no-bpf's, per round";
+    const P99_RATIO: &str = "p99 / --no-bpf's";
     let against = m.plan.contenders().iter().any(|c| c.build.is_some());
     let mut columns = vec!["p50", "p99", "p99.9", P99_RATIO];
     if against {
@@ -289,11 +289,11 @@ mod tests {
             [
                 (
                     LEAST_QUEUE[0].to_string(),
-                    "<= 0.20 (p99 / --no-bpf's, per round): met".to_string()
+                    "<= 0.20 (p99 / --no-bpf's): met".to_string()
                 ),
                 (
                     LEAST_QUEUE[1].to_string(),
-                    "<= 0.20 (p99 / --no-bpf's, per round): met".to_string()
+                    "<= 0.20 (p99 / --no-bpf's): met".to_string()
                 )
             ]
         );

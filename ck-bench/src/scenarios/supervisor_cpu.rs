@@ -161,11 +161,7 @@ fn table(m: &Measured) -> Result<Table> {
         Unit::Percent(3),
     )
     .goal(Goal::at_most(LOADED_GOAL, Unit::Percent(1)))
-    .ratios(
-        "per 10 k connections/s: / --no-bpf, per round",
-        "per_10k_pct",
-        NO_BPF,
-    )
+    .ratios("per 10 k connections/s: / --no-bpf", "per_10k_pct", NO_BPF)
     .values("new connections/s achieved", "rate", Unit::Rate("conn/s"))
     .total("failed requests, all rounds", "failed", Unit::Count)
     .note(format!(

@@ -124,9 +124,9 @@ fn table(m: &Measured) -> Result<Table> {
         ),
     );
     t.values("answered datagrams/s", "rate", Unit::Rate("dgram/s"))
-        .ratios("answered: / --no-bpf, per round", "rate", NO_BPF)
+        .ratios("answered: / --no-bpf", "rate", NO_BPF)
         .goal(Goal::at_least(LEAST_RATIO, Unit::Ratio))
-        .ratios("answered: / no supervisor, per round", "rate", BARE)
+        .ratios("answered: / no supervisor", "rate", BARE)
         .total(
             &format!(
                 "datagrams lost (no answer within {} ms), all rounds",

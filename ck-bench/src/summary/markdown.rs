@@ -73,8 +73,8 @@ fn header(file: &str, record: &Record, run: &ScenarioRun, counts: bool) -> Strin
 
 /// One table as Markdown: its title (its label, then the setup), whether void, then its goals,
 /// one a line (each with the medians it was judged on, this run's verdict and the count over
-/// the runs of the current code), or without goals its rows but the details; the control pair,
-/// the plots.
+/// the runs of the current code), or without goals its rows but the details; its plots. (The
+/// control pair's figures and the other notes are in the record.)
 fn markdown(
     scenario: &str,
     table: &Table,
@@ -110,24 +110,13 @@ fn markdown(
             };
             let _ = writeln!(
                 out,
-                "- {}: {}; goal {}: **{this}**, {}",
+                "- {}: {}; {}: **{this}**, {}",
                 row.metric,
                 judged(table, row, verdict),
                 verdict.goal_text(),
                 tally(&key, records, current).text()
             );
         }
-        out.push('\n');
-    }
-    let notes: Vec<&String> = table
-        .notes
-        .iter()
-        .filter(|n| n.starts_with("control pair"))
-        .collect();
-    for note in &notes {
-        let _ = writeln!(out, "- {}", cell(note.trim()));
-    }
-    if !notes.is_empty() {
         out.push('\n');
     }
     for plot in &table.plots {
