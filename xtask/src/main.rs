@@ -86,7 +86,7 @@ enum Task {
     },
     /// Build the release `ck` (and what the benchmarks run) and run `ck-bench ARGS...` as
     /// root: `cargo xtask bench SCENARIO [--rounds N] [--record] [--against REV]`, `cargo
-    /// xtask bench summary [--check]`; `cargo xtask bench --help` lists the scenarios.
+    /// xtask bench summary [--check]`; `cargo xtask bench -- --help` lists the scenarios.
     Bench {
         /// Arguments for `ck-bench`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
