@@ -3,7 +3,8 @@
 //! its methods and the `start*` functions here return `Result`, which a test `.expect`s and a
 //! benchmark passes on), give it a wrapper app ([`app`]), talk HTTP to its demo workers
 //! ([`http`]), put it under load while its fleet changes ([`churn`]), and inspect processes,
-//! ports and CPUs ([`sys`]) and what a process costs ([`cpu`]); run real servers
+//! ports and CPUs ([`sys`]), what a process costs ([`cpu`]) and the machine itself
+//! ([`machine`]); run real servers
 //! ([`pyservers`], [`real_servers`]) through one checklist ([`server_checks`]); run a program
 //! in a real terminal ([`tmux`]), read the files of `deploy/` ([`deploy`]), tell a static
 //! binary from a dynamic one ([`elf`]), put ck hosts behind a real balancer in network
@@ -29,6 +30,7 @@ pub mod elf;
 pub mod fleet;
 pub mod http;
 pub mod load;
+pub mod machine;
 pub mod once;
 pub mod privs;
 pub mod promises;

@@ -84,32 +84,13 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// Build the release `ck` and benchmark it against `ck run --no-bpf` (needs root); plots
-    /// go to `target/bench/`.
+    /// Build the release `ck` (and what the benchmarks run) and run `ck-bench ARGS...` as
+    /// root: `cargo xtask bench SCENARIO [--rounds N] [--record] [--against REV]`, `cargo
+    /// xtask bench summary [--check]`; `cargo xtask bench -- --help` lists the scenarios.
     Bench {
-        /// What to measure.
-        #[arg(value_enum)]
-        scenario: bench::Scenario,
-        /// Also copy the plots into DIR (relative to the workspace root), e.g. `docs/bench`,
-        /// the folder BENCHMARKS.md shows.
-        #[arg(long, value_name = "DIR")]
-        save: Option<PathBuf>,
-        /// Measure this ck binary (relative to the workspace root) instead of the release build
-        /// (still built: the benches use its examples), e.g. a copy of an earlier build.
-        #[arg(long, value_name = "PATH")]
-        ck: Option<PathBuf>,
-        /// `bpf-cost` (and `overhead`): also measure the BPF program of this ck binary (relative
-        /// to the workspace root), in the same rounds, e.g. a copy of the build before a change.
-        #[arg(long, value_name = "PATH")]
-        against: Option<PathBuf>,
-        /// Write the run to docs/bench/runs/DATE-TIME-COMMIT.json, its plots to docs/bench, and
-        /// draw BENCHMARKS.md's tables again from the latest record of each scenario.
-        #[arg(long)]
-        record: bool,
-        /// With `summary`: fail if BENCHMARKS.md's tables differ from what the records give,
-        /// instead of writing them.
-        #[arg(long)]
-        check: bool,
+        /// Arguments for `ck-bench`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
     /// Build the release `ck` and check README's headline promises on it (needs root): each
     /// beside the README section that makes it; fails if one is broken.
@@ -176,40 +157,7 @@ fn dispatch(task: Task) -> Result<()> {
         }
         Task::Run { release, args } => run(release, args),
         Task::Test { args } => test::run(args),
-        Task::Bench {
-            scenario,
-            save,
-            ck,
-            against,
-            record,
-            check,
-        } => {
-            if scenario == bench::Scenario::Summary {
-                return bench::summary(check);
-            }
-            if !cmd::is_root() {
-                // The overhead scenario runs ck with --adopt.
-                bail!(
-                    "the benchmarks load ck's BPF programs and need root ({}): run \
-                     `cargo xtask bench` as root",
-                    bpf_caps(true)
-                );
-            }
-            toolchain::ensure(Bpffs::Required)?;
-            // The tests' programs: dnsperf and dnsmasq (`dns`), node (`recovery`'s Node app),
-            // ngtcp2 and aioquic (`quic`).
-            test_deps::ensure_programs()?;
-            test_deps::ensure_py_servers(workspace_root()?)?;
-            let built = build(true)?;
-            let root = workspace_root()?;
-            let output = bench::Options {
-                results: target_dir()?.join("bench"),
-                save: save.map(|dir| root.join(dir)),
-                against: against.map(|bin| root.join(bin)),
-                record,
-            };
-            bench::run(scenario, &ck.map_or(built, |bin| root.join(bin)), &output)
-        }
+        Task::Bench { args } => bench::launch(&args),
         Task::Promises { only } => {
             if !cmd::is_root() {
                 bail!(
@@ -424,42 +372,13 @@ mod tests {
     }
 
     #[test]
-    fn bench_takes_a_scenario() {
-        let cli = Cli::try_parse_from(["xtask", "bench", "all"]).unwrap();
-        match cli.task {
-            Task::Bench {
-                scenario,
-                save,
-                ck,
-                against,
-                record,
-                check,
-            } => assert_eq!(
-                (scenario, save, ck, against, record, check),
-                (bench::Scenario::All, None, None, None, false, false)
-            ),
-            other => panic!("parsed as {other:?}"),
-        }
+    fn bench_passes_its_arguments_on() {
         let cli =
-            Cli::try_parse_from(["xtask", "bench", "bpf-cost", "--save", "docs/bench"]).unwrap();
+            Cli::try_parse_from(["xtask", "bench", "stall", "--rounds", "2", "--record"]).unwrap();
         match cli.task {
-            Task::Bench { scenario, save, .. } => assert_eq!(
-                (scenario, save),
-                (bench::Scenario::BpfCost, Some("docs/bench".into()))
-            ),
+            Task::Bench { args } => assert_eq!(args, ["stall", "--rounds", "2", "--record"]),
             other => panic!("parsed as {other:?}"),
         }
-        let cli = Cli::try_parse_from(["xtask", "bench", "summary", "--check"]).unwrap();
-        assert!(matches!(
-            cli.task,
-            Task::Bench {
-                scenario: bench::Scenario::Summary,
-                check: true,
-                ..
-            }
-        ));
-        assert!(Cli::try_parse_from(["xtask", "bench"]).is_err());
-        assert!(Cli::try_parse_from(["xtask", "bench", "nope"]).is_err());
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub fn run(bin: &Path, only: Option<&str>) -> Result<String> {
     println!(
         "promises: checking on {} ({})",
         bin.display(),
-        crate::bench::machine_line()
+        ck_tests::machine::machine_line()
     );
     let target = crate::target_dir()?;
     let mut cargo = nextest::command(Profile::Promises);

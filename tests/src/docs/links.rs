@@ -254,24 +254,33 @@ pub fn check_history(page: &Markdown, root: &Path) -> Vec<String> {
 /// The words of `text` (lowercase) that name the development history, as [`check_history`]
 /// finds them.
 fn history_words(text: &str) -> Vec<String> {
-    let words: Vec<&str> = text
-        .split(|c: char| !(c.is_alphanumeric() || c == '#' || c == '\''))
-        .filter(|w| !w.is_empty())
-        .collect();
+    let is_word = |c: char| c.is_alphanumeric() || c == '#' || c == '\'';
+    // Each word with whether only spaces part it from the next: `round 3` is a log's, while
+    // `per round, 15 rounds` and `--rounds=2` are a measurement's.
+    let mut words: Vec<(&str, bool)> = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(is_word) {
+        let tail = &rest[start..];
+        let end = tail.find(|c: char| !is_word(c)).unwrap_or(tail.len());
+        let after = &tail[end..];
+        let gap = after.find(is_word).map_or(after, |next| &after[..next]);
+        words.push((&tail[..end], !gap.is_empty() && gap.trim().is_empty()));
+        rest = after;
+    }
     let numbered = |w: &str| {
         let n = w.trim_start_matches('#');
         !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())
     };
     let mut found = Vec::new();
-    for (j, word) in words.iter().enumerate() {
-        let next = words.get(j + 1).copied().unwrap_or("");
-        let named = match *word {
-            "issue" | "issues" | "round" | "rounds" if numbered(next) => {
+    for (j, &(word, spaced)) in words.iter().enumerate() {
+        let next = words.get(j + 1).map_or("", |w| w.0);
+        let named = match word {
+            "issue" | "issues" | "round" | "rounds" if spaced && numbered(next) => {
                 Some(format!("{word} {next}"))
             }
             "session's" | "sessions'" => Some(word.to_string()),
             "session" | "sessions" => {
-                let before = j.checked_sub(1).map_or("", |k| words[k]);
+                let before = j.checked_sub(1).map_or("", |k| words[k].0);
                 SESSION_BEFORE
                     .contains(&before)
                     .then(|| format!("{before} {word}"))
@@ -329,7 +338,7 @@ mod tests {
     #[test]
     fn history_words() {
         let p = page(
-            "Fixed in issue #12.\nAs of round 3.\nThis session.\nsession affinity and TCP sessions.\nissue tracker\nthe session's first build\nsessions held in worker memory\n| each round | 254/327 ms |\n",
+            "Fixed in issue #12.\nAs of round 3.\nThis session.\nsession affinity and TCP sessions.\nissue tracker\nthe session's first build\nsessions held in worker memory\n| each round | 254/327 ms |\nper round, 15 rounds\n`--rounds=2`\n",
         );
         let failures = check_history(&p, Path::new("/r"));
         let lines: Vec<_> = failures

@@ -1,0 +1,231 @@
+//! The scenarios `ck-bench` knows ([`Scenario`]): their names on the command line and in the
+//! records, which ones `all` runs, the source files a record of each is a run of (for "met in
+//! K of N runs": a record counts while they are unchanged), and which module runs each.
+
+use anyhow::{Result, bail};
+
+use crate::scenarios::{
+    bpf_cost, chaos, conn_count, cork, dns, footprint, latency, long_lived, overhead, quic,
+    quic_stacks, ready_slow, recovery, recovery_node, reload, spread, stall, sticky,
+    supervisor_cpu, survive, udp_cost, udp_rate, upgrade,
+};
+use crate::table::Table;
+use crate::{Bench, Outcome};
+
+/// What to measure.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// SIGKILL 2 of 3 workers under load: failed requests, time until every slot serves again;
+    /// with the demo worker (ck vs baseline), then with the Node hello app (ck, --no-bpf,
+    /// node:cluster, pm2).
+    Recovery,
+    /// `ck reload` under load: p99 latency and failed requests, steady vs during the reload.
+    Reload,
+    /// `ck upgrade` under load: failed requests, p99 steady vs during upgrades, how long the
+    /// control socket is unavailable per upgrade; then `--survive-supervisor`: kill -9 and
+    /// take-back under load.
+    Upgrade,
+    /// Keep-alive requests/s and new connections/s of ck, --no-bpf, --adopt and the same
+    /// workers with no supervisor, in rounds; --adopt's time from listen() to adoption.
+    Overhead,
+    /// The BPF program's cost per selection, from the kernel's own accounting, per policy and
+    /// worker count.
+    BpfCost,
+    /// Latency at a fixed rate (half and four fifths of the plain fleet's capacity), new
+    /// connection per request and keep-alive: ck, --no-bpf and no supervisor.
+    Latency,
+    /// Supervisor RSS, start to first answer, idle shutdown time.
+    Footprint,
+    /// Open connections counted in the kernel: the counting program's cost per state change
+    /// beside the selection program's, and the counts' exactness (held, closed, drift).
+    ConnCount,
+    /// Share of new connections per worker (3 workers), per policy.
+    Spread,
+    /// Latency with one of 4 workers stalling every second, per policy, beside --no-bpf.
+    Stall,
+    /// Session affinity: clients (source addresses) that change worker when one of 4 leaves,
+    /// and that keep it over 1,000 connections; sticky beside hash and round-robin.
+    Sticky,
+    /// Long-lived connections over a fleet that grows (2 workers, scale to 4) and churns:
+    /// max/mean open connections per worker, least-conn beside round-robin, hash and plain.
+    LongLived,
+    /// The supervisor's own CPU, idle and under new connections (2 demo workers):
+    /// round-robin, least-queue and --no-bpf, in rounds.
+    SupervisorCpu,
+    /// A random worker of 4 SIGKILLed every 0.5 s for 60 s: ck, --no-bpf, node:cluster, pm2.
+    Chaos,
+    /// The SO_REUSEPORT + TCP_CORK article's matrix with its kind of C server under ck, beside
+    /// the article's figures.
+    Cork,
+    /// `ck reload` of a server that boots in 10 s and says nothing (waits in poll): p99 during
+    /// the roll vs steady, failed requests, how each worker was taken as ready.
+    ReadySlow,
+    /// HTTP/3 connections (quinn + h3) held open through 5 rolls and a scale up and down, with
+    /// and without client migration, and a worker's kill -9: broken connections under
+    /// --udp-mode quic, flow and plain SO_REUSEPORT; ngtcp2's client moving to a new port; an
+    /// unmodified ngtcp2 server adopted.
+    Quic,
+    /// The datagram rate of many small UDP flows: ck (flow mode), --no-bpf and no supervisor.
+    UdpRate,
+    /// dnsperf at a fixed rate through 10 rolls of 4 DNS servers: queries lost under
+    /// --udp-mode stateless, plain SO_REUSEPORT, and an adopted dnsmasq.
+    Dns,
+    /// ns per datagram of ck's UDP program in each --udp-mode (kernel accounting) beside a
+    /// minimal hash % n program on a plain group, under HTTP/3 connections and small flows.
+    UdpCost,
+    /// Every scenario, in the order above.
+    All,
+    /// Measures nothing: draws BENCHMARKS.md's tables again from the records in
+    /// docs/bench/runs (`--check`: fails if the file differs instead).
+    Summary,
+}
+
+/// The scenarios `all` runs, in order.
+pub const ALL: [Scenario; 20] = [
+    Scenario::Recovery,
+    Scenario::Reload,
+    Scenario::Upgrade,
+    Scenario::Overhead,
+    Scenario::BpfCost,
+    Scenario::Latency,
+    Scenario::Footprint,
+    Scenario::ConnCount,
+    Scenario::Spread,
+    Scenario::Stall,
+    Scenario::Sticky,
+    Scenario::LongLived,
+    Scenario::SupervisorCpu,
+    Scenario::Chaos,
+    Scenario::Cork,
+    Scenario::ReadySlow,
+    Scenario::Quic,
+    Scenario::UdpRate,
+    Scenario::UdpCost,
+    Scenario::Dns,
+];
+
+impl Scenario {
+    /// The scenarios `self` stands for.
+    pub fn expand(self) -> Vec<Scenario> {
+        match self {
+            Scenario::All => ALL.to_vec(),
+            Scenario::Summary => vec![],
+            one => vec![one],
+        }
+    }
+
+    /// The scenario's name on the command line (`supervisor-cpu`), as records and
+    /// BENCHMARKS.md's markers name it.
+    pub fn name(self) -> String {
+        use clap::ValueEnum as _;
+        self.to_possible_value()
+            .map_or_else(|| format!("{self:?}"), |v| v.get_name().to_string())
+    }
+
+    /// The scenario named `name`, if there is one.
+    pub fn named(name: &str) -> Option<Scenario> {
+        ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The source files (from the workspace root) that make the scenario what it is: a record
+    /// of it counts as a run of the current program only while they are unchanged.
+    pub fn sources(self) -> &'static [&'static str] {
+        macro_rules! files {
+            ($($f:literal),+) => { &[$(concat!("ck-bench/src/scenarios/", $f)),+] };
+        }
+        match self {
+            Scenario::Recovery => files!("recovery.rs", "recovery_node.rs"),
+            Scenario::Reload => files!("reload.rs"),
+            Scenario::Upgrade => files!("upgrade.rs", "survive.rs"),
+            Scenario::Overhead => files!("overhead.rs"),
+            Scenario::BpfCost => files!("bpf_cost.rs"),
+            Scenario::Latency => files!("latency.rs"),
+            Scenario::Footprint => files!("footprint.rs"),
+            Scenario::ConnCount => files!("conn_count.rs"),
+            Scenario::Spread => files!("spread.rs"),
+            Scenario::Stall => files!("stall.rs"),
+            Scenario::Sticky => files!("sticky.rs"),
+            Scenario::LongLived => files!("long_lived.rs"),
+            Scenario::SupervisorCpu => files!("supervisor_cpu.rs"),
+            Scenario::Chaos => files!("chaos.rs"),
+            Scenario::Cork => files!("cork.rs"),
+            Scenario::ReadySlow => files!("ready_slow.rs"),
+            Scenario::Quic => files!("quic.rs", "quic_stacks.rs"),
+            Scenario::UdpRate => files!("udp_rate.rs"),
+            Scenario::UdpCost => files!("udp_cost.rs"),
+            Scenario::Dns => files!("dns.rs"),
+            Scenario::All | Scenario::Summary => &[],
+        }
+    }
+
+    /// Whether it is measured in interleaved rounds (and so takes `--rounds`, `--quick` and
+    /// `--against`).
+    pub fn in_rounds(self) -> bool {
+        matches!(
+            self,
+            Scenario::Overhead
+                | Scenario::Latency
+                | Scenario::Stall
+                | Scenario::SupervisorCpu
+                | Scenario::Cork
+                | Scenario::UdpRate
+        )
+    }
+
+    /// Runs it.
+    pub fn run(self, bench: &Bench) -> Result<Outcome> {
+        // The scenarios not measured in rounds: their tables, one run each.
+        let single = |tables: Vec<Table>| Ok(Outcome::from(tables));
+        match self {
+            Scenario::Recovery => single(vec![recovery::run(bench)?, recovery_node::run(bench)?]),
+            Scenario::Reload => single(vec![reload::run(bench)?]),
+            Scenario::Upgrade => single(vec![upgrade::run(bench)?, survive::run(bench)?]),
+            Scenario::Overhead => overhead::run(bench),
+            Scenario::BpfCost => single(vec![bpf_cost::run(bench)?]),
+            Scenario::Latency => latency::run(bench),
+            Scenario::Footprint => single(vec![footprint::run(bench)?]),
+            Scenario::ConnCount => single(vec![conn_count::run(bench)?]),
+            Scenario::Spread => single(vec![spread::run(bench)?]),
+            Scenario::Stall => stall::run(bench),
+            Scenario::Sticky => single(vec![sticky::run(bench)?]),
+            Scenario::LongLived => single(vec![long_lived::run(bench)?]),
+            Scenario::SupervisorCpu => supervisor_cpu::run(bench),
+            Scenario::Chaos => single(vec![chaos::run(bench)?]),
+            Scenario::Cork => cork::run(bench),
+            Scenario::ReadySlow => single(vec![ready_slow::run(bench)?]),
+            Scenario::Quic => single(vec![quic::run(bench)?, quic_stacks::run(bench)?]),
+            Scenario::UdpRate => udp_rate::run(bench),
+            Scenario::UdpCost => single(vec![udp_cost::run(bench)?]),
+            Scenario::Dns => single(vec![dns::run(bench)?]),
+            Scenario::All | Scenario::Summary => {
+                bail!("{} is not one scenario: expand it first", self.name())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_expands_to_every_scenario() {
+        assert_eq!(Scenario::All.expand().len(), 20);
+        assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
+        assert!(Scenario::Summary.expand().is_empty());
+        assert_eq!(Scenario::SupervisorCpu.name(), "supervisor-cpu");
+        assert_eq!(Scenario::named("udp-rate"), Some(Scenario::UdpRate));
+        assert_eq!(Scenario::named("all"), None);
+    }
+
+    #[test]
+    fn every_scenario_names_source_files_that_exist() {
+        let root = crate::paths::workspace_root().unwrap();
+        for s in ALL {
+            assert!(!s.sources().is_empty(), "{s:?}");
+            for file in s.sources() {
+                assert!(root.join(file).is_file(), "{s:?}: no {file}");
+            }
+        }
+    }
+}
