@@ -54,6 +54,11 @@ impl World for Supervisor {
         self.stopping
     }
 
+    fn maps_pending(&self) -> bool {
+        // Cleared once the loaded program takes the pinned maps over (`steer.rs`).
+        self.continuity.bpf_resumed
+    }
+
     fn exited(&mut self, index: u32) {
         let Some(slot) = self.table.slots.get_mut(&index) else {
             return;

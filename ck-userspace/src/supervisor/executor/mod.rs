@@ -28,6 +28,9 @@ pub(super) trait World {
     fn random(&self) -> f64;
     /// ck is shutting down.
     fn stopping(&self) -> bool;
+    /// The groups' program steers by maps of an earlier ck image that this one has not taken
+    /// into use yet (see [`Fleet::maps_pending`]).
+    fn maps_pending(&self) -> bool;
 
     /// Slot `index`'s process is gone (before its `Exited` or `Superseded` is stepped): drop
     /// its handles and whatever it left behind.
@@ -102,7 +105,14 @@ fn run_into<W: World>(
     let settings = world.settings().clone();
     let mut effects = Vec::new();
     for (index, input) in inputs {
-        let fleet = Fleet::of(index, world.lives(), now, world.random(), world.stopping());
+        let fleet = Fleet::of(
+            index,
+            world.lives(),
+            now,
+            world.random(),
+            world.stopping(),
+            world.maps_pending(),
+        );
         if world.life_mut(index).is_none() {
             continue;
         }

@@ -222,6 +222,7 @@ mod tests {
             stopping: false,
             others_open: 0,
             others_trying: 0,
+            maps_pending: false,
         };
         let mut life = Life::new(RestartPolicy::DEFAULT, false);
         step(&mut life, Input::Start, &fleet, &settings);

@@ -72,6 +72,7 @@ impl Fleet {
         now: Instant,
         random: f64,
         stopping: bool,
+        maps_pending: bool,
     ) -> Fleet {
         let mut fleet = Fleet {
             now,
@@ -79,6 +80,7 @@ impl Fleet {
             stopping,
             others_open: 0,
             others_trying: 0,
+            maps_pending,
         };
         for (_, life) in slots.filter(|(i, _)| *i != index) {
             if life.serving() && life.socket_open {

@@ -127,10 +127,19 @@ struct Model {
     queue: VecDeque<Later>,
     /// Workers whose exit was handled.
     dead: BTreeSet<u64>,
+    /// The program steers by maps of an earlier image (an upgrade) until `Op::Loaded`.
+    maps_pending: bool,
 }
 
 impl Model {
-    fn new(workers: u32, min_workers: u32, adopt: bool, spares: u32, batch: u32) -> Model {
+    fn new(
+        workers: u32,
+        min_workers: u32,
+        adopt: bool,
+        spares: u32,
+        batch: u32,
+        resumed: bool,
+    ) -> Model {
         let restart = RestartPolicy {
             crash_limit: 3,
             ..RestartPolicy::DEFAULT
@@ -168,6 +177,7 @@ impl Model {
             opened_once: false,
             queue: VecDeque::new(),
             dead: BTreeSet::new(),
+            maps_pending: resumed,
         };
         for _ in 0..workers {
             let _ = run_fleet::open_slot(&mut m);
@@ -254,7 +264,22 @@ impl Model {
                 let live: Vec<(u32, u64)> = self.os_worker.iter().map(|(i, w)| (*i, *w)).collect();
                 if !live.is_empty() {
                     let (index, id) = live[n % live.len()];
+                    let kept = self.maps_pending
+                        && !self.stopping
+                        && self
+                            .lives
+                            .get(&index)
+                            .is_some_and(|l| l.serving() && l.socket_open);
                     run_fleet::on_death(self, index, outside, "exited".into(), "exit 1".into());
+                    // A spare that takes over retires the slot instead (its own socket was
+                    // placed when it booted).
+                    let restarted = self.lives.get(&index).is_some_and(Life::serving);
+                    assert!(
+                        !kept || !restarted || self.os_open.get(&index) == Some(&true),
+                        "slot {index}'s socket closed at its worker's death while the program \
+                         steers by maps not taken into use: its replacement's socket could not \
+                         be placed"
+                    );
                     assert!(
                         self.dead.contains(&id),
                         "worker {id}'s exit was not handled"
@@ -352,6 +377,7 @@ impl Model {
             Op::Unadopt(_) => {}
             Op::SpareDue => run_fleet::replenish_spares(self),
             Op::Loaded => {
+                self.maps_pending = false;
                 let all = self.lives.keys().map(|i| (*i, Input::Republish)).collect();
                 self.apply(all);
             }
@@ -411,9 +437,10 @@ proptest! {
         adopt in any::<bool>(),
         spares in prop::sample::select(vec![0u32, 0, 1, 2]),
         batch in 1..3u32,
+        resumed in any::<bool>(),
         ops in prop::collection::vec(op(), 1..60),
     ) {
-        let mut model = Model::new(workers, min_workers, adopt, spares, batch);
+        let mut model = Model::new(workers, min_workers, adopt, spares, batch, resumed);
         model.check();
         for op in ops {
             model.run(op);

@@ -48,6 +48,10 @@ pub struct Fleet {
     pub others_open: usize,
     /// Other serving slots whose breaker is not open.
     pub others_trying: usize,
+    /// The group's program, attached by an earlier ck image (an upgrade, a take-back), still
+    /// steers by maps this image has not taken into use yet: a fresh socket could not be put in
+    /// them, so a dead worker's socket is kept for its replacement, as the last one is.
+    pub maps_pending: bool,
 }
 
 /// Feeds `input` to `life` and returns what must happen. Inputs that do not apply to the
@@ -352,8 +356,9 @@ fn exit(
         life.crash.on_boot_crash(fleet.now, fleet.random)
     };
     // The last open socket of its group is kept: connections queue on it, and the replacement
-    // gets it.
-    let hold = fleet.others_open == 0 && life.socket_open;
+    // gets it. So is every socket while the program steers by maps not taken into use yet:
+    // the one the program knows stays valid.
+    let hold = (fleet.others_open == 0 || fleet.maps_pending) && life.socket_open;
     life.state = if hold { State::Held } else { State::Waiting };
     if hold {
         out.push(Effect::Note(Note::Held));

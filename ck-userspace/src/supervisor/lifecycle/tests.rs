@@ -30,6 +30,7 @@ pub(super) fn fleet(now: Instant, others_open: usize) -> Fleet {
         stopping: false,
         others_open,
         others_trying: others_open,
+        maps_pending: false,
     }
 }
 
@@ -132,6 +133,25 @@ fn the_last_socket_of_the_group_is_held_for_the_replacement() {
 }
 
 #[test]
+fn every_socket_is_held_while_the_program_steers_by_maps_not_taken_into_use() {
+    // After an upgrade, until this image takes the pinned maps over, a fresh socket could not
+    // be placed in them: the dead worker's socket stays, for its replacement.
+    let t0 = Instant::now();
+    let mut life = ready_slot(t0, 1);
+    let mut resumed = fleet(t0 + Duration::from_secs(5), 2);
+    resumed.maps_pending = true;
+    let effects = ranks(&step(
+        &mut life,
+        Input::Exited { outside: true },
+        &resumed,
+        &settings(),
+    ));
+    assert!(!effects.contains(&Effect::CloseSockets), "{effects:?}");
+    assert_eq!(life.state, State::Held);
+    assert!(life.socket_open);
+}
+
+#[test]
 fn a_boot_crash_waits_a_growing_backoff_and_trips_the_breaker() {
     let t0 = Instant::now();
     let s = settings();
@@ -181,6 +201,7 @@ fn the_breaker_never_takes_the_group_below_min_workers() {
     let mut life = Life::new(P, false);
     let alone = Fleet {
         others_trying: 0,
+        maps_pending: false,
         ..fleet(t0, 0)
     };
     step(&mut life, Input::Start, &alone, &s);
@@ -214,6 +235,7 @@ fn a_reload_revives_a_crash_looping_slot_at_once_with_its_crashes_forgotten() {
         let view = match alone {
             true => Fleet {
                 others_trying: 0,
+                maps_pending: false,
                 ..fleet(t0, 0)
             },
             false => fleet(t0, 2),

@@ -39,6 +39,10 @@ impl World for Model {
         self.stopping
     }
 
+    fn maps_pending(&self) -> bool {
+        self.maps_pending
+    }
+
     fn exited(&mut self, index: u32) {
         if let Some(id) = self.os_worker.remove(&index) {
             assert!(self.dead.insert(id), "worker {id}'s exit handled twice");
