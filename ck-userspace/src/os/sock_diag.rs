@@ -24,6 +24,9 @@ pub struct Listener {
     pub uid: u32,
     /// Its cookie (`SO_COOKIE`).
     pub cookie: u64,
+    /// Its receive queue (`idiag_rqueue`): for a TCP listener the connections waiting to be
+    /// accepted, for a UDP socket the bytes of the datagrams waiting to be read.
+    pub queued: u32,
 }
 
 /// Every TCP socket in LISTEN on `port` in the family of `ipv6`.
@@ -48,6 +51,7 @@ fn on_port(protocol: u8, states: StateFlags, port: u16, ipv6: bool) -> io::Resul
                 inode: u64::from(response.header.inode),
                 uid: response.header.uid,
                 cookie: cookie_of(id.cookie),
+                queued: response.header.recv_queue,
             });
         }
     })?;
@@ -266,6 +270,14 @@ mod tests {
             listeners(port, false).unwrap().is_empty(),
             "no TCP listener"
         );
+        assert_eq!(found[0].queued, 0, "nothing to read");
+        let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        client.send_to(b"queued", ("127.0.0.1", port)).unwrap();
+        let queued = bound_udp(port, false).unwrap();
+        assert!(queued[0].queued > 0, "a datagram waits: {queued:?}");
+        let mut buf = [0u8; 16];
+        assert_eq!(bound.recv(&mut buf).unwrap(), 6);
+        assert_eq!(bound_udp(port, false).unwrap()[0].queued, 0, "read");
         bound.connect("127.0.0.1:9").unwrap();
         assert!(
             bound_udp(port, false).unwrap().is_empty(),
