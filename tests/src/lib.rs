@@ -41,6 +41,7 @@ pub mod slow_boot;
 pub mod sys;
 pub mod tmux;
 pub mod udp;
+pub mod udp_refusals;
 
 use std::time::Duration;
 
