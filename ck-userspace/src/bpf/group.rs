@@ -492,10 +492,9 @@ impl BpfGroup {
     /// those given to its socket when this ck has not seen that flip); None when it was given
     /// none, or in another mode.
     pub fn handshakes_before_flip(&self, slot: u32) -> Option<u64> {
+        let udp = self.udp.as_ref()?;
         let generation = self.sock_gens.get(&slot, 0).ok()?;
-        self.udp
-            .as_ref()?
-            .last_handshake(slot, generation, self.flips.out_at(slot))
+        udp.last_handshake(slot, generation, self.flips.out_at(slot))
     }
 
     /// Sets `least-queue`'s patience ([`Config::queue_patience_us`], whole microseconds, at most

@@ -159,8 +159,13 @@ pub fn done(
     let watch = of(watch, worker);
     // Both sides are read at every tick, so each one's wait goes on while the other's does.
     let tcp = tcp_done(watch, reading.connections, now);
-    let udp = reading.udp.map(|udp| udp_done(watch, udp, now));
-    let (tcp, udp) = (tcp?, udp.map_or(Some(None), |done| done.map(Some))?);
+    let udp = match reading.udp {
+        Some(udp) => udp_done(watch, udp, now).map(Some),
+        None => Some(None),
+    };
+    let (Some(tcp), Some(udp)) = (tcp, udp) else {
+        return None;
+    };
     Some(match (tcp, udp) {
         (Some(tcp), Some(udp)) => format!("{tcp}; {udp}"),
         (Some(why), None) | (None, Some(why)) => why,
@@ -168,7 +173,7 @@ pub fn done(
     })
 }
 
-/// The TCP side: Some(reason) once done (Some(None) without TCP groups).
+/// The TCP side: Some(reason) once done (Some(None): done, without TCP groups).
 fn tcp_done(watch: &mut Watch, connections: Connections, now: Instant) -> Option<Option<String>> {
     let open = match connections {
         Connections::NoTcpGroup => return Some(None),
