@@ -7,7 +7,7 @@
 //! `tests/tests/udp_stop_signal.rs` runs [`check`] once per mode; `cargo xtask soak udp` runs
 //! it many times and sums the refusals.
 use std::{
-    net::{SocketAddr, UdpSocket},
+    net::{Ipv4Addr, SocketAddr, UdpSocket},
     path::PathBuf,
     sync::{
         Arc,
@@ -164,7 +164,10 @@ enum Flow {
     Unanswered,
 }
 
-/// Clients opening [`BURST`] flows every [`BURST_EVERY`], each flow on a thread of its own.
+/// Clients opening [`BURST`] flows every [`BURST_EVERY`], each flow on a thread of its own and
+/// from a loopback address of its own (127.2.0.0/16, in turn): a flow's address and port are
+/// never an earlier flow's, which the fleet would take for that flow (and send to its worker,
+/// perhaps as it exits).
 struct Clients {
     stop: Arc<AtomicBool>,
     opener: JoinHandle<Vec<JoinHandle<Flow>>>,
@@ -179,7 +182,10 @@ impl Clients {
             let mut flows = Vec::new();
             while !stopped.load(Ordering::Relaxed) {
                 for _ in 0..BURST {
-                    flows.push(std::thread::spawn(move || run_flow(target, mode)));
+                    let n = flows.len() as u16;
+                    let [high, low] = n.to_be_bytes();
+                    let source = Ipv4Addr::new(127, 2, high, low);
+                    flows.push(std::thread::spawn(move || run_flow(source, target, mode)));
                 }
                 std::thread::sleep(BURST_EVERY);
             }
@@ -206,10 +212,10 @@ impl Clients {
     }
 }
 
-/// One flow: its opening (flow mode: one datagram; quic: a ClientHello in two Initial
-/// datagrams), then [`LATER_DATAGRAMS`] more, [`GAP`] apart.
-fn run_flow(target: SocketAddr, mode: Mode) -> Flow {
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("binding a client socket");
+/// One flow from `source`: its opening (flow mode: one datagram; quic: a ClientHello in two
+/// Initial datagrams), then [`LATER_DATAGRAMS`] more, [`GAP`] apart.
+fn run_flow(source: Ipv4Addr, target: SocketAddr, mode: Mode) -> Flow {
+    let socket = UdpSocket::bind((source, 0)).expect("binding a client socket");
     socket
         .set_read_timeout(Some(ANSWER_WAIT))
         .expect("setting the read timeout");
