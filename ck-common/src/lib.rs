@@ -168,7 +168,9 @@ impl ActiveSet {
 pub struct Config {
     /// One of [`policy`].
     pub policy: u32,
-    /// Which half of `active` (0 or 1) the program reads.
+    /// The flip counter: its low bit is the half of `active` (and of `sticky`) the program
+    /// reads. Every publish adds one, so a map entry that records it (a QUIC handshake in
+    /// `pending`) tells which active set chose it.
     pub live_half: u32,
     /// First source port reserved for probe steering (0: off).
     pub probe_base: u32,

@@ -146,6 +146,22 @@ pub struct Flow {
     pub generation: u32,
 }
 
+/// A QUIC handshake's value in the `pending` table: where it goes, the active set that chose
+/// it, and when its last datagram came. A worker that leaves is signalled only once the
+/// handshakes it was given before its flip are done (see ck's `fleet::leave`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Handshake {
+    /// Where its datagrams go.
+    pub to: Flow,
+    /// The flip counter ([`super::Config::live_half`]) of the active set that chose `to`.
+    pub flip: u32,
+    /// Padding, zero.
+    pub reserved: u32,
+    /// When its last datagram came (`bpf_ktime_get_ns`: `CLOCK_MONOTONIC`, nanoseconds).
+    pub seen_ns: u64,
+}
+
 /// A flow's value in the `flows` table: where it goes, and whose flow it is.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -194,4 +210,7 @@ mod pod {
     unsafe impl aya::Pod for super::UdpStats {}
     // SAFETY: `#[repr(C)]`, `Copy`, a u32 then 20 bytes: 24 bytes, no padding.
     unsafe impl aya::Pod for super::PendingKey {}
+    // SAFETY: `#[repr(C)]`, `Copy`, a `Flow` (two u32), two u32 then a u64: 24 bytes, no
+    // padding.
+    unsafe impl aya::Pod for super::Handshake {}
 }

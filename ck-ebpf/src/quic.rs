@@ -8,16 +8,21 @@
 //!   first packet of its handshake went, by the original destination connection ID the client
 //!   chose (`pending`), so every datagram of a ClientHello reaches one worker, also across a
 //!   roll's flip; else by a cookie (a client that already has the server's connection ID);
-//!   else it starts a handshake: the consistent table, remembered in `pending`;
+//!   else it starts a handshake: the consistent table, remembered in `pending` with the flip
+//!   counter of the active set that chose it and the time of its last datagram (a leaving
+//!   worker is signalled once the handshakes it was given before its flip are done);
 //! - a cookie or handshake whose slot is gone takes the new-flow path, counted `stale` (the
 //!   worker it reaches can answer with a stateless reset).
 use aya_ebpf::{
-    EbpfContext as _, btf_maps::LruHashMap, helpers::bpf_skb_load_bytes, macros::btf_map,
+    EbpfContext as _,
+    btf_maps::LruHashMap,
+    helpers::{bpf_ktime_get_ns, bpf_skb_load_bytes},
+    macros::btf_map,
     programs::SkReuseportContext,
 };
 use ck_common::{
     ActiveSet, MAX_SLOTS,
-    udp::{Flow, MAX_CID_LEN, MAX_PENDING, PendingKey, cookie, route},
+    udp::{Flow, Handshake, MAX_CID_LEN, MAX_PENDING, PendingKey, cookie, route},
 };
 
 use crate::{
@@ -26,9 +31,10 @@ use crate::{
     udp::{choose, dropped, pass, still_given},
 };
 
-/// A handshake's original destination connection ID -> the slot its first packet went to.
+/// A handshake's original destination connection ID -> the slot its first packet went to, the
+/// flip counter of the set that chose it, and when its last datagram came.
 #[btf_map(name = "pending")]
-static PENDING: LruHashMap<PendingKey, Flow, { MAX_PENDING as usize }> = LruHashMap::new();
+static PENDING: LruHashMap<PendingKey, Handshake, { MAX_PENDING as usize }> = LruHashMap::new();
 
 /// The UDP header's length: the QUIC packet starts after it.
 const UDP_HEADER: u32 = 8;
@@ -84,11 +90,13 @@ pub fn select(ctx: &SkReuseportContext, hash: u32, set: &ActiveSet, half: u32) -
         i += 1;
     }
     let mut stale = false;
-    if let Some(flow) = PENDING.get_ptr(pending) {
+    if let Some(handshake) = PENDING.get_ptr_mut(pending) {
         // SAFETY: a value of the map, valid for this run; a torn read names one slot or
         // another, both checked below.
-        let flow = unsafe { *flow };
+        let flow = unsafe { (*handshake).to };
         if still_given(flow) && SOCKETS.select_reuseport(ctx, flow.slot).is_ok() {
+            // SAFETY: as above; a racing write of another CPU stores a time just as recent.
+            unsafe { (*handshake).seen_ns = bpf_ktime_get_ns() };
             return pass(flow.slot, route::PENDING);
         }
         stale = true;
@@ -134,8 +142,15 @@ fn new_flow(
     };
     if let Some(pending) = pending {
         let generation = SOCK_GENS.get(slot).map_or(0, |g| *g);
+        let handshake = Handshake {
+            to: Flow { slot, generation },
+            flip: half,
+            reserved: 0,
+            // SAFETY: a helper without arguments.
+            seen_ns: unsafe { bpf_ktime_get_ns() },
+        };
         // A full table evicts its least recently seen handshake.
-        let _ = PENDING.insert(pending, Flow { slot, generation }, 0);
+        let _ = PENDING.insert(pending, handshake, 0);
     }
     pass(slot, route)
 }

@@ -44,6 +44,7 @@ pub mod slow_boot;
 pub mod sys;
 pub mod tmux;
 pub mod udp;
+pub mod udp_refusals;
 pub mod zoo;
 
 use std::time::Duration;

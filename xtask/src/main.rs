@@ -1,4 +1,4 @@
-//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench`, `promises`, `fleet`, `fuzz`, `docs` and `dist`.
+//! `cargo xtask`: developer tasks for ck — `build`, `run`, `test`, `bench`, `promises`, `soak`, `fleet`, `fuzz`, `docs` and `dist`.
 //!
 //! Every task first runs [`toolchain::ensure`], which installs what building the BPF program
 //! needs (nightly + rust-src, LLVM 22, bpf-linker, bpftool) and mounts the bpffs, printing one
@@ -12,6 +12,7 @@ mod fuzz;
 mod multi_host;
 mod nextest;
 mod promises;
+mod soak;
 mod tally;
 mod test;
 mod test_deps;
@@ -99,6 +100,16 @@ enum Task {
         #[arg(long, value_name = "NAME")]
         only: Option<String>,
     },
+    /// Build `ck` and run one check of the tests many times (needs root): each run's count
+    /// and the total; fails if any run counted a failure.
+    Soak {
+        /// Which check.
+        #[arg(value_enum)]
+        check: soak::Check,
+        /// How many runs.
+        #[arg(long, default_value_t = 10)]
+        runs: u32,
+    },
     /// Build `ck` and run three ck hosts in network namespaces behind HAProxy (`mode tcp`,
     /// `mode http`) and a Kubernetes Service's nftables DNAT, with operators' health-check
     /// timings, through every fleet scenario (needs root); prints one table per front.
@@ -171,6 +182,14 @@ fn dispatch(task: Task) -> Result<()> {
             let kept = promises::run(&build(true)?, only.as_deref())?;
             println!("promises: {kept}");
             Ok(())
+        }
+        Task::Soak { check, runs } => {
+            if !cmd::is_root() {
+                bail!("the checks load ck's BPF programs: run `cargo xtask soak` as root");
+            }
+            toolchain::ensure(Bpffs::Required)?;
+            build(false)?;
+            soak::run(check, runs)
         }
         Task::Fleet { front } => {
             if !cmd::is_root() {
@@ -379,6 +398,20 @@ mod tests {
             Task::Bench { args } => assert_eq!(args, ["stall", "--rounds", "2", "--record"]),
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn soak_takes_a_check_and_a_number_of_runs() {
+        for (args, want) in [
+            (&["xtask", "soak", "udp"][..], 10),
+            (&["xtask", "soak", "udp", "--runs", "3"][..], 3),
+        ] {
+            match Cli::try_parse_from(args).unwrap().task {
+                Task::Soak { check, runs } => assert_eq!((check, runs), (soak::Check::Udp, want)),
+                other => panic!("parsed as {other:?}"),
+            }
+        }
+        assert!(Cli::try_parse_from(["xtask", "soak", "tcp"]).is_err());
     }
 
     #[test]

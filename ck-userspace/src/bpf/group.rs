@@ -78,6 +78,8 @@ pub struct BpfGroup {
     bind_tagger: Option<BindTagger>,
     /// A UDP group's own maps (None: a TCP group).
     udp: Option<super::udp::UdpMaps>,
+    /// The flip that took each slot out of the ready list.
+    flips: super::flips::Flips,
 }
 
 pub(super) fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
@@ -203,6 +205,7 @@ impl BpfGroup {
             sock_gens,
             sock_gen: 0,
             udp: udp_maps,
+            flips: Default::default(),
             sticky,
             conns,
             config: Config {
@@ -468,16 +471,30 @@ impl BpfGroup {
 
     /// Publishes a new active set: writes the idle half (with `--policy sticky`, the idle half
     /// of `sticky` too: the Maglev table of the set's ready slots), then flips
-    /// `config.live_half`, so the program never reads a half-written set or table.
+    /// `config.live_half` (the flip counter: one more, so its low bit names the idle half), so
+    /// the program never reads a half-written set or table.
     pub fn publish(&mut self, set: &ActiveSet) -> Result<(), BpfError> {
-        let idle = self.config.live_half ^ 1;
+        let flip = super::flips::Flips::next(self.config.live_half);
+        let idle = flip & 1;
         // A UDP group's new flows take the Maglev table, whatever the policy.
         if self.config.policy == policy::STICKY || self.udp.is_some() {
             self.sticky.write(idle, set)?;
         }
         self.active.set(idle, set, 0).map_err(write_err("active"))?;
-        self.config.live_half = idle;
-        self.write_config()
+        self.config.live_half = flip;
+        self.write_config()?;
+        self.flips.published(flip, set);
+        Ok(())
+    }
+
+    /// `quic` mode: when the last datagram came (`CLOCK_MONOTONIC` ns) of the QUIC handshakes
+    /// `slot`'s worker was given before the flip that took it out of the ready list (all of
+    /// those given to its socket when this ck has not seen that flip); None when it was given
+    /// none, or in another mode.
+    pub fn handshakes_before_flip(&self, slot: u32) -> Option<u64> {
+        let udp = self.udp.as_ref()?;
+        let generation = self.sock_gens.get(&slot, 0).ok()?;
+        udp.last_handshake(slot, generation, self.flips.out_at(slot))
     }
 
     /// Sets `least-queue`'s patience ([`Config::queue_patience_us`], whole microseconds, at most

@@ -7,6 +7,7 @@ pub mod conn_steering;
 pub mod conns;
 pub mod dump;
 pub mod exits;
+mod flips;
 mod group;
 mod load;
 pub mod maglev;

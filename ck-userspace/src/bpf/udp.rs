@@ -1,11 +1,12 @@
-//! A UDP group's own maps: the per-slot datagram counters by route (`udp_stats`, per CPU) and
-//! the flow table (`flows`), read for `ck status`, `ck maps` and `/metrics`.
+//! A UDP group's own maps: the per-slot datagram counters by route (`udp_stats`, per CPU), the
+//! flow table (`flows`) and the QUIC handshakes (`pending`), read for `ck status`, `ck maps`,
+//! `/metrics` and a leaving worker's wait.
 use std::collections::BTreeMap;
 
 use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuValues};
 use ck_common::{
     STATS_NO_SLOT,
-    udp::{Flow, FlowKey, FlowValue, PendingKey, UdpStats},
+    udp::{FlowKey, FlowValue, Handshake, PendingKey, UdpStats},
 };
 
 use super::{BpfError, group::take};
@@ -14,11 +15,11 @@ use super::{BpfError, group::take};
 pub struct UdpMaps {
     stats: PerCpuArray<MapData, UdpStats>,
     flows: HashMap<MapData, FlowKey, FlowValue>,
-    pending: HashMap<MapData, PendingKey, Flow>,
+    pending: HashMap<MapData, PendingKey, Handshake>,
 }
 
 impl UdpMaps {
-    /// Takes the group's `udp_stats` and `flows` out of its loaded object.
+    /// Takes the group's `udp_stats`, `flows` and `pending` out of its loaded object.
     pub(super) fn take(ebpf: &mut aya::Ebpf) -> Result<UdpMaps, BpfError> {
         Ok(UdpMaps {
             stats: take(ebpf, "udp_stats")?,
@@ -62,6 +63,20 @@ impl UdpMaps {
     /// QUIC handshakes remembered in `pending` (`quic` mode).
     pub fn pending(&self) -> u64 {
         self.pending.keys().filter(Result::is_ok).count() as u64
+    }
+
+    /// When the last datagram came (`CLOCK_MONOTONIC` ns) of the handshakes in `pending` given
+    /// to `slot`'s socket of generation `generation` by an active set older than flip `flip`
+    /// (None: by any); None when there is none.
+    pub fn last_handshake(&self, slot: u32, generation: u32, flip: Option<u32>) -> Option<u64> {
+        self.pending
+            .iter()
+            .flatten()
+            .map(|(_, handshake)| handshake)
+            .filter(|h| h.to.slot == slot && h.to.generation == generation)
+            .filter(|h| flip.is_none_or(|flip| super::flips::before(h.flip, flip)))
+            .map(|h| h.seen_ns)
+            .max()
     }
 
     /// Every remembered flow (`ck maps`).

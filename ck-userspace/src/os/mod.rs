@@ -4,6 +4,7 @@
 pub mod capabilities;
 pub mod cgroup;
 pub mod ck_runs;
+pub mod clock;
 pub mod fd_limit;
 pub mod fork;
 pub mod instance;

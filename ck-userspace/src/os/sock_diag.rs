@@ -440,6 +440,14 @@ mod tests {
             listeners(port, false).unwrap().is_empty(),
             "no TCP listener"
         );
+        assert_eq!(found[0].queued, 0, "nothing to read");
+        let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        client.send_to(b"queued", ("127.0.0.1", port)).unwrap();
+        let queued = bound_udp(port, false).unwrap();
+        assert!(queued[0].queued > 0, "a datagram waits: {queued:?}");
+        let mut buf = [0u8; 16];
+        assert_eq!(bound.recv(&mut buf).unwrap(), 6);
+        assert_eq!(bound_udp(port, false).unwrap()[0].queued, 0, "read");
         bound.connect("127.0.0.1:9").unwrap();
         assert!(
             bound_udp(port, false).unwrap().is_empty(),

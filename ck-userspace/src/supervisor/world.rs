@@ -330,7 +330,7 @@ impl Supervisor {
                 slot = index,
                 pid,
                 reason = reason.as_str(),
-                "worker leaving: out of the active set, stopped once its connections are done"
+                "worker leaving: out of the active set, stopped once what it was given is done"
             ),
             Note::Stopping(reason) => tracing::info!(
                 slot = index,

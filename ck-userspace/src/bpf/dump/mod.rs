@@ -293,7 +293,7 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
         maps,
         config: ConfigEntry {
             policy: policy_word(config.policy),
-            live_half: config.live_half,
+            live_half: config.live_half & 1,
             probe_base: config.probe_base,
             flags: config.flags,
             queue_offsets: [

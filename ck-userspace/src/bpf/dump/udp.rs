@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use aya::maps::{HashMap, MapData, PerCpuArray};
 use ck_common::{
     MAX_SLOTS, STATS_NO_SLOT,
-    udp::{Client, Flow, FlowKey, FlowValue, PendingKey, UdpStats, route, udp_mode},
+    udp::{Client, FlowKey, FlowValue, Handshake, PendingKey, UdpStats, route, udp_mode},
 };
 
 use super::{DumpError, Reader, read_err};
@@ -111,8 +111,8 @@ pub(super) fn read(reader: &mut Reader<'_>, mode: u32) -> Result<UdpEntry, DumpE
         .map(|(_, value)| value)
         .collect();
     let count = flows.len();
-    let (_, pending_map): (_, HashMap<MapData, PendingKey, Flow>) =
-        reader.typed("pending", "LRU hash of PendingKey to Flow")?;
+    let (_, pending_map): (_, HashMap<MapData, PendingKey, Handshake>) =
+        reader.typed("pending", "LRU hash of PendingKey to Handshake")?;
     let pending = pending_map.keys().filter(Result::is_ok).count();
     flows.sort_unstable_by_key(|f| (f.client.v6, f.client.addr, u16::from_be(f.client.port)));
     Ok(UdpEntry {

@@ -54,7 +54,7 @@ impl Compat {
 pub fn map_layout() -> String {
     use std::mem::size_of;
     format!(
-        "slots={} slot={}B active={}B config={}B stats={}B sticky={}B conn_tag={}B moved={}B maps={}",
+        "slots={} slot={}B active={}B config={}B stats={}B sticky={}B conn_tag={}B moved={}B pending={}B flips=counted maps={}",
         ck_common::MAX_SLOTS,
         size_of::<ck_common::SlotInfo>(),
         size_of::<ck_common::ActiveSet>(),
@@ -63,6 +63,7 @@ pub fn map_layout() -> String {
         size_of::<ck_common::sticky::StickyTable>(),
         size_of::<ck_common::ConnTag>(),
         size_of::<ck_common::MovedConn>(),
+        size_of::<ck_common::udp::Handshake>(),
         crate::bpf::PINNED_MAPS.join(",")
     )
 }

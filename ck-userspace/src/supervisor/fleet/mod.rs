@@ -11,6 +11,9 @@
 //!   needs;
 //! - the spares ([`spares`]): how many to boot, the pacing after one died unused, the
 //!   succession;
+//! - a leave ([`leave`]): when a retired worker that served gets its stop signal (its
+//!   connections done, what its UDP sockets held at the flip read), and when a stopping one
+//!   has gone quiet (`--udp-linger`);
 //! - boot priority ([`boot`]): which workers step back while a replacement boots;
 //! - the quiet wait ([`quiet`]): whether a stop waits, and when the wait ends.
 //!
@@ -23,6 +26,7 @@ use crate::settings::restart_policy::RestartPolicy;
 
 pub mod boot;
 pub mod death;
+pub mod leave;
 pub mod quiet;
 pub mod roll;
 pub mod scale;

@@ -50,13 +50,6 @@ pub(in crate::supervisor) fn read_listens(
     })
 }
 
-/// `CLOCK_MONOTONIC` now, in nanoseconds (the clock of `bpf_ktime_get_ns`).
-fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
-}
-
 /// What copying a socket a worker holds led to.
 pub(in crate::supervisor) enum Copied {
     /// Nothing more to do (already the slot's, gone, not ck's, or waiting for other groups).
@@ -138,7 +131,7 @@ impl Inputs {
             );
             return None;
         };
-        let latency = monotonic_ns().saturating_sub(event.ktime_ns) / 1000;
+        let latency = crate::os::clock::monotonic_ns().saturating_sub(event.ktime_ns) / 1000;
         Some((position, listener.inode, latency))
     }
 }

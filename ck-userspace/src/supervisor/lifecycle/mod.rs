@@ -13,7 +13,7 @@
 //! | `Ready` | yes | open | yes (unless drained/standby) | health -> Unhealthy; `STOPPING=1` -> Draining; stop -> Stopping; exit -> crash rule |
 //! | `Unhealthy` | yes | open | fallback | healthy -> Ready; stop; exit |
 //! | `Draining` | yes | open | fallback | `READY=1` -> Ready; stop; exit |
-//! | `Leaving` | yes | open | fallback | connections done or linger -> Stopping(Retire); exit -> removed |
+//! | `Leaving` | yes | open | fallback | what it was given done (`Finished`) or linger -> Stopping(Retire); exit -> removed |
 //! | `Stopping` | yes | open | fallback | exit -> Idle / removed / crash rule; stop timeout -> SIGKILL |
 //! | `Waiting` | - | closed | no | restart timer or `ck reload` -> spawn |
 //! | `Held` | - | open (last of its group) | last resort | restart timer (or at once) or `ck reload` -> spawn on the same socket |
@@ -25,8 +25,9 @@
 //! verdict, a slot whose sockets are the last open ones of the group keeps them (`Held`).
 //!
 //! A retired worker that served (a roll, a scale-down) is `Leaving` first: out of the active
-//! set, signalled only once its connections are done (`Finished`, from the supervisor's count)
-//! or at the linger's end (`--drain-timeout`).
+//! set, signalled only once what it was given is done (`Finished`, from what the supervisor
+//! reads: its connections, what its UDP sockets held at the flip; see `fleet::leave`) or at
+//! the linger's end (`--drain-timeout`).
 mod active;
 pub mod crash;
 mod effect;

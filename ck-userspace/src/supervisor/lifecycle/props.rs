@@ -4,7 +4,9 @@
 //! inputs, acting on a model of the OS (open, adopted and replaced sockets, live workers, armed
 //! timers, the published active set) that implements its [`World`]. Only what comes from
 //! outside is the model's: the OS's events, the operator's commands, `--adopt`'s listeners.
-//! After every step the invariants of ARCHITECTURE.md are checked, the fleet's among them.
+//! After every step the invariants of ARCHITECTURE.md are checked, the fleet's among them;
+//! the slots' UDP sockets are modelled too (`udp`), so that a leaving worker is read by the
+//! leave's own decision and is checked to be signalled only once what it was given is done.
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
     time::{Duration, Instant},
@@ -22,6 +24,7 @@ use crate::supervisor::{
 
 mod invariants;
 mod os;
+mod udp;
 
 /// Random things that happen to the fleet.
 #[derive(Clone, Debug)]
@@ -58,8 +61,16 @@ enum Op {
     SpareDue,
     /// The BPF program loaded (`use_loaded_bpf`): every slot re-published on the fresh maps.
     Loaded,
-    /// The n-th leaving slot's connections are done (`leaving`).
+    /// The n-th leaving slot is read (`operations::leaving`): the leave's decision may let it
+    /// go.
     Finish(usize),
+    /// A datagram reaches the n-th slot with an open socket; `true`: the first of a new QUIC
+    /// handshake, to the n-th ready-listed slot.
+    Datagram(usize, bool),
+    /// The n-th QUIC handshake in flight sends again (through `pending`, to its slot).
+    HandshakeAgain(usize),
+    /// The n-th slot's worker reads every datagram waiting on its socket.
+    Read(usize),
     /// The n-th stopping slot went quiet for `--udp-linger` (`leaving`).
     Quiet(usize),
 }
@@ -81,8 +92,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..6usize).prop_map(Op::Unadopt),
         1 => Just(Op::SpareDue),
         1 => Just(Op::Loaded),
-        2 => (0..6usize).prop_map(Op::Finish),
+        3 => (0..6usize).prop_map(Op::Finish),
         1 => (0..6usize).prop_map(Op::Quiet),
+        2 => (0..6usize, any::<bool>()).prop_map(|(n, h)| Op::Datagram(n, h)),
+        1 => (0..6usize).prop_map(Op::HandshakeAgain),
+        2 => (0..6usize).prop_map(Op::Read),
     ]
 }
 
@@ -129,6 +143,8 @@ struct Model {
     dead: BTreeSet<u64>,
     /// The program steers by maps of an earlier image (an upgrade) until `Op::Loaded`.
     maps_pending: bool,
+    /// The slots' UDP sockets.
+    udp: udp::Udp,
 }
 
 impl Model {
@@ -178,6 +194,7 @@ impl Model {
             queue: VecDeque::new(),
             dead: BTreeSet::new(),
             maps_pending: resumed,
+            udp: udp::Udp::default(),
         };
         for _ in 0..workers {
             let _ = run_fleet::open_slot(&mut m);
@@ -310,6 +327,13 @@ impl Model {
             Op::Drain(n, drained) => self.on_nth(n, Input::Drain(drained)),
             Op::Fire(n) if !self.timers.is_empty() => {
                 let (index, timer, epoch) = self.timers.remove(n % self.timers.len());
+                let leaving = self
+                    .lives
+                    .get(&index)
+                    .is_some_and(|l| matches!(l.state, State::Leaving(_)) && l.epoch == epoch);
+                if timer == Timer::Linger && leaving {
+                    self.udp.capped(index);
+                }
                 self.apply(vec![(index, Input::Timer(timer, epoch))]);
             }
             Op::Fire(_) => {}
@@ -381,11 +405,41 @@ impl Model {
                 let all = self.lives.keys().map(|i| (*i, Input::Republish)).collect();
                 self.apply(all);
             }
-            Op::Finish(n) => self.on_nth_in(
-                n,
-                |s| matches!(s, State::Leaving(_)),
-                Input::Finished("done".into()),
-            ),
+            Op::Finish(n) => {
+                let leaving: Vec<(u32, u64)> = self
+                    .lives
+                    .iter()
+                    .filter_map(|(i, l)| match l.state {
+                        State::Leaving(run) => Some((*i, run.id)),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some(&(index, id)) = leaving.get(n % leaving.len().max(1))
+                    && let Some(why) = self.udp.leave_done(index, id, self.now)
+                {
+                    self.apply(vec![(index, Input::Finished(why))]);
+                }
+            }
+            Op::Datagram(n, handshake) => {
+                // A new handshake goes to a ready-listed slot, a known flow's datagram to any
+                // slot with an open socket.
+                let to: Vec<u32> = self
+                    .os_open
+                    .iter()
+                    .filter(|(i, open)| **open && (!handshake || self.listed(**i).0))
+                    .map(|(i, _)| *i)
+                    .collect();
+                if let Some(&index) = to.get(n % to.len().max(1)) {
+                    self.udp.datagram(index, handshake.then_some(self.now));
+                }
+            }
+            Op::HandshakeAgain(n) => self.udp.handshake_again(n, self.now),
+            Op::Read(n) => {
+                let workers: Vec<u32> = self.os_worker.keys().copied().collect();
+                if let Some(&index) = workers.get(n % workers.len().max(1)) {
+                    self.udp.read(index);
+                }
+            }
             Op::Quiet(n) => self.on_nth_in(
                 n,
                 |s| matches!(s, State::Stopping(..)),

@@ -29,8 +29,9 @@ pub struct Settings {
     pub min_workers: u32,
     /// `--adopt`: a spawned worker opens its own sockets; the slot has them once adopted.
     pub adopt: bool,
-    /// How long a retired worker that served may hold connections before it gets the stop
-    /// signal (None: at once, as where nothing counts its connections).
+    /// How long a retired worker that served may hold connections (or unread datagrams, or
+    /// QUIC handshakes) before it gets the stop signal (None: at once, as where nothing counts
+    /// them).
     pub linger: Option<Duration>,
 }
 
@@ -250,7 +251,8 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
         }
         (State::Leaving(run), Input::Timer(Timer::Linger, _)) => {
             let why = format!(
-                "connections still open after {:?}",
+                "--drain-timeout {:?} reached before its connections, or what its UDP sockets \
+                 held, were done",
                 settings.linger.unwrap_or_default()
             );
             stop(life, run, After::Retire, why, settings, &mut out);

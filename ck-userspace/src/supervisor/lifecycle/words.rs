@@ -14,7 +14,8 @@ pub enum Timer {
     Kill,
     /// Start a worker on the slot (after a backoff or the breaker's cool-down).
     Restart,
-    /// A leaving worker still holding connections now gets the stop signal.
+    /// A leaving worker still holding connections (or unread datagrams, or QUIC handshakes)
+    /// now gets the stop signal.
     Linger,
 }
 
@@ -88,10 +89,11 @@ pub enum Input {
     /// write the active set and every record again.
     Republish,
     /// Leave for good (scale down, replaced by a roll, aborted replacement). A serving worker
-    /// leaves once its connections are done (see [`Settings::linger`]).
+    /// leaves once what it was given is done (see [`Settings::linger`]).
     Retire(String),
-    /// A leaving worker's connections are done (none open, or those left stay open: keep-alive
-    /// pools, streams, which its stop signal is the cue to close).
+    /// What a leaving worker was given is done: its connections (none open, or those left stay
+    /// open: keep-alive pools, streams, which its stop signal is the cue to close), and what
+    /// its UDP sockets held at the flip (read; see `fleet::leave`).
     Finished(String),
     /// ck is shutting down.
     Shutdown(String),
@@ -129,7 +131,7 @@ pub enum Note {
     Healthy(String),
     /// A standby replacement flipped in.
     FlippedIn,
-    /// Out of the active set for good; the stop signal follows once its connections are done.
+    /// Out of the active set for good; the stop signal follows once what it was given is done.
     Leaving(String),
     /// SIGTERM sent.
     Stopping(String),

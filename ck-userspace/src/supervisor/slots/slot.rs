@@ -187,8 +187,9 @@ pub struct Slot {
     /// Lines of its workers' output dropped because ck's own output could not keep up
     /// (counted by the output readers; `ck_worker_output_dropped_lines_total`).
     pub output_dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// While it leaves: what its open connections did so far (`leaving`).
-    pub leave_watch: Option<crate::supervisor::operations::leaving::Watch>,
+    /// While it leaves: what its leave has seen so far (`fleet::leave`); while it stops with
+    /// UDP groups, what its datagrams did.
+    pub leave_watch: Option<crate::supervisor::fleet::leave::Watch>,
     /// The accept probe of a worker that died before it took it: where the slot's socket stays
     /// open (`Held`), it waits in its queue for the next worker, so it is kept open (not ended)
     /// until that worker's accept probe takes it over, the worker is ready (its first accept

@@ -1,7 +1,8 @@
 //! The property test's model of the OS as the executor's [`World`]: every effect checks, when
 //! it runs, what the invariants say must hold then (listed slots have open sockets, nothing is
 //! signalled while ready-listed nor closed or forgotten while listed, no spawn on a retiring
-//! slot), and changes the model's sockets, workers and timers as the real one would.
+//! slot, a leaving worker signalled only once what it was given is done), and changes the
+//! model's sockets, workers and timers as the real one would.
 use std::time::{Duration, Instant};
 
 use super::{super::*, Later, Model};
@@ -48,6 +49,7 @@ impl World for Model {
             assert!(self.dead.insert(id), "worker {id}'s exit handled twice");
         }
         self.os_adopting.remove(&index);
+        self.udp.gone(index);
     }
 
     fn note(&mut self, _: u32, _: Note) {}
@@ -72,9 +74,16 @@ impl World for Model {
             );
         }
         self.published = set;
+        let leaving = self
+            .lives
+            .iter()
+            .filter(|(_, l)| matches!(l.state, State::Leaving(_)));
+        for (index, _) in leaving {
+            self.udp.flipped_out(*index);
+        }
     }
 
-    fn signal(&mut self, index: u32, _: Sig) {
+    fn signal(&mut self, index: u32, sig: Sig) {
         assert!(
             self.os_worker.contains_key(&index),
             "signal to slot {index} without a worker"
@@ -83,6 +92,9 @@ impl World for Model {
             !self.listed(index).0,
             "slot {index} signalled while in the ready list"
         );
+        if sig == Sig::Term {
+            self.udp.signalled(index, self.now, self.stopping);
+        }
     }
 
     fn close_sockets(&mut self, index: u32) {
@@ -95,6 +107,7 @@ impl World for Model {
             Some(true),
             "closing closed slot {index}"
         );
+        self.udp.closed(index);
     }
 
     fn close_replaced(&mut self, index: u32) {
@@ -113,6 +126,7 @@ impl World for Model {
         self.lives.remove(&index);
         self.os_open.remove(&index);
         self.members.remove(&index);
+        self.udp.gone(index);
     }
 
     fn spawn(&mut self, index: u32) -> Result<u64, String> {
