@@ -44,6 +44,8 @@ pub struct Contender {
     pub role: Role,
     /// Flags of its `ck run` (besides `--no-bpf`, which its role adds).
     pub flags: Vec<String>,
+    /// Environment variables of its `ck run` (name, value).
+    pub env: Vec<(String, String)>,
     /// The ck binary it runs (its workers too, when they are ck's demo worker): the measured
     /// build's, or for a copy made by `--against`, that revision's.
     pub bin: PathBuf,
@@ -79,6 +81,7 @@ impl Contender {
             label: label.to_string(),
             role,
             flags: flags.iter().map(|f| f.to_string()).collect(),
+            env: Vec::new(),
             bin: PathBuf::new(),
             build: None,
             setup: 0,
@@ -88,6 +91,13 @@ impl Contender {
     /// Labelled `label` instead.
     pub fn labelled(mut self, label: &str) -> Contender {
         self.label = label.to_string();
+        self
+    }
+
+    /// With `env` (name, value) in its `ck run`'s environment.
+    pub fn with_env(mut self, env: &[(&str, &str)]) -> Contender {
+        self.env
+            .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         self
     }
 
@@ -113,7 +123,7 @@ impl Contender {
     /// `group`'s workers; returns once every worker is ready (or has answered).
     pub fn start(&self, bench: &Bench, what: &str, group: &Group) -> Result<Fleet> {
         let mut fleet = self.spawn(bench, what, group)?;
-        fleet.wait_ready(group.workers)?;
+        fleet.wait_ready(group.workers, READY_TIMEOUT)?;
         Ok(fleet)
     }
 
@@ -137,11 +147,17 @@ impl Contender {
                     args.push("--");
                     args.extend(app.iter().map(String::as_str));
                 }
+                let env: Vec<(&str, &str)> = self
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
                 let ck = StartOptions::new()
                     .bin(&self.bin)
                     .listen(proto, port)
                     .no_bpf(no_bpf)
                     .args(&args)
+                    .env(&env)
                     .log_dir(&bench.log_dir)
                     .poll_every(STATUS_POLL)
                     .start(&name)
@@ -285,10 +301,10 @@ impl Fleet {
         }
     }
 
-    /// Waits until `workers` slots are ready (and steering is on, with BPF).
-    fn wait_ready(&mut self, workers: u32) -> Result<()> {
+    /// Waits until `workers` slots are ready (and steering is on, with BPF), at most `within`.
+    fn wait_ready(&mut self, workers: u32, within: Duration) -> Result<()> {
         if let Fleet::Ck(ck) = self {
-            ck.wait_ready(workers as usize, READY_TIMEOUT)?;
+            ck.wait_ready(workers as usize, within)?;
         }
         Ok(())
     }
@@ -317,12 +333,24 @@ pub fn start_all(
     what: &str,
     group: &Group,
 ) -> Result<Vec<Fleet>> {
+    start_all_within(bench, contenders, what, group, READY_TIMEOUT)
+}
+
+/// Like [`start_all`], giving each ck fleet `within` to be ready (workers that take long to
+/// boot).
+pub fn start_all_within(
+    bench: &Bench,
+    contenders: &[Contender],
+    what: &str,
+    group: &Group,
+    within: Duration,
+) -> Result<Vec<Fleet>> {
     let mut fleets = Vec::new();
     for c in contenders {
         fleets.push(c.spawn(bench, what, group)?);
     }
     for fleet in &mut fleets {
-        fleet.wait_ready(group.workers)?;
+        fleet.wait_ready(group.workers, within)?;
     }
     Ok(fleets)
 }

@@ -140,6 +140,11 @@ impl<'m> Layout<'m> {
         &self.table.columns
     }
 
+    /// The rounds it is laid out from.
+    pub fn measured(&self) -> &'m Measured {
+        self.measured
+    }
+
     /// A row of `metric` with one cell per column, as given.
     pub fn row(&mut self, metric: &str, cells: Vec<Cell>) -> &mut Layout<'m> {
         self.table.rows.push(Row {

@@ -30,6 +30,7 @@
 //! ```
 
 pub mod contender;
+mod failures;
 mod layout;
 pub mod stats;
 
@@ -42,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use crate::table::Table;
 use crate::{Bench, Outcome};
 pub use contender::{App, BARE, Contender, Fleet, Group, Role};
+pub use failures::FailureNotes;
 pub use layout::{Goal, Layout};
 use stats::Stat;
 
