@@ -63,10 +63,6 @@ pub struct Instance {
     child: Child,
     exited: Option<ExitStatus>,
     log: PathBuf,
-    /// The arguments of its `ck run`.
-    args: Vec<String>,
-    /// Environment variables set for it.
-    env: Vec<(String, String)>,
     /// When `ck run` was spawned.
     pub spawned: Instant,
 }
@@ -153,22 +149,8 @@ impl Instance {
             child,
             exited: None,
             log,
-            args,
-            env,
             spawned,
         })
-    }
-
-    /// Runs the same `ck run` again (same name, port and flags; the log goes on) once the
-    /// supervisor has exited: with `--survive-supervisor`, the new one takes the fleet back.
-    pub fn respawn(&mut self) -> Result<()> {
-        if self.try_exit()?.is_none() {
-            bail!("{} is still running", self.name);
-        }
-        self.spawned = Instant::now();
-        self.child = spawn_run(&self.bin, &self.args, &self.env, &self.log)?;
-        self.exited = None;
-        Ok(())
     }
 
     /// Where it listens.

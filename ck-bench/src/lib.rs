@@ -351,8 +351,8 @@ mod tests {
             ..Options::default()
         };
         assert!(check_options(&[Scenario::Stall], &rounds).is_ok());
-        let err = check_options(&[Scenario::Reload], &rounds).unwrap_err();
-        assert!(err.to_string().contains("reload is not yet"), "{err}");
+        let err = check_options(&[Scenario::Dns], &rounds).unwrap_err();
+        assert!(err.to_string().contains("dns is not yet"), "{err}");
         let against = Options {
             against: Some("main".into()),
             ..Options::default()

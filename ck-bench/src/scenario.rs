@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use crate::scenarios::{
     bpf_cost, chaos, conn_count, cork, dns, footprint, latency, long_lived, overhead, quic,
     quic_stacks, ready_slow, recovery, recovery_node, reload, spread, stall, sticky,
-    supervisor_cpu, survive, udp_cost, udp_rate, upgrade,
+    supervisor_cpu, udp_cost, udp_rate, upgrade,
 };
 use crate::table::Table;
 use crate::{Bench, Outcome};
@@ -164,6 +164,8 @@ impl Scenario {
         matches!(
             self,
             Scenario::Overhead
+                | Scenario::Reload
+                | Scenario::Upgrade
                 | Scenario::Latency
                 | Scenario::Stall
                 | Scenario::SupervisorCpu
@@ -178,8 +180,8 @@ impl Scenario {
         let single = |tables: Vec<Table>| Ok(Outcome::from(tables));
         match self {
             Scenario::Recovery => single(vec![recovery::run(bench)?, recovery_node::run(bench)?]),
-            Scenario::Reload => single(vec![reload::run(bench)?]),
-            Scenario::Upgrade => single(vec![upgrade::run(bench)?, survive::run(bench)?]),
+            Scenario::Reload => reload::run(bench),
+            Scenario::Upgrade => upgrade::run(bench),
             Scenario::Overhead => overhead::run(bench),
             Scenario::BpfCost => single(vec![bpf_cost::run(bench)?]),
             Scenario::Latency => latency::run(bench),
