@@ -170,6 +170,7 @@ impl Scenario {
                 | Scenario::Stall
                 | Scenario::SupervisorCpu
                 | Scenario::Cork
+                | Scenario::ReadySlow
                 | Scenario::UdpRate
         )
     }
@@ -194,7 +195,7 @@ impl Scenario {
             Scenario::SupervisorCpu => supervisor_cpu::run(bench),
             Scenario::Chaos => single(vec![chaos::run(bench)?]),
             Scenario::Cork => cork::run(bench),
-            Scenario::ReadySlow => single(vec![ready_slow::run(bench)?]),
+            Scenario::ReadySlow => ready_slow::run(bench),
             Scenario::Quic => single(vec![quic::run(bench)?, quic_stacks::run(bench)?]),
             Scenario::UdpRate => udp_rate::run(bench),
             Scenario::UdpCost => single(vec![udp_cost::run(bench)?]),
