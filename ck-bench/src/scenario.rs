@@ -6,8 +6,8 @@ use anyhow::{Result, bail};
 
 use crate::scenarios::{
     bpf_cost, chaos, conn_count, cork, dns, footprint, latency, long_lived, overhead, quic,
-    quic_stacks, ready_slow, recovery, recovery_node, reload, spread, stall, sticky,
-    supervisor_cpu, udp_cost, udp_rate, upgrade,
+    quic_stacks, ready_slow, recovery, reload, spread, stall, sticky, supervisor_cpu, udp_cost,
+    udp_rate, upgrade,
 };
 use crate::table::Table;
 use crate::{Bench, Outcome};
@@ -163,12 +163,14 @@ impl Scenario {
     pub fn in_rounds(self) -> bool {
         matches!(
             self,
-            Scenario::Overhead
+            Scenario::Recovery
+                | Scenario::Overhead
                 | Scenario::Reload
                 | Scenario::Upgrade
                 | Scenario::Latency
                 | Scenario::Stall
                 | Scenario::SupervisorCpu
+                | Scenario::Chaos
                 | Scenario::Cork
                 | Scenario::ReadySlow
                 | Scenario::UdpRate
@@ -180,7 +182,7 @@ impl Scenario {
         // The scenarios not measured in rounds: their tables, one run each.
         let single = |tables: Vec<Table>| Ok(Outcome::from(tables));
         match self {
-            Scenario::Recovery => single(vec![recovery::run(bench)?, recovery_node::run(bench)?]),
+            Scenario::Recovery => recovery::run(bench),
             Scenario::Reload => reload::run(bench),
             Scenario::Upgrade => upgrade::run(bench),
             Scenario::Overhead => overhead::run(bench),
@@ -193,7 +195,7 @@ impl Scenario {
             Scenario::Sticky => single(vec![sticky::run(bench)?]),
             Scenario::LongLived => single(vec![long_lived::run(bench)?]),
             Scenario::SupervisorCpu => supervisor_cpu::run(bench),
-            Scenario::Chaos => single(vec![chaos::run(bench)?]),
+            Scenario::Chaos => chaos::run(bench),
             Scenario::Cork => cork::run(bench),
             Scenario::ReadySlow => ready_slow::run(bench),
             Scenario::Quic => single(vec![quic::run(bench)?, quic_stacks::run(bench)?]),
