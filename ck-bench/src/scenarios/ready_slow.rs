@@ -177,7 +177,7 @@ fn table(m: &Measured, notes: &FailureNotes) -> Result<Table> {
     .values("new-conn max, during the roll", "roll_max", Unit::Ms)
     .detail()
     .failures("failed, steady, all rounds", "steady_failed")
-    .goal(none())
+    .detail()
     .failures("failed, during the roll, all rounds", "roll_failed")
     .goal(none())
     .values("`ck reload` duration", "reload_ms", Unit::Ms)

@@ -148,7 +148,8 @@ pub(super) struct Rows<'a> {
 
 /// Lays out, load by load, the rows of [`figures`]: p99 steady (a detail) and during the
 /// event, their ratio, the event's maximum (a detail), failed requests of both windows over all
-/// rounds (none wanted); then the keep-alive requests retried (a detail).
+/// rounds (a detail when steady; none wanted during the event); then the keep-alive requests
+/// retried (a detail).
 pub(super) fn lay_out(t: &mut Layout, rows: &Rows) {
     let none = || Goal::at_most(0.0, Unit::Count).of(rows.columns);
     let event = rows.event;
@@ -184,7 +185,6 @@ pub(super) fn lay_out(t: &mut Layout, rows: &Rows) {
             &format!("{name} failed, steady, all rounds"),
             &format!("{key}_{STEADY}_failed"),
         )
-        .goal(none())
         .detail()
         .failures(
             &format!("{name} failed, {event}, all rounds"),
