@@ -14,8 +14,9 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use ck_tests::Status;
 use ck_tests::ck::{ck_command_at, remove_leftovers};
 use ck_tests::sys::{children_of, free_port, try_output_within};
-use nix::sys::signal::{self, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
+
+pub use crate::process::kill;
 
 /// How long one control command (`ck status`, `ck reload`, ...) may take.
 pub const CTL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -62,10 +63,6 @@ pub struct Instance {
     child: Child,
     exited: Option<ExitStatus>,
     log: PathBuf,
-    /// The arguments of its `ck run`.
-    args: Vec<String>,
-    /// Environment variables set for it.
-    env: Vec<(String, String)>,
     /// When `ck run` was spawned.
     pub spawned: Instant,
 }
@@ -152,22 +149,8 @@ impl Instance {
             child,
             exited: None,
             log,
-            args,
-            env,
             spawned,
         })
-    }
-
-    /// Runs the same `ck run` again (same name, port and flags; the log goes on) once the
-    /// supervisor has exited: with `--survive-supervisor`, the new one takes the fleet back.
-    pub fn respawn(&mut self) -> Result<()> {
-        if self.try_exit()?.is_none() {
-            bail!("{} is still running", self.name);
-        }
-        self.spawned = Instant::now();
-        self.child = spawn_run(&self.bin, &self.args, &self.env, &self.log)?;
-        self.exited = None;
-        Ok(())
     }
 
     /// Where it listens.
@@ -357,13 +340,6 @@ fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output> {
     try_output_within(cmd, timeout)
         .with_context(|| format!("could not start `{what}`"))?
         .ok_or_else(|| anyhow!("`{what}` did not exit within {timeout:?}"))
-}
-
-/// Sends `signal` to `pid`.
-pub fn kill(pid: u32, signal: Signal) -> Result<()> {
-    let pid = i32::try_from(pid).context("pid out of range")?;
-    signal::kill(Pid::from_raw(pid), signal)?;
-    Ok(())
 }
 
 /// `VmRSS` of `pid` in bytes, from `/proc/<pid>/status`.

@@ -6,8 +6,8 @@ use anyhow::{Result, bail};
 
 use crate::scenarios::{
     bpf_cost, chaos, conn_count, cork, dns, footprint, latency, long_lived, overhead, quic,
-    quic_stacks, ready_slow, recovery, recovery_node, reload, spread, stall, sticky,
-    supervisor_cpu, survive, udp_cost, udp_rate, upgrade,
+    quic_stacks, ready_slow, recovery, reload, spread, stall, sticky, supervisor_cpu, udp_cost,
+    udp_rate, upgrade,
 };
 use crate::table::Table;
 use crate::{Bench, Outcome};
@@ -15,15 +15,16 @@ use crate::{Bench, Outcome};
 /// What to measure.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
-    /// SIGKILL 2 of 3 workers under load: failed requests, time until every slot serves again;
-    /// with the demo worker (ck vs baseline), then with the Node hello app (ck, --no-bpf,
-    /// node:cluster, pm2).
+    /// SIGKILL 2 of 3 workers under load, once per round: failed requests, time until every
+    /// slot serves again; with the demo worker (ck, --no-bpf) and with the Node hello app (ck's
+    /// settings, --no-bpf, node:cluster, pm2), in the same rounds.
     Recovery,
-    /// `ck reload` under load: p99 latency and failed requests, steady vs during the reload.
+    /// `ck reload`s under load, in rounds: p99 latency and failed requests, steady vs during
+    /// the reloads; ck and --no-bpf.
     Reload,
-    /// `ck upgrade` under load: failed requests, p99 steady vs during upgrades, how long the
-    /// control socket is unavailable per upgrade; then `--survive-supervisor`: kill -9 and
-    /// take-back under load.
+    /// `ck upgrade`s under load, in rounds: failed requests, p99 steady vs during upgrades, how
+    /// long the control socket is unavailable per upgrade; beside it `--survive-supervisor`:
+    /// kill -9 and take-back under load.
     Upgrade,
     /// Keep-alive requests/s and new connections/s of ck, --no-bpf, --adopt and the same
     /// workers with no supervisor, in rounds; --adopt's time from listen() to adoption.
@@ -52,13 +53,15 @@ pub enum Scenario {
     /// The supervisor's own CPU, idle and under new connections (2 demo workers):
     /// round-robin, least-queue and --no-bpf, in rounds.
     SupervisorCpu,
-    /// A random worker of 4 SIGKILLed every 0.5 s for 60 s: ck, --no-bpf, node:cluster, pm2.
+    /// A random worker of 4 SIGKILLed every 0.5 s, 8 s per round on a fresh fleet: ck,
+    /// --no-bpf, node:cluster, pm2.
     Chaos,
     /// The SO_REUSEPORT + TCP_CORK article's matrix with its kind of C server under ck, beside
     /// the article's figures.
     Cork,
-    /// `ck reload` of a server that boots in 10 s and says nothing (waits in poll): p99 during
-    /// the roll vs steady, failed requests, how each worker was taken as ready.
+    /// `ck reload` of a server that boots in 10 s and says nothing (waits in poll), once per
+    /// round: p99 during the roll vs steady, failed requests, how each worker was taken as
+    /// ready; ck and --no-bpf.
     ReadySlow,
     /// HTTP/3 connections (quinn + h3) held open through 5 rolls and a scale up and down, with
     /// and without client migration, and a worker's kill -9: broken connections under
@@ -163,11 +166,16 @@ impl Scenario {
     pub fn in_rounds(self) -> bool {
         matches!(
             self,
-            Scenario::Overhead
+            Scenario::Recovery
+                | Scenario::Overhead
+                | Scenario::Reload
+                | Scenario::Upgrade
                 | Scenario::Latency
                 | Scenario::Stall
                 | Scenario::SupervisorCpu
+                | Scenario::Chaos
                 | Scenario::Cork
+                | Scenario::ReadySlow
                 | Scenario::UdpRate
         )
     }
@@ -177,9 +185,9 @@ impl Scenario {
         // The scenarios not measured in rounds: their tables, one run each.
         let single = |tables: Vec<Table>| Ok(Outcome::from(tables));
         match self {
-            Scenario::Recovery => single(vec![recovery::run(bench)?, recovery_node::run(bench)?]),
-            Scenario::Reload => single(vec![reload::run(bench)?]),
-            Scenario::Upgrade => single(vec![upgrade::run(bench)?, survive::run(bench)?]),
+            Scenario::Recovery => recovery::run(bench),
+            Scenario::Reload => reload::run(bench),
+            Scenario::Upgrade => upgrade::run(bench),
             Scenario::Overhead => overhead::run(bench),
             Scenario::BpfCost => single(vec![bpf_cost::run(bench)?]),
             Scenario::Latency => latency::run(bench),
@@ -190,9 +198,9 @@ impl Scenario {
             Scenario::Sticky => single(vec![sticky::run(bench)?]),
             Scenario::LongLived => single(vec![long_lived::run(bench)?]),
             Scenario::SupervisorCpu => supervisor_cpu::run(bench),
-            Scenario::Chaos => single(vec![chaos::run(bench)?]),
+            Scenario::Chaos => chaos::run(bench),
             Scenario::Cork => cork::run(bench),
-            Scenario::ReadySlow => single(vec![ready_slow::run(bench)?]),
+            Scenario::ReadySlow => ready_slow::run(bench),
             Scenario::Quic => single(vec![quic::run(bench)?, quic_stacks::run(bench)?]),
             Scenario::UdpRate => udp_rate::run(bench),
             Scenario::UdpCost => single(vec![udp_cost::run(bench)?]),

@@ -76,6 +76,9 @@ pub struct Layout<'m> {
     table: Table,
     /// A ratio goal within 5 % of 1 was set.
     near_one: bool,
+    /// The rows the last call added: its row, and with `--against` the row comparing the
+    /// builds ([`Layout::values`]). A goal is about the first; a detail is all of them.
+    last: std::ops::Range<usize>,
 }
 
 impl<'m> Layout<'m> {
@@ -132,6 +135,7 @@ impl<'m> Layout<'m> {
             measured,
             table,
             near_one: false,
+            last: 0..0,
         }
     }
 
@@ -140,8 +144,15 @@ impl<'m> Layout<'m> {
         &self.table.columns
     }
 
+    /// The rounds it is laid out from.
+    pub fn measured(&self) -> &'m Measured {
+        self.measured
+    }
+
     /// A row of `metric` with one cell per column, as given.
     pub fn row(&mut self, metric: &str, cells: Vec<Cell>) -> &mut Layout<'m> {
+        let n = self.table.rows.len();
+        self.last = n..n + 1;
         self.table.rows.push(Row {
             metric: metric.to_string(),
             cells,
@@ -153,8 +164,10 @@ impl<'m> Layout<'m> {
     }
 
     /// A row of the figure `key`: each column's median over the rounds, in `unit`; with
-    /// `--against`, followed by a row of each ck column over its copy, round by round.
+    /// `--against`, followed by a row of each ck column over its copy, round by round (a goal
+    /// set next is the first row's; a detail is both).
     pub fn values(&mut self, metric: &str, key: &str, unit: Unit) -> &mut Layout<'m> {
+        let first = self.table.rows.len();
         let cells = self
             .table
             .columns
@@ -181,6 +194,7 @@ impl<'m> Layout<'m> {
                 .collect();
             self.row(&format!("{metric}: this build / @{rev}"), cells);
         }
+        self.last = first..self.table.rows.len();
         self
     }
 
@@ -236,8 +250,9 @@ impl<'m> Layout<'m> {
         self.row(metric, cells)
     }
 
-    /// Judges the last row by `goal`: met only if every column it names has a median that
-    /// meets it; not judged in a void run.
+    /// Judges the row added last by `goal` (of [`Layout::values`], its first row, not the
+    /// comparison of the builds): met only if every column it names has a median that meets
+    /// it; not judged in a void run.
     pub fn goal(&mut self, goal: Goal) -> &mut Layout<'m> {
         let columns: Vec<String> = match &goal.columns {
             Some(named) => named.clone(),
@@ -251,7 +266,7 @@ impl<'m> Layout<'m> {
         };
         self.near_one |= goal.near_one();
         let void = self.measured.void.is_some();
-        let Some(row) = self.table.rows.last_mut() else {
+        let Some(row) = self.table.rows.get_mut(self.last.start) else {
             return self;
         };
         let medians: Vec<Option<f64>> = columns
@@ -276,9 +291,10 @@ impl<'m> Layout<'m> {
         self
     }
 
-    /// Marks the last row a detail: printed and recorded, left out of BENCHMARKS.md.
+    /// Marks the rows the last call added a detail: printed and recorded, left out of
+    /// BENCHMARKS.md.
     pub fn detail(&mut self) -> &mut Layout<'m> {
-        if let Some(row) = self.table.rows.last_mut() {
+        for row in &mut self.table.rows[self.last.clone()] {
             row.detail = true;
         }
         self

@@ -5,7 +5,9 @@
 //! round's figures
 //! ([`RoundFigures`], recorded as they are). A table is then laid out from the rounds
 //! ([`Layout`]): each figure as its median with the lowest and highest round, ratios taken
-//! round by round, goals judged on the medians of the columns they name.
+//! round by round, goals judged on the medians of the columns they name; failed requests are
+//! kept by kind and summed over the rounds (`Figures::failures`, `Layout::failures`, with each
+//! column's first errors noted: [`FailureNotes`]).
 //!
 //! With `--against REV` every contender that runs ck is measured on both builds in the same
 //! rounds (the copy on REV's build is labelled `LABEL @REV`); with a control pair (`--no-bpf`
@@ -30,6 +32,7 @@
 //! ```
 
 pub mod contender;
+mod failures;
 mod layout;
 pub mod stats;
 
@@ -42,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::table::Table;
 use crate::{Bench, Outcome};
 pub use contender::{App, BARE, Contender, Fleet, Group, Role};
+pub use failures::FailureNotes;
 pub use layout::{Goal, Layout};
 use stats::Stat;
 

@@ -188,11 +188,20 @@ fn against_puts_each_copy_beside_its_column_with_their_ratio() {
     ];
     let m = Measured::new(p.clone(), rounds(&p, "rps", r));
     let mut t = Layout::with_columns(&m, "t", &["ck", BARE]);
-    t.values("req/s", "rps", Unit::Count);
+    t.values("req/s", "rps", Unit::Count)
+        .goal(Goal::at_least(85.0, Unit::Count).of(&["ck"]))
+        .values("req/s again", "rps", Unit::Count)
+        .detail();
     let table = t.finish().unwrap();
     assert_eq!(table.columns, ["ck", "ck @abc", "no supervisor"]);
     assert_eq!(table.rows[1].metric, "req/s: this build / @abc");
     assert_eq!(table.rows[1].cells[0].text, "2.00 (2.00-4.00)");
+    // The goal is the figure's, not the comparison's; a detail is both.
+    let goal = table.rows[0].goal.as_ref().unwrap();
+    assert_eq!(goal.text(), ">= 85 (ck): met");
+    assert!(table.rows[1].goal.is_none());
+    assert!(!table.rows[0].detail && !table.rows[1].detail);
+    assert!(table.rows[2].detail && table.rows[3].detail);
 }
 
 #[test]

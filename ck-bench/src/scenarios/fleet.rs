@@ -1,225 +1,196 @@
-//! The fleets `cargo xtask bench` compares on the Node hello app: ck (`examples/worker.js` on
-//! the socket ck hands over, default settings), ck `--no-bpf`, node:cluster and pm2 in cluster
-//! mode (`ck-bench/apps/hello.js`), each started, listed (its worker pids) and stopped the
-//! same way; and the victim picker every scenario shares.
+//! The fleets `recovery` and `chaos` compare on the Node hello app, as contenders of their
+//! rounds: ck (`examples/worker.js` on the socket ck hands over, with the flags and environment
+//! each contender names) and ck `--no-bpf`, started by the rounds' [`Contender::start`] with
+//! [`node_app`]'s workers; node:cluster and pm2 in cluster mode (`ck-bench/apps/hello.js`,
+//! [`super::peers`]), the contenders of role peer. [`AnyFleet`] starts, lists (its worker pids),
+//! waits for and stops any of them the same way; [`Pick`] is the victim picker every scenario
+//! shares.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
+use ck_tests::ck::Ck;
 use ck_tests::sys::{children_of, free_port};
 
-use super::peers::{NodeCluster, Pm2};
+use super::peers::{self, NodeCluster, Pm2};
 use crate::Bench;
-use crate::instance::{Instance, Variant};
+use crate::rounds::{App, Contender, Fleet, Group, Role};
 
-/// Who supervises the Node app.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Contender {
-    /// ck with its BPF program.
-    Ck,
-    /// ck whose replacements boot at the fleet's CPU priority (`--boot-boost 0`), as before
-    /// the boost.
-    CkNoBoost,
-    /// ck learning of exits from the pidfds alone (`CK_EXIT_WATCH=pidfd`: no exit watch), as
-    /// before the watch.
-    CkPidfdExits,
-    /// ck with two hot spares (`--spares 2`).
-    CkSpares,
-    /// ck `--no-bpf`.
-    CkNoBpf,
-    /// node:cluster.
-    NodeCluster,
-    /// pm2 in cluster mode.
-    Pm2,
+/// node:cluster's label.
+pub const NODE_CLUSTER: &str = "node:cluster";
+/// pm2's label.
+pub const PM2: &str = "pm2";
+/// How long a fleet gets to be whole again (every worker serving, ck's spares standing by).
+const WHOLE_WITHIN: Duration = Duration::from_secs(20);
+
+/// `workers` workers of the Node hello app under ck: `node examples/worker.js`.
+pub fn node_app(workers: u32) -> Result<Group> {
+    let worker_js = crate::paths::workspace_root()?.join("examples/worker.js");
+    Ok(Group {
+        workers,
+        udp: false,
+        app: App::Program {
+            argv: vec!["node".into(), worker_js.to_string_lossy().into_owned()],
+            env: Vec::new(),
+            bare_env: Vec::new(),
+        },
+    })
 }
 
-impl Contender {
-    /// ck (default settings), its baseline, and the two peers, in table order.
-    pub const ALL: [Contender; 4] = [
-        Contender::Ck,
-        Contender::CkNoBpf,
-        Contender::NodeCluster,
-        Contender::Pm2,
-    ];
-
-    /// The `recovery` scenario's: [`Contender::ALL`] with ck without its boot boost, ck
-    /// without its exit watch and ck's hot spares beside ck.
-    pub const RECOVERY: [Contender; 7] = [
-        Contender::Ck,
-        Contender::CkNoBoost,
-        Contender::CkPidfdExits,
-        Contender::CkSpares,
-        Contender::CkNoBpf,
-        Contender::NodeCluster,
-        Contender::Pm2,
-    ];
-
-    /// Its column title.
-    pub fn label(self) -> &'static str {
-        match self {
-            Contender::Ck => "ck",
-            Contender::CkNoBoost => "ck --boot-boost 0",
-            Contender::CkPidfdExits => "ck, exits by pidfd",
-            Contender::CkSpares => "ck --spares 2",
-            Contender::CkNoBpf => "ck --no-bpf",
-            Contender::NodeCluster => "node:cluster",
-            Contender::Pm2 => "pm2",
-        }
-    }
+/// node:cluster and pm2, as contenders.
+pub fn peer_contenders() -> [Contender; 2] {
+    [Contender::peer(NODE_CLUSTER), Contender::peer(PM2)]
 }
 
-/// A fleet under test.
-pub enum Fleet {
+/// What the peers need: `node` on PATH, and pm2 (installed if missing); its binary.
+pub fn peer_tools() -> Result<PathBuf> {
+    peers::ensure_node()?;
+    peers::ensure_pm2()
+}
+
+/// A running fleet of any contender: ck's (with or without its program) or a peer's.
+pub enum AnyFleet {
     /// ck, with or without its program.
-    Ck(Instance),
+    Ck(Fleet),
     /// node:cluster.
     Cluster(NodeCluster),
     /// pm2.
     Pm2(Pm2),
 }
 
-impl Fleet {
-    /// Where it listens.
-    pub fn addr(&self) -> SocketAddr {
-        match self {
-            Fleet::Ck(inst) => inst.addr(),
-            Fleet::Cluster(c) => c.addr,
-            Fleet::Pm2(p) => p.addr,
-        }
-    }
-
-    /// ck's own pid (none for the peers, whose master or daemon also serves or forwards).
-    pub fn supervisor(&self) -> Option<u32> {
-        match self {
-            Fleet::Ck(inst) => Some(inst.pid()),
-            _ => None,
-        }
-    }
-
-    /// ck's log file (none for the peers).
-    pub fn log(&self) -> Option<&std::path::Path> {
-        match self {
-            Fleet::Ck(inst) => Some(inst.log()),
-            _ => None,
-        }
-    }
-
-    /// Its worker processes (for ck, the serving ones: not its spares).
-    pub fn workers(&self) -> Vec<u32> {
-        match self {
-            Fleet::Ck(inst) => inst
-                .serving_pids()
-                .unwrap_or_else(|_| children_of(inst.pid())),
-            Fleet::Cluster(c) => c.workers(),
-            Fleet::Pm2(p) => p.workers(),
-        }
-    }
-
-    /// Starts `contender` with `workers` workers of the Node hello app and waits until they
-    /// serve.
+impl AnyFleet {
+    /// Starts `contender` with `group`'s workers (a peer runs the Node hello app, with as many
+    /// workers), as `what`, and waits until they serve; `pm2` is pm2's binary.
     pub fn start(
         bench: &Bench,
-        contender: Contender,
+        contender: &Contender,
         what: &str,
-        workers: usize,
+        group: &Group,
         pm2: &Path,
-    ) -> Result<Fleet> {
-        let worker_js = crate::paths::workspace_root()?.join("examples/worker.js");
-        let worker_js = worker_js.to_string_lossy().to_string();
-        let node_app = ["--", "node", worker_js.as_str()];
-        Ok(match contender {
-            Contender::Ck
-            | Contender::CkNoBoost
-            | Contender::CkPidfdExits
-            | Contender::CkSpares
-            | Contender::CkNoBpf => {
-                let variant = match contender {
-                    Contender::CkNoBpf => Variant::Baseline,
-                    _ => Variant::Ck,
-                };
-                let mut args = Vec::new();
-                match contender {
-                    Contender::CkSpares => args.extend(["--spares", "2"]),
-                    Contender::CkNoBoost => args.extend(["--boot-boost", "0"]),
-                    _ => {}
-                }
-                args.extend(node_app);
-                let env: &[(&str, &str)] = match contender {
-                    Contender::CkPidfdExits => &[(ck::bpf::exits::FORCE_ENV, "pidfd")],
-                    _ => &[],
-                };
-                let mut inst = Instance::start_with_env(
-                    &bench.bin,
-                    &bench.log_dir,
-                    what,
-                    variant,
-                    workers as u32,
-                    &args,
-                    env,
-                )?;
-                inst.wait_ready(workers)?;
-                if contender == Contender::CkSpares {
-                    inst.wait_status(Duration::from_secs(15), Duration::from_millis(10), |s| {
-                        s.slots
-                            .iter()
-                            .filter(|slot| slot.state == "standby")
-                            .count()
-                            == 2
-                    })?;
-                }
-                Fleet::Ck(inst)
-            }
-            Contender::NodeCluster => Fleet::Cluster(NodeCluster::start(
+    ) -> Result<AnyFleet> {
+        let workers = group.workers as usize;
+        Ok(match (contender.role, contender.label.as_str()) {
+            (Role::Peer, NODE_CLUSTER) => AnyFleet::Cluster(NodeCluster::start(
                 &bench.log_dir.join(format!("{what}-node-cluster.log")),
                 free_port(),
                 workers,
             )?),
-            Contender::Pm2 => Fleet::Pm2(Pm2::start(
+            (Role::Peer, PM2) => AnyFleet::Pm2(Pm2::start(
                 pm2,
                 &bench.log_dir.join(format!("{what}-pm2-home")),
                 free_port(),
                 workers,
             )?),
+            (Role::Peer, other) => bail!("no peer is called {other}: {NODE_CLUSTER} or {PM2}"),
+            _ => AnyFleet::Ck(contender.start(bench, what, group)?),
         })
     }
 
-    /// Stops it (ck: `ck stop`, its log's complaints reported; the others on drop).
-    pub fn stop(self, bench: &Bench) -> Result<()> {
-        if let Fleet::Ck(inst) = self {
-            bench.report_log(&inst);
-            inst.stop()?;
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            AnyFleet::Ck(fleet) => fleet.addr(),
+            AnyFleet::Cluster(c) => c.addr,
+            AnyFleet::Pm2(p) => p.addr,
         }
-        Ok(())
+    }
+
+    /// The `ck run`, for a ck contender.
+    pub fn ck(&self) -> Option<&Ck> {
+        match self {
+            AnyFleet::Ck(fleet) => fleet.instance(),
+            _ => None,
+        }
+    }
+
+    /// The `ck run`, mutable (to wait for states of it).
+    pub fn ck_mut(&mut self) -> Option<&mut Ck> {
+        match self {
+            AnyFleet::Ck(fleet) => fleet.instance_mut(),
+            _ => None,
+        }
+    }
+
+    /// ck's own pid (none for the peers, whose master or daemon also serves or forwards).
+    pub fn supervisor(&self) -> Option<u32> {
+        self.ck().map(Ck::pid)
+    }
+
+    /// Its worker processes (for ck, the serving ones: not its spares).
+    pub fn workers(&self) -> Vec<u32> {
+        match self {
+            AnyFleet::Ck(fleet) => match fleet.instance() {
+                Some(ck) => ck
+                    .status()
+                    .map(|s| s.serving_pids())
+                    .unwrap_or_else(|_| children_of(ck.pid())),
+                None => Vec::new(),
+            },
+            AnyFleet::Cluster(c) => c.workers(),
+            AnyFleet::Pm2(p) => p.workers(),
+        }
+    }
+
+    /// Waits until it is whole: `workers` workers serve and, under ck, every slot is ready or
+    /// a spare standing by (nothing starting or restarting).
+    pub fn wait_whole(&mut self, workers: usize) -> Result<()> {
+        match self {
+            AnyFleet::Ck(fleet) => {
+                if let Some(ck) = fleet.instance_mut() {
+                    ck.wait_status("a whole fleet", WHOLE_WITHIN, |s| {
+                        s.ready_count() >= workers
+                            && s.slots
+                                .iter()
+                                .all(|slot| slot.state == "ready" || slot.state == "standby")
+                    })?;
+                }
+                Ok(())
+            }
+            AnyFleet::Cluster(c) => peers::wait_serving(c.addr, workers, || c.workers()),
+            AnyFleet::Pm2(p) => peers::wait_serving(p.addr, workers, || p.workers()),
+        }
+    }
+
+    /// Stops it (ck's log's complaints reported; a peer's whole process tree).
+    pub fn stop(self, bench: &Bench) -> Result<()> {
+        match self {
+            AnyFleet::Ck(fleet) => fleet.stop(bench),
+            AnyFleet::Cluster(c) => {
+                drop(c);
+                Ok(())
+            }
+            AnyFleet::Pm2(p) => {
+                drop(p);
+                Ok(())
+            }
+        }
     }
 }
 
-/// Runs `measure` on a fleet of each of `contenders` in turn (`what` names the scenario in logs and
-/// instance names), stopping each before the next starts.
-pub fn each<T>(
-    bench: &Bench,
-    what: &str,
-    workers: usize,
-    contenders: &[Contender],
-    mut measure: impl FnMut(&Fleet) -> Result<T>,
-) -> Result<Vec<T>> {
-    super::peers::ensure_node()?;
-    let pm2 = super::peers::ensure_pm2()?;
-    let mut outcomes = Vec::new();
-    for contender in contenders.iter().copied() {
-        bench.progress(format_args!("{what}: {} ...", contender.label()));
-        let fleet = Fleet::start(bench, contender, what, workers, &pm2)?;
-        outcomes.push(measure(&fleet)?);
-        fleet.stop(bench)?;
+/// Stops every fleet of `fleets` (all of them, even when one fails; the first failure is
+/// returned).
+pub fn stop_all(bench: &Bench, fleets: Vec<AnyFleet>) -> Result<()> {
+    let mut first = Ok(());
+    for fleet in fleets {
+        let stopped = fleet.stop(bench);
+        if first.is_ok() {
+            first = stopped;
+        }
     }
-    Ok(outcomes)
+    first
 }
 
-/// A tiny xorshift: the same victims sequence for every fleet.
+/// A tiny xorshift: the same victims for every contender of a round.
 pub struct Pick(pub u64);
 
 impl Pick {
+    /// The picker of round `round` of a scenario whose victims start from `seed`.
+    pub fn of_round(seed: u64, round: usize) -> Pick {
+        Pick(seed ^ (round as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
     /// A number in `0..n`.
     pub fn next(&mut self, n: usize) -> usize {
         self.0 ^= self.0 << 13;

@@ -1,4 +1,4 @@
-//! The other supervisors ck is compared with in `cargo xtask bench chaos`: node:cluster (the
+//! The other supervisors ck is compared with in `recovery` and `chaos`: node:cluster (the
 //! primary in `ck-bench/apps/cluster.js`) and pm2 in cluster mode (installed from the npm
 //! registry into `target/bench-tools`), both running the Node hello app
 //! (`ck-bench/apps/hello.js`) on a loopback port. Each is stopped (its whole process group,
@@ -15,8 +15,8 @@ use anyhow::{Context as _, Result, bail};
 use ck_tests::sys::children_of;
 use nix::sys::signal::Signal;
 
-use crate::instance::kill;
 use crate::paths as cmd;
+use crate::process::kill;
 
 /// The pm2 version installed for the benchmark.
 const PM2: &str = "pm2@5";
@@ -61,7 +61,11 @@ pub fn ensure_pm2() -> Result<PathBuf> {
 }
 
 /// Waits until `pids()` has `workers` processes and the port answers.
-fn wait_serving(addr: SocketAddr, workers: usize, pids: impl Fn() -> Vec<u32>) -> Result<()> {
+pub(super) fn wait_serving(
+    addr: SocketAddr,
+    workers: usize,
+    pids: impl Fn() -> Vec<u32>,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         if pids().len() >= workers && ck_tests::load::get_once(addr, Duration::from_secs(1)).is_ok()

@@ -1,10 +1,14 @@
-//! The `upgrade` scenario: 4 workers under three paced loads at once (keep-alive, keep-alive
-//! that never retries, new connection per request). A steady window of [`STEADY`] is measured
-//! first; then fresh loads run from [`LEAD`] before the first of [`UPGRADES`] `ck upgrade`s
-//! (each waits until the new image has its steering checked) until [`TAIL`] after the last.
-//! Meanwhile a client asks `status` on the control socket in a tight loop: the longest time
-//! between two answers around each upgrade is how long the control socket was unavailable.
-//! Compares the p99 latency of the two windows and counts the failed requests.
+//! The `upgrade` scenario: `ck upgrade` and `--survive-supervisor` under the three paced loads
+//! of [`super::three_loads`] (keep-alive, keep-alive that never retries, a new connection per
+//! request). Two contenders of [`WORKERS`] demo workers each, side by side: ck, whose round
+//! has a steady window of [`STEADY`], then fresh loads from [`LEAD`] before the first of
+//! [`UPGRADES`] `ck upgrade`s (each waits until the new image has its steering checked)
+//! until [`TAIL`] after the last; and ck `--survive-supervisor`, whose round is the survive
+//! table's ([`super::survive`]: a kill -9 of ck and the take-back). During the upgrades a
+//! client asks `status` on the control socket in a tight loop: the longest time between two
+//! answers around each upgrade is how long the control socket was unavailable. Reported per
+//! load: the p99 during the upgrades over the steady p99 round by round (at most 2 wanted), the
+//! failed requests over all rounds (none wanted).
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::net::UnixStream;
@@ -14,28 +18,70 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use ck_tests::load::LoadReport;
+use anyhow::{Context as _, Result};
 
-use super::three_loads::{CONNECTIONS, Loads, RATE, Window};
-use crate::Bench;
-use crate::instance::{Instance, Variant};
-use crate::table::{Cell, Goal, Table, median_duration};
+use super::survive;
+use super::three_loads::{self, CONNECTIONS, Loads, RATE, Rows};
+use crate::rounds::contender::{self, Fleet};
+use crate::rounds::stats::median_duration;
+use crate::rounds::{Contender, FailureNotes, Figures, Goal, Group, Layout, Measured};
+use crate::table::{Table, Unit};
+use crate::{Bench, Outcome};
 
-/// Workers of the instance.
-const WORKERS: u32 = 4;
-/// The steady window.
-const STEADY: Duration = Duration::from_secs(3);
+/// Workers of each contender.
+pub(super) const WORKERS: u32 = 4;
+/// Rounds: the goals bound failures (none) and ratios far from 1 (p99 at most twice the
+/// steady one), and a round (both contenders) takes about 15 s: the safe default.
+const ROUNDS: usize = 7;
+/// The steady window (of both tables).
+pub(super) const STEADY: Duration = Duration::from_secs(3);
 /// Load before the first `ck upgrade`.
 const LEAD: Duration = Duration::from_millis(300);
 /// Load after the last `ck upgrade` exits.
 const TAIL: Duration = Duration::from_millis(300);
 /// Pause between two upgrades.
 const PAUSE: Duration = Duration::from_millis(200);
-/// Upgrades in the upgrade window.
-const UPGRADES: usize = 10;
+/// Upgrades per round.
+const UPGRADES: usize = 3;
 /// Upper bound of the upgrade window's loads (they are stopped long before).
 const CAP: Duration = Duration::from_secs(300);
+/// The most p99 during the event, as a multiple of the steady p99 (both tables).
+pub(super) const P99_RATIO_AT_MOST: f64 = 2.0;
+/// The most time the control socket may leave `status` unanswered during an upgrade, in ms.
+const UNAVAILABLE_AT_MOST: f64 = 50.0;
+/// Failed requests noted under each table, per contender.
+pub(super) const NOTED: usize = 3;
+/// The contender of the upgrade table.
+const CK: &str = "ck";
+/// The setup index of the upgrade table's contender (the survive table's is
+/// [`survive::SETUP`]).
+const SETUP: usize = 0;
+
+/// The contenders, in column order: each table's.
+fn contenders() -> Vec<Contender> {
+    vec![
+        Contender::ck(CK, &[]).with_setup(SETUP),
+        Contender::ck(survive::CK, &["--survive-supervisor"]).with_setup(survive::SETUP),
+    ]
+}
+
+/// Runs the scenario: both tables' contenders in the same rounds.
+pub fn run(bench: &Bench) -> Result<Outcome> {
+    let plan = bench.plan("upgrade", ROUNDS, contenders());
+    let mut fleets =
+        contender::start_all(bench, plan.contenders(), "upgrade", &Group::demo(WORKERS))?;
+    let mut notes = FailureNotes::new(NOTED);
+    let measured = plan.run(bench, |i, c, _| match c.setup {
+        survive::SETUP => survive::round(bench, &mut fleets[i], &c.label, &mut notes),
+        _ => round(bench, &fleets[i], &c.label, &mut notes),
+    })?;
+    contender::stop_all(bench, fleets)?;
+    let tables = vec![
+        table(&measured, &notes)?,
+        survive::table(&measured, &notes)?,
+    ];
+    Ok(measured.outcome(tables))
+}
 
 /// Answers to `status` on the control socket, asked one after the other.
 struct Poller {
@@ -61,6 +107,7 @@ impl Poller {
         Poller { stop, thread }
     }
 
+    /// Stops asking; the answers' times.
     fn finish(self) -> Vec<Instant> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap_or_default()
@@ -92,136 +139,32 @@ fn longest_gap(answers: &[Instant], from: Instant, to: Instant) -> Duration {
         .unwrap_or(to - from)
 }
 
-/// What the run gave.
-struct Outcome {
-    steady: Window,
-    upgrading: Window,
-    /// How long each `ck upgrade` took (until the new image's steering was checked).
-    took: Vec<Duration>,
-    /// The control socket's longest silence around each upgrade.
-    gaps: Vec<Duration>,
-    /// Upgrades that failed.
-    failed: usize,
-    /// Median time between two status answers in the steady window (the poller's own pace).
-    pace: Duration,
-}
-
-/// Runs the scenario and returns the table.
-pub fn run(bench: &Bench) -> Result<Table> {
-    let o = measure(bench)?;
-    let mut t = Table::with_columns(
-        &format!(
-            "upgrade: {WORKERS} workers, {UPGRADES} `ck upgrade`s ({PAUSE:?} apart) under three \
-             loads at once: keep-alive, keep-alive without retries (like wrk) and new connection \
-             per request, each {CONNECTIONS} connections at {RATE:.0} req/s"
-        ),
-        &["during upgrades", "steady"],
-    );
-    type Pick = fn(&Window) -> &LoadReport;
-    let modes: [(&str, Pick); 3] = [
-        ("keep-alive", |w| &w.keep_alive),
-        ("keep-alive no retry", |w| &w.no_retry),
-        ("new-conn", |w| &w.new_conn),
-    ];
-    for (mode, pick) in modes {
-        t.row(
-            &format!("{mode} p99"),
-            Cell::ms(pick(&o.upgrading).p99()),
-            Cell::ms(pick(&o.steady).p99()),
-            Goal::RatioAtMost(2.0),
-        );
-        t.row(
-            &format!("{mode} max"),
-            Cell::ms(pick(&o.upgrading).quantile(1.0)),
-            Cell::ms(pick(&o.steady).quantile(1.0)),
-            Goal::None,
-        );
-        t.detail();
-        t.row(
-            &format!("{mode} failed (refused/reset/timeout/other)"),
-            Cell::failures(pick(&o.upgrading)),
-            Cell::failures(pick(&o.steady)),
-            Goal::AtMost(0.0, "0"),
-        );
-    }
-    let none = || Cell::text("-");
-    t.row(
-        "control socket unavailable per upgrade, max",
-        Cell::ms(o.gaps.iter().max().copied().unwrap_or_default()),
-        Cell::ms(o.pace),
-        Goal::AtMost(50.0, "< 50 ms"),
-    );
-    t.detail();
-    t.row(
-        "control socket unavailable per upgrade, median",
-        Cell::ms(median_duration(&o.gaps)),
-        Cell::ms(o.pace),
-        Goal::AtMost(50.0, "< 50 ms"),
-    );
-    t.row(
-        "`ck upgrade` duration, median (until steering is checked)",
-        Cell::ms(median_duration(&o.took)),
-        none(),
-        Goal::None,
-    );
-    t.detail();
-    t.row(
-        "`ck upgrade`s that failed",
-        Cell::count(o.failed as u64),
-        none(),
-        Goal::AtMost(0.0, "0"),
-    );
-    t.note(format!(
-        "during upgrades = from {LEAD:?} before the first `ck upgrade` until {TAIL:?} after the \
-         last one exits; the ratio is during / steady"
-    ));
-    t.note(
-        "control socket unavailable = the longest time between two answers of a client asking \
-         `status` in a tight loop, from each `ck upgrade`'s start to its end; the steady column \
-         is that client's median time between answers when nothing happens",
-    );
-    for r in [
-        &o.upgrading.keep_alive,
-        &o.upgrading.no_retry,
-        &o.upgrading.new_conn,
-    ] {
-        t.failure_notes("ck", r, 3);
-    }
-    Ok(t)
-}
-
-fn measure(bench: &Bench) -> Result<Outcome> {
-    let mut inst = Instance::start(
-        &bench.bin,
-        &bench.log_dir,
-        "upgrade",
-        Variant::Ck,
-        WORKERS,
-        &[],
-    )?;
-    inst.wait_ready(WORKERS as usize)?;
-    bench.progress(format_args!("upgrade: steady window ({STEADY:?})"));
-    let poller = Poller::start(inst.name());
+/// The upgrade contender's round: the steady window (with the status client's pace), then
+/// the upgrades under fresh loads.
+fn round(bench: &Bench, fleet: &Fleet, label: &str, notes: &mut FailureNotes) -> Result<Figures> {
+    let ck = fleet
+        .instance()
+        .context("upgrade's contenders are ck instances")?;
+    let poller = Poller::start(ck.name());
     let steady_from = Instant::now();
-    let steady = Loads::start(&inst, STEADY).join();
-    let steady_answers = poller.finish();
-    let mut paces: Vec<Duration> = steady_answers
+    let steady = Loads::start(fleet.addr(), bench.span(STEADY)).join();
+    let paces: Vec<Duration> = poller
+        .finish()
         .windows(2)
         .filter(|w| w[0] >= steady_from)
         .map(|w| w[1] - w[0])
         .collect();
-    paces.sort();
 
-    let loads = Loads::start(&inst, CAP);
-    let poller = Poller::start(inst.name());
+    let loads = Loads::start(fleet.addr(), CAP);
+    let poller = Poller::start(ck.name());
     thread::sleep(LEAD);
     let mut spans = Vec::new();
     let mut failed = 0;
     for i in 0..UPGRADES {
         let from = Instant::now();
-        if let Err(e) = inst.ctl(&["upgrade"]) {
+        if let Err(e) = ck.ctl_ok(&["upgrade"]) {
             failed += 1;
-            eprintln!("bench: upgrade {} failed: {e:#}", i + 1);
+            eprintln!("bench: {label}: upgrade {} failed: {e:#}", i + 1);
         }
         spans.push((from, Instant::now()));
         thread::sleep(PAUSE);
@@ -230,18 +173,166 @@ fn measure(bench: &Bench) -> Result<Outcome> {
     loads.stop();
     let answers = poller.finish();
     let upgrading = loads.join();
-    bench.progress(format_args!("upgrade: {UPGRADES} upgrades done"));
-    bench.report_log(&inst);
-    inst.stop()?;
-    Ok(Outcome {
-        steady,
-        upgrading,
-        took: spans.iter().map(|(from, to)| *to - *from).collect(),
-        gaps: spans
-            .iter()
-            .map(|(from, to)| longest_gap(&answers, *from, *to))
-            .collect(),
-        failed,
-        pace: median_duration(&paces),
-    })
+    upgrading.keep_failures(notes, label);
+
+    let gaps: Vec<Duration> = spans
+        .iter()
+        .map(|(from, to)| longest_gap(&answers, *from, *to))
+        .collect();
+    let took: Vec<Duration> = spans.iter().map(|(from, to)| *to - *from).collect();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut f = Figures::new();
+    three_loads::figures(&mut f, &steady, &upgrading);
+    f.set("unavailable_median", ms(median_duration(&gaps)))
+        .set(
+            "unavailable_max",
+            ms(gaps.iter().max().copied().unwrap_or_default()),
+        )
+        .set("status_pace", ms(median_duration(&paces)))
+        .set("upgrade_ms", ms(median_duration(&took)))
+        .set("upgrades_failed", failed as f64);
+    Ok(f)
+}
+
+/// The upgrade table.
+fn table(m: &Measured, notes: &FailureNotes) -> Result<Table> {
+    let mut t = Layout::with_columns(
+        m,
+        &format!(
+            "upgrade: {WORKERS} workers, {UPGRADES} `ck upgrade`s ({PAUSE:?} apart) per round \
+             under three loads at once: keep-alive, keep-alive without retries (like wrk) and \
+             new connection per request, each {CONNECTIONS} connections at {RATE:.0} req/s"
+        ),
+        &[CK],
+    );
+    three_loads::lay_out(
+        &mut t,
+        &Rows {
+            event: "during upgrades",
+            steady: STEADY,
+            p99_ratio_at_most: Some(P99_RATIO_AT_MOST),
+            columns: &[CK],
+        },
+    );
+    t.values(
+        "control socket unavailable per upgrade, each round's median",
+        "unavailable_median",
+        Unit::Ms,
+    )
+    .goal(Goal::at_most(UNAVAILABLE_AT_MOST, Unit::Ms).of(&[CK]))
+    .values(
+        "control socket unavailable per upgrade, each round's max",
+        "unavailable_max",
+        Unit::Ms,
+    )
+    .detail()
+    .values(
+        "time between two status answers, steady",
+        "status_pace",
+        Unit::Ms,
+    )
+    .detail()
+    .values(
+        "`ck upgrade` duration, each round's median (until steering is checked)",
+        "upgrade_ms",
+        Unit::Ms,
+    )
+    .detail()
+    .total(
+        "`ck upgrade`s that failed, all rounds",
+        "upgrades_failed",
+        Unit::Count,
+    )
+    .goal(Goal::at_most(0.0, Unit::Count).of(&[CK]))
+    .note(format!(
+        "during upgrades = from {LEAD:?} before the first `ck upgrade` until {TAIL:?} after the \
+         last one exits"
+    ))
+    .note(
+        "control socket unavailable = the longest time between two answers of a client asking \
+         `status` in a tight loop, from each `ck upgrade`'s start to its end; the same client's \
+         median time between answers when nothing happens is the steady row",
+    );
+    notes.note(&mut t);
+    t.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::rounds::{Plan, RoundFigures};
+
+    /// Every load's figures: `p99_ratio` and `lost` requests during the event, none steady.
+    fn loads(p99_ratio: f64, lost: f64) -> BTreeMap<String, f64> {
+        let mut f = BTreeMap::new();
+        for key in ["ka", "ka_no_retry", "new"] {
+            for (k, v) in [
+                ("steady_p99", 2.0),
+                ("event_p99", 2.0 * p99_ratio),
+                ("p99_ratio", p99_ratio),
+                ("event_max", 9.0),
+                ("steady_failed", 0.0),
+                ("event_failed", lost),
+            ] {
+                f.insert(format!("{key}_{k}"), v);
+            }
+        }
+        f
+    }
+
+    #[test]
+    fn each_table_holds_its_own_contender_to_its_goals() {
+        let plan = Plan::new("upgrade", ROUNDS, contenders(), "/ck".as_ref(), None);
+        let round = |_| {
+            // The upgrades triple the p99 and leave the control socket silent for 30 ms; the
+            // take-back keeps the p99 and every worker, and loses no request.
+            let mut upgrade = loads(3.0, 0.0);
+            upgrade.extend([
+                ("unavailable_median".to_string(), 30.0),
+                ("upgrades_failed".to_string(), 0.0),
+            ]);
+            let mut survive = loads(1.0, 0.0);
+            survive.extend([
+                ("not_taken_back".to_string(), 0.0),
+                ("take_back_ms".to_string(), 400.0),
+            ]);
+            RoundFigures {
+                order: vec![],
+                figures: BTreeMap::from([
+                    (CK.to_string(), upgrade),
+                    (survive::CK.to_string(), survive),
+                ]),
+                seconds: 15.0,
+            }
+        };
+        let m = Measured::new(plan.clone(), (0..ROUNDS).map(round).collect());
+        let notes = FailureNotes::new(NOTED);
+        let verdicts = |t: &Table| -> Vec<(String, String)> {
+            t.rows
+                .iter()
+                .filter_map(|r| Some((r.metric.clone(), r.goal.as_ref()?.text())))
+                .collect()
+        };
+        let upgrade = table(&m, &notes).unwrap();
+        assert_eq!(upgrade.columns, [CK]);
+        let v = verdicts(&upgrade);
+        assert!(v.contains(&(
+            "new-conn p99, during upgrades / steady".into(),
+            "<= 2.00 (ck): NOT met".into()
+        )));
+        assert!(v.contains(&(
+            "control socket unavailable per upgrade, each round's median".into(),
+            "<= 50.0 ms (ck): met".into()
+        )));
+        let survive = survive::table(&m, &notes).unwrap();
+        assert_eq!(survive.columns, [survive::CK]);
+        let v = verdicts(&survive);
+        assert!(v.iter().all(|(_, text)| text.ends_with(": met")), "{v:?}");
+        assert!(v.contains(&(
+            "workers not taken back (other pids after), all rounds".into(),
+            "<= 0 (ck --survive-supervisor): met".into()
+        )));
+    }
 }
