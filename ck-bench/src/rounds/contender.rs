@@ -111,8 +111,8 @@ impl Contender {
     }
 
     /// Starts it without waiting for its workers (the bare fleet does wait: it has no other
-    /// way to tell).
-    fn spawn(&self, bench: &Bench, what: &str, group: &Group) -> Result<Fleet> {
+    /// way to tell): for a scenario that times the start itself.
+    pub fn spawn(&self, bench: &Bench, what: &str, group: &Group) -> Result<Fleet> {
         let scheme = if group.udp { "udp" } else { "tcp" };
         match self.role {
             Role::Ck | Role::NoBpf => {
