@@ -270,7 +270,7 @@ fn check_options(scenarios: &[Scenario], output: &Options) -> Result<()> {
     for (flag, given) in in_rounds_only {
         let single: Vec<String> = scenarios
             .iter()
-            .filter(|s| !(s.in_rounds() || flag == "--against" && **s == Scenario::BpfCost))
+            .filter(|s| !s.in_rounds())
             .map(|s| s.name())
             .collect();
         if given && !single.is_empty() {
@@ -348,5 +348,6 @@ mod tests {
             ..Options::default()
         };
         assert!(check_options(&[Scenario::BpfCost], &against).is_ok());
+        assert!(check_options(&[Scenario::Reload], &against).is_err());
     }
 }

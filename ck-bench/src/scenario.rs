@@ -6,8 +6,8 @@ use anyhow::{Result, bail};
 
 use crate::scenarios::{
     bpf_cost, chaos, conn_count, cork, dns, footprint, latency, long_lived, overhead, quic,
-    quic_stacks, ready_slow, recovery, recovery_node, reload, spread, stall, sticky,
-    supervisor_cpu, survive, udp_cost, udp_rate, upgrade,
+    ready_slow, recovery, recovery_node, reload, spread, stall, sticky, supervisor_cpu, survive,
+    udp_cost, udp_rate, upgrade,
 };
 use crate::table::Table;
 use crate::{Bench, Outcome};
@@ -138,7 +138,7 @@ impl Scenario {
             Scenario::Reload => files!("reload.rs"),
             Scenario::Upgrade => files!("upgrade.rs", "survive.rs"),
             Scenario::Overhead => files!("overhead.rs"),
-            Scenario::BpfCost => files!("bpf_cost.rs"),
+            Scenario::BpfCost => files!("bpf_cost.rs", "grid.rs"),
             Scenario::Latency => files!("latency.rs"),
             Scenario::Footprint => files!("footprint.rs"),
             Scenario::ConnCount => files!("conn_count.rs"),
@@ -150,9 +150,9 @@ impl Scenario {
             Scenario::Chaos => files!("chaos.rs"),
             Scenario::Cork => files!("cork.rs"),
             Scenario::ReadySlow => files!("ready_slow.rs"),
-            Scenario::Quic => files!("quic.rs", "quic_stacks.rs"),
+            Scenario::Quic => files!("quic.rs", "quic_stacks.rs", "grid.rs"),
             Scenario::UdpRate => files!("udp_rate.rs"),
-            Scenario::UdpCost => files!("udp_cost.rs"),
+            Scenario::UdpCost => files!("udp_cost.rs", "minimal_program.rs", "grid.rs"),
             Scenario::Dns => files!("dns.rs"),
             Scenario::All | Scenario::Summary => &[],
         }
@@ -164,11 +164,20 @@ impl Scenario {
         matches!(
             self,
             Scenario::Overhead
+                | Scenario::BpfCost
                 | Scenario::Latency
+                | Scenario::Footprint
+                | Scenario::ConnCount
+                | Scenario::Spread
                 | Scenario::Stall
+                | Scenario::Sticky
+                | Scenario::LongLived
                 | Scenario::SupervisorCpu
                 | Scenario::Cork
+                | Scenario::Quic
                 | Scenario::UdpRate
+                | Scenario::UdpCost
+                | Scenario::Dns
         )
     }
 
@@ -181,22 +190,22 @@ impl Scenario {
             Scenario::Reload => single(vec![reload::run(bench)?]),
             Scenario::Upgrade => single(vec![upgrade::run(bench)?, survive::run(bench)?]),
             Scenario::Overhead => overhead::run(bench),
-            Scenario::BpfCost => single(vec![bpf_cost::run(bench)?]),
+            Scenario::BpfCost => bpf_cost::run(bench),
             Scenario::Latency => latency::run(bench),
-            Scenario::Footprint => single(vec![footprint::run(bench)?]),
-            Scenario::ConnCount => single(vec![conn_count::run(bench)?]),
-            Scenario::Spread => single(vec![spread::run(bench)?]),
+            Scenario::Footprint => footprint::run(bench),
+            Scenario::ConnCount => conn_count::run(bench),
+            Scenario::Spread => spread::run(bench),
             Scenario::Stall => stall::run(bench),
-            Scenario::Sticky => single(vec![sticky::run(bench)?]),
-            Scenario::LongLived => single(vec![long_lived::run(bench)?]),
+            Scenario::Sticky => sticky::run(bench),
+            Scenario::LongLived => long_lived::run(bench),
             Scenario::SupervisorCpu => supervisor_cpu::run(bench),
             Scenario::Chaos => single(vec![chaos::run(bench)?]),
             Scenario::Cork => cork::run(bench),
             Scenario::ReadySlow => single(vec![ready_slow::run(bench)?]),
-            Scenario::Quic => single(vec![quic::run(bench)?, quic_stacks::run(bench)?]),
+            Scenario::Quic => quic::run(bench),
             Scenario::UdpRate => udp_rate::run(bench),
-            Scenario::UdpCost => single(vec![udp_cost::run(bench)?]),
-            Scenario::Dns => single(vec![dns::run(bench)?]),
+            Scenario::UdpCost => udp_cost::run(bench),
+            Scenario::Dns => dns::run(bench),
             Scenario::All | Scenario::Summary => {
                 bail!("{} is not one scenario: expand it first", self.name())
             }
