@@ -160,10 +160,11 @@ fn one_run(
     queries: &Path,
     fleet: &mut crate::rounds::Fleet,
 ) -> Result<(u64, u64, usize)> {
-    let window = bench.span(WINDOW).max(Duration::from_secs(1));
+    // dnsperf takes whole seconds.
+    let window = Duration::from_secs(bench.span(WINDOW).as_secs().max(1));
+    let after = bench.span(AFTER);
     // A quick run's shorter window holds as many fewer rolls.
-    let rolls =
-        ((ROLLS as f64 * window.as_secs_f64() / WINDOW.as_secs_f64()).round() as usize).max(1);
+    let rolls = ((ROLLS as f64 * window.as_secs_f64() / WINDOW.as_secs_f64()) as usize).max(1);
     let port = fleet.addr().port();
     let inst = fleet
         .instance_mut()
@@ -175,7 +176,7 @@ fn one_run(
         inst.ctl(&["reload"])?;
     }
     let rolled = started.elapsed();
-    if rolled + AFTER > window {
+    if rolled + after > window {
         bail!(
             "{rolls} rolls took {rolled:?}, too long for dnsperf's {window:?}: the machine is \
              too busy for this scenario"

@@ -114,7 +114,8 @@ fn table(m: &Measured) -> Result<Table> {
     let mut t = Layout::new(
         m,
         &format!(
-            "spread: {WORKERS} demo workers, {CONNECTIONS} connections opened at once from              {OPENERS} threads, one GET / on each, per round; share of the connections per slot"
+            "spread: {WORKERS} demo workers, {CONNECTIONS} connections opened at once from \
+             {OPENERS} threads, one GET / on each, per round; share of the connections per slot"
         ),
     );
     t.values("largest share of one worker", "largest", Unit::Percent(1))
@@ -134,7 +135,8 @@ fn table(m: &Measured) -> Result<Table> {
     )
     .goal(Goal::at_most(0.0, Unit::Count))
     .note(
-        "round-robin, least-queue and least-conn use a per-CPU cursor: connections opened          from different CPUs each advance their own CPU's cursor",
+        "round-robin, least-queue and least-conn use a per-CPU cursor: connections opened \
+         from different CPUs each advance their own CPU's cursor",
     );
     t.finish()
 }

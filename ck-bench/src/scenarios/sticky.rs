@@ -44,7 +44,7 @@ const MANY: u32 = 64;
 /// Table sizes (ready workers) whose computation time is shown, when the log has them.
 const BUILD_AT: [usize; 4] = [2, 16, 63, 64];
 /// ck's log filter and format for the timed fleet: the table's debug line, as JSON.
-const DEBUG_LOG: [(&str, &str); 1] = [("CK_LOG", "info,ck::bpf::group=debug")];
+const DEBUG_LOG: [(&str, &str); 1] = [("CK_LOG", "info,ck::bpf::sticky=debug")];
 /// The most clients that change worker when one of four leaves, % (sticky).
 const MOVED_GOAL: f64 = 30.0;
 /// The least clients that keep their worker, % (sticky).
