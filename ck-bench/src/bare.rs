@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use nix::sys::signal::Signal;
 
-use crate::instance::kill;
 use crate::paths::describe;
+use crate::process::kill;
 
 /// How long the workers get to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);

@@ -14,8 +14,9 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use ck_tests::Status;
 use ck_tests::ck::{ck_command_at, remove_leftovers};
 use ck_tests::sys::{children_of, free_port, try_output_within};
-use nix::sys::signal::{self, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
+
+pub use crate::process::kill;
 
 /// How long one control command (`ck status`, `ck reload`, ...) may take.
 pub const CTL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -357,13 +358,6 @@ fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output> {
     try_output_within(cmd, timeout)
         .with_context(|| format!("could not start `{what}`"))?
         .ok_or_else(|| anyhow!("`{what}` did not exit within {timeout:?}"))
-}
-
-/// Sends `signal` to `pid`.
-pub fn kill(pid: u32, signal: Signal) -> Result<()> {
-    let pid = i32::try_from(pid).context("pid out of range")?;
-    signal::kill(Pid::from_raw(pid), signal)?;
-    Ok(())
 }
 
 /// `VmRSS` of `pid` in bytes, from `/proc/<pid>/status`.

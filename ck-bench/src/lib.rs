@@ -19,6 +19,7 @@ mod bare;
 mod instance;
 pub mod paths;
 mod plot;
+mod process;
 pub mod record;
 pub mod rounds;
 pub mod scenario;
@@ -98,20 +99,14 @@ impl Bench {
         plan
     }
 
+    /// Prints the complaints (WARN/ERROR lines) in a ck's log, if any.
+    pub fn report_complaints(&self, ck: &ck_tests::ck::Ck) {
+        print_complaints(&ck.complaints(), ck.log_path());
+    }
+
     /// Prints the complaints (WARN/ERROR lines) in an instance's log, if any.
     fn report_log(&self, inst: &instance::Instance) {
-        let complaints = inst.complaints();
-        if complaints.is_empty() {
-            return;
-        }
-        eprintln!(
-            "bench: {} WARN/ERROR line(s) in {}:",
-            complaints.len(),
-            inst.log().display()
-        );
-        for line in complaints.iter().take(10) {
-            eprintln!("bench:   {line}");
-        }
+        print_complaints(&inst.complaints(), inst.log());
     }
 }
 
@@ -308,6 +303,21 @@ fn save_plots(table: &Table, dir: &Path) -> Result<()> {
         eprintln!("bench: saved {}", to.display());
     }
     Ok(())
+}
+
+/// Prints `complaints` (WARN/ERROR lines of the log `log`) on stderr, the first 10 of them.
+fn print_complaints(complaints: &[String], log: &Path) {
+    if complaints.is_empty() {
+        return;
+    }
+    eprintln!(
+        "bench: {} WARN/ERROR line(s) in {}:",
+        complaints.len(),
+        log.display()
+    );
+    for line in complaints.iter().take(10) {
+        eprintln!("bench:   {line}");
+    }
 }
 
 /// `bench [  12.3 s] what`.

@@ -1,19 +1,26 @@
 //! The contenders of a scenario measured in rounds ([`Contender`]: a column, what it is and how
 //! it starts) and the running fleet of one ([`Fleet`]), the one seam between the scenarios and
-//! how a ck instance or a fleet with no supervisor is run: a scenario starts its contenders
-//! with [`start_all`] (or [`Contender::start`]), loads [`Fleet::addr`], reaches ck's own
-//! controls through [`Fleet::instance`], and ends with [`Fleet::stop`].
+//! how a ck instance (the harness's [`Ck`], its log kept in the bench's log directory) or a
+//! fleet with no supervisor is run: a scenario starts its contenders with [`start_all`] (or
+//! [`Contender::start`]), loads [`Fleet::addr`], reaches ck's own controls through
+//! [`Fleet::instance`], and ends with [`Fleet::stop`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
+use ck_tests::ck::{Ck, Proto, StartOptions};
 use ck_tests::sys::free_port;
 
 use crate::Bench;
 use crate::bare::BareFleet;
-use crate::instance::{Instance, Variant};
+
+/// How long a ck contender's workers get to be ready (and its program to steer).
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often a ck contender's status is asked while waiting for it.
+const STATUS_POLL: Duration = Duration::from_millis(10);
 
 /// What a contender is: which of ck's comparisons it stands in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,37 +118,39 @@ impl Contender {
     }
 
     /// Starts it without waiting for its workers (the bare fleet does wait: it has no other
-    /// way to tell): for a scenario that times the start itself.
-    pub fn spawn(&self, bench: &Bench, what: &str, group: &Group) -> Result<Fleet> {
-        let scheme = if group.udp { "udp" } else { "tcp" };
+    /// way to tell).
+    fn spawn(&self, bench: &Bench, what: &str, group: &Group) -> Result<Fleet> {
+        let proto = if group.udp { Proto::Udp } else { Proto::Tcp };
+        let port = free_port();
         match self.role {
             Role::Ck | Role::NoBpf => {
-                let variant = match self.role {
-                    Role::Ck => Variant::Ck,
-                    _ => Variant::Baseline,
-                };
-                let mut args: Vec<&str> = self.flags.iter().map(String::as_str).collect();
+                let no_bpf = self.role == Role::NoBpf;
+                let name = format!(
+                    "bench-{what}-{}-{port}",
+                    if no_bpf { "no-bpf" } else { "ck" }
+                );
+                let workers = group.workers.to_string();
+                let mut args = vec!["-w", workers.as_str()];
+                args.extend(self.flags.iter().map(String::as_str));
                 let app = group.app.under_ck();
                 if !app.is_empty() {
                     args.push("--");
                     args.extend(app.iter().map(String::as_str));
                 }
-                let inst = Instance::start_group(
-                    &self.bin,
-                    &bench.log_dir,
-                    what,
-                    variant,
-                    group.workers,
-                    &args,
-                    &[],
-                    scheme,
-                )?;
-                Ok(Fleet::Ck(inst))
+                let ck = StartOptions::new()
+                    .bin(&self.bin)
+                    .listen(proto, port)
+                    .no_bpf(no_bpf)
+                    .args(&args)
+                    .log_dir(&bench.log_dir)
+                    .poll_every(STATUS_POLL)
+                    .start(&name)
+                    .with_context(|| format!("starting {} ({what})", self.label))?;
+                Ok(Fleet::Ck(Box::new(ck)))
             }
             Role::Bare => {
-                let port = free_port();
                 let log = bench.log_dir.join(format!("bench-{what}-bare-{port}.log"));
-                let listen = format!("{scheme}://127.0.0.1:{port}");
+                let listen = format!("{}://127.0.0.1:{port}", proto.word());
                 let fleet = BareFleet::start(&log, group.workers, port, group.udp, |_| {
                     group.app.bare(&self.bin, port, &listen)
                 })
@@ -245,8 +254,8 @@ impl App {
 /// A running contender.
 #[derive(Debug)]
 pub enum Fleet {
-    /// A `ck run`.
-    Ck(Instance),
+    /// A `ck run` (boxed: the handle is much larger than the fleet with no supervisor).
+    Ck(Box<Ck>),
     /// Workers with no supervisor.
     Bare(BareFleet),
 }
@@ -255,31 +264,31 @@ impl Fleet {
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         match self {
-            Fleet::Ck(inst) => inst.addr(),
+            Fleet::Ck(ck) => ck.addr(),
             Fleet::Bare(bare) => bare.addr(),
         }
     }
 
     /// The `ck run`, for what only ck has (its status, its control commands, its pid).
-    pub fn instance(&self) -> Option<&Instance> {
+    pub fn instance(&self) -> Option<&Ck> {
         match self {
-            Fleet::Ck(inst) => Some(inst),
+            Fleet::Ck(ck) => Some(ck),
             Fleet::Bare(_) => None,
         }
     }
 
-    /// The `ck run`, mutable (to wait for states of it).
-    pub fn instance_mut(&mut self) -> Option<&mut Instance> {
+    /// The `ck run`, mutable (to wait for states of it, to start it again).
+    pub fn instance_mut(&mut self) -> Option<&mut Ck> {
         match self {
-            Fleet::Ck(inst) => Some(inst),
+            Fleet::Ck(ck) => Some(ck),
             Fleet::Bare(_) => None,
         }
     }
 
     /// Waits until `workers` slots are ready (and steering is on, with BPF).
     fn wait_ready(&mut self, workers: u32) -> Result<()> {
-        if let Fleet::Ck(inst) = self {
-            inst.wait_ready(workers as usize)?;
+        if let Fleet::Ck(ck) = self {
+            ck.wait_ready(workers as usize, READY_TIMEOUT)?;
         }
         Ok(())
     }
@@ -287,9 +296,10 @@ impl Fleet {
     /// Stops it, after printing the WARN/ERROR lines of ck's log.
     pub fn stop(self, bench: &Bench) -> Result<()> {
         match self {
-            Fleet::Ck(inst) => {
-                bench.report_log(&inst);
-                inst.stop()
+            Fleet::Ck(mut ck) => {
+                bench.report_complaints(&ck);
+                ck.stop()?;
+                Ok(())
             }
             Fleet::Bare(bare) => {
                 drop(bare);

@@ -13,11 +13,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
+use ck_tests::ck::Ck;
 use ck_tests::load::{self, LoadSpec, Mode};
 use nix::sys::signal::Signal;
 
-use crate::instance::{Instance, kill};
 use crate::plot::bars::{self, Bars, Group as BarGroup};
+use crate::process::kill;
 use crate::rounds::contender::{self, Fleet};
 use crate::rounds::{BARE, Contender, Control, Figures, Goal, Group, Layout, Measured, NO_BPF};
 use crate::table::{Table, Unit};
@@ -92,8 +93,7 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
     let plan = bench
         .plan("overhead", ROUNDS, contenders())
         .control(control());
-    let mut fleets =
-        contender::start_all(bench, plan.contenders(), "overhead", &Group::demo(WORKERS))?;
+    let fleets = contender::start_all(bench, plan.contenders(), "overhead", &Group::demo(WORKERS))?;
     let adopt = plan
         .contenders()
         .iter()
@@ -101,7 +101,7 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
         .context("overhead has an --adopt contender")?;
     let at_start = adopt_latencies(instance(&fleets[adopt])?)?;
     let measured = plan.run(bench, |i, c, _| round(bench, &fleets[i], &c.label))?;
-    let restarted = restart_latencies(bench, instance_mut(&mut fleets[adopt])?)?;
+    let restarted = restart_latencies(bench, instance(&fleets[adopt])?)?;
     contender::stop_all(bench, fleets)?;
     let mut throughput = throughput_table(&measured)?;
     throughput.plot_with(bench.plot_path("overhead-throughput"), |path| {
@@ -236,56 +236,43 @@ fn plot(m: &Measured) -> Bars {
 }
 
 /// The `ck run` of a fleet that has one.
-fn instance(fleet: &Fleet) -> Result<&Instance> {
+fn instance(fleet: &Fleet) -> Result<&Ck> {
     fleet
         .instance()
         .context("the --adopt contender is a ck instance")
 }
 
-/// The `ck run` of a fleet that has one, mutable.
-fn instance_mut(fleet: &mut Fleet) -> Result<&mut Instance> {
-    fleet
-        .instance_mut()
-        .context("the --adopt contender is a ck instance")
-}
-
 /// Each adopted worker's time from `listen()` to ck adopting its socket (`ck status`), in ms.
-fn adopt_latencies(inst: &Instance) -> Result<Vec<f64>> {
-    let json: serde_json::Value = serde_json::from_str(&inst.ctl(&["status", "--json"])?)?;
-    Ok(json["slots"]
-        .as_array()
-        .map(|slots| {
-            slots
-                .iter()
-                .filter_map(|s| s["adopt_latency_us"].as_u64())
-                .map(|us| us as f64 / 1000.0)
-                .collect()
-        })
-        .unwrap_or_default())
+fn adopt_latencies(ck: &Ck) -> Result<Vec<f64>> {
+    Ok(ck
+        .status()?
+        .slots
+        .iter()
+        .filter_map(|s| s.adopt_latency_us)
+        .map(|us| us as f64 / 1000.0)
+        .collect())
 }
 
-/// SIGKILLs slot 0's adopted worker [`KILLS`] times and returns each replacement's time from
-/// `listen()` to adoption, in ms.
-fn restart_latencies(bench: &Bench, inst: &mut Instance) -> Result<Vec<f64>> {
+/// SIGKILLs the first slot's adopted worker [`KILLS`] times and returns each replacement's time
+/// from `listen()` to adoption, in ms.
+fn restart_latencies(bench: &Bench, ck: &Ck) -> Result<Vec<f64>> {
     let mut latencies = Vec::new();
     for n in 1..=KILLS {
         bench.progress(format_args!("overhead: --adopt, kill {n}/{KILLS}"));
-        let json: serde_json::Value = serde_json::from_str(&inst.ctl(&["status", "--json"])?)?;
-        let Some(pid) = json["slots"][0]["pid"].as_u64() else {
+        let Some(pid) = ck.status()?.slots.first().and_then(|s| s.pid) else {
             break;
         };
-        kill(pid as u32, Signal::SIGKILL)?;
-        let replaced = |s: &serde_json::Value| {
-            s["slots"][0]["pid"].as_u64().is_some_and(|p| p != pid)
-                && s["slots"][0]["state"] == "ready"
-        };
+        kill(pid, Signal::SIGKILL)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            let json: serde_json::Value = serde_json::from_str(&inst.ctl(&["status", "--json"])?)?;
-            if replaced(&json) {
-                if let Some(us) = json["slots"][0]["adopt_latency_us"].as_u64() {
-                    latencies.push(us as f64 / 1000.0);
-                }
+            let status = ck.status()?;
+            let first = status.slots.first();
+            if first.is_some_and(|s| s.pid.is_some_and(|p| p != pid) && s.state == "ready") {
+                latencies.extend(
+                    first
+                        .and_then(|s| s.adopt_latency_us)
+                        .map(|us| us as f64 / 1000.0),
+                );
                 break;
             }
             thread::sleep(Duration::from_millis(20));

@@ -15,8 +15,8 @@ use anyhow::{Context as _, Result, bail};
 use ck_tests::sys::children_of;
 use nix::sys::signal::Signal;
 
-use crate::instance::kill;
 use crate::paths as cmd;
+use crate::process::kill;
 
 /// The pm2 version installed for the benchmark.
 const PM2: &str = "pm2@5";
