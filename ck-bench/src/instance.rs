@@ -33,9 +33,6 @@ pub enum Variant {
 }
 
 impl Variant {
-    /// Both, ck first.
-    pub const BOTH: [Variant; 2] = [Variant::Ck, Variant::Baseline];
-
     /// `ck` or `baseline`.
     pub fn label(self) -> &'static str {
         match self {
@@ -97,18 +94,6 @@ impl Instance {
         env: &[(&str, &str)],
     ) -> Result<Instance> {
         Self::start_group(bin, log_dir, what, variant, workers, extra, env, "tcp")
-    }
-
-    /// Like [`Instance::start`], with one UDP group (`udp://127.0.0.1:PORT`) and no TCP one.
-    pub fn start_udp(
-        bin: &Path,
-        log_dir: &Path,
-        what: &str,
-        variant: Variant,
-        workers: u32,
-        extra: &[&str],
-    ) -> Result<Instance> {
-        Self::start_group(bin, log_dir, what, variant, workers, extra, &[], "udp")
     }
 
     /// Starts `ck run` with one group of `scheme` (`tcp` or `udp`) on a free port, with the
@@ -358,26 +343,4 @@ fn output_within(cmd: &mut Command, timeout: Duration) -> Result<Output> {
     try_output_within(cmd, timeout)
         .with_context(|| format!("could not start `{what}`"))?
         .ok_or_else(|| anyhow!("`{what}` did not exit within {timeout:?}"))
-}
-
-/// `VmRSS` of `pid` in bytes, from `/proc/<pid>/status`.
-pub fn rss_bytes(pid: u32) -> Result<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("reading /proc/{pid}/status"))?;
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .ok_or_else(|| anyhow!("no VmRSS in /proc/{pid}/status"))?;
-    Ok(kib * 1024)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn own_rss_is_positive() {
-        assert!(rss_bytes(std::process::id()).unwrap() > 0);
-    }
 }

@@ -103,7 +103,7 @@ fn measure(bench: &Bench, fleet: &Fleet, program: u32, label: &str) -> Result<Fi
 }
 
 /// The `ck run` of a fleet.
-fn ck_of(fleet: &Fleet) -> Result<&crate::instance::Instance> {
+fn ck_of(fleet: &Fleet) -> Result<&ck_tests::ck::Ck> {
     fleet
         .instance()
         .context("bpf-cost's contenders are ck instances")

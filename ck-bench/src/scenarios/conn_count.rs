@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use ck_tests::bpf_stats::{self, StatsOn};
+use ck_tests::ck::Ck;
 use ck_tests::http::hold;
 use ck_tests::load::{self, LoadSpec, Mode};
 
-use crate::instance::Instance;
 use crate::rounds::contender::{self, Fleet};
 use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured};
 use crate::table::{Table, Unit};
@@ -122,16 +122,21 @@ fn round(
 }
 
 /// The sum of the slots' open connections once `done` accepts it (or the last one read).
-fn total(inst: &mut Instance, done: impl Fn(u64) -> bool) -> Result<u64> {
+fn total(inst: &mut Ck, done: impl Fn(u64) -> bool) -> Result<u64> {
     let sum = |s: &ck_tests::Status| -> u64 { s.slots.iter().filter_map(|s| s.connections).sum() };
-    match inst.wait_status(SETTLE, Duration::from_millis(50), |s| done(sum(s))) {
+    match inst.wait_status_every(
+        "the open connections",
+        SETTLE,
+        Duration::from_millis(50),
+        |s| done(sum(s)),
+    ) {
         Ok(status) => Ok(sum(&status)),
         Err(_) => Ok(sum(&inst.status()?)),
     }
 }
 
 /// The `ck run` of a fleet.
-fn ck_of(fleet: &Fleet) -> Result<&Instance> {
+fn ck_of(fleet: &Fleet) -> Result<&Ck> {
     fleet
         .instance()
         .context("conn-count's contenders are ck instances")

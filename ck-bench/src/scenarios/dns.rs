@@ -173,7 +173,7 @@ fn one_run(
     let perf = dnsperf(port, queries, window)?;
     std::thread::sleep(Duration::from_secs(1));
     for _ in 0..rolls {
-        inst.ctl(&["reload"])?;
+        inst.ctl_ok(&["reload"])?;
     }
     let rolled = started.elapsed();
     if rolled + after > window {

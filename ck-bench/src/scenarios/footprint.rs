@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use ck_tests::load;
+use ck_tests::sys::rss_kib;
 use nix::sys::signal::Signal;
 
-use crate::instance::rss_bytes;
+use crate::rounds::contender::READY_TIMEOUT;
 use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured, NO_BPF};
 use crate::table::{Table, Unit};
 use crate::{Bench, Outcome};
@@ -62,30 +63,34 @@ fn measure(bench: &Bench, contender: &Contender, index: usize) -> Result<Figures
     let first_answer = loop {
         let probe = Instant::now();
         if load::get_once(addr, PROBE_TIMEOUT).is_ok() {
-            break inst.spawned.elapsed();
+            break inst.spawned().elapsed();
         }
-        if inst.spawned.elapsed() >= START_LIMIT {
+        if inst.spawned().elapsed() >= START_LIMIT {
             bail!(
                 "no answer within {START_LIMIT:?} of starting ck; see {}",
-                inst.log().display()
+                inst.log_path().display()
             );
         }
-        if inst.try_exit()?.is_some() {
-            bail!("ck exited while starting; see {}", inst.log().display());
+        if inst.try_exit().is_some() {
+            bail!(
+                "ck exited while starting; see {}",
+                inst.log_path().display()
+            );
         }
         thread::sleep(PROBE_EVERY.saturating_sub(probe.elapsed()));
     };
-    inst.wait_ready(WORKERS as usize)?;
+    inst.wait_ready(WORKERS as usize, READY_TIMEOUT)?;
     thread::sleep(bench.span(IDLE));
-    let rss = rss_bytes(inst.pid())?;
+    let pid = inst.pid();
+    let rss_kib = rss_kib(pid).with_context(|| format!("no VmRSS of ck (pid {pid})"))?;
     let term = Instant::now();
     inst.signal(Signal::SIGTERM)?;
     inst.wait_exit(EXIT_LIMIT)?;
     let shutdown = term.elapsed();
-    bench.report_log(inst);
+    bench.report_complaints(inst);
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let mut f = Figures::new();
-    f.set("rss_mib", rss as f64 / (1024.0 * 1024.0))
+    f.set("rss_mib", rss_kib as f64 / 1024.0)
         .set("first_answer_ms", ms(first_answer))
         .set("shutdown_ms", ms(shutdown));
     Ok(f)

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use ck_tests::Status;
+use ck_tests::ck::Ck;
 use ck_tests::http::KeepAlive;
 
-use crate::instance::Instance;
+use crate::rounds::contender::READY_TIMEOUT;
 use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured, NO_BPF};
 use crate::table::{Table, Unit};
 use crate::{Bench, Outcome};
@@ -78,17 +79,22 @@ fn open(addr: SocketAddr, n: usize) -> Result<Vec<KeepAlive>> {
 }
 
 /// The open connections of each ready worker, once they add up to `total`.
-fn counts(inst: &mut Instance, workers: u32, total: usize) -> Result<Vec<u64>> {
+fn counts(inst: &mut Ck, workers: u32, total: usize) -> Result<Vec<u64>> {
     let per_worker = |s: &Status| -> Vec<u64> {
         s.ready()
             .map(|slot| slot.connections.unwrap_or(0))
             .collect()
     };
     let status = inst
-        .wait_status(SETTLE, Duration::from_millis(50), |s| {
-            let counts = per_worker(s);
-            counts.len() == workers as usize && counts.iter().sum::<u64>() == total as u64
-        })
+        .wait_status_every(
+            "the open connections",
+            SETTLE,
+            Duration::from_millis(50),
+            |s| {
+                let counts = per_worker(s);
+                counts.len() == workers as usize && counts.iter().sum::<u64>() == total as u64
+            },
+        )
         .with_context(|| format!("{workers} workers holding {total} connections"))?;
     Ok(per_worker(&status))
 }
@@ -101,11 +107,11 @@ fn max_over_mean(counts: &[u64]) -> f64 {
 }
 
 /// Runs the steps on one fleet, ready, at `addr`.
-fn measure(bench: &Bench, label: &str, addr: SocketAddr, inst: &mut Instance) -> Result<Figures> {
+fn measure(bench: &Bench, label: &str, addr: SocketAddr, inst: &mut Ck) -> Result<Figures> {
     let mut held = open(addr, FIRST)?;
     let first = counts(inst, WORKERS, held.len())?;
-    inst.ctl(&["scale", &SCALED.to_string()])?;
-    inst.wait_ready(SCALED as usize)?;
+    inst.ctl_ok(&["scale", &SCALED.to_string()])?;
+    inst.wait_ready(SCALED as usize, READY_TIMEOUT)?;
     held.extend(open(addr, SECOND)?);
     let scaled = counts(inst, SCALED, held.len())?;
     // Churn: a share of every worker's connections (every CHURN_EVERY-th, old and new alike)

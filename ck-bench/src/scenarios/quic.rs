@@ -29,10 +29,11 @@ use ck_tests::quic_client::{Seen, sum_lines};
 use nix::sys::signal::Signal;
 
 use super::{grid, quic_stacks};
-use crate::instance::Instance;
+use crate::rounds::contender::READY_TIMEOUT;
 use crate::rounds::{App, Contender, Figures, Fleet, Goal, Group, Layout, Measured, Role};
 use crate::table::{Table, Unit};
 use crate::{Bench, Outcome};
+use ck_tests::ck::Ck;
 
 /// Workers of each fleet.
 pub(super) const WORKERS: u32 = 4;
@@ -164,7 +165,7 @@ fn one_example(bench: &Bench, bin: &Path, c: &Contender, index: usize) -> Result
 }
 
 /// The `ck run` of a fleet.
-fn ck_of(fleet: &mut Fleet) -> Result<&mut Instance> {
+fn ck_of(fleet: &mut Fleet) -> Result<&mut Ck> {
     fleet
         .instance_mut()
         .context("quic's contenders are ck instances")
@@ -257,11 +258,11 @@ pub(super) fn churn(
     let changes = (|| -> Result<()> {
         std::thread::sleep(Duration::from_secs(1));
         for _ in 0..5 {
-            inst.ctl(&["reload"])?;
+            inst.ctl_ok(&["reload"])?;
         }
-        inst.ctl(&["scale", "6"])?;
-        inst.wait_ready(6)?;
-        inst.ctl(&["scale", "4"])?;
+        inst.ctl_ok(&["scale", "6"])?;
+        inst.wait_ready(6, READY_TIMEOUT)?;
+        inst.ctl_ok(&["scale", "4"])?;
         std::thread::sleep(bench.span(AFTER));
         Ok(())
     })();
@@ -281,12 +282,13 @@ fn one_kill(bench: &Bench, bin: &Path, fleet: &mut Fleet) -> Result<Figures> {
     let killed = (|| -> Result<u32> {
         std::thread::sleep(Duration::from_secs(1));
         let victim = *inst
-            .serving_pids()?
+            .status()?
+            .serving_pids()
             .first()
             .context("no serving worker to kill")?;
-        crate::instance::kill(victim, Signal::SIGKILL)?;
+        crate::process::kill(victim, Signal::SIGKILL)?;
         std::thread::sleep(bench.span(AFTER));
-        inst.wait_ready(WORKERS as usize)?;
+        inst.wait_ready(WORKERS as usize, READY_TIMEOUT)?;
         Ok(victim)
     })();
     ck_tests::sys::signal(load.id(), Signal::SIGTERM);
@@ -312,10 +314,10 @@ fn one_rebinding(fleet: &mut Fleet) -> Result<Figures> {
     let inst = ck_of(fleet)?;
     let mut grown = Ok(());
     let answers = ck_tests::quic_client::ngtcp2_rebinding(addr, REBINDING, || {
-        grown = inst.ctl(&["scale", "6"]).map(drop);
+        grown = inst.ctl_ok(&["scale", "6"]).map(drop);
     });
     grown?;
-    inst.wait_ready(6)?;
+    inst.wait_ready(6, READY_TIMEOUT)?;
     let unanswered = answers.iter().filter(|a| a.is_none()).count();
     let mut f = Figures::new();
     f.set("unanswered", unanswered as f64);

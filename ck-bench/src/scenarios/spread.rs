@@ -15,9 +15,9 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow, bail};
+use ck_tests::ck::Ck;
 use serde_json::Value;
 
-use crate::instance::Instance;
 use crate::plot::bars::{self, Bars, Group as BarGroup};
 use crate::rounds::contender::{self, Fleet};
 use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured, NO_BPF, Role};
@@ -274,8 +274,8 @@ fn complete_body(buf: &[u8]) -> Option<&[u8]> {
 }
 
 /// The BPF program's `selected` counter per slot.
-fn selected(inst: &Instance) -> Result<BTreeMap<String, u64>> {
-    let json: Value = serde_json::from_str(&inst.ctl(&["status", "--json"])?)
+fn selected(inst: &Ck) -> Result<BTreeMap<String, u64>> {
+    let json: Value = serde_json::from_str(&inst.ctl_ok(&["status", "--json"])?)
         .context("parsing `ck status --json`")?;
     let slots = json["slots"]
         .as_array()

@@ -93,7 +93,7 @@ fn measure(bench: &Bench, policy: &str, fleet: &Fleet) -> Result<Figures> {
     let before: BTreeMap<u32, u32> = (0..CLIENTS)
         .map(|i| Ok((i, slot_of(addr, client(i))?)))
         .collect::<Result<_>>()?;
-    inst.ctl(&["drain", &DRAINED.to_string()])?;
+    inst.ctl_ok(&["drain", &DRAINED.to_string()])?;
     let mut moved = 0u32;
     let mut from_drained = 0u32;
     for (i, was) in &before {
@@ -102,7 +102,7 @@ fn measure(bench: &Bench, policy: &str, fleet: &Fleet) -> Result<Figures> {
             from_drained += u32::from(*was == DRAINED);
         }
     }
-    inst.ctl(&["undrain", &DRAINED.to_string()])?;
+    inst.ctl_ok(&["undrain", &DRAINED.to_string()])?;
     bench.progress(format_args!(
         "sticky: {policy}: {moved} of {CLIENTS} clients moved when slot {DRAINED} left"
     ));
