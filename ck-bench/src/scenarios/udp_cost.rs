@@ -136,7 +136,9 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
                 None,
             ),
             _ => {
-                let minimal = Minimal::attach(&c.bin, inst)?;
+                // The yardstick is one program for every column: the measured build's (an
+                // `--against` copy's fleet runs it too, its own ck being `--no-bpf`).
+                let minimal = Minimal::attach(&bench.bin, inst)?;
                 (minimal.id, Some(minimal))
             }
         };
