@@ -16,7 +16,6 @@
 
 pub mod against;
 mod bare;
-mod instance;
 pub mod paths;
 mod plot;
 mod process;
@@ -103,11 +102,6 @@ impl Bench {
     pub fn report_complaints(&self, ck: &ck_tests::ck::Ck) {
         print_complaints(&ck.complaints(), ck.log_path());
     }
-
-    /// Prints the complaints (WARN/ERROR lines) in an instance's log, if any.
-    fn report_log(&self, inst: &instance::Instance) {
-        print_complaints(&inst.complaints(), inst.log());
-    }
 }
 
 /// What one scenario gave: its tables and, measured in rounds, every round's figures.
@@ -156,7 +150,7 @@ pub fn summary(check: bool) -> Result<()> {
 /// again (also when a scenario fails: the ones done are recorded).
 pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
     let scenarios = scenario.expand();
-    check_options(&scenarios, output)?;
+    check_options(output)?;
     let started = Instant::now();
     let now = SystemTime::now();
     let stamp = now
@@ -245,9 +239,9 @@ pub fn run(scenario: Scenario, bin: &Path, output: &Options) -> Result<()> {
     failed.map_or(Ok(()), Err)
 }
 
-/// Fails, naming the fix, on options that do not go together: a record of a quick run, or
-/// options of the scenarios in rounds given to one that is not.
-fn check_options(scenarios: &[Scenario], output: &Options) -> Result<()> {
+/// Fails, naming the fix, on options that do not go together: a record of a quick run, or no
+/// round at all.
+fn check_options(output: &Options) -> Result<()> {
     if output.record && (output.quick || output.rounds.is_some()) {
         bail!(
             "--record keeps full runs only: drop --quick and --rounds (they are for trying a \
@@ -256,25 +250,6 @@ fn check_options(scenarios: &[Scenario], output: &Options) -> Result<()> {
     }
     if output.rounds == Some(0) {
         bail!("--rounds 0 measures nothing: give at least 1");
-    }
-    let in_rounds_only = [
-        ("--rounds", output.rounds.is_some()),
-        ("--quick", output.quick),
-        ("--against", output.against.is_some()),
-    ];
-    for (flag, given) in in_rounds_only {
-        let single: Vec<String> = scenarios
-            .iter()
-            .filter(|s| !(s.in_rounds() || flag == "--against" && **s == Scenario::BpfCost))
-            .map(|s| s.name())
-            .collect();
-        if given && !single.is_empty() {
-            bail!(
-                "{flag} works for the scenarios measured in rounds, and {} is not yet: run it \
-                 without {flag}",
-                single.join(", ")
-            );
-        }
     }
     Ok(())
 }
@@ -344,19 +319,13 @@ mod tests {
             record: true,
             ..Options::default()
         };
-        let err = check_options(&[Scenario::Stall], &quick_record).unwrap_err();
+        let err = check_options(&quick_record).unwrap_err();
         assert!(err.to_string().contains("drop --quick"), "{err}");
-        let rounds = Options {
-            rounds: Some(2),
+        let none = Options {
+            rounds: Some(0),
             ..Options::default()
         };
-        assert!(check_options(&[Scenario::Stall], &rounds).is_ok());
-        let err = check_options(&[Scenario::Dns], &rounds).unwrap_err();
-        assert!(err.to_string().contains("dns is not yet"), "{err}");
-        let against = Options {
-            against: Some("main".into()),
-            ..Options::default()
-        };
-        assert!(check_options(&[Scenario::BpfCost], &against).is_ok());
+        assert!(check_options(&none).is_err());
+        assert!(check_options(&Options::default()).is_ok());
     }
 }

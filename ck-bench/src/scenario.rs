@@ -6,10 +6,9 @@ use anyhow::{Result, bail};
 
 use crate::scenarios::{
     bpf_cost, chaos, conn_count, cork, dns, footprint, latency, long_lived, overhead, quic,
-    quic_stacks, ready_slow, recovery, reload, spread, stall, sticky, supervisor_cpu, udp_cost,
-    udp_rate, upgrade,
+    ready_slow, recovery, reload, spread, stall, sticky, supervisor_cpu, udp_cost, udp_rate,
+    upgrade,
 };
-use crate::table::Table;
 use crate::{Bench, Outcome};
 
 /// What to measure.
@@ -141,7 +140,7 @@ impl Scenario {
             Scenario::Reload => files!("reload.rs"),
             Scenario::Upgrade => files!("upgrade.rs", "survive.rs"),
             Scenario::Overhead => files!("overhead.rs"),
-            Scenario::BpfCost => files!("bpf_cost.rs"),
+            Scenario::BpfCost => files!("bpf_cost.rs", "grid.rs"),
             Scenario::Latency => files!("latency.rs"),
             Scenario::Footprint => files!("footprint.rs"),
             Scenario::ConnCount => files!("conn_count.rs"),
@@ -153,58 +152,37 @@ impl Scenario {
             Scenario::Chaos => files!("chaos.rs"),
             Scenario::Cork => files!("cork.rs"),
             Scenario::ReadySlow => files!("ready_slow.rs"),
-            Scenario::Quic => files!("quic.rs", "quic_stacks.rs"),
+            Scenario::Quic => files!("quic.rs", "quic_stacks.rs", "grid.rs"),
             Scenario::UdpRate => files!("udp_rate.rs"),
-            Scenario::UdpCost => files!("udp_cost.rs"),
+            Scenario::UdpCost => files!("udp_cost.rs", "minimal_program.rs", "grid.rs"),
             Scenario::Dns => files!("dns.rs"),
             Scenario::All | Scenario::Summary => &[],
         }
     }
 
-    /// Whether it is measured in interleaved rounds (and so takes `--rounds`, `--quick` and
-    /// `--against`).
-    pub fn in_rounds(self) -> bool {
-        matches!(
-            self,
-            Scenario::Recovery
-                | Scenario::Overhead
-                | Scenario::Reload
-                | Scenario::Upgrade
-                | Scenario::Latency
-                | Scenario::Stall
-                | Scenario::SupervisorCpu
-                | Scenario::Chaos
-                | Scenario::Cork
-                | Scenario::ReadySlow
-                | Scenario::UdpRate
-        )
-    }
-
     /// Runs it.
     pub fn run(self, bench: &Bench) -> Result<Outcome> {
-        // The scenarios not measured in rounds: their tables, one run each.
-        let single = |tables: Vec<Table>| Ok(Outcome::from(tables));
         match self {
             Scenario::Recovery => recovery::run(bench),
             Scenario::Reload => reload::run(bench),
             Scenario::Upgrade => upgrade::run(bench),
             Scenario::Overhead => overhead::run(bench),
-            Scenario::BpfCost => single(vec![bpf_cost::run(bench)?]),
+            Scenario::BpfCost => bpf_cost::run(bench),
             Scenario::Latency => latency::run(bench),
-            Scenario::Footprint => single(vec![footprint::run(bench)?]),
-            Scenario::ConnCount => single(vec![conn_count::run(bench)?]),
-            Scenario::Spread => single(vec![spread::run(bench)?]),
+            Scenario::Footprint => footprint::run(bench),
+            Scenario::ConnCount => conn_count::run(bench),
+            Scenario::Spread => spread::run(bench),
             Scenario::Stall => stall::run(bench),
-            Scenario::Sticky => single(vec![sticky::run(bench)?]),
-            Scenario::LongLived => single(vec![long_lived::run(bench)?]),
+            Scenario::Sticky => sticky::run(bench),
+            Scenario::LongLived => long_lived::run(bench),
             Scenario::SupervisorCpu => supervisor_cpu::run(bench),
             Scenario::Chaos => chaos::run(bench),
             Scenario::Cork => cork::run(bench),
             Scenario::ReadySlow => ready_slow::run(bench),
-            Scenario::Quic => single(vec![quic::run(bench)?, quic_stacks::run(bench)?]),
+            Scenario::Quic => quic::run(bench),
             Scenario::UdpRate => udp_rate::run(bench),
-            Scenario::UdpCost => single(vec![udp_cost::run(bench)?]),
-            Scenario::Dns => single(vec![dns::run(bench)?]),
+            Scenario::UdpCost => udp_cost::run(bench),
+            Scenario::Dns => dns::run(bench),
             Scenario::All | Scenario::Summary => {
                 bail!("{} is not one scenario: expand it first", self.name())
             }

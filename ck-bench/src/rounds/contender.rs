@@ -17,8 +17,9 @@ use ck_tests::sys::free_port;
 use crate::Bench;
 use crate::bare::BareFleet;
 
-/// How long a ck contender's workers get to be ready (and its program to steer).
-const READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a ck contender's workers get to be ready (and its program to steer); also what
+/// a scenario gives a fleet it scaled.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// How often a ck contender's status is asked while waiting for it.
 const STATUS_POLL: Duration = Duration::from_millis(10);
 
@@ -128,8 +129,8 @@ impl Contender {
     }
 
     /// Starts it without waiting for its workers (the bare fleet does wait: it has no other
-    /// way to tell).
-    fn spawn(&self, bench: &Bench, what: &str, group: &Group) -> Result<Fleet> {
+    /// way to tell): for a scenario that times the start itself.
+    pub fn spawn(&self, bench: &Bench, what: &str, group: &Group) -> Result<Fleet> {
         let proto = if group.udp { Proto::Udp } else { Proto::Tcp };
         let port = free_port();
         match self.role {

@@ -1,170 +1,189 @@
-//! The `bpf-cost` table (also the first table of `overhead`): what ck's `ck_select` program
-//! costs per selection, from the kernel's own accounting (`run_time_ns / run_cnt`, see
-//! [`ck_tests::bpf_stats`]), for each policy and for 2, 16 and 64 workers. Wall-clock rates on a
-//! shared machine swing by 10 % between runs; the kernel's figure for the program alone does
-//! not depend on the load client or the workers.
+//! The `bpf-cost` scenario: what ck's `ck_select` program costs per selection, from the
+//! kernel's own accounting (`run_time_ns / run_cnt`, see [`ck_tests::bpf_stats`]), for each
+//! policy and for 2, 16 and 64 workers. Wall-clock rates on a shared machine swing by 10 %
+//! between runs; the kernel's figure for the program alone does not depend on the load client
+//! or the workers.
 //!
-//! Per worker count, one instance per policy runs side by side (and as many of the `--against`
-//! binary, to compare two builds of the program in the same rounds); in each of [`ROUNDS`]
-//! rounds (taking turns), [`CONNECTIONS`] new connections go to each, and the program's
-//! counters are read before and after. Reported: the median of the rounds' ns per selection,
-//! every round under the table, and the runs counted (the load's connections plus ck's canary,
-//! one a second).
+//! A contender per policy and worker count (and with `--against` its copy on the other build,
+//! comparing two builds of the program in the same rounds), all running side by side; in each
+//! of [`ROUNDS`] rounds (the order rotating) each in turn takes new connections for [`LOAD`],
+//! the program's counters read before and after. Reported: per policy and worker count the
+//! median of the rounds' ns per selection (with the lowest and highest), the runs counted (the
+//! load's connections plus ck's canary, one a second), and with `--against` the per-round ratio
+//! of the two builds.
 
-use std::path::Path;
+use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
+use ck_tests::bpf_stats::{self, StatsOn};
 use ck_tests::load::{self, LoadSpec, Mode};
 
-use crate::Bench;
-use crate::instance::{Instance, Variant};
-use crate::plot::bars::{self, Bars, Group};
-use crate::table::{Cell, Goal, Table, median};
-use ck_tests::bpf_stats::{self, StatsOn};
+use super::grid;
+use crate::plot::bars::{self, Bars, Group as BarGroup};
+use crate::rounds::contender::{self, Fleet};
+use crate::rounds::{Contender, Figures, Group, Layout, Measured};
+use crate::table::{Table, Unit};
+use crate::{Bench, Outcome};
 
-/// The policies, in table order.
+/// The policies, in row order.
 const POLICIES: [&str; 5] = ["round-robin", "hash", "least-queue", "sticky", "least-conn"];
 /// The worker counts (64 is `--workers`' maximum).
 const WORKERS: [u32; 3] = [2, 16, 64];
-/// New connections per round and instance.
-const CONNECTIONS: u64 = 3_000;
+/// Length of one contender's load in a round.
+const LOAD: Duration = Duration::from_millis(600);
 /// Concurrent load connections.
 const CLIENTS: usize = 16;
-/// Rounds per instance. Many short rounds and their median: a round during which other work
-/// on the machine evicted the maps and sockets from the caches is an outlier, not a shift.
+/// Rounds: no goal bounds a ratio, and a round takes a quarter of a minute. Many short rounds
+/// and their median: a round during which other work on the machine evicted the maps and
+/// sockets from the caches is an outlier, not a shift.
 const ROUNDS: usize = 15;
 
-/// One policy of one build at one worker count: ns per selection and runs counted, per round.
-#[derive(Debug, Default, Clone)]
-struct Cost {
-    ns: Vec<f64>,
-    runs: Vec<u64>,
+/// The grid's column of `workers` workers.
+fn column(workers: u32) -> String {
+    format!("{workers} workers")
 }
 
-impl Cost {
-    /// The median of the rounds.
-    fn median_ns(&self) -> f64 {
-        median(&self.ns)
-    }
+/// The contenders: each policy at each worker count (the setup is the count's index).
+fn contenders() -> Vec<Contender> {
+    WORKERS
+        .iter()
+        .enumerate()
+        .flat_map(|(w, workers)| {
+            POLICIES.iter().map(move |p| {
+                Contender::ck(&grid::label(&column(*workers), p), &["--policy", *p]).with_setup(w)
+            })
+        })
+        .collect()
 }
-
-/// `costs[build][workers][policy]`: build 0 is the measured ck, build 1 the `--against` one.
-type Costs = Vec<Vec<Vec<Cost>>>;
 
 /// Measures every policy at every worker count and returns the table (with a bar plot).
-pub fn run(bench: &Bench) -> Result<Table> {
+pub fn run(bench: &Bench) -> Result<Outcome> {
     let _stats = StatsOn::enable()?;
-    let against = bench.against.as_ref().map(|a| a.bin.as_path());
-    let bins: Vec<&Path> = [Some(bench.bin.as_path()), against]
-        .into_iter()
-        .flatten()
-        .collect();
-    let mut costs: Costs = bins.iter().map(|_| Vec::new()).collect();
-    for workers in WORKERS {
-        for (b, cost) in measure(bench, &bins, workers)?.into_iter().enumerate() {
-            costs[b].push(cost);
-        }
+    let plan = bench.plan("bpf-cost", ROUNDS, contenders());
+    let mut fleets = Vec::new();
+    let mut programs = Vec::new();
+    for (i, c) in plan.contenders().iter().enumerate() {
+        let fleet = c.start(bench, &format!("cost{i}"), &Group::demo(WORKERS[c.setup]))?;
+        programs.push(bpf_stats::program_of(ck_of(&fleet)?.name())?);
+        fleets.push(fleet);
     }
-    let labels = ["", ", --against"];
-    let mut t = table(&costs, &labels);
-    if let Some(against) = &bench.against {
-        t.note(format!(
-            "--against = {} ({})",
-            against.rev,
-            against.bin.display()
-        ));
-    }
-    let plot = plot(&costs, &labels);
+    let measured = plan.run(bench, |i, c, _| {
+        measure(bench, &fleets[i], programs[i], &c.label)
+    })?;
+    contender::stop_all(bench, fleets)?;
+    let mut t = table(&measured)?;
+    let plot = plot(&measured);
     t.plot_with(bench.plot_path("bpf-cost"), |path| bars::draw(path, &plot));
-    Ok(t)
+    Ok(measured.outcome(vec![t]))
 }
 
-/// The table: one row per policy (and build), one column per worker count.
-fn table(costs: &Costs, labels: &[&str]) -> Table {
-    let columns: Vec<String> = WORKERS.iter().map(|w| format!("{w} workers")).collect();
-    let mut t = Table::with_columns(
+/// One contender's round: new connections, the program's counters around them.
+fn measure(bench: &Bench, fleet: &Fleet, program: u32, label: &str) -> Result<Figures> {
+    let before = bpf_stats::read(program)?;
+    let report = load::run(LoadSpec::for_duration(
+        fleet.addr(),
+        Mode::NewConnection,
+        CLIENTS,
+        bench.span(LOAD),
+    ));
+    let after = bpf_stats::read(program)?;
+    let (runs, ns) = before.until(after);
+    let Some(ns) = ns.filter(|_| runs >= report.ok && report.ok > 0) else {
+        bail!(
+            "{label}: the kernel counted {runs} run(s) of {} for {} answered connections: are \
+             BPF run-time statistics working?",
+            bpf_stats::PROGRAM,
+            report.ok
+        );
+    };
+    bench.progress(format_args!("bpf-cost: {label}: {ns:.1} ns ({runs} runs)"));
+    let mut f = Figures::new();
+    f.set("ns", ns).set("runs", runs as f64);
+    Ok(f)
+}
+
+/// The `ck run` of a fleet.
+fn ck_of(fleet: &Fleet) -> Result<&ck_tests::ck::Ck> {
+    fleet
+        .instance()
+        .context("bpf-cost's contenders are ck instances")
+}
+
+/// The table: a row per policy, a column per worker count (and `--against` copy).
+fn table(m: &Measured) -> Result<Table> {
+    let counts: Vec<String> = WORKERS.iter().map(|w| column(*w)).collect();
+    let counts: Vec<&str> = counts.iter().map(String::as_str).collect();
+    let columns = grid::columns(m, &counts);
+    let names: Vec<&str> = columns.iter().map(String::as_str).collect();
+    let mut t = Layout::with_columns(
+        m,
         &format!(
-            "bpf-cost: ns per selection of the ck_select program (kernel run_time_ns / run_cnt), \
-             {CONNECTIONS} new connections per round, {ROUNDS} rounds, median shown"
+            "bpf-cost: ns per selection of the ck_select program (kernel run_time_ns / \
+             run_cnt), new connections for {} ms per contender and round",
+            LOAD.as_millis()
         ),
-        &columns.iter().map(String::as_str).collect::<Vec<_>>(),
+        &names,
     );
-    t.ratio_between(WORKERS.len() - 1, 0);
-    for (p, policy) in POLICIES.iter().enumerate() {
-        for (b, build) in costs.iter().enumerate() {
-            t.row_of(
-                &format!("{policy}{}", labels[b]),
-                build.iter().map(|w| ns_cell(w[p].median_ns())).collect(),
-                Goal::None,
-            );
-        }
-        if let [now, before] = costs.as_slice() {
-            // Text only, so that the ratio column stays empty on this row.
-            let ratios = now
-                .iter()
-                .zip(before)
-                .map(|(n, b)| Cell::text(&format!("{:.2}", n[p].median_ns() / b[p].median_ns())));
-            t.row_of(
-                &format!("{policy}: ck / --against"),
-                ratios.collect(),
-                Goal::None,
-            );
-        }
-    }
-    for (b, build) in costs.iter().enumerate() {
-        for (w, workers) in WORKERS.iter().enumerate() {
-            for (p, policy) in POLICIES.iter().enumerate() {
-                let c = &build[w][p];
-                let rounds: Vec<String> =
-                    c.ns.iter()
-                        .zip(&c.runs)
-                        .map(|(ns, runs)| format!("{ns:.1} ns ({runs} runs)"))
-                        .collect();
-                t.note(format!(
-                    "{policy}{}, {workers} workers: {}",
-                    labels[b],
-                    rounds.join(", ")
-                ));
-            }
+    for policy in POLICIES {
+        t.row(policy, grid::medians(m, &columns, policy, "ns", Unit::Ns));
+        t.row(
+            &format!("{policy}: runs counted"),
+            grid::medians(m, &columns, policy, "runs", Unit::Count),
+        )
+        .detail();
+        if let Some(cells) = grid::against(m, &columns, policy, "ns") {
+            t.row(&format!("{policy}: this build / the other"), cells);
         }
     }
     t.note(
         "runs = selections the kernel counted in the round: the load's new connections plus \
          ck's canary (one a second); the time includes the kernel's own timing of each run",
     );
-    if costs.len() > 1 {
-        t.note("ck / --against = the median of the rounds' ratios (each round measures both)");
-    }
-    t
+    t.finish()
 }
 
-/// Bars per worker count: one per policy (and build), dots for the rounds.
-fn plot(costs: &Costs, labels: &[&str]) -> Bars {
-    let keys = POLICIES
+/// Bars per worker count: one per policy (and build), the median, dots for the rounds.
+fn plot(m: &Measured) -> Bars {
+    let counts: Vec<String> = WORKERS.iter().map(|w| column(*w)).collect();
+    let counts: Vec<&str> = counts.iter().map(String::as_str).collect();
+    let columns = grid::columns(m, &counts);
+    let rev = columns
         .iter()
-        .flat_map(|p| (0..costs.len()).map(move |b| format!("{p}{}", labels[b])))
+        .find_map(|c| c.split_once(" @").map(|(_, r)| r));
+    let keys: Vec<String> = POLICIES
+        .iter()
+        .flat_map(|p| std::iter::once(p.to_string()).chain(rev.map(|r| format!("{p} @{r}"))))
         .collect();
-    let groups = WORKERS
+    let groups = columns
         .iter()
-        .enumerate()
-        .map(|(w, workers)| {
-            let cells = || {
-                POLICIES
+        .filter(|c| !c.contains(" @"))
+        .map(|c| {
+            let labels: Vec<String> = POLICIES
+                .iter()
+                .flat_map(|p| {
+                    std::iter::once(grid::label(c, p))
+                        .chain(rev.map(|r| grid::contender(&format!("{c} @{r}"), p)))
+                })
+                .collect();
+            BarGroup {
+                label: c.clone(),
+                values: labels
                     .iter()
-                    .enumerate()
-                    .flat_map(|(p, _)| costs.iter().map(move |b| &b[w][p]))
-            };
-            Group {
-                label: format!("{workers} workers"),
-                values: cells().map(Cost::median_ns).collect(),
-                runs: cells().map(|c| c.ns.clone()).collect(),
+                    .map(|l| m.stat(l, "ns").map_or(f64::NAN, |s| s.median))
+                    .collect(),
+                runs: labels
+                    .iter()
+                    .map(|l| m.values(l, "ns").into_iter().flatten().collect())
+                    .collect(),
             }
         })
         .collect();
     Bars {
-        title: "ck_select: ns per selection (kernel accounting), median of the rounds (dots: \
-                each round)"
-            .into(),
+        title: format!(
+            "ck_select: ns per selection (kernel accounting), median of {} rounds (dots: each \
+             round)",
+            m.rounds.len()
+        ),
         y_desc: "ns per selection".into(),
         keys,
         groups,
@@ -173,113 +192,64 @@ fn plot(costs: &Costs, labels: &[&str]) -> Bars {
     }
 }
 
-/// Starts one instance per policy of each of `bins` with `workers` workers and measures them
-/// in turn; returns `[bin][policy]`.
-fn measure(bench: &Bench, bins: &[&Path], workers: u32) -> Result<Vec<Vec<Cost>>> {
-    // Policy by policy, the builds one after the other: a build's round and the other's of the
-    // same policy are measured back to back.
-    let mut instances = Vec::new();
-    for (p, policy) in POLICIES.iter().enumerate() {
-        for (b, bin) in bins.iter().enumerate() {
-            let inst = Instance::start(
-                bin,
-                &bench.log_dir,
-                &format!("cost{b}-{policy}-{workers}"),
-                Variant::Ck,
-                workers,
-                &["--policy", policy],
-            )?;
-            instances.push((b, p, inst));
-        }
-    }
-    let mut programs = Vec::new();
-    for (_, _, inst) in &mut instances {
-        inst.wait_ready(workers as usize)?;
-        programs.push(bpf_stats::program_of(inst.name())?);
-    }
-    let mut costs = vec![vec![Cost::default(); POLICIES.len()]; bins.len()];
-    for round in 1..=ROUNDS {
-        for ((b, p, inst), program) in instances.iter().zip(&programs) {
-            bench.progress(format_args!(
-                "bpf-cost: {}{} with {workers} workers, round {round}/{ROUNDS}",
-                POLICIES[*p],
-                if *b == 0 { "" } else { " (--against)" }
-            ));
-            let before = bpf_stats::read(*program)?;
-            let report = load::run(LoadSpec::for_requests(
-                inst.addr(),
-                Mode::NewConnection,
-                CLIENTS,
-                CONNECTIONS,
-            ));
-            let after = bpf_stats::read(*program)?;
-            let (runs, ns) = before.until(after);
-            let Some(ns) = ns.filter(|_| runs >= report.ok) else {
-                bail!(
-                    "the kernel counted {runs} run(s) of {} for {} answered connections: are \
-                     BPF run-time statistics working?",
-                    bpf_stats::PROGRAM,
-                    report.ok
-                );
-            };
-            costs[*b][*p].ns.push(ns);
-            costs[*b][*p].runs.push(runs);
-        }
-    }
-    for (_, _, inst) in instances {
-        bench.report_log(&inst);
-        inst.stop()?;
-    }
-    Ok(costs)
-}
-
-/// A cost in ns.
-pub(super) fn ns_cell(ns: f64) -> Cell {
-    Cell {
-        text: format!("{ns:.1} ns"),
-        num: Some(ns),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::collections::BTreeMap;
 
-    fn cost(ns: f64) -> Cost {
-        Cost {
-            ns: vec![ns, ns + 10.0, ns - 10.0],
-            runs: vec![10_001; 3],
-        }
-    }
+    use super::*;
+    use crate::rounds::{Plan, RoundFigures};
 
     #[test]
-    fn table_compares_two_builds() {
-        let build = |base: f64| {
-            WORKERS
-                .iter()
-                .map(|w| {
-                    (0..POLICIES.len())
-                        .map(|p| cost(base + f64::from(*w) + p as f64))
-                        .collect()
-                })
-                .collect::<Vec<Vec<Cost>>>()
+    fn the_table_has_a_row_per_policy_and_compares_two_builds_round_by_round() {
+        let against = Some(("abc", "/old/ck".as_ref()));
+        let plan = Plan::new("bpf-cost", ROUNDS, contenders(), "/ck".as_ref(), against);
+        assert_eq!(plan.contenders().len(), 30);
+        let ns = |label: &str, r: usize| {
+            let base = if label.contains(" @") { 250.0 } else { 200.0 };
+            let workers: f64 = label.split(' ').next().unwrap().parse().unwrap();
+            base + workers + r as f64
         };
-        let costs = vec![build(200.0), build(250.0)];
-        let text = table(&costs, &["", ", --against"]).render();
-        for line in [
-            "round-robin                 |  202.0 ns |   216.0 ns |   264.0 ns |  1.31 |",
-            "round-robin, --against      |  252.0 ns |   266.0 ns |   314.0 ns |  1.25 |",
-            "round-robin: ck / --against |      0.80 |       0.81 |       0.84 |     - |",
-        ] {
-            assert!(text.contains(line), "no {line:?} in {text}");
-        }
-        assert!(
-            text.contains("least-queue, 64 workers: 266.0 ns (10001 runs), 276.0 ns"),
-            "{text}"
+        let round = |r: usize| RoundFigures {
+            order: vec![],
+            figures: plan
+                .contenders()
+                .iter()
+                .map(|c| {
+                    let f = BTreeMap::from([
+                        ("ns".to_string(), ns(&c.label, r)),
+                        ("runs".to_string(), 3001.0),
+                    ]);
+                    (c.label.clone(), f)
+                })
+                .collect(),
+            seconds: 15.0,
+        };
+        let m = Measured::new(plan.clone(), (0..ROUNDS).map(round).collect());
+        let t = table(&m).unwrap();
+        assert_eq!(
+            t.columns,
+            [
+                "2 workers",
+                "2 workers @abc",
+                "16 workers",
+                "16 workers @abc",
+                "64 workers",
+                "64 workers @abc"
+            ]
         );
-        let bars = plot(&costs, &["", ", --against"]);
+        let row = |name: &str| t.rows.iter().find(|r| r.metric == name).unwrap();
+        assert_eq!(row("hash").cells[0].text, "209.0 ns (202.0-216.0)");
+        assert_eq!(row("hash").cells[5].text, "321.0 ns (314.0-328.0)");
+        assert_eq!(
+            row("hash: this build / the other").cells[4].text,
+            "0.84 (0.84-0.85)"
+        );
+        assert_eq!(row("hash: this build / the other").cells[5].text, "");
+        let bars = plot(&m);
         assert_eq!(bars.keys.len(), 10);
-        // Round-robin of the --against build, 64 workers.
-        assert_eq!(bars.groups[2].values[1], 314.0);
+        assert_eq!(bars.groups.len(), 3);
+        // Round-robin of the other build, 64 workers.
+        assert_eq!(bars.groups[2].values[1], 321.0);
+        assert_eq!(bars.groups[2].runs[1].len(), ROUNDS);
     }
 }

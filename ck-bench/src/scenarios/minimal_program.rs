@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result, bail};
 use aya::{Ebpf, EbpfLoader, maps::ReusePortSockArray, programs::SkReuseport};
 use nix::sys::socket::{SockType, SockaddrStorage, getsockname, getsockopt, sockopt};
 
-use crate::instance::Instance;
+use ck_tests::ck::Ck;
 
 /// The program's name in the object.
 const PROGRAM: &str = "ck_udp_minimal";
@@ -31,8 +31,8 @@ impl Minimal {
     /// Loads the program from `ck`'s object and attaches it to the group of `fleet` (a
     /// `--no-bpf` instance with one UDP group): slot `i` of its `sockets` map is the socket of
     /// the `i`-th serving worker.
-    pub fn attach(ck: &Path, fleet: &Instance) -> Result<Minimal> {
-        let pids = fleet.serving_pids()?;
+    pub fn attach(ck: &Path, fleet: &Ck) -> Result<Minimal> {
+        let pids = fleet.status()?.serving_pids();
         let sockets = pids
             .iter()
             .map(|pid| socket_of(*pid, fleet.addr().port()))

@@ -1,5 +1,5 @@
 //! The scenarios, one file each (and the helpers several of them share: [`three_loads`],
-//! [`fleet`] and [`peers`], [`minimal_program`]).
+//! [`fleet`] and [`peers`], [`minimal_program`], [`grid`]).
 
 pub mod bpf_cost;
 pub mod chaos;
@@ -8,6 +8,7 @@ pub mod cork;
 pub mod dns;
 pub mod fleet;
 pub mod footprint;
+pub mod grid;
 pub mod latency;
 pub mod long_lived;
 pub mod minimal_program;

@@ -1,34 +1,44 @@
-//! The `udp-cost` table: what ck's UDP program (`ck_select_udp`) costs per datagram in each
+//! The `udp-cost` scenario: what ck's UDP program (`ck_select_udp`) costs per datagram in each
 //! `--udp-mode`, from the kernel's own accounting (`run_time_ns / run_cnt`, see
-//! [`ck_tests::bpf_stats`]), beside `ck_udp_minimal`: a program that only picks
-//! `hash % n` from the same socket array (see [`super::minimal_program`]), attached to a plain
-//! `--no-bpf` fleet and measured the same way.
+//! [`ck_tests::bpf_stats`]), beside `ck_udp_minimal`: a program that only picks `hash % n` from
+//! the same socket array (see [`super::minimal_program`]), attached to a plain `--no-bpf` fleet
+//! and measured the same way.
 //!
-//! Two loads, each on fleets of [`WORKERS`] workers started side by side: real QUIC (the
-//! quinn and h3 example server, its client holding 64 connections that each send a request every
-//! 100 ms: Initials, handshakes and short-header packets) under `quic`, `flow` and
-//! `stateless` mode; and many small flows (the demo worker answering 256 client sockets, one
-//! datagram in flight each) under `flow` and `stateless` mode. [`ROUNDS`] rounds, taking turns
-//! (each round starts with the next fleet); reported: the median of the rounds' ns per
-//! datagram, and each mode over the minimal program.
+//! Two loads, each on fleets of [`WORKERS`] workers, all started side by side: real QUIC (the
+//! quinn and h3 example server, its client holding 64 connections that each send a request
+//! every 100 ms: Initials, handshakes and short-header packets) under `quic`, `flow` and
+//! `stateless` mode and the minimal program; and many small flows (the demo worker answering
+//! 256 client sockets, one datagram in flight each) under `flow` and `stateless` mode and the
+//! minimal program. In each of [`ROUNDS`] rounds (the order rotating) each fleet takes its
+//! load in turn. Reported: each mode's median ns per datagram, and its per-round ratio to the
+//! minimal program measured in the same round. The goal: each mode that keeps state per flow
+//! or connection (`quic` and `flow`) at most twice the minimal program, under each load.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use ck_tests::bpf_stats::{self, RunStats, StatsOn};
+use ck_tests::bpf_stats::{self, StatsOn};
 
-use super::bpf_cost::ns_cell;
+use super::grid;
 use super::minimal_program::Minimal;
-use crate::Bench;
-use crate::instance::{Instance, Variant};
-use crate::table::{Goal, Table, median};
+use crate::rounds::contender::{self, App, Fleet};
+use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured, Role};
+use crate::table::{Table, Unit};
+use crate::{Bench, Outcome};
 
 /// Workers of each fleet.
 const WORKERS: u32 = 4;
-/// Rounds per fleet.
-const ROUNDS: usize = 5;
-/// How long the QUIC client runs in a round (the small flows run `udp_rate`'s 3 s).
-const QUIC_MS: u128 = 3_000;
+/// Rounds: its goal bounds a ratio at 2, far from 1, and a round takes about half a minute:
+/// the safe default.
+const ROUNDS: usize = 7;
+/// How long the QUIC client runs in a round (the small flows run `udp_rate`'s
+/// [`super::udp_rate::RUN`]).
+const QUIC_RUN: Duration = Duration::from_secs(3);
+/// The minimal program's column.
+const MINIMAL: &str = "minimal";
+/// The most ns per datagram of a stateful mode, as a multiple of the minimal program's.
+const MOST_OVER_MINIMAL: f64 = 2.0;
 
 /// The two loads.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,6 +49,9 @@ enum Load {
     SmallFlows,
 }
 
+/// The loads, in row order (a contender's setup is its load's index).
+const LOADS: [Load; 2] = [Load::Quic, Load::SmallFlows];
+
 impl Load {
     /// The modes measured under this load (`quic` mode needs QUIC datagrams).
     fn modes(self) -> &'static [&'static str] {
@@ -48,192 +61,246 @@ impl Load {
         }
     }
 
-    /// The row names' description of the load.
+    /// The modes its goal is about: the ones that keep state.
+    fn held_to_goal(self) -> &'static [&'static str] {
+        match self {
+            Load::Quic => &["quic", "flow"],
+            Load::SmallFlows => &["flow"],
+        }
+    }
+
+    /// The rows' (and the contenders' labels') description of the load.
     fn text(self) -> &'static str {
         match self {
             Load::Quic => "HTTP/3 connections",
             Load::SmallFlows => "small flows",
         }
     }
+
+    /// The workers of its fleets.
+    fn group(self, quic_bin: &Path) -> Group {
+        let app = match self {
+            Load::Quic => App::Program {
+                argv: vec![quic_bin.display().to_string(), "serve".into()],
+                env: Vec::new(),
+                bare_env: Vec::new(),
+            },
+            Load::SmallFlows => App::Demo,
+        };
+        Group {
+            workers: WORKERS,
+            udp: true,
+            app,
+        }
+    }
+}
+
+/// The contenders: under each load, ck in each mode and the minimal program on a plain fleet.
+fn contenders() -> Vec<Contender> {
+    let mut all = Vec::new();
+    for (l, load) in LOADS.iter().enumerate() {
+        for mode in load.modes() {
+            let label = grid::label(mode, load.text());
+            all.push(Contender::ck(&label, &["--udp-mode", *mode]).with_setup(l));
+        }
+        let label = grid::label(MINIMAL, load.text());
+        all.push(Contender::no_bpf(&label, &["--udp-mode", "flow"]).with_setup(l));
+    }
+    all
 }
 
 /// One fleet and the program measured on it.
-struct Fleet {
-    /// `quic`, `flow`, `stateless`, or `minimal`.
-    mode: &'static str,
-    /// The fleet's ck.
-    inst: Instance,
+struct Measuring {
+    fleet: Fleet,
     /// The id of the program measured.
     program: u32,
     /// The minimal program, held while its fleet runs.
     _minimal: Option<Minimal>,
-    /// ns per datagram, per round.
-    ns: Vec<f64>,
-    /// Datagrams counted, per round.
-    runs: Vec<u64>,
 }
 
 /// Measures both loads and returns the table.
-pub fn run(bench: &Bench) -> Result<Table> {
+pub fn run(bench: &Bench) -> Result<Outcome> {
     let _stats = StatsOn::enable()?;
-    let mut table = Table::with_columns(
-        &format!(
-            "udp-cost: ns per datagram of ck's UDP program (kernel run_time_ns / run_cnt) beside \
-             a minimal hash % n program, {WORKERS} workers, {ROUNDS} rounds, median shown"
-        ),
-        &["ck", "minimal"],
-    );
-    for load in [Load::Quic, Load::SmallFlows] {
-        let fleets = measure(bench, load)?;
-        let minimal = fleets.last().context("no minimal fleet")?;
-        let minimal_ns = median(&minimal.ns);
-        for fleet in &fleets[..fleets.len() - 1] {
-            let goal = match fleet.mode {
-                "stateless" => Goal::None,
-                _ => Goal::RatioAtMost(2.0),
-            };
-            table.row(
-                &format!("{} mode, {}: ns per datagram", fleet.mode, load.text()),
-                ns_cell(median(&fleet.ns)),
-                ns_cell(minimal_ns),
-                goal,
-            );
-        }
-        for fleet in &fleets {
-            let rounds: Vec<String> = fleet
-                .ns
-                .iter()
-                .zip(&fleet.runs)
-                .map(|(ns, runs)| format!("{ns:.1} ns ({runs} datagrams)"))
-                .collect();
-            table.note(format!(
-                "{}, {}: {}",
-                fleet.mode,
-                load.text(),
-                rounds.join(", ")
-            ));
-        }
-    }
-    table.note(
-        "datagrams = runs the kernel counted in the round; ck's also include its steering \
-         canary (one a second). The time includes the kernel's own timing of each run.",
-    );
-    Ok(table)
-}
-
-/// One fleet's rounds.
-struct Rounds {
-    /// `quic`, `flow`, `stateless`, or `minimal`.
-    mode: &'static str,
-    /// ns per datagram, per round.
-    ns: Vec<f64>,
-    /// Datagrams counted, per round.
-    runs: Vec<u64>,
-}
-
-/// Starts the fleets of `load` (ck's modes, then the minimal program on a plain fleet) and
-/// measures them in turns; returns their rounds, the minimal program's last.
-fn measure(bench: &Bench, load: Load) -> Result<Vec<Rounds>> {
     let quic_bin = super::quic::example()?;
-    let quic_text = quic_bin.to_str().context("a UTF-8 path")?.to_string();
-    let app: Vec<&str> = match load {
-        Load::Quic => vec!["--", &quic_text, "serve"],
-        Load::SmallFlows => Vec::new(),
-    };
+    let plan = bench.plan("udp-cost", ROUNDS, contenders());
     let mut fleets = Vec::new();
-    for mode in load.modes().iter().copied().chain(["minimal"]) {
-        let (variant, udp_mode) = match mode {
-            "minimal" => (Variant::Baseline, "flow"),
-            _ => (Variant::Ck, mode),
-        };
-        let mut args = vec!["--udp-mode", udp_mode];
-        args.extend(&app);
-        let inst = Instance::start_udp(
-            &bench.bin,
-            &bench.log_dir,
-            &format!("udp-cost-{mode}"),
-            variant,
-            WORKERS,
-            &args,
-        )?;
-        fleets.push((mode, inst));
-    }
-    let mut measured = Vec::new();
-    for (mode, mut inst) in fleets {
-        inst.wait_ready(WORKERS as usize)?;
-        let (program, minimal) = match mode {
-            "minimal" => {
-                let minimal = Minimal::attach(&bench.bin, &inst)?;
-                (minimal.id, Some(minimal))
-            }
-            _ => (
+    for (i, c) in plan.contenders().iter().enumerate() {
+        let group = LOADS[c.setup].group(&quic_bin);
+        let fleet = c.start(bench, &format!("udp-cost{i}"), &group)?;
+        let inst = fleet
+            .instance()
+            .context("udp-cost's contenders are ck instances")?;
+        let (program, minimal) = match c.role {
+            Role::Ck => (
                 bpf_stats::program_using(inst.name(), "ck_select_udp", "config")?,
                 None,
             ),
+            _ => {
+                // The yardstick is one program for every column: the measured build's (an
+                // `--against` copy's fleet runs it too, its own ck being `--no-bpf`).
+                let minimal = Minimal::attach(&bench.bin, inst)?;
+                (minimal.id, Some(minimal))
+            }
         };
-        measured.push(Fleet {
-            mode,
-            inst,
+        fleets.push(Measuring {
+            fleet,
             program,
             _minimal: minimal,
-            ns: Vec::new(),
-            runs: Vec::new(),
         });
     }
-    let n = measured.len();
-    for round in 0..ROUNDS {
-        for k in 0..n {
-            let fleet = &mut measured[(round + k) % n];
-            bench.progress(format_args!(
-                "udp-cost: {}, {}, round {}/{ROUNDS}",
-                load.text(),
-                fleet.mode,
-                round + 1
-            ));
-            let before = bpf_stats::read(fleet.program)?;
-            drive(&quic_bin, load, &fleet.inst)?;
-            let after = bpf_stats::read(fleet.program)?;
-            let (runs, ns) = RunStats::until(before, after);
-            let Some(ns) = ns else {
-                bail!(
-                    "{} mode: the program ran {runs} times in a round of load; are BPF \
-                     run-time statistics on?",
-                    fleet.mode
-                );
-            };
-            fleet.ns.push(ns);
-            fleet.runs.push(runs);
-        }
-    }
-    let mut done = Vec::new();
-    for fleet in measured {
-        bench.report_log(&fleet.inst);
-        done.push(Rounds {
-            mode: fleet.mode,
-            ns: fleet.ns,
-            runs: fleet.runs,
-        });
-        fleet.inst.stop()?;
-    }
-    Ok(done)
+    let measured = plan.run(bench, |i, c, _| {
+        measure(bench, &quic_bin, LOADS[c.setup], &fleets[i], &c.label)
+    })?;
+    contender::stop_all(bench, fleets.into_iter().map(|m| m.fleet).collect())?;
+    let table = table(&measured)?;
+    Ok(measured.outcome(vec![table]))
 }
 
-/// One round of `load` against `inst`.
-fn drive(quic_bin: &Path, load: Load, inst: &Instance) -> Result<()> {
+/// One fleet's round: its load, the program's counters around it.
+fn measure(
+    bench: &Bench,
+    quic_bin: &Path,
+    load: Load,
+    m: &Measuring,
+    label: &str,
+) -> Result<Figures> {
+    let before = bpf_stats::read(m.program)?;
+    drive(bench, quic_bin, load, m.fleet.addr())?;
+    let after = bpf_stats::read(m.program)?;
+    let (runs, ns) = before.until(after);
+    let Some(ns) = ns else {
+        bail!(
+            "{label}: the program ran {runs} times in a round of load; are BPF run-time \
+             statistics on?"
+        );
+    };
+    bench.progress(format_args!(
+        "udp-cost: {label}: {ns:.1} ns ({runs} datagrams)"
+    ));
+    let mut f = Figures::new();
+    f.set("ns", ns).set("runs", runs as f64);
+    Ok(f)
+}
+
+/// One round of `load` against the fleet at `addr`.
+fn drive(bench: &Bench, quic_bin: &Path, load: Load, addr: std::net::SocketAddr) -> Result<()> {
     match load {
         Load::Quic => {
-            let client = super::quic::client(quic_bin, inst.addr(), QUIC_MS, &[])?;
+            let ms = bench.span(QUIC_RUN).as_millis();
+            let client = super::quic::client(quic_bin, addr, ms, &[])?;
             let seen = super::quic::finish(client)?;
             if seen.ok == 0 {
-                bail!("no request answered by the fleet at {}", inst.addr());
+                bail!("no request answered by the fleet at {addr}");
             }
         }
         Load::SmallFlows => {
-            let (answered, _) = super::udp_rate::one_run(inst.addr(), super::udp_rate::RUN)?;
+            let run = bench.span(super::udp_rate::RUN);
+            let (answered, _) = super::udp_rate::one_run(addr, run)?;
             if answered == 0 {
-                bail!("no datagram answered by the fleet at {}", inst.addr());
+                bail!("no datagram answered by the fleet at {addr}");
             }
         }
     }
     Ok(())
+}
+
+/// The table: a column per mode (and the minimal program), per load the ns per datagram and
+/// the ratio to the minimal program.
+fn table(m: &Measured) -> Result<Table> {
+    let columns = grid::columns(m, &["quic", "flow", "stateless", MINIMAL]);
+    let names: Vec<&str> = columns.iter().map(String::as_str).collect();
+    let mut t = Layout::with_columns(
+        m,
+        &format!(
+            "udp-cost: ns per datagram of ck's UDP program in each --udp-mode (kernel \
+             run_time_ns / run_cnt) beside a minimal hash % n program, {WORKERS} workers"
+        ),
+        &names,
+    );
+    for load in LOADS {
+        let row = load.text();
+        t.row(
+            &format!("{row}: ns per datagram"),
+            grid::medians(m, &columns, row, "ns", Unit::Ns),
+        );
+        t.row(
+            &format!("{row}: / {MINIMAL}"),
+            grid::ratios(m, &columns, row, "ns", MINIMAL),
+        )
+        .goal(Goal::at_most(MOST_OVER_MINIMAL, Unit::Ratio).of(load.held_to_goal()));
+        if let Some(cells) = grid::against(m, &columns, row, "ns") {
+            t.row(&format!("{row}: this build / the other"), cells);
+        }
+        t.row(
+            &format!("{row}: datagrams counted"),
+            grid::medians(m, &columns, row, "runs", Unit::Count),
+        )
+        .detail();
+    }
+    t.note(
+        "datagrams = runs the kernel counted in the round; ck's also include its steering \
+         canary (one a second). The time includes the kernel's own timing of each run.",
+    );
+    t.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::rounds::{Plan, RoundFigures};
+
+    #[test]
+    fn the_goal_names_every_stateful_mode_and_is_judged_on_per_round_ratios() {
+        let plan = Plan::new("udp-cost", ROUNDS, contenders(), "/ck".as_ref(), None);
+        assert_eq!(plan.contenders().len(), 7);
+        // flow mode under HTTP/3 is 2.1x the minimal program in four rounds of seven, 1.9x in
+        // the others: its median misses the goal, whatever quic mode does.
+        let ns = |label: &str, r: usize| match label {
+            "quic, HTTP/3 connections" => 300.0,
+            "flow, HTTP/3 connections" if r < 4 => 420.0,
+            "flow, HTTP/3 connections" => 380.0,
+            "stateless, HTTP/3 connections" => 500.0,
+            "minimal, HTTP/3 connections" => 200.0,
+            "flow, small flows" => 130.0,
+            "stateless, small flows" => 120.0,
+            _ => 100.0,
+        };
+        let round = |r: usize| RoundFigures {
+            order: vec![],
+            figures: plan
+                .contenders()
+                .iter()
+                .map(|c| {
+                    let f = BTreeMap::from([
+                        ("ns".to_string(), ns(&c.label, r)),
+                        ("runs".to_string(), 50_000.0),
+                    ]);
+                    (c.label.clone(), f)
+                })
+                .collect(),
+            seconds: 30.0,
+        };
+        let m = Measured::new(plan.clone(), (0..ROUNDS).map(round).collect());
+        let t = table(&m).unwrap();
+        assert_eq!(t.columns, ["quic", "flow", "stateless", "minimal"]);
+        let row = |name: &str| t.rows.iter().find(|r| r.metric == name).unwrap();
+        let h3 = row("HTTP/3 connections: / minimal");
+        assert_eq!(h3.cells[0].text, "1.50");
+        assert_eq!(h3.cells[1].text, "2.10 (1.90-2.10)");
+        assert_eq!(h3.cells[2].text, "2.50");
+        assert_eq!(h3.cells[3].text, "");
+        assert_eq!(
+            h3.goal.as_ref().unwrap().text(),
+            "<= 2.00 (quic, flow): NOT met"
+        );
+        let small = row("small flows: / minimal");
+        assert_eq!(small.cells[0].text, "-");
+        assert_eq!(small.goal.as_ref().unwrap().text(), "<= 2.00 (flow): met");
+        assert_eq!(
+            row("small flows: ns per datagram").cells[3].text,
+            "100.0 ns"
+        );
+    }
 }
