@@ -3,8 +3,10 @@
 //! that worker whatever its state. Used by the supervisor's periodic probes, by `ck probe`, and
 //! by `--ready auto`'s accept probe ([`conn::ProbeConn`]: one connection left in a starting
 //! worker's accept queue, so that its first `accept` shows in the queue's length). Every one
-//! of them is a well-behaved client: it sends its request (if any), shuts down writing, reads
-//! until the worker closes and closes last ([`conn`]), never with a reset.
+//! of them is a well-behaved client: it sends its request (if any), reads the whole answer,
+//! then shuts down writing, reads until the worker closes and closes last ([`conn`]), never
+//! with a reset. It shuts down writing only after the answer: some servers (puma) drop a
+//! request whose client has already half-closed, as they would a client that left.
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     time::Duration,
@@ -158,18 +160,14 @@ async fn connect(
     }
 }
 
-/// Sends `GET path`, shuts down writing, and reads the answer until it is whole (or the worker
-/// closes).
+/// Sends `GET path` and reads the answer until it is whole (or the worker closes). Writing
+/// stays open until then (see the module's note); [`conn::finish`] ends the connection.
 async fn ask(stream: &mut TcpStream, path: &str) -> Result<ProbeAnswer, String> {
     let request = format!("GET {path} HTTP/1.1\r\nHost: ck-probe\r\nConnection: close\r\n\r\n");
     stream
         .write_all(request.as_bytes())
         .await
         .map_err(|e| format!("send: {e}"))?;
-    stream
-        .shutdown()
-        .await
-        .map_err(|e| format!("shutdown: {e}"))?;
     let mut answer = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -188,19 +186,28 @@ async fn ask(stream: &mut TcpStream, path: &str) -> Result<ProbeAnswer, String> 
     parse_answer(&answer)
 }
 
-/// Whether `answer` holds the whole response (head, and the body its Content-Length announces).
+/// Whether `answer` holds the whole response: its head, and the body its Content-Length
+/// announces, or the last chunk of a chunked body. A body with neither ends when the worker
+/// closes.
 fn complete(answer: &[u8]) -> bool {
     let Some(head_end) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
         return false;
     };
     let head = String::from_utf8_lossy(&answer[..head_end]);
-    let length = head.lines().find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.trim()
-            .eq_ignore_ascii_case("content-length")
-            .then(|| value.trim().parse::<usize>().ok())?
-    });
-    length.is_some_and(|len| answer.len() >= head_end + 4 + len)
+    let field = |wanted: &str| {
+        head.lines().find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case(wanted)
+                .then(|| value.trim().to_ascii_lowercase())
+        })
+    };
+    let body = &answer[head_end + 4..];
+    if let Some(len) = field("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        return body.len() >= len;
+    }
+    field("transfer-encoding").is_some_and(|v| v.ends_with("chunked"))
+        && (body.starts_with(b"0\r\n\r\n") || body.ends_with(b"\r\n0\r\n\r\n"))
 }
 
 /// Reads the status and body of an HTTP answer; a non-2xx status is a failure.
@@ -256,6 +263,41 @@ mod tests {
         let bad = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 10\r\n\r\nunhealthy\n";
         assert!(parse_answer(bad).unwrap_err().contains("503"));
         assert!(parse_answer(b"garbage").is_err());
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nok\n\r\n";
+        assert!(!complete(chunked));
+        assert!(complete(&[&chunked[..], b"0\r\n\r\n"].concat()));
+    }
+
+    /// A server like puma, which drops a request whose client has already shut down writing
+    /// (it reads the end right after the request and takes the client for gone), answers ck's
+    /// HTTP probe: ck keeps writing open until the answer is read.
+    #[tokio::test]
+    async fn http_probe_passes_a_server_that_drops_half_closed_clients() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf).await.unwrap();
+            let ended = tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await;
+            if matches!(ended, Ok(Ok(0))) {
+                return "dropped: the client had left";
+            }
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+                .await
+                .unwrap();
+            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            "answered"
+        });
+        let answer = probe(
+            target,
+            "127.0.0.1:0".parse().unwrap(),
+            &ProbeKind::Http("/".into()),
+            Duration::from_secs(2),
+        )
+        .await;
+        assert_eq!(server.await.unwrap(), "answered");
+        assert_eq!(answer.unwrap().body, "ok\n");
     }
 
     /// A server that answers each of `n` connections once and reports how reading after its
