@@ -9,6 +9,7 @@
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::process;
+use std::time::Instant;
 
 use anyhow::{Result, anyhow};
 
@@ -21,10 +22,26 @@ struct Part {
     name: &'static str,
     /// `ok`, or what failed.
     outcome: Result<String>,
+    /// How long it took, in whole seconds.
+    secs: u64,
 }
 
-/// The closing line: the tests first (`tests: 650 passed, 0 failed in 71 binaries`), then every
-/// other part in the order it ran (`; fmt: ok; clippy: FAILED (...)`).
+impl Part {
+    /// Runs `part` and keeps how it went and how long it took.
+    fn timed(name: &'static str, part: impl FnOnce() -> Result<String>) -> Part {
+        let started = Instant::now();
+        let outcome = part();
+        Part {
+            name,
+            outcome,
+            secs: started.elapsed().as_secs(),
+        }
+    }
+}
+
+/// The closing line: the tests first (`tests: 650 passed, 0 failed in 71 binaries [1205 s]`),
+/// then every other part in the order it ran (`; fmt: ok [2 s]; clippy: FAILED (...) [40 s]`),
+/// each with its time, so that the suite's time is seen where it goes.
 fn closing_line(parts: &[Part]) -> String {
     let mut line = String::new();
     let tests = parts.iter().filter(|p| p.name == "tests");
@@ -34,12 +51,12 @@ fn closing_line(parts: &[Part]) -> String {
         }
         match &part.outcome {
             Ok(said) => {
-                let _ = write!(line, "{}: {said}", part.name);
+                let _ = write!(line, "{}: {said} [{} s]", part.name, part.secs);
             }
             Err(e) => {
                 let first = format!("{e:#}");
                 let first = first.lines().next().unwrap_or_default();
-                let _ = write!(line, "{}: FAILED ({first})", part.name);
+                let _ = write!(line, "{}: FAILED ({first}) [{} s]", part.name, part.secs);
             }
         }
     }
@@ -58,57 +75,57 @@ pub fn run(args: Vec<OsString>) -> Result<()> {
             crate::bpf_caps(true)
         ),
     )?;
+    let started = Instant::now();
     toolchain::ensure(toolchain::Bpffs::Required)?;
     crate::test_deps::ensure(crate::workspace_root()?)?;
     let whole = args.is_empty();
     let mut parts = Vec::new();
     if whole {
         parts.push(Part {
-            name: "fmt",
-            outcome: checked(
+            name: "setup",
+            outcome: Ok("ok".into()),
+            secs: started.elapsed().as_secs(),
+        });
+        parts.push(Part::timed("fmt", || {
+            checked(
                 workspace_cargo()?.args(["fmt", "--all", "--", "--check"]),
                 "run `cargo fmt --all`",
-            ),
-        });
-        parts.push(Part {
-            name: "clippy",
-            outcome: checked(
+            )
+        }));
+        parts.push(Part::timed("clippy", || {
+            checked(
                 workspace_cargo()?.args(["clippy", "--all-targets", "--", "-D", "warnings"]),
                 "fix what clippy names above",
-            ),
-        });
+            )
+        }));
     }
+    let built = Instant::now();
     let ck = crate::build(false)?;
     if whole {
-        let root = crate::workspace_root()?;
-        let outcome = docs::run(&ck, &root.join("docs"), &crate::target_dir()?, true);
         parts.push(Part {
-            name: "docs --check",
-            outcome: outcome.map(|()| "ok".into()),
+            name: "build",
+            outcome: Ok("ok".into()),
+            secs: built.elapsed().as_secs(),
         });
+        parts.push(Part::timed("docs --check", || {
+            let root = crate::workspace_root()?;
+            docs::run(&ck, &root.join("docs"), &crate::target_dir()?, true).map(|()| "ok".into())
+        }));
     }
-    parts.push(Part {
-        name: "tests",
-        outcome: tests(privilege, &args),
-    });
+    parts.push(Part::timed("tests", || tests(privilege, &args)));
     if whole {
-        parts.push(Part {
-            name: "doc tests",
-            outcome: doc_tests(),
-        });
-        parts.push(Part {
-            name: "fuzz",
-            outcome: fuzz::smoke(crate::workspace_root()?).map(|()| "ok".into()),
-        });
-        let kept = crate::build(true).and_then(|bin| promises::run(&bin, None));
-        parts.push(Part {
-            name: "promises",
-            outcome: kept,
-        });
+        parts.push(Part::timed("doc tests", doc_tests));
+        parts.push(Part::timed("fuzz", || {
+            fuzz::smoke(crate::workspace_root()?).map(|()| "ok".into())
+        }));
+        parts.push(Part::timed("promises", || {
+            crate::build(true).and_then(|bin| promises::run(&bin, None))
+        }));
     }
+    let secs = started.elapsed().as_secs();
     let line = closing_line(&parts);
     let passed = parts.iter().all(|p| p.outcome.is_ok());
-    println!("{line}");
+    println!("{line}; in all {secs} s");
     process::exit(if passed { 0 } else { 1 })
 }
 
@@ -172,17 +189,20 @@ mod tests {
             Part {
                 name: "fmt",
                 outcome: Ok("ok".into()),
+                secs: 2,
             },
             Part {
                 name: "tests",
                 outcome: Err(anyhow!(
                     "3 passed, 1 failed in 2 binaries; failed: a::b (c)"
                 )),
+                secs: 1205,
             },
         ];
         assert_eq!(
             closing_line(&parts),
-            "tests: FAILED (3 passed, 1 failed in 2 binaries; failed: a::b (c)); fmt: ok"
+            "tests: FAILED (3 passed, 1 failed in 2 binaries; failed: a::b (c)) [1205 s]; \
+             fmt: ok [2 s]"
         );
     }
 }
