@@ -1,6 +1,6 @@
 //! The scenarios `ck-bench` knows ([`Scenario`]): their names on the command line and in the
-//! records, which ones `all` runs, the source files a record of each is a run of (for "met in
-//! K of N runs": a record counts while they are unchanged), and which module runs each.
+//! records, which ones `all` runs, the source files a record of each is a run of (for "K/N runs
+//! met": a record counts while they are unchanged), and which module runs each.
 
 use anyhow::{Result, bail};
 

@@ -1,6 +1,6 @@
 //! The Markdown of BENCHMARKS.md's generated blocks: a scenario's block ([`scenario_block`]:
 //! its latest record — when, where, how loaded, how many rounds, whether void — and each table
-//! with its setup, its rows but the details, each goal's verdict with "met in K of N runs" over
+//! with its setup, its rows but the details, each goal's verdict with "K/N runs met" over
 //! the records of the current program, its control pair, its plots) and the method's block
 //! ([`method_block`]: the machine, the rules on rounds and the control pair, how long `all`
 //! takes), all drawn from the records and the code, never typed.
@@ -110,7 +110,7 @@ fn markdown(
             };
             let _ = writeln!(
                 out,
-                "- {}: {}; {}: **{this}**, {}",
+                "- {}: {}; {}: **{this}**; {}",
                 row.metric,
                 judged(table, row, verdict),
                 verdict.goal_text(),

@@ -1,6 +1,6 @@
 //! BENCHMARKS.md, drawn from the run records (`record.rs`), never typed: between
 //! `<!-- bench:NAME -->` and `<!-- /bench:NAME -->` goes the method's figures (`method`) or a
-//! scenario's latest record, each goal with "met in K of N runs" over every record of the
+//! scenario's latest record, each goal with "K/N runs met" over every record of the
 //! current program ([`markdown`], [`tally`], [`history`]); everything outside the markers is
 //! hand-written and kept as it is, and holds no figure ([`prose`]). `ck-bench summary` writes
 //! the file; `--check` (and a unit test) fails when it is not what the committed records give,

@@ -67,7 +67,7 @@ fn only_the_blocks_change_and_the_latest_record_is_shown_with_its_counts() {
     );
     assert!(drawn.contains("**reload**: p99\n"), "{drawn}");
     assert!(
-        drawn.contains("\n- p99: 0.99; ratio <= 1: **met**, met in 1 of 2 runs\n"),
+        drawn.contains("\n- p99: 0.99; ratio <= 1: **met**; 1/2 runs met\n"),
         "{drawn}"
     );
     assert!(
@@ -100,7 +100,7 @@ fn only_the_blocks_change_and_the_latest_record_is_shown_with_its_counts() {
     };
     let drawn = regenerate(text, &records, &changed).unwrap();
     assert!(
-        drawn.contains("met in 0 of 0 runs") && drawn.contains("Earlier code"),
+        drawn.contains("0/0 runs met") && drawn.contains("Earlier code"),
         "{drawn}"
     );
 }
