@@ -248,24 +248,45 @@ mod tests {
         assert_eq!(peer_offsets(), at);
     }
 
+    /// A loopback socket bound to a port the kernel picks, with `SO_REUSEADDR` as ck's probes
+    /// have.
+    fn bound_socket() -> Socket {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket.set_reuse_address(true).unwrap();
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket
+    }
+
+    /// The port `socket` is bound to.
+    fn port_of(socket: &Socket) -> u16 {
+        socket.local_addr().unwrap().as_socket().unwrap().port()
+    }
+
     /// A connection from a port of the probe range on loopback is ck's probe: never counted,
     /// while a client's next to it is. (Loads the program: root.)
+    ///
+    /// The ports are the kernel's choice, not fixed ones, as other tests run alongside: the
+    /// probe's names the range (its port is slot 2's), and the client's is one outside it.
     #[test]
     fn a_probe_connection_is_not_counted() {
         let name = format!("unit-conns-probe-{}", std::process::id());
-        let base = 40_000 + (std::process::id() % 20_000) as u16;
+        let probe = bound_socket();
+        let base = port_of(&probe) - 2;
+        let in_range =
+            |port: u16| (u32::from(base)..u32::from(base) + MAX_SLOTS).contains(&port.into());
+        let client = std::iter::repeat_with(bound_socket)
+            .take(64)
+            .find(|c| !in_range(port_of(c)))
+            .expect("a free port outside the probe range");
         let mut group =
             BpfGroup::load(&name, "tcp4-1", 1, None, base, false).expect("loading as root");
         let tagged = listener();
         group.insert(2, &tagged).expect("inserting the socket");
-        let addr = tagged.local_addr().unwrap().as_socket().unwrap();
-        let probe = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-        probe.set_reuse_address(true).unwrap();
-        probe
-            .bind(&SocketAddr::from(([127, 0, 0, 1], base + 2)).into())
-            .unwrap();
-        probe.connect(&addr.into()).unwrap();
-        let client = TcpStream::connect(addr).unwrap();
+        let addr = tagged.local_addr().unwrap();
+        probe.connect(&addr).unwrap();
+        client.connect(&addr).unwrap();
         // Both established (the tracepoint has seen both) once both are accepted.
         let accepted: Vec<_> = (0..2).map(|_| tagged.accept().unwrap()).collect();
         let open = group.connections(2);
