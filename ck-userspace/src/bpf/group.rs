@@ -520,13 +520,13 @@ impl BpfGroup {
         self.slots.get(&slot, 0).ok()
     }
 
-    /// The live half of the active set as the kernel holds it: `(ready, fallback)` slots.
-    pub fn read_active(&self) -> Option<(Vec<u32>, Vec<u32>)> {
+    /// The live half of the active set as the kernel holds it, each chosen slot told ready or
+    /// booting by its record in the `slots` map.
+    pub fn read_active(&self) -> Option<super::active::ActiveLists> {
         let config = self.config_map.get(&0, 0).ok()?;
         let set = self.active.get(&(config.live_half & 1), 0).ok()?;
-        let ready = set.ready_len.min(set.slots.len() as u32) as usize;
-        let live = set.live_len.clamp(ready as u32, set.slots.len() as u32) as usize;
-        Some((set.slots[..ready].to_vec(), set.slots[ready..live].to_vec()))
+        let state = |slot| self.read_slot(slot).map(|info| info.state);
+        Some(super::active::ActiveLists::of(&set, state))
     }
 
     /// Zeroes a slot's counters (a slot index used again starts from zero).

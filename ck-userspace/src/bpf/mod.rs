@@ -1,5 +1,6 @@
 //! The BPF side of ck as seen from userspace: loading the program once per group, the maps the
 //! supervisor keeps current, and their pins under `/sys/fs/bpf/ck/<name>/<group>/`.
+pub mod active;
 pub mod adopt;
 mod bind_tags;
 pub mod btf;

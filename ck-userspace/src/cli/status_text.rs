@@ -33,6 +33,14 @@ pub fn render(report: &StatusReport) -> String {
         "active set: {:?}   fallback: {:?}   dropped (no slot): {}",
         report.active, report.fallback, report.dropped
     );
+    if !report.booting.is_empty() {
+        let _ = writeln!(
+            out,
+            "booting: {:?} chosen beside the active set until ready (the fleet boots; at most \
+             2 s after the first worker was ready)",
+            report.booting
+        );
+    }
     if let Some(wait) = &report.quiet_wait {
         let _ = writeln!(out, "stopping: {}", wait.words());
     }

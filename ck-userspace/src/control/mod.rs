@@ -89,8 +89,12 @@ pub struct StatusReport {
     pub pins: Option<String>,
     /// Supervisor uptime.
     pub uptime_ms: u64,
-    /// Slots in the active set, in order (read from the `active` map when BPF is on).
+    /// Ready slots in the active set, in order (read from the `active` map when BPF is on).
     pub active: Vec<u32>,
+    /// Starting slots chosen for new connections beside the active ones while the fleet boots
+    /// (for 2 s at most after the first turned ready), in order.
+    #[serde(default)]
+    pub booting: Vec<u32>,
     /// Slots chosen only while the active set is empty (live workers not ready, else held
     /// sockets), in order.
     pub fallback: Vec<u32>,

@@ -77,6 +77,8 @@ pub(crate) enum Event {
     RollCheck,
     /// `--spares`: time to boot spares again after one died unused.
     SpareDue,
+    /// The boot window ends: starting workers are chosen no more (`fleet::spread`).
+    SpreadEnds,
     /// A timer the lifecycle armed (in epoch `epoch`) fired.
     Timer { slot: u32, epoch: u64, timer: Timer },
     /// A termination signal arrived.
@@ -192,6 +194,7 @@ impl Supervisor {
             Event::BecameReady(slot) => executor::fleet::on_ready(self, slot),
             Event::RollCheck => executor::fleet::finish_when_left(self),
             Event::SpareDue => self.replenish_spares(),
+            Event::SpreadEnds => self.republish(),
             Event::Signal(name) => self.on_stop_signal(name),
             Event::QuietTick => self.on_quiet_tick(),
             Event::Reload => self.reload(None),

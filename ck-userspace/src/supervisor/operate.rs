@@ -55,6 +55,14 @@ impl Supervisor {
         run_fleet::replenish_spares(self);
     }
 
+    /// The boot window ended: the active set published again, without the starting workers.
+    pub(super) fn republish(&mut self) {
+        self.ops.spread_end = None;
+        if let Some(index) = self.table.slots.keys().next().copied() {
+            self.apply(index, Input::Republish);
+        }
+    }
+
     /// A spare died before it was used (or could not start): the next after `delay`.
     pub(super) fn spare_lost(&mut self, delay: Duration) {
         tracing::warn!(

@@ -173,7 +173,13 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
                     failures: prior.map_or(0, |h| h.spare_failures),
                     due: None,
                 },
+                // A fleet taken over (an upgrade, a take-back) is not booting.
+                spread: match prior {
+                    Some(_) => fleet::spread::Spread::closed(),
+                    None => fleet::spread::Spread::default(),
+                },
             },
+            spread_end: None,
             roll_reply: None,
             reloads: prior.map_or_else(Default::default, |h| metrics::ReloadCounts {
                 ok: h.reloads.0,

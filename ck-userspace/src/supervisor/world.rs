@@ -9,7 +9,7 @@ use socket2::Socket;
 use super::{
     Event, Supervisor,
     executor::{self, Outcome, World, fleet::FleetEvent},
-    fleet::{self, Core, Shape},
+    fleet::{self, Core, Shape, spread},
     groups::Join,
     lifecycle::{self, Input, Life, Note, Settings, Sig, Timer},
     slots::slot::Slot,
@@ -108,8 +108,18 @@ impl World for Supervisor {
     }
 
     fn publish(&mut self) {
-        let set = self.groups.publish(&self.table, self.stopping);
+        let now = self.now();
+        let lives = self.table.lives();
+        let (set, until) = spread::chosen_set(&mut self.ops.core.spread, lives, self.stopping, now);
+        self.groups.publish(&self.table, &set);
         self.reports.published(&set);
+        // The boot window ends while starting workers are chosen: publish again then.
+        if let Some(until) = until
+            && self.ops.spread_end != Some(until)
+        {
+            self.ops.spread_end = Some(until);
+            super::tasks::send_after(&self.events, until - now, Event::SpreadEnds);
+        }
     }
 
     fn signal(&mut self, index: u32, sig: Sig) {

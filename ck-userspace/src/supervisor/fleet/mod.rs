@@ -15,7 +15,9 @@
 //!   connections done, what its UDP sockets held at the flip read), and when a stopping one
 //!   has gone quiet (`--udp-linger`);
 //! - boot priority ([`boot`]): which workers step back while a replacement boots;
-//! - the quiet wait ([`quiet`]): whether a stop waits, and when the wait ends.
+//! - the quiet wait ([`quiet`]): whether a stop waits, and when the wait ends;
+//! - the boot window ([`spread`]): while the fleet boots, its starting workers are chosen beside
+//!   the ready ones.
 //!
 //! The supervisor's fleet executor (`executor::fleet`) runs these decisions through the slot
 //! executor; the property test runs that same code on its model of the OS.
@@ -31,6 +33,7 @@ pub mod quiet;
 pub mod roll;
 pub mod scale;
 pub mod spares;
+pub mod spread;
 
 #[cfg(test)]
 mod tests;
@@ -48,13 +51,15 @@ pub struct Shape {
     pub restart: RestartPolicy,
 }
 
-/// The fleet's state above the slots: the roll in flight and the spares' pacing.
+/// The fleet's state above the slots: the roll in flight, the spares' pacing, the boot window.
 #[derive(Debug, Default)]
 pub struct Core {
     /// The rolling restart in flight, if any.
     pub roll: Option<roll::Roll>,
     /// When the next spare may boot.
     pub spares: spares::Pacing,
+    /// Whether the fleet is booting, and since when a worker is ready.
+    pub spread: spread::Spread,
 }
 
 /// Every slot's life, by index: what each decision reads.

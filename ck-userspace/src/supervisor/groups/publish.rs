@@ -1,18 +1,13 @@
-//! Keeping the BPF maps true to the fleet: the active set (ready slots, then the fallback) and
-//! every slot record, written to every group's maps. Called only by the executor.
+//! Keeping the BPF maps true to the fleet: every slot record and the active set (the slots
+//! chosen, then the fallback), written to every group's maps. Called only by the executor.
 use ck_common::{ActiveSet, SlotInfo};
 
-use crate::supervisor::{groups::Groups, lifecycle::active_set, slots::SlotTable};
+use crate::supervisor::{groups::Groups, slots::SlotTable};
 
 impl Groups {
-    /// Writes the active set of `table` and every slot record to every group's maps; the set
-    /// written.
-    pub(in crate::supervisor) fn publish(
-        &mut self,
-        table: &SlotTable,
-        stopping: bool,
-    ) -> ActiveSet {
-        let set = active_set(table.lives(), stopping);
+    /// Writes every slot record of `table` and then the active set `set` to every group's
+    /// maps.
+    pub(in crate::supervisor) fn publish(&mut self, table: &SlotTable, set: &ActiveSet) {
         let records: Vec<(u32, SlotInfo)> =
             table.slots.values().map(|s| (s.index, s.info())).collect();
         for group in self.iter_mut() {
@@ -22,11 +17,10 @@ impl Groups {
                     tracing::error!(group = %group.name, "{e}");
                 }
             }
-            if let Err(e) = bpf.publish(&set) {
+            if let Err(e) = bpf.publish(set) {
                 tracing::error!(group = %group.name, "{e}");
             }
         }
-        set
     }
 
     /// Writes the records of `indices` (after their queue depth changed).

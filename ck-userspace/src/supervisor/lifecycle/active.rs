@@ -33,33 +33,38 @@ pub fn tier(life: &Life) -> Tier {
     }
 }
 
-/// The active set for `slots` (index, life): ready slots first (`ready_len`), then the
-/// fallback: live non-ready slots, or when there is none, held ones (`live_len`). While
-/// `stopping`, the set is empty: new connections are refused rather than queued on workers
-/// that are leaving.
+/// The active set for `slots` (index, life): the slots chosen for new connections first
+/// (`ready_len`): the ready ones, and with `booting` the fleet's starting ones after them (the
+/// boot window, `fleet::spread`); then the fallback: the other live slots, or when there is
+/// none, held ones (`live_len`). While `stopping`, the set is empty: new connections are
+/// refused rather than queued on workers that are leaving.
 pub fn active_set<'a>(
     slots: impl Iterator<Item = (u32, &'a Life)> + Clone,
     stopping: bool,
+    booting: bool,
 ) -> ActiveSet {
     let mut set = ActiveSet::EMPTY;
     if stopping {
         return set;
     }
     let mut len = 0;
-    let mut push = |tier_wanted: Tier, len: &mut usize| {
+    let chosen_booting = |life: &Life| booting && life.booting();
+    let mut push = |wanted: &dyn Fn(&Life) -> bool, len: &mut usize| {
         for (index, life) in slots.clone() {
-            if tier(life) == tier_wanted && *len < set.slots.len() {
+            if wanted(life) && *len < set.slots.len() {
                 set.slots[*len] = index;
                 *len += 1;
             }
         }
     };
-    push(Tier::Ready, &mut len);
-    set.ready_len = len as u32;
-    push(Tier::Live, &mut len);
-    if len == set.ready_len as usize {
-        push(Tier::Held, &mut len);
+    push(&|l| tier(l) == Tier::Ready, &mut len);
+    push(&chosen_booting, &mut len);
+    let ready_len = len;
+    push(&|l| tier(l) == Tier::Live && !chosen_booting(l), &mut len);
+    if len == ready_len {
+        push(&|l| tier(l) == Tier::Held, &mut len);
     }
+    set.ready_len = ready_len as u32;
     set.live_len = len as u32;
     set
 }

@@ -177,6 +177,15 @@ impl Life {
         matches!(self.state, State::Ready(_)) && !self.drained && !self.standby && self.socket_open
     }
 
+    /// A worker of the fleet starting with its socket open: chosen beside the ready ones
+    /// while the fleet boots (`fleet::spread`).
+    pub fn booting(&self) -> bool {
+        matches!(self.state, State::Starting(_))
+            && self.serving()
+            && !self.drained
+            && self.socket_open
+    }
+
     /// Keeps trying to run a worker (its breaker is not open).
     pub fn trying(&self) -> bool {
         self.serving() && self.crash.breaker() != Breaker::Open

@@ -424,12 +424,16 @@ fn the_active_set_puts_held_sockets_last_and_only_without_live_workers() {
     );
     assert_eq!(held.state, State::Held);
 
-    let set = active_set([(0, &ready), (1, &starting), (2, &held)].into_iter(), false);
+    let set = active_set(
+        [(0, &ready), (1, &starting), (2, &held)].into_iter(),
+        false,
+        false,
+    );
     assert_eq!((set.ready_len, set.live_len), (1, 2));
     assert_eq!(&set.slots[..2], &[0, 1]);
-    let set = active_set([(2, &held)].into_iter(), false);
+    let set = active_set([(2, &held)].into_iter(), false, false);
     assert_eq!((set.ready_len, set.live_len, set.slots[0]), (0, 1, 2));
-    let set = active_set([(0, &ready), (2, &held)].into_iter(), true);
+    let set = active_set([(0, &ready), (2, &held)].into_iter(), true, false);
     assert_eq!(
         (set.ready_len, set.live_len),
         (0, 0),

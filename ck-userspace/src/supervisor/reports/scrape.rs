@@ -60,7 +60,7 @@ impl Reports {
                     .collect(),
             })
             .collect();
-        let (active, _) = view.active_lists();
+        let active = view.active_lists().ready;
         let slots = view
             .table
             .slots
@@ -114,11 +114,11 @@ fn readiness(view: View<'_>) -> Result<String, String> {
     let mut missing = Vec::new();
     for group in view.groups.iter() {
         let listed = match &group.bpf {
-            Some(bpf) => bpf.read_active().map(|(ready, _)| ready),
+            Some(bpf) => bpf.read_active().map(|lists| lists.ready),
             // With no map (`--no-bpf`), or while an upgraded or taking-over ck loads the
             // program again (the pinned maps hold the set it computes), the computed set.
             None if view.cfg.no_bpf || view.continuity.bpf_resumed => {
-                let set = active_set(view.table.lives(), view.stopping);
+                let set = active_set(view.table.lives(), view.stopping, false);
                 Some(set.slots[..set.ready_len as usize].to_vec())
             }
             None => None,

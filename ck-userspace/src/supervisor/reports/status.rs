@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, time::Instant};
 
 use ck_common::MAX_SLOTS;
 
-use crate::bpf::{conn_steering::ConnSteering, queue_depth::QueueDepth};
+use crate::bpf::{active::ActiveLists, conn_steering::ConnSteering, queue_depth::QueueDepth};
 use crate::control::{GroupSteering, SlotReport, StatusReport};
 use crate::supervisor::{
     inputs::{foreign, listens::Listens},
@@ -61,7 +61,7 @@ impl View<'_> {
     }
 
     /// The active set as the kernel holds it (first group), or as ck computes it without BPF.
-    pub(in crate::supervisor) fn active_lists(&self) -> (Vec<u32>, Vec<u32>) {
+    pub(in crate::supervisor) fn active_lists(&self) -> ActiveLists {
         if let Some(lists) = self
             .groups
             .first()
@@ -69,12 +69,13 @@ impl View<'_> {
         {
             return lists;
         }
-        let set = active_set(self.table.lives(), self.stopping);
+        let set = active_set(self.table.lives(), self.stopping, false);
         let ready = set.ready_len as usize;
-        (
-            set.slots[..ready].to_vec(),
-            set.slots[ready..set.live_len as usize].to_vec(),
-        )
+        ActiveLists {
+            ready: set.slots[..ready].to_vec(),
+            booting: Vec::new(),
+            fallback: set.slots[ready..set.live_len as usize].to_vec(),
+        }
     }
 
     /// What `least-queue` steers by, read back from every group's `config` map (None with
@@ -129,7 +130,7 @@ impl View<'_> {
     /// The whole host is out of rotation: the `active` map lists no ready slot, and every slot
     /// with a worker is drained.
     pub(in crate::supervisor) fn host_drained(&self) -> bool {
-        let (ready, _) = self.active_lists();
+        let ready = self.active_lists().ready;
         let mut workers = self
             .table
             .slots
@@ -187,7 +188,11 @@ impl Reports {
                 }
             })
             .collect();
-        let (active, fallback) = view.active_lists();
+        let ActiveLists {
+            ready: active,
+            booting,
+            fallback,
+        } = view.active_lists();
         let steering = view
             .groups
             .iter()
@@ -220,6 +225,7 @@ impl Reports {
             }),
             uptime_ms: self.started.elapsed().as_millis() as u64,
             active,
+            booting,
             fallback,
             degraded: view.degraded(&listens),
             foreign: foreign::listeners(view.cfg, view.groups, view.table, &listens),

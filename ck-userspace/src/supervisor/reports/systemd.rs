@@ -300,7 +300,7 @@ fn fleet_view(view: View<'_>) -> FleetView {
             .is_some_and(|s| s.life.member_of.is_none())
     };
     let ready_per_group: Vec<u32> = if view.cfg.no_bpf {
-        let set = active_set(view.table.lives(), view.stopping);
+        let set = active_set(view.table.lives(), view.stopping, false);
         let ready = &set.slots[..set.ready_len as usize];
         vec![ready.iter().filter(|i| is_root(i)).count() as u32]
     } else {
@@ -311,7 +311,7 @@ fn fleet_view(view: View<'_>) -> FleetView {
                 g.bpf
                     .as_ref()
                     .and_then(|bpf| bpf.read_active())
-                    .map_or(0, |(ready, _)| ready.iter().filter(|i| is_root(i)).count())
+                    .map_or(0, |lists| lists.ready.iter().filter(|i| is_root(i)).count())
                     as u32
             })
             .collect()

@@ -15,9 +15,13 @@ impl Model {
                 Some(&true),
                 "slot {index} listed with its socket closed"
             );
+            // Chosen: ready, or starting while the fleet boots beside a ready worker.
             if position < set.ready_len as usize {
+                let booting = life.booting()
+                    && self.core.spread.is_open()
+                    && self.lives.values().any(|l| l.selectable());
                 assert!(
-                    life.selectable(),
+                    life.selectable() || booting,
                     "slot {index} in the ready list: {life:?}"
                 );
             }

@@ -65,7 +65,9 @@ impl World for Model {
     }
 
     fn publish(&mut self) {
-        let set = active_set(self.lives.iter().map(|(i, l)| (*i, l)), self.stopping);
+        let lives = self.lives.iter().map(|(i, l)| (*i, l));
+        let (set, _) =
+            fleet::spread::chosen_set(&mut self.core.spread, lives, self.stopping, self.now);
         for index in &set.slots[..set.live_len as usize] {
             assert_eq!(
                 self.os_open.get(index),
