@@ -5,8 +5,8 @@
 use anyhow::{Result, bail};
 
 use crate::scenarios::{
-    bpf_cost, chaos, conn_count, cork, dns, footprint, latency, long_lived, overhead, quic,
-    ready_slow, recovery, reload, spread, stall, sticky, supervisor_cpu, udp_cost, udp_rate,
+    bpf_cost, chaos, conn_count, cork, dns, first_moment, footprint, latency, long_lived, overhead,
+    quic, ready_slow, recovery, reload, spread, stall, sticky, supervisor_cpu, udp_cost, udp_rate,
     upgrade,
 };
 use crate::{Bench, Outcome};
@@ -41,6 +41,10 @@ pub enum Scenario {
     ConnCount,
     /// Share of new connections per worker (3 workers), per policy.
     Spread,
+    /// Keep-alive clients that connect as the fleet boots (Node hello app, 2 workers, 50
+    /// connections from the port's first answer): connections per worker and requests/s; ck
+    /// and --no-bpf.
+    FirstMoment,
     /// Latency with one of 4 workers stalling every second, per policy, beside --no-bpf.
     Stall,
     /// Session affinity: clients (source addresses) that change worker when one of 4 leaves,
@@ -83,7 +87,7 @@ pub enum Scenario {
 }
 
 /// The scenarios `all` runs, in order.
-pub const ALL: [Scenario; 20] = [
+pub const ALL: [Scenario; 21] = [
     Scenario::Recovery,
     Scenario::Reload,
     Scenario::Upgrade,
@@ -93,6 +97,7 @@ pub const ALL: [Scenario; 20] = [
     Scenario::Footprint,
     Scenario::ConnCount,
     Scenario::Spread,
+    Scenario::FirstMoment,
     Scenario::Stall,
     Scenario::Sticky,
     Scenario::LongLived,
@@ -148,6 +153,7 @@ impl Scenario {
             Scenario::Stall => files!("stall.rs"),
             Scenario::Sticky => files!("sticky.rs"),
             Scenario::LongLived => files!("long_lived.rs"),
+            Scenario::FirstMoment => files!("first_moment.rs"),
             Scenario::SupervisorCpu => files!("supervisor_cpu.rs"),
             Scenario::Chaos => files!("chaos.rs"),
             Scenario::Cork => files!("cork.rs"),
@@ -175,6 +181,7 @@ impl Scenario {
             Scenario::Stall => stall::run(bench),
             Scenario::Sticky => sticky::run(bench),
             Scenario::LongLived => long_lived::run(bench),
+            Scenario::FirstMoment => first_moment::run(bench),
             Scenario::SupervisorCpu => supervisor_cpu::run(bench),
             Scenario::Chaos => chaos::run(bench),
             Scenario::Cork => cork::run(bench),

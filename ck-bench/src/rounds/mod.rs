@@ -76,6 +76,11 @@ impl Figures {
         self.0.insert(key.to_string(), value);
         self
     }
+
+    /// The figure `key`, if set.
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.0.get(key).copied()
+    }
 }
 
 /// One round as recorded: the order the contenders ran in and each one's figures.

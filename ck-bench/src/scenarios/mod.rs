@@ -6,6 +6,7 @@ pub mod chaos;
 pub mod conn_count;
 pub mod cork;
 pub mod dns;
+pub mod first_moment;
 pub mod fleet;
 pub mod footprint;
 pub mod grid;
