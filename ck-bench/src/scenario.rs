@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 20);
+        assert_eq!(Scenario::All.expand().len(), 21);
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
         assert!(Scenario::Summary.expand().is_empty());
         assert_eq!(Scenario::SupervisorCpu.name(), "supervisor-cpu");
