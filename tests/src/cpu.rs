@@ -134,6 +134,9 @@ mod tests {
         while cpu() - start < Duration::from_millis(50) {
             std::hint::black_box(0u64);
         }
+        // A spinning thread on a quiet machine may keep its CPU throughout (no wake-up to
+        // count): sleeping once takes it off and puts it back on, one wake-up at least.
+        std::thread::sleep(Duration::from_millis(2));
         let after = CpuSnapshot::take(pid).unwrap();
         let busy = after.since(&before);
         assert!(busy >= Duration::from_millis(20), "{busy:?}");
