@@ -1,10 +1,18 @@
 //! Open connections per slot, counted by the kernel. The supervisor writes a [`ConnTag`] `{slot}`
 //! on each listening socket (`conn_tags`, a `BPF_F_CLONE` socket storage, so the kernel copies it
-//! into every connection that listener creates); `ck_conns` (`tp_btf/inet_sock_set_state`) adds
-//! one to the tag's slot on `SYN_RECV -> ESTABLISHED` and takes one off on `-> CLOSE`, in per-CPU
-//! signed counters (`conns`, summed by the reader: a connection may open on one CPU and close on
-//! another). The tag's `CONN_COUNTED` flag keeps a connection from counting twice. ck's own
-//! probe connections never count (`probe::peer_is_probe`): the counts are the clients'.
+//! into every connection that listener creates); a connection adds one to the tag's slot on
+//! `SYN_RECV -> ESTABLISHED` and takes one off on `-> CLOSE`, in per-CPU signed counters
+//! (`conns`, summed by the reader: a connection may open on one CPU and close on another). The
+//! tag's `CONN_COUNTED` flag keeps a connection from counting twice. ck's own probe connections
+//! never count (`probe::peer_is_probe`): the counts are the clients'.
+//!
+//! Two programs see those state changes; ck attaches one of them:
+//! - `ck_conns_ops` (`sock_ops`, on the instance's cgroup, where ck creates the listening
+//!   sockets): the kernel runs it only for sockets of that cgroup, and for their state changes
+//!   only once it asked for them (`BPF_SOCK_OPS_STATE_CB_FLAG`, set on a tagged connection as
+//!   it is established). Nothing else on the host pays for it.
+//! - `ck_conns` (`tp_btf/inet_sock_set_state`), where ck has no cgroup: it runs for every TCP
+//!   state change on the host, and returns at once for an untagged socket.
 //!
 //! Migration: an established connection waiting in a closing listener's accept queue keeps the
 //! tag of that listener. When `ck_select` re-homes it ([`migrated`]), the count moves from the
@@ -19,9 +27,10 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    Global,
+    EbpfContext as _, Global,
     bindings::{
-        BPF_F_CLONE, BPF_F_NO_PREALLOC, BPF_TCP_CLOSE, BPF_TCP_ESTABLISHED, BPF_TCP_NEW_SYN_RECV,
+        BPF_F_CLONE, BPF_F_NO_PREALLOC, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB,
+        BPF_SOCK_OPS_STATE_CB_FLAG, BPF_TCP_CLOSE, BPF_TCP_ESTABLISHED, BPF_TCP_NEW_SYN_RECV,
         BPF_TCP_SYN_RECV, bpf_map_type::BPF_MAP_TYPE_SK_STORAGE,
     },
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray},
@@ -29,8 +38,8 @@ use aya_ebpf::{
         bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf_get_socket_cookie,
         bpf_map_lookup_percpu_elem, bpf_sk_storage_get,
     },
-    macros::{btf_map, btf_tracepoint, cgroup_sock_addr},
-    programs::{BtfTracePointContext, SkReuseportContext, SockAddrContext},
+    macros::{btf_map, btf_tracepoint, cgroup_sock_addr, sock_ops},
+    programs::{BtfTracePointContext, SkReuseportContext, SockAddrContext, SockOpsContext},
 };
 use ck_common::{BindGroup, CONN_COUNTED, ConnTag, MAX_MOVED_CONNS, MAX_SLOTS, MovedConn};
 
@@ -165,21 +174,53 @@ pub fn ck_conns(ctx: BtfTracePointContext) -> i32 {
     let old: i32 = ctx.arg(1);
     let new: i32 = ctx.arg(2);
     if old == BPF_TCP_SYN_RECV as i32 && new == BPF_TCP_ESTABLISHED as i32 {
-        opened(sk);
+        opened(sk, || crate::probe::peer_is_probe(sk.cast()));
     } else if new == BPF_TCP_CLOSE as i32 {
-        closed(sk);
+        // SAFETY: `sk` is the tracepoint's socket; the helper only reads (or sets) its cookie.
+        closed(sk, || unsafe { bpf_get_socket_cookie(sk) });
     }
     0
 }
 
+#[sock_ops]
+pub fn ck_conns_ops(ctx: SockOpsContext) -> u32 {
+    let op = ctx.op();
+    if op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_STATE_CB {
+        return 1;
+    }
+    // SAFETY: `sk` is a field of the `bpf_sock_ops` view; the verifier makes it a socket
+    // pointer or null (a request socket), checked here.
+    let sk: *mut c_void = unsafe { (*ctx.ops).__bindgen_anon_2.sk }.cast();
+    if sk.is_null() {
+        return 1;
+    }
+    if op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB {
+        // The connection is still in SYN_RECV: its move to ESTABLISHED, right after, is the
+        // first state change it reports. Only a tagged one (a group's) asks for them.
+        if CONN_TAGS.get(sk).is_some() {
+            let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
+        }
+        return 1;
+    }
+    // BPF_SOCK_OPS_STATE_CB: args[0] the old state, args[1] the new one.
+    let (old, new) = (ctx.arg(0), ctx.arg(1));
+    if old == BPF_TCP_SYN_RECV && new == BPF_TCP_ESTABLISHED {
+        opened(sk, || crate::probe::ops_peer_is_probe(&ctx));
+    } else if new == BPF_TCP_CLOSE {
+        // SAFETY: the context is a `bpf_sock_ops`, which the cookie helper accepts.
+        closed(sk, || unsafe { bpf_get_socket_cookie(ctx.as_ptr()) });
+    }
+    1
+}
+
 /// A connection of a tagged listener is established: it counts for the tag's slot, unless it
-/// is one of ck's probes (counted apart, as probe hits: a probe is not a client).
+/// is one of ck's probes (`is_probe`: counted apart, as probe hits: a probe is not a client).
 #[inline(always)]
-fn opened(sk: *mut c_void) {
+fn opened(sk: *mut c_void, is_probe: impl FnOnce() -> bool) {
     let Some(tag) = CONN_TAGS.get(sk) else {
         return;
     };
-    if tag.flags & CONN_COUNTED == 0 && !crate::probe::peer_is_probe(sk.cast()) {
+    if tag.flags & CONN_COUNTED == 0 && !is_probe() {
         tag.flags |= CONN_COUNTED;
         add(tag.slot, 1);
     }
@@ -187,9 +228,10 @@ fn opened(sk: *mut c_void) {
 
 /// A socket closed: a counted connection leaves its slot's count (the slot it was re-homed to,
 /// if it was); a connection re-homed without being counted (created before its listener was
-/// tagged) gives back what [`migrated`] moved.
+/// tagged) gives back what [`migrated`] moved. `cookie` reads the socket's cookie (each
+/// program type has its own way).
 #[inline(always)]
-fn closed(sk: *mut c_void) {
+fn closed(sk: *mut c_void, cookie: impl FnOnce() -> u64) {
     let mut counted = false;
     let mut slot = MAX_SLOTS;
     if let Some(tag) = CONN_TAGS.get(sk) {
@@ -204,8 +246,7 @@ fn closed(sk: *mut c_void) {
         return;
     }
     // Looked up for untagged sockets too (see above).
-    // SAFETY: `sk` is the tracepoint's socket; the helper only reads (or sets) its cookie.
-    let cookie = unsafe { bpf_get_socket_cookie(sk) };
+    let cookie = cookie();
     // SAFETY: the value is copied out before the entry is removed.
     if let Some(moved) = unsafe { MOVED.get(cookie) }.copied() {
         let _ = MOVED.remove(cookie);

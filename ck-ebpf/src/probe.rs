@@ -8,10 +8,13 @@
 //! - `ck_select` does not re-home one queued on a closing listener (`migrating_is_probe`): it
 //!   tests the worker that listener was for, and another worker's answer would say nothing of
 //!   it (the kernel resets it, towards ck, the only end that sees it);
-//! - `ck_conns` leaves one out of the open-connection counts (`peer_is_probe`), which are the
-//!   clients' connections.
+//! - `ck_conns` and `ck_conns_ops` leave one out of the open-connection counts
+//!   (`peer_is_probe`, `ops_peer_is_probe`), which are the clients' connections.
 use aya_ebpf::{
-    Global, bindings::bpf_sock, helpers::bpf_probe_read_kernel, programs::SkReuseportContext,
+    Global,
+    bindings::bpf_sock,
+    helpers::bpf_probe_read_kernel,
+    programs::{SkReuseportContext, SockOpsContext},
 };
 use ck_common::{MAX_SLOTS, PeerOffsets};
 
@@ -138,6 +141,38 @@ pub fn peer_is_probe(sk: *const u8) -> bool {
             }
             None => return false,
         },
+        _ => return false,
+    };
+    is_loopback(&addr, v6)
+}
+
+/// Whether the connection of a `sock_ops` call (`ck_conns_ops`) comes from a probe, by the
+/// peer the context carries: `remote_port` (network byte order, as a 32-bit value),
+/// `remote_ip4` / `remote_ip6` (network byte order).
+#[inline(always)]
+pub fn ops_peer_is_probe(ctx: &SockOpsContext) -> bool {
+    let port = u32::from_be(ctx.remote_port());
+    if slot_of(port, CK_PROBE_BASE.load()).is_none() {
+        return false;
+    }
+    let mut addr = [0u8; 16];
+    let v6 = match ctx.family() as u16 {
+        AF_INET => {
+            addr[..4].copy_from_slice(&ctx.remote_ip4().to_ne_bytes());
+            false
+        }
+        AF_INET6 => {
+            // SAFETY: `remote_ip6` is a field of the context; each word is read with a load of
+            // its own size (the verifier refuses wider ones on a context).
+            let ip6 = unsafe { core::ptr::addr_of!((*ctx.ops).remote_ip6).cast::<u32>() };
+            // SAFETY: as above.
+            let word = |i: usize| unsafe { core::ptr::read_volatile(ip6.wrapping_add(i)) };
+            addr[..4].copy_from_slice(&word(0).to_ne_bytes());
+            addr[4..8].copy_from_slice(&word(1).to_ne_bytes());
+            addr[8..12].copy_from_slice(&word(2).to_ne_bytes());
+            addr[12..].copy_from_slice(&word(3).to_ne_bytes());
+            true
+        }
         _ => return false,
     };
     is_loopback(&addr, v6)

@@ -52,9 +52,22 @@ impl RunStats {
     }
 }
 
-/// The name ck's open-connection counting program (`tp_btf/inet_sock_set_state`) is loaded
-/// under.
-pub const CONNS_PROGRAM: &str = "ck_conns";
+/// The names ck's open-connection counting program is loaded under: on the instance's cgroup
+/// (`sock_ops`), and host-wide (`tp_btf/inet_sock_set_state`).
+pub const CONNS_PROGRAMS: [&str; 2] = ["ck_conns_ops", "ck_conns"];
+
+/// The id of the open-connection counter of instance `name`'s first group, on whichever hook it
+/// runs.
+pub fn conns_program_of(name: &str) -> Result<u32> {
+    let mut why = Vec::new();
+    for program in CONNS_PROGRAMS {
+        match program_using(name, program, "conns") {
+            Ok(id) => return Ok(id),
+            Err(e) => why.push(format!("{e:#}")),
+        }
+    }
+    bail!("{}", why.join("; "))
+}
 
 /// The id of the `ck_select` program of instance `name`'s first group: the loaded program of
 /// that name that uses the instance's pinned `config` map (other instances have their own).

@@ -87,9 +87,12 @@ fn worker_memory_max_is_applied_or_ck_says_why_not() {
     let worker_dirs: Vec<_> = fs::read_dir(&cgroup)
         .unwrap()
         .flatten()
-        .filter(|e| e.path().is_dir())
+        .filter(|e| e.path().is_dir() && e.file_name() != "sockets")
         .collect();
     assert_eq!(worker_dirs.len(), 1, "one cgroup per worker");
+    // Where ck created the listening sockets: no process stays in it.
+    let sockets = fs::read_to_string(cgroup.join("sockets/cgroup.procs")).unwrap();
+    assert!(sockets.trim().is_empty(), "{sockets}");
     let max_file = worker_dirs[0].path().join("memory.max");
     if max_file.exists() {
         assert_eq!(

@@ -1,16 +1,20 @@
-//! The `conn-count` scenario: what counting open connections in the kernel (`ck_conns`, a
-//! `tp_btf/inet_sock_set_state` program) costs, beside the selection program every connection
-//! already pays for (`ck_select`), both from the kernel's own accounting in the same rounds (see
-//! [`ck_tests::bpf_stats`]); and how exact the counts are, in every round.
+//! The `conn-count` scenario: what counting open connections in the kernel costs, on each hook
+//! ck can count on (`ck_conns_ops`, a `sock_ops` program on the instance's cgroup, the default;
+//! `ck_conns` on `tp_btf/inet_sock_set_state`, host-wide, `CK_CONN_COUNT=host`), beside the
+//! selection program every connection already pays for (`ck_select`), all from the kernel's own
+//! accounting in the same rounds (see [`ck_tests::bpf_stats`]); what ck charges to connections
+//! that are not its fleet's; and how exact the counts are, in every round.
 //!
-//! One contender, ck with [`WORKERS`] demo workers (round-robin), and with `--against` its copy
-//! on the other build. In each of [`ROUNDS`] rounds: [`HELD`] keep-alive connections are held
-//! (the count in `ck status` should be [`HELD`]), then closed (it should fall to 0); then new
-//! connections (one request each, then closed) for [`LOAD`], the programs' counters read before
-//! and after, and the count read again once they closed (none should be left). The tracepoint
-//! runs for every TCP state change on the machine (other traffic included), so runs per
-//! connection is what it saw in the round divided by the round's connections. The exactness
-//! goals are on the sums over the rounds: one miscount in any round misses them.
+//! Two contenders, ck on either hook with [`WORKERS`] demo workers (round-robin), each with
+//! [`IDLE`] more idle instances on the same hook beside it (so [`IDLE`] + 1 ck instances per
+//! hook), and a bare fleet on a port of its own that no ck serves. In each of [`ROUNDS`] rounds,
+//! for each contender: [`HELD`] keep-alive connections are held (the count in `ck status` should
+//! be [`HELD`]), then closed (it should fall to 0); then new connections (one request each,
+//! then closed) for [`LOAD`], the programs' counters read before and after, and the count read
+//! again once they closed (none should be left); then the same load to the bare fleet, and what
+//! the contender's instances' programs ran meanwhile, per connection of that fleet: the tax ck
+//! puts on the host's other traffic. The exactness goals are on the sums over the rounds: one
+//! miscount in any round misses them.
 
 use std::time::Duration;
 
@@ -34,6 +38,14 @@ const CLIENTS: usize = 16;
 /// Rounds: no goal bounds a ratio, and a round takes a few seconds; many short rounds keep a
 /// round during which other work evicted the maps from the caches an outlier, not a shift.
 const ROUNDS: usize = 9;
+/// Idle ck instances started beside each contender, on its hook.
+const IDLE: usize = 2;
+/// At most this many ns of ck's programs per foreign connection (with every instance of a hook).
+const FOREIGN_GOAL_NS: f64 = 5.0;
+/// At most this many ns of ck's programs (select and count) per connection of its fleet.
+const FLEET_GOAL_NS: f64 = 350.0;
+/// The contender on the host-wide tracepoint.
+const HOST: &str = "ck, host-wide hook";
 /// Connections held open for the exactness check.
 const HELD: usize = 200;
 /// How long counts get to reach what is expected (closing crosses loopback).
@@ -41,7 +53,31 @@ const SETTLE: Duration = Duration::from_secs(10);
 
 /// The contenders.
 fn contenders() -> Vec<Contender> {
-    vec![Contender::ck("ck", &["--policy", "round-robin"])]
+    let ck = Contender::ck("ck", &["--policy", "round-robin"]);
+    let host = ck
+        .clone()
+        .labelled(HOST)
+        .with_env(&[("CK_CONN_COUNT", "host")]);
+    vec![ck, host]
+}
+
+/// The programs of one contender: its fleet's `ck_select` and counter, and the counters of
+/// every instance on its hook (its own and the idle ones).
+struct Programs {
+    select: u32,
+    conns: u32,
+    all_conns: Vec<u32>,
+}
+
+impl Programs {
+    /// Run time (ns) of every instance's counter so far, summed.
+    fn counters_ns(&self) -> Result<u64> {
+        let mut sum = 0;
+        for id in &self.all_conns {
+            sum += bpf_stats::read(*id)?.time_ns;
+        }
+        Ok(sum)
+    }
 }
 
 /// Measures and returns the table.
@@ -54,17 +90,41 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
         "conn-count",
         &Group::demo(WORKERS),
     )?;
+    let mut idle = Vec::new();
     let mut programs = Vec::new();
-    for fleet in &fleets {
+    for (fleet, contender) in fleets.iter().zip(plan.contenders()) {
         let name = ck_of(fleet)?.name();
-        let select = bpf_stats::program_of(name)?;
-        let conns = bpf_stats::program_using(name, bpf_stats::CONNS_PROGRAM, "conns")?;
-        programs.push((select, conns));
+        let conns = bpf_stats::conns_program_of(name)?;
+        let mut all_conns = vec![conns];
+        for _ in 0..IDLE {
+            let other = contender.start(bench, "conn-count-idle", &Group::demo(1))?;
+            all_conns.push(bpf_stats::conns_program_of(ck_of(&other)?.name())?);
+            idle.push(other);
+        }
+        programs.push(Programs {
+            select: bpf_stats::program_of(name)?,
+            conns,
+            all_conns,
+        });
     }
+    // The demo workers with no supervisor, from the measured build's binary.
+    let bare = Contender {
+        bin: plan.contenders()[0].bin.clone(),
+        ..Contender::bare()
+    };
+    let foreign = bare.start(bench, "conn-count-foreign", &Group::demo(WORKERS))?;
     let measured = plan.run(bench, |i, c, _| {
-        round(bench, &mut fleets[i], programs[i], &c.label)
+        round(
+            bench,
+            &mut fleets[i],
+            &programs[i],
+            foreign.addr(),
+            &c.label,
+        )
     })?;
     contender::stop_all(bench, fleets)?;
+    contender::stop_all(bench, idle)?;
+    foreign.stop(bench)?;
     let table = table(&measured)?;
     Ok(measured.outcome(vec![table]))
 }
@@ -73,9 +133,11 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
 fn round(
     bench: &Bench,
     fleet: &mut Fleet,
-    (select, conns): (u32, u32),
+    programs: &Programs,
+    foreign: std::net::SocketAddr,
     label: &str,
 ) -> Result<Figures> {
+    let (select, conns) = (programs.select, programs.conns);
     let addr = fleet.addr();
     let inst = fleet
         .instance_mut()
@@ -97,23 +159,41 @@ fn round(
     let (conns_runs, conns_ns) = c0.until(c1);
     let (Some(select_ns), Some(conns_ns)) = (select_ns, conns_ns) else {
         bail!(
-            "the kernel counted {select_runs} run(s) of ck_select and {conns_runs} of ck_conns \
+            "the kernel counted {select_runs} run(s) of ck_select and {conns_runs} of the counter \
              for {} answered connections: are BPF run-time statistics working?",
             report.ok
         );
     };
     let left = total(inst, |n| n == 0)?;
-    bench.progress(format_args!(
-        "conn-count: {label}: {} connections, ck_conns {conns_ns:.1} ns, ck_select \
-         {select_ns:.1} ns; held {open}/{HELD}, closed {closed}, left {left}",
-        report.ok
+
+    // The same load to a fleet that is not ck's: what every instance on this hook ran.
+    let (tax0, select_before) = (programs.counters_ns()?, bpf_stats::read(select)?);
+    let other = load::run(LoadSpec::for_duration(
+        foreign,
+        Mode::NewConnection,
+        CLIENTS,
+        bench.span(LOAD),
     ));
+    let (tax1, select_after) = (programs.counters_ns()?, bpf_stats::read(select)?);
+    let foreign_ns = (tax1.saturating_sub(tax0)
+        + select_after.time_ns.saturating_sub(select_before.time_ns)) as f64
+        / other.ok.max(1) as f64;
+
     let per_conn = conns_runs as f64 / report.ok.max(1) as f64;
+    let fleet_ns = per_conn * conns_ns + select_runs as f64 / report.ok.max(1) as f64 * select_ns;
+    bench.progress(format_args!(
+        "conn-count: {label}: {} connections, counter {conns_ns:.1} ns x {per_conn:.2}, \
+         ck_select {select_ns:.1} ns: {fleet_ns:.0} ns per connection; {} foreign: \
+         {foreign_ns:.1} ns each; held {open}/{HELD}, closed {closed}, left {left}",
+        report.ok, other.ok
+    ));
     let mut f = Figures::new();
     f.set("conns_ns", conns_ns)
         .set("select_ns", select_ns)
         .set("conns_runs_per_conn", per_conn)
         .set("conns_ns_per_conn", per_conn * conns_ns)
+        .set("fleet_ns_per_conn", fleet_ns)
+        .set("foreign_ns_per_conn", foreign_ns)
         .set("connections", report.ok as f64)
         .set("miscounted", open.abs_diff(HELD as u64) as f64)
         .set("closed", closed as f64)
@@ -142,7 +222,8 @@ fn ck_of(fleet: &Fleet) -> Result<&Ck> {
         .context("conn-count's contenders are ck instances")
 }
 
-/// The table: ck_conns beside ck_select, then the counts.
+/// The table: the programs per connection of the fleet and of the host's other traffic, the
+/// counter beside ck_select, then the counts.
 fn table(m: &Measured) -> Result<Table> {
     let mut t = Layout::new(
         m,
@@ -154,7 +235,22 @@ fn table(m: &Measured) -> Result<Table> {
     );
     let none = || Goal::at_most(0.0, Unit::Count);
     t.values(
-        "ck_conns: ns per run (kernel run_time_ns / run_cnt)",
+        "ck's programs: ns per connection of its fleet (counter and ck_select)",
+        "fleet_ns_per_conn",
+        Unit::Ns,
+    )
+    .goal(Goal::at_most(FLEET_GOAL_NS, Unit::Ns).of(&["ck"]))
+    .values(
+        &format!(
+            "ck's programs: ns per connection of another fleet, {} instances on the host",
+            IDLE + 1
+        ),
+        "foreign_ns_per_conn",
+        Unit::Ns,
+    )
+    .goal(Goal::at_most(FOREIGN_GOAL_NS, Unit::Ns).of(&["ck"]))
+    .values(
+        "counter: ns per run (kernel run_time_ns / run_cnt)",
         "conns_ns",
         Unit::Ns,
     )
@@ -164,11 +260,11 @@ fn table(m: &Measured) -> Result<Table> {
         Unit::Ns,
     )
     .values(
-        "ck_conns: runs per connection",
+        "counter: runs per connection",
         "conns_runs_per_conn",
         Unit::Ratio,
     )
-    .values("ck_conns: ns per connection", "conns_ns_per_conn", Unit::Ns)
+    .values("counter: ns per connection", "conns_ns_per_conn", Unit::Ns)
     .values("new connections per round", "connections", Unit::Count)
     .detail()
     .total(
@@ -186,9 +282,10 @@ fn table(m: &Measured) -> Result<Table> {
     .total("left after a round's load, all rounds", "left", Unit::Count)
     .goal(none())
     .note(
-        "ck_conns runs on every TCP state change of the machine (about 5 per server connection, \
-         plus the client ends'); its time includes the kernel's own timing of each run; \
-         ck_select runs once per new connection",
+        "the counter is ck_conns_ops (sock_ops on the instance's cgroup: the fleet's sockets \
+         only) for ck, ck_conns (tp_btf/inet_sock_set_state: every TCP state change of the \
+         host, both ends of a loopback connection) for the host-wide hook; times include the \
+         kernel's own timing of each run; ck_select runs once per new connection",
     );
     t.finish()
 }
@@ -203,36 +300,52 @@ mod tests {
     #[test]
     fn the_table_shows_both_programs_and_judges_every_rounds_counts() {
         let plan = Plan::new("conn-count", ROUNDS, contenders(), "/ck".as_ref(), None);
+        let figures = |r: usize| {
+            BTreeMap::from([
+                ("conns_ns".to_string(), 90.0 + r as f64),
+                ("select_ns".to_string(), 200.0),
+                ("conns_runs_per_conn".to_string(), 10.0),
+                ("conns_ns_per_conn".to_string(), 900.0 + 10.0 * r as f64),
+                ("fleet_ns_per_conn".to_string(), 300.0),
+                ("foreign_ns_per_conn".to_string(), 0.0),
+                ("miscounted".to_string(), 0.0),
+                ("closed".to_string(), 0.0),
+                // One connection left in the last round only.
+                ("left".to_string(), f64::from(r == ROUNDS - 1)),
+            ])
+        };
         let round = |r: usize| RoundFigures {
-            order: vec!["ck".into()],
-            figures: BTreeMap::from([(
-                "ck".to_string(),
-                BTreeMap::from([
-                    ("conns_ns".to_string(), 90.0 + r as f64),
-                    ("select_ns".to_string(), 200.0),
-                    ("conns_runs_per_conn".to_string(), 10.0),
-                    ("conns_ns_per_conn".to_string(), 900.0 + 10.0 * r as f64),
-                    ("miscounted".to_string(), 0.0),
-                    ("closed".to_string(), 0.0),
-                    // One connection left in the last round only.
-                    ("left".to_string(), f64::from(r == ROUNDS - 1)),
-                ]),
-            )]),
+            order: vec!["ck".into(), HOST.into()],
+            figures: BTreeMap::from([
+                ("ck".to_string(), figures(r)),
+                (HOST.to_string(), figures(r)),
+            ]),
             seconds: 5.0,
         };
         let t = table(&Measured::new(plan, (0..ROUNDS).map(round).collect())).unwrap();
         let row = |start: &str| t.rows.iter().find(|r| r.metric.starts_with(start)).unwrap();
         assert_eq!(
-            row("ck_conns: ns per run").cells[0].text,
+            row("counter: ns per run").cells[0].text,
             "94.0 ns (90.0-98.0)"
         );
         assert_eq!(row("ck_select").cells[0].text, "200.0 ns");
         assert_eq!(
-            row("ck_conns: ns per connection").cells[0].text,
+            row("counter: ns per connection").cells[0].text,
             "940.0 ns (900.0-980.0)"
         );
         let verdict = |start: &str| row(start).goal.as_ref().unwrap().text();
-        assert_eq!(verdict("miscounted"), "<= 0 (ck): met");
-        assert_eq!(verdict("left after"), "<= 0 (ck): NOT met");
+        assert_eq!(verdict("miscounted"), "<= 0 (ck, ck, host-wide hook): met");
+        assert_eq!(
+            verdict("left after"),
+            "<= 0 (ck, ck, host-wide hook): NOT met"
+        );
+        assert_eq!(
+            verdict("ck's programs: ns per connection of its"),
+            "<= 350.0 ns (ck): met"
+        );
+        assert_eq!(
+            verdict("ck's programs: ns per connection of another"),
+            "<= 5.0 ns (ck): met"
+        );
     }
 }

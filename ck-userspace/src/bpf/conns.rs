@@ -1,13 +1,10 @@
-//! Open connections per slot, counted by the kernel (`ck_conns`, `tp_btf/inet_sock_set_state`,
-//! see the program's `conns.rs`): each listening socket of a slot is tagged with its slot in the
+//! Open connections per slot, counted by the kernel (`ck_conns_ops` on the instance's cgroup,
+//! or `ck_conns` on a tracepoint: see `conn_hook` and the program's `conns.rs`): each listening socket of a slot is tagged with its slot in the
 //! `conn_tags` socket storage (copied by the kernel into every connection it creates), its cookie
 //! written to `listeners` (so a migration moves the count off the closing listener's slot), and
 //! the per-CPU `conns` counters are summed here.
 //!
-//! The program is attached through a bpf link pinned beside the maps (`conns_link`), so counting
-//! goes on while ck execs a new image (`ck upgrade`) or is dead (`--survive-supervisor`); the
-//! new image attaches its own program, then replaces the pin (both running for a moment is
-//! harmless: a connection's `counted` flag makes a second count a no-op). A slot's count is
+//! The program's link is pinned beside the maps (`conn_hook`). A slot's count is
 //! never zeroed: a slot index used again starts from the connections still open that its
 //! listeners created (held by an earlier worker's children, say), which is what it holds.
 //!
@@ -21,25 +18,16 @@ use std::{path::Path, sync::OnceLock};
 
 use anyhow::Context as _;
 use aya::{
-    Btf, Ebpf,
+    Ebpf,
     maps::{HashMap, MapData, PerCpuArray, SkStorage},
-    programs::{BtfTracePoint, links::FdLink},
 };
 use ck_common::{ConnTag, MAX_SLOTS, PeerOffsets};
 use socket2::Socket;
 
-/// The environment variable that forces the sock_diag scan (`CK_CONN_COUNT=scan`), e.g. to test
-/// the fallback.
-pub const FORCE_ENV: &str = "CK_CONN_COUNT";
+pub use super::conn_hook::{ConnHook, FORCE_ENV};
 
 /// The maps the program counts in, pinned with the others.
 pub(crate) const MAPS: [&str; 5] = ["conn_tags", "conns", "listeners", "moved", "moved_any"];
-
-/// Where the program's link is pinned, in the group's pin directory.
-const LINK_PIN: &str = "conns_link";
-
-/// The tracepoint `ck_conns` attaches to.
-const TRACEPOINT: &str = "inet_sock_set_state";
 
 /// One group's kernel counting of open connections.
 pub struct ConnCounter {
@@ -49,40 +37,16 @@ pub struct ConnCounter {
 }
 
 impl ConnCounter {
-    /// Loads and attaches `ck_conns` from `ebpf` (already loaded, maps pinned in `pin_dir`) and
-    /// takes its maps. `resume`: a pinned link of an earlier image is replaced by this one.
-    /// The error says why the kernel refused (the caller falls back to the scan).
-    pub fn start(ebpf: &mut Ebpf, pin_dir: &Path, resume: bool) -> anyhow::Result<ConnCounter> {
-        if std::env::var(FORCE_ENV).is_ok_and(|v| v == "scan") {
-            anyhow::bail!("{FORCE_ENV}=scan asks for the sock_diag scan");
-        }
-        let btf =
-            Btf::from_sys_fs().context("reading the kernel's BTF (/sys/kernel/btf/vmlinux)")?;
-        let program: &mut BtfTracePoint = ebpf
-            .program_mut("ck_conns")
-            .context("program ck_conns missing from the object")?
-            .try_into()
-            .context("ck_conns is not a tp_btf program")?;
-        program
-            .load(TRACEPOINT, &btf)
-            .with_context(|| format!("the kernel refused the tp_btf/{TRACEPOINT} program"))?;
-        let id = program
-            .attach()
-            .with_context(|| format!("attaching to tp_btf/{TRACEPOINT}"))?;
-        let link: FdLink = program.take_link(id).context("taking the link")?.into();
-        let path = pin_dir.join(LINK_PIN);
-        if resume {
-            // The earlier image's program stays attached through its pin until now; ours runs
-            // already, so no state change goes uncounted.
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(e).with_context(|| format!("removing {}", path.display()));
-                }
-                _ => {}
-            }
-        }
-        link.pin(&path)
-            .with_context(|| format!("pinning the link at {}", path.display()))?;
+    /// Attaches the counter on `hook` from `ebpf` (already loaded, maps pinned in `pin_dir`)
+    /// and takes its maps. `resume`: a pinned link of an earlier image is replaced by this
+    /// one. The error says why the kernel refused (the caller falls back to the scan).
+    pub fn start(
+        ebpf: &mut Ebpf,
+        pin_dir: &Path,
+        resume: bool,
+        hook: &ConnHook,
+    ) -> anyhow::Result<ConnCounter> {
+        hook.attach(ebpf, pin_dir, resume)?;
         Ok(ConnCounter {
             tags: super::group::take(ebpf, "conn_tags")?,
             counts: super::group::take(ebpf, "conns")?,
@@ -181,10 +145,25 @@ mod tests {
 
     use super::super::{BpfGroup, pins};
     use super::*;
+    use crate::os::cgroup::InstanceCgroup;
 
-    /// A listening `SO_REUSEPORT` socket on a free loopback port.
-    fn listener() -> Socket {
-        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    /// Runs `check` on each hook: the host-wide tracepoint, then an instance cgroup of its own
+    /// (named after `what`), where the test's listeners are created.
+    fn on_each_hook(what: &str, check: impl Fn(&str, Option<&InstanceCgroup>)) {
+        check(&format!("unit-{what}-host-{}", std::process::id()), None);
+        let name = format!("unit-{what}-cg-{}", std::process::id());
+        let cgroup = InstanceCgroup::create(&name, false).expect("creating cgroups as root");
+        assert!(cgroup.holds_sockets());
+        check(&name, Some(&cgroup));
+    }
+
+    /// A listening `SO_REUSEPORT` socket on a free loopback port (created in `cgroup`'s
+    /// `sockets` cgroup if given, as ck creates its own).
+    fn listener(cgroup: Option<&InstanceCgroup>) -> Socket {
+        let socket = match cgroup {
+            Some(cgroup) => cgroup.socket(Domain::IPV4, Type::STREAM, None).unwrap(),
+            None => Socket::new(Domain::IPV4, Type::STREAM, None).unwrap(),
+        };
         socket.set_reuse_port(true).unwrap();
         socket
             .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
@@ -210,10 +189,14 @@ mod tests {
     /// root.)
     #[test]
     fn a_tagged_listeners_connections_count_until_they_close() {
-        let name = format!("unit-conns-{}", std::process::id());
+        on_each_hook("conns", tagged_listeners_count);
+    }
+
+    fn tagged_listeners_count(name: &str, cgroup: Option<&InstanceCgroup>) {
+        let scope = cgroup.map(InstanceCgroup::dir);
         let mut group =
-            BpfGroup::load(&name, "tcp4-1", 1, None, 0, false).expect("loading as root");
-        let tagged = listener();
+            BpfGroup::load(name, "tcp4-1", 1, None, 0, false, scope).expect("loading as root");
+        let tagged = listener(cgroup);
         group.insert(5, &tagged).expect("inserting the socket");
         let addr = tagged.local_addr().unwrap().as_socket().unwrap();
         let untagged = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -230,8 +213,8 @@ mod tests {
             .filter_map(|s| group.connections(s))
             .collect();
         drop(group);
-        pins::remove_instance(&name).unwrap();
-        let queued = queued.expect("the kernel counts here (tp_btf loads on this machine)");
+        pins::remove_instance(name).unwrap();
+        let queued = queued.expect("the kernel counts here (both hooks load on this machine)");
         assert_eq!(queued, 3, "queued ones count");
         assert_eq!(after_accept, Some(3));
         assert_eq!(closed, Some(0));
@@ -271,7 +254,10 @@ mod tests {
     /// probe's names the range (its port is slot 2's), and the client's is one outside it.
     #[test]
     fn a_probe_connection_is_not_counted() {
-        let name = format!("unit-conns-probe-{}", std::process::id());
+        on_each_hook("conns-probe", probe_not_counted);
+    }
+
+    fn probe_not_counted(name: &str, cgroup: Option<&InstanceCgroup>) {
         let probe = bound_socket();
         let base = port_of(&probe) - 2;
         let in_range =
@@ -280,9 +266,10 @@ mod tests {
             .take(64)
             .find(|c| !in_range(port_of(c)))
             .expect("a free port outside the probe range");
+        let scope = cgroup.map(InstanceCgroup::dir);
         let mut group =
-            BpfGroup::load(&name, "tcp4-1", 1, None, base, false).expect("loading as root");
-        let tagged = listener();
+            BpfGroup::load(name, "tcp4-1", 1, None, base, false, scope).expect("loading as root");
+        let tagged = listener(cgroup);
         group.insert(2, &tagged).expect("inserting the socket");
         let addr = tagged.local_addr().unwrap();
         probe.connect(&addr).unwrap();
@@ -293,7 +280,7 @@ mod tests {
         drop((probe, client, accepted));
         let closed = settles(&group, 2, 0);
         drop(group);
-        pins::remove_instance(&name).unwrap();
+        pins::remove_instance(name).unwrap();
         assert_eq!(open, Some(1), "the client's connection only");
         assert_eq!(closed, Some(0));
     }

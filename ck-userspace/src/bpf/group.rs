@@ -1,7 +1,7 @@
 //! One group's loaded program and maps: attach to the group, insert and remove slot sockets,
 //! publish the active set (fill the idle half, then flip; with `--policy sticky` the Maglev
 //! table beside it), write slot records, read counters.
-use std::os::fd::AsRawFd;
+use std::{os::fd::AsRawFd, path::Path};
 
 use anyhow::Context as _;
 use aya::{
@@ -18,7 +18,7 @@ use super::{
     BpfError,
     bind_tags::BindTagger,
     conn_steering::ConnSteering,
-    conns::ConnCounter,
+    conns::{ConnCounter, ConnHook},
     load::{Loaded, Target, open_for},
     pins,
     queue_depth::QueueDepth,
@@ -104,6 +104,7 @@ impl BpfGroup {
     /// Loads the program for group `group` of instance `name`, pins its maps and sets the policy
     /// (a UDP group, with `udp_mode` one of `ck_common::udp::udp_mode`: its own program and
     /// mode). The program is attached later, to the group's first socket ([`BpfGroup::insert`]).
+    /// `cgroup`: the instance's, where the connection counter runs (see `conn_hook`).
     pub fn load(
         name: &str,
         group: &str,
@@ -111,8 +112,11 @@ impl BpfGroup {
         udp_mode: Option<u32>,
         probe_base: u16,
         log: bool,
+        cgroup: Option<&Path>,
     ) -> Result<BpfGroup, BpfError> {
-        Self::load_with(name, group, policy, udp_mode, probe_base, log, false)
+        Self::load_with(
+            name, group, policy, udp_mode, probe_base, log, false, cgroup,
+        )
     }
 
     /// Loads the program for group `group` of instance `name` on the maps an earlier image of
@@ -125,10 +129,15 @@ impl BpfGroup {
         udp_mode: Option<u32>,
         probe_base: u16,
         log: bool,
+        cgroup: Option<&Path>,
     ) -> Result<BpfGroup, BpfError> {
-        Self::load_with(name, group, policy, udp_mode, probe_base, log, true)
+        Self::load_with(name, group, policy, udp_mode, probe_base, log, true, cgroup)
     }
 
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the two public entries' arguments, passed on"
+    )]
     fn load_with(
         name: &str,
         group: &str,
@@ -137,6 +146,7 @@ impl BpfGroup {
         probe_base: u16,
         log: bool,
         reuse: bool,
+        cgroup: Option<&Path>,
     ) -> Result<BpfGroup, BpfError> {
         let udp = udp_mode.is_some();
         let pin_dir = pins::group_dir(name, group);
@@ -172,7 +182,9 @@ impl BpfGroup {
         }
         let conns = match udp {
             true => Err("a UDP group has no connections".to_string()),
-            false => ConnCounter::start(&mut ebpf, &pin_dir, reuse).map_err(|e| format!("{e:#}")),
+            false => ConnHook::choose(&pin_dir, reuse, cgroup)
+                .and_then(|hook| ConnCounter::start(&mut ebpf, &pin_dir, reuse, &hook))
+                .map_err(|e| format!("{e:#}")),
         };
         // Summed counts of a counter that does not run would be zeros: least-conn then has
         // nothing to steer by (its candidates tie: round-robin).

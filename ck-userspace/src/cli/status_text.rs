@@ -97,6 +97,12 @@ pub fn render(report: &StatusReport) -> String {
             "open connections: counted by the sock_diag {}",
             report.connection_count
         );
+    } else if report.connection_hook.as_deref() == Some("host") {
+        let _ = writeln!(
+            out,
+            "open connections: counted on a host-wide tracepoint (no usable cgroup2, or \
+             CK_CONN_COUNT=host): every TCP state change on this host runs it"
+        );
     }
     let dropped: Vec<String> = report
         .slots

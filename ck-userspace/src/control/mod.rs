@@ -169,6 +169,11 @@ pub struct StatusReport {
     /// or `scan (WHY)` (sock_diag matched to the workers' sockets: the fallback).
     #[serde(default)]
     pub connection_count: String,
+    /// Where the kernel counts them (`kernel`), read from the pins of the counter's link:
+    /// `cgroup` (a `sock_ops` program on the instance's cgroup: the fleet's sockets only) or
+    /// `host` (a tracepoint every TCP state change of the host runs).
+    #[serde(default)]
+    pub connection_hook: Option<String>,
     /// The quiet wait of a stop (`--quiet-period`): while it lasts, or how it ended.
     #[serde(default)]
     pub quiet_wait: Option<QuietWaitReport>,

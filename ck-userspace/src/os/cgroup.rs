@@ -1,11 +1,14 @@
 //! One cgroup v2 directory per instance (`<ck's own cgroup>/ck-<name>`) and one per worker under
 //! it (`w<id>`): a worker and everything it forks live in its cgroup, so `cgroup.kill` stops the
 //! whole tree (no grandchild outlives its worker) and the cgroup's files give the worker's CPU
-//! time and memory. The cgroup2 mount is found in `/proc/self/mountinfo` (`/sys/fs/cgroup` on
+//! time and memory. The listening sockets ck creates are born in `sockets` under it
+//! ([`InstanceCgroup::socket`]), so that a cgroup program there (the connection counter) runs
+//! for the fleet's connections and nothing else. The cgroup2 mount is found in `/proc/self/mountinfo` (`/sys/fs/cgroup` on
 //! pure-v2 hosts, `/sys/fs/cgroup/unified` beside v1 controllers).
 use std::{
     ffi::CString,
     fs, io,
+    os::fd::{AsFd as _, OwnedFd},
     os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -82,7 +85,13 @@ pub struct Usage {
 pub struct InstanceCgroup {
     dir: PathBuf,
     memory: bool,
+    /// `sockets`, where ck creates its listening sockets (None: where that cannot be done,
+    /// they are created in ck's own cgroup).
+    sockets: Option<OwnedFd>,
 }
+
+/// The leaf cgroup, under the instance's, where ck's listening sockets are created.
+const SOCKETS: &str = "sockets";
 
 impl InstanceCgroup {
     /// Creates `ck-<name>` under ck's own cgroup, removing a stale one (and killing what runs
@@ -99,12 +108,48 @@ impl InstanceCgroup {
         }
         fs::create_dir(&dir).map_err(io_err("creating the cgroup", &dir))?;
         let memory = want_memory && enable_memory(&parent, &dir);
-        Ok(InstanceCgroup { dir, memory })
+        let sockets = sockets_cgroup(&dir);
+        Ok(InstanceCgroup {
+            dir,
+            memory,
+            sockets,
+        })
     }
 
-    /// The cgroup an earlier image of ck created (`ck upgrade`), taken over as it is.
+    /// The cgroup an earlier image of ck created (`ck upgrade`), taken over as it is (its
+    /// `sockets` cgroup if it has one: an image before it created sockets in its own).
     pub fn resume(dir: PathBuf, memory: bool) -> InstanceCgroup {
-        InstanceCgroup { dir, memory }
+        let sockets = fs::File::open(dir.join(SOCKETS)).ok().map(OwnedFd::from);
+        InstanceCgroup {
+            dir,
+            memory,
+            sockets,
+        }
+    }
+
+    /// Whether ck's sockets are created in the instance's cgroup ([`InstanceCgroup::socket`]).
+    pub fn holds_sockets(&self) -> bool {
+        self.sockets.is_some()
+    }
+
+    /// A new socket (`socket(2)`'s arguments), created in the instance's `sockets` cgroup, or
+    /// in ck's own where the kernel cannot do that.
+    pub fn socket(
+        &self,
+        domain: socket2::Domain,
+        kind: socket2::Type,
+        protocol: Option<socket2::Protocol>,
+    ) -> io::Result<socket2::Socket> {
+        let Some(dir) = &self.sockets else {
+            return socket2::Socket::new(domain, kind, protocol);
+        };
+        let fd = crate::os::fork::socket_in(
+            dir.as_fd(),
+            domain.into(),
+            kind.into(),
+            protocol.map_or(0, Into::into),
+        )?;
+        Ok(socket2::Socket::from(fd))
     }
 
     /// Its directory.
@@ -147,6 +192,30 @@ impl Drop for InstanceCgroup {
             self.remove();
         }
     }
+}
+
+/// Opens (creating it if needed) the `sockets` cgroup under `dir`, once a socket was created
+/// in it: None (with the reason logged) where that fails, e.g. a kernel without
+/// `CLONE_INTO_CGROUP`.
+fn sockets_cgroup(dir: &Path) -> Option<OwnedFd> {
+    let sockets = dir.join(SOCKETS);
+    let opened = (|| {
+        match fs::create_dir(&sockets) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        let fd = OwnedFd::from(fs::File::open(&sockets)?);
+        crate::os::fork::socket_in(fd.as_fd(), libc::AF_INET, libc::SOCK_STREAM, 0)?;
+        Ok(fd)
+    })();
+    opened
+        .inspect_err(|e| {
+            tracing::info!(
+                dir = %sockets.display(),
+                "listening sockets are created in ck's own cgroup: {e}"
+            )
+        })
+        .ok()
 }
 
 /// Turns on the memory controller for the children of `dir` (and so in `parent` for `dir`)
@@ -352,6 +421,41 @@ mod tests {
         assert!(worker.try_remove());
         let dir = instance.dir().to_path_buf();
         drop(instance);
+        assert!(!dir.exists());
+    }
+
+    /// A socket ck creates for the fleet is born in the instance's `sockets` cgroup (sock_diag
+    /// shows a socket's cgroup), no helper process is left, and the cgroup goes with the
+    /// instance. (Creates cgroups: root.)
+    #[test]
+    fn a_socket_is_born_in_the_instances_sockets_cgroup() {
+        use std::os::unix::fs::MetadataExt as _;
+        let instance = InstanceCgroup::create(&format!("unit-sk-{}", std::process::id()), false)
+            .expect("creating cgroups as root");
+        assert!(
+            instance.holds_sockets(),
+            "this kernel has CLONE_INTO_CGROUP"
+        );
+        let socket = instance
+            .socket(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .unwrap();
+        socket
+            .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket.listen(4).unwrap();
+        let inode = crate::os::sock_diag::inode_of(&socket).unwrap();
+        let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+        let listed = crate::os::sock_diag::listeners(port, false).unwrap();
+        let mine = listed.iter().find(|l| l.inode == inode).expect("listed");
+        let sockets = instance.dir().join(SOCKETS);
+        assert_eq!(
+            mine.cgroup,
+            Some(fs::metadata(&sockets).unwrap().ino()),
+            "{mine:?}"
+        );
+        assert!(pids_in(&sockets).is_empty(), "the helper is gone");
+        let dir = instance.dir().to_path_buf();
+        drop((instance, socket));
         assert!(!dir.exists());
     }
 }

@@ -208,6 +208,66 @@ pub fn spawn(
     })
 }
 
+/// A new socket (`socket(2)`'s `domain`, `kind`, `protocol`; close-on-exec) created in the
+/// cgroup `cgroup` (a directory's fd): a socket belongs to the cgroup of the process that
+/// creates it, for good, and cgroup BPF programs run for it there. A short-lived child born in
+/// that cgroup (`clone3`'s `CLONE_INTO_CGROUP`) sharing this process's fd table
+/// (`CLONE_FILES`) creates it on a descriptor reserved here, and exits; the calling thread
+/// waits for it (`CLONE_VFORK`, then its pidfd). The child sends no `SIGCHLD` (exit signal 0), so
+/// no reaper of ck's workers meets it. Fails on kernels without `CLONE_INTO_CGROUP` (5.7).
+pub fn socket_in(
+    cgroup: BorrowedFd<'_>,
+    domain: libc::c_int,
+    kind: libc::c_int,
+    protocol: libc::c_int,
+) -> io::Result<OwnedFd> {
+    // The descriptor the child puts the socket on: reserved here, so nothing else takes it.
+    let reserved = std::fs::File::open("/dev/null")?;
+    let target: RawFd = reserved.as_raw_fd();
+    let mut pidfd: libc::c_int = -1;
+    let mut args = CloneArgs {
+        flags: (libc::CLONE_PIDFD | libc::CLONE_FILES | libc::CLONE_VFORK) as u64
+            | CLONE_INTO_CGROUP,
+        pidfd: &mut pidfd as *mut libc::c_int as u64,
+        exit_signal: 0,
+        cgroup: cgroup.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: clone3 with a valid `clone_args` of the size passed, without CLONE_VM: like
+    // fork, it returns 0 in a child with a copy of our memory (and, CLONE_FILES, our fd table).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if rc == 0 {
+        // The child: raw system calls only (see the module's comment), then `_exit` with 0 or
+        // the errno (< 256).
+        // SAFETY: integer arguments; `target` is open in the table shared with the parent,
+        // whose thread waits (CLONE_VFORK) until this exits.
+        unsafe {
+            let fd = libc::socket(domain, kind | libc::SOCK_CLOEXEC, protocol);
+            if fd < 0 || libc::dup3(fd, target, libc::O_CLOEXEC) < 0 {
+                libc::_exit(*libc::__errno_location() & 0xff);
+            }
+            libc::close(fd);
+            libc::_exit(0)
+        }
+    }
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: clone3 stored a new pidfd that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let code = crate::os::pidfd::wait_clone(&pidfd)?;
+    if code != 0 {
+        return Err(io::Error::from_raw_os_error(code));
+    }
+    Ok(OwnedFd::from(reserved))
+}
+
 /// A close-on-exec pipe: (read end, write end).
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [-1 as RawFd; 2];

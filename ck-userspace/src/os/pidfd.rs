@@ -69,6 +69,38 @@ pub async fn wait_child(pidfd: OwnedFd, pid: u32) -> io::Result<std::process::Ex
     Ok(std::process::ExitStatus::from_raw(status))
 }
 
+/// Waits (blocking) for the child behind `pidfd`, one cloned with no exit signal
+/// (`os::fork::socket_in`), and reaps it: its exit code, or an error if a signal ended it.
+pub fn wait_clone(pidfd: &OwnedFd) -> io::Result<i32> {
+    loop {
+        // SAFETY: a zeroed siginfo is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on a pidfd we own (P_PIDFD), with a pointer to a local siginfo;
+        // `__WALL` is needed for a child whose exit signal is not SIGCHLD.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::__WALL,
+            )
+        };
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        // SAFETY: waitid filled a CLD_* record, whose status field these read.
+        let (code, status) = unsafe { (info.si_code, info.si_status()) };
+        return match code {
+            libc::CLD_EXITED => Ok(status),
+            _ => Err(io::Error::other(format!("ended by signal {status}"))),
+        };
+    }
+}
+
 /// Whether the process behind `pidfd` has exited (its pidfd polls readable then, zombie or
 /// reaped), without waiting.
 pub fn has_exited(pidfd: &OwnedFd) -> bool {

@@ -5,7 +5,7 @@ use std::{io, net::SocketAddr};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::settings::run_config::ListenAddr;
+use crate::{os::cgroup::InstanceCgroup, settings::run_config::ListenAddr};
 
 /// Listen backlog of every slot socket (the kernel caps it at `net.core.somaxconn`).
 const BACKLOG: i32 = 4096;
@@ -78,11 +78,17 @@ pub fn holder_of_port(addr: SocketAddr) -> String {
         .map_or_else(String::new, |(pid, comm)| format!(" of pid {pid} ({comm})"))
 }
 
-fn new_socket(listen: ListenAddr) -> io::Result<Socket> {
+/// A socket for `listen`, created in `cgroup`'s `sockets` cgroup if given.
+fn new_socket(listen: ListenAddr, cgroup: Option<&InstanceCgroup>) -> io::Result<Socket> {
     let addr = listen.addr;
-    let socket = match listen.is_udp() {
-        true => Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?,
-        false => Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?,
+    let (kind, protocol) = match listen.is_udp() {
+        true => (Type::DGRAM, Protocol::UDP),
+        false => (Type::STREAM, Protocol::TCP),
+    };
+    let domain = Domain::for_address(addr);
+    let socket = match cgroup {
+        Some(cgroup) => cgroup.socket(domain, kind, Some(protocol))?,
+        None => Socket::new(domain, kind, Some(protocol))?,
     };
     if addr.is_ipv6() {
         // `[::]` means IPv6 only: pair it with `--port` (IPv4) for both families. A dual-stack
@@ -99,7 +105,7 @@ fn new_socket(listen: ListenAddr) -> io::Result<Socket> {
 /// The probe socket has `SO_REUSEADDR` but not `SO_REUSEPORT`, so it binds despite TIME_WAIT
 /// leftovers but not next to a listener.
 pub fn ensure_free(addr: ListenAddr) -> Result<(), SocketError> {
-    let socket = new_socket(addr).map_err(|e| classify(addr, e))?;
+    let socket = new_socket(addr, None).map_err(|e| classify(addr, e))?;
     socket
         .bind(&SockAddr::from(addr.addr))
         .map_err(|e| classify(addr, e))?;
@@ -110,9 +116,12 @@ pub fn ensure_free(addr: ListenAddr) -> Result<(), SocketError> {
 /// description, so it gets the flags we set; it picks its own blocking mode). A TCP member takes
 /// no connection until [`listen_member`]: what must be in place for its first one (the tag the
 /// kernel counts its connections by) goes on it in between. A UDP member is in the group once
-/// bound.
-pub fn bind_member(addr: ListenAddr) -> Result<Socket, SocketError> {
-    let socket = new_socket(addr).map_err(|e| classify(addr, e))?;
+/// bound. It is created in the instance's cgroup (`cgroup`), where its connections are counted.
+pub fn bind_member(
+    addr: ListenAddr,
+    cgroup: Option<&InstanceCgroup>,
+) -> Result<Socket, SocketError> {
+    let socket = new_socket(addr, cgroup).map_err(|e| classify(addr, e))?;
     socket.set_reuse_port(true).map_err(|e| classify(addr, e))?;
     socket
         .bind(&SockAddr::from(addr.addr))
@@ -177,7 +186,7 @@ mod tests {
 
     /// A member bound and listening.
     fn open_member(addr: ListenAddr) -> Result<Socket, SocketError> {
-        let socket = bind_member(addr)?;
+        let socket = bind_member(addr, None)?;
         listen_member(&socket, addr)?;
         Ok(socket)
     }

@@ -119,7 +119,14 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
     // socket before a second one listens, so the first connection is steered and counted.
     // After an upgrade or a take-back it loads on the pinned maps while the fleet resumes: the
     // program attached before keeps steering, and its pinned counter keeps counting, meanwhile.
-    let mut bpf_loading = bpf_on.then(|| groups::steering::load_in_background(&cfg, reuse_maps));
+    // The connection counter runs on the instance's cgroup where the fleet's sockets are born
+    // in it: ck's own (`sockets`), and with --adopt the workers' (see `bpf::conn_hook`).
+    let counted_in = cgroups
+        .as_ref()
+        .filter(|c| c.holds_sockets() || cfg.adopt)
+        .map(|c| c.dir().to_path_buf());
+    let mut bpf_loading =
+        bpf_on.then(|| groups::steering::load_in_background(&cfg, reuse_maps, counted_in));
     if !bpf_on && !origin.upgraded() {
         tracing::warn!(
             "BPF steering is off (--no-bpf): plain SO_REUSEPORT; the kernel hashes connections over \

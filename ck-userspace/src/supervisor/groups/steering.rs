@@ -11,6 +11,7 @@
 //! with the last canary, never a flag ck set when it attached.
 use std::{
     net::SocketAddr,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
@@ -57,11 +58,19 @@ pub(in crate::supervisor) struct SteeringCheck {
 /// Starts loading the program of every group of `cfg` on its own thread: on fresh maps, or
 /// (`resume`, after `ck upgrade`) on the maps the earlier image pinned, which keep steering
 /// with the program it attached meanwhile.
-pub(in crate::supervisor) fn load_in_background(cfg: &RunConfig, resume: bool) -> Loading {
+pub(in crate::supervisor) fn load_in_background(
+    cfg: &RunConfig,
+    resume: bool,
+    cgroup: Option<PathBuf>,
+) -> Loading {
     let (tx, rx) = oneshot::channel();
     let cfg = cfg.clone();
     std::thread::spawn(move || {
-        let loaded = if resume { reload(&cfg) } else { load(&cfg) };
+        let cgroup = cgroup.as_deref();
+        let loaded = match resume {
+            true => reload(&cfg, cgroup),
+            false => load(&cfg, cgroup),
+        };
         if let Ok(groups) = &loaded {
             log_queue_depth(&cfg, groups);
         }
@@ -110,7 +119,7 @@ fn log_queue_depth(cfg: &RunConfig, groups: &[BpfGroup]) {
 }
 
 /// Loads one program per group on the maps pinned by the image ck re-executed from.
-fn reload(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
+fn reload(cfg: &RunConfig, cgroup: Option<&Path>) -> anyhow::Result<Vec<BpfGroup>> {
     cfg.listen
         .iter()
         .map(|addr| {
@@ -121,6 +130,7 @@ fn reload(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
                 addr.is_udp().then(|| cfg.udp_mode.code()),
                 cfg.health.probe_port_base,
                 cfg.bpf_log,
+                cgroup,
             );
             with_patience(group, cfg).map_err(anyhow::Error::from)
         })
@@ -136,7 +146,7 @@ fn with_patience(group: Result<BpfGroup, BpfError>, cfg: &RunConfig) -> Result<B
 
 /// Mounts bpffs if needed, removes stale pins of the same name, and loads and pins one program
 /// per group. On failure nothing is left pinned.
-fn load(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
+fn load(cfg: &RunConfig, cgroup: Option<&Path>) -> anyhow::Result<Vec<BpfGroup>> {
     pins::ensure_bpffs()?;
     if pins::remove_stale(&cfg.name)? {
         tracing::warn!(
@@ -154,6 +164,7 @@ fn load(cfg: &RunConfig) -> anyhow::Result<Vec<BpfGroup>> {
             addr.is_udp().then(|| cfg.udp_mode.code()),
             cfg.health.probe_port_base,
             cfg.bpf_log,
+            cgroup,
         );
         match with_patience(group, cfg) {
             Ok(bpf) => loaded.push(bpf),

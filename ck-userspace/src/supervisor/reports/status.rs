@@ -255,6 +255,13 @@ impl Reports {
             upgrades: view.continuity.upgrades,
             last_upgrade: view.continuity.last_upgrade.clone(),
             connection_count,
+            connection_hook: view.groups.tcp().find_map(|g| {
+                crate::bpf::conns::ConnHook::pinned(&crate::bpf::pins::group_dir(
+                    &view.cfg.name,
+                    &g.name,
+                ))
+                .map(str::to_string)
+            }),
             quiet_wait: view.ops.quiet.report(view),
             host_drained: view.host_drained(),
             udp: super::udp::reports(

@@ -1,0 +1,155 @@
+//! Where the kernel runs the connection counter (see `conns`): a `sock_ops` program on the
+//! instance's cgroup, or the `tp_btf/inet_sock_set_state` tracepoint where ck has none.
+//!
+//! With a cgroup, ck creates every listening socket inside it (`os::fork::socket_in`, a
+//! socket's cgroup is its creator's) and attaches `ck_conns_ops` there: the kernel runs it for
+//! the fleet's connections only (and, in `--adopt`, for the workers' own sockets, born in their
+//! cgroups below), and for their state changes only once the program asked for them on an
+//! established connection of a group. The host's other traffic, and other ck instances', never
+//! run it. Without a cgroup (a host without cgroup2), `ck_conns` runs on every TCP state
+//! change of the host and returns at once for a socket that is not the fleet's:
+//! `CK_CONN_COUNT=host` asks for that hook anywhere (to compare them, `bench conn-count`).
+//!
+//! The link is pinned beside the maps, each hook under its own name, so counting goes on while
+//! ck execs a new image (`ck upgrade`) or is dead (`--survive-supervisor`). A new image keeps
+//! the hook its predecessor pinned (sockets it created outside the cgroup would not be seen by
+//! the other), attaches its own program, then replaces the pin: both run for a moment, which a
+//! connection's `counted` flag makes harmless.
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use aya::{
+    Btf, Ebpf,
+    programs::{BtfTracePoint, CgroupAttachMode, SockOps, links::FdLink},
+};
+
+/// The environment variable that chooses how connections are counted: `scan` (the sock_diag
+/// scan, e.g. to test the fallback) or `host` (the host-wide tracepoint even with a cgroup).
+pub const FORCE_ENV: &str = "CK_CONN_COUNT";
+
+/// The tracepoint `ck_conns` attaches to.
+const TRACEPOINT: &str = "inet_sock_set_state";
+
+/// Where each hook's link is pinned, in the group's pin directory.
+const HOST_PIN: &str = "conns_link";
+const CGROUP_PIN: &str = "conns_ops_link";
+
+/// Where the counter runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnHook {
+    /// `ck_conns_ops` on this cgroup (the instance's): the fleet's sockets only.
+    Cgroup(PathBuf),
+    /// `ck_conns` on `tp_btf/inet_sock_set_state`: every TCP state change of the host.
+    Host,
+}
+
+impl ConnHook {
+    /// The hook for a group whose pins are in `pin_dir`: after an upgrade or a take-back
+    /// (`resume`), the one the earlier image pinned; else the instance's cgroup (`scope`) if it
+    /// has one and `CK_CONN_COUNT=host` does not ask otherwise. Fails for `CK_CONN_COUNT=scan`.
+    pub fn choose(pin_dir: &Path, resume: bool, scope: Option<&Path>) -> anyhow::Result<ConnHook> {
+        let forced = std::env::var(FORCE_ENV).unwrap_or_default();
+        match forced.trim() {
+            "scan" => anyhow::bail!("{FORCE_ENV}=scan asks for the sock_diag scan"),
+            "" | "host" => {}
+            other => anyhow::bail!(
+                "{FORCE_ENV}={other} is neither `scan` nor `host`; unset it for the kernel's \
+                 counts on the instance's cgroup"
+            ),
+        }
+        let cgroup = scope.map(|dir| ConnHook::Cgroup(dir.to_path_buf()));
+        if resume && pin_dir.join(HOST_PIN).exists() {
+            return Ok(ConnHook::Host);
+        }
+        if resume && pin_dir.join(CGROUP_PIN).exists() {
+            return cgroup
+                .context("the earlier image counted in its cgroup, which this one has not found");
+        }
+        Ok(match (cgroup, forced.trim()) {
+            (Some(hook), "") => hook,
+            (None, "") => {
+                tracing::info!(
+                    "open connections are counted on a host-wide tracepoint (ck has no cgroup2 \
+                     cgroup to create its sockets in): every TCP state change on this host runs it"
+                );
+                ConnHook::Host
+            }
+            _ => ConnHook::Host,
+        })
+    }
+
+    /// The hook whose link is pinned in `pin_dir` (None: no counter runs for that group), read
+    /// from the pins the kernel holds, for `ck status`.
+    pub fn pinned(pin_dir: &Path) -> Option<&'static str> {
+        if pin_dir.join(CGROUP_PIN).exists() {
+            Some("cgroup")
+        } else if pin_dir.join(HOST_PIN).exists() {
+            Some("host")
+        } else {
+            None
+        }
+    }
+
+    /// Loads and attaches this hook's program from `ebpf` and pins its link in `pin_dir`,
+    /// replacing an earlier image's (`resume`). The error says why the kernel refused.
+    pub fn attach(&self, ebpf: &mut Ebpf, pin_dir: &Path, resume: bool) -> anyhow::Result<()> {
+        let (link, pin) = match self {
+            ConnHook::Host => (attach_host(ebpf)?, HOST_PIN),
+            ConnHook::Cgroup(dir) => (attach_cgroup(ebpf, dir)?, CGROUP_PIN),
+        };
+        let path = pin_dir.join(pin);
+        if resume {
+            // The earlier image's program stays attached through its pin until now; ours runs
+            // already, so no state change goes uncounted.
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("removing {}", path.display()));
+                }
+                _ => {}
+            }
+        }
+        link.pin(&path)
+            .with_context(|| format!("pinning the link at {}", path.display()))?;
+        Ok(())
+    }
+}
+
+/// `ck_conns` on the tracepoint.
+fn attach_host(ebpf: &mut Ebpf) -> anyhow::Result<FdLink> {
+    let btf = Btf::from_sys_fs().context("reading the kernel's BTF (/sys/kernel/btf/vmlinux)")?;
+    let program: &mut BtfTracePoint = ebpf
+        .program_mut("ck_conns")
+        .context("program ck_conns missing from the object")?
+        .try_into()
+        .context("ck_conns is not a tp_btf program")?;
+    program
+        .load(TRACEPOINT, &btf)
+        .with_context(|| format!("the kernel refused the tp_btf/{TRACEPOINT} program"))?;
+    let id = program
+        .attach()
+        .with_context(|| format!("attaching to tp_btf/{TRACEPOINT}"))?;
+    Ok(program.take_link(id).context("taking the link")?.into())
+}
+
+/// `ck_conns_ops` on the cgroup `dir` through a bpf link (which the kernel runs beside other
+/// programs there, an earlier image's included; a link takes no attach flags).
+fn attach_cgroup(ebpf: &mut Ebpf, dir: &Path) -> anyhow::Result<FdLink> {
+    let program: &mut SockOps = ebpf
+        .program_mut("ck_conns_ops")
+        .context("program ck_conns_ops missing from the object")?
+        .try_into()
+        .context("ck_conns_ops is not a sock_ops program")?;
+    program
+        .load()
+        .context("the kernel refused the sock_ops program")?;
+    let cgroup = std::fs::File::open(dir)
+        .with_context(|| format!("opening the cgroup {}", dir.display()))?;
+    let id = program
+        .attach(&cgroup, CgroupAttachMode::Single)
+        .with_context(|| format!("attaching sock_ops to {}", dir.display()))?;
+    program
+        .take_link(id)
+        .context("taking the link")?
+        .try_into()
+        .context("the kernel gave no bpf link for the cgroup (kernel >= 5.7 needed)")
+}
