@@ -147,6 +147,15 @@ mod tests {
     use super::*;
     use crate::os::cgroup::InstanceCgroup;
 
+    /// Removes an instance's pins when dropped, so a failed check leaves none behind.
+    struct PinsGone<'a>(&'a str);
+
+    impl Drop for PinsGone<'_> {
+        fn drop(&mut self) {
+            let _ = pins::remove_instance(self.0);
+        }
+    }
+
     /// Runs `check` on each hook: the host-wide tracepoint, then an instance cgroup of its own
     /// (named after `what`), where the test's listeners are created.
     fn on_each_hook(what: &str, check: impl Fn(&str, Option<&InstanceCgroup>)) {
@@ -194,6 +203,7 @@ mod tests {
 
     fn tagged_listeners_count(name: &str, cgroup: Option<&InstanceCgroup>) {
         let scope = cgroup.map(InstanceCgroup::dir);
+        let _pins = PinsGone(name);
         let mut group =
             BpfGroup::load(name, "tcp4-1", 1, None, 0, false, scope).expect("loading as root");
         let tagged = listener(cgroup);
@@ -213,7 +223,6 @@ mod tests {
             .filter_map(|s| group.connections(s))
             .collect();
         drop(group);
-        pins::remove_instance(name).unwrap();
         let queued = queued.expect("the kernel counts here (both hooks load on this machine)");
         assert_eq!(queued, 3, "queued ones count");
         assert_eq!(after_accept, Some(3));
@@ -267,6 +276,7 @@ mod tests {
             .find(|c| !in_range(port_of(c)))
             .expect("a free port outside the probe range");
         let scope = cgroup.map(InstanceCgroup::dir);
+        let _pins = PinsGone(name);
         let mut group =
             BpfGroup::load(name, "tcp4-1", 1, None, base, false, scope).expect("loading as root");
         let tagged = listener(cgroup);
@@ -280,7 +290,6 @@ mod tests {
         drop((probe, client, accepted));
         let closed = settles(&group, 2, 0);
         drop(group);
-        pins::remove_instance(name).unwrap();
         assert_eq!(open, Some(1), "the client's connection only");
         assert_eq!(closed, Some(0));
     }

@@ -37,8 +37,9 @@ pub fn render(report: &StatusReport) -> String {
         let _ = writeln!(
             out,
             "booting: {:?} chosen beside the active set until ready (the fleet boots; at most \
-             2 s after the first worker was ready)",
-            report.booting
+             {} s after the first worker was ready)",
+            report.booting,
+            ck::supervisor::fleet::spread::SPREAD_FOR.as_secs()
         );
     }
     if let Some(wait) = &report.quiet_wait {

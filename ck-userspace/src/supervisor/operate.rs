@@ -57,7 +57,6 @@ impl Supervisor {
 
     /// The boot window ended: the active set published again, without the starting workers.
     pub(super) fn republish(&mut self) {
-        self.ops.spread_end = None;
         if let Some(index) = self.table.slots.keys().next().copied() {
             self.apply(index, Input::Republish);
         }

@@ -186,7 +186,6 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
                     None => fleet::spread::Spread::default(),
                 },
             },
-            spread_end: None,
             roll_reply: None,
             reloads: prior.map_or_else(Default::default, |h| metrics::ReloadCounts {
                 ok: h.reloads.0,

@@ -114,10 +114,7 @@ impl World for Supervisor {
         self.groups.publish(&self.table, &set);
         self.reports.published(&set);
         // The boot window ends while starting workers are chosen: publish again then.
-        if let Some(until) = until
-            && self.ops.spread_end != Some(until)
-        {
-            self.ops.spread_end = Some(until);
+        if let Some(until) = until {
             super::tasks::send_after(&self.events, until - now, Event::SpreadEnds);
         }
     }

@@ -48,9 +48,9 @@ impl Spread {
     }
 
     /// Brings the window up to date with `lives` at `now`: whether the starting workers are
-    /// chosen now, and when to look again (the window's end, while it is open and spreading).
-    /// While no worker is ready the window stays open and spreads nothing: the program's
-    /// fallback already chooses among every live worker then.
+    /// chosen now, and when to look again: the window's end, told once, when the first worker
+    /// of the boot turns ready. While no worker is ready the window stays open and spreads
+    /// nothing: the program's fallback already chooses among every live worker then.
     pub fn update<'a>(
         &mut self,
         lives: impl Iterator<Item = (u32, &'a Life)> + Clone,
@@ -63,12 +63,13 @@ impl Spread {
         if !self.open {
             return (false, None);
         }
+        let first = self.first_ready.is_none();
         let until = *self.first_ready.get_or_insert(now) + SPREAD_FOR;
         if now >= until || !lives.into_iter().any(|(_, l)| l.booting()) {
             self.open = false;
             return (false, None);
         }
-        (true, Some(until))
+        (true, first.then_some(until))
     }
 
     /// Whether the window is open (the fleet booting).
@@ -78,7 +79,7 @@ impl Spread {
 }
 
 /// The active set to publish for `lives` at `now` (see [`active_set`]), the window brought up
-/// to date first; and when to publish again, if the window ends while the set spreads.
+/// to date first; and when to publish again, told once per window (see [`Spread::update`]).
 pub fn chosen_set<'a>(
     spread: &mut Spread,
     lives: impl Iterator<Item = (u32, &'a Life)> + Clone,
@@ -86,7 +87,7 @@ pub fn chosen_set<'a>(
     now: Instant,
 ) -> (ActiveSet, Option<Instant>) {
     let (spreading, until) = spread.update(lives.clone(), now);
-    (active_set(lives, stopping, spreading && !stopping), until)
+    (active_set(lives, stopping, spreading), until)
 }
 
 #[cfg(test)]
@@ -133,14 +134,14 @@ mod tests {
         assert_eq!(set.ready_len, 4);
         assert_eq!(set.slots[..4], [0, 1, 2, 3]);
         assert_eq!(until, Some(t0 + SPREAD_FOR));
-        // Still within the window a second later.
-        let (set, _) = chosen_set(
+        // Still within the window a second later (its end told once already).
+        let (set, until) = chosen_set(
             &mut spread,
             slots.iter().map(|(i, l)| (*i, l)),
             false,
             t0 + Duration::from_secs(1),
         );
-        assert_eq!(set.ready_len, 4);
+        assert_eq!((set.ready_len, until), (4, None));
         // At its end: the ready one only, the others in the fallback; closed for good.
         let (set, until) = chosen_set(
             &mut spread,

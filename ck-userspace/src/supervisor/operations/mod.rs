@@ -21,9 +21,6 @@ use crate::{control::Response, metrics};
 pub(in crate::supervisor) struct Operations {
     /// The fleet core's state: the roll in flight, the spares' pacing, the boot window.
     pub core: fleet::Core,
-    /// When the boot window a publish is due at ends (an [`super::Event::SpreadEnds`] is on
-    /// its way).
-    pub spread_end: Option<std::time::Instant>,
     /// Who asked for the roll in flight (`ck reload`), answered when it ends.
     pub roll_reply: Option<oneshot::Sender<Response>>,
     /// Rolling restarts that ended, by result (for `/metrics`).

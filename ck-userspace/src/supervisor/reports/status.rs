@@ -70,12 +70,7 @@ impl View<'_> {
             return lists;
         }
         let set = active_set(self.table.lives(), self.stopping, false);
-        let ready = set.ready_len as usize;
-        ActiveLists {
-            ready: set.slots[..ready].to_vec(),
-            booting: Vec::new(),
-            fallback: set.slots[ready..set.live_len as usize].to_vec(),
-        }
+        ActiveLists::of(&set, |_| None)
     }
 
     /// What `least-queue` steers by, read back from every group's `config` map (None with
