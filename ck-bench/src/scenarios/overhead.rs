@@ -26,9 +26,9 @@ use crate::{Bench, Outcome};
 
 /// Workers of each contender.
 const WORKERS: u32 = 4;
-/// Rounds: its goals bound ratios within 5 % of 1 (ck / `--no-bpf` at least 0.98), which
-/// takes at least 7; a round is about 40 s.
-const ROUNDS: usize = 7;
+/// Rounds: its goals bound ratios within 2 % of 1 (ck at least 0.98 of `--no-bpf` and of no
+/// supervisor), which on a noisy 2-core machine takes 15 paired rounds; a round is about 35 s.
+const ROUNDS: usize = 15;
 /// Length of one load.
 const LOAD: Duration = Duration::from_secs(4);
 /// Pause between loads.
