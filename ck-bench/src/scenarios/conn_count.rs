@@ -235,14 +235,14 @@ fn table(m: &Measured) -> Result<Table> {
     );
     let none = || Goal::at_most(0.0, Unit::Count);
     t.values(
-        "ck's programs: ns per connection of its fleet (counter and ck_select)",
+        "ck's programs, ns per fleet connection",
         "fleet_ns_per_conn",
         Unit::Ns,
     )
     .goal(Goal::at_most(FLEET_GOAL_NS, Unit::Ns).of(&["ck"]))
     .values(
         &format!(
-            "ck's programs: ns per connection of another fleet, {} instances on the host",
+            "ck's programs, ns per foreign connection ({} instances)",
             IDLE + 1
         ),
         "foreign_ns_per_conn",
@@ -282,10 +282,9 @@ fn table(m: &Measured) -> Result<Table> {
     .total("left after a round's load, all rounds", "left", Unit::Count)
     .goal(none())
     .note(
-        "the counter is ck_conns_ops (sock_ops on the instance's cgroup: the fleet's sockets \
-         only) for ck, ck_conns (tp_btf/inet_sock_set_state: every TCP state change of the \
-         host, both ends of a loopback connection) for the host-wide hook; times include the \
-         kernel's own timing of each run; ck_select runs once per new connection",
+        "counter: ck_conns_ops (sock_ops, instance cgroup) for ck, ck_conns \
+         (tp_btf/inet_sock_set_state, every TCP state change of the host) for the host-wide \
+         hook; times include the kernel's timing of each run",
     );
     t.finish()
 }
@@ -340,11 +339,11 @@ mod tests {
             "<= 0 (ck, ck, host-wide hook): NOT met"
         );
         assert_eq!(
-            verdict("ck's programs: ns per connection of its"),
+            verdict("ck's programs, ns per fleet"),
             "<= 350.0 ns (ck): met"
         );
         assert_eq!(
-            verdict("ck's programs: ns per connection of another"),
+            verdict("ck's programs, ns per foreign"),
             "<= 5.0 ns (ck): met"
         );
     }
