@@ -79,3 +79,30 @@ fn keep_alive_clients_of_a_booting_fleet_spread_over_its_starting_workers() {
     .unwrap();
     let _held = spread_while_booting(&mut ck, port);
 }
+
+/// `--adopt`: the workers bind the port themselves; slot 1's socket, adopted while the worker
+/// still starts, is chosen beside slot 0's during the window as ck's own would be.
+#[test]
+fn adopted_workers_of_a_booting_fleet_spread_too() {
+    let dir = TempDir::new("boot-spread-adopt");
+    let app = demo_app_on_slot(&dir, 1, "--ready-after 8s");
+    let (mut ck, port) = start(
+        "boot-spread-adopt",
+        &["-w", "2", "--adopt", "--policy", "round-robin", "--", &app],
+    )
+    .unwrap();
+    let status = ck
+        .wait_status("slot 0 ready, slot 1 adopted and booting", READY_TIMEOUT, |s| {
+            s.bpf && s.slot(0).state == "ready" && s.booting == [1]
+        })
+        .unwrap();
+    let seen = Instant::now();
+    assert_eq!(status.active, [0], "{status:#?}");
+    assert_eq!(status.slot(1).state, "starting", "{status:#?}");
+    let (_conns, per_slot) = hold(local(port), 20);
+    assert!(
+        seen.elapsed() < WINDOW,
+        "the connections took longer than the window to open: the check says nothing"
+    );
+    assert_eq!(per_slot, BTreeMap::from([(0, 10), (1, 10)]), "{status:#?}");
+}
