@@ -361,6 +361,14 @@ impl Ck {
         self.wait_status_every(what, timeout, self.poll, done)
     }
 
+    /// Waits up to `timeout` until every slot's open-connection count is 0 (closing crosses
+    /// loopback: the counts fall once the workers see the clients' FIN).
+    pub fn wait_connections_closed(&mut self, timeout: Duration) -> Result<Status> {
+        self.wait_status("every connection counted closed", timeout, |s| {
+            s.connections().values().all(|n| *n == 0)
+        })
+    }
+
     /// Like [`Ck::wait_status`], asking every `every` (a benchmark that times the change).
     pub fn wait_status_every(
         &mut self,

@@ -128,10 +128,8 @@ fn adopted_sockets_connections_are_counted() {
     assert_eq!(status.connection_count, "kernel", "{status:#?}");
     assert_eq!(status.connections(), answered, "{status:#?}");
     drop(conns);
-    ck.wait_status("every connection counted closed", READY_TIMEOUT, |s| {
-        s.connections().values().all(|n| *n == 0)
-    })
-    .expect("wait for the status");
+    ck.wait_connections_closed(READY_TIMEOUT)
+        .expect("wait for the status");
 }
 
 /// `-w 1` adopted demo worker (it binds $PORT itself): five kills refuse nothing; each time the

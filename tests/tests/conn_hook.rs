@@ -10,20 +10,10 @@ use std::time::Duration;
 
 use ck_tests::bpf_stats::{self, StatsOn};
 use ck_tests::http::hold;
-use ck_tests::{Ck, local, start_ready, start_ready_with_env};
+use ck_tests::{local, start_ready, start_ready_with_env};
 
 /// Connections made to the server that is not ck's.
 const FOREIGN: usize = 200;
-
-/// Waits until every slot's count is 0.
-fn wait_zero(ck: &mut Ck) {
-    ck.wait_status(
-        "every connection counted closed",
-        Duration::from_secs(10),
-        |s| s.connections().values().all(|n| *n == 0),
-    )
-    .expect("wait for the status");
-}
 
 /// `FOREIGN` connections, accepted and closed, to a listener of this test process.
 fn foreign_connections() {
@@ -71,7 +61,8 @@ fn the_counter_runs_for_the_fleets_connections_and_not_for_the_hosts_others() {
     let status = ck.status().expect("ck status");
     assert_eq!(status.connections(), answered, "{status:#?}");
     drop(conns);
-    wait_zero(&mut ck);
+    ck.wait_connections_closed(Duration::from_secs(10))
+        .expect("every connection counted closed");
 }
 
 #[test]
@@ -98,7 +89,8 @@ fn the_host_wide_hook_counts_the_same_and_says_so() {
     let text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(text.contains("counted on a host-wide tracepoint"), "{text}");
     drop(conns);
-    wait_zero(&mut ck);
+    ck.wait_connections_closed(Duration::from_secs(10))
+        .expect("every connection counted closed");
 }
 
 #[test]
@@ -121,5 +113,6 @@ fn a_mistyped_hook_is_refused_naming_the_fix_and_the_scan_counts() {
     assert_eq!(status.connection_hook, None, "{status:#?}");
     assert_eq!(status.connections(), answered, "{status:#?}");
     drop(conns);
-    wait_zero(&mut ck);
+    ck.wait_connections_closed(Duration::from_secs(10))
+        .expect("every connection counted closed");
 }

@@ -17,10 +17,8 @@ const SETTLE: Duration = Duration::from_secs(10);
 
 /// Waits until every slot's count is 0.
 fn wait_zero(ck: &mut Ck) -> Status {
-    ck.wait_status("every connection counted closed", SETTLE, |s| {
-        s.connections().values().all(|n| *n == 0)
-    })
-    .expect("wait for the status")
+    ck.wait_connections_closed(SETTLE)
+        .expect("wait for the status")
 }
 
 /// `ck maps --json`.

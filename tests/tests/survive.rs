@@ -171,9 +171,7 @@ fn open_connection_counts_go_on_across_a_take_back() {
         .expect("wait for the status");
     drop(more);
     second
-        .wait_status("every connection closed", SETTLE * 2, |s| {
-            s.connections().values().all(|n| *n == 0)
-        })
+        .wait_connections_closed(SETTLE * 2)
         .expect("wait for the status");
     second.ctl_ok(&["stop"]).expect("ck stop");
     second.wait_clean_exit().expect("ck exits cleanly");
