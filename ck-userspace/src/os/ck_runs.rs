@@ -25,8 +25,25 @@ pub fn ck_run_pids(run_dir: &Path) -> Vec<u32> {
 }
 
 /// Whether `pid` is `ck run` (its program is this binary, or one named `ck`, and its first
-/// argument `run`) with run directory `run_dir`.
+/// argument `run`) with run directory `run_dir`. A child of a `ck run` is not one: until it
+/// execs, a worker being spawned (or the child that creates a socket in the instance's cgroup)
+/// is a copy of its ck, command line and all.
 fn is_ck_run(pid: u32, own_exe: Option<&Path>, run_dir: &Path) -> bool {
+    looks_like_ck_run(pid, own_exe, run_dir)
+        && parent_of(pid).is_none_or(|parent| !looks_like_ck_run(parent, own_exe, run_dir))
+}
+
+/// The parent of `pid` (`PPid` in `/proc/PID/status`).
+fn parent_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+/// `pid`'s program and first argument are `ck run`'s, with run directory `run_dir`.
+fn looks_like_ck_run(pid: u32, own_exe: Option<&Path>, run_dir: &Path) -> bool {
     let proc = PathBuf::from(format!("/proc/{pid}"));
     let Ok(cmdline) = std::fs::read(proc.join("cmdline")) else {
         return false;
