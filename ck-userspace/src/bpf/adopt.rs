@@ -16,7 +16,7 @@ use aya::{
 };
 use ck_common::{ListenEvent, MAX_ADOPT_PORTS};
 
-use super::BpfError;
+use super::error::{BpfError, load_advice};
 
 /// The loaded and attached hooks.
 pub struct AdoptHooks {
@@ -32,7 +32,7 @@ fn load_err(what: &'static str) -> impl FnOnce(anyhow::Error) -> BpfError {
     move |error| BpfError::Load {
         what: what.to_string(),
         error,
-        advice: super::load_advice(
+        advice: load_advice(
             &crate::os::capabilities::needed_for_bpf(true),
             "drop --adopt (workers then get their sockets from ck)",
         ),
@@ -81,7 +81,8 @@ impl AdoptHooks {
                 "at most {MAX_ADOPT_PORTS} ports can be adopted"
             )));
         }
-        let mut ebpf = super::load_object().map_err(load_err("loading the --adopt hooks"))?;
+        let mut ebpf =
+            super::object::load_object().map_err(load_err("loading the --adopt hooks"))?;
         {
             let mut map: HashMap<_, u16, u8> = ebpf
                 .map_mut("adopt_ports")
@@ -168,5 +169,5 @@ pub fn forward_listens(
     ring: RingBuf<MapData>,
     send: impl Fn(ListenEvent) -> bool + Send + 'static,
 ) -> anyhow::Result<()> {
-    super::forward_records(ring, send)
+    super::ring::forward_records(ring, send)
 }

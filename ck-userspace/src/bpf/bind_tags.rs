@@ -53,7 +53,7 @@ impl BindTagger {
             false => &[program],
         };
         let family = if any_family { 0 } else { family };
-        let mut group: Array<MapData, BindGroup> = super::group::take(ebpf, "bind_group")?;
+        let mut group: Array<MapData, BindGroup> = super::object::take(ebpf, "bind_group")?;
         group
             .set(
                 0,
@@ -64,7 +64,7 @@ impl BindTagger {
                 0,
             )
             .context("writing bind_group")?;
-        let slots = super::group::take(ebpf, "bind_slots")?;
+        let slots = super::object::take(ebpf, "bind_slots")?;
         let cgroup = File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
         let mut links = Vec::new();
         for name in programs {

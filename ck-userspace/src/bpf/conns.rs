@@ -26,8 +26,10 @@ use socket2::Socket;
 
 pub use super::conn_hook::{ConnHook, FORCE_ENV};
 
-/// The maps the program counts in, pinned with the others.
-pub(crate) const MAPS: [&str; 5] = ["conn_tags", "conns", "listeners", "moved", "moved_any"];
+/// The maps the program counts in, pinned with the others (last in `pins::PINNED_MAPS`, as
+/// the tests check).
+#[cfg(test)]
+const MAPS: [&str; 5] = ["conn_tags", "conns", "listeners", "moved", "moved_any"];
 
 /// One group's kernel counting of open connections.
 pub struct ConnCounter {
@@ -48,9 +50,9 @@ impl ConnCounter {
     ) -> anyhow::Result<ConnCounter> {
         hook.attach(ebpf, pin_dir, resume)?;
         Ok(ConnCounter {
-            tags: super::group::take(ebpf, "conn_tags")?,
-            counts: super::group::take(ebpf, "conns")?,
-            listeners: super::group::take(ebpf, "listeners")?,
+            tags: super::object::take(ebpf, "conn_tags")?,
+            counts: super::object::take(ebpf, "conns")?,
+            listeners: super::object::take(ebpf, "listeners")?,
         })
     }
 
@@ -138,97 +140,7 @@ fn listening_cookies(socket: &Socket) -> Vec<u64> {
 
 #[cfg(test)]
 mod tests {
-    use std::net::{SocketAddr, TcpListener, TcpStream};
-    use std::time::{Duration, Instant};
-
-    use socket2::{Domain, Type};
-
-    use super::super::{BpfGroup, pins};
     use super::*;
-    use crate::os::cgroup::InstanceCgroup;
-
-    /// Removes an instance's pins when dropped, so a failed check leaves none behind.
-    struct PinsGone<'a>(&'a str);
-
-    impl Drop for PinsGone<'_> {
-        fn drop(&mut self) {
-            let _ = pins::remove_instance(self.0);
-        }
-    }
-
-    /// Runs `check` on each hook: the host-wide tracepoint, then an instance cgroup of its own
-    /// (named after `what`), where the test's listeners are created.
-    fn on_each_hook(what: &str, check: impl Fn(&str, Option<&InstanceCgroup>)) {
-        check(&format!("unit-{what}-host-{}", std::process::id()), None);
-        let name = format!("unit-{what}-cg-{}", std::process::id());
-        let cgroup = InstanceCgroup::create(&name, false).expect("creating cgroups as root");
-        assert!(cgroup.holds_sockets());
-        check(&name, Some(&cgroup));
-    }
-
-    /// A listening `SO_REUSEPORT` socket on a free loopback port (created in `cgroup`'s
-    /// `sockets` cgroup if given, as ck creates its own).
-    fn listener(cgroup: Option<&InstanceCgroup>) -> Socket {
-        let socket = match cgroup {
-            Some(cgroup) => cgroup.socket(Domain::IPV4, Type::STREAM, None).unwrap(),
-            None => Socket::new(Domain::IPV4, Type::STREAM, None).unwrap(),
-        };
-        socket.set_reuse_port(true).unwrap();
-        socket
-            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-            .unwrap();
-        socket.listen(16).unwrap();
-        socket
-    }
-
-    /// Polls `count` until it is `want` (closing is asynchronous: the FINs cross loopback).
-    fn settles(group: &BpfGroup, slot: u32, want: i64) -> Option<i64> {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let now = group.connections(slot);
-            if now == Some(want) || Instant::now() > deadline {
-                return now;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Connections of a tagged listener count for its slot while they are open, including
-    /// those not accepted yet; an untagged listener's count for nothing. (Loads the program:
-    /// root.)
-    #[test]
-    fn a_tagged_listeners_connections_count_until_they_close() {
-        on_each_hook("conns", tagged_listeners_count);
-    }
-
-    fn tagged_listeners_count(name: &str, cgroup: Option<&InstanceCgroup>) {
-        let scope = cgroup.map(InstanceCgroup::dir);
-        let _pins = PinsGone(name);
-        let mut group =
-            BpfGroup::load(name, "tcp4-1", 1, None, 0, false, scope).expect("loading as root");
-        let tagged = listener(cgroup);
-        group.insert(5, &tagged).expect("inserting the socket");
-        let addr = tagged.local_addr().unwrap().as_socket().unwrap();
-        let untagged = TcpListener::bind("127.0.0.1:0").unwrap();
-        let clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
-        let others: Vec<TcpStream> = (0..2)
-            .map(|_| TcpStream::connect(untagged.local_addr().unwrap()).unwrap())
-            .collect();
-        let queued = settles(&group, 5, 3);
-        let accepted: Vec<_> = (0..3).map(|_| tagged.accept().unwrap()).collect();
-        let after_accept = group.connections(5);
-        drop((clients, accepted, others));
-        let closed = settles(&group, 5, 0);
-        let elsewhere: Vec<_> = (0..MAX_SLOTS)
-            .filter_map(|s| group.connections(s))
-            .collect();
-        drop(group);
-        let queued = queued.expect("the kernel counts here (both hooks load on this machine)");
-        assert_eq!(queued, 3, "queued ones count");
-        assert_eq!(after_accept, Some(3));
-        assert_eq!(closed, Some(0));
-        assert!(elsewhere.iter().all(|n| *n == 0), "{elsewhere:?}");
-    }
 
     /// The kernel's layout, as the program reads it: `sock_common` at the start of `struct
     /// sock`, its peer's port after the addresses and the hash.
@@ -240,57 +152,10 @@ mod tests {
         assert_eq!(peer_offsets(), at);
     }
 
-    /// A loopback socket bound to a port the kernel picks, with `SO_REUSEADDR` as ck's probes
-    /// have.
-    fn bound_socket() -> Socket {
-        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-        socket.set_reuse_address(true).unwrap();
-        socket
-            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
-            .unwrap();
-        socket
-    }
-
-    /// The port `socket` is bound to.
-    fn port_of(socket: &Socket) -> u16 {
-        socket.local_addr().unwrap().as_socket().unwrap().port()
-    }
-
-    /// A connection from a port of the probe range on loopback is ck's probe: never counted,
-    /// while a client's next to it is. (Loads the program: root.)
-    ///
-    /// The ports are the kernel's choice, not fixed ones, as other tests run alongside: the
-    /// probe's names the range (its port is slot 2's), and the client's is one outside it.
+    /// The counter's maps are pinned with the others, last (as `PINNED_MAPS` says).
     #[test]
-    fn a_probe_connection_is_not_counted() {
-        on_each_hook("conns-probe", probe_not_counted);
-    }
-
-    fn probe_not_counted(name: &str, cgroup: Option<&InstanceCgroup>) {
-        let probe = bound_socket();
-        let base = port_of(&probe) - 2;
-        let in_range =
-            |port: u16| (u32::from(base)..u32::from(base) + MAX_SLOTS).contains(&port.into());
-        let client = std::iter::repeat_with(bound_socket)
-            .take(64)
-            .find(|c| !in_range(port_of(c)))
-            .expect("a free port outside the probe range");
-        let scope = cgroup.map(InstanceCgroup::dir);
-        let _pins = PinsGone(name);
-        let mut group =
-            BpfGroup::load(name, "tcp4-1", 1, None, base, false, scope).expect("loading as root");
-        let tagged = listener(cgroup);
-        group.insert(2, &tagged).expect("inserting the socket");
-        let addr = tagged.local_addr().unwrap();
-        probe.connect(&addr).unwrap();
-        client.connect(&addr).unwrap();
-        // Both established (the tracepoint has seen both) once both are accepted.
-        let accepted: Vec<_> = (0..2).map(|_| tagged.accept().unwrap()).collect();
-        let open = group.connections(2);
-        drop((probe, client, accepted));
-        let closed = settles(&group, 2, 0);
-        drop(group);
-        assert_eq!(open, Some(1), "the client's connection only");
-        assert_eq!(closed, Some(0));
+    fn the_counters_maps_are_pinned_last() {
+        let pinned = super::super::pins::PINNED_MAPS;
+        assert_eq!(&pinned[pinned.len() - MAPS.len()..], &MAPS[..]);
     }
 }

@@ -46,7 +46,7 @@ impl ExitWatch {
         }
         let fields = FieldBtf::kernel().context("reading the kernel's BTF")?;
         let offsets = offsets(&fields).context("finding the exit status in the kernel's BTF")?;
-        let mut ebpf = super::load_object()?;
+        let mut ebpf = super::object::load_object()?;
         {
             let mut at: Array<_, ExitOffsets> = Array::try_from(
                 ebpf.map_mut("exit_offsets")
@@ -118,7 +118,7 @@ pub fn forward_exits(
     ring: RingBuf<MapData>,
     send: impl Fn(ExitEvent) -> bool + Send + 'static,
 ) -> anyhow::Result<()> {
-    super::forward_records(ring, send)
+    super::ring::forward_records(ring, send)
 }
 
 #[cfg(test)]

@@ -15,38 +15,17 @@ use ck_common::{
 use socket2::Socket;
 
 use super::{
-    BpfError,
     bind_tags::BindTagger,
     conn_steering::ConnSteering,
     conns::{ConnCounter, ConnHook},
+    error::{BpfError, load_err, write_err},
     load::{Loaded, Target, open_for},
-    pins,
+    object::take,
+    pins::{self, PINNED_MAPS},
     queue_depth::QueueDepth,
     stats,
     sticky::Sticky,
 };
-
-/// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
-/// open-connection counting's ([`super::conns::MAPS`]).
-pub(crate) const PINNED_MAPS: [&str; 16] = [
-    "sockets",
-    "slots",
-    "active",
-    "config",
-    "stats",
-    "cursor",
-    "sticky",
-    "sock_gens",
-    "flows",
-    "pending",
-    "udp_stats",
-    "conn_tags",
-    "conns",
-    "listeners",
-    "moved",
-    "moved_any",
-];
-const _: () = assert!(super::conns::MAPS.len() == 5);
 
 /// The program and maps of one group.
 pub struct BpfGroup {
@@ -80,24 +59,6 @@ pub struct BpfGroup {
     udp: Option<super::udp::UdpMaps>,
     /// The flip that took each slot out of the ready list.
     flips: super::flips::Flips,
-}
-
-pub(super) fn load_err(what: &str) -> impl FnOnce(anyhow::Error) -> BpfError + '_ {
-    move |error| BpfError::Load {
-        what: what.to_string(),
-        error,
-        advice: super::load_advice(
-            &crate::os::capabilities::needed_for_bpf(false),
-            "run with --no-bpf",
-        ),
-    }
-}
-
-pub(super) fn write_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> BpfError {
-    move |error| BpfError::MapWrite {
-        map,
-        error: error.into(),
-    }
 }
 
 impl BpfGroup {
@@ -334,7 +295,7 @@ impl BpfGroup {
     /// Starts forwarding the program's aya-log records to the `log` crate (and so to tracing).
     pub fn forward_logs(&mut self) -> anyhow::Result<()> {
         let logger = aya_log::EbpfLogger::init(&mut self.ebpf).context("starting aya-log")?;
-        super::read_when_ready(logger, |logger| {
+        super::ring::read_when_ready(logger, |logger| {
             logger.flush();
             true
         })
@@ -570,20 +531,7 @@ impl BpfGroup {
     }
 }
 
-/// Takes map `name` out of `ebpf` as a `T`.
-pub(super) fn take<T>(ebpf: &mut Ebpf, name: &str) -> Result<T, BpfError>
-where
-    T: TryFrom<aya::maps::Map>,
-    <T as TryFrom<aya::maps::Map>>::Error: std::error::Error + Send + Sync + 'static,
-{
-    let map = ebpf
-        .take_map(name)
-        .with_context(|| format!("map {name} missing"))
-        .map_err(load_err("taking maps"))?;
-    T::try_from(map)
-        .with_context(|| format!("map {name} has an unexpected type"))
-        .map_err(load_err("taking maps"))
-}
-
+#[cfg(test)]
+mod conns_tests;
 #[cfg(test)]
 mod tests;

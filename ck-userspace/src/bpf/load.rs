@@ -8,8 +8,8 @@ use aya::{Ebpf, EbpfLoader, programs::SkReuseport};
 use ck_common::QueueOffsets;
 
 use super::{
-    BpfError,
-    group::{PINNED_MAPS, load_err},
+    error::{BpfError, load_err},
+    pins::PINNED_MAPS,
 };
 
 /// The program's read-only switch that lets it read queue depths from kernel memory.
@@ -130,7 +130,7 @@ pub(super) fn open(
             loader.map_pin_path(map, path.as_path());
         }
     }
-    let mut ebpf = super::object()
+    let mut ebpf = super::object::object()
         .and_then(|object| loader.load(object).context("loading the BPF object"))
         .map_err(load_err("loading the BPF program"))?;
     tracing::debug!(

@@ -7,7 +7,28 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::BpfError;
+use super::error::BpfError;
+
+/// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
+/// open-connection counting's (`conns::MAPS`, checked by its tests).
+pub(crate) const PINNED_MAPS: [&str; 16] = [
+    "sockets",
+    "slots",
+    "active",
+    "config",
+    "stats",
+    "cursor",
+    "sticky",
+    "sock_gens",
+    "flows",
+    "pending",
+    "udp_stats",
+    "conn_tags",
+    "conns",
+    "listeners",
+    "moved",
+    "moved_any",
+];
 
 /// The bpffs mount point.
 pub const BPFFS: &str = "/sys/fs/bpf";

@@ -3,7 +3,7 @@
 use aya::maps::{MapData, PerCpuArray, PerCpuValues};
 use ck_common::{STATS_NO_SLOT, SlotStats};
 
-use super::{BpfError, pins};
+use super::{error::BpfError, pins};
 
 /// A slot's counters summed over CPUs (zero for an index past [`STATS_NO_SLOT`]).
 pub(super) fn sum(map: &PerCpuArray<MapData, SlotStats>, slot: u32) -> SlotStats {

@@ -3,7 +3,10 @@
 use aya::maps::{Array, MapData};
 use ck_common::{ActiveSet, sticky::StickyTable};
 
-use super::{BpfError, group::write_err, maglev::Maglev};
+use super::{
+    error::{BpfError, write_err},
+    maglev::Maglev,
+};
 
 /// The `sticky` map's halves (`--policy sticky` only): the table is computed when the ready
 /// set changes, and written to a half only when that half holds another set's table.

@@ -9,7 +9,7 @@ use ck_common::{
     udp::{FlowKey, FlowValue, Handshake, PendingKey, UdpStats},
 };
 
-use super::{BpfError, group::take};
+use super::{error::BpfError, object::take};
 
 /// The maps only a UDP group's program uses.
 pub struct UdpMaps {

@@ -9,7 +9,7 @@ use ck_common::{
     sticky::StickyTable,
 };
 
-use super::{group::PINNED_MAPS, maglev, pins};
+use super::{maglev, pins, pins::PINNED_MAPS};
 use ck_common::SlotState;
 
 use crate::settings::run_config::Policy;

@@ -1,0 +1,160 @@
+//! The supervisor's state ([`Supervisor`]: the run's configuration and one field per part) and
+//! its event loop's routing: each [`Event`] and control request goes to the part it concerns
+//! or to the top-level file that sequences it (`feed`, `operate`, `steer`, `carry_on`), and
+//! nothing else happens here. All state changes only here, one event at a time.
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{
+    control::{Request, Response},
+    settings::run_config::RunConfig,
+    supervisor::{
+        continuity, event::Event, executor, groups, inputs, lifecycle::Settings, operations,
+        reports, slots,
+    },
+};
+
+/// A [`reports::View`] of a supervisor's fields, borrowed one by one (so that the reports can be
+/// borrowed apart from it).
+macro_rules! view_of {
+    ($sup:expr) => {
+        reports::View {
+            cfg: &$sup.cfg,
+            settings: &$sup.settings,
+            stopping: $sup.stopping,
+            table: &$sup.table,
+            groups: &$sup.groups,
+            inputs: &$sup.inputs,
+            ops: &$sup.ops,
+            continuity: &$sup.continuity,
+        }
+    };
+}
+
+/// The supervisor's state: the run's configuration and its parts, each in a folder of its own.
+pub(super) struct Supervisor {
+    pub(super) cfg: RunConfig,
+    /// The lifecycle machine's settings (from `cfg`).
+    pub(super) settings: Settings,
+    pub(super) events: mpsc::UnboundedSender<Event>,
+    /// ck is shutting down.
+    pub(super) stopping: bool,
+    pub(super) table: slots::SlotTable,
+    pub(super) groups: groups::Groups,
+    pub(super) inputs: inputs::Inputs,
+    pub(super) ops: operations::Operations,
+    pub(super) reports: reports::Reports,
+    pub(super) continuity: continuity::Continuity,
+}
+
+impl Supervisor {
+    /// Every part but the reports, read-only: what the reports and other reads look at.
+    pub(super) fn view(&self) -> reports::View<'_> {
+        view_of!(self)
+    }
+
+    /// What continuity reads, read-only.
+    pub(super) fn parts(&self) -> continuity::Parts<'_> {
+        continuity::Parts {
+            cfg: &self.cfg,
+            stopping: self.stopping,
+            table: &self.table,
+            groups: &self.groups,
+            ops: &self.ops,
+            continuity: &self.continuity,
+        }
+    }
+
+    /// The reports to change (the service manager told), beside the view they tell from.
+    pub(super) fn reporting(&mut self) -> (&mut reports::Reports, reports::View<'_>) {
+        (&mut self.reports, view_of!(self))
+    }
+
+    pub(super) fn handle(&mut self, event: Event) {
+        match event {
+            Event::Exited {
+                slot,
+                worker,
+                status,
+            } => self.on_exit(slot, worker, status, inputs::exits::ExitReport::Pidfd),
+            Event::Exiting(exit) => self.on_exiting(exit),
+            Event::ExitWatch(watch) => self.inputs.start_exit_watch(watch, &self.table),
+            Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),
+            Event::Timer { slot, epoch, timer } => {
+                self.continuity.timer_fired(slot, epoch, timer);
+                self.on_timer(slot, epoch, timer)
+            }
+            Event::Upgrade => self.upgrade(None, None),
+            Event::UpgradeChecked(result) => self.on_upgrade_checked(result),
+            Event::BecameReady(slot) => executor::decisions::on_ready(self, slot),
+            Event::RollCheck => executor::decisions::finish_when_left(self),
+            Event::SpareDue => self.replenish_spares(),
+            Event::SpreadEnds => self.republish(),
+            Event::Signal(name) => self.on_stop_signal(name),
+            Event::QuietTick => self.on_quiet_tick(),
+            Event::Reload => self.reload(None),
+            Event::Tick => self.on_tick(),
+            Event::ProbeTick => {
+                inputs::probes::start(&self.cfg, &self.groups, &mut self.table, &self.events)
+            }
+            Event::ProbeResult {
+                slot,
+                worker,
+                result,
+            } => self.on_probe_result(slot, worker, result),
+            Event::ScaleBy(delta) => {
+                let target = self.table.serving().len() as i64 + i64::from(delta);
+                if let Err(e) = self.scale_to(target.max(0) as u32) {
+                    tracing::warn!("scaling refused: {e}");
+                }
+            }
+            Event::SteeringCheck => self.check_steering_soon(),
+            Event::AdoptScan if !self.stopping => self.scan_unadopted(),
+            Event::AdoptScan => {}
+            Event::ListenScan if !self.stopping => {
+                self.inputs
+                    .watch_listeners(&self.cfg, &self.groups, &self.table)
+            }
+            Event::ListenScan => {}
+            Event::CgroupReap => self.table.reap_cgroups(),
+            Event::RecycleCheck => self.check_recycling(),
+            Event::Listened(event) => self.on_listened(event),
+            Event::MemberExited { slot, worker } => self.on_member_exit(slot, worker),
+            Event::HolderExited { slot, worker } => self.on_holder_exit(slot, worker),
+            Event::Canary {
+                group,
+                before,
+                connected,
+            } => {
+                self.groups
+                    .on_canary(&self.table, self.stopping, group, before, connected);
+                self.reports.systemd_due = true;
+            }
+            Event::SystemdWatchdog => {
+                if let Some(systemd) = &self.reports.systemd {
+                    systemd.watchdog();
+                }
+            }
+        }
+    }
+
+    pub(super) fn control(&mut self, req: Request, reply: oneshot::Sender<Response>) {
+        let response = match req {
+            Request::Status => Response::Status(Box::new(self.reports.status(self.view()))),
+            Request::Drain { slot } => self.set_drained(slot, true),
+            Request::Undrain { slot } => self.set_drained(slot, false),
+            Request::Stop => self.stop_requested(false),
+            Request::StopNow => self.stop_requested(true),
+            Request::DrainAll => self.set_all_drained(true),
+            Request::UndrainAll => self.set_all_drained(false),
+            Request::Scale { workers } => match self.scale_to(workers) {
+                Ok(msg) => Response::Ok(msg),
+                Err(msg) => Response::Error(msg),
+            },
+            // Answered when the roll ends.
+            Request::Reload => return self.reload(Some(reply)),
+            // Answered once the new binary is checked.
+            Request::Upgrade { binary } => return self.upgrade(binary, Some(reply)),
+        };
+        let _ = reply.send(response);
+    }
+}

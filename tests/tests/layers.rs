@@ -1,0 +1,164 @@
+//! The library's parts import each other in layers, checked on the sources without building
+//! anything: every path in every file of `supervisor/` and `bpf/` (read with `syn`: `use`
+//! lines, inline paths, macro tokens and `#[serde(with = "...")]` strings) makes an edge from
+//! the part it is written in to the part it names. `supervisor/`'s parts (each folder and each
+//! top-level file one part, `mod.rs` the top) follow the order ARCHITECTURE.md states on its
+//! `Layers:` line, and no two parts of either folder import each other, even through others.
+//! A failure names the file, the line and the path, and what to do.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use ck_tests::{docs, layers};
+
+/// The library's sources.
+fn src() -> PathBuf {
+    docs::repo_root().join("ck-userspace/src")
+}
+
+/// The layers ARCHITECTURE.md's `Layers:` line states, lowest first: `` `a` < `b`, `c` ``.
+fn stated_layers() -> Vec<Vec<String>> {
+    let path = docs::repo_root().join("ARCHITECTURE.md");
+    let text = std::fs::read_to_string(&path).expect("reading ARCHITECTURE.md");
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let at = flat
+        .find("Layers: `")
+        .expect("ARCHITECTURE.md states supervisor/'s layers on a line `Layers: `a` < `b`, ...`");
+    let line = &flat[at + "Layers: ".len()..];
+    let mut layers = Vec::new();
+    for layer in line.split(" < ") {
+        let names: Vec<String> = layer
+            .split(", ")
+            .map(|n| n.trim().trim_end_matches('.'))
+            .take_while(|n| n.starts_with('`'))
+            .map(|n| n.trim_matches('`').to_string())
+            .collect();
+        let ended = names.len() != layer.split(", ").count();
+        layers.push(names);
+        if ended {
+            break;
+        }
+    }
+    layers
+}
+
+/// Fails with each cycle, naming an edge of it, and the fix.
+fn assert_no_cycle(folder: &str, edges: &[layers::Edge]) {
+    let cycles = layers::cycles(edges);
+    let shown: Vec<String> = cycles
+        .iter()
+        .map(|parts| {
+            let inside: Vec<String> = edges
+                .iter()
+                .filter(|e| parts.contains(&e.from) && parts.contains(&e.to))
+                .map(|e| format!("    {e}"))
+                .collect();
+            format!("  {}:\n{}", parts.join(", "), inside.join("\n"))
+        })
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "parts of {folder} import each other in a circle; move what both need to a part \
+         below them (or the item to the part that uses it):\n{}",
+        shown.join("\n")
+    );
+}
+
+/// No two parts of `supervisor/` import each other, and none imports a part of a higher layer
+/// than its own.
+#[test]
+fn supervisor_parts_import_only_down_their_layers() {
+    let edges = layers::edges(&src(), &["supervisor"]).expect("reading supervisor/");
+    assert!(
+        edges.len() > 100,
+        "only {} edges found: the reader misses paths",
+        edges.len()
+    );
+    assert_no_cycle("supervisor/", &edges);
+    let stated = stated_layers();
+    let order: Vec<Vec<&str>> = stated
+        .iter()
+        .map(|l| l.iter().map(String::as_str).collect())
+        .collect();
+    let order: Vec<&[&str]> = order.iter().map(Vec::as_slice).collect();
+    let listed: BTreeSet<&str> = order.iter().flat_map(|l| l.iter().copied()).collect();
+    let parts: BTreeSet<String> = std::fs::read_dir(src().join("supervisor"))
+        .expect("listing supervisor/")
+        .flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            let stem = path.file_stem()?.to_str()?.to_string();
+            let module = path.is_dir() || path.extension().is_some_and(|x| x == "rs");
+            module.then(|| if stem == "mod" { layers::OWN.into() } else { stem })
+        })
+        .collect();
+    let missing: Vec<&String> = parts.iter().filter(|p| !listed.contains(p.as_str())).collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md's `Layers:` line leaves out {missing:?}: give each part of \
+         supervisor/ its layer"
+    );
+    let up = layers::upward(&edges, &order).expect("every part has a layer");
+    let shown: Vec<String> = up.iter().map(|e| format!("  {e}")).collect();
+    assert!(
+        up.is_empty(),
+        "{} paths run up a layer (ARCHITECTURE.md's `Layers:` line); move the item they name \
+         down to the part that imports it, or take it as an argument:\n{}",
+        up.len(),
+        shown.join("\n")
+    );
+}
+
+/// No two files of `bpf/` import each other, even through others (`mod.rs` re-exports only).
+#[test]
+fn bpf_files_import_each_other_in_no_circle() {
+    let edges = layers::edges(&src(), &["bpf"]).expect("reading bpf/");
+    assert!(edges.len() > 30, "only {} edges found", edges.len());
+    assert_no_cycle("bpf/", &edges);
+}
+
+/// The reader finds what Rust resolves: a `use` group, an inline path, a macro's path, a
+/// serde attribute's string, `super::` from a nested file and a child module named from
+/// `mod.rs`; and a circle is found as one.
+#[test]
+fn the_reader_sees_every_kind_of_path_and_finds_a_circle() {
+    let dir = std::env::temp_dir().join(format!("ck-layers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let root = dir.join("src");
+    std::fs::create_dir_all(root.join("top/a")).unwrap();
+    let write = |p: &str, text: &str| std::fs::write(root.join(p), text).unwrap();
+    write("top/mod.rs", "mod a;\nmod b;\nmod c;\nmod d;\nuse b::X;\n");
+    write("top/a/mod.rs", "mod inner;\n");
+    write("top/a/inner.rs", "use super::super::{b::Y, c};\n");
+    write("top/b.rs", "fn f() { let _ = crate::top::c::Z; }\n");
+    write(
+        "top/c.rs",
+        "fn g() { tracing::info!(\"{}\", crate::top::d::W); }\n",
+    );
+    write(
+        "top/d.rs",
+        "#[derive(serde::Serialize)]\nstruct S { #[serde(with = \"crate::top::a::inner\")] t: u8 }\n",
+    );
+    let edges = layers::edges(&root, &["top"]).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let pairs: BTreeSet<(String, String)> = edges
+        .iter()
+        .map(|e| (e.from.clone(), e.to.clone()))
+        .collect();
+    let want: BTreeSet<(String, String)> = [
+        ("mod.rs", "b"),
+        ("a", "b"),
+        ("a", "c"),
+        ("b", "c"),
+        ("c", "d"),
+        ("d", "a"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(pairs, want, "{edges:#?}");
+    assert_eq!(
+        layers::cycles(&edges),
+        vec![vec!["a".to_string(), "b".into(), "c".into(), "d".into()]]
+    );
+}
