@@ -58,7 +58,10 @@ pub fn edges(src: &Path, folder: &[&str]) -> Result<Vec<Edge>, String> {
         .collect();
     let mut out = Vec::new();
     for file in files {
-        let rel = file.strip_prefix(src).map_err(|e| e.to_string())?.to_path_buf();
+        let rel = file
+            .strip_prefix(src)
+            .map_err(|e| e.to_string())?
+            .to_path_buf();
         let module = module_of(&rel);
         let from = node_of(&module, folder, &nodes).unwrap_or_else(|| OWN.to_string());
         let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", rel.display()))?;
@@ -319,8 +322,11 @@ impl PathReader<'_> {
                     let line = id.span().start().line;
                     let mut segments = vec![id.to_string()];
                     let mut j = i + 1;
-                    while let (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b)), Some(TokenTree::Ident(next))) =
-                        (trees.get(j), trees.get(j + 1), trees.get(j + 2))
+                    while let (
+                        Some(TokenTree::Punct(a)),
+                        Some(TokenTree::Punct(b)),
+                        Some(TokenTree::Ident(next)),
+                    ) = (trees.get(j), trees.get(j + 1), trees.get(j + 2))
                     {
                         if a.as_char() != ':' || b.as_char() != ':' {
                             break;
@@ -354,9 +360,9 @@ impl PathReader<'_> {
                     };
                     let segments: Vec<String> = inner.split("::").map(str::to_string).collect();
                     let is_path = segments.len() > 1
-                        && segments
-                            .iter()
-                            .all(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_'));
+                        && segments.iter().all(|s| {
+                            !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+                        });
                     if is_path {
                         self.record(&segments, lit.span().start().line);
                     }

@@ -7,7 +7,7 @@
 //! ([`machine`]); run real servers
 //! ([`pyservers`], [`real_servers`]) through one checklist ([`server_checks`]); run a program
 //! in a real terminal ([`tmux`]), read the files of `deploy/` ([`deploy`]), tell a static
-//! binary from a dynamic one ([`elf`]), put ck hosts behind a real balancer in network
+//! binary from a dynamic one ([`elf`]), read the import graph of ck's sources ([`layers`]), put ck hosts behind a real balancer in network
 //! namespaces ([`fleet`]), hold ck to README's promises ([`promises`]), run the docs' shell
 //! blocks and check their links and tables ([`docs`]), regenerate the reference to compare
 //! it with the committed one ([`reference`]), and take servers written in a hurry through
@@ -29,6 +29,7 @@ pub mod docs;
 pub mod elf;
 pub mod fleet;
 pub mod http;
+pub mod layers;
 pub mod load;
 pub mod machine;
 pub mod once;

@@ -16,30 +16,25 @@ fn src() -> PathBuf {
     docs::repo_root().join("ck-userspace/src")
 }
 
-/// The layers ARCHITECTURE.md's `Layers:` line states, lowest first: `` `a` < `b`, `c` ``.
+/// The layers ARCHITECTURE.md's `Layers:` line states, lowest first: `` `a` < `b`, `c` ``
+/// (one line, each part's name in backticks).
 fn stated_layers() -> Vec<Vec<String>> {
     let path = docs::repo_root().join("ARCHITECTURE.md");
     let text = std::fs::read_to_string(&path).expect("reading ARCHITECTURE.md");
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let at = flat
-        .find("Layers: `")
-        .expect("ARCHITECTURE.md states supervisor/'s layers on a line `Layers: `a` < `b`, ...`");
-    let line = &flat[at + "Layers: ".len()..];
-    let mut layers = Vec::new();
-    for layer in line.split(" < ") {
-        let names: Vec<String> = layer
-            .split(", ")
-            .map(|n| n.trim().trim_end_matches('.'))
-            .take_while(|n| n.starts_with('`'))
-            .map(|n| n.trim_matches('`').to_string())
-            .collect();
-        let ended = names.len() != layer.split(", ").count();
-        layers.push(names);
-        if ended {
-            break;
-        }
-    }
-    layers
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Layers: "))
+        .expect("ARCHITECTURE.md states supervisor/'s layers on one line `Layers: `a` < `b`, ...`");
+    line.split(" < ")
+        .map(|layer| {
+            layer
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
 }
 
 /// Fails with each cycle, naming an edge of it, and the fix.
@@ -89,10 +84,19 @@ fn supervisor_parts_import_only_down_their_layers() {
             let path = e.path();
             let stem = path.file_stem()?.to_str()?.to_string();
             let module = path.is_dir() || path.extension().is_some_and(|x| x == "rs");
-            module.then(|| if stem == "mod" { layers::OWN.into() } else { stem })
+            module.then(|| {
+                if stem == "mod" {
+                    layers::OWN.into()
+                } else {
+                    stem
+                }
+            })
         })
         .collect();
-    let missing: Vec<&String> = parts.iter().filter(|p| !listed.contains(p.as_str())).collect();
+    let missing: Vec<&String> = parts
+        .iter()
+        .filter(|p| !listed.contains(p.as_str()))
+        .collect();
     assert!(
         missing.is_empty(),
         "ARCHITECTURE.md's `Layers:` line leaves out {missing:?}: give each part of \

@@ -2,6 +2,7 @@
 //! carrying one JSON request and one JSON response per line. `ck status`, `ck drain`, ... are
 //! its clients; the supervisor answers.
 pub mod client;
+pub mod compat;
 pub mod instances;
 pub mod server;
 

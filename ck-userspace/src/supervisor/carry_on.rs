@@ -7,8 +7,9 @@ use std::{os::fd::BorrowedFd, path::PathBuf, time::Duration, time::Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    Event, Supervisor,
     continuity::{self, handover::Handover, resume::Restored, resume::Restorer},
+    event::Event,
+    event_loop::Supervisor,
     executor::World,
     inputs::members::watch_holder,
     lifecycle::Input,
@@ -87,7 +88,7 @@ impl Supervisor {
         }
         self.continuity.state_dirty = false;
         let prepared =
-            continuity::handover::prepare(self.view(), self.reports.started, None, None, None);
+            continuity::handover::prepare(self.parts(), self.reports.started, None, None, None);
         continuity::survive::write_state(&self.cfg.name, &prepared.handover);
     }
 
@@ -98,7 +99,7 @@ impl Supervisor {
         binary: Option<PathBuf>,
         reply: Option<oneshot::Sender<Response>>,
     ) {
-        let refused = continuity::upgrade::refused(self.view());
+        let refused = continuity::upgrade::refused(self.parts());
         self.continuity
             .upgrade(refused, binary, reply, &self.events);
     }
@@ -108,7 +109,7 @@ impl Supervisor {
         &mut self,
         result: Result<continuity::handover::Compat, String>,
     ) {
-        let refused = continuity::upgrade::refused(self.view());
+        let refused = continuity::upgrade::refused(self.parts());
         self.continuity.upgrade_checked(refused, result);
     }
 
@@ -125,7 +126,7 @@ impl Supervisor {
         };
         let error = continuity::upgrade::reexec(
             &upgrade,
-            self.view(),
+            self.parts(),
             self.reports.started,
             lock,
             control,

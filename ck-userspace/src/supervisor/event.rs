@@ -31,7 +31,11 @@ pub(crate) enum Event {
     /// The boot window ends: starting workers are chosen no more (`fleet::spread`).
     SpreadEnds,
     /// A timer the lifecycle armed (in epoch `epoch`) fired.
-    Timer { slot: u32, epoch: u64, timer: crate::supervisor::lifecycle::Timer },
+    Timer {
+        slot: u32,
+        epoch: u64,
+        timer: crate::supervisor::lifecycle::Timer,
+    },
     /// A termination signal arrived.
     Signal(&'static str),
     /// Time to read the counters during a stop's quiet wait.

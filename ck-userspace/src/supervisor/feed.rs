@@ -5,10 +5,11 @@
 use std::{process::ExitStatus, time::Instant};
 
 use super::{
-    Supervisor, executor,
+    event_loop::Supervisor,
+    executor,
+    groups::held,
     inputs::{self, Found, adopt::Copied, exits::ExitReport},
     lifecycle::{Input, Timer},
-    operations::leaving,
 };
 use crate::{os::notify::NotifyMsg, settings::run_config::ReadyMode};
 
@@ -47,7 +48,7 @@ impl Supervisor {
             .inputs
             .exited(&mut self.table, &self.cfg, index, id, status, seen);
         if let Some(death) = death {
-            executor::fleet::on_death(self, index, death.outside, death.why, death.how);
+            executor::decisions::on_death(self, index, death);
         }
     }
 
@@ -115,7 +116,7 @@ impl Supervisor {
         }
         let leaving = self.table.any_leaving();
         if leaving {
-            let done = leaving::leavers_done(&mut self.table, &self.groups, now);
+            let done = held::leavers_done(&mut self.table, &self.groups, now);
             if !done.is_empty() {
                 self.apply_all(done);
             }
@@ -124,14 +125,14 @@ impl Supervisor {
             !self.cfg.udp_linger.is_zero() && self.groups.any_udp() && self.table.any_stopping();
         if lingering {
             let linger = self.cfg.udp_linger;
-            let quiet = leaving::lingerers_quiet(&mut self.table, &self.groups, linger, now);
+            let quiet = held::lingerers_quiet(&mut self.table, &self.groups, linger, now);
             if !quiet.is_empty() {
                 self.apply_all(quiet);
             }
         }
         let count_every = match (leaving, lingering) {
-            (true, _) => Some(leaving::CHECK_EVERY),
-            (false, true) => Some(leaving::LINGER_CHECK_EVERY),
+            (true, _) => Some(held::CHECK_EVERY),
+            (false, true) => Some(held::LINGER_CHECK_EVERY),
             (false, false) => None,
         };
         self.inputs.pacer.pace(now, watching, count_every);

@@ -10,7 +10,7 @@
 //!   boots in the background. A spare that dies before it is used is replaced after a growing
 //!   delay (100 ms doubling to 10 s). The decisions are the fleet core's
 //!   ([`super::fleet::spares`], [`super::fleet::death`]).
-//! - Rolls (`operations::roll`), recycling (`operations::recycle`), reloads with `--config`
+//! - Rolls (`fleet::roll`, answered by `Operations::roll_ended`), recycling (`operations::recycle`), reloads with `--config`
 //!   (`operations::reconfigure`), drains (`operations::drain`) and the stop's quiet wait
 //!   (`operations::quiet`).
 use std::{collections::VecDeque, time::Duration, time::Instant};
@@ -18,11 +18,12 @@ use std::{collections::VecDeque, time::Duration, time::Instant};
 use tokio::sync::oneshot;
 
 use super::{
-    Event, Supervisor,
-    executor::fleet as run_fleet,
+    event::Event,
+    event_loop::Supervisor,
+    executor::decisions,
     fleet,
     lifecycle::Input,
-    operations::{drain, quiet::Window, reconfigure, recycle},
+    operations::{drain, quiet, quiet::Window, reconfigure, recycle},
 };
 use crate::{control::Response, settings::run_config::RunConfig};
 
@@ -30,7 +31,7 @@ impl Supervisor {
     /// Opens a new serving slot and starts its worker. Errors when no slot is free or the
     /// worker could not be started.
     pub(super) fn open_slot(&mut self) -> Result<u32, String> {
-        run_fleet::open_slot(self).map_err(|e| e.to_string())
+        decisions::open_slot(self).map_err(|e| e.to_string())
     }
 
     /// Changes the fleet to `target` workers: new slots start workers; the slots that keep the
@@ -42,7 +43,7 @@ impl Supervisor {
         }
         let current = self.table.serving().len() as u32;
         tracing::info!(from = current, to = target, "scaling");
-        run_fleet::scale_to(self, target).map_err(|e| match e {
+        decisions::scale_to(self, target).map_err(|e| match e {
             Ok(why) => why,
             Err(e) => e.to_string(),
         })?;
@@ -52,7 +53,7 @@ impl Supervisor {
 
     /// Boots spares until there are `--spares` (not while stopping, rolling, or backing off).
     pub(super) fn replenish_spares(&mut self) {
-        run_fleet::replenish_spares(self);
+        decisions::replenish_spares(self);
     }
 
     /// The boot window ended: the active set published again, without the starting workers.
@@ -86,7 +87,7 @@ impl Supervisor {
         reload: bool,
     ) {
         if self.ops.roll_may_start(self.stopping, reply) {
-            let _ = run_fleet::begin_roll(self, pending, reload);
+            let _ = decisions::begin_roll(self, pending, reload);
         }
     }
 
@@ -174,7 +175,7 @@ impl Supervisor {
             workers: self.cfg.workers,
             ..next
         };
-        self.settings = super::start::settings(&self.cfg);
+        self.settings = super::machine_config::settings(&self.cfg);
         // The state file carries settings the orphan guard uses (`--stop-signal`).
         self.continuity.state_dirty = true;
         if probes_changed {
@@ -255,7 +256,7 @@ impl Supervisor {
 
     /// Begins a stop: the quiet wait where it can run, else the stop at once.
     fn stop(&mut self, reason: &'static str) {
-        let skip = fleet::quiet::skip(
+        let skip = quiet::rule::skip(
             self.cfg.quiet_period,
             self.reports.metrics_addr.is_some(),
             !self.cfg.no_bpf,
@@ -294,6 +295,6 @@ impl Supervisor {
             return;
         }
         self.stopping = true;
-        run_fleet::shutdown(self, reason);
+        decisions::shutdown(self, reason);
     }
 }

@@ -36,7 +36,7 @@ fn quic_server_id(cfg: &RunConfig, index: u32, generation: u32) -> Option<String
     })
 }
 
-/// A worker spawned by [`SlotTable::spawn_worker`].
+/// A worker spawned by `SlotTable::spawn_worker`.
 pub(in crate::supervisor) struct Spawned {
     /// Its id (`CK_WORKER_ID`).
     pub id: u64,

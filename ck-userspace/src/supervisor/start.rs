@@ -10,55 +10,16 @@ use anyhow::Context as _;
 use tokio::sync::mpsc;
 
 use super::{
-    Event, Group, Supervisor, continuity, continuity::origin::Origin, fleet, groups, inputs,
-    lifecycle::Settings, operations, output, reports, slots, tasks,
+    continuity, continuity::origin::Origin, event::Event, event_loop::Supervisor, fleet, groups,
+    groups::Group, inputs, machine_config, operations, output, reports, slots, tasks,
 };
 use crate::{
     control::server::ControlCall,
     metrics,
     os::reexec,
     settings::layers::RunCommandLine,
-    settings::run_config::{ReadyMode, RunConfig, WorkerOutput},
+    settings::run_config::{RunConfig, WorkerOutput},
 };
-
-/// Whether the run probes its workers over HTTP (a TCP probe passes on ck's own listening
-/// socket before the worker accepts: it says nothing about readiness).
-fn http_probe(cfg: &RunConfig) -> bool {
-    matches!(
-        cfg.health.probe,
-        Some(crate::settings::health::ProbeKind::Http(_))
-    )
-}
-
-/// The lifecycle settings of a run.
-pub(super) fn settings(cfg: &RunConfig) -> Settings {
-    Settings {
-        ready_on_spawn: cfg.ready == ReadyMode::Spawn,
-        // With an HTTP probe, a silent worker is ready at its first passing probe instead;
-        // adopted, when its socket is. The grace only says when to look whether ck can see the
-        // worker wait for connections at all (`detect`).
-        ready_grace: (cfg.ready == ReadyMode::Auto && !http_probe(cfg) && !cfg.adopt)
-            .then_some(cfg.ready_grace),
-        ready_timeout: cfg.ready_timeout,
-        stop_timeout: cfg.drain_timeout,
-        restart: cfg.restart,
-        min_workers: cfg.min_workers,
-        adopt: cfg.adopt,
-        // Without the program nothing counts a slot's connections, and its socket keeps taking
-        // new ones from the kernel's hash: it stops at once.
-        linger: (!cfg.no_bpf).then_some(cfg.drain_timeout),
-    }
-}
-
-/// The numbers the fleet core decides with.
-pub(super) fn shape(cfg: &RunConfig) -> fleet::Shape {
-    fleet::Shape {
-        reload_batch: cfg.reload_batch,
-        spares: cfg.spares,
-        min_workers: cfg.min_workers,
-        restart: cfg.restart,
-    }
-}
 
 /// Runs `ck run` to completion: returns after a clean shutdown.
 pub fn run(cfg: RunConfig) -> anyhow::Result<()> {
@@ -140,7 +101,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
     let (calls_tx, mut calls) = mpsc::unbounded_channel::<ControlCall>();
     let control = origin.control(&cfg, calls_tx)?;
     let mut sup = Supervisor {
-        settings: settings(&cfg),
+        settings: machine_config::settings(&cfg),
         groups,
         events: events_tx,
         stopping: false,

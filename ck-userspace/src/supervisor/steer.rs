@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 
 use super::{
-    Supervisor,
+    event_loop::Supervisor,
     groups::{Join, steering::Loaded},
     lifecycle::Input,
 };

@@ -8,7 +8,7 @@ use tokio::{
     sync::{mpsc, watch},
 };
 
-use super::Event;
+use super::event::Event;
 
 /// Sends [`Event::Tick`] at each deadline the supervisor sets in `deadline` (its next queue
 /// sample or readiness check, see `health`) until the event loop is gone. One tick per

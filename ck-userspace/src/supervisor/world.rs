@@ -7,8 +7,9 @@ use nix::sys::signal::Signal;
 use socket2::Socket;
 
 use super::{
-    Event, Supervisor,
-    executor::{self, Outcome, World, fleet::FleetEvent},
+    event::Event,
+    event_loop::Supervisor,
+    executor::{self, Outcome, World, decisions::FleetEvent},
     fleet::{self, Core, Shape, spread},
     groups::Join,
     lifecycle::{self, Input, Life, Note, Settings, Sig, Timer},
@@ -74,7 +75,8 @@ impl World for Supervisor {
             slot.queued_probe = Some(conn);
         }
         if let Some(cgroup) = worker.cgroup.take() {
-            self.table.bury_cgroup(&mut self.groups, cgroup);
+            self.groups.unbind_cgroup(&cgroup);
+            self.table.bury_cgroup(cgroup);
         }
     }
 
@@ -231,7 +233,7 @@ impl World for Supervisor {
     }
 
     fn shape(&self) -> Shape {
-        crate::supervisor::start::shape(&self.cfg)
+        crate::supervisor::machine_config::shape(&self.cfg)
     }
 
     fn fleet_event(&mut self, event: FleetEvent) {

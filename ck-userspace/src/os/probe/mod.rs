@@ -20,6 +20,7 @@ use tokio::{
 
 use crate::settings::health::ProbeKind;
 
+pub mod accept;
 pub mod conn;
 
 /// Largest probe answer read.

@@ -11,9 +11,11 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-pub use super::compat::{Compat, FORMAT};
+pub use crate::control::compat::{Compat, FORMAT};
 use crate::os::fd_limit::FdLimit;
-use crate::supervisor::{inputs::health::Health, lifecycle::Life, lifecycle::Timer, reports::View};
+use crate::supervisor::{
+    continuity::Parts, lifecycle::Life, lifecycle::Timer, slots::slot::Health,
+};
 
 /// Everything the new image needs to carry on where the old one stopped.
 #[derive(Debug, Serialize, Deserialize)]
@@ -31,7 +33,7 @@ pub struct Handover {
     /// `--metrics`' listener.
     pub metrics_fd: Option<RawFd>,
     /// When the instance started.
-    #[serde(with = "crate::supervisor::continuity::instant_age")]
+    #[serde(with = "crate::supervisor::lifecycle::instant_age")]
     pub started: Instant,
     /// The next worker id.
     pub next_worker_id: u64,
@@ -79,7 +81,7 @@ pub struct SlotHandover {
     pub last_exit: Option<String>,
     /// What the last worker did wrong while starting, if ck could name it.
     #[serde(default)]
-    pub boot_mistake: Option<crate::supervisor::inputs::exits::BootMistake>,
+    pub boot_mistake: Option<crate::supervisor::slots::boot_mistake::BootMistake>,
     /// Failed probes (`ck_probe_failures_total`).
     pub probe_failures: u64,
     /// Its worker, if one runs.
@@ -123,7 +125,7 @@ pub struct WorkerHandover {
     /// Its notify socket.
     pub notify: Option<RawFd>,
     /// When it was spawned.
-    #[serde(with = "crate::supervisor::continuity::instant_age")]
+    #[serde(with = "crate::supervisor::lifecycle::instant_age")]
     pub started: Instant,
     /// It spoke on `NOTIFY_SOCKET`.
     pub spoke_notify: bool,
@@ -217,7 +219,7 @@ pub(in crate::supervisor) struct Prepared<'a> {
 /// them (the `--survive-supervisor` state file) their numbers are -1. `started`: when the
 /// instance started.
 pub(in crate::supervisor) fn prepare<'a>(
-    view: View<'a>,
+    view: Parts<'a>,
     started: Instant,
     lock: Option<BorrowedFd<'a>>,
     control: Option<BorrowedFd<'a>>,

@@ -5,12 +5,11 @@
 //! arm and start) from a handover and what the running ck lends (`resume::Restorer`); a
 //! handover is written from a read-only view. The supervisor's top (`carry_on`) puts them in
 //! place; nothing here takes the supervisor.
-pub(super) mod compat;
 pub(super) mod handover;
-pub(super) mod instant_age;
 pub(super) mod origin;
 pub mod orphan_guard;
 pub(super) mod output_back;
+pub(super) mod restore;
 pub(super) mod resume;
 pub(super) mod survive;
 pub(super) mod upgrade;
@@ -36,6 +35,19 @@ pub(in crate::supervisor) struct Continuity {
     pub bpf_resumed: bool,
     /// The state changed since the state file was last written (`--survive-supervisor`).
     pub state_dirty: bool,
+}
+
+/// What continuity reads of the running supervisor to write a handover or judge an upgrade:
+/// the parts it reads, borrowed read-only (`Supervisor::parts`).
+#[derive(Clone, Copy)]
+pub(in crate::supervisor) struct Parts<'a> {
+    pub cfg: &'a crate::settings::run_config::RunConfig,
+    /// ck is shutting down.
+    pub stopping: bool,
+    pub table: &'a crate::supervisor::slots::SlotTable,
+    pub groups: &'a crate::supervisor::groups::Groups,
+    pub ops: &'a crate::supervisor::operations::Operations,
+    pub continuity: &'a Continuity,
 }
 
 impl Continuity {

@@ -16,9 +16,9 @@ use tokio::net::UnixDatagram;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::supervisor::{
-    Event,
     continuity::handover::{FORMAT, Handover, WorkerHandover},
     continuity::output_back::{EndsFrom, output_back},
+    event::Event,
     groups::Groups,
     inputs::{members::watch_member, notify::watch_notify},
     lifecycle::Timer,

@@ -13,10 +13,9 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 
 use crate::supervisor::{
-    Event,
-    continuity::Continuity,
     continuity::handover::{Compat, FORMAT, prepare},
-    reports::View,
+    continuity::{Continuity, Parts},
+    event::Event,
 };
 use crate::{control::Response, os::reexec};
 
@@ -104,7 +103,7 @@ async fn check(binary: PathBuf) -> Result<Compat, String> {
 }
 
 /// Why an upgrade cannot start now, if it cannot.
-pub(in crate::supervisor) fn refused(view: View<'_>) -> Option<String> {
+pub(in crate::supervisor) fn refused(view: Parts<'_>) -> Option<String> {
     if view.stopping || view.ops.quiet.waiting() {
         return Some("ck is stopping".into());
     }
@@ -211,7 +210,7 @@ impl Continuity {
 /// `started`: when the instance started.
 pub(in crate::supervisor) fn reexec(
     upgrade: &Upgrade,
-    view: View<'_>,
+    view: Parts<'_>,
     started: Instant,
     lock: BorrowedFd<'_>,
     control: BorrowedFd<'_>,
@@ -238,7 +237,7 @@ pub(in crate::supervisor) fn reexec(
 }
 
 fn exec_image(
-    view: View<'_>,
+    view: Parts<'_>,
     started: Instant,
     binary: &Path,
     lock: BorrowedFd<'_>,

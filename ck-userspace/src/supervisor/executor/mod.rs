@@ -1,15 +1,17 @@
 //! The executor of the lifecycle machine: feeds inputs to [`lifecycle::step`] and runs the
 //! effects it returns in their fixed order (install, publish, signal, close, forget, spawn,
 //! arm), one publish per batch. It is generic over the [`World`] it acts on: the supervisor
-//! implements it on the real OS (`world`), the property test (`lifecycle/props.rs`) on its
+//! implements it on the real OS (`world`), the property test (`props.rs`, beside it) on its
 //! model of the OS, so the invariants are checked against this very code. Nothing else changes
 //! a slot's state, installs or closes a slot's sockets, publishes or signals a worker.
 use std::time::{Duration, Instant};
 
 use super::fleet::{self as core, Core, Shape};
-use super::lifecycle::{self, Effect, Fleet, Input, Life, Note, Settings, Sig, Timer};
+use super::lifecycle::{self, Context, Effect, Input, Life, Note, Settings, Sig, Timer};
 
-pub(super) mod fleet;
+pub(super) mod decisions;
+#[cfg(test)]
+mod props;
 
 /// What the executor acts on: the slots' lives, and the operating system their effects change.
 pub(super) trait World {
@@ -29,7 +31,7 @@ pub(super) trait World {
     /// ck is shutting down.
     fn stopping(&self) -> bool;
     /// The groups' program steers by maps of an earlier ck image that this one has not taken
-    /// into use yet (see [`Fleet::maps_pending`]).
+    /// into use yet (see [`Context::maps_pending`]).
     fn maps_pending(&self) -> bool;
 
     /// Slot `index`'s process is gone (before its `Exited` or `Superseded` is stepped): drop
@@ -65,8 +67,8 @@ pub(super) trait World {
     fn fleet(&mut self) -> (&mut Core, core::Lives<'_>);
     /// The numbers the fleet decides with.
     fn shape(&self) -> Shape;
-    /// Something the fleet did (see [`fleet::FleetEvent`]): a log line, a timer, an answer.
-    fn fleet_event(&mut self, event: fleet::FleetEvent);
+    /// Something the fleet did (see [`decisions::FleetEvent`]): a log line, a timer, an answer.
+    fn fleet_event(&mut self, event: decisions::FleetEvent);
     /// The batch is done: `ready` slots became ready (or healthy again) in it, `stopping` ones
     /// were asked to stop.
     fn batch_done(&mut self, ready: Vec<u32>, stopping: Vec<u32>);
@@ -105,7 +107,7 @@ fn run_into<W: World>(
     let settings = world.settings().clone();
     let mut effects = Vec::new();
     for (index, input) in inputs {
-        let fleet = Fleet::of(
+        let context = Context::of(
             index,
             world.lives(),
             now,
@@ -120,7 +122,7 @@ fn run_into<W: World>(
             world.exited(index);
         }
         let life = world.life_mut(index).expect("checked above");
-        let out = lifecycle::step(life, input, &fleet, &settings);
+        let out = lifecycle::step(life, input, &context, &settings);
         effects.extend(out.into_iter().map(|effect| (index, effect)));
     }
     lifecycle::schedule(&mut effects);

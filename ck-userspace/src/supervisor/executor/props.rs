@@ -15,8 +15,8 @@ use std::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
-use crate::supervisor::lifecycle::*;
 use crate::settings::restart_policy::RestartPolicy;
+use crate::supervisor::lifecycle::*;
 use crate::supervisor::{
     executor::{self, Outcome, decisions},
     fleet::{Core, Shape, death::Death, roll::Revival},

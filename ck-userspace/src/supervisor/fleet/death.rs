@@ -6,9 +6,21 @@
 use super::{Core, Lives, Shape, roll};
 use crate::supervisor::lifecycle::{Input, Life, State};
 
+/// A worker's death, as `supervisor::inputs::exits` reads it from the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Death {
+    /// Killed by a signal only others send (`inputs::exits::killed_from_outside`).
+    pub outside: bool,
+    /// Words for a roll's abort, should the worker be one of its replacements.
+    pub why: String,
+    /// How it ended, as `ck status` shows it (`exit 3`): for a reload's answer, should the
+    /// worker be one it started on a slot that had crashed.
+    pub how: String,
+}
+
 /// What one death comes to.
 #[derive(Debug)]
-pub struct Death {
+pub struct Aftermath {
     /// The batch for the slot machines: the take-over, or the dead slot's exit.
     pub inputs: Vec<(u32, Input)>,
     /// The spare that took the dead slot's place (a new spare is due).
@@ -20,7 +32,7 @@ pub struct Death {
 }
 
 /// Decides the death of slot `index`'s worker (`outside`: killed by a signal only others
-/// send); None if the slot is gone.
+/// send, [`Death::outside`]); None if the slot is gone.
 pub fn decide(
     index: u32,
     outside: bool,
@@ -28,12 +40,12 @@ pub fn decide(
     core: &Core,
     shape: &Shape,
     stopping: bool,
-) -> Option<Death> {
+) -> Option<Aftermath> {
     let dead = *lives.get(&index)?;
     if !stopping && shape.spares > 0 {
         let spares = lives.iter().filter(|(_, l)| l.spare).map(|(i, l)| (*i, *l));
         if let Some(batch) = succession((index, dead), spares) {
-            return Some(Death {
+            return Some(Aftermath {
                 took_over: Some(batch[0].0),
                 inputs: batch.into(),
                 spare_lost: false,
@@ -41,7 +53,7 @@ pub fn decide(
             });
         }
     }
-    Some(Death {
+    Some(Aftermath {
         inputs: vec![(index, Input::Exited { outside })],
         took_over: None,
         spare_lost: dead.spare,

@@ -1,5 +1,5 @@
 //! When a retired worker that served (a roll replaced it, a scale-down or a recycle chose it)
-//! gets its stop signal, from what the supervisor reads of its slot (`operations::leaving`):
+//! gets its stop signal, from what the supervisor reads of its slot (`groups::held`):
 //!
 //! - TCP: once the kernel has counted no open connection on the slot for [`SETTLE`], or the
 //!   same number for [`STILL`] (idle keep-alive connections, streams: the signal is their cue

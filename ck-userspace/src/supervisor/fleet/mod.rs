@@ -14,22 +14,19 @@
 //! - a leave ([`leave`]): when a retired worker that served gets its stop signal (its
 //!   connections done, what its UDP sockets held at the flip read), and when a stopping one
 //!   has gone quiet (`--udp-linger`);
-//! - boot priority ([`boot`]): which workers step back while a replacement boots;
-//! - the quiet wait ([`quiet`]): whether a stop waits, and when the wait ends;
 //! - the boot window ([`spread`]): while the fleet boots, its starting workers are chosen beside
 //!   the ready ones.
 //!
-//! The supervisor's fleet executor (`executor::fleet`) runs these decisions through the slot
-//! executor; the property test runs that same code on its model of the OS.
+//! The supervisor's fleet executor (`executor::decisions`) runs these decisions through the slot
+//! executor; the property test runs that same code on its model of the OS. Boot priority and
+//! the quiet wait decide nothing about slots: each lives whole in `operations`.
 use std::collections::BTreeMap;
 
 use super::lifecycle::Life;
 use crate::settings::restart_policy::RestartPolicy;
 
-pub mod boot;
 pub mod death;
 pub mod leave;
-pub mod quiet;
 pub mod roll;
 pub mod scale;
 pub mod spares;

@@ -21,7 +21,7 @@ use tokio::{
 };
 
 use crate::supervisor::{
-    Event,
+    event::Event,
     fleet::CANARY_SLOT,
     groups::{Groups, Join},
     slots::SlotTable,

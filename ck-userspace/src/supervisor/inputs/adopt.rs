@@ -13,7 +13,9 @@ use aya::maps::{MapData, RingBuf};
 use ck_common::ListenEvent;
 use socket2::Socket;
 
-use crate::supervisor::{Event, Group, groups::Groups, inputs::Inputs, slots::SlotTable};
+use crate::supervisor::{
+    event::Event, groups::Group, groups::Groups, inputs::Inputs, slots::SlotTable,
+};
 use crate::{
     bpf::adopt::{self, AdoptHooks},
     os::pidfd,

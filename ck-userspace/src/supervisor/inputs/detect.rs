@@ -15,10 +15,10 @@
 //! `--ready-timeout` ends it. With `--ready probe` the readiness probe alone decides (`health`).
 use std::{net::SocketAddr, time::Instant};
 
+use crate::os::probe::accept::{self as accept_probe, Step};
 use crate::supervisor::{
     groups::Groups,
     inputs::Found,
-    inputs::accept_probe::{self, Step},
     lifecycle::State,
     slots::{
         SlotTable,
@@ -201,7 +201,7 @@ mod tests {
 
     use super::*;
     use crate::settings::restart_policy::RestartPolicy;
-    use crate::supervisor::lifecycle::{Fleet, Input, Life, Settings, step};
+    use crate::supervisor::lifecycle::{Context, Input, Life, Settings, step};
     use crate::supervisor::slots::slot::Worker;
 
     /// A slot whose worker (this process, for a real pidfd) was spawned and has not spoken.
@@ -216,7 +216,7 @@ mod tests {
             adopt: false,
             linger: None,
         };
-        let fleet = Fleet {
+        let context = Context {
             now: Instant::now(),
             random: 0.0,
             stopping: false,
@@ -225,8 +225,8 @@ mod tests {
             maps_pending: false,
         };
         let mut life = Life::new(RestartPolicy::DEFAULT, false);
-        step(&mut life, Input::Start, &fleet, &settings);
-        step(&mut life, Input::Spawned { id: 1 }, &fleet, &settings);
+        step(&mut life, Input::Start, &context, &settings);
+        step(&mut life, Input::Spawned { id: 1 }, &context, &settings);
         let pid = std::process::id();
         let pidfd = crate::os::pidfd::open(pid).unwrap();
         let mut slot = Slot::new(0, life);

@@ -16,8 +16,10 @@ use nix::sys::signal::Signal;
 
 use crate::settings::run_config::RunConfig;
 use crate::settings::stop_signal::StopSignal;
+use crate::supervisor::fleet::death::Death;
+use crate::supervisor::slots::boot_mistake::BootMistake;
 use crate::supervisor::{
-    Event,
+    event::Event,
     inputs::Inputs,
     lifecycle::{After, State},
     slots::SlotTable,
@@ -81,86 +83,6 @@ pub(in crate::supervisor) fn start(events: &tokio::sync::mpsc::UnboundedSender<E
 /// it aborts quotes its last error line.
 const LAST_ERROR_PATIENCE: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// What a worker that ended on its own before it was ready did wrong, read from the kernel as
-/// it exited: a server's process should neither end at once nor leave others running for it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(crate) enum BootMistake {
-    /// It exited 0 before it was ready, leaving nothing behind (a script that starts its
-    /// server in the background and returns).
-    ExitedAtOnce {
-        /// Its pid.
-        pid: u32,
-        /// How long it ran, in ms.
-        ran_ms: u64,
-    },
-    /// It exited before it was ready while processes it started ran on in its cgroup: it
-    /// forked and exited (daemonized). ck stops what it left.
-    Daemonized {
-        /// Its pid.
-        pid: u32,
-        /// How long it ran, in ms.
-        ran_ms: u64,
-        /// How it ended (`exit 0`).
-        exit: String,
-        /// The processes it left (pid, command name).
-        left: Vec<(u32, String)>,
-    },
-}
-
-impl BootMistake {
-    /// What the worker did and the fix, for `ck status`'s DEGRADED line and the log.
-    pub(crate) fn describe(&self, slot: u32) -> String {
-        match self {
-            BootMistake::ExitedAtOnce { pid, ran_ms } => format!(
-                "slot {slot} (pid {pid}): its worker exits 0 at once ({ran_ms} ms after it \
-                 started, before it ever accepted), as a script that starts the server in the \
-                 background and returns does: a worker must stay in the foreground and serve \
-                 the socket ck passes it (fd 3); run the server itself (`exec` it, no `&`)"
-            ),
-            BootMistake::Daemonized {
-                pid,
-                ran_ms,
-                exit,
-                left,
-            } => {
-                let left: Vec<String> = left
-                    .iter()
-                    .map(|(pid, command)| format!("{pid} ({command})"))
-                    .collect();
-                format!(
-                    "slot {slot} (pid {pid}): its worker daemonized: it ended ({exit}) {ran_ms} \
-                     ms after it started, before it was ready, leaving pid {} running in its \
-                     cgroup, which ck stopped: ck supervises the process it starts; run the \
-                     server in the foreground (no fork-and-exit: its no-daemon or foreground \
-                     option)",
-                    left.join(", ")
-                )
-            }
-        }
-    }
-
-    /// The mistake of worker `pid`, which ran `ran` and ended with `status` while starting,
-    /// leaving `left` in its cgroup (None: no mistake ck can name).
-    fn of(
-        pid: u32,
-        ran: std::time::Duration,
-        status: &std::io::Result<ExitStatus>,
-        left: Vec<(u32, String)>,
-    ) -> Option<BootMistake> {
-        let ran_ms = ran.as_millis() as u64;
-        if !left.is_empty() {
-            return Some(BootMistake::Daemonized {
-                pid,
-                ran_ms,
-                exit: describe_exit(status),
-                left,
-            });
-        }
-        let clean = status.as_ref().is_ok_and(|s| s.code() == Some(0));
-        clean.then_some(BootMistake::ExitedAtOnce { pid, ran_ms })
-    }
-}
-
 /// The processes of the worker's cgroup other than `pid`, with their command names: what an
 /// exiting worker leaves behind.
 fn left_behind(worker: &crate::supervisor::slots::slot::Worker) -> Vec<(u32, String)> {
@@ -176,17 +98,6 @@ fn left_behind(worker: &crate::supervisor::slots::slot::Worker) -> Vec<(u32, Str
             (p, command.trim().to_string())
         })
         .collect()
-}
-
-/// A death as the fleet executor takes it (`executor::fleet::on_death`).
-pub(in crate::supervisor) struct Death {
-    /// Killed by a signal only others send (see [`killed_from_outside`]).
-    pub outside: bool,
-    /// Words for a roll's abort, should the worker be one of its replacements.
-    pub why: String,
-    /// How it ended, as `ck status` shows it (`exit 3`): for a reload's answer, should the
-    /// worker be one it started on a slot that had crashed.
-    pub how: String,
 }
 
 /// A watched process began to exit: the slot, worker and status to handle as exited now, for a
@@ -290,7 +201,7 @@ impl Inputs {
                 format!("; its last error on stderr: {line:?}")
             });
         slot.boot_mistake = match starting {
-            true => BootMistake::of(pid, ran, &status, left),
+            true => boot_mistake(pid, ran, &status, left),
             false => None,
         };
         let how = if never_ready {
@@ -324,6 +235,27 @@ impl Inputs {
     }
 }
 
+/// The mistake of worker `pid`, which ran `ran` and ended with `status` while starting,
+/// leaving `left` in its cgroup (None: no mistake ck can name).
+fn boot_mistake(
+    pid: u32,
+    ran: std::time::Duration,
+    status: &std::io::Result<ExitStatus>,
+    left: Vec<(u32, String)>,
+) -> Option<BootMistake> {
+    let ran_ms = ran.as_millis() as u64;
+    if !left.is_empty() {
+        return Some(BootMistake::Daemonized {
+            pid,
+            ran_ms,
+            exit: describe_exit(status),
+            left,
+        });
+    }
+    let clean = status.as_ref().is_ok_and(|s| s.code() == Some(0));
+    clean.then_some(BootMistake::ExitedAtOnce { pid, ran_ms })
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::process::ExitStatusExt as _;
@@ -339,13 +271,13 @@ mod tests {
         let ran = std::time::Duration::from_millis(30);
         let exit = |code: i32| Ok(ExitStatus::from_raw(code << 8));
         assert_eq!(
-            BootMistake::of(7, ran, &exit(0), Vec::new()),
+            boot_mistake(7, ran, &exit(0), Vec::new()),
             Some(BootMistake::ExitedAtOnce { pid: 7, ran_ms: 30 })
         );
         // A crash says why in its own output: nothing to name here.
-        assert_eq!(BootMistake::of(7, ran, &exit(1), Vec::new()), None);
+        assert_eq!(boot_mistake(7, ran, &exit(1), Vec::new()), None);
         let left = vec![(8, "python3".to_string())];
-        let daemon = BootMistake::of(7, ran, &exit(0), left).expect("named");
+        let daemon = boot_mistake(7, ran, &exit(0), left).expect("named");
         let text = daemon.describe(2);
         for words in [
             "slot 2 (pid 7)",
@@ -355,7 +287,7 @@ mod tests {
         ] {
             assert!(text.contains(words), "{words}: {text}");
         }
-        let at_once = BootMistake::of(7, ran, &exit(0), Vec::new()).expect("named");
+        let at_once = boot_mistake(7, ran, &exit(0), Vec::new()).expect("named");
         assert!(
             at_once.describe(2).contains("exits 0 at once (30 ms"),
             "{at_once:?}"

@@ -25,51 +25,6 @@ use crate::supervisor::{
     slots::SlotTable,
 };
 
-/// A worker's health as the supervisor sees it.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct Health {
-    /// Missed its watchdog heartbeat.
-    pub watchdog: bool,
-    /// Failed `--probe-fails` probes in a row.
-    pub probe: bool,
-    /// Its accept queue stopped moving.
-    pub stalled: bool,
-    /// When it became unhealthy.
-    #[serde(with = "crate::supervisor::continuity::instant_age::option")]
-    pub since: Option<Instant>,
-    /// Last `WATCHDOG=1`.
-    #[serde(with = "crate::supervisor::continuity::instant_age::option")]
-    pub last_watchdog: Option<Instant>,
-    /// Consecutive failed probes.
-    pub probe_fails: u32,
-    /// Consecutive passed probes.
-    pub probe_passes: u32,
-    /// A probe is under way.
-    pub probing: bool,
-}
-
-impl Health {
-    /// No health signal says otherwise.
-    pub fn is_healthy(&self) -> bool {
-        !self.watchdog && !self.probe && !self.stalled
-    }
-
-    /// Why it is unhealthy, for logs and status.
-    pub fn reasons(&self) -> String {
-        let mut reasons = Vec::new();
-        if self.watchdog {
-            reasons.push("watchdog");
-        }
-        if self.probe {
-            reasons.push("probe");
-        }
-        if self.stalled {
-            reasons.push("stalled");
-        }
-        reasons.join("+")
-    }
-}
-
 /// Which signal changed.
 #[derive(Clone, Copy, Debug)]
 pub(in crate::supervisor) enum Signal {

@@ -14,7 +14,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::settings::run_config::RunConfig;
 use crate::supervisor::{
-    Event,
+    event::Event,
     groups::Groups,
     lifecycle::{Input, Life},
     slots::{

@@ -6,7 +6,6 @@
 //! does), never apply an input, and take the parts they read as arguments, never the
 //! supervisor.
 
-pub(super) mod accept_probe;
 pub(super) mod adopt;
 pub(super) mod detect;
 pub(super) mod exits;
@@ -85,7 +84,7 @@ impl Inputs {
     pub fn start_probe_ticker(
         &mut self,
         cfg: &crate::settings::run_config::RunConfig,
-        events: &tokio::sync::mpsc::UnboundedSender<crate::supervisor::Event>,
+        events: &tokio::sync::mpsc::UnboundedSender<crate::supervisor::event::Event>,
     ) {
         if let Some(ticker) = self.probe_ticker.take() {
             ticker.abort();
@@ -95,7 +94,7 @@ impl Inputs {
             self.probe_ticker = Some(crate::supervisor::tasks::start_ticker(
                 events,
                 period,
-                || crate::supervisor::Event::ProbeTick,
+                || crate::supervisor::event::Event::ProbeTick,
             ));
         }
     }

@@ -3,7 +3,7 @@
 use crate::os::notify::{self, NotifyMsg};
 use crate::settings::run_config::RunConfig;
 use crate::supervisor::{
-    Event,
+    event::Event,
     inputs::{Found, detect, health::Signal},
     lifecycle::Input,
     slots::SlotTable,

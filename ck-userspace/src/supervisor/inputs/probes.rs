@@ -5,7 +5,7 @@
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::supervisor::{
-    Event, groups::Groups, inputs::Found, inputs::health::Signal, lifecycle::State,
+    event::Event, groups::Groups, inputs::Found, inputs::health::Signal, lifecycle::State,
     slots::SlotTable,
 };
 use crate::{

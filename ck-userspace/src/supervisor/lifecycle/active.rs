@@ -1,10 +1,10 @@
 //! Pure views over every slot's [`Life`]: the active set the program chooses from, and the
-//! [`Fleet`] facts one slot's transition needs about the others.
+//! [`Context`] facts one slot's transition needs about the others.
 use std::time::Instant;
 
 use ck_common::ActiveSet;
 
-use super::{state::Life, step::Fleet};
+use super::{state::Life, step::Context};
 
 /// Which list of the active set a slot belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -69,7 +69,7 @@ pub fn active_set<'a>(
     set
 }
 
-impl Fleet {
+impl Context {
     /// The facts slot `index` needs about the other slots of `slots`.
     pub fn of<'a>(
         index: u32,
@@ -78,8 +78,8 @@ impl Fleet {
         random: f64,
         stopping: bool,
         maps_pending: bool,
-    ) -> Fleet {
-        let mut fleet = Fleet {
+    ) -> Context {
+        let mut context = Context {
             now,
             random,
             stopping,
@@ -89,13 +89,13 @@ impl Fleet {
         };
         for (_, life) in slots.filter(|(i, _)| *i != index) {
             if life.serving() && life.socket_open {
-                fleet.others_open += 1;
+                context.others_open += 1;
             }
             if life.trying() {
-                fleet.others_trying += 1;
+                context.others_trying += 1;
             }
         }
-        fleet
+        context
     }
 }
 

@@ -53,7 +53,7 @@ pub enum Verdict {
 pub struct Crash {
     policy: RestartPolicy,
     next_delay: Duration,
-    #[serde(with = "crate::supervisor::continuity::instant_age::deque")]
+    #[serde(with = "crate::supervisor::lifecycle::instant_age::deque")]
     recent: VecDeque<Instant>,
     breaker: Breaker,
 }

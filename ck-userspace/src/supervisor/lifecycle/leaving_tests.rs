@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use ck_common::SlotState;
 
-use super::tests::{P, fleet, ranks, ready_slot};
+use super::tests::{P, context, ranks, ready_slot};
 use super::*;
 
 const LINGER: Duration = Duration::from_secs(10);
@@ -23,7 +23,7 @@ fn leaving(t0: Instant, id: u64) -> Life {
     step(
         &mut life,
         Input::Retire("retired".into()),
-        &fleet(t0, 1),
+        &context(t0, 1),
         &settings(),
     );
     assert!(matches!(life.state, State::Leaving(_)), "{life:?}");
@@ -38,7 +38,7 @@ fn a_retired_worker_leaves_the_active_set_and_is_signalled_once_its_connections_
     let effects = step(
         &mut life,
         Input::Retire("scaled down".into()),
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     );
     assert_eq!(
@@ -50,8 +50,21 @@ fn a_retired_worker_leaves_the_active_set_and_is_signalled_once_its_connections_
     assert_eq!(life.shown(), SlotState::Draining);
     assert_eq!(tier(&life), Tier::Live, "a fallback while it still accepts");
     // A second Retire (the roll and a scale-down) changes nothing.
-    assert!(step(&mut life, Input::Retire("again".into()), &fleet(t0, 1), &s).is_empty());
-    let effects = step(&mut life, Input::Finished("done".into()), &fleet(t0, 1), &s);
+    assert!(
+        step(
+            &mut life,
+            Input::Retire("again".into()),
+            &context(t0, 1),
+            &s
+        )
+        .is_empty()
+    );
+    let effects = step(
+        &mut life,
+        Input::Finished("done".into()),
+        &context(t0, 1),
+        &s,
+    );
     assert_eq!(
         ranks(&effects),
         vec![
@@ -67,7 +80,7 @@ fn a_retired_worker_leaves_the_active_set_and_is_signalled_once_its_connections_
     let effects = step(
         &mut life,
         Input::Exited { outside: false },
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     );
     assert_eq!(
@@ -82,12 +95,33 @@ fn the_linger_ends_a_leave_whose_connections_stay_open() {
     let s = settings();
     let mut life = leaving(t0, 4);
     // A linger of an earlier worker is stale.
-    assert!(step(&mut life, Input::Timer(Timer::Linger, 1), &fleet(t0, 1), &s).is_empty());
-    let effects = step(&mut life, Input::Timer(Timer::Linger, 4), &fleet(t0, 1), &s);
+    assert!(
+        step(
+            &mut life,
+            Input::Timer(Timer::Linger, 1),
+            &context(t0, 1),
+            &s
+        )
+        .is_empty()
+    );
+    let effects = step(
+        &mut life,
+        Input::Timer(Timer::Linger, 4),
+        &context(t0, 1),
+        &s,
+    );
     assert!(ranks(&effects).contains(&Effect::Signal(Sig::Term)));
     assert!(matches!(life.state, State::Stopping(_, After::Retire)));
     // Finished comes too late: nothing more.
-    assert!(step(&mut life, Input::Finished("late".into()), &fleet(t0, 1), &s).is_empty());
+    assert!(
+        step(
+            &mut life,
+            Input::Finished("late".into()),
+            &context(t0, 1),
+            &s
+        )
+        .is_empty()
+    );
 }
 
 #[test]
@@ -98,7 +132,7 @@ fn a_leaving_worker_that_exits_on_its_own_is_removed_not_restarted() {
     let effects = step(
         &mut life,
         Input::Exited { outside: true },
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     );
     assert_eq!(
@@ -117,7 +151,7 @@ fn a_shutdown_stops_a_leaving_worker_at_once() {
     let effects = step(
         &mut life,
         Input::Shutdown("SIGTERM".into()),
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     );
     assert!(ranks(&effects).contains(&Effect::Signal(Sig::Term)));
@@ -129,12 +163,12 @@ fn a_worker_that_never_served_or_without_a_linger_is_signalled_at_once() {
     let t0 = Instant::now();
     let s = settings();
     let mut starting = Life::new(P, true);
-    step(&mut starting, Input::Start, &fleet(t0, 1), &s);
-    step(&mut starting, Input::Spawned { id: 7 }, &fleet(t0, 1), &s);
+    step(&mut starting, Input::Start, &context(t0, 1), &s);
+    step(&mut starting, Input::Spawned { id: 7 }, &context(t0, 1), &s);
     let effects = step(
         &mut starting,
         Input::Retire("aborted".into()),
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     );
     assert!(ranks(&effects).contains(&Effect::Signal(Sig::Term)));
@@ -146,7 +180,7 @@ fn a_worker_that_never_served_or_without_a_linger_is_signalled_at_once() {
     let effects = step(
         &mut life,
         Input::Retire("scaled down".into()),
-        &fleet(t0, 1),
+        &context(t0, 1),
         &plain,
     );
     assert!(ranks(&effects).contains(&Effect::Signal(Sig::Term)));
@@ -157,12 +191,17 @@ fn a_stopping_worker_whose_slot_went_quiet_is_killed_and_only_a_stopping_one() {
     let t0 = Instant::now();
     let s = settings();
     let mut life = leaving(t0, 4);
-    step(&mut life, Input::Finished("done".into()), &fleet(t0, 1), &s);
+    step(
+        &mut life,
+        Input::Finished("done".into()),
+        &context(t0, 1),
+        &s,
+    );
     assert!(matches!(life.state, State::Stopping(..)), "{life:?}");
     let effects = step(
         &mut life,
         Input::Quiet("no datagram for 3s".into()),
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     );
     assert_eq!(ranks(&effects), vec![Effect::Signal(Sig::Kill)]);
@@ -172,7 +211,7 @@ fn a_stopping_worker_whose_slot_went_quiet_is_killed_and_only_a_stopping_one() {
     );
     // A serving or leaving worker is never killed for quiet: it is not stopping.
     let mut ready = ready_slot(t0, 5);
-    assert!(step(&mut ready, Input::Quiet("q".into()), &fleet(t0, 1), &s).is_empty());
+    assert!(step(&mut ready, Input::Quiet("q".into()), &context(t0, 1), &s).is_empty());
     let mut leaver = leaving(t0, 6);
-    assert!(step(&mut leaver, Input::Quiet("q".into()), &fleet(t0, 1), &s).is_empty());
+    assert!(step(&mut leaver, Input::Quiet("q".into()), &context(t0, 1), &s).is_empty());
 }

@@ -31,6 +31,7 @@
 mod active;
 pub mod crash;
 mod effect;
+pub(super) mod instant_age;
 mod state;
 mod step;
 mod words;
@@ -40,12 +41,10 @@ mod adopt_tests;
 #[cfg(test)]
 mod leaving_tests;
 #[cfg(test)]
-mod props;
-#[cfg(test)]
 mod tests;
 
 pub use active::{Tier, active_set, needed, retire_order, tier};
 pub use effect::{Effect, schedule};
 pub use state::{After, Life, Run, State};
-pub use step::{Fleet, Settings, step};
+pub use step::{Context, Settings, step};
 pub use words::{Input, Note, Sig, Timer};

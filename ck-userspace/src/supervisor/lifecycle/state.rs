@@ -15,10 +15,10 @@ pub struct Run {
     /// The worker's id in this instance (`CK_WORKER_ID`): events and timers carry it.
     pub id: u64,
     /// When it was spawned.
-    #[serde(with = "crate::supervisor::continuity::instant_age")]
+    #[serde(with = "crate::supervisor::lifecycle::instant_age")]
     pub started: Instant,
     /// When it first became ready, if it did.
-    #[serde(with = "crate::supervisor::continuity::instant_age::option")]
+    #[serde(with = "crate::supervisor::lifecycle::instant_age::option")]
     pub ready_at: Option<Instant>,
     /// Its listening sockets are the slot's: always with socket activation (ck made them);
     /// with `--adopt`, once they are adopted. Only then can it be ready.

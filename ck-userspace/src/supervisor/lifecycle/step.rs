@@ -35,9 +35,9 @@ pub struct Settings {
     pub linger: Option<Duration>,
 }
 
-/// What the machine needs to know of the rest of the fleet (see `Fleet::of`).
+/// What the machine needs to know of the rest of the fleet (see `Context::of`).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Fleet {
+pub struct Context {
     /// Now.
     pub now: Instant,
     /// A random number in [0, 1) for the backoff's jitter.
@@ -57,9 +57,9 @@ pub struct Fleet {
 
 /// Feeds `input` to `life` and returns what must happen. Inputs that do not apply to the
 /// current state (a stale timer, a late message) change nothing and return no effect.
-pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -> Vec<Effect> {
+pub fn step(life: &mut Life, input: Input, context: &Context, settings: &Settings) -> Vec<Effect> {
     use Effect::{Arm, CloseSockets, Publish, Remove, Signal, Spawn};
-    let now = fleet.now;
+    let now = context.now;
     let mut out = Vec::new();
     match (life.state, input) {
         (State::Idle, Input::Start) => out.push(Spawn),
@@ -95,7 +95,7 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
             Input::SpawnFailed { socket_open },
         ) => {
             life.socket_open = socket_open;
-            exit(life, None, false, fleet, settings, &mut out);
+            exit(life, None, false, context, settings, &mut out);
         }
         (state, Input::Adopted) if state.run().is_some() => {
             life.state = state.with_run(Run {
@@ -121,7 +121,7 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
             };
             out.push(Publish);
             // The group's last open socket is kept until the next listener replaces it.
-            if fleet.others_open > 0 {
+            if context.others_open > 0 {
                 close(life, &mut out);
             }
         }
@@ -268,7 +268,7 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
         (state, Input::Superseded) => {
             if let Some(run) = state.run() {
                 life.state = State::Stopping(run, After::Retire);
-                exit(life, Some((run, false)), true, fleet, settings, &mut out);
+                exit(life, Some((run, false)), true, context, settings, &mut out);
             }
         }
         (state, Input::Exited { outside }) => {
@@ -277,7 +277,7 @@ pub fn step(life: &mut Life, input: Input, fleet: &Fleet, settings: &Settings) -
                     life,
                     Some((run, outside)),
                     matches!(state, State::Stopping(..) | State::Leaving(_)),
-                    fleet,
+                    context,
                     settings,
                     &mut out,
                 );
@@ -312,7 +312,7 @@ fn exit(
     life: &mut Life,
     exited: Option<(Run, bool)>,
     asked: bool,
-    fleet: &Fleet,
+    context: &Context,
     settings: &Settings,
     out: &mut Vec<Effect>,
 ) {
@@ -320,11 +320,11 @@ fn exit(
     let after = match life.state {
         State::Stopping(_, after) if after != After::Crash => after,
         State::Leaving(_) => After::Retire,
-        _ if fleet.stopping => After::Idle,
+        _ if context.stopping => After::Idle,
         _ if life.standby || life.member_of.is_some() => After::Retire,
         _ => After::Crash,
     };
-    debug_assert!(asked || after != After::Idle || fleet.stopping);
+    debug_assert!(asked || after != After::Idle || context.stopping);
     match after {
         After::Idle => {
             life.state = State::Idle;
@@ -347,7 +347,7 @@ fn exit(
     let (ready_for, outside) = match exited {
         Some((run, outside)) if !asked => (
             run.ready_at
-                .map(|at| fleet.now.saturating_duration_since(at)),
+                .map(|at| context.now.saturating_duration_since(at)),
             outside,
         ),
         _ => (None, false),
@@ -355,12 +355,12 @@ fn exit(
     let verdict = if life.crash.served(ready_for, outside) {
         life.crash.on_served_exit()
     } else {
-        life.crash.on_boot_crash(fleet.now, fleet.random)
+        life.crash.on_boot_crash(context.now, context.random)
     };
     // The last open socket of its group is kept: connections queue on it, and the replacement
     // gets it. So is every socket while the program steers by maps not taken into use yet:
     // the one the program knows stays valid.
-    let hold = (fleet.others_open == 0 || fleet.maps_pending) && life.socket_open;
+    let hold = (context.others_open == 0 || context.maps_pending) && life.socket_open;
     life.state = if hold { State::Held } else { State::Waiting };
     if hold {
         out.push(Effect::Note(Note::Held));
@@ -380,7 +380,7 @@ fn exit(
         }
         Verdict::Open(cooldown) => {
             let crashes = life.crash.policy().crash_limit;
-            if fleet.others_trying < settings.min_workers as usize {
+            if context.others_trying < settings.min_workers as usize {
                 let every = life.crash.half_open();
                 out.extend([
                     Effect::Note(Note::HalfOpen {

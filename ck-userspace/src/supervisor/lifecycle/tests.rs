@@ -23,8 +23,8 @@ pub(super) fn settings() -> Settings {
 }
 
 /// A fleet view at `now` with `others_open` other open serving slots, all trying.
-pub(super) fn fleet(now: Instant, others_open: usize) -> Fleet {
-    Fleet {
+pub(super) fn context(now: Instant, others_open: usize) -> Context {
+    Context {
         now,
         random: 0.0,
         stopping: false,
@@ -38,13 +38,13 @@ pub(super) fn fleet(now: Instant, others_open: usize) -> Fleet {
 pub(super) fn ready_slot(t0: Instant, id: u64) -> Life {
     let mut life = Life::new(P, false);
     let s = settings();
-    step(&mut life, Input::Start, &fleet(t0, 1), &s);
-    step(&mut life, Input::Spawned { id }, &fleet(t0, 1), &s);
+    step(&mut life, Input::Start, &context(t0, 1), &s);
+    step(&mut life, Input::Spawned { id }, &context(t0, 1), &s);
     let ready = Input::Ready {
         why: "READY=1".into(),
         healthy: true,
     };
-    step(&mut life, ready, &fleet(t0, 1), &s);
+    step(&mut life, ready, &context(t0, 1), &s);
     assert!(matches!(life.state, State::Ready(_)), "{life:?}");
     life
 }
@@ -65,13 +65,13 @@ fn start_spawns_then_starting_publishes_and_arms_the_ready_timers() {
     let s = settings();
     let mut life = Life::new(P, false);
     assert_eq!(
-        step(&mut life, Input::Start, &fleet(t0, 0), &s),
+        step(&mut life, Input::Start, &context(t0, 0), &s),
         vec![Effect::Spawn]
     );
     let effects = ranks(&step(
         &mut life,
         Input::Spawned { id: 7 },
-        &fleet(t0, 0),
+        &context(t0, 0),
         &s,
     ));
     assert_eq!(
@@ -91,7 +91,7 @@ fn start_spawns_then_starting_publishes_and_arms_the_ready_timers() {
 fn a_worker_that_served_and_was_killed_is_replaced_at_once() {
     let t0 = Instant::now();
     let mut life = ready_slot(t0, 1);
-    let later = fleet(t0 + Duration::from_millis(300), 3);
+    let later = context(t0 + Duration::from_millis(300), 3);
     let effects = ranks(&step(
         &mut life,
         Input::Exited { outside: true },
@@ -111,7 +111,7 @@ fn a_worker_that_served_and_was_killed_is_replaced_at_once() {
 fn the_last_socket_of_the_group_is_held_for_the_replacement() {
     let t0 = Instant::now();
     let mut life = ready_slot(t0, 1);
-    let alone = fleet(t0 + Duration::from_secs(5), 0);
+    let alone = context(t0 + Duration::from_secs(5), 0);
     let effects = ranks(&step(
         &mut life,
         Input::Exited { outside: true },
@@ -138,7 +138,7 @@ fn every_socket_is_held_while_the_program_steers_by_maps_not_taken_into_use() {
     // be placed in them: the dead worker's socket stays, for its replacement.
     let t0 = Instant::now();
     let mut life = ready_slot(t0, 1);
-    let mut resumed = fleet(t0 + Duration::from_secs(5), 2);
+    let mut resumed = context(t0 + Duration::from_secs(5), 2);
     resumed.maps_pending = true;
     let effects = ranks(&step(
         &mut life,
@@ -156,7 +156,7 @@ fn a_boot_crash_waits_a_growing_backoff_and_trips_the_breaker() {
     let t0 = Instant::now();
     let s = settings();
     let mut life = Life::new(P, false);
-    step(&mut life, Input::Start, &fleet(t0, 2), &s);
+    step(&mut life, Input::Start, &context(t0, 2), &s);
     let mut delays = Vec::new();
     for i in 0..P.crash_limit {
         let now = t0 + Duration::from_millis(u64::from(i) * 10);
@@ -165,13 +165,13 @@ fn a_boot_crash_waits_a_growing_backoff_and_trips_the_breaker() {
             Input::Spawned {
                 id: u64::from(i) + 1,
             },
-            &fleet(now, 2),
+            &context(now, 2),
             &s,
         );
         let effects = step(
             &mut life,
             Input::Exited { outside: false },
-            &fleet(now, 2),
+            &context(now, 2),
             &s,
         );
         delays.extend(effects.iter().filter_map(|e| match e {
@@ -199,10 +199,10 @@ fn the_breaker_never_takes_the_group_below_min_workers() {
     let t0 = Instant::now();
     let s = settings();
     let mut life = Life::new(P, false);
-    let alone = Fleet {
+    let alone = Context {
         others_trying: 0,
         maps_pending: false,
-        ..fleet(t0, 0)
+        ..context(t0, 0)
     };
     step(&mut life, Input::Start, &alone, &s);
     let mut last = Vec::new();
@@ -233,12 +233,12 @@ fn a_reload_revives_a_crash_looping_slot_at_once_with_its_crashes_forgotten() {
     // Broken while others try; held half-open as the group's only slot.
     for alone in [false, true] {
         let view = match alone {
-            true => Fleet {
+            true => Context {
                 others_trying: 0,
                 maps_pending: false,
-                ..fleet(t0, 0)
+                ..context(t0, 0)
             },
-            false => fleet(t0, 2),
+            false => context(t0, 2),
         };
         let mut life = Life::new(P, false);
         step(&mut life, Input::Start, &view, &s);
@@ -274,19 +274,19 @@ fn a_reload_revives_a_crash_looping_slot_at_once_with_its_crashes_forgotten() {
     }
     // A slot with a worker, or a standby without one, is not revived.
     let mut ready = ready_slot(t0, 1);
-    assert!(step(&mut ready, Input::Revive, &fleet(t0, 1), &s).is_empty());
+    assert!(step(&mut ready, Input::Revive, &context(t0, 1), &s).is_empty());
     let mut standby = Life {
         state: State::Waiting,
         ..Life::new(P, true)
     };
-    assert!(step(&mut standby, Input::Revive, &fleet(t0, 1), &s).is_empty());
+    assert!(step(&mut standby, Input::Revive, &context(t0, 1), &s).is_empty());
 }
 
 #[test]
 fn a_worker_killed_right_after_ready_by_itself_is_a_boot_crash() {
     let t0 = Instant::now();
     let mut life = ready_slot(t0, 1);
-    let soon = fleet(t0 + Duration::from_millis(10), 1);
+    let soon = context(t0 + Duration::from_millis(10), 1);
     let effects = step(
         &mut life,
         Input::Exited { outside: false },
@@ -307,7 +307,7 @@ fn retire_signals_after_publishing_and_removes_after_closing() {
     let effects = ranks(&step(
         &mut life,
         Input::Retire("scaled down".into()),
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     ));
     assert_eq!(
@@ -322,7 +322,7 @@ fn retire_signals_after_publishing_and_removes_after_closing() {
     let effects = ranks(&step(
         &mut life,
         Input::Exited { outside: false },
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     ));
     assert_eq!(
@@ -336,13 +336,13 @@ fn a_dead_standby_is_removed_not_restarted() {
     let t0 = Instant::now();
     let s = settings();
     let mut life = Life::new(P, true);
-    step(&mut life, Input::Start, &fleet(t0, 1), &s);
-    step(&mut life, Input::Spawned { id: 3 }, &fleet(t0, 1), &s);
+    step(&mut life, Input::Start, &context(t0, 1), &s);
+    step(&mut life, Input::Spawned { id: 3 }, &context(t0, 1), &s);
     assert_eq!(life.shown(), SlotState::Starting);
     let effects = step(
         &mut life,
         Input::Exited { outside: false },
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     );
     assert!(effects.contains(&Effect::Note(Note::StandbyFailed)));
@@ -370,7 +370,7 @@ fn stale_timers_and_late_messages_change_nothing() {
         Input::FlipIn,
     ] {
         assert_eq!(
-            step(&mut life, input.clone(), &fleet(t0, 1), &s),
+            step(&mut life, input.clone(), &context(t0, 1), &s),
             vec![],
             "{input:?}"
         );
@@ -384,17 +384,17 @@ fn drain_and_health_move_the_slot_out_of_the_ready_tier_and_back() {
     let s = settings();
     let mut life = ready_slot(t0, 1);
     assert_eq!(tier(&life), Tier::Ready);
-    step(&mut life, Input::Drain(true), &fleet(t0, 1), &s);
+    step(&mut life, Input::Drain(true), &context(t0, 1), &s);
     assert_eq!(
         (tier(&life), life.shown()),
         (Tier::Live, SlotState::Draining)
     );
-    step(&mut life, Input::Drain(false), &fleet(t0, 1), &s);
+    step(&mut life, Input::Drain(false), &context(t0, 1), &s);
     let unhealthy = Input::Health {
         healthy: false,
         why: "probe".into(),
     };
-    step(&mut life, unhealthy, &fleet(t0, 1), &s);
+    step(&mut life, unhealthy, &context(t0, 1), &s);
     assert_eq!(
         (tier(&life), life.shown()),
         (Tier::Live, SlotState::Unhealthy)
@@ -403,7 +403,7 @@ fn drain_and_health_move_the_slot_out_of_the_ready_tier_and_back() {
         healthy: true,
         why: "probes pass".into(),
     };
-    step(&mut life, healthy, &fleet(t0, 1), &s);
+    step(&mut life, healthy, &context(t0, 1), &s);
     assert_eq!(tier(&life), Tier::Ready);
 }
 
@@ -413,13 +413,13 @@ fn the_active_set_puts_held_sockets_last_and_only_without_live_workers() {
     let s = settings();
     let ready = ready_slot(t0, 1);
     let mut starting = Life::new(P, false);
-    step(&mut starting, Input::Start, &fleet(t0, 1), &s);
-    step(&mut starting, Input::Spawned { id: 2 }, &fleet(t0, 1), &s);
+    step(&mut starting, Input::Start, &context(t0, 1), &s);
+    step(&mut starting, Input::Spawned { id: 2 }, &context(t0, 1), &s);
     let mut held = ready_slot(t0, 3);
     step(
         &mut held,
         Input::Exited { outside: true },
-        &fleet(t0, 0),
+        &context(t0, 0),
         &s,
     );
     assert_eq!(held.state, State::Held);
@@ -446,7 +446,7 @@ fn a_superseded_slot_leaves_instead_of_restarting() {
     let t0 = Instant::now();
     let s = settings();
     let mut life = ready_slot(t0, 1);
-    let effects = ranks(&step(&mut life, Input::Superseded, &fleet(t0, 1), &s));
+    let effects = ranks(&step(&mut life, Input::Superseded, &context(t0, 1), &s));
     assert_eq!(
         effects,
         vec![Effect::Publish, Effect::CloseSockets, Effect::Remove]
@@ -459,19 +459,19 @@ fn a_spare_taking_over_is_flipped_in_with_the_dead_slots_drain() {
     let t0 = Instant::now();
     let s = settings();
     let mut spare = Life::new(P, true);
-    step(&mut spare, Input::Start, &fleet(t0, 1), &s);
-    step(&mut spare, Input::Spawned { id: 4 }, &fleet(t0, 1), &s);
+    step(&mut spare, Input::Start, &context(t0, 1), &s);
+    step(&mut spare, Input::Spawned { id: 4 }, &context(t0, 1), &s);
     let ready = Input::Ready {
         why: "READY=1".into(),
         healthy: true,
     };
-    step(&mut spare, ready, &fleet(t0, 1), &s);
+    step(&mut spare, ready, &context(t0, 1), &s);
     assert!(!spare.selectable(), "a spare is never selected");
     let mut drained = spare.clone();
     let effects = ranks(&step(
         &mut spare,
         Input::TakeOver { drained: false },
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     ));
     assert_eq!(effects, vec![Effect::Publish]);
@@ -479,7 +479,7 @@ fn a_spare_taking_over_is_flipped_in_with_the_dead_slots_drain() {
     step(
         &mut drained,
         Input::TakeOver { drained: true },
-        &fleet(t0, 1),
+        &context(t0, 1),
         &s,
     );
     assert!(drained.drained && !drained.standby && !drained.selectable());
@@ -487,7 +487,7 @@ fn a_spare_taking_over_is_flipped_in_with_the_dead_slots_drain() {
         step(
             &mut spare,
             Input::TakeOver { drained: true },
-            &fleet(t0, 1),
+            &context(t0, 1),
             &s
         ),
         vec![],
@@ -501,7 +501,7 @@ fn republish_publishes_in_any_state_and_changes_nothing() {
     let s = settings();
     for mut life in [Life::new(P, false), ready_slot(t0, 1)] {
         let before = life.clone();
-        let effects = step(&mut life, Input::Republish, &fleet(t0, 1), &s);
+        let effects = step(&mut life, Input::Republish, &context(t0, 1), &s);
         assert_eq!(effects, vec![Effect::Publish]);
         assert_eq!(format!("{life:?}"), format!("{before:?}"));
     }

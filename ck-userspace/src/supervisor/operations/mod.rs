@@ -1,16 +1,15 @@
-//! The operations: roll, recycle, drain, the quiet wait, reconfigure, leaving and boot
-//! priority (scaling and spares are the fleet core's and the executor's alone: see `operate`).
+//! The operations: recycle, drain, the quiet wait, reconfigure and boot priority, and
+//! who to answer about a roll (its decisions are the fleet core's, `fleet::roll`; scaling and
+//! spares are the fleet core's and the executor's alone: see `operate`).
 //! The rule: each plans from the fleet's state and the fleet core ([`super::fleet`]) and
 //! returns its plan (inputs, an answer, a reason to stop); the supervisor's top (`operate`)
 //! feeds it to the executor. None changes a slot's state by itself.
 
 pub(super) mod boot_priority;
 pub(super) mod drain;
-pub(super) mod leaving;
 pub(super) mod quiet;
 pub(super) mod reconfigure;
 pub(super) mod recycle;
-pub(super) mod roll;
 
 use tokio::sync::oneshot;
 
@@ -32,6 +31,24 @@ pub(in crate::supervisor) struct Operations {
 }
 
 impl Operations {
+    /// Whether a roll may start now (ck not stopping, no roll in flight); else says why in the
+    /// log and to `reply`. When it may, `reply` is kept, answered when the roll ends.
+    pub(in crate::supervisor) fn roll_may_start(
+        &mut self,
+        stopping: bool,
+        reply: Option<oneshot::Sender<Response>>,
+    ) -> bool {
+        if let Some(why) = fleet::roll::refusal(stopping, self.core.roll.is_some()) {
+            tracing::warn!("reload refused: {why}");
+            if let Some(reply) = reply {
+                let _ = reply.send(Response::Error(why.to_string()));
+            }
+            return false;
+        }
+        self.roll_reply = reply;
+        true
+    }
+
     /// A reload in progress: workers replaced so far, and in all (recycles are not reloads).
     pub fn reload_progress(&self) -> Option<(u32, u32)> {
         let roll = self.core.roll.as_ref().filter(|r| r.reload)?;

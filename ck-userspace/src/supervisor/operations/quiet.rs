@@ -8,6 +8,8 @@
 //!
 //! Also the time since each group's last new connection for `/metrics`, from the last change of
 //! the same counters.
+pub(in crate::supervisor) mod rule;
+
 use std::{
     cell::RefCell,
     collections::VecDeque,
@@ -19,10 +21,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::control::QuietWaitReport;
 use crate::settings::run_config::RunConfig;
 use crate::supervisor::{
-    Event, Group,
-    fleet::quiet::{Limits, Verdict, decide},
+    event::Event,
+    groups::Group,
     groups::Groups,
-    reports::View,
+    operations::quiet::rule::{Limits, Verdict, decide},
     slots::SlotTable,
     tasks,
 };
@@ -159,22 +161,32 @@ impl Quiet {
     }
 
     /// `/readyz` during the wait: not ready, with where the wait stands.
-    pub(in crate::supervisor) fn readiness(&self, view: View<'_>) -> Option<String> {
-        let report = self.report(view).filter(|r| r.waiting)?;
+    pub(in crate::supervisor) fn readiness(
+        &self,
+        cfg: &RunConfig,
+        groups: &Groups,
+        table: &SlotTable,
+    ) -> Option<String> {
+        let report = self.report(cfg, groups, table).filter(|r| r.waiting)?;
         Some(format!("stopping: {}", report.words()))
     }
 
     /// The wait for `ck status`: while it lasts, or how the last one ended.
-    pub(in crate::supervisor) fn report(&self, view: View<'_>) -> Option<QuietWaitReport> {
+    pub(in crate::supervisor) fn report(
+        &self,
+        cfg: &RunConfig,
+        groups: &Groups,
+        table: &SlotTable,
+    ) -> Option<QuietWaitReport> {
         let ms = |d: Duration| d.as_millis() as u64;
         let base = QuietWaitReport {
-            quiet_period_ms: ms(view.cfg.quiet_period),
-            quiet_max_ms: ms(view.cfg.quiet_max),
+            quiet_period_ms: ms(cfg.quiet_period),
+            quiet_max_ms: ms(cfg.quiet_max),
             ..Default::default()
         };
         if let Some(wait) = &self.wait {
             let (total, changed) = self
-                .observe_traffic(view.groups, view.table)
+                .observe_traffic(groups, table)
                 .unwrap_or((wait.first_total, wait.started));
             return Some(QuietWaitReport {
                 waiting: true,
@@ -197,7 +209,7 @@ impl Quiet {
 
 impl Quiet {
     /// Begins a stop for `reason`: the quiet wait where it can run (`skip` says why not, see
-    /// [`crate::supervisor::fleet::quiet::skip`]; `traffic`: every group's count now, None
+    /// [`rule::skip`]; `traffic`: every group's count now, None
     /// without counters). The shutdown's reason when it is to begin at once (no wait).
     pub(in crate::supervisor) fn begin(
         &mut self,

@@ -1,7 +1,7 @@
 //! Why the fleet is degraded, for `ck status`'s DEGRADED lines: one line per slot and reason,
 //! each naming what the worker did and the fix. Every reason is read when asked: breakers from
 //! the slots' crash memory, boot mistakes from what the kernel said as the worker exited
-//! (`inputs::exits::BootMistake`), workers that cannot serve the socket ck passed them from
+//! (`slots::boot_mistake::BootMistake`), workers that cannot serve the socket ck passed them from
 //! the host's listeners and the workers' fds (`inputs::listens`), workers that leave requests
 //! unread from the connections' receive queues (`inputs::unread`).
 use crate::supervisor::{

@@ -7,7 +7,7 @@ pub(super) mod degraded;
 pub(super) mod scrape;
 pub(super) mod status;
 pub(super) mod systemd;
-pub(super) mod udp;
+pub(super) mod udp_rates;
 
 use std::time::Instant;
 
@@ -31,7 +31,7 @@ pub(in crate::supervisor) struct Reports {
     /// publish and canary; the state itself is read from the kernel when telling).
     pub systemd_due: bool,
     /// Recent readings of the UDP groups' datagram counters, for their rates.
-    pub udp_rates: udp::UdpRates,
+    pub udp_rates: udp_rates::UdpRates,
 }
 
 impl Reports {

@@ -90,7 +90,7 @@ impl Reports {
             ports: view.groups.iter().map(|g| g.addr.addr.port()).collect(),
             probe_base: view.cfg.health.probe_port_base,
             connections: view.kernel_connections().ok(),
-            udp: super::udp::reports(
+            udp: super::udp_rates::reports(
                 view.groups,
                 &view.table.slots.keys().copied().collect::<Vec<_>>(),
                 view.cfg.udp_mode.name(),
@@ -107,7 +107,7 @@ fn readiness(view: View<'_>) -> Result<String, String> {
     if view.stopping {
         return Err("ck is stopping".into());
     }
-    if let Some(why) = view.ops.quiet.readiness(view) {
+    if let Some(why) = view.ops.quiet.readiness(view.cfg, view.groups, view.table) {
         return Err(why);
     }
     let mut ready = Vec::new();

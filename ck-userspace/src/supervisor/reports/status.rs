@@ -257,9 +257,9 @@ impl Reports {
                 ))
                 .map(str::to_string)
             }),
-            quiet_wait: view.ops.quiet.report(view),
+            quiet_wait: view.ops.quiet.report(view.cfg, view.groups, view.table),
             host_drained: view.host_drained(),
-            udp: super::udp::reports(
+            udp: super::udp_rates::reports(
                 view.groups,
                 &indices,
                 view.cfg.udp_mode.name(),

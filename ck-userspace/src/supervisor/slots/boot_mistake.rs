@@ -59,25 +59,4 @@ impl BootMistake {
             }
         }
     }
-
-    /// The mistake of worker `pid`, which ran `ran` and ended with `status` while starting,
-    /// leaving `left` in its cgroup (None: no mistake ck can name).
-    fn of(
-        pid: u32,
-        ran: std::time::Duration,
-        status: &std::io::Result<ExitStatus>,
-        left: Vec<(u32, String)>,
-    ) -> Option<BootMistake> {
-        let ran_ms = ran.as_millis() as u64;
-        if !left.is_empty() {
-            return Some(BootMistake::Daemonized {
-                pid,
-                ran_ms,
-                exit: describe_exit(status),
-                left,
-            });
-        }
-        let clean = status.as_ref().is_ok_and(|s| s.code() == Some(0));
-        clean.then_some(BootMistake::ExitedAtOnce { pid, ran_ms })
-    }
 }

@@ -1,7 +1,7 @@
 //! Worker cgroups at run time: the instance's cgroup at start (required by `--adopt`, else
 //! best effort), a cgroup per worker at spawn, the tree of an exited worker killed and its
 //! cgroup removed once empty, and each worker's CPU time and memory for `ck status`.
-use crate::supervisor::{groups::Groups, slots::SlotTable};
+use crate::supervisor::slots::SlotTable;
 use crate::{
     os::cgroup::{InstanceCgroup, Usage, WorkerCgroup},
     settings::run_config::RunConfig,
@@ -49,9 +49,9 @@ impl SlotTable {
     }
 
     /// The root of a worker's tree exited: kill what it left (so no grandchild holds its
-    /// sockets or outlives it) and remove the cgroup once it is empty (`groups` forget it).
-    pub(in crate::supervisor) fn bury_cgroup(&mut self, groups: &mut Groups, cgroup: WorkerCgroup) {
-        groups.unbind_cgroup(&cgroup);
+    /// sockets or outlives it) and remove the cgroup once it is empty (the caller has the
+    /// groups forget it first: `Groups::unbind_cgroup`).
+    pub(in crate::supervisor) fn bury_cgroup(&mut self, cgroup: WorkerCgroup) {
         if let Err(e) = cgroup.kill() {
             tracing::debug!(cgroup = %cgroup.dir().display(), "cgroup.kill: {e}");
         }

@@ -3,14 +3,15 @@
 //! `World::open` (the fleet executor opens slots, and the supervisor reopens those whose
 //! worker is gone while ck was down), `Slot::restore` (continuity takes a slot
 //! back) or `Slot::member` (`--adopt`'s further listeners), a `Worker` only through
-//! `Worker::spawned`, `Worker::member` or `Worker::restored`; a slot's state changes only
-//! through the lifecycle machine. Spawning a worker (`SlotTable::spawn_worker`) is given the
-//! configuration, the groups and the event sender; nothing here takes the supervisor.
+//! `Worker::spawned`, `Worker::member` or `Worker::restored` (the restoring constructors live
+//! with the handover's records, in `continuity::restore`); a slot's state changes only through
+//! the lifecycle machine. The table holds its own types and the pure core's only: spawning a
+//! worker is the supervisor's `spawn`, and nothing here takes the supervisor.
 
+pub(super) mod boot_mistake;
 pub(super) mod cgroups;
 pub(super) mod slot;
 pub(super) mod trees;
-pub(super) mod workers;
 
 use std::collections::BTreeMap;
 
@@ -66,7 +67,7 @@ impl SlotTable {
         self.slots.get_mut(&index)?.worker_of_mut(id)
     }
 
-    /// Whether some slot is leaving (health ticks come every `leaving::CHECK_EVERY`
+    /// Whether some slot is leaving (health ticks come every `groups::held::CHECK_EVERY`
     /// meanwhile).
     pub fn any_leaving(&self) -> bool {
         self.slots.values().any(|s| {
@@ -78,7 +79,7 @@ impl SlotTable {
     }
 
     /// Whether some slot's worker is stopping (with UDP groups, health ticks come every
-    /// `leaving::LINGER_CHECK_EVERY` meanwhile).
+    /// `groups::held::LINGER_CHECK_EVERY` meanwhile).
     pub fn any_stopping(&self) -> bool {
         self.slots.values().any(|s| {
             matches!(

@@ -5,11 +5,52 @@ use std::{os::fd::OwnedFd, time::Instant};
 use socket2::Socket;
 use tokio::task::JoinHandle;
 
-use crate::supervisor::{
-    continuity::handover::{AdoptedSocket, SlotHandover, WorkerHandover},
-    inputs::health::Health,
-    lifecycle::Life,
-};
+use crate::supervisor::lifecycle::Life;
+
+/// A worker's health as the supervisor sees it.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Health {
+    /// Missed its watchdog heartbeat.
+    pub watchdog: bool,
+    /// Failed `--probe-fails` probes in a row.
+    pub probe: bool,
+    /// Its accept queue stopped moving.
+    pub stalled: bool,
+    /// When it became unhealthy.
+    #[serde(with = "crate::supervisor::lifecycle::instant_age::option")]
+    pub since: Option<Instant>,
+    /// Last `WATCHDOG=1`.
+    #[serde(with = "crate::supervisor::lifecycle::instant_age::option")]
+    pub last_watchdog: Option<Instant>,
+    /// Consecutive failed probes.
+    pub probe_fails: u32,
+    /// Consecutive passed probes.
+    pub probe_passes: u32,
+    /// A probe is under way.
+    pub probing: bool,
+}
+
+impl Health {
+    /// No health signal says otherwise.
+    pub fn is_healthy(&self) -> bool {
+        !self.watchdog && !self.probe && !self.stalled
+    }
+
+    /// Why it is unhealthy, for logs and status.
+    pub fn reasons(&self) -> String {
+        let mut reasons = Vec::new();
+        if self.watchdog {
+            reasons.push("watchdog");
+        }
+        if self.probe {
+            reasons.push("probe");
+        }
+        if self.stalled {
+            reasons.push("stalled");
+        }
+        reasons.join("+")
+    }
+}
 
 /// A running worker process.
 pub struct Worker {
@@ -59,7 +100,7 @@ pub struct Worker {
     /// output readers, handed over by `ck upgrade`).
     pub output: Option<crate::supervisor::output::OutputEnds>,
     /// `--ready auto`: the accept probe that shows when a silent starter accepts.
-    pub accept_probe: crate::supervisor::inputs::accept_probe::AcceptProbe,
+    pub accept_probe: crate::os::probe::accept::AcceptProbe,
     /// Spawned in place of a worker that died: while it starts, the rest of the fleet steps
     /// back (`--boot-boost`, see `supervisor::boot_priority`).
     pub replacing: bool,
@@ -70,7 +111,7 @@ pub struct Worker {
 impl Worker {
     /// A worker process `pid`, watched through `pidfd`, of which nothing else is known yet
     /// (its id and start are the lifecycle's: [`crate::supervisor::lifecycle::Run`]).
-    fn base(pid: u32, pidfd: OwnedFd) -> Worker {
+    pub(in crate::supervisor) fn base(pid: u32, pidfd: OwnedFd) -> Worker {
         Worker {
             pid,
             pidfd,
@@ -123,23 +164,6 @@ impl Worker {
         worker.tasks.push(task);
         worker
     }
-
-    /// A worker handed over by an earlier ck (`ck upgrade`, or the state file of one that
-    /// died), with what that ck knew of it; the caller adds its handles.
-    pub fn restored(saved: &WorkerHandover, pidfd: OwnedFd) -> Worker {
-        let mut worker = Worker::base(saved.pid, pidfd);
-        worker.spoke_notify = saved.spoke_notify;
-        worker.status = saved.status.clone();
-        worker.health = saved.health;
-        worker.selected_base = saved.selected_base;
-        worker.requests_limit = saved.requests_limit;
-        worker.replacing = saved.replacing;
-        worker.stepped_back = saved.stepped_back;
-        worker.over_memory = saved.over_memory;
-        worker.start_ticks = saved.start_ticks;
-        worker.notify_name = saved.notify_name.clone();
-        worker
-    }
 }
 
 impl Drop for Worker {
@@ -172,7 +196,7 @@ pub struct Slot {
     pub last_exit: Option<String>,
     /// What the last worker did wrong, if it ended on its own while starting and ck can name
     /// it (read from the kernel as it exited).
-    pub boot_mistake: Option<crate::supervisor::inputs::exits::BootMistake>,
+    pub boot_mistake: Option<crate::supervisor::slots::boot_mistake::BootMistake>,
     /// Accept-queue depth last sampled (all groups): what the sampled fallback steers by and
     /// `ck maps` shows.
     pub queue_depth: u32,
@@ -221,23 +245,6 @@ impl Slot {
         }
     }
 
-    /// A slot handed over by an earlier ck (`ck upgrade`, or the state file of one that
-    /// died) with its `sockets` taken back; its worker is the caller's to add.
-    pub fn restore(saved: &SlotHandover, sockets: Vec<Socket>) -> Slot {
-        let mut slot = Slot::new(saved.index, saved.life.clone());
-        // From an earlier ck, spares and members' roots travel beside the life too.
-        slot.life.spare |= saved.spare;
-        slot.life.member_of = saved.member_of;
-        slot.sockets = sockets;
-        slot.last_pid = saved.last_pid;
-        slot.last_exit = saved.last_exit.clone();
-        slot.boot_mistake = saved.boot_mistake.clone();
-        slot.probe_failures = saved.probe_failures;
-        slot.output_dropped =
-            std::sync::Arc::new(std::sync::atomic::AtomicU64::new(saved.output_dropped));
-        slot
-    }
-
     /// `--adopt`: a member slot of root slot `root`, whose further listener `socket` is held by
     /// `worker`'s process (the lifecycle's `Adopted` installs it).
     pub fn member(index: u32, life: Life, socket: Socket, worker: Worker) -> Slot {
@@ -267,34 +274,6 @@ impl Slot {
             queue_depth: self.queue_depth,
             flags: 0,
         }
-    }
-
-    /// `--adopt`: where each of the slot's sockets is open in its worker's process tree (the
-    /// holding process first, then the worker's cgroup), read from `/proc`; empty if one is
-    /// not found.
-    pub fn adopted_locations(&self) -> Vec<AdoptedSocket> {
-        use crate::os::{pidfd, sock_diag};
-        let Some(worker) = &self.worker else {
-            return Vec::new();
-        };
-        let mut pids = vec![worker.holder.unwrap_or(worker.pid)];
-        if let Some(cgroup) = &worker.cgroup {
-            pids.extend(cgroup.pids());
-        }
-        self.sockets
-            .iter()
-            .map(|socket| {
-                let inode = sock_diag::inode_of(socket).ok()?;
-                let (pid, fd) = sock_diag::fd_of(inode, &pids)?;
-                Some(AdoptedSocket {
-                    pid,
-                    start_ticks: pidfd::start_ticks(pid),
-                    fd,
-                    cookie: sock_diag::cookie(socket).ok()?,
-                })
-            })
-            .collect::<Option<Vec<_>>>()
-            .unwrap_or_default()
     }
 
     /// The worker, if it is worker `id` (events and timers name a worker by its id, since

@@ -2,8 +2,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::supervisor::inputs::exits::BootMistake;
 use crate::supervisor::lifecycle::{After, Run, State};
+use crate::supervisor::slots::boot_mistake::BootMistake;
 
 #[test]
 fn a_slot_and_its_timers_come_back_as_they_were() {

@@ -74,10 +74,7 @@ mod tests {
         };
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        assert_eq!(
-            decide(limits, t0, t0, t0 + s(1), (t0, 0), 0),
-            Verdict::Wait
-        );
+        assert_eq!(decide(limits, t0, t0, t0 + s(1), (t0, 0), 0), Verdict::Wait);
         assert_eq!(
             decide(limits, t0, t0 + s(1), t0 + s(3), (t0, 0), 5),
             Verdict::Quiet(s(2))
@@ -85,10 +82,7 @@ mod tests {
         // Traffic until the end: at the maximum, with the rate over the window.
         let v = decide(limits, t0, t0 + s(10), t0 + s(10), (t0 + s(9), 100), 150);
         assert_eq!(v, Verdict::TooLong(50.0));
-        assert_eq!(
-            skip(Duration::ZERO, true, true),
-            Some("--quiet-period 0")
-        );
+        assert_eq!(skip(Duration::ZERO, true, true), Some("--quiet-period 0"));
         assert!(skip(s(1), false, true).is_some());
         assert!(skip(s(1), true, false).is_some());
         assert_eq!(skip(s(1), true, true), None);
