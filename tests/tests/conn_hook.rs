@@ -116,3 +116,44 @@ fn a_mistyped_hook_is_refused_naming_the_fix_and_the_scan_counts() {
     ck.wait_connections_closed(Duration::from_secs(10))
         .expect("every connection counted closed");
 }
+
+/// `-w 1`: the group's one socket is held across its worker's SIGKILL (created once, in the
+/// instance's cgroup): the dead worker's connections are counted closed by the cgroup's
+/// program once their clients close, and its replacement's are counted on the same socket.
+#[test]
+fn with_one_worker_the_held_socket_counts_across_a_kill() {
+    let (mut ck, port, status) = start_ready("hook-one", 1, &[]).expect("start a ready ck");
+    assert_eq!(
+        status.connection_hook.as_deref(),
+        Some("cgroup"),
+        "{status:#?}"
+    );
+    let (conns, answered) = hold(local(port), 3);
+    assert_eq!(answered, BTreeMap::from([(0, 3)]));
+    let victim = status.worker_pid(0);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the worker");
+    drop(conns);
+    ck.wait_connections_closed(Duration::from_secs(10))
+        .expect("the dead worker's connections counted closed");
+    let status = ck
+        .wait_status("a ready replacement", Duration::from_secs(15), |s| {
+            s.ready_count() == 1 && s.worker_pid(0) != victim
+        })
+        .expect("the worker is replaced");
+    assert_eq!(
+        status.connection_hook.as_deref(),
+        Some("cgroup"),
+        "{status:#?}"
+    );
+    let (conns, answered) = hold(local(port), 2);
+    assert_eq!(answered, BTreeMap::from([(0, 2)]));
+    let status = ck.status().expect("ck status");
+    assert_eq!(status.connections(), answered, "{status:#?}");
+    drop(conns);
+    ck.wait_connections_closed(Duration::from_secs(10))
+        .expect("every connection counted closed");
+}

@@ -68,10 +68,15 @@ impl ConnHook {
         Ok(match (cgroup, forced.trim()) {
             (Some(hook), "") => hook,
             (None, "") => {
-                tracing::info!(
-                    "open connections are counted on a host-wide tracepoint (ck has no cgroup2 \
-                     cgroup to create its sockets in): every TCP state change on this host runs it"
-                );
+                // Said once per ck, not once per group.
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    tracing::info!(
+                        "open connections are counted on a host-wide tracepoint (ck has no \
+                         cgroup2 cgroup to create its sockets in): every TCP state change on \
+                         this host runs it"
+                    )
+                });
                 ConnHook::Host
             }
             _ => ConnHook::Host,
