@@ -23,7 +23,7 @@ mod sticky;
 pub mod udp;
 
 pub use error::{BpfError, load_advice};
-pub use group::BpfGroup;
+pub use group::{BpfGroup, GroupSpec};
 pub use object::{BPF_OBJECT, OBJECT_SHA256};
 pub(crate) use pins::PINNED_MAPS;
 pub use stats::PinnedStats;

@@ -54,9 +54,11 @@ impl Supervisor {
 
     /// A watched process began to exit: a worker that died on its own is handled as exited now.
     pub(super) fn on_exiting(&mut self, exit: ck_common::exits::ExitEvent) {
-        if let Some((index, id, status)) = inputs::exits::exiting(&self.table, self.stopping, exit)
-        {
-            self.on_exit(index, id, Ok(status), ExitReport::Tracepoint);
+        let seen = self
+            .inputs
+            .exit_began(&mut self.table, &self.cfg, self.stopping, exit);
+        if let Some((index, death)) = seen {
+            executor::decisions::on_death(self, index, death);
         }
     }
 

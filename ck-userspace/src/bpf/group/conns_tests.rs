@@ -8,7 +8,7 @@ use ck_common::MAX_SLOTS;
 use socket2::{Domain, Socket, Type};
 
 use super::super::pins;
-use super::BpfGroup;
+use super::{BpfGroup, GroupSpec};
 use crate::os::cgroup::InstanceCgroup;
 
 /// Removes an instance's pins when dropped, so a failed check leaves none behind.
@@ -68,8 +68,11 @@ fn a_tagged_listeners_connections_count_until_they_close() {
 fn tagged_listeners_count(name: &str, cgroup: Option<&InstanceCgroup>) {
     let scope = cgroup.map(InstanceCgroup::dir);
     let _pins = PinsGone(name);
-    let mut group =
-        BpfGroup::load(name, "tcp4-1", 1, None, 0, false, scope).expect("loading as root");
+    let mut group = BpfGroup::load(&GroupSpec {
+        cgroup: scope,
+        ..GroupSpec::tcp(name, "tcp4-1", 1)
+    })
+    .expect("loading as root");
     let tagged = listener(cgroup);
     group.insert(5, &tagged).expect("inserting the socket");
     let addr = tagged.local_addr().unwrap().as_socket().unwrap();
@@ -131,8 +134,12 @@ fn probe_not_counted(name: &str, cgroup: Option<&InstanceCgroup>) {
         .expect("a free port outside the probe range");
     let scope = cgroup.map(InstanceCgroup::dir);
     let _pins = PinsGone(name);
-    let mut group =
-        BpfGroup::load(name, "tcp4-1", 1, None, base, false, scope).expect("loading as root");
+    let mut group = BpfGroup::load(&GroupSpec {
+        probe_base: base,
+        cgroup: scope,
+        ..GroupSpec::tcp(name, "tcp4-1", 1)
+    })
+    .expect("loading as root");
     let tagged = listener(cgroup);
     group.insert(2, &tagged).expect("inserting the socket");
     let addr = tagged.local_addr().unwrap();

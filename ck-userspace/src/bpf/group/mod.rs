@@ -1,7 +1,7 @@
 //! One group's loaded program and maps: attach to the group, insert and remove slot sockets,
 //! publish the active set (fill the idle half, then flip; with `--policy sticky` the Maglev
 //! table beside it), write slot records, read counters.
-use std::{os::fd::AsRawFd, path::Path};
+use std::os::fd::AsRawFd;
 
 use anyhow::Context as _;
 use aya::{
@@ -9,19 +9,14 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, ReusePortSockArray},
     programs::SkReuseport,
 };
-use ck_common::{
-    ActiveSet, Config, MAX_SLOTS, QueueOffsets, SlotInfo, SlotStats, config_flags, policy,
-};
+use ck_common::{ActiveSet, Config, SlotInfo, SlotStats, config_flags, policy};
 use socket2::Socket;
 
 use super::{
     bind_tags::BindTagger,
     conn_steering::ConnSteering,
-    conns::{ConnCounter, ConnHook},
+    conns::ConnCounter,
     error::{BpfError, load_err, write_err},
-    load::{Loaded, Target, open_for},
-    object::take,
-    pins::{self, PINNED_MAPS},
     queue_depth::QueueDepth,
     stats,
     sticky::Sticky,

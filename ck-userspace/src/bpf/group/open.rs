@@ -132,7 +132,7 @@ impl BpfGroup {
         let sock_gens = take(&mut ebpf, "sock_gens")?;
         let sticky = Sticky::new(take(&mut ebpf, "sticky")?);
         let udp_maps = match udp {
-            true => Some(super::udp::UdpMaps::take(&mut ebpf)?),
+            true => Some(super::super::udp::UdpMaps::take(&mut ebpf)?),
             false => None,
         };
         let mut group = BpfGroup {

@@ -1,4 +1,5 @@
 //! Tests of `group`: loading each policy's program as root, and the maps it writes.
+use super::super::pins;
 use super::*;
 
 /// As root on this machine's kernel, a least-queue program reads exact depths (the kernel
@@ -8,11 +9,11 @@ use super::*;
 #[test]
 fn least_queue_loads_the_exact_read() {
     let name = format!("unit-exact-{}", std::process::id());
-    let exact = BpfGroup::load(&name, "tcp4-1", policy::LEAST_QUEUE, None, 0, false, None);
+    let exact = BpfGroup::load(&GroupSpec::tcp(&name, "tcp4-1", policy::LEAST_QUEUE));
     let exact = exact.map(|g| (g.queue_depth(), g.config_map.get(&0, 0).unwrap()));
-    let plain = BpfGroup::load(&name, "tcp4-2", policy::ROUND_ROBIN, None, 0, false, None);
+    let plain = BpfGroup::load(&GroupSpec::tcp(&name, "tcp4-2", policy::ROUND_ROBIN));
     let plain = plain.map(|g| g.queue_depth());
-    let conn = BpfGroup::load(&name, "tcp4-3", policy::LEAST_CONN, None, 0, false, None);
+    let conn = BpfGroup::load(&GroupSpec::tcp(&name, "tcp4-3", policy::LEAST_CONN));
     let conn = conn.map(|g| (g.queue_depth(), g.conn_steering()));
     pins::remove_instance(&name).unwrap();
     let (depth, config) = exact.expect("loading as root");
@@ -37,8 +38,7 @@ fn least_queue_loads_the_exact_read() {
 #[test]
 fn a_refused_map_write_has_its_own_message() {
     let name = format!("unit-mapwrite-{}", std::process::id());
-    let mut group =
-        BpfGroup::load(&name, "tcp4-1", 1, None, 0, false, None).expect("loading as root");
+    let mut group = BpfGroup::load(&GroupSpec::tcp(&name, "tcp4-1", 1)).expect("loading as root");
     // A socket that is not in a reuseport group cannot go into a REUSEPORT_SOCKARRAY.
     let plain = Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     let err = group.insert(3, &plain).expect_err("the kernel refuses it");

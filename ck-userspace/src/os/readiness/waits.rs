@@ -6,48 +6,33 @@
 //! very same call once its memory was read (else what was read may be stale).
 use std::{fs, io, os::unix::fs::FileExt as _};
 
-/// A system call that shows a thread waiting for connections.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Call {
-    /// `accept` or `accept4` on the fd of the first argument.
-    Accept,
-    /// `poll(fds, nfds, timeout)`.
-    Poll,
-    /// `ppoll(fds, nfds, tsp, sigmask, sigsetsize)`.
-    Ppoll,
-    /// `select(nfds, readfds, writefds, exceptfds, timeout)`.
-    Select,
-    /// `pselect6(nfds, readfds, writefds, exceptfds, tsp, sig)`.
-    Pselect6,
-    /// `recvfrom`, `recvmsg` or `recvmmsg` on the fd of the first argument (a UDP server).
-    Receive,
-}
+use super::Accepting;
 
 /// The calls of x86_64 by number.
-const X86_64: &[(u64, Call)] = &[
-    (43, Call::Accept),
-    (288, Call::Accept),
-    (7, Call::Poll),
-    (271, Call::Ppoll),
-    (23, Call::Select),
-    (270, Call::Pselect6),
-    (45, Call::Receive),
-    (47, Call::Receive),
-    (299, Call::Receive),
+const X86_64: &[(u64, Accepting)] = &[
+    (43, Accepting::Accept),
+    (288, Accepting::Accept),
+    (7, Accepting::Poll),
+    (271, Accepting::Ppoll),
+    (23, Accepting::Select),
+    (270, Accepting::Pselect6),
+    (45, Accepting::Receive),
+    (47, Accepting::Receive),
+    (299, Accepting::Receive),
 ];
 /// The calls of aarch64 by number (it has no `poll` and no `select`: libc implements them with
 /// `ppoll` and `pselect6`).
-const AARCH64: &[(u64, Call)] = &[
-    (202, Call::Accept),
-    (242, Call::Accept),
-    (73, Call::Ppoll),
-    (72, Call::Pselect6),
-    (207, Call::Receive),
-    (212, Call::Receive),
-    (243, Call::Receive),
+const AARCH64: &[(u64, Accepting)] = &[
+    (202, Accepting::Accept),
+    (242, Accepting::Accept),
+    (73, Accepting::Ppoll),
+    (72, Accepting::Pselect6),
+    (207, Accepting::Receive),
+    (212, Accepting::Receive),
+    (243, Accepting::Receive),
 ];
 /// The calls of the architecture ck is built for (none known elsewhere).
-const CALLS: &[(u64, Call)] = if cfg!(target_arch = "x86_64") {
+const CALLS: &[(u64, Accepting)] = if cfg!(target_arch = "x86_64") {
     X86_64
 } else if cfg!(target_arch = "aarch64") {
     AARCH64
@@ -90,17 +75,20 @@ fn blocked(pid: u32, tid: &str) -> Option<Blocked> {
 
 /// The call of thread `tid` of `pid` if it waits for a connection on one of `listening` (the
 /// fds of `pid` that are the watched listening sockets).
-pub(super) fn waiting_on(pid: u32, tid: &str, listening: &[i32]) -> Option<Call> {
+pub(super) fn waiting_on(pid: u32, tid: &str, listening: &[i32]) -> Option<Accepting> {
     let now = blocked(pid, tid)?;
     let call = CALLS.iter().find(|(nr, _)| *nr == now.nr)?.1;
     let [a0, a1, ..] = now.args;
     let waits = match call {
-        Call::Accept | Call::Receive => listening.iter().any(|fd| *fd as u64 == a0),
-        Call::Poll | Call::Ppoll => polls(pid, a0, a1, listening),
-        Call::Select | Call::Pselect6 => selects(pid, a0, a1, listening),
+        Accepting::Accept | Accepting::Receive => listening.iter().any(|fd| *fd as u64 == a0),
+        Accepting::Poll | Accepting::Ppoll => polls(pid, a0, a1, listening),
+        Accepting::Select | Accepting::Pselect6 => selects(pid, a0, a1, listening),
+        // Not a system call: no table names it.
+        Accepting::Epoll => false,
     };
     // The memory read belongs to this call only if the thread is still in it.
-    let same = matches!(call, Call::Accept | Call::Receive) || blocked(pid, tid) == Some(now);
+    let same =
+        matches!(call, Accepting::Accept | Accepting::Receive) || blocked(pid, tid) == Some(now);
     (waits && same).then_some(call)
 }
 
@@ -212,9 +200,9 @@ mod tests {
 
     #[test]
     fn aarch64_waits_in_ppoll_and_pselect6_only() {
-        let calls: Vec<Call> = AARCH64.iter().map(|(_, c)| *c).collect();
-        assert!(!calls.contains(&Call::Poll) && !calls.contains(&Call::Select));
-        assert!(calls.contains(&Call::Ppoll) && calls.contains(&Call::Pselect6));
+        let calls: Vec<Accepting> = AARCH64.iter().map(|(_, c)| *c).collect();
+        assert!(!calls.contains(&Accepting::Poll) && !calls.contains(&Accepting::Select));
+        assert!(calls.contains(&Accepting::Ppoll) && calls.contains(&Accepting::Pselect6));
         assert!(!CALLS.is_empty(), "ck is built for x86_64 or aarch64 here");
     }
 

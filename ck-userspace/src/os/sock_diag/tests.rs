@@ -84,8 +84,7 @@ fn own_cgroup_id() -> u64 {
 
 #[test]
 fn a_listener_carries_its_creators_cgroup_and_its_backlog() {
-    let socket =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     socket
         .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
         .unwrap();

@@ -1,20 +1,14 @@
 //! `RunArgs::into_config`: the options checked together (what one option cannot say alone:
 //! `--udp-mode` without a UDP group, a readiness probe with `--ready spawn`, ...) and turned
 //! into the supervisor's [`RunConfig`].
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use anyhow::bail;
-use ck_worker::units::duration::parse_duration;
-use clap::{Args, Command};
 
 use crate::settings::{
-    defaults::{self, duration_text},
     health::{HealthConfig, ProbeKind},
-    restart_policy::{Backoff, RestartPolicy, parse_backoff},
-    run_config::{
-        self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig, UdpMode, WorkerOutput,
-    },
-    stop_signal::StopSignal,
+    restart_policy::RestartPolicy,
+    run_config::{self, ListenAddr, Policy, ReadyMode, RunConfig},
 };
 
 use super::RunArgs;
@@ -217,4 +211,3 @@ impl RunArgs {
         }
     }
 }
-

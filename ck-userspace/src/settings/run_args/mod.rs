@@ -4,17 +4,14 @@
 //! [`defaults`].
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::bail;
 use ck_worker::units::duration::parse_duration;
 use clap::{Args, Command};
 
 use crate::settings::{
     defaults::{self, duration_text},
-    health::{HealthConfig, ProbeKind},
-    restart_policy::{Backoff, RestartPolicy, parse_backoff},
-    run_config::{
-        self, ListenAddr, LogFormat, Policy, ReadyMode, RunConfig, UdpMode, WorkerOutput,
-    },
+    health::ProbeKind,
+    restart_policy::{Backoff, parse_backoff},
+    run_config::{self, ListenAddr, LogFormat, Policy, ReadyMode, UdpMode, WorkerOutput},
     stop_signal::StopSignal,
 };
 

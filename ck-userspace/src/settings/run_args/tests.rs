@@ -2,6 +2,7 @@
 use clap::FromArgMatches as _;
 
 use super::*;
+use crate::settings::{health::HealthConfig, restart_policy::RestartPolicy, run_config::RunConfig};
 
 /// `ck run ARGS` as the supervisor's configuration.
 fn config(args: &[&str]) -> anyhow::Result<RunConfig> {

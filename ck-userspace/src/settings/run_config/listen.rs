@@ -4,9 +4,10 @@
 use std::{fmt, net::SocketAddr, str::FromStr};
 
 use super::ConfigError;
+use crate::settings::defaults;
 
 /// Why a listen port cannot be 0, and the fix.
-const PORT_ZERO: &str = "port 0 asks the kernel for any free port, and each of ck's sockets \
+pub(super) const PORT_ZERO: &str = "port 0 asks the kernel for any free port, and each of ck's sockets \
      would get a different one, so the workers would not share a port and clients would not \
      know it; give a port from 1 to 65535, e.g. 8080";
 
@@ -136,4 +137,3 @@ pub fn listen_addrs(ports: &[u16], listen: &[ListenAddr]) -> Result<Vec<ListenAd
     }
     Ok(all)
 }
-

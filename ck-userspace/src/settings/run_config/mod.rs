@@ -1,14 +1,14 @@
 //! What `ck run` was asked to do: listen addresses, worker count, timeouts, policy, and the
 //! validation that turns bad input into errors that say what to fix.
-use std::{fmt, net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use crate::settings::defaults;
 use ck_common::MAX_SLOTS;
 
 /// Largest `--workers` value: half the slots, so a rolling restart always finds free slots.
 pub const MAX_WORKERS: u32 = MAX_SLOTS / 2;
 
 mod listen;
+use listen::PORT_ZERO;
 pub use listen::{ListenAddr, Proto, listen_addrs, parse_port};
 
 /// An error in the command line or in the environment `ck run` was started in.

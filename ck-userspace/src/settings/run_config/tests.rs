@@ -1,5 +1,6 @@
 //! Unit tests of `run_config`.
 use super::*;
+use crate::settings::defaults;
 
 #[test]
 fn policy_words_and_codes_agree_with_the_flag_and_the_map() {

@@ -1,7 +1,7 @@
 //! The executor of the lifecycle machine: feeds inputs to [`lifecycle::step`] and runs the
 //! effects it returns in their fixed order (install, publish, signal, close, forget, spawn,
 //! arm), one publish per batch. It is generic over the [`World`] it acts on: the supervisor
-//! implements it on the real OS (`world`), the property test (`props.rs`, beside it) on its
+//! implements it on the real OS (`world`), the property test (`props`, beside it) on its
 //! model of the OS, so the invariants are checked against this very code. Nothing else changes
 //! a slot's state, installs or closes a slot's sockets, publishes or signals a worker.
 use std::time::{Duration, Instant};

@@ -27,9 +27,11 @@ use crate::supervisor::{
     slots::SlotTable,
 };
 use crate::{
-    bpf::{BpfError, BpfGroup, conn_steering::ConnSteering, pins, queue_depth::QueueDepth},
+    bpf::{
+        BpfError, BpfGroup, GroupSpec, conn_steering::ConnSteering, pins, queue_depth::QueueDepth,
+    },
     os::probe,
-    settings::run_config::RunConfig,
+    settings::run_config::{ListenAddr, RunConfig},
 };
 
 /// How long a canary SYN may take to be answered before it counts as dropped.
@@ -118,20 +120,30 @@ fn log_queue_depth(cfg: &RunConfig, groups: &[BpfGroup]) {
     }
 }
 
+/// What the program of `addr`'s group (named `group`) is loaded for, from the run's options.
+fn spec_of<'a>(
+    cfg: &'a RunConfig,
+    addr: &ListenAddr,
+    group: &'a str,
+    cgroup: Option<&'a Path>,
+) -> GroupSpec<'a> {
+    GroupSpec {
+        name: &cfg.name,
+        group,
+        policy: cfg.policy.code(),
+        udp_mode: addr.is_udp().then(|| cfg.udp_mode.code()),
+        probe_base: cfg.health.probe_port_base,
+        log: cfg.bpf_log,
+        cgroup,
+    }
+}
+
 /// Loads one program per group on the maps pinned by the image ck re-executed from.
 fn reload(cfg: &RunConfig, cgroup: Option<&Path>) -> anyhow::Result<Vec<BpfGroup>> {
     cfg.listen
         .iter()
         .map(|addr| {
-            let group = BpfGroup::resume(
-                &cfg.name,
-                &addr.group_name(),
-                cfg.policy.code(),
-                addr.is_udp().then(|| cfg.udp_mode.code()),
-                cfg.health.probe_port_base,
-                cfg.bpf_log,
-                cgroup,
-            );
+            let group = BpfGroup::resume(&spec_of(cfg, addr, &addr.group_name(), cgroup));
             with_patience(group, cfg).map_err(anyhow::Error::from)
         })
         .collect()
@@ -157,15 +169,7 @@ fn load(cfg: &RunConfig, cgroup: Option<&Path>) -> anyhow::Result<Vec<BpfGroup>>
     }
     let mut loaded = Vec::new();
     for addr in &cfg.listen {
-        let group = BpfGroup::load(
-            &cfg.name,
-            &addr.group_name(),
-            cfg.policy.code(),
-            addr.is_udp().then(|| cfg.udp_mode.code()),
-            cfg.health.probe_port_base,
-            cfg.bpf_log,
-            cgroup,
-        );
+        let group = BpfGroup::load(&spec_of(cfg, addr, &addr.group_name(), cgroup));
         match with_patience(group, cfg) {
             Ok(bpf) => loaded.push(bpf),
             Err(e) => {

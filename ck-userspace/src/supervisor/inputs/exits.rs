@@ -103,11 +103,7 @@ fn left_behind(worker: &crate::supervisor::slots::slot::Worker) -> Vec<(u32, Str
 /// A watched process began to exit: the slot, worker and status to handle as exited now, for a
 /// worker that died on its own (one ck asked to stop, or any while ck stops, is left to its
 /// pidfd).
-pub(in crate::supervisor) fn exiting(
-    table: &SlotTable,
-    stopping: bool,
-    exit: ExitEvent,
-) -> Option<(u32, u64, ExitStatus)> {
+fn exiting(table: &SlotTable, stopping: bool, exit: ExitEvent) -> Option<(u32, u64, ExitStatus)> {
     let (index, id, asked) = table.slots.iter().find_map(|(index, slot)| {
         slot.worker
             .as_ref()
@@ -157,6 +153,20 @@ pub(crate) fn killed_from_outside(
 }
 
 impl Inputs {
+    /// The exit watch saw a watched process begin to exit: for a worker that died on its own,
+    /// its slot and its death, read now (see [`exiting`] and [`Inputs::exited`]).
+    pub(in crate::supervisor) fn exit_began(
+        &mut self,
+        table: &mut SlotTable,
+        cfg: &RunConfig,
+        stopping: bool,
+        exit: ExitEvent,
+    ) -> Option<(u32, Death)> {
+        let (index, id, status) = exiting(table, stopping, exit)?;
+        let death = self.exited(table, cfg, index, id, Ok(status), ExitReport::Tracepoint)?;
+        Some((index, death))
+    }
+
     /// Slot `index`'s worker `id` exited with `status`, as `seen` says: its exit recorded and
     /// logged, the death for the fleet executor returned (None: not the slot's worker).
     pub(in crate::supervisor) fn exited(

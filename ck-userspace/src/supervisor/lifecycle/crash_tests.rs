@@ -2,11 +2,8 @@
 //! its half-open state, a reload's revival, and what counts as a boot crash.
 use std::time::{Duration, Instant};
 
-use ck_common::SlotState;
-
-use super::tests::{P, context, ready_slot, settings};
+use super::tests::{P, context, ranks, ready_slot, settings};
 use super::{crash::Breaker, *};
-use crate::settings::restart_policy::RestartPolicy;
 
 #[test]
 fn a_boot_crash_waits_a_growing_backoff_and_trips_the_breaker() {
@@ -155,4 +152,3 @@ fn a_worker_killed_right_after_ready_by_itself_is_a_boot_crash() {
         "{effects:?}"
     );
 }
-

@@ -39,6 +39,8 @@ mod words;
 #[cfg(test)]
 mod adopt_tests;
 #[cfg(test)]
+mod crash_tests;
+#[cfg(test)]
 mod leaving_tests;
 #[cfg(test)]
 mod tests;

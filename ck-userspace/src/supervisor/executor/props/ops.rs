@@ -75,4 +75,3 @@ pub(super) fn op() -> impl Strategy<Value = Op> {
         2 => (0..6usize).prop_map(Op::Read),
     ]
 }
-
