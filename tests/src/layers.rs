@@ -259,7 +259,8 @@ impl PathReader<'_> {
                 rest = &segments[1..];
             }
             Some("self") => rest = &segments[1..],
-            Some(first) if self.is_child(first) => {}
+            // One name alone is a local (a variable named like a module), never a module.
+            Some(first) if segments.len() > 1 && self.is_child(first) => {}
             Some("super") => {
                 while rest.first().is_some_and(|s| s == "super") {
                     resolved.pop();
@@ -310,15 +311,18 @@ impl PathReader<'_> {
         }
     }
 
-    /// Paths in a macro's tokens (which `syn` leaves unparsed): `crate`, `super` or `self`
-    /// followed by `::` and names.
+    /// Paths in a macro's tokens (which `syn` leaves unparsed): `crate`, `super`, `self` or a
+    /// child module followed by `::` and names.
     fn tokens(&mut self, tokens: TokenStream) {
         let trees: Vec<TokenTree> = tokens.into_iter().collect();
         let mut i = 0;
         while i < trees.len() {
             match &trees[i] {
                 TokenTree::Group(g) => self.tokens(g.stream()),
-                TokenTree::Ident(id) if ["crate", "super", "self"].contains(&&*id.to_string()) => {
+                TokenTree::Ident(id)
+                    if ["crate", "super", "self"].contains(&&*id.to_string())
+                        || self.is_child(&id.to_string()) =>
+                {
                     let line = id.span().start().line;
                     let mut segments = vec![id.to_string()];
                     let mut j = i + 1;

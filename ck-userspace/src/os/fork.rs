@@ -315,7 +315,7 @@ unsafe fn child(
 ) -> ! {
     let result: io::Result<()> = (|| {
         if let Some(procs) = join {
-            crate::os::spawn::join_cgroup(procs)?;
+            join_cgroup(procs)?;
         }
         setup()?;
         // SAFETY: raw system calls with integer arguments and local, initialised sigsets.
@@ -342,6 +342,25 @@ unsafe fn child(
         libc::write(report, bytes.as_ptr().cast(), bytes.len());
         libc::_exit(127)
     }
+}
+
+/// In a child before exec: moves the calling process into the cgroup whose `cgroup.procs` is
+/// `procs` (writing "0" there moves the writer). Async-signal-safe: open, write, close.
+pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
+    // SAFETY: open with a NUL-terminated path and flags; returns an fd or -1.
+    let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: writes one byte from a static buffer to the fd we just opened.
+    let written = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+    let err = io::Error::last_os_error();
+    // SAFETY: closes the fd we opened.
+    unsafe { libc::close(fd) };
+    if written != 1 {
+        return Err(err);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

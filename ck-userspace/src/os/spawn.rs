@@ -6,7 +6,7 @@
 //! The process itself is started by [`crate::os::fork`] (born in its cgroup).
 use std::{
     collections::BTreeMap,
-    ffi::{CStr, CString, OsStr, OsString},
+    ffi::{CString, OsStr, OsString},
     io,
     os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd},
     os::unix::{ffi::OsStringExt as _, process::CommandExt as _},
@@ -232,25 +232,6 @@ fn c_string(s: OsString) -> io::Result<CString> {
             ),
         )
     })
-}
-
-/// In a child before exec: moves the calling process into the cgroup whose `cgroup.procs` is
-/// `procs` (writing "0" there moves the writer). Async-signal-safe: open, write, close.
-pub fn join_cgroup(procs: &CStr) -> io::Result<()> {
-    // SAFETY: open with a NUL-terminated path and flags; returns an fd or -1.
-    let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: writes one byte from a static buffer to the fd we just opened.
-    let written = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-    let err = io::Error::last_os_error();
-    // SAFETY: closes the fd we opened.
-    unsafe { libc::close(fd) };
-    if written != 1 {
-        return Err(err);
-    }
-    Ok(())
 }
 
 /// In the child: makes the pipes' write ends `[stdout, stderr]` its fds 1 and 2

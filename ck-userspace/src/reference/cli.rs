@@ -2,7 +2,7 @@
 //! (the options' long help, defaults and possible values, `ck run`'s groups and examples).
 use std::fmt::Write as _;
 
-use super::GENERATED;
+use super::text::GENERATED;
 
 /// The page for the command `cli` (`ck`).
 pub fn markdown(cli: &clap::Command) -> String {

@@ -5,7 +5,7 @@ use std::{fmt::Write as _, time::Duration};
 
 use clap::{Arg, ArgAction, Command};
 
-use super::{GENERATED, cell};
+use super::text::{GENERATED, cell};
 use crate::settings::{config_file, run_args::HEADINGS};
 
 /// A short, valid example file (checked by a test with the real parser).

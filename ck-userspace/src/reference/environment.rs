@@ -3,7 +3,7 @@
 //! `std::env::var`, `var_os`, `Command::env`, `env_remove` or the worker environment's `set`.
 use std::fmt::Write as _;
 
-use super::{GENERATED, cell};
+use super::text::{GENERATED, cell};
 
 /// Who reads a variable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::{GENERATED, cell};
+use super::text::{GENERATED, cell};
 use crate::{bpf::dump::InstanceMaps, control::StatusReport};
 
 /// One JSON output of a command.

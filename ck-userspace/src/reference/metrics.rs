@@ -4,7 +4,7 @@
 //! from what prometheus-client writes, so a family added to the collector appears here.
 use std::{collections::BTreeSet, fmt::Write as _};
 
-use super::{GENERATED, cell};
+use super::text::{GENERATED, cell};
 use crate::control::{UdpGroupReport, UdpSlotReport};
 use crate::metrics::{
     GroupScrape, GroupSlot, Scrape, SlotScrape, families::Exposition, process::ProcessStats,

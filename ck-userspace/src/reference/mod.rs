@@ -10,12 +10,9 @@ pub mod config;
 pub mod environment;
 pub mod json;
 pub mod metrics;
+mod text;
 
 use std::path::{Path, PathBuf};
-
-/// The first line of every generated Markdown page.
-pub const GENERATED: &str =
-    "<!-- Generated from ck's code by `ck reference`: do not edit; run `cargo xtask docs`. -->";
 
 /// One generated file: its name in the reference directory and its content.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,37 +80,4 @@ pub fn write(cli: &clap::Command, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
             Ok(path)
         })
         .collect()
-}
-
-/// `text` as one Markdown table cell: no line breaks, `|` escaped, and `<` and `>` outside code
-/// spans written as entities (`ck-<first port>` is not an HTML tag).
-pub(crate) fn cell(text: &str) -> String {
-    let line = text
-        .split('\n')
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
-        .replace('|', "\\|");
-    line.split('`')
-        .enumerate()
-        .map(|(i, part)| match i % 2 {
-            0 => part.replace('<', "&lt;").replace('>', "&gt;"),
-            _ => part.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("`")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cells_are_one_line_without_tags() {
-        assert_eq!(
-            cell("a | b\n  ck-<port> `<x>`"),
-            "a \\| b ck-&lt;port&gt; `<x>`"
-        );
-    }
 }

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use super::{
-    restart_policy::Backoff,
-    run_config::{LogFormat, Policy, ReadyMode, UdpMode, WorkerOutput},
+    backoff::Backoff,
+    choices::{LogFormat, Policy, ReadyMode, UdpMode, WorkerOutput},
     stop_signal::StopSignal,
 };
 

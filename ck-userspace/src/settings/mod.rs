@@ -4,6 +4,8 @@
 //! changed between two configurations, the crash policy and health settings, the stop signal, the
 //! default worker count, and how ck tells a command line it refuses ([`usage`]). (The parsers of
 //! durations and sizes are [`ck_worker::units`], shared with the demo worker.)
+pub mod backoff;
+pub mod choices;
 pub mod config_diff;
 pub mod config_file;
 pub mod defaults;

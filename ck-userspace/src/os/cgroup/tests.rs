@@ -34,7 +34,7 @@ fn a_worker_cgroup_kills_its_whole_tree() {
     cmd.args(["-c", "sleep 30 & sleep 30"]);
     // SAFETY: only open/write/close in the child before exec.
     unsafe {
-        cmd.pre_exec(move || crate::os::spawn::join_cgroup(&procs));
+        cmd.pre_exec(move || crate::os::fork::join_cgroup(&procs));
     }
     let mut child = cmd.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -90,4 +90,40 @@ fn a_socket_is_born_in_the_instances_sockets_cgroup() {
     let dir = instance.dir().to_path_buf();
     drop((instance, socket));
     assert!(!dir.exists());
+}
+
+/// This process's cgroup2 id: the inode of its cgroup's directory.
+fn own_cgroup_id() -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let line = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let path = line.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+    let mount = mount_point().unwrap();
+    let dir = mount.join(path.trim_start_matches('/'));
+    std::fs::metadata(dir).unwrap().ino()
+}
+
+#[test]
+fn a_listener_carries_its_creators_cgroup_and_its_backlog() {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    socket.listen(7).unwrap();
+    let inode = crate::os::sock_diag::inode_of(&socket).unwrap();
+    let found = crate::os::sock_diag::all_listeners().unwrap();
+    let mine = found.iter().find(|l| l.inode == inode).expect("listed");
+    assert_eq!(mine.backlog, 7, "{mine:?}");
+    assert_eq!(mine.cgroup, Some(own_cgroup_id()), "{mine:?}");
+    // A listener's listen() again changes its backlog.
+    socket.listen(1).unwrap();
+    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+    assert_eq!(
+        crate::os::sock_diag::listeners(port, false).unwrap()[0].backlog,
+        1
+    );
 }

@@ -72,34 +72,6 @@ fn finds_a_bound_udp_socket_and_not_a_connected_one_or_a_tcp_listener() {
     );
 }
 
-/// This process's cgroup2 id: the inode of its cgroup's directory.
-fn own_cgroup_id() -> u64 {
-    use std::os::unix::fs::MetadataExt as _;
-    let line = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let path = line.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
-    let mount = crate::os::cgroup::mount_point().unwrap();
-    let dir = mount.join(path.trim_start_matches('/'));
-    std::fs::metadata(dir).unwrap().ino()
-}
-
-#[test]
-fn a_listener_carries_its_creators_cgroup_and_its_backlog() {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket
-        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
-        .unwrap();
-    socket.listen(7).unwrap();
-    let inode = inode_of(&socket).unwrap();
-    let found = all_listeners().unwrap();
-    let mine = found.iter().find(|l| l.inode == inode).expect("listed");
-    assert_eq!(mine.backlog, 7, "{mine:?}");
-    assert_eq!(mine.cgroup, Some(own_cgroup_id()), "{mine:?}");
-    // A listener's listen() again changes its backlog.
-    socket.listen(1).unwrap();
-    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
-    assert_eq!(listeners(port, false).unwrap()[0].backlog, 1);
-}
-
 #[test]
 fn a_connection_with_bytes_not_read_is_found_also_once_its_client_left_until_they_are_read() {
     use std::io::{Read as _, Write as _};
