@@ -179,8 +179,9 @@ impl<'g> Tarjan<'g> {
     }
 }
 
-/// The names of `dir`'s children that are modules: sub-folders and `.rs` files but `mod.rs`.
-fn nodes_of(dir: &Path) -> Result<BTreeSet<String>, String> {
+/// The names of `dir`'s children that are modules, one node each: sub-folders and `.rs` files
+/// but `mod.rs` (which is [`OWN`]).
+pub fn nodes_of(dir: &Path) -> Result<BTreeSet<String>, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut nodes = BTreeSet::new();
     for entry in entries.flatten() {
@@ -195,15 +196,19 @@ fn nodes_of(dir: &Path) -> Result<BTreeSet<String>, String> {
     Ok(nodes)
 }
 
-/// Every `.rs` file under `dir`, recursively.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every `.rs` file under `dir`, recursively, skipping `target` and hidden directories.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
         let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
         if path.is_dir() {
-            rust_files(&path, out);
+            if name != "target" && !name.starts_with('.') {
+                rust_files(&path, out);
+            }
         } else if path.extension().is_some_and(|e| e == "rs") {
             out.push(path);
         }

@@ -6,9 +6,7 @@
 //! guide's docs/src/design.md or in the modules' `//!` comments. Each failure says
 //! `ARCHITECTURE.md:LINE: what` and what to fix.
 
-use std::path::{Path, PathBuf};
-
-use ck_tests::docs;
+use ck_tests::{docs, layers};
 
 /// The page's length limit, in words (split on whitespace).
 const MAX_WORDS: usize = 5_000;
@@ -118,31 +116,12 @@ fn referenced_name(after: &str) -> Result<Option<String>, String> {
     }
 }
 
-/// Every `.rs` file under `dir`, recursively, skipping `target` and hidden directories.
-fn rust_files_under(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if path.is_dir() {
-            if name != "target" && !name.starts_with('.') {
-                rust_files_under(&path, out);
-            }
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// The text of every `.rs` file under [`SOURCE_DIRS`].
 fn rust_sources() -> Vec<String> {
     let root = docs::repo_root();
     let mut files = Vec::new();
     for dir in SOURCE_DIRS {
-        rust_files_under(&root.join(dir), &mut files);
+        layers::rust_files(&root.join(dir), &mut files);
     }
     assert!(
         !files.is_empty(),

@@ -78,22 +78,8 @@ fn supervisor_parts_import_only_down_their_layers() {
         .collect();
     let order: Vec<&[&str]> = order.iter().map(Vec::as_slice).collect();
     let listed: BTreeSet<&str> = order.iter().flat_map(|l| l.iter().copied()).collect();
-    let parts: BTreeSet<String> = std::fs::read_dir(src().join("supervisor"))
-        .expect("listing supervisor/")
-        .flatten()
-        .filter_map(|e| {
-            let path = e.path();
-            let stem = path.file_stem()?.to_str()?.to_string();
-            let module = path.is_dir() || path.extension().is_some_and(|x| x == "rs");
-            module.then(|| {
-                if stem == "mod" {
-                    layers::OWN.into()
-                } else {
-                    stem
-                }
-            })
-        })
-        .collect();
+    let mut parts = layers::nodes_of(&src().join("supervisor")).expect("listing supervisor/");
+    parts.insert(layers::OWN.to_string());
     let missing: Vec<&String> = parts
         .iter()
         .filter(|p| !listed.contains(p.as_str()))

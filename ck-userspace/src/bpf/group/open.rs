@@ -39,7 +39,8 @@ pub struct GroupSpec<'a> {
 impl<'a> GroupSpec<'a> {
     /// A TCP group `group` of instance `name` under `policy`, with no probe range, no log and
     /// the counter on the host-wide hook (the tests' groups).
-    pub fn tcp(name: &'a str, group: &'a str, policy: u32) -> GroupSpec<'a> {
+    #[cfg(test)]
+    pub(crate) fn tcp(name: &'a str, group: &'a str, policy: u32) -> GroupSpec<'a> {
         GroupSpec {
             name,
             group,
