@@ -185,37 +185,30 @@ pub fn ck_conns(ctx: BtfTracePointContext) -> i32 {
 #[sock_ops]
 pub fn ck_conns_ops(ctx: SockOpsContext) -> u32 {
     let op = ctx.op();
-    // BPF_SOCK_OPS_STATE_CB: args[0] the old state, args[1] the new one. Only two of a
-    // connection's state changes matter; the others (FIN_WAIT1, CLOSE_WAIT, ...) end here,
-    // before the socket is read.
-    let (opening, closing) = match op {
-        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => (false, false),
-        BPF_SOCK_OPS_STATE_CB => {
-            let (old, new) = (ctx.arg(0), ctx.arg(1));
-            let opening = old == BPF_TCP_SYN_RECV && new == BPF_TCP_ESTABLISHED;
-            if !opening && new != BPF_TCP_CLOSE {
-                return 1;
-            }
-            (opening, !opening)
-        }
-        _ => return 1,
-    };
+    if op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_STATE_CB {
+        return 1;
+    }
     // SAFETY: `sk` is a field of the `bpf_sock_ops` view; the verifier makes it a socket
     // pointer or null (a request socket), checked here.
     let sk: *mut c_void = unsafe { (*ctx.ops).__bindgen_anon_2.sk }.cast();
     if sk.is_null() {
         return 1;
     }
-    if opening {
+    if op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB {
+        // The connection is still in SYN_RECV: its move to ESTABLISHED, right after, is the
+        // first state change it reports. Only a tagged one (a group's) asks for them.
+        if CONN_TAGS.get(sk).is_some() {
+            let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
+        }
+        return 1;
+    }
+    // BPF_SOCK_OPS_STATE_CB: args[0] the old state, args[1] the new one.
+    let (old, new) = (ctx.arg(0), ctx.arg(1));
+    if old == BPF_TCP_SYN_RECV && new == BPF_TCP_ESTABLISHED {
         opened(sk, || crate::probe::ops_peer_is_probe(&ctx));
-    } else if closing {
+    } else if new == BPF_TCP_CLOSE {
         // SAFETY: the context is a `bpf_sock_ops`, which the cookie helper accepts.
         closed(sk, || unsafe { bpf_get_socket_cookie(ctx.as_ptr()) });
-    } else if CONN_TAGS.get(sk).is_some() {
-        // PASSIVE_ESTABLISHED: the connection is still in SYN_RECV; its move to ESTABLISHED,
-        // right after, is the first state change it reports. Only a tagged one (a group's)
-        // asks for them.
-        let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
     }
     1
 }
