@@ -44,11 +44,14 @@ pub enum SlotState {
     Broken = 8,
     /// Ready but held out: a rolling restart's replacement not flipped in yet, or a hot spare.
     Standby = 9,
+    /// Ready but held out: a worker of the release the last roll replaced, kept alive by
+    /// `--keep-previous` for `ck rollback`.
+    Kept = 10,
 }
 
 impl SlotState {
     /// Every state, in code order.
-    pub const ALL: [SlotState; 10] = [
+    pub const ALL: [SlotState; 11] = [
         SlotState::Stopped,
         SlotState::Starting,
         SlotState::Ready,
@@ -59,6 +62,7 @@ impl SlotState {
         SlotState::Restarting,
         SlotState::Broken,
         SlotState::Standby,
+        SlotState::Kept,
     ];
 
     /// The code written to the `slots` map.
@@ -77,6 +81,7 @@ impl SlotState {
             SlotState::Stopped => "stopped",
             SlotState::Starting => "starting",
             SlotState::Standby => "standby",
+            SlotState::Kept => "kept",
             SlotState::Ready => "ready",
             SlotState::Draining => "draining",
             SlotState::Unhealthy => "unhealthy",

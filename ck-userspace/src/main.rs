@@ -142,6 +142,16 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Put back the workers the last reload replaced (with `ck run --keep-previous`).
+    ///
+    /// The release kept by --keep-previous goes back into the active set in one map write, and
+    /// the workers serving now leave gracefully (their connections finish first). Exits
+    /// non-zero, saying why and what to run instead, when no release is kept or a roll is in
+    /// progress.
+    Rollback {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Change the number of workers (removed workers are drained, not killed).
     Scale {
         /// The new worker count.
@@ -355,6 +365,7 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             target,
         } => probe_slot(&target.which(), slot, kind, timeout),
         Command::Reload { target } => simple(&target.which(), Request::Reload),
+        Command::Rollback { target } => simple(&target.which(), Request::Rollback),
         Command::Upgrade {
             binary,
             timeout,

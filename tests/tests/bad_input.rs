@@ -90,6 +90,15 @@ fn app_not_executable() {
 }
 
 #[test]
+fn keep_previous_without_room_for_two_releases() {
+    refused(
+        "bad-keep",
+        &["--workers", "64", "--keep-previous", "10m"],
+        "run at most 63 workers with --keep-previous",
+    );
+}
+
+#[test]
 fn zero_workers() {
     refused("bad-workers", &["--workers", "0"], "out of range");
 }

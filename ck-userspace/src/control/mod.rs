@@ -35,6 +35,9 @@ pub enum Request {
     UndrainAll,
     /// Rolling restart of every worker; answered when the roll ends.
     Reload,
+    /// Put the release the last reload replaced (kept by `--keep-previous`) back, retiring
+    /// the current one, in one publish.
+    Rollback,
     /// Change the number of workers.
     Scale {
         /// The new worker count.
@@ -151,6 +154,10 @@ pub struct StatusReport {
     /// `--drain-timeout` in milliseconds: when SIGKILL follows the stop signal.
     #[serde(default)]
     pub drain_timeout_ms: u64,
+    /// `--keep-previous` in milliseconds: how long a reload's old workers are kept (state
+    /// `kept`) for `ck rollback` (None: off).
+    #[serde(default)]
+    pub keep_previous_ms: Option<u64>,
     /// Where `--metrics` serves `/metrics`, `/healthz` and `/readyz` (`127.0.0.1:9100`), if
     /// it does.
     #[serde(default)]

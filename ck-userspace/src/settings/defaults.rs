@@ -56,6 +56,8 @@ pub const QUIET_MAX: Duration = Duration::from_secs(15);
 pub const STOP_SIGNAL: StopSignal = StopSignal::TERM;
 /// `--reload-batch`: workers a rolling restart replaces at a time.
 pub const RELOAD_BATCH: u32 = 1;
+/// `--keep-previous`: off (0): a reload's old workers leave as soon as they are replaced.
+pub const KEEP_PREVIOUS: Duration = Duration::ZERO;
 /// `--restart-backoff`: the restart delays after a crash (`100ms,10s,2,0.1`).
 pub const RESTART_BACKOFF: Backoff = Backoff {
     initial: Duration::from_millis(100),

@@ -152,6 +152,10 @@ impl Supervisor {
             },
             // Answered when the roll ends.
             Request::Reload => return self.reload(Some(reply)),
+            Request::Rollback => match self.rollback() {
+                Ok(msg) => Response::Ok(msg),
+                Err(msg) => Response::Error(msg),
+            },
             // Answered once the new binary is checked.
             Request::Upgrade { binary } => return self.upgrade(binary, Some(reply)),
         };

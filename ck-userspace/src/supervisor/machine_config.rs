@@ -40,5 +40,6 @@ pub(in crate::supervisor) fn shape(cfg: &RunConfig) -> Shape {
         spares: cfg.spares,
         min_workers: cfg.min_workers,
         restart: cfg.restart,
+        keep_previous: cfg.keep_previous,
     }
 }

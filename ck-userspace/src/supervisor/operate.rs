@@ -38,7 +38,8 @@ impl Supervisor {
     /// least open leave first (see [`super::lifecycle::retire_order`]).
     pub(super) fn scale_to(&mut self, target: u32) -> Result<String, String> {
         let rolling = self.ops.core.roll.is_some();
-        if let Some(why) = fleet::scale::refusal(target, self.stopping, rolling) {
+        let shape = super::machine_config::shape(&self.cfg);
+        if let Some(why) = fleet::scale::refusal(target, self.stopping, rolling, &shape) {
             return Err(why);
         }
         let current = self.table.serving().len() as u32;
@@ -49,6 +50,32 @@ impl Supervisor {
         })?;
         self.cfg.workers = target;
         Ok(format!("scaling from {current} to {target} worker(s)"))
+    }
+
+    /// `ck rollback`: the release the last reload replaced back in, the current one leaving,
+    /// in one publish (see [`fleet::rollback`]); why not, naming what to run instead.
+    pub(super) fn rollback(&mut self) -> Result<String, String> {
+        let plan = decisions::rollback(self).inspect_err(|why| {
+            tracing::warn!(reason = why.as_str(), "rollback refused");
+        })?;
+        let pids = |slots: &[u32]| -> Vec<u32> {
+            let pid = |i: &u32| self.table.slots.get(i).map_or(0, |s| s.pid());
+            slots.iter().map(pid).collect()
+        };
+        let (back, leaving) = (pids(&plan.back), pids(&plan.leaving));
+        tracing::info!(
+            back = ?plan.back,
+            leaving = ?plan.leaving,
+            reason = "ck rollback",
+            "rolled back: the kept release serves again, the current one leaves"
+        );
+        Ok(format!(
+            "rolled back: {} worker(s) of the previous release serve again (pids {back:?}); \
+             {} worker(s) of the release it replaced leave once their connections are done \
+             (pids {leaving:?})",
+            back.len(),
+            leaving.len(),
+        ))
     }
 
     /// Boots spares until there are `--spares` (not while stopping, rolling, or backing off).

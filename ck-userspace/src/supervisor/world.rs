@@ -335,6 +335,13 @@ impl Supervisor {
                 "worker healthy again"
             ),
             Note::FlippedIn => tracing::info!(slot = index, pid, "replacement flipped in"),
+            Note::Kept(window) => tracing::info!(
+                slot = index,
+                pid,
+                keep_ms = window.as_millis() as u64,
+                reason = "--keep-previous",
+                "worker of the previous release kept: out of the active set, alive for `ck rollback`"
+            ),
             Note::Leaving(reason) => tracing::info!(
                 slot = index,
                 pid,

@@ -92,6 +92,7 @@ pub fn render(report: &StatusReport) -> String {
     if let Some(limit) = &report.memory_limit {
         let _ = writeln!(out, "worker memory limit: {limit}");
     }
+    kept_line(report, &mut out);
     if report.connection_count.starts_with("scan") {
         let _ = writeln!(
             out,
@@ -251,6 +252,35 @@ fn slot_row(report: &StatusReport, s: &ck::control::SlotReport) -> [String; 13] 
         s.breaker.clone(),
         s.status.clone().unwrap_or_default(),
     ]
+}
+
+/// `previous release kept ...`: the workers `--keep-previous` keeps for `ck rollback`, and the
+/// memory they hold.
+fn kept_line(report: &StatusReport, out: &mut String) {
+    use std::fmt::Write as _;
+    let kept: Vec<&ck::control::SlotReport> =
+        report.slots.iter().filter(|s| s.state == "kept").collect();
+    let Some(window) = report.keep_previous_ms else {
+        return;
+    };
+    let window = ck::settings::defaults::duration_text(std::time::Duration::from_millis(window));
+    if kept.is_empty() {
+        let _ = writeln!(
+            out,
+            "previous release: none kept (--keep-previous {window})"
+        );
+        return;
+    }
+    let memory: u64 = kept.iter().filter_map(|s| s.memory_bytes).sum();
+    let slots: Vec<String> = kept.iter().map(|s| s.slot.to_string()).collect();
+    let _ = writeln!(
+        out,
+        "previous release: {} worker(s) kept (slots {}), {:.1} MiB, for {window} after the \
+         reload: `ck rollback` puts them back",
+        kept.len(),
+        slots.join(", "),
+        memory as f64 / 1048576.0
+    );
 }
 
 /// `flow 10, new 3` (routes with a count only).

@@ -65,6 +65,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         quiet_max,
         stop_signal,
         reload_batch,
+        keep_previous,
         restart,
         min_workers,
         adopt,
@@ -123,6 +124,9 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         reload_batch,
         u32::to_string,
     );
+    diff.live("keep-previous", &old.keep_previous, keep_previous, |d| {
+        d.as_ref().map_or("0s".into(), show_duration)
+    });
     restart_changes(&mut diff, &old.restart, restart);
     diff.live("min-workers", &old.min_workers, min_workers, u32::to_string);
     diff.live("max-memory", &old.max_memory, max_memory, show_bytes);

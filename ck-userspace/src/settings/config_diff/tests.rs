@@ -26,6 +26,7 @@ fn base() -> RunConfig {
         quiet_max: defaults::QUIET_MAX,
         stop_signal: defaults::STOP_SIGNAL,
         reload_batch: defaults::RELOAD_BATCH,
+        keep_previous: None,
         restart: RestartPolicy::DEFAULT,
         min_workers: defaults::MIN_WORKERS,
         adopt: false,

@@ -103,6 +103,13 @@ impl RunArgs {
             self.workers
                 .unwrap_or_else(crate::settings::worker_count::default_workers),
         )?;
+        run_config::check_room(
+            workers,
+            self.spares,
+            self.reload_batch,
+            !self.keep_previous.is_zero(),
+        )
+        .map_err(anyhow::Error::msg)?;
         let app = match self.app.split_first() {
             Some((program, args)) => run_config::resolve_app(program, args.to_vec())?,
             None => run_config::AppSpec {
@@ -144,6 +151,7 @@ impl RunArgs {
                 unhealthy_replace_after: self.unhealthy_replace_after,
             },
             reload_batch: self.reload_batch,
+            keep_previous: (!self.keep_previous.is_zero()).then_some(self.keep_previous),
             restart: RestartPolicy {
                 initial: self.restart_backoff.initial,
                 max: self.restart_backoff.max,

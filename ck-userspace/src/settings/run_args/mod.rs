@@ -302,6 +302,15 @@ pub struct RunArgs {
     /// A rolling restart is SIGHUP or `ck reload`.
     #[arg(long, value_name = "N", default_value_t = defaults::RELOAD_BATCH, help_heading = STOPPING)]
     reload_batch: u32,
+    /// Keep a reload's old workers for `ck rollback` this long.
+    ///
+    /// After `ck reload` (or SIGHUP) the workers it replaced stay alive with their sockets
+    /// open, out of the active set, for DUR: `ck rollback` puts them back in one map write and
+    /// retires the new ones. At the window's end they stop gracefully; a newer reload retires
+    /// them first. They hold their memory meanwhile (`ck status` shows it); 2 x workers +
+    /// spares + --reload-batch must fit in 127 slots. 0: off.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::KEEP_PREVIOUS), help_heading = STOPPING)]
+    keep_previous: Duration,
     /// Serve /metrics, /healthz and /readyz on ADDR.
     ///
     /// Prometheus metrics (GET /metrics) and health endpoints for probes and load balancers

@@ -89,6 +89,9 @@ pub struct RunConfig {
     pub stop_signal: crate::settings::stop_signal::StopSignal,
     /// Workers replaced at a time by a rolling restart.
     pub reload_batch: u32,
+    /// `--keep-previous`: how long a reload's old workers stay alive out of the active set
+    /// for `ck rollback` (None: they leave at once).
+    pub keep_previous: Option<Duration>,
     /// Crash handling: backoff and circuit breaker.
     pub restart: crate::settings::restart_policy::RestartPolicy,
     /// Serving slots the circuit breaker never takes the group below (`--min-workers`).
@@ -152,6 +155,29 @@ pub fn validate_workers(n: u32) -> Result<u32, ConfigError> {
     } else {
         Err(ConfigError::BadWorkers(n))
     }
+}
+
+/// The slots a fleet of `workers` needs at most (`spares`, a roll's `reload_batch`
+/// replacements, and with `keep_previous` a whole kept release beside the current one), or why
+/// they do not fit in the slots a group has (`ck_common::MAX_SLOTS`, one of them the steering
+/// check's).
+pub fn check_room(
+    workers: u32,
+    spares: u32,
+    reload_batch: u32,
+    keep_previous: bool,
+) -> Result<(), String> {
+    let room = MAX_SLOTS - 1;
+    let needed = workers * (1 + u32::from(keep_previous)) + spares + reload_batch;
+    if !keep_previous || needed <= room {
+        return Ok(());
+    }
+    let most = (room.saturating_sub(spares + reload_batch)) / 2;
+    Err(format!(
+        "--keep-previous keeps a whole release beside the current one: {workers} workers need \
+         2 x {workers} + {spares} spare(s) + {reload_batch} (--reload-batch) = {needed} slots, \
+         and a group has {room} worker slots; run at most {most} workers with --keep-previous, or drop it"
+    ))
 }
 
 /// Resolves APP like a shell would (a name without '/' is looked up in PATH) and checks that

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use super::{World, run};
 use crate::supervisor::{
-    fleet::{self, death, roll, scale, spares},
+    fleet::{self, death, roll, rollback, scale, spares},
     lifecycle::{Input, Life},
 };
 
@@ -83,7 +83,7 @@ pub fn scale_to<W: World>(
     target: u32,
 ) -> Result<u32, Result<String, OpenError<W::SpawnError>>> {
     let rolling = world.core().roll.is_some();
-    if let Some(why) = scale::refusal(target, world.stopping(), rolling) {
+    if let Some(why) = scale::refusal(target, world.stopping(), rolling, &world.shape()) {
         return Err(Ok(why));
     }
     let plan = scale::plan(&fleet::lives(world.lives()), target);
@@ -188,8 +188,13 @@ pub fn begin_roll<W: World>(
     world.fleet_event(FleetEvent::RollStarted {
         workers: pending.len(),
     });
-    // Spares run the old app: they go now, and new ones boot when the roll ends.
-    let retire = spares::retire_all(&fleet::lives(world.lives()));
+    // Spares run the old app: they go now, and new ones boot when the roll ends. A release
+    // kept from the reload before goes too: a reload keeps only the one it replaces.
+    let lives = fleet::lives(world.lives());
+    let mut retire = spares::retire_all(&lives);
+    if reload {
+        retire.extend(rollback::retire_kept(&lives));
+    }
     if !retire.is_empty() {
         run(world, retire);
     }
@@ -268,10 +273,12 @@ pub fn on_ready<W: World>(world: &mut W, index: u32) {
         .roll
         .as_mut()
         .is_some_and(|r| roll::revived_ready(r, index));
+    let keep = world.shape().keep_previous;
+    let (core, lives) = world.fleet();
     let Some(flip) = core
         .roll
         .as_mut()
-        .and_then(|r| roll::flip(r, &lives, index))
+        .and_then(|r| roll::flip(r, &lives, index, keep))
     else {
         if revived {
             finish_when_left(world);
@@ -282,6 +289,21 @@ pub fn on_ready<W: World>(world: &mut W, index: u32) {
     // then the stop signal to the old ones.
     run(world, flip);
     next_batch(world);
+}
+
+/// `ck rollback`: the kept release flipped back in and the serving one retired, in one batch
+/// (see [`rollback::plan`]); why not, if refused.
+pub fn rollback<W: World>(world: &mut W) -> Result<rollback::Plan, String> {
+    let plan = {
+        let lives = fleet::lives(world.lives());
+        if world.stopping() {
+            return Err("ck is stopping".into());
+        }
+        let rolling = world.core().roll.is_some();
+        rollback::plan(&lives, rolling, world.shape().keep_previous.is_some())?
+    };
+    run(world, plan.inputs.clone());
+    Ok(plan)
 }
 
 /// Aborts the roll because its replacement `index` failed (`why`): every replacement of the

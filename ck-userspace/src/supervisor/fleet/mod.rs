@@ -7,6 +7,8 @@
 //!   a lost replacement aborts the roll;
 //! - a roll ([`roll`]): which old slot gets a replacement next, the flip once the whole batch
 //!   is ready, the abort, the end;
+//! - a rollback ([`rollback`]): the release a reload replaced, kept by `--keep-previous`,
+//!   flipped back in and the current one retired, in one batch;
 //! - a scale ([`scale`]): how many slots open, which retire, which broken slots the group now
 //!   needs;
 //! - the spares ([`spares`]): how many to boot, the pacing after one died unused, the
@@ -28,10 +30,13 @@ use crate::settings::restart_policy::RestartPolicy;
 pub mod death;
 pub mod leave;
 pub mod roll;
+pub mod rollback;
 pub mod scale;
 pub mod spares;
 pub mod spread;
 
+#[cfg(test)]
+mod rollback_tests;
 #[cfg(test)]
 mod tests;
 
@@ -46,6 +51,8 @@ pub struct Shape {
     pub min_workers: u32,
     /// The restart policy new slots get.
     pub restart: RestartPolicy,
+    /// `--keep-previous`: how long a reload's old workers are kept for `ck rollback`.
+    pub keep_previous: Option<std::time::Duration>,
 }
 
 /// The fleet's state above the slots: the roll in flight, the spares' pacing, the boot window.

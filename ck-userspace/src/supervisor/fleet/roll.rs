@@ -8,7 +8,10 @@
 //! a worker (waiting out a boot-crash backoff, holding the group's last socket, or with its
 //! breaker open) is revived at once, with no backoff or cool-down waited, and the reload
 //! answers once each of them is ready or has failed again ([`Revival`], [`outcome`]).
-use std::collections::{BTreeMap, VecDeque};
+use std::{
+    collections::{BTreeMap, VecDeque},
+    time::Duration,
+};
 
 use super::{Lives, Shape};
 use crate::supervisor::lifecycle::{Input, Life, State};
@@ -162,8 +165,15 @@ pub fn replaces(roll: &Roll, index: u32) -> bool {
 }
 
 /// Slot `index` became ready: once every replacement of the batch is, the batch flips (the
-/// replacements in, the old slots out, in one batch of inputs). None while it waits.
-pub fn flip(roll: &mut Roll, lives: &Lives, index: u32) -> Option<Vec<(u32, Input)>> {
+/// replacements in, the old slots out, in one batch of inputs). The old slots of a reload
+/// are kept for `keep` (`--keep-previous`, see [`super::rollback`]), else they retire. None
+/// while it waits.
+pub fn flip(
+    roll: &mut Roll,
+    lives: &Lives,
+    index: u32,
+    keep: Option<Duration>,
+) -> Option<Vec<(u32, Input)>> {
     if !replaces(roll, index) {
         return None;
     }
@@ -177,11 +187,17 @@ pub fn flip(roll: &mut Roll, lives: &Lives, index: u32) -> Option<Vec<(u32, Inpu
     }
     let batch = std::mem::take(&mut roll.batch);
     roll.replaced += batch.len() as u32;
-    roll.leaving.extend(batch.iter().map(|(old, _)| *old));
+    let keep = keep.filter(|_| roll.reload);
+    if keep.is_none() {
+        roll.leaving.extend(batch.iter().map(|(old, _)| *old));
+    }
     let mut inputs = Vec::new();
     for (old, new) in batch {
         inputs.push((new, Input::FlipIn));
-        inputs.push((old, Input::Retire("replaced by a rolling restart".into())));
+        inputs.push(match keep {
+            Some(window) => (old, Input::Keep(window)),
+            None => (old, Input::Retire("replaced by a rolling restart".into())),
+        });
     }
     Some(inputs)
 }

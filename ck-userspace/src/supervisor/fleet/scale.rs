@@ -2,12 +2,16 @@
 //! many slots open, which retire (those that keep the least open first, see
 //! [`retire_order`]), and which broken slots the smaller group now needs to keep trying.
 //! Workers scaled away leave gracefully, never killed outright.
-use super::{Lives, serving};
-use crate::settings::run_config::MAX_WORKERS;
+use super::{Lives, Shape, serving};
+use crate::settings::run_config::{self, MAX_WORKERS};
 use crate::supervisor::lifecycle::{Input, needed, retire_order};
 
 /// Why the fleet cannot be scaled to `target` now, if so.
-pub fn refusal(target: u32, stopping: bool, rolling: bool) -> Option<String> {
+pub fn refusal(target: u32, stopping: bool, rolling: bool, shape: &Shape) -> Option<String> {
+    let room = || {
+        let keep = shape.keep_previous.is_some();
+        run_config::check_room(target, shape.spares, shape.reload_batch, keep).err()
+    };
     if stopping {
         Some("ck is stopping".into())
     } else if rolling {
@@ -17,7 +21,7 @@ pub fn refusal(target: u32, stopping: bool, rolling: bool) -> Option<String> {
             "{target} workers is out of range: give a number from 1 to {MAX_WORKERS}"
         ))
     } else {
-        None
+        room()
     }
 }
 

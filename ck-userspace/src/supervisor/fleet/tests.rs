@@ -9,16 +9,17 @@ use super::*;
 use crate::settings::restart_policy::RestartPolicy;
 use crate::supervisor::lifecycle::{Input, Life, Run, State};
 
-fn shape(batch: u32, spares: u32) -> Shape {
+pub(super) fn shape(batch: u32, spares: u32) -> Shape {
     Shape {
         reload_batch: batch,
         spares,
         min_workers: 0,
         restart: RestartPolicy::DEFAULT,
+        keep_previous: None,
     }
 }
 
-fn run(id: u64) -> Run {
+pub(super) fn run(id: u64) -> Run {
     Run {
         id,
         started: Instant::now(),
@@ -36,7 +37,7 @@ fn serving(state: State) -> Life {
     }
 }
 
-fn ready(id: u64) -> Life {
+pub(super) fn ready(id: u64) -> Life {
     serving(State::Ready(run(id)))
 }
 
@@ -44,7 +45,7 @@ fn starting(id: u64) -> Life {
     serving(State::Starting(run(id)))
 }
 
-fn standby(state: State) -> Life {
+pub(super) fn standby(state: State) -> Life {
     Life {
         state,
         socket_open: true,
@@ -60,11 +61,11 @@ fn spare(state: State) -> Life {
     }
 }
 
-fn map(lives: &[(u32, Life)]) -> std::collections::BTreeMap<u32, Life> {
+pub(super) fn map(lives: &[(u32, Life)]) -> std::collections::BTreeMap<u32, Life> {
     lives.iter().cloned().collect()
 }
 
-fn view(lives: &std::collections::BTreeMap<u32, Life>) -> Lives<'_> {
+pub(super) fn view(lives: &std::collections::BTreeMap<u32, Life>) -> Lives<'_> {
     super::lives(lives.iter().map(|(i, l)| (*i, l)))
 }
 
@@ -190,11 +191,11 @@ fn a_roll_flips_only_once_its_whole_batch_is_ready() {
         batch: vec![(0, 2), (1, 3)],
         ..roll::begin(VecDeque::new(), true)
     };
-    assert_eq!(roll::flip(&mut r, &view(&lives), 2), None);
+    assert_eq!(roll::flip(&mut r, &view(&lives), 2, None), None);
     // A slot that is not a replacement of the batch flips nothing.
-    assert_eq!(roll::flip(&mut r, &view(&lives), 0), None);
+    assert_eq!(roll::flip(&mut r, &view(&lives), 0, None), None);
     lives.insert(3, standby(State::Ready(run(4))));
-    let flip = roll::flip(&mut r, &view(&lives), 3).expect("the batch is ready");
+    let flip = roll::flip(&mut r, &view(&lives), 3, None).expect("the batch is ready");
     assert_eq!(
         flip,
         vec![
@@ -349,10 +350,10 @@ fn a_scale_down_retires_what_keeps_least_open_first() {
     assert_eq!(retired, vec![2, 3]);
     let up = scale::plan(&view(&lives), 6);
     assert_eq!((up.open, up.retire.len()), (2, 0));
-    assert!(scale::refusal(0, false, false).is_some());
-    assert!(scale::refusal(3, false, true).is_some());
-    assert!(scale::refusal(3, true, false).is_some());
-    assert_eq!(scale::refusal(3, false, false), None);
+    assert!(scale::refusal(0, false, false, &shape(1, 0)).is_some());
+    assert!(scale::refusal(3, false, true, &shape(1, 0)).is_some());
+    assert!(scale::refusal(3, true, false, &shape(1, 0)).is_some());
+    assert_eq!(scale::refusal(3, false, false, &shape(1, 0)), None);
 }
 
 #[test]

@@ -41,6 +41,8 @@ mod adopt_tests;
 #[cfg(test)]
 mod crash_tests;
 #[cfg(test)]
+mod kept_tests;
+#[cfg(test)]
 mod leaving_tests;
 #[cfg(test)]
 mod tests;

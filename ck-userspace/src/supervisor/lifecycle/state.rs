@@ -1,5 +1,6 @@
 //! What the lifecycle machine knows of one slot: its [`State`] (one enum, with the worker's run
-//! inside the states that have one), the operator's drain, the roll's standby mark, whether the
+//! inside the states that have one), the operator's drain, the roll's standby mark (and the kept
+//! release's, `--keep-previous`), whether the
 //! supervisor's copy of the slot's sockets is open, and the crash policy's memory.
 use std::time::Instant;
 
@@ -106,6 +107,12 @@ pub struct Life {
     /// `--spares`: a hot spare, a standby that takes a dead worker's place (until it does).
     #[serde(default)]
     pub spare: bool,
+    /// `--keep-previous`: since when this worker of the release a roll replaced is kept: a
+    /// standby, its socket open, not serving, not restarted if it dies, until `ck rollback`
+    /// flips it back in ([`super::Input::FlipIn`]) or the window ends
+    /// ([`super::Timer::KeptUntil`]) and it leaves like any retired worker.
+    #[serde(default, with = "crate::supervisor::lifecycle::instant_age::option")]
+    pub kept: Option<Instant>,
     /// `--adopt`: a further listener of the process tree of this root slot's worker (a
     /// forking server), tied to the process holding it: selected like any slot, but not
     /// counted as serving and never restarted (its process is the worker's business); removed
@@ -133,6 +140,7 @@ impl Life {
             drained: false,
             standby,
             spare: false,
+            kept: None,
             member_of: None,
             socket_open: false,
             crash: Crash::new(policy),
@@ -195,6 +203,7 @@ impl Life {
     pub fn shown(&self) -> SlotState {
         match self.state {
             State::Idle => SlotState::Stopped,
+            State::Ready(_) if self.kept.is_some() => SlotState::Kept,
             State::Ready(_) if self.standby => SlotState::Standby,
             State::Starting(_) => SlotState::Starting,
             State::Ready(_) if self.drained => SlotState::Draining,

@@ -61,6 +61,10 @@ pub fn step(life: &mut Life, input: Input, context: &Context, settings: &Setting
     use Effect::{Arm, CloseSockets, Publish, Remove, Signal, Spawn};
     let now = context.now;
     let mut out = Vec::new();
+    if matches!(input, Input::Retire(_)) {
+        // A kept worker told to leave is no longer there to roll back to.
+        life.kept = None;
+    }
     match (life.state, input) {
         (State::Idle, Input::Start) => out.push(Spawn),
         (State::Idle | State::Waiting | State::Held | State::Broken, Input::Spawned { id }) => {
@@ -171,12 +175,33 @@ pub fn step(life: &mut Life, input: Input, context: &Context, settings: &Setting
         (_, input @ (Input::FlipIn | Input::TakeOver { .. })) if life.standby => {
             life.standby = false;
             life.spare = false;
+            life.kept = None;
             if let Input::TakeOver { drained } = input {
                 life.drained = drained;
             }
             out.extend([Effect::Note(Note::FlippedIn), Publish]);
         }
         (_, Input::Republish) => out.push(Publish),
+        // Kept only if it served: a worker that never became ready has nothing to go back to.
+        (State::Ready(run) | State::Unhealthy(run) | State::Draining(run), Input::Keep(window))
+            if life.serving() && run.ready_at.is_some() =>
+        {
+            life.standby = true;
+            life.kept = Some(now);
+            out.extend([
+                Effect::Note(Note::Kept(window)),
+                Publish,
+                Arm(Timer::KeptUntil, window, run.id),
+            ]);
+        }
+        (_, Input::Keep(_)) if life.serving() => {
+            return step(
+                life,
+                Input::Retire("replaced by a rolling restart".into()),
+                context,
+                settings,
+            );
+        }
         (State::Stopping(run, _), Input::Retire(_)) => {
             life.state = State::Stopping(run, After::Retire);
         }
@@ -257,6 +282,12 @@ pub fn step(life: &mut Life, input: Input, context: &Context, settings: &Setting
             );
             stop(life, run, After::Retire, why, settings, &mut out);
         }
+        (_, Input::Timer(Timer::KeptUntil, _)) if life.kept.is_some() => {
+            life.kept = None;
+            life.standby = false;
+            let why = "the previous release's --keep-previous window ended".to_string();
+            return step(life, Input::Retire(why), context, settings);
+        }
         (State::Stopping(..), Input::Timer(Timer::Kill, _)) => {
             out.extend([Effect::Note(Note::KilledAtStopTimeout), Signal(Sig::Kill)]);
         }
@@ -333,7 +364,7 @@ fn exit(
         }
         After::Retire => {
             life.state = State::Idle;
-            let note = if asked || life.member_of.is_some() {
+            let note = if asked || life.member_of.is_some() || life.kept.is_some() {
                 Note::Retired
             } else {
                 Note::StandbyFailed

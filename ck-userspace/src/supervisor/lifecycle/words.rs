@@ -17,6 +17,8 @@ pub enum Timer {
     /// A leaving worker still holding connections (or unread datagrams, or QUIC handshakes)
     /// now gets the stop signal.
     Linger,
+    /// `--keep-previous`: the window of a kept worker of the previous release ended: it leaves.
+    KeptUntil,
 }
 
 /// Signals the machine sends to the slot's worker.
@@ -77,8 +79,12 @@ pub enum Input {
     Superseded,
     /// `ck drain` (true) or `ck undrain` (false).
     Drain(bool),
-    /// A roll flips this standby replacement in.
+    /// A roll flips this standby replacement in; `ck rollback` flips a kept worker of the
+    /// previous release back in.
     FlipIn,
+    /// `--keep-previous`: a roll flipped this worker out; it stays alive, its socket open, out
+    /// of the active set, for this window (a worker that never became ready retires instead).
+    Keep(Duration),
     /// `--spares`: this ready spare takes the place of a dead worker's slot (which gets
     /// [`Input::Superseded`] in the same batch): flipped in, drained if that slot was.
     TakeOver {
@@ -131,6 +137,8 @@ pub enum Note {
     Healthy(String),
     /// A standby replacement flipped in.
     FlippedIn,
+    /// Flipped out by a roll and kept for `ck rollback` for this window (`--keep-previous`).
+    Kept(Duration),
     /// Out of the active set for good; the stop signal follows once what it was given is done.
     Leaving(String),
     /// SIGTERM sent.

@@ -244,6 +244,7 @@ impl Reports {
             workers: view.cfg.workers,
             stop_signal: view.cfg.stop_signal.name().to_string(),
             drain_timeout_ms: view.cfg.drain_timeout.as_millis() as u64,
+            keep_previous_ms: view.cfg.keep_previous.map(|d| d.as_millis() as u64),
             metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
             version: crate::VERSION.to_string(),

@@ -72,11 +72,16 @@ impl Model {
             "a worker is ready but the ready list is empty: {:#?}",
             self.lives
         );
-        // Spares are never selected.
+        // Spares and a kept release are never selected; a kept slot is a standby with a
+        // worker, never a spare.
         for (index, life) in &self.lives {
             assert!(
-                !(life.spare && self.listed(*index).0),
-                "spare {index} in the ready list"
+                !((life.spare || life.kept.is_some()) && self.listed(*index).0),
+                "spare or kept slot {index} in the ready list"
+            );
+            assert!(
+                life.kept.is_none() || (life.standby && !life.spare && life.state.run().is_some()),
+                "kept slot {index} without its worker or not a standby: {life:?}"
             );
         }
         self.check_roll();

@@ -105,6 +105,7 @@ impl Model {
                 spares,
                 min_workers,
                 restart,
+                keep_previous: None,
             },
             core: Core::default(),
             lives: BTreeMap::new(),
@@ -313,6 +314,20 @@ impl Model {
                     );
                 }
             }
+            Op::Rollback => {
+                let refused = self.stopping || self.core.roll.is_some();
+                if let Ok(plan) = decisions::rollback(self) {
+                    assert!(!refused, "a rollback while stopping or rolling");
+                    let gone_or =
+                        |i: &u32, f: &dyn Fn(&Life) -> bool| self.lives.get(i).is_none_or(f);
+                    assert!(
+                        plan.back
+                            .iter()
+                            .all(|i| gone_or(i, &|l| !l.standby && l.kept.is_none()))
+                    );
+                    assert!(plan.leaving.iter().all(|i| gone_or(i, &|l| !l.serving())));
+                }
+            }
             Op::FailSpawn(at_open) => self.fail_next_spawn = Some(at_open),
             Op::Listen(n) if self.settings.adopt => {
                 let roots: Vec<u32> = self
@@ -426,9 +441,11 @@ proptest! {
         spares in prop::sample::select(vec![0u32, 0, 1, 2]),
         batch in 1..3u32,
         resumed in any::<bool>(),
+        keep in any::<bool>(),
         ops in prop::collection::vec(op(), 1..60),
     ) {
         let mut model = Model::new(workers, min_workers, adopt, spares, batch, resumed);
+        model.shape.keep_previous = keep.then_some(Duration::from_secs(5));
         model.check();
         for op in ops {
             model.run(op);

@@ -22,6 +22,8 @@ pub(super) enum Op {
     /// A roll starts: of the whole fleet (`ck reload`) when even, else of the n-th serving
     /// slot with a worker (recycling, a long-unhealthy worker).
     Roll(usize),
+    /// `ck rollback` (with `--keep-previous`, the release the last reload replaced).
+    Rollback,
     /// The next spawn fails; `true`: before the slot's sockets could be opened.
     FailSpawn(bool),
     /// Time passes.
@@ -61,6 +63,7 @@ pub(super) fn op() -> impl Strategy<Value = Op> {
         5 => (0..8usize).prop_map(Op::Fire),
         1 => (1..5u32).prop_map(Op::Scale),
         2 => (0..6usize).prop_map(Op::Roll),
+        1 => Just(Op::Rollback),
         1 => any::<bool>().prop_map(Op::FailSpawn),
         2 => (0..3000u64).prop_map(Op::Wait),
         1 => Just(Op::Shutdown),

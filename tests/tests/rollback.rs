@@ -1,0 +1,171 @@
+//! `--keep-previous` and `ck rollback`: after a reload the old workers stay alive, out of the
+//! active set (state `kept`, shown with their memory); `ck rollback` puts them back in one map
+//! write and retires the new ones, under a new-connection load that never retries, with no
+//! failed request; the window's end, a newer reload and `ck upgrade` each do what README says;
+//! without a kept release `ck rollback` refuses, naming what to run instead.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use ck_tests::churn::{Background, SETTLE, answers_from_after, assert_no_failures};
+use ck_tests::load::Mode;
+use ck_tests::{Ck, READY_TIMEOUT, Status, burst, local, start};
+
+/// The pids of the slots in `state`.
+fn pids_in(s: &Status, state: &str) -> BTreeSet<u32> {
+    s.slots
+        .iter()
+        .filter(|slot| slot.state == state)
+        .filter_map(|slot| slot.pid)
+        .collect()
+}
+
+/// Starts `-w 2` with `--keep-previous window` and waits for both workers; their pids.
+fn fleet(what: &str, window: &str) -> (Ck, u16, BTreeSet<u32>) {
+    let (mut ck, port) = start(what, &["-w", "2", "--keep-previous", window]).expect("start ck");
+    let ready = ck.wait_ready(2, READY_TIMEOUT).expect("2 ready workers");
+    (ck, port, ready.worker_pids())
+}
+
+/// `ck reload`, then the status once the new release serves and `old` is kept.
+fn reload_keeping(ck: &mut Ck, old: &BTreeSet<u32>) -> Status {
+    ck.ctl_ok(&["reload"]).expect("ck reload");
+    ck.wait_status("the old release kept", READY_TIMEOUT, |s| {
+        pids_in(s, "kept") == *old && pids_in(s, "ready").len() == 2
+    })
+    .expect("the kept release")
+}
+
+#[test]
+fn a_rollback_puts_the_kept_release_back_in_one_flip_with_no_failed_request() {
+    let (mut ck, port, old) = fleet("rollback", "10m");
+    let load = Background::start_without_retry(port, Mode::NewConnection);
+    std::thread::sleep(SETTLE);
+
+    let kept = reload_keeping(&mut ck, &old);
+    let new = pids_in(&kept, "ready");
+    assert!(new.is_disjoint(&old), "{kept:#?}");
+    // Kept: alive, socket open, never chosen.
+    let kept_slots: Vec<u32> = kept
+        .slots
+        .iter()
+        .filter(|s| s.state == "kept")
+        .map(|s| s.slot)
+        .collect();
+    assert!(
+        kept_slots.iter().all(|s| !kept.active.contains(s)),
+        "{kept:#?}"
+    );
+    let tally = burst(local(port), 40);
+    assert!(tally.only_from(&new), "{tally:?}");
+    let text = ck.ctl_ok(&["status"]).expect("ck status");
+    assert!(
+        text.contains("previous release: 2 worker(s) kept") && text.contains("ck rollback"),
+        "{text}"
+    );
+
+    let asked = load.now();
+    let answer = ck.ctl_ok(&["rollback"]).expect("ck rollback");
+    assert!(answer.contains("rolled back"), "{answer}");
+    let back = ck.status().expect("ck status");
+    let ready_now = pids_in(&back, "ready");
+    assert_eq!(ready_now, old, "the kept release serves again: {back:#?}");
+    let tally = burst(local(port), 40);
+    assert!(tally.only_from(&old), "{tally:?}");
+    ck.wait_status("the new release gone", READY_TIMEOUT, |s| {
+        s.worker_pids().is_disjoint(&new)
+    })
+    .expect("the new release leaves");
+    std::thread::sleep(SETTLE);
+    let report = load.finish_and_print("rollback");
+    assert_no_failures(&report);
+    // A second past the request, nothing new reaches the release that left.
+    let late = answers_from_after(&report, asked + Duration::from_secs(1), &new);
+    assert!(late.is_empty(), "answered by the new release: {late:?}");
+
+    // Nothing is kept now: a second rollback says so and changes nothing.
+    let again = ck.ctl(&["rollback"]).expect("ck rollback");
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("no previous release is kept"), "{err}");
+    assert_eq!(ck.status().expect("status").worker_pids(), old);
+}
+
+#[test]
+fn without_keep_previous_a_rollback_refuses_and_names_what_to_run_instead() {
+    let (mut ck, _port) = start("rollback-off", &["-w", "2"]).expect("start ck");
+    let before = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("ready")
+        .worker_pids();
+    let out = ck.ctl(&["rollback"]).expect("ck rollback");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--keep-previous DURATION") && err.contains("ck reload"),
+        "{err}"
+    );
+    // A reload without --keep-previous keeps nothing either: the old workers leave.
+    ck.ctl_ok(&["reload"]).expect("ck reload");
+    let after = ck
+        .wait_status("the old workers gone", READY_TIMEOUT, |s| {
+            s.worker_pids().is_disjoint(&before)
+        })
+        .expect("status");
+    assert!(pids_in(&after, "kept").is_empty(), "{after:#?}");
+    assert_eq!(ck.status().expect("status").worker_pids().len(), 2);
+}
+
+#[test]
+fn the_kept_release_leaves_at_the_end_of_its_window() {
+    let (mut ck, _port, old) = fleet("rollback-window", "2s");
+    reload_keeping(&mut ck, &old);
+    let after = ck
+        .wait_status("the kept release gone", READY_TIMEOUT, |s| {
+            s.worker_pids().is_disjoint(&old)
+        })
+        .expect("the window ends");
+    assert_eq!(pids_in(&after, "ready").len(), 2, "{after:#?}");
+    assert!(
+        ck.log()
+            .contains("the previous release's --keep-previous window ended"),
+        "{}",
+        ck.log()
+    );
+    let out = ck.ctl(&["rollback"]).expect("ck rollback");
+    assert!(!out.status.success());
+}
+
+#[test]
+fn a_newer_reload_keeps_only_the_release_it_replaces() {
+    let (mut ck, _port, first) = fleet("rollback-twice", "10m");
+    let kept = reload_keeping(&mut ck, &first);
+    let second = pids_in(&kept, "ready");
+    reload_keeping(&mut ck, &second);
+    let after = ck
+        .wait_status("the first release gone", READY_TIMEOUT, |s| {
+            s.worker_pids().is_disjoint(&first)
+        })
+        .expect("the first release leaves");
+    assert_eq!(pids_in(&after, "kept"), second, "{after:#?}");
+    ck.ctl_ok(&["rollback"]).expect("ck rollback");
+    let back = ck.status().expect("status");
+    assert_eq!(pids_in(&back, "ready"), second, "{back:#?}");
+}
+
+#[test]
+fn an_upgrade_carries_the_kept_release() {
+    let (mut ck, port, old) = fleet("rollback-upgrade", "10m");
+    reload_keeping(&mut ck, &old);
+    ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
+    let upgraded = ck
+        .wait_status("upgraded, the release still kept", READY_TIMEOUT, |s| {
+            s.upgrades == 1 && pids_in(s, "kept") == old
+        })
+        .expect("status after the upgrade");
+    assert_eq!(upgraded.pid, ck.pid(), "an upgrade keeps ck's pid");
+    ck.ctl_ok(&["rollback"])
+        .expect("ck rollback after the upgrade");
+    let tally = burst(local(port), 40);
+    assert!(tally.only_from(&old), "{tally:?}");
+}
