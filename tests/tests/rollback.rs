@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use ck_tests::churn::{Background, SETTLE, answers_from_after, assert_no_failures};
 use ck_tests::load::Mode;
+use ck_tests::sys::poll_until;
 use ck_tests::{Ck, READY_TIMEOUT, Status, burst, local, start};
 
 /// The pids of the slots in `state`.
@@ -166,6 +167,13 @@ fn an_upgrade_carries_the_kept_release() {
     assert_eq!(upgraded.pid, ck.pid(), "an upgrade keeps ck's pid");
     ck.ctl_ok(&["rollback"])
         .expect("ck rollback after the upgrade");
-    let tally = burst(local(port), 40);
+    // The flip takes effect once the new image steers with its own program (until then the
+    // old image's maps steer): from that moment only the kept release answers.
+    let mut tally = burst(local(port), 1);
+    poll_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        tally = burst(local(port), 40);
+        tally.only_from(&old)
+    });
+    assert_eq!(tally.failed(), 0, "{tally:?}");
     assert!(tally.only_from(&old), "{tally:?}");
 }

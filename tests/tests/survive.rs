@@ -262,6 +262,53 @@ fn a_worker_that_died_while_ck_was_down_is_replaced_on_take_back() {
 }
 
 #[test]
+fn a_kept_release_is_taken_back_after_a_kill_and_rolls_back() {
+    let flags = ["--survive-supervisor", "--keep-previous", "10m"];
+    let (mut first, port, before) = start_ready("sv-kept", 2, &flags).expect("start a ready ck");
+    let name = first.name().to_string();
+    let old = before.worker_pids();
+    first.ctl_ok(&["reload"]).expect("ck reload");
+    let kept = |s: &Status| -> std::collections::BTreeSet<u32> {
+        let kept = s.slots.iter().filter(|slot| slot.state == "kept");
+        kept.filter_map(|slot| slot.pid).collect()
+    };
+    let reloaded = first
+        .wait_status("the old release kept", READY_TIMEOUT, |s| {
+            kept(s) == old && s.ready_count() == 2
+        })
+        .expect("wait for the status");
+    let new: std::collections::BTreeSet<u32> = reloaded.ready().filter_map(|s| s.pid).collect();
+    first.kill_supervisor().expect("kill the supervisor");
+    first.abandon().expect("abandon the dead ck");
+    let mut second = run_again(&name, port, 2, &flags);
+    let now = second
+        .wait_status("taken back, the release still kept", READY_TIMEOUT, |s| {
+            s.ready_count() == 2 && kept(s) == old
+        })
+        .expect("the kept release taken back");
+    assert_eq!(now.worker_pids().len(), 4, "{now:#?}");
+    second
+        .ctl_ok(&["rollback"])
+        .expect("ck rollback after the take-back");
+    // The flip takes effect once the new ck steers with its own program (a take-back steers
+    // by the dead ck's maps until then): from that moment only the kept release answers.
+    let mut tally = burst(local(port), 1);
+    sys::poll_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        tally = burst(local(port), 40);
+        tally.only_from(&old)
+    });
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    assert!(tally.only_from(&old), "{tally:?}");
+    assert!(
+        wait_all_dead(&new, Duration::from_secs(15)).is_empty(),
+        "the new release leaves"
+    );
+    second.ctl_ok(&["stop"]).expect("ck stop");
+    second.wait_clean_exit().expect("ck exits cleanly");
+    assert_guards_gone(&name);
+}
+
+#[test]
 fn a_fleet_upgraded_in_place_is_taken_back_after_a_kill() {
     let flags = ["--survive-supervisor"];
     let (mut first, port, before) =

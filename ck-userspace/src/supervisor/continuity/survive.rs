@@ -137,7 +137,10 @@ pub(in crate::supervisor) fn take_fleet_back(r: &Restorer<'_>, state: Handover) 
         let index = saved.index;
         // A state file from before spares were the lifecycle's own fact.
         saved.life.spare |= saved.spare;
-        if saved.life.standby && !saved.life.spare || saved.life.member_of.is_some() {
+        // A roll's replacement not flipped in is not taken back; a spare and a kept release
+        // (`--keep-previous`) are.
+        let replacement = saved.life.standby && !saved.life.spare && saved.life.kept.is_none();
+        if replacement || saved.life.member_of.is_some() {
             continue;
         }
         let taken = saved.worker.as_ref().and_then(|w| {
@@ -171,6 +174,8 @@ pub(in crate::supervisor) fn take_fleet_back(r: &Restorer<'_>, state: Handover) 
                 slots.push(slot);
                 kept.push(index);
             }
+            // A kept worker that died while ck was down is gone from the rollback.
+            None if saved.life.kept.is_some() => {}
             None => {
                 let fresh = match saved.life.spare {
                     true => Life::spare(r.cfg.restart),
