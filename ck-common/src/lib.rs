@@ -134,7 +134,8 @@ pub struct SlotInfo {
     pub pid: u32,
     /// Incremented each time a new worker takes the slot.
     pub generation: u32,
-    /// Relative weight (reserved for weighted policies; 1 today).
+    /// Times the slot is listed in the ready list of `active`: 1, or while `--slow-start`
+    /// ramps a slot up, its weight (a warm slot's is the most).
     pub weight: u32,
     /// Accept-queue depth last sampled by the supervisor.
     pub queue_depth: u32,

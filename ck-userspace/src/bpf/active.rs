@@ -19,8 +19,11 @@ impl ActiveLists {
     pub fn of(set: &ActiveSet, state: impl Fn(u32) -> Option<u32>) -> ActiveLists {
         let chosen = set.ready_len.min(set.slots.len() as u32) as usize;
         let live = set.live_len.clamp(chosen as u32, set.slots.len() as u32) as usize;
+        // With `--slow-start` a slot is listed once per unit of its weight: each counts once.
+        let mut seen = std::collections::BTreeSet::new();
         let (booting, ready) = set.slots[..chosen]
             .iter()
+            .filter(|slot| seen.insert(**slot))
             .partition(|slot| state(**slot) == Some(SlotState::Starting as u32));
         ActiveLists {
             ready,
@@ -50,5 +53,17 @@ mod tests {
         assert_eq!(lists.ready, [0]);
         assert_eq!(lists.booting, [2, 1]);
         assert_eq!(lists.fallback, [3]);
+    }
+
+    /// A slot listed several times (its weight, `--slow-start`) reads once, in first place.
+    #[test]
+    fn a_weighted_slot_reads_once() {
+        let mut set = ActiveSet::EMPTY;
+        set.slots[..5].copy_from_slice(&[0, 1, 0, 0, 2]);
+        set.ready_len = 4;
+        set.live_len = 5;
+        let lists = ActiveLists::of(&set, |_| Some(SlotState::Ready as u32));
+        assert_eq!(lists.ready, [0, 1]);
+        assert_eq!(lists.fallback, [2]);
     }
 }

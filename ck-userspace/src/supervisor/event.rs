@@ -30,6 +30,10 @@ pub(crate) enum Event {
     SpareDue,
     /// The boot window ends: starting workers are chosen no more (`fleet::spread`).
     SpreadEnds,
+    /// `--slow-start`: a ramping slot's weight grew: write the active set again.
+    SlowStartStep,
+    /// `--slow-start`: the roll waited for its last batch's ramp: it goes on.
+    RollNext,
     /// A timer the lifecycle armed (in epoch `epoch`) fired.
     Timer {
         slot: u32,

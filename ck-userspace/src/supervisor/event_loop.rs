@@ -89,6 +89,11 @@ impl Supervisor {
             Event::RollCheck => executor::decisions::finish_when_left(self),
             Event::SpareDue => self.replenish_spares(),
             Event::SpreadEnds => self.republish(),
+            Event::SlowStartStep => {
+                self.ops.slow_start_due = false;
+                self.republish();
+            }
+            Event::RollNext => executor::decisions::continue_roll(self),
             Event::Signal(name) => self.on_stop_signal(name),
             Event::QuietTick => self.on_quiet_tick(),
             Event::Reload => self.reload(None),

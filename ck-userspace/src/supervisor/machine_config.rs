@@ -41,5 +41,6 @@ pub(in crate::supervisor) fn shape(cfg: &RunConfig) -> Shape {
         min_workers: cfg.min_workers,
         restart: cfg.restart,
         keep_previous: cfg.keep_previous,
+        slow_start: cfg.slow_start,
     }
 }

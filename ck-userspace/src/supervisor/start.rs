@@ -154,6 +154,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             }),
             config: command_line.map(|c| operations::reconfigure::ConfigSource::new(c, &cfg)),
             quiet: Default::default(),
+            slow_start_due: false,
         },
         reports: reports::Reports {
             started: prior.map_or_else(Instant::now, |h| h.started),

@@ -10,7 +10,7 @@ use super::{
     event::Event,
     event_loop::Supervisor,
     executor::{self, Outcome, World, decisions::FleetEvent},
-    fleet::{self, Core, Shape, spread},
+    fleet::{self, Core, Shape, slow_start, spread},
     groups::Join,
     lifecycle::{self, Input, Life, Note, Settings, Sig, Timer},
     slots::slot::Slot,
@@ -113,8 +113,14 @@ impl World for Supervisor {
         let now = self.now();
         let lives = self.table.lives();
         let (set, until) = spread::chosen_set(&mut self.ops.core.spread, lives, self.stopping, now);
-        self.groups.publish(&self.table, &set);
+        let lives = fleet::lives(self.table.lives());
+        let weighted = slow_start::weigh(&set, &lives, now, self.cfg.slow_start);
+        self.groups.publish(&self.table, &set, &weighted);
         self.reports.published(&set);
+        // A slot ramps up (`--slow-start`): its weight grows, so the set is written again soon.
+        if weighted.ramping && !std::mem::replace(&mut self.ops.slow_start_due, true) {
+            super::tasks::send_after(&self.events, slow_start::STEP, Event::SlowStartStep);
+        }
         // The boot window ends while starting workers are chosen: publish again then.
         if let Some(until) = until {
             super::tasks::send_after(&self.events, until - now, Event::SpreadEnds);
@@ -257,6 +263,14 @@ impl World for Supervisor {
                 "rolling restart started"
             ),
             FleetEvent::RollEnded { roll, result } => self.ops.roll_ended(roll, result),
+            FleetEvent::RollWaits(left) => {
+                tracing::info!(
+                    wait_ms = left.as_millis() as u64,
+                    reason = "--slow-start",
+                    "rolling restart waits for the last batch's ramp"
+                );
+                super::tasks::send_after(&self.events, left, Event::RollNext);
+            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! Fault switches of the demo worker, for ck's tests and benchmarks: stalling the whole event
 //! loop now and then, failing `/healthz` for a while, answering `/` slowly, and leaking memory
-//! on every request. See the `--stall-ms`, `--stall-every`, `--fail-health-after`,
-//! `--recover-health-after`, `--slow-ms` and `--leak-per-request` options of [`DemoOptions`].
+//! on every request, a capacity that warms up. See the `--stall-ms`, `--stall-every`,
+//! `--fail-health-after`, `--recover-health-after`, `--slow-ms`, `--leak-per-request`,
+//! `--capacity` and `--warm-up` options of [`DemoOptions`].
 use std::time::Duration;
 
 use anyhow::ensure;
@@ -24,6 +25,10 @@ pub struct Faults {
     pub slow: Duration,
     /// Bytes every request to `/` allocates, touches and never frees.
     pub leak: u64,
+    /// Requests to `/` answered a second at most, one after another (see [`Pacer`]).
+    pub capacity: Option<u32>,
+    /// How long after the start the capacity ramps up from a tenth.
+    pub warm_up: Duration,
 }
 
 impl Default for Faults {
@@ -35,6 +40,8 @@ impl Default for Faults {
             recover_health_after: None,
             slow: Duration::ZERO,
             leak: 0,
+            capacity: None,
+            warm_up: Duration::ZERO,
         }
     }
 }
@@ -60,7 +67,12 @@ impl Faults {
                  --fail-health-after ({fail:?})"
             );
         }
+        if opts.capacity == Some(0) {
+            anyhow::bail!("--capacity 0: give at least 1 (requests a second)");
+        }
         Ok(Faults {
+            capacity: opts.capacity,
+            warm_up: opts.warm_up.unwrap_or(Duration::ZERO),
             started,
             stall,
             fail_health_after: opts.fail_health_after,
@@ -96,7 +108,54 @@ impl Faults {
         if self.leak > 0 {
             parts.push(format!("/ leaks {} bytes", self.leak));
         }
+        if let Some(n) = self.capacity {
+            parts.push(format!(
+                "/ at most {n}/s, from a tenth over {:?}",
+                self.warm_up
+            ));
+        }
         (!parts.is_empty()).then(|| parts.join(", "))
+    }
+}
+
+/// `--capacity N --warm-up DUR`: requests to `/` served one after another, each taking a
+/// second over the capacity of the moment it starts: a tenth of N at the start, rising
+/// linearly to N over the warm-up. Past the capacity, requests queue (their answers wait).
+#[derive(Debug)]
+pub struct Pacer {
+    faults: Faults,
+    /// When the request in service is done.
+    busy_until: std::sync::Mutex<Instant>,
+}
+
+impl Pacer {
+    /// The pacer `faults` asks for, if any.
+    pub fn new(faults: &Faults) -> Option<Pacer> {
+        faults.capacity.map(|_| Pacer {
+            faults: *faults,
+            busy_until: std::sync::Mutex::new(faults.started),
+        })
+    }
+
+    /// The capacity a second at `now`.
+    fn rate(&self, now: Instant) -> f64 {
+        let full = f64::from(self.faults.capacity.unwrap_or(u32::MAX));
+        let age = now.saturating_duration_since(self.faults.started);
+        let warm = self.faults.warm_up;
+        if warm.is_zero() || age >= warm {
+            return full;
+        }
+        full * (0.1 + 0.9 * age.as_secs_f64() / warm.as_secs_f64())
+    }
+
+    /// When a request to `/` that arrives now is done: after the ones before it, its own
+    /// service time later.
+    pub fn done_at(&self) -> Instant {
+        let now = Instant::now();
+        let mut busy = self.busy_until.lock().unwrap_or_else(|e| e.into_inner());
+        let start = (*busy).max(now);
+        *busy = start + Duration::from_secs_f64(1.0 / self.rate(start));
+        *busy
     }
 }
 

@@ -83,6 +83,14 @@ pub struct DemoOptions {
     /// testing ck's `--max-memory` recycling.
     #[arg(long, value_name = "SIZE", value_parser = crate::units::size::parse_size)]
     pub leak_per_request: Option<u64>,
+    /// Fault: answer requests to / one after another, at most N a second (a server with a
+    /// fixed capacity: past it, requests queue).
+    #[arg(long, value_name = "N")]
+    pub capacity: Option<u32>,
+    /// Fault (with --capacity): a cold start. For DUR after the start the capacity is a
+    /// tenth of --capacity at first, rising linearly to all of it (caches and JIT warming up).
+    #[arg(long, value_name = "DUR", requires = "capacity", value_parser = crate::units::duration::parse_duration)]
+    pub warm_up: Option<Duration>,
     /// When it binds $PORT itself (no LISTEN_FDS): with SO_REUSEPORT, so that several share the
     /// port with no supervisor at all (the kernel's plain hash over them: the benchmarks'
     /// baseline of what ck is held to).
@@ -102,6 +110,8 @@ impl Default for DemoOptions {
             slow_ms: None,
             watchdog_stop_after: None,
             leak_per_request: None,
+            capacity: None,
+            warm_up: None,
             reuse_port: false,
         }
     }

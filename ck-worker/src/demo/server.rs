@@ -68,7 +68,12 @@ pub async fn serve(
     // Dropping the set when `serve` returns ends the stalls.
     let mut stalls = JoinSet::new();
     stalls.spawn(faults::stall_loop(faults));
-    let server = Arc::new(Server { identity, faults });
+    let pacer = faults::Pacer::new(&faults);
+    let server = Arc::new(Server {
+        identity,
+        faults,
+        pacer,
+    });
     // Every connection task holds a sender; `recv` returns `None` once they are all gone.
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     let mut accept_loops = JoinSet::new();
@@ -94,6 +99,8 @@ pub async fn serve(
 struct Server {
     identity: Identity,
     faults: Faults,
+    /// `--capacity`: requests to `/` queue for it.
+    pacer: Option<faults::Pacer>,
 }
 
 /// Starts the task serving `stream`; it holds a clone of `done` until it finishes.
@@ -176,6 +183,14 @@ impl Connection {
             if request.path() == "/" && !slow.is_zero() {
                 let wait = async {
                     tokio::time::sleep(slow).await;
+                    Ok(())
+                };
+                self.close.guard(wait).await?;
+            }
+            if let Some(pacer) = server.pacer.as_ref().filter(|_| request.path() == "/") {
+                let done = pacer.done_at();
+                let wait = async {
+                    tokio::time::sleep_until(done).await;
                     Ok(())
                 };
                 self.close.guard(wait).await?;

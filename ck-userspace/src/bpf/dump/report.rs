@@ -158,7 +158,8 @@ pub struct SlotEntry {
     pub pid: u32,
     /// Workers started on the slot.
     pub generation: u32,
-    /// Weight.
+    /// Times the slot is listed in the ready list: 1, or while it ramps up with
+    /// `--slow-start` its weight (a warm slot's is the most).
     pub weight: u32,
     /// Accept-queue depth last sampled.
     pub queue_depth: u32,

@@ -279,15 +279,18 @@ impl BpfGroup {
     /// Publishes a new active set: writes the idle half (with `--policy sticky`, the idle half
     /// of `sticky` too: the Maglev table of the set's ready slots), then flips
     /// `config.live_half` (the flip counter: one more, so its low bit names the idle half), so
-    /// the program never reads a half-written set or table.
-    pub fn publish(&mut self, set: &ActiveSet) -> Result<(), BpfError> {
+    /// the program never reads a half-written set or table. `listed` is the set as the program
+    /// reads it: `set` with its ready slots listed by weight (`--slow-start`), or `set` itself.
+    pub fn publish(&mut self, set: &ActiveSet, listed: &ActiveSet) -> Result<(), BpfError> {
         let flip = super::flips::Flips::next(self.config.live_half);
         let idle = flip & 1;
         // A UDP group's new flows take the Maglev table, whatever the policy.
         if self.config.policy == policy::STICKY || self.udp.is_some() {
             self.sticky.write(idle, set)?;
         }
-        self.active.set(idle, set, 0).map_err(write_err("active"))?;
+        self.active
+            .set(idle, listed, 0)
+            .map_err(write_err("active"))?;
         self.config.live_half = flip;
         self.write_config()?;
         self.flips.published(flip, set);

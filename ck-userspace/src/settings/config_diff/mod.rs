@@ -66,6 +66,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         stop_signal,
         reload_batch,
         keep_previous,
+        slow_start,
         restart,
         min_workers,
         adopt,
@@ -124,6 +125,9 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         reload_batch,
         u32::to_string,
     );
+    diff.live("slow-start", &old.slow_start, slow_start, |d| {
+        d.as_ref().map_or("0s".into(), show_duration)
+    });
     diff.live("keep-previous", &old.keep_previous, keep_previous, |d| {
         d.as_ref().map_or("0s".into(), show_duration)
     });

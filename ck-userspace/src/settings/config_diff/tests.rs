@@ -27,6 +27,7 @@ fn base() -> RunConfig {
         stop_signal: defaults::STOP_SIGNAL,
         reload_batch: defaults::RELOAD_BATCH,
         keep_previous: None,
+        slow_start: None,
         restart: RestartPolicy::DEFAULT,
         min_workers: defaults::MIN_WORKERS,
         adopt: false,

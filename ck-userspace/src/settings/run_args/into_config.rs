@@ -152,6 +152,7 @@ impl RunArgs {
             },
             reload_batch: self.reload_batch,
             keep_previous: (!self.keep_previous.is_zero()).then_some(self.keep_previous),
+            slow_start: (!self.slow_start.is_zero()).then_some(self.slow_start),
             restart: RestartPolicy {
                 initial: self.restart_backoff.initial,
                 max: self.restart_backoff.max,

@@ -302,6 +302,14 @@ pub struct RunArgs {
     /// A rolling restart is SIGHUP or `ck reload`.
     #[arg(long, value_name = "N", default_value_t = defaults::RELOAD_BATCH, help_heading = STOPPING)]
     reload_batch: u32,
+    /// Ramp a new worker's share of connections up over DUR.
+    ///
+    /// A worker that joins a warm fleet (a roll's replacement, a scale-up, the replacement of
+    /// a crashed worker) gets 10 % of a warm worker's share of new connections once ready,
+    /// rising linearly to all of it over DUR; a roll starts its next batch once the last one's
+    /// ramp is over. Not for --policy sticky or UDP groups. 0: off.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::SLOW_START), help_heading = STOPPING)]
+    slow_start: Duration,
     /// Keep a reload's old workers for `ck rollback` this long.
     ///
     /// After `ck reload` (or SIGHUP) the workers it replaced stay alive with their sockets

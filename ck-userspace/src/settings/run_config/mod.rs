@@ -89,6 +89,9 @@ pub struct RunConfig {
     pub stop_signal: crate::settings::stop_signal::StopSignal,
     /// Workers replaced at a time by a rolling restart.
     pub reload_batch: u32,
+    /// `--slow-start`: how long a worker joining a warm fleet ramps up to its full share
+    /// (None: off).
+    pub slow_start: Option<Duration>,
     /// `--keep-previous`: how long a reload's old workers stay alive out of the active set
     /// for `ck rollback` (None: they leave at once).
     pub keep_previous: Option<Duration>,

@@ -33,6 +33,8 @@ pub enum FleetEvent {
     SpareDue,
     /// A spare died before it was used: the next boots after `delay`.
     SpareLost(std::time::Duration),
+    /// `--slow-start`: the roll's next batch waits this long for the last one's ramp.
+    RollWaits(std::time::Duration),
     /// A roll started.
     RollStarted {
         /// Old workers to replace.
@@ -230,28 +232,31 @@ fn revive<W: World>(world: &mut W) {
 fn next_batch<W: World>(world: &mut W) {
     loop {
         let shape = world.shape();
+        let now = world.now();
         let next = {
             let (core, lives) = world.fleet();
             let Some(roll) = core.roll.as_mut() else {
                 return;
             };
-            match roll::next(roll, &lives, &shape) {
+            match roll::next(roll, &lives, &shape, now) {
                 roll::Next::Wait => return,
+                roll::Next::Ramp(left) => Err(Err(left)),
                 roll::Next::Empty => break,
                 roll::Next::Start { old, life } => match fleet::free_slot(&lives) {
                     Some(new) => {
                         roll.batch.push((old, new));
                         Ok((old, new, life))
                     }
-                    None => Err(old),
+                    None => Err(Ok(old)),
                 },
             }
         };
         let (old, new, life) = match next {
             Ok(start) => start,
-            Err(old) => {
+            Err(Ok(old)) => {
                 return abort_roll(world, old, "found no free slot for its replacement".into());
             }
+            Err(Err(left)) => return world.fleet_event(FleetEvent::RollWaits(left)),
         };
         world.open(new, *life);
         world.fleet_event(FleetEvent::ReplacementStarting { old, slot: new });
@@ -260,6 +265,13 @@ fn next_batch<W: World>(world: &mut W) {
         }
     }
     finish_when_left(world);
+}
+
+/// `--slow-start`: the roll waited for its last batch's ramp; it starts the next batch.
+pub fn continue_roll<W: World>(world: &mut W) {
+    if world.core().roll.is_some() {
+        next_batch(world);
+    }
 }
 
 /// Slot `index` became ready (or healthy again): a spare's pacing resets; a roll flips its

@@ -16,6 +16,8 @@
 //! - a leave ([`leave`]): when a retired worker that served gets its stop signal (its
 //!   connections done, what its UDP sockets held at the flip read), and when a stopping one
 //!   has gone quiet (`--udp-linger`);
+//! - slow start ([`slow_start`]): a worker joining a warm fleet is listed by a weight that
+//!   ramps up;
 //! - the boot window ([`spread`]): while the fleet boots, its starting workers are chosen beside
 //!   the ready ones.
 //!
@@ -32,11 +34,14 @@ pub mod leave;
 pub mod roll;
 pub mod rollback;
 pub mod scale;
+pub mod slow_start;
 pub mod spares;
 pub mod spread;
 
 #[cfg(test)]
 mod rollback_tests;
+#[cfg(test)]
+mod slow_start_tests;
 #[cfg(test)]
 mod tests;
 
@@ -53,6 +58,9 @@ pub struct Shape {
     pub restart: RestartPolicy,
     /// `--keep-previous`: how long a reload's old workers are kept for `ck rollback`.
     pub keep_previous: Option<std::time::Duration>,
+    /// `--slow-start`: how long a worker joining a warm fleet ramps up; a roll starts its
+    /// next batch once the last one's ramp is over.
+    pub slow_start: Option<std::time::Duration>,
 }
 
 /// The fleet's state above the slots: the roll in flight, the spares' pacing, the boot window.

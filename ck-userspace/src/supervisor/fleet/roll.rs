@@ -10,7 +10,7 @@
 //! answers once each of them is ready or has failed again ([`Revival`], [`outcome`]).
 use std::{
     collections::{BTreeMap, VecDeque},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use super::{Lives, Shape};
@@ -27,6 +27,8 @@ pub struct Roll {
     pub replaced: u32,
     /// Old slots flipped out: the roll ends once none of them is still `Leaving`.
     pub leaving: Vec<u32>,
+    /// Replacements flipped in: with `--slow-start` the next batch waits for their ramp.
+    pub flipped: Vec<u32>,
     /// A reload of the fleet (`ck reload`, SIGHUP), counted in `ck_reloads_total`; not the
     /// replacement of one worker (health, recycling).
     pub reload: bool,
@@ -85,6 +87,7 @@ pub fn begin(pending: VecDeque<u32>, reload: bool) -> Roll {
         batch: Vec::new(),
         replaced: 0,
         leaving: Vec::new(),
+        flipped: Vec::new(),
         reload,
         revived: BTreeMap::new(),
     }
@@ -134,15 +137,21 @@ pub enum Next {
     },
     /// The batch is full: wait for it to flip.
     Wait,
+    /// `--slow-start`: the replacements flipped in last still ramp up; go on after this.
+    Ramp(Duration),
     /// Nothing is pending: the roll may end (see [`done`]).
     Empty,
 }
 
 /// Takes the next old slot to replace from `roll.pending` (skipping slots that are gone or
-/// already leaving), while the batch has room.
-pub fn next(roll: &mut Roll, lives: &Lives, shape: &Shape) -> Next {
+/// already leaving), while the batch has room and (with `--slow-start`) no replacement flipped
+/// in still ramps up at `now`.
+pub fn next(roll: &mut Roll, lives: &Lives, shape: &Shape, now: Instant) -> Next {
     if roll.batch.len() >= shape.reload_batch as usize {
         return Next::Wait;
+    }
+    if let Some(left) = ramp_left(roll, lives, shape, now).filter(|_| !roll.pending.is_empty()) {
+        return Next::Ramp(left);
     }
     while let Some(old) = roll.pending.pop_front() {
         let Some(life) = lives.get(&old).filter(|l| l.serving()) else {
@@ -157,6 +166,19 @@ pub fn next(roll: &mut Roll, lives: &Lives, shape: &Shape) -> Next {
         };
     }
     Next::Empty
+}
+
+/// How long the replacements flipped in still ramp up (`--slow-start`), if one does.
+fn ramp_left(roll: &Roll, lives: &Lives, shape: &Shape, now: Instant) -> Option<Duration> {
+    let window = shape.slow_start?;
+    roll.flipped
+        .iter()
+        .filter_map(|slot| match lives.get(slot)?.state {
+            State::Ready(run) => (run.ready_at? + window).checked_duration_since(now),
+            _ => None,
+        })
+        .filter(|left| !left.is_zero())
+        .max()
 }
 
 /// Whether `index` is a replacement of the batch in flight.
@@ -192,6 +214,7 @@ pub fn flip(
         roll.leaving.extend(batch.iter().map(|(old, _)| *old));
     }
     let mut inputs = Vec::new();
+    roll.flipped = batch.iter().map(|(_, new)| *new).collect();
     for (old, new) in batch {
         inputs.push((new, Input::FlipIn));
         inputs.push(match keep {

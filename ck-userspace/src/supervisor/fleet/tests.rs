@@ -16,6 +16,7 @@ pub(super) fn shape(batch: u32, spares: u32) -> Shape {
         min_workers: 0,
         restart: RestartPolicy::DEFAULT,
         keep_previous: None,
+        slow_start: None,
     }
 }
 
@@ -155,7 +156,7 @@ fn a_roll_fills_its_batch_then_waits_and_skips_slots_that_left() {
     let lives = map(&[(0, ready(1)), (1, drained), (2, leaving)]);
     let mut r = roll::begin(VecDeque::from([2, 1, 0]), true);
     // Slot 2 is leaving: skipped; slot 1's replacement starts drained, as slot 1 is.
-    match roll::next(&mut r, &view(&lives), &shape(1, 0)) {
+    match roll::next(&mut r, &view(&lives), &shape(1, 0), Instant::now()) {
         roll::Next::Start { old, life } => {
             assert_eq!(old, 1);
             assert!(life.drained && life.standby && !life.spare);
@@ -164,17 +165,17 @@ fn a_roll_fills_its_batch_then_waits_and_skips_slots_that_left() {
     }
     r.batch.push((1, 5));
     assert!(matches!(
-        roll::next(&mut r, &view(&lives), &shape(1, 0)),
+        roll::next(&mut r, &view(&lives), &shape(1, 0), Instant::now()),
         roll::Next::Wait
     ));
     assert_eq!(r.pending, VecDeque::from([0]));
     r.batch.clear();
     assert!(matches!(
-        roll::next(&mut r, &view(&lives), &shape(1, 0)),
+        roll::next(&mut r, &view(&lives), &shape(1, 0), Instant::now()),
         roll::Next::Start { old: 0, .. }
     ));
     assert!(matches!(
-        roll::next(&mut r, &view(&lives), &shape(1, 0)),
+        roll::next(&mut r, &view(&lives), &shape(1, 0), Instant::now()),
         roll::Next::Empty
     ));
 }

@@ -2,14 +2,32 @@
 //! chosen, then the fallback), written to every group's maps. Called only by the executor.
 use ck_common::{ActiveSet, SlotInfo};
 
-use crate::supervisor::{groups::Groups, slots::SlotTable};
+use crate::supervisor::{fleet::slow_start::Weighted, groups::Groups, slots::SlotTable};
 
 impl Groups {
-    /// Writes every slot record of `table` and then the active set `set` to every group's
-    /// maps.
-    pub(in crate::supervisor) fn publish(&mut self, table: &SlotTable, set: &ActiveSet) {
-        let records: Vec<(u32, SlotInfo)> =
-            table.slots.values().map(|s| (s.index, s.info())).collect();
+    /// Writes every slot record of `table` (with its weight) and then the active set `set`,
+    /// its ready slots listed by weight (`weighted`, `--slow-start`), to every group's maps.
+    pub(in crate::supervisor) fn publish(
+        &mut self,
+        table: &SlotTable,
+        set: &ActiveSet,
+        weighted: &Weighted,
+    ) {
+        let weight = |index: u32| {
+            let listed = weighted.weights.iter().find(|(slot, _)| *slot == index);
+            listed.map_or(1, |(_, w)| *w)
+        };
+        let records: Vec<(u32, SlotInfo)> = table
+            .slots
+            .values()
+            .map(|s| {
+                let info = SlotInfo {
+                    weight: weight(s.index),
+                    ..s.info()
+                };
+                (s.index, info)
+            })
+            .collect();
         for group in self.iter_mut() {
             let Some(bpf) = &mut group.bpf else { continue };
             for (index, info) in &records {
@@ -17,7 +35,7 @@ impl Groups {
                     tracing::error!(group = %group.name, "{e}");
                 }
             }
-            if let Err(e) = bpf.publish(set) {
+            if let Err(e) = bpf.publish(set, &weighted.set) {
                 tracing::error!(group = %group.name, "{e}");
             }
         }

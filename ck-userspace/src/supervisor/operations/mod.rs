@@ -28,6 +28,8 @@ pub(in crate::supervisor) struct Operations {
     pub config: Option<reconfigure::ConfigSource>,
     /// A stop's quiet wait, and the traffic seen per group (`quiet`).
     pub quiet: quiet::Quiet,
+    /// `--slow-start`: the next writing of the ramping weights is already due.
+    pub slow_start_due: bool,
 }
 
 impl Operations {

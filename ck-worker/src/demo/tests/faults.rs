@@ -239,3 +239,32 @@ async fn slow_delays_root_without_blocking_others() {
     server.stop.trigger();
     server.finished().await;
 }
+
+/// `--capacity 100 --warm-up 10s`: at the start a request takes ten times a warm one's time
+/// (about 100 ms, a little less for the second, which starts 100 ms into the warm-up), once
+/// warm 10 ms; requests that arrive together queue one after another.
+#[test]
+fn a_warming_capacity_serves_a_tenth_at_first_and_queues_the_rest() {
+    let now = tokio::time::Instant::now();
+    let cold = Faults {
+        capacity: Some(100),
+        warm_up: Duration::from_secs(10),
+        started: now,
+        ..Faults::default()
+    };
+    let pacer = super::super::faults::Pacer::new(&cold).expect("a pacer");
+    let (a, b) = (pacer.done_at(), pacer.done_at());
+    let gap = b - a;
+    assert!(
+        gap >= Duration::from_millis(85) && gap <= Duration::from_millis(101),
+        "{gap:?}"
+    );
+    let warm = Faults {
+        started: now - Duration::from_secs(20),
+        ..cold
+    };
+    let pacer = super::super::faults::Pacer::new(&warm).expect("a pacer");
+    let (a, b) = (pacer.done_at(), pacer.done_at());
+    assert_eq!(b - a, Duration::from_millis(10));
+    assert!(super::super::faults::Pacer::new(&Faults::default()).is_none());
+}

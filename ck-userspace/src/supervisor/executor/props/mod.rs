@@ -106,6 +106,7 @@ impl Model {
                 min_workers,
                 restart,
                 keep_previous: None,
+                slow_start: None,
             },
             core: Core::default(),
             lives: BTreeMap::new(),

@@ -1,0 +1,133 @@
+//! `--slow-start DURATION`: a worker that joins a warm fleet (a roll's replacement, a scale-up,
+//! the replacement of a crashed worker) gets a share of new connections that ramps from
+//! [`FIRST_SHARE`] of a warm worker's to all of it over the window after it became ready, so a
+//! cold cache or a JIT that has not compiled the hot paths yet is not handed a warm worker's
+//! load at once.
+//!
+//! Weights live in the program's own list: the supervisor writes a ramping slot into the ready
+//! list fewer times than a warm one (a warm slot [`full_weight`] times), and the program picks
+//! positions of that list as it always does. So round-robin and hash spread by weight,
+//! `least-queue` and `least-conn` draw their candidates by weight, and the program does no
+//! more work per connection than without weights. When no slot ramps, each ready slot is
+//! listed once, as without `--slow-start`. The `sticky` policy and UDP groups choose from
+//! their Maglev table, built from the plain set: slow start does not apply to them.
+//!
+//! A slot ramps only while another ready slot is warm (ready for the whole window): when every
+//! ready worker is new (a fleet's first boot, a roll of the whole fleet in one batch) there is
+//! no warm capacity to lean on, and each gets its full share.
+use std::time::{Duration, Instant};
+
+use ck_common::{ActiveSet, MAX_SLOTS};
+
+use super::Lives;
+use crate::supervisor::lifecycle::State;
+
+/// A ramping worker's first share, of a warm worker's.
+pub const FIRST_SHARE: f64 = 0.1;
+/// While a slot ramps, the active set is written again this often.
+pub const STEP: Duration = Duration::from_millis(100);
+/// The most times one slot is listed.
+const MAX_WEIGHT: u32 = 16;
+
+/// How many times a warm slot is listed among `listed` ready slots when `others` other entries
+/// (starting workers of the boot window, the fallback) share the list: at most
+/// [`MAX_WEIGHT`], at least 1.
+pub fn full_weight(listed: usize, others: usize) -> u32 {
+    let room = (MAX_SLOTS as usize).saturating_sub(others);
+    (room / listed.max(1)).clamp(1, MAX_WEIGHT as usize) as u32
+}
+
+/// The share of a warm worker's that a slot ready for `age` of a `window` gets.
+pub fn share(age: Duration, window: Duration) -> f64 {
+    if window.is_zero() || age >= window {
+        return 1.0;
+    }
+    FIRST_SHARE + (1.0 - FIRST_SHARE) * age.as_secs_f64() / window.as_secs_f64()
+}
+
+/// The weights of a published set.
+#[derive(Debug, Clone)]
+pub struct Weighted {
+    /// The set with each ready slot listed by its weight (the set as given when none ramps).
+    pub set: ActiveSet,
+    /// Each ready slot's weight, out of `full` (the times it is listed).
+    pub weights: Vec<(u32, u32)>,
+    /// A warm slot's weight.
+    pub full: u32,
+    /// Some slot still ramps: write the set again after [`STEP`].
+    pub ramping: bool,
+}
+
+/// `set` (as the lifecycle builds it: ready slots first) weighted for `--slow-start window`
+/// at `now`.
+pub fn weigh(set: &ActiveSet, lives: &Lives, now: Instant, window: Option<Duration>) -> Weighted {
+    let ready_len = set.ready_len as usize;
+    let ready: Vec<(u32, Option<Duration>)> = set.slots[..ready_len]
+        .iter()
+        .map(|slot| (*slot, age(lives, *slot, now)))
+        .collect();
+    let full = full_weight(ready_len, set.live_len as usize - ready_len);
+    // Each ready slot listed once: the set as the lifecycle built it, every weight 1.
+    let unweighted = |ramping| Weighted {
+        set: *set,
+        weights: ready.iter().map(|(slot, _)| (*slot, 1)).collect(),
+        full: 1,
+        ramping,
+    };
+    // Starting workers listed while the fleet boots: nothing is warm yet.
+    let booting = ready.iter().any(|(_, age)| age.is_none());
+    let Some(window) = window.filter(|w| !w.is_zero() && !booting) else {
+        return unweighted(false);
+    };
+    let warm = ready
+        .iter()
+        .any(|(_, age)| age.is_some_and(|a| a >= window));
+    let ramping = ready.iter().any(|(_, age)| age.is_some_and(|a| a < window));
+    if !warm || !ramping {
+        return unweighted(false);
+    }
+    let weights: Vec<(u32, u32)> = ready
+        .iter()
+        .map(|(slot, age)| {
+            let share = share(age.unwrap_or(window), window);
+            (
+                *slot,
+                ((f64::from(full) * share).ceil() as u32).clamp(1, full),
+            )
+        })
+        .collect();
+    Weighted {
+        set: expand(set, &weights, full),
+        weights,
+        full,
+        ramping: true,
+    }
+}
+
+/// How long the slot has been ready (None: not a ready worker, e.g. a starting one listed
+/// while the fleet boots).
+fn age(lives: &Lives, slot: u32, now: Instant) -> Option<Duration> {
+    let life = lives.get(&slot)?;
+    match life.state {
+        State::Ready(run) => Some(now.saturating_duration_since(run.ready_at?)),
+        _ => None,
+    }
+}
+
+/// `set` with its ready list rewritten: round `r` (from 0 to `full`) lists every slot whose
+/// weight is above `r`, so each round-robin pass over the list visits the slots interleaved.
+fn expand(set: &ActiveSet, weights: &[(u32, u32)], full: u32) -> ActiveSet {
+    let ready_len = set.ready_len as usize;
+    let rest = &set.slots[ready_len..set.live_len as usize];
+    let mut listed = Vec::with_capacity(set.slots.len());
+    for round in 0..full {
+        listed.extend(weights.iter().filter(|(_, w)| *w > round).map(|(s, _)| *s));
+    }
+    let mut out = ActiveSet::EMPTY;
+    let ready = listed.len().min(out.slots.len() - rest.len());
+    out.slots[..ready].copy_from_slice(&listed[..ready]);
+    out.slots[ready..ready + rest.len()].copy_from_slice(rest);
+    out.ready_len = ready as u32;
+    out.live_len = (ready + rest.len()) as u32;
+    out
+}

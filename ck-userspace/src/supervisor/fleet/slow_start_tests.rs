@@ -1,0 +1,124 @@
+//! Slow start's weights on literal fleets: a worker joining a warm fleet is listed fewer times
+//! than a warm one, its weight growing to full over the window; nothing is weighted without a
+//! warm worker, without the option, or once the window is over; a roll waits for the ramp.
+use std::{
+    collections::VecDeque,
+    time::{Duration, Instant},
+};
+
+use ck_common::ActiveSet;
+
+use super::tests::{map, shape, standby, view};
+use super::*;
+use crate::supervisor::lifecycle::{Life, Run, State, active_set};
+
+const WINDOW: Duration = Duration::from_secs(10);
+
+/// A ready serving slot whose worker became ready at `at`.
+fn ready_at(id: u64, at: Instant) -> Life {
+    Life {
+        state: State::Ready(Run {
+            id,
+            started: at,
+            ready_at: Some(at),
+            adopted: true,
+        }),
+        socket_open: true,
+        ..Life::new(shape(1, 0).restart, false)
+    }
+}
+
+/// How many times each slot is listed in the ready part of `set`.
+fn listed(set: &ActiveSet, slot: u32) -> usize {
+    set.slots[..set.ready_len as usize]
+        .iter()
+        .filter(|s| **s == slot)
+        .count()
+}
+
+#[test]
+fn a_worker_joining_a_warm_fleet_ramps_from_a_tenth_to_its_full_share() {
+    let now = Instant::now();
+    let lives = map(&[
+        (0, ready_at(1, now - Duration::from_secs(60))),
+        (1, ready_at(2, now)),
+    ]);
+    let set = active_set(lives.iter().map(|(i, l)| (*i, l)), false, false);
+    let w = slow_start::weigh(&set, &view(&lives), now, Some(WINDOW));
+    assert!(w.ramping);
+    assert_eq!(w.full, 16);
+    assert_eq!((listed(&w.set, 0), listed(&w.set, 1)), (16, 2));
+    assert_eq!(w.weights, vec![(0, 16), (1, 2)]);
+    // Half-way: 10 % + 90 % x 0.5 = 55 % of 16, rounded up.
+    let half = slow_start::weigh(&set, &view(&lives), now + WINDOW / 2, Some(WINDOW));
+    assert_eq!(listed(&half.set, 1), 9);
+    // Over: each listed once, as without the option.
+    let over = slow_start::weigh(&set, &view(&lives), now + WINDOW, Some(WINDOW));
+    assert!(!over.ramping);
+    assert_eq!((over.set.ready_len, over.full), (2, 1));
+    // Round-robin over the list visits the slots interleaved: the cold one early in it.
+    assert_eq!(&w.set.slots[..4], &[0, 1, 0, 1]);
+}
+
+#[test]
+fn nothing_ramps_without_a_warm_worker_or_without_the_option() {
+    let now = Instant::now();
+    let fresh = map(&[(0, ready_at(1, now)), (1, ready_at(2, now))]);
+    let set = active_set(fresh.iter().map(|(i, l)| (*i, l)), false, false);
+    let w = slow_start::weigh(&set, &view(&fresh), now, Some(WINDOW));
+    assert!(!w.ramping, "a fleet of new workers has nothing to lean on");
+    assert_eq!(w.set.ready_len, 2);
+    let mixed = map(&[
+        (0, ready_at(1, now - Duration::from_secs(60))),
+        (1, ready_at(2, now)),
+    ]);
+    let set = active_set(mixed.iter().map(|(i, l)| (*i, l)), false, false);
+    let off = slow_start::weigh(&set, &view(&mixed), now, None);
+    assert!(!off.ramping);
+    assert_eq!(off.weights, vec![(0, 1), (1, 1)]);
+}
+
+#[test]
+fn the_fallback_keeps_its_place_after_a_weighted_ready_list() {
+    let now = Instant::now();
+    let mut unhealthy = ready_at(3, now - Duration::from_secs(60));
+    unhealthy.state = State::Unhealthy(unhealthy.state.run().expect("run"));
+    let lives = map(&[
+        (0, ready_at(1, now - Duration::from_secs(60))),
+        (1, ready_at(2, now)),
+        (2, unhealthy),
+    ]);
+    let set = active_set(lives.iter().map(|(i, l)| (*i, l)), false, false);
+    let w = slow_start::weigh(&set, &view(&lives), now, Some(WINDOW));
+    let ready = w.set.ready_len as usize;
+    assert_eq!(w.set.live_len as usize, ready + 1);
+    assert_eq!(w.set.slots[ready], 2);
+    assert!(ready < ck_common::MAX_SLOTS as usize);
+}
+
+#[test]
+fn a_roll_with_slow_start_waits_for_the_last_batchs_ramp() {
+    let now = Instant::now();
+    let mut s = shape(1, 0);
+    s.slow_start = Some(WINDOW);
+    let lives = map(&[
+        (0, ready_at(1, now - Duration::from_secs(60))),
+        (2, ready_at(3, now - Duration::from_secs(2))),
+        (1, standby(State::Idle)),
+    ]);
+    let mut r = roll::Roll {
+        pending: VecDeque::from([0]),
+        flipped: vec![2],
+        ..roll::begin(VecDeque::new(), true)
+    };
+    match roll::next(&mut r, &view(&lives), &s, now) {
+        roll::Next::Ramp(left) => assert_eq!(left, Duration::from_secs(8)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.pending, VecDeque::from([0]), "nothing taken meanwhile");
+    // Once the ramp is over the next old slot gets its replacement.
+    assert!(matches!(
+        roll::next(&mut r, &view(&lives), &s, now + Duration::from_secs(8)),
+        roll::Next::Start { old: 0, .. }
+    ));
+}
