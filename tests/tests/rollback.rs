@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ck_tests::churn::{Background, SETTLE, answers_from_after, assert_no_failures};
+use ck_tests::http::metrics_text;
 use ck_tests::load::Mode;
 use ck_tests::sys::poll_until;
 use ck_tests::{Ck, READY_TIMEOUT, Status, burst, local, start};
@@ -23,7 +24,15 @@ fn pids_in(s: &Status, state: &str) -> BTreeSet<u32> {
 
 /// Starts `-w 2` with `--keep-previous window` and waits for both workers; their pids.
 fn fleet(what: &str, window: &str) -> (Ck, u16, BTreeSet<u32>) {
-    let (mut ck, port) = start(what, &["-w", "2", "--keep-previous", window]).expect("start ck");
+    let args = [
+        "-w",
+        "2",
+        "--keep-previous",
+        window,
+        "--metrics",
+        "127.0.0.1:0",
+    ];
+    let (mut ck, port) = start(what, &args).expect("start ck");
     let ready = ck.wait_ready(2, READY_TIMEOUT).expect("2 ready workers");
     (ck, port, ready.worker_pids())
 }
@@ -64,6 +73,11 @@ fn a_rollback_puts_the_kept_release_back_in_one_flip_with_no_failed_request() {
         text.contains("previous release: 2 worker(s) kept") && text.contains("ck rollback"),
         "{text}"
     );
+    let metrics = metrics_text(kept.metrics.as_deref().expect("--metrics"));
+    let kept_lines = metrics
+        .lines()
+        .filter(|l| l.starts_with("ck_worker_state{") && l.contains("state=\"kept\"} 1"));
+    assert_eq!(kept_lines.count(), 2, "{metrics}");
 
     let asked = load.now();
     let answer = ck.ctl_ok(&["rollback"]).expect("ck rollback");

@@ -2,7 +2,8 @@
 //! killed with SIGKILL) is listed in the program's ready list fewer times than a warm one (its
 //! `weight` in `ck maps`), so it gets a small share of new connections, counted by the
 //! program, while it ramps; `ck status` lists each slot once; a fleet that boots has nothing
-//! warm and weighs nothing; a roll waits for each batch's ramp before the next.
+//! warm and weighs nothing; a roll's old worker serves beside its replacement through the
+//! ramp, and the roll waits for it before the next batch.
 
 use std::time::Duration;
 
@@ -105,4 +106,7 @@ fn a_roll_with_slow_start_waits_for_each_batchs_ramp() {
     let second = at("starting replacement", waits)
         .unwrap_or_else(|| panic!("no second replacement after the wait:\n{log}"));
     assert!(second > waits, "{log}");
+    // The old worker served beside its replacement through the ramp: it left after it.
+    let left = at("worker leaving", first_flip).expect("an old worker leaves");
+    assert!(left > waits, "an old worker left before the ramp was over:\n{log}");
 }

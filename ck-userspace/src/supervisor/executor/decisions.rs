@@ -233,6 +233,16 @@ fn next_batch<W: World>(world: &mut W) {
     loop {
         let shape = world.shape();
         let now = world.now();
+        // `--slow-start`: the last batch's old workers leave once its replacements are warm.
+        let faded = {
+            let (core, lives) = world.fleet();
+            core.roll
+                .as_mut()
+                .and_then(|roll| roll::faded(roll, &lives, &shape, now))
+        };
+        if let Some(inputs) = faded {
+            run(world, inputs);
+        }
         let next = {
             let (core, lives) = world.fleet();
             let Some(roll) = core.roll.as_mut() else {
@@ -285,12 +295,12 @@ pub fn on_ready<W: World>(world: &mut W, index: u32) {
         .roll
         .as_mut()
         .is_some_and(|r| roll::revived_ready(r, index));
-    let keep = world.shape().keep_previous;
+    let shape = world.shape();
     let (core, lives) = world.fleet();
     let Some(flip) = core
         .roll
         .as_mut()
-        .and_then(|r| roll::flip(r, &lives, index, keep))
+        .and_then(|r| roll::flip(r, &lives, index, &shape))
     else {
         if revived {
             finish_when_left(world);

@@ -29,6 +29,10 @@ pub struct Roll {
     pub leaving: Vec<u32>,
     /// Replacements flipped in: with `--slow-start` the next batch waits for their ramp.
     pub flipped: Vec<u32>,
+    /// `--slow-start`: the old slots of the batch flipped in last, still serving beside their
+    /// replacements while those ramp up; they leave (or are kept) once the ramp is over
+    /// ([`faded`]), so the fleet never serves with less than its capacity.
+    pub fading: Vec<u32>,
     /// A reload of the fleet (`ck reload`, SIGHUP), counted in `ck_reloads_total`; not the
     /// replacement of one worker (health, recycling).
     pub reload: bool,
@@ -88,6 +92,7 @@ pub fn begin(pending: VecDeque<u32>, reload: bool) -> Roll {
         replaced: 0,
         leaving: Vec::new(),
         flipped: Vec::new(),
+        fading: Vec::new(),
         reload,
         revived: BTreeMap::new(),
     }
@@ -150,7 +155,8 @@ pub fn next(roll: &mut Roll, lives: &Lives, shape: &Shape, now: Instant) -> Next
     if roll.batch.len() >= shape.reload_batch as usize {
         return Next::Wait;
     }
-    if let Some(left) = ramp_left(roll, lives, shape, now).filter(|_| !roll.pending.is_empty()) {
+    let waits = !roll.pending.is_empty() || !roll.fading.is_empty();
+    if let Some(left) = ramp_left(roll, lives, shape, now).filter(|_| waits) {
         return Next::Ramp(left);
     }
     while let Some(old) = roll.pending.pop_front() {
@@ -166,6 +172,35 @@ pub fn next(roll: &mut Roll, lives: &Lives, shape: &Shape, now: Instant) -> Next
         };
     }
     Next::Empty
+}
+
+/// `--slow-start`: once the replacements flipped in last are done ramping up at `now`, the old
+/// slots that served beside them leave (or, for a reload with `keep`, are kept): their inputs.
+/// None while they ramp or when nothing fades.
+pub fn faded(
+    roll: &mut Roll,
+    lives: &Lives,
+    shape: &Shape,
+    now: Instant,
+) -> Option<Vec<(u32, Input)>> {
+    if roll.fading.is_empty() || ramp_left(roll, lives, shape, now).is_some() {
+        return None;
+    }
+    let old = std::mem::take(&mut roll.fading);
+    Some(out_inputs(roll, old, shape.keep_previous))
+}
+
+/// The inputs that take `old` slots out of the fleet: kept for `keep` after a reload
+/// (`--keep-previous`), else retired, which the roll then waits for.
+fn out_inputs(roll: &mut Roll, old: Vec<u32>, keep: Option<Duration>) -> Vec<(u32, Input)> {
+    match keep.filter(|_| roll.reload) {
+        Some(window) => old.into_iter().map(|i| (i, Input::Keep(window))).collect(),
+        None => {
+            roll.leaving.extend(&old);
+            let why = || Input::Retire("replaced by a rolling restart".into());
+            old.into_iter().map(|i| (i, why())).collect()
+        }
+    }
 }
 
 /// How long the replacements flipped in still ramp up (`--slow-start`), if one does.
@@ -188,13 +223,14 @@ pub fn replaces(roll: &Roll, index: u32) -> bool {
 
 /// Slot `index` became ready: once every replacement of the batch is, the batch flips (the
 /// replacements in, the old slots out, in one batch of inputs). The old slots of a reload
-/// are kept for `keep` (`--keep-previous`, see [`super::rollback`]), else they retire. None
-/// while it waits.
+/// are kept for `--keep-previous` (see [`super::rollback`]), else they retire; with
+/// `--slow-start` they serve on beside their replacements until those are done ramping up
+/// ([`faded`]). None while it waits.
 pub fn flip(
     roll: &mut Roll,
     lives: &Lives,
     index: u32,
-    keep: Option<Duration>,
+    shape: &Shape,
 ) -> Option<Vec<(u32, Input)>> {
     if !replaces(roll, index) {
         return None;
@@ -209,18 +245,14 @@ pub fn flip(
     }
     let batch = std::mem::take(&mut roll.batch);
     roll.replaced += batch.len() as u32;
-    let keep = keep.filter(|_| roll.reload);
-    if keep.is_none() {
-        roll.leaving.extend(batch.iter().map(|(old, _)| *old));
-    }
-    let mut inputs = Vec::new();
     roll.flipped = batch.iter().map(|(_, new)| *new).collect();
-    for (old, new) in batch {
-        inputs.push((new, Input::FlipIn));
-        inputs.push(match keep {
-            Some(window) => (old, Input::Keep(window)),
-            None => (old, Input::Retire("replaced by a rolling restart".into())),
-        });
+    let old: Vec<u32> = batch.iter().map(|(old, _)| *old).collect();
+    let mut inputs: Vec<(u32, Input)> =
+        batch.iter().map(|(_, new)| (*new, Input::FlipIn)).collect();
+    if shape.slow_start.is_some() {
+        roll.fading = old;
+    } else {
+        inputs.extend(out_inputs(roll, old, shape.keep_previous));
     }
     Some(inputs)
 }
@@ -250,7 +282,11 @@ pub fn done(roll: &Roll, lives: &Lives) -> bool {
             .is_some_and(|l| matches!(l.state, State::Leaving(_)))
     });
     let reviving = roll.revived.values().any(|r| *r == Revival::Starting);
-    roll.batch.is_empty() && roll.pending.is_empty() && !leaving && !reviving
+    roll.batch.is_empty()
+        && roll.pending.is_empty()
+        && roll.fading.is_empty()
+        && !leaving
+        && !reviving
 }
 
 /// What a roll that is [`done`] answers: the workers it replaced and, after a reload that

@@ -24,7 +24,9 @@ fn a_reloads_flip_keeps_the_old_workers_and_does_not_wait_for_them() {
         batch: vec![(0, 1)],
         ..roll::begin(VecDeque::new(), true)
     };
-    let flip = roll::flip(&mut r, &view(&lives), 1, Some(WINDOW)).expect("ready");
+    let mut keep = shape(1, 0);
+    keep.keep_previous = Some(WINDOW);
+    let flip = roll::flip(&mut r, &view(&lives), 1, &keep).expect("ready");
     assert_eq!(flip, vec![(1, Input::FlipIn), (0, Input::Keep(WINDOW))]);
     assert!(r.leaving.is_empty(), "a kept worker is not waited for");
     // A recycle (not a reload) retires its old worker even with --keep-previous.
@@ -32,7 +34,7 @@ fn a_reloads_flip_keeps_the_old_workers_and_does_not_wait_for_them() {
         batch: vec![(0, 1)],
         ..roll::begin(VecDeque::new(), false)
     };
-    let flip = roll::flip(&mut r, &view(&lives), 1, Some(WINDOW)).expect("ready");
+    let flip = roll::flip(&mut r, &view(&lives), 1, &keep).expect("ready");
     assert_eq!(
         flip[1],
         (0, Input::Retire("replaced by a rolling restart".into()))

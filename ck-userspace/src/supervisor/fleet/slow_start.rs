@@ -12,6 +12,10 @@
 //! listed once, as without `--slow-start`. The `sticky` policy and UDP groups choose from
 //! their Maglev table, built from the plain set: slow start does not apply to them.
 //!
+//! In a roll the old slots serve on beside their replacements until the ramp is over, then
+//! leave, and the next batch starts (`roll::faded`): the fleet never serves with less than its
+//! capacity.
+//!
 //! A slot ramps only while another ready slot is warm (ready for the whole window): when every
 //! ready worker is new (a fleet's first boot, a roll of the whole fleet in one batch) there is
 //! no warm capacity to lean on, and each gets its full share.
@@ -92,7 +96,8 @@ pub fn weigh(set: &ActiveSet, lives: &Lives, now: Instant, window: Option<Durati
             let share = share(age.unwrap_or(window), window);
             (
                 *slot,
-                ((f64::from(full) * share).ceil() as u32).clamp(1, full),
+                // Rounded down: a cold worker is given no more than its share.
+                ((f64::from(full) * share).floor() as u32).clamp(1, full),
             )
         })
         .collect();

@@ -10,7 +10,7 @@ use ck_common::ActiveSet;
 
 use super::tests::{map, shape, standby, view};
 use super::*;
-use crate::supervisor::lifecycle::{Life, Run, State, active_set};
+use crate::supervisor::lifecycle::{Input, Life, Run, State, active_set};
 
 const WINDOW: Duration = Duration::from_secs(10);
 
@@ -47,17 +47,17 @@ fn a_worker_joining_a_warm_fleet_ramps_from_a_tenth_to_its_full_share() {
     let w = slow_start::weigh(&set, &view(&lives), now, Some(WINDOW));
     assert!(w.ramping);
     assert_eq!(w.full, 16);
-    assert_eq!((listed(&w.set, 0), listed(&w.set, 1)), (16, 2));
-    assert_eq!(w.weights, vec![(0, 16), (1, 2)]);
-    // Half-way: 10 % + 90 % x 0.5 = 55 % of 16, rounded up.
+    assert_eq!((listed(&w.set, 0), listed(&w.set, 1)), (16, 1));
+    assert_eq!(w.weights, vec![(0, 16), (1, 1)]);
+    // Half-way: 10 % + 90 % x 0.5 = 55 % of 16, rounded down.
     let half = slow_start::weigh(&set, &view(&lives), now + WINDOW / 2, Some(WINDOW));
-    assert_eq!(listed(&half.set, 1), 9);
+    assert_eq!(listed(&half.set, 1), 8);
     // Over: each listed once, as without the option.
     let over = slow_start::weigh(&set, &view(&lives), now + WINDOW, Some(WINDOW));
     assert!(!over.ramping);
     assert_eq!((over.set.ready_len, over.full), (2, 1));
     // Round-robin over the list visits the slots interleaved: the cold one early in it.
-    assert_eq!(&w.set.slots[..4], &[0, 1, 0, 1]);
+    assert_eq!(&half.set.slots[..4], &[0, 1, 0, 1]);
 }
 
 #[test]
@@ -121,4 +121,44 @@ fn a_roll_with_slow_start_waits_for_the_last_batchs_ramp() {
         roll::next(&mut r, &view(&lives), &s, now + Duration::from_secs(8)),
         roll::Next::Start { old: 0, .. }
     ));
+}
+
+#[test]
+fn with_slow_start_the_old_worker_serves_beside_its_replacement_until_the_ramp_is_over() {
+    let now = Instant::now();
+    let mut s = shape(1, 0);
+    s.slow_start = Some(WINDOW);
+    let fresh = Run {
+        id: 2,
+        started: now,
+        ready_at: Some(now),
+        adopted: true,
+    };
+    let lives = map(&[
+        (0, ready_at(1, now - Duration::from_secs(60))),
+        (1, standby(State::Ready(fresh))),
+    ]);
+    let mut r = roll::Roll {
+        batch: vec![(0, 1)],
+        ..roll::begin(VecDeque::new(), true)
+    };
+    let flip = roll::flip(&mut r, &view(&lives), 1, &s).expect("the batch is ready");
+    assert_eq!(flip, vec![(1, Input::FlipIn)]);
+    assert_eq!(r.fading, vec![0]);
+    assert!(
+        !roll::done(&r, &view(&lives)),
+        "the roll waits for the fade"
+    );
+    let flipped = map(&[
+        (0, ready_at(1, now - Duration::from_secs(60))),
+        (1, ready_at(2, now)),
+    ]);
+    assert_eq!(
+        roll::faded(&mut r, &view(&flipped), &s, now + WINDOW / 2),
+        None
+    );
+    let out = roll::faded(&mut r, &view(&flipped), &s, now + WINDOW).expect("faded");
+    let why = Input::Retire("replaced by a rolling restart".into());
+    assert_eq!(out, vec![(0, why)]);
+    assert!(r.fading.is_empty() && r.leaving == vec![0]);
 }

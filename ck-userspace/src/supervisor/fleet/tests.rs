@@ -192,17 +192,17 @@ fn a_roll_flips_only_once_its_whole_batch_is_ready() {
         batch: vec![(0, 2), (1, 3)],
         ..roll::begin(VecDeque::new(), true)
     };
-    assert_eq!(roll::flip(&mut r, &view(&lives), 2, None), None);
+    assert_eq!(roll::flip(&mut r, &view(&lives), 2, &shape(1, 0)), None);
     // A slot that is not a replacement of the batch flips nothing.
-    assert_eq!(roll::flip(&mut r, &view(&lives), 0, None), None);
+    assert_eq!(roll::flip(&mut r, &view(&lives), 0, &shape(1, 0)), None);
     lives.insert(3, standby(State::Ready(run(4))));
-    let flip = roll::flip(&mut r, &view(&lives), 3, None).expect("the batch is ready");
+    let flip = roll::flip(&mut r, &view(&lives), 3, &shape(1, 0)).expect("the batch is ready");
     assert_eq!(
         flip,
         vec![
             (2, Input::FlipIn),
-            (0, Input::Retire("replaced by a rolling restart".into())),
             (3, Input::FlipIn),
+            (0, Input::Retire("replaced by a rolling restart".into())),
             (1, Input::Retire("replaced by a rolling restart".into())),
         ]
     );
