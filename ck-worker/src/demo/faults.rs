@@ -118,14 +118,15 @@ impl Faults {
     }
 }
 
-/// `--capacity N --warm-up DUR`: requests to `/` served one after another, each taking a
-/// second over the capacity of the moment it starts: a tenth of N at the start, rising
-/// linearly to N over the warm-up. Past the capacity, requests queue (their answers wait).
+/// `--capacity N --warm-up DUR`: at most N answers to `/` a second (a tenth of N at the start,
+/// rising linearly to N over the warm-up), one after another: each answer takes the next free
+/// turn, a second over the capacity after the one before. A request that finds a turn free is
+/// answered at once; past the capacity, requests queue (their answers wait).
 #[derive(Debug)]
 pub struct Pacer {
     faults: Faults,
-    /// When the request in service is done.
-    busy_until: std::sync::Mutex<Instant>,
+    /// The next free turn.
+    next_turn: std::sync::Mutex<Instant>,
 }
 
 impl Pacer {
@@ -133,7 +134,7 @@ impl Pacer {
     pub fn new(faults: &Faults) -> Option<Pacer> {
         faults.capacity.map(|_| Pacer {
             faults: *faults,
-            busy_until: std::sync::Mutex::new(faults.started),
+            next_turn: std::sync::Mutex::new(faults.started),
         })
     }
 
@@ -148,14 +149,13 @@ impl Pacer {
         full * (0.1 + 0.9 * age.as_secs_f64() / warm.as_secs_f64())
     }
 
-    /// When a request to `/` that arrives now is done: after the ones before it, its own
-    /// service time later.
+    /// When a request to `/` that arrives now is answered: at its turn, now if one is free.
     pub fn done_at(&self) -> Instant {
         let now = Instant::now();
-        let mut busy = self.busy_until.lock().unwrap_or_else(|e| e.into_inner());
-        let start = (*busy).max(now);
-        *busy = start + Duration::from_secs_f64(1.0 / self.rate(start));
-        *busy
+        let mut next = self.next_turn.lock().unwrap_or_else(|e| e.into_inner());
+        let turn = (*next).max(now);
+        *next = turn + Duration::from_secs_f64(1.0 / self.rate(turn));
+        turn
     }
 }
 

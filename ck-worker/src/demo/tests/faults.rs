@@ -240,9 +240,9 @@ async fn slow_delays_root_without_blocking_others() {
     server.finished().await;
 }
 
-/// `--capacity 100 --warm-up 10s`: at the start a request takes ten times a warm one's time
-/// (about 100 ms, a little less for the second, which starts 100 ms into the warm-up), once
-/// warm 10 ms; requests that arrive together queue one after another.
+/// `--capacity 100 --warm-up 10s`: the first request is answered at once; one arriving with
+/// it waits its turn, 100 ms later at the start (a little less: the turn falls 100 ms into
+/// the warm-up), 10 ms once warm.
 #[test]
 fn a_warming_capacity_serves_a_tenth_at_first_and_queues_the_rest() {
     let now = tokio::time::Instant::now();
@@ -254,6 +254,7 @@ fn a_warming_capacity_serves_a_tenth_at_first_and_queues_the_rest() {
     };
     let pacer = super::super::faults::Pacer::new(&cold).expect("a pacer");
     let (a, b) = (pacer.done_at(), pacer.done_at());
+    assert!(a <= tokio::time::Instant::now(), "the first is answered at once");
     let gap = b - a;
     assert!(
         gap >= Duration::from_millis(85) && gap <= Duration::from_millis(101),

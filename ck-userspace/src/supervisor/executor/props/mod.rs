@@ -19,10 +19,11 @@ use crate::settings::restart_policy::RestartPolicy;
 use crate::supervisor::lifecycle::*;
 use crate::supervisor::{
     executor::{self, Outcome, decisions},
-    fleet::{Core, Shape, death::Death, roll::Revival},
+    fleet::{Core, Shape, death::Death},
 };
 
 mod invariants;
+mod operator;
 mod ops;
 mod os;
 mod udp;
@@ -74,6 +75,8 @@ struct Model {
     maps_pending: bool,
     /// The slots' UDP sockets.
     udp: udp::Udp,
+    /// `--slow-start`: when the roll goes on after waiting for a ramp (`Event::RollNext`).
+    roll_next_at: Option<Instant>,
 }
 
 impl Model {
@@ -126,6 +129,7 @@ impl Model {
             dead: BTreeSet::new(),
             maps_pending: resumed,
             udp: udp::Udp::default(),
+            roll_next_at: None,
         };
         for _ in 0..workers {
             let _ = decisions::open_slot(&mut m);
@@ -273,62 +277,7 @@ impl Model {
                 self.apply(vec![(index, Input::Timer(timer, epoch))]);
             }
             Op::Fire(_) => {}
-            Op::Scale(target) => {
-                let refused = self.stopping || self.core.roll.is_some();
-                let result = decisions::scale_to(self, target);
-                assert!(
-                    !refused || matches!(result, Err(Ok(_))),
-                    "a scale was not refused while stopping or rolling"
-                );
-            }
-            Op::Roll(n) => {
-                let lives =
-                    crate::supervisor::fleet::lives(self.lives.iter().map(|(i, l)| (*i, l)));
-                let all = crate::supervisor::fleet::roll::reload_targets(&lives);
-                let pending = match n % 2 {
-                    0 => all,
-                    _ => all.get(n % all.len().max(1)).copied().into_iter().collect(),
-                };
-                let reload = n % 2 == 0;
-                let crashed = match reload {
-                    true => crate::supervisor::fleet::roll::revive_targets(&lives),
-                    false => Vec::new(),
-                };
-                let rolling = self.core.roll.is_some();
-                let started = decisions::begin_roll(self, pending, reload).is_ok();
-                assert!(
-                    started != (self.stopping || rolling),
-                    "a roll started while stopping or rolling, or was refused otherwise"
-                );
-                // A reload gives every slot without a worker a fresh one at once (or says it
-                // could not start).
-                for index in crashed.into_iter().filter(|_| started) {
-                    let revived = self.lives[&index].state.run().is_some();
-                    let failed =
-                        self.core.roll.as_ref().is_none_or(|r| {
-                            matches!(r.revived.get(&index), Some(Revival::Failed(_)))
-                        });
-                    assert!(
-                        revived || failed,
-                        "slot {index} not revived: {:#?}",
-                        self.lives
-                    );
-                }
-            }
-            Op::Rollback => {
-                let refused = self.stopping || self.core.roll.is_some();
-                if let Ok(plan) = decisions::rollback(self) {
-                    assert!(!refused, "a rollback while stopping or rolling");
-                    let gone_or =
-                        |i: &u32, f: &dyn Fn(&Life) -> bool| self.lives.get(i).is_none_or(f);
-                    assert!(
-                        plan.back
-                            .iter()
-                            .all(|i| gone_or(i, &|l| !l.standby && l.kept.is_none()))
-                    );
-                    assert!(plan.leaving.iter().all(|i| gone_or(i, &|l| !l.serving())));
-                }
-            }
+            op @ (Op::Scale(_) | Op::Roll(_) | Op::Rollback) => self.operator(op),
             Op::FailSpawn(at_open) => self.fail_next_spawn = Some(at_open),
             Op::Listen(n) if self.settings.adopt => {
                 let roots: Vec<u32> = self
@@ -395,7 +344,13 @@ impl Model {
                 |s| matches!(s, State::Stopping(..)),
                 Input::Quiet("quiet".into()),
             ),
-            Op::Wait(ms) => self.now += Duration::from_millis(ms),
+            Op::Wait(ms) => {
+                self.now += Duration::from_millis(ms);
+                if self.roll_next_at.is_some_and(|at| at <= self.now) {
+                    self.roll_next_at = None;
+                    decisions::continue_roll(self);
+                }
+            }
             Op::Shutdown if !self.stopping => {
                 self.stopping = true;
                 decisions::shutdown(self, "test");
@@ -443,10 +398,12 @@ proptest! {
         batch in 1..3u32,
         resumed in any::<bool>(),
         keep in any::<bool>(),
+        slow in any::<bool>(),
         ops in prop::collection::vec(op(), 1..60),
     ) {
         let mut model = Model::new(workers, min_workers, adopt, spares, batch, resumed);
         model.shape.keep_previous = keep.then_some(Duration::from_secs(5));
+        model.shape.slow_start = slow.then_some(Duration::from_secs(2));
         model.check();
         for op in ops {
             model.run(op);

@@ -187,8 +187,10 @@ impl World for Model {
     /// The supervisor's `SpareDue` comes back through the event loop; a delayed one is the
     /// test's `Op::SpareDue` after `Op::Wait`.
     fn fleet_event(&mut self, event: FleetEvent) {
-        if let FleetEvent::SpareDue = event {
-            self.queue.push_back(Later::SpareDue);
+        match event {
+            FleetEvent::SpareDue => self.queue.push_back(Later::SpareDue),
+            FleetEvent::RollWaits(left) => self.roll_next_at = Some(self.now + left),
+            _ => {}
         }
     }
 
