@@ -6,8 +6,8 @@ use anyhow::{Result, bail};
 
 use crate::scenarios::{
     bpf_cost, chaos, conn_count, cork, dns, first_moment, footprint, latency, long_lived, overhead,
-    quic, ready_slow, recovery, reload, spread, stall, sticky, supervisor_cpu, udp_cost, udp_rate,
-    upgrade,
+    quic, ready_slow, recovery, reload, rollback, slow_start, spread, stall, sticky,
+    supervisor_cpu, udp_cost, udp_rate, upgrade,
 };
 use crate::{Bench, Outcome};
 
@@ -66,6 +66,14 @@ pub enum Scenario {
     /// round: p99 during the roll vs steady, failed requests, how each worker was taken as
     /// ready; ck and --no-bpf.
     ReadySlow,
+    /// A bad release taken back under new connections that never retry, once per round, 2
+    /// workers of a server that boots in 4 s: `ck rollback` (with --keep-previous) beside
+    /// `ck reload` of the old code: time to the bad release's last answer, failed requests.
+    Rollback,
+    /// A roll of 4 demo workers that start at a tenth of their capacity and warm up over 10 s,
+    /// under new connections at 60 % of the warm fleet's capacity, once per round: p99 during
+    /// the roll vs steady, failed requests; --slow-start 10s beside without.
+    SlowStart,
     /// HTTP/3 connections (quinn + h3) held open through 5 rolls and a scale up and down, with
     /// and without client migration, and a worker's kill -9: broken connections under
     /// --udp-mode quic, flow and plain SO_REUSEPORT; ngtcp2's client moving to a new port; an
@@ -87,7 +95,7 @@ pub enum Scenario {
 }
 
 /// The scenarios `all` runs, in order.
-pub const ALL: [Scenario; 21] = [
+pub const ALL: [Scenario; 23] = [
     Scenario::Recovery,
     Scenario::Reload,
     Scenario::Upgrade,
@@ -105,6 +113,8 @@ pub const ALL: [Scenario; 21] = [
     Scenario::Chaos,
     Scenario::Cork,
     Scenario::ReadySlow,
+    Scenario::Rollback,
+    Scenario::SlowStart,
     Scenario::Quic,
     Scenario::UdpRate,
     Scenario::UdpCost,
@@ -158,6 +168,8 @@ impl Scenario {
             Scenario::Chaos => files!("chaos.rs"),
             Scenario::Cork => files!("cork.rs"),
             Scenario::ReadySlow => files!("ready_slow.rs"),
+            Scenario::Rollback => files!("rollback.rs"),
+            Scenario::SlowStart => files!("slow_start.rs"),
             Scenario::Quic => files!("quic.rs", "quic_stacks.rs", "grid.rs"),
             Scenario::UdpRate => files!("udp_rate.rs"),
             Scenario::UdpCost => files!("udp_cost.rs", "minimal_program.rs", "grid.rs"),
@@ -186,6 +198,8 @@ impl Scenario {
             Scenario::Chaos => chaos::run(bench),
             Scenario::Cork => cork::run(bench),
             Scenario::ReadySlow => ready_slow::run(bench),
+            Scenario::Rollback => rollback::run(bench),
+            Scenario::SlowStart => slow_start::run(bench),
             Scenario::Quic => quic::run(bench),
             Scenario::UdpRate => udp_rate::run(bench),
             Scenario::UdpCost => udp_cost::run(bench),
@@ -203,7 +217,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 21);
+        assert_eq!(Scenario::All.expand().len(), 23);
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
         assert!(Scenario::Summary.expand().is_empty());
         assert_eq!(Scenario::SupervisorCpu.name(), "supervisor-cpu");

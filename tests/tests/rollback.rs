@@ -2,7 +2,8 @@
 //! active set (state `kept`, shown with their memory); `ck rollback` puts them back in one map
 //! write and retires the new ones, under a new-connection load that never retries, with no
 //! failed request; the window's end, a newer reload and `ck upgrade` each do what README says;
-//! without a kept release `ck rollback` refuses, naming what to run instead.
+//! a UDP group's flows stay on their workers through the reload and the rollback; without a
+//! kept release `ck rollback` refuses, naming what to run instead.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use ck_tests::churn::{Background, SETTLE, answers_from_after, assert_no_failures
 use ck_tests::http::metrics_text;
 use ck_tests::load::Mode;
 use ck_tests::sys::poll_until;
+use ck_tests::udp::{Flows, answered_by, reload_while_sending, udp_fleet};
 use ck_tests::{Ck, READY_TIMEOUT, Status, burst, local, start};
 
 /// The pids of the slots in `state`.
@@ -190,4 +192,39 @@ fn an_upgrade_carries_the_kept_release() {
     });
     assert_eq!(tally.failed(), 0, "{tally:?}");
     assert!(tally.only_from(&old), "{tally:?}");
+}
+
+#[test]
+fn a_rollback_of_a_udp_group_keeps_every_flow_on_its_worker() {
+    let (mut ck, addr) = udp_fleet("rollback-udp", 2, &["--keep-previous", "10m"]);
+    let old = ck.status().expect("status").worker_pids();
+    let held = Flows::open(addr, 16);
+    let first = held.round();
+    assert_eq!(answered_by(&first), old, "{first:?}");
+    // The old workers' flows stay on them through the roll, and while they are kept.
+    reload_while_sending(&ck, &held, &first);
+    ck.wait_status("the old release kept", READY_TIMEOUT, |s| {
+        pids_in(s, "kept") == old && pids_in(s, "ready").len() == 2
+    })
+    .expect("the kept release");
+    assert_eq!(held.round(), first, "a flow of the kept release moved");
+    let fresh = Flows::open(addr, 16);
+    let fresh_first = fresh.round();
+    let new = answered_by(&fresh_first);
+    assert!(
+        new.is_disjoint(&old),
+        "new flows reach the new release: {fresh_first:?}"
+    );
+
+    ck.ctl_ok(&["rollback"]).expect("ck rollback");
+    // The new release's flows stay on its workers while they send; the kept ones' too.
+    assert_eq!(
+        fresh.round(),
+        fresh_first,
+        "a flow of the leaving release moved"
+    );
+    assert_eq!(held.round(), first, "a flow of the kept release moved");
+    // New flows go to the release that serves again.
+    let later = Flows::open(addr, 16).round();
+    assert!(answered_by(&later).is_subset(&old), "{later:?}");
 }

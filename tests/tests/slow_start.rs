@@ -108,5 +108,8 @@ fn a_roll_with_slow_start_waits_for_each_batchs_ramp() {
     assert!(second > waits, "{log}");
     // The old worker served beside its replacement through the ramp: it left after it.
     let left = at("worker leaving", first_flip).expect("an old worker leaves");
-    assert!(left > waits, "an old worker left before the ramp was over:\n{log}");
+    assert!(
+        left > waits,
+        "an old worker left before the ramp was over:\n{log}"
+    );
 }

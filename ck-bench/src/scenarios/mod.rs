@@ -21,6 +21,8 @@ pub mod ready_slow;
 pub mod recovery;
 pub mod recovery_node;
 pub mod reload;
+pub mod rollback;
+pub mod slow_start;
 pub mod spread;
 pub mod stall;
 pub mod sticky;

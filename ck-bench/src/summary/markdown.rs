@@ -110,7 +110,7 @@ fn markdown(
             };
             let _ = writeln!(
                 out,
-                "- {}: {}; {}: **{this}**; {}",
+                "- {}: {}; {}: **{this}**{}",
                 row.metric,
                 judged(table, row, verdict),
                 verdict.goal_text(),

@@ -50,14 +50,18 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// `3/5 runs met` (`, 1 void` when some were): short, since every goal line of
-    /// BENCHMARKS.md carries one and the file has a word limit.
+    /// `; 3/5 runs met` (`, 1 void` when some were): short, since every goal line of
+    /// BENCHMARKS.md carries one and the file has a word limit. Nothing when no run of the
+    /// current code judged it (the block's header says **Earlier code** then).
     pub fn text(&self) -> String {
         let void = match self.void {
             0 => String::new(),
             n => format!(", {n} void"),
         };
-        format!("{}/{} runs met{void}", self.met, self.judged)
+        match self.judged + self.void {
+            0 => String::new(),
+            _ => format!("; {}/{} runs met{void}", self.met, self.judged),
+        }
     }
 }
 
@@ -140,13 +144,13 @@ mod tests {
                 void: 1
             }
         );
-        assert_eq!(t.text(), "1/3 runs met, 1 void");
+        assert_eq!(t.text(), "; 1/3 runs met, 1 void");
         // Another scenario's goal of the same name is another goal.
         let other = GoalKey {
             scenario: "stall".into(),
             ..key
         };
         assert_eq!(tally(&other, &records, &current), Tally::default());
-        assert_eq!(Tally::default().text(), "0/0 runs met");
+        assert_eq!(Tally::default().text(), "");
     }
 }

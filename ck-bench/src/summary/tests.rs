@@ -100,7 +100,7 @@ fn only_the_blocks_change_and_the_latest_record_is_shown_with_its_counts() {
     };
     let drawn = regenerate(text, &records, &changed).unwrap();
     assert!(
-        drawn.contains("0/0 runs met") && drawn.contains("Earlier code"),
+        !drawn.contains("runs met") && drawn.contains("Earlier code"),
         "{drawn}"
     );
 }

@@ -254,7 +254,10 @@ fn a_warming_capacity_serves_a_tenth_at_first_and_queues_the_rest() {
     };
     let pacer = super::super::faults::Pacer::new(&cold).expect("a pacer");
     let (a, b) = (pacer.done_at(), pacer.done_at());
-    assert!(a <= tokio::time::Instant::now(), "the first is answered at once");
+    assert!(
+        a <= tokio::time::Instant::now(),
+        "the first is answered at once"
+    );
     let gap = b - a;
     assert!(
         gap >= Duration::from_millis(85) && gap <= Duration::from_millis(101),
