@@ -145,9 +145,9 @@ enum Command {
     /// Put back the workers the last reload replaced (with `ck run --keep-previous`).
     ///
     /// The release kept by --keep-previous goes back into the active set in one map write, and
-    /// the workers serving now leave gracefully (their connections finish first). Exits
-    /// non-zero, saying why and what to run instead, when no release is kept or a roll is in
-    /// progress.
+    /// the workers serving now leave gracefully (their connections finish first). During a
+    /// reload it puts back what the roll took out so far and ends the roll. Exits non-zero,
+    /// saying why and what to run instead, when no release is kept.
     Rollback {
         #[command(flatten)]
         target: Target,

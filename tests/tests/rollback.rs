@@ -228,3 +228,38 @@ fn a_rollback_of_a_udp_group_keeps_every_flow_on_its_worker() {
     let later = Flows::open(addr, 16).round();
     assert!(answered_by(&later).is_subset(&old), "{later:?}");
 }
+
+#[test]
+fn a_rollback_mid_roll_puts_back_what_the_roll_took_out_and_ends_it() {
+    // --slow-start makes the roll wait for each replacement's ramp: time to catch it mid-way.
+    let args = ["-w", "2", "--keep-previous", "10m", "--slow-start", "2s"];
+    let (mut ck, port) = start("rollback-mid", &args).expect("start ck");
+    let old = ck
+        .wait_ready(2, READY_TIMEOUT)
+        .expect("2 ready workers")
+        .worker_pids();
+    std::thread::sleep(Duration::from_millis(2500));
+    let name = ck.name().to_string();
+    let reload = std::thread::spawn(move || ck_tests::ck::ck_output(&["reload", "--name", &name]));
+    ck.wait_status(
+        "one old worker kept, the roll going on",
+        READY_TIMEOUT,
+        |s| s.reloading && pids_in(s, "kept").len() == 1,
+    )
+    .expect("mid-roll");
+    let answer = ck.ctl_ok(&["rollback"]).expect("ck rollback mid-roll");
+    assert!(answer.contains("rolled back"), "{answer}");
+    let out = reload.join().expect("the reload thread");
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rolled back by `ck rollback`"), "{err}");
+    let back = ck.status().expect("status");
+    assert!(!back.reloading, "{back:#?}");
+    assert_eq!(pids_in(&back, "ready"), old, "{back:#?}");
+    let tally = burst(local(port), 40);
+    assert!(tally.only_from(&old), "{tally:?}");
+    ck.wait_status("only the old release left", READY_TIMEOUT, |s| {
+        s.worker_pids() == old
+    })
+    .expect("the new workers leave");
+}

@@ -314,17 +314,26 @@ pub fn on_ready<W: World>(world: &mut W, index: u32) {
 }
 
 /// `ck rollback`: the kept release flipped back in and the serving one retired, in one batch
-/// (see [`rollback::plan`]); why not, if refused.
+/// (see [`rollback::plan`]); mid-roll, what the roll brought in leaves and the roll ends, its
+/// `ck reload` answered that it was rolled back. Why not, if refused.
 pub fn rollback<W: World>(world: &mut W) -> Result<rollback::Plan, String> {
+    if world.stopping() {
+        return Err("ck is stopping".into());
+    }
+    let keep = world.shape().keep_previous.is_some();
     let plan = {
         let lives = fleet::lives(world.lives());
-        if world.stopping() {
-            return Err("ck is stopping".into());
-        }
-        let rolling = world.core().roll.is_some();
-        rollback::plan(&lives, rolling, world.shape().keep_previous.is_some())?
+        rollback::plan(&lives, world.core().roll.as_ref(), keep)?
     };
+    // Mid-roll: nothing more is replaced; the old workers it has not reached serve on.
+    if let Some(roll) = world.core_mut().roll.as_mut() {
+        roll.batch.clear();
+        roll.pending.clear();
+        roll.fading.clear();
+    }
     run(world, plan.inputs.clone());
+    let why = "rolling restart rolled back by `ck rollback`: the previous release serves again";
+    finish_roll(world, Err(why.into()));
     Ok(plan)
 }
 

@@ -29,6 +29,8 @@ pub struct Roll {
     pub leaving: Vec<u32>,
     /// Replacements flipped in: with `--slow-start` the next batch waits for their ramp.
     pub flipped: Vec<u32>,
+    /// Every replacement this roll flipped in: the release `ck rollback` takes out mid-roll.
+    pub replacements: Vec<u32>,
     /// `--slow-start`: the old slots of the batch flipped in last, still serving beside their
     /// replacements while those ramp up; they leave (or are kept) once the ramp is over
     /// ([`faded`]), so the fleet never serves with less than its capacity.
@@ -92,6 +94,7 @@ pub fn begin(pending: VecDeque<u32>, reload: bool) -> Roll {
         replaced: 0,
         leaving: Vec::new(),
         flipped: Vec::new(),
+        replacements: Vec::new(),
         fading: Vec::new(),
         reload,
         revived: BTreeMap::new(),
@@ -246,6 +249,7 @@ pub fn flip(
     let batch = std::mem::take(&mut roll.batch);
     roll.replaced += batch.len() as u32;
     roll.flipped = batch.iter().map(|(_, new)| *new).collect();
+    roll.replacements.extend(&roll.flipped);
     let old: Vec<u32> = batch.iter().map(|(old, _)| *old).collect();
     let mut inputs: Vec<(u32, Input)> =
         batch.iter().map(|(_, new)| (*new, Input::FlipIn)).collect();

@@ -3,8 +3,10 @@
 //! release now serving retired through the leaving path (its connections finish first), all in
 //! one batch of inputs, so in one publish: no moment in which neither release is selected. A
 //! new reload retires the kept release before it starts ([`retire_kept`]): only the release
-//! just before the current one is kept.
-use super::Lives;
+//! just before the current one is kept. Mid-roll, the release that leaves is what the roll
+//! brought in (its flipped replacements and the batch in flight); the old workers it has not
+//! reached yet serve on, and the roll ends.
+use super::{Lives, roll::Roll};
 use crate::supervisor::lifecycle::{Input, Life};
 
 /// What a rollback does.
@@ -26,22 +28,26 @@ fn kept(life: &Life) -> bool {
     life.kept.is_some() && life.state.run().is_some()
 }
 
-/// The rollback of the fleet `lives`, or why there is none: `rolling` (a roll in flight)
-/// refuses it, and so does a fleet without a kept release (`keep_previous`: whether ck runs
-/// with `--keep-previous`, for the message).
-pub fn plan(lives: &Lives, rolling: bool, keep_previous: bool) -> Result<Plan, String> {
-    if rolling {
-        return Err(
-            "a rolling restart is in progress: wait for it to end (`ck reload` \
-                    answers then), then run `ck rollback`"
-                .into(),
-        );
-    }
+/// The rollback of the fleet `lives` (during `roll`, of what it brought in so far), or why
+/// there is none: a fleet without a kept release refuses it (`keep_previous`: whether ck runs
+/// with `--keep-previous`, for the message), and so does a roll that has kept nothing yet.
+pub fn plan(lives: &Lives, roll: Option<&Roll>, keep_previous: bool) -> Result<Plan, String> {
     let back: Vec<u32> = lives
         .iter()
         .filter(|(_, l)| kept(l))
         .map(|(i, _)| *i)
         .collect();
+    if back.is_empty() && roll.is_some() {
+        return Err(if keep_previous {
+            "the rolling restart in progress has not flipped a batch in yet: nothing of the \
+             previous release is out to put back; wait for its first batch, or for `ck reload` \
+             to answer"
+        } else {
+            "a rolling restart is in progress and no previous release is kept (ck keeps one \
+             only with --keep-previous DURATION): wait for it to end (`ck reload` answers then)"
+        }
+        .into());
+    }
     if back.is_empty() {
         return Err(if keep_previous {
             "no previous release is kept: none was replaced by a reload yet, its \
@@ -54,10 +60,23 @@ pub fn plan(lives: &Lives, rolling: bool, keep_previous: bool) -> Result<Plan, S
                 .into()
         });
     }
-    let leaving: Vec<u32> = lives
-        .iter()
-        .filter(|(_, l)| l.serving())
-        .map(|(i, _)| *i)
+    let in_flight = roll
+        .into_iter()
+        .flat_map(|r| r.batch.iter().map(|(_, new)| *new));
+    let leaving: Vec<u32> = match roll {
+        // A reload's: what it brought in, its replacements flipped in so far.
+        Some(r) if r.reload => r.replacements.clone(),
+        // Else every serving slot (a recycle's replacement among them).
+        _ => lives
+            .iter()
+            .filter(|(_, l)| l.serving())
+            .map(|(i, _)| *i)
+            .collect(),
+    };
+    let leaving: Vec<u32> = leaving
+        .into_iter()
+        .chain(in_flight)
+        .filter(|i| lives.contains_key(i))
         .collect();
     let inputs = back
         .iter()

@@ -50,7 +50,7 @@ fn a_rollback_flips_the_kept_release_in_and_retires_the_serving_one_in_one_batch
         (3, ready(4)),
         (4, Life::spare(shape(1, 1).restart)),
     ]);
-    let plan = rollback::plan(&view(&lives), false, true).expect("a release is kept");
+    let plan = rollback::plan(&view(&lives), None, true).expect("a release is kept");
     assert_eq!((plan.back, plan.leaving.clone()), (vec![0, 1], vec![2, 3]));
     let why = || Input::Retire(rollback::WHY.into());
     assert_eq!(
@@ -67,19 +67,22 @@ fn a_rollback_flips_the_kept_release_in_and_retires_the_serving_one_in_one_batch
 #[test]
 fn a_rollback_is_refused_with_what_to_run_instead() {
     let lives = map(&[(0, ready(1)), (1, ready(2))]);
-    let off = rollback::plan(&view(&lives), false, false).expect_err("nothing kept");
+    let off = rollback::plan(&view(&lives), None, false).expect_err("nothing kept");
     assert!(
         off.contains("--keep-previous DURATION") && off.contains("ck reload"),
         "{off}"
     );
-    let on = rollback::plan(&view(&lives), false, true).expect_err("nothing kept");
+    let on = rollback::plan(&view(&lives), None, true).expect_err("nothing kept");
     assert!(
         on.contains("window ended") && on.contains("ck reload"),
         "{on}"
     );
-    let with_kept = map(&[(0, kept(1)), (1, ready(2))]);
-    let rolling = rollback::plan(&view(&with_kept), true, true).expect_err("rolling");
-    assert!(rolling.contains("wait for it to end"), "{rolling}");
+    // A roll that has flipped nothing yet has nothing out to put back.
+    let r = roll::begin(VecDeque::from([0, 1]), true);
+    let early = rollback::plan(&view(&lives), Some(&r), true).expect_err("nothing kept yet");
+    assert!(early.contains("has not flipped a batch in yet"), "{early}");
+    let off = rollback::plan(&view(&lives), Some(&r), false).expect_err("nothing kept");
+    assert!(off.contains("wait for it to end"), "{off}");
 }
 
 #[test]
@@ -98,4 +101,24 @@ fn with_keep_previous_a_scale_needs_room_for_two_releases() {
     let why = scale::refusal(63, false, false, &keep).expect("63 x 2 + 2 > 127");
     assert!(why.contains("at most 62 workers"), "{why}");
     assert_eq!(scale::refusal(63, false, false, &shape(1, 1)), None);
+}
+
+#[test]
+fn mid_roll_a_rollback_takes_out_what_the_reload_brought_in_and_nothing_else() {
+    // Slot 0 was replaced by 2 (and kept); slot 1 is old and not reached yet; 3 is the
+    // replacement in flight for it.
+    let lives = map(&[
+        (0, kept(1)),
+        (1, ready(2)),
+        (2, ready(3)),
+        (3, standby(State::Starting(run(4)))),
+    ]);
+    let r = roll::Roll {
+        replacements: vec![2],
+        batch: vec![(1, 3)],
+        ..roll::begin(VecDeque::new(), true)
+    };
+    let plan = rollback::plan(&view(&lives), Some(&r), true).expect("mid-roll");
+    assert_eq!(plan.back, vec![0]);
+    assert_eq!(plan.leaving, vec![2, 3], "the old slot 1 serves on");
 }

@@ -51,9 +51,13 @@ impl Model {
                 }
             }
             Op::Rollback => {
-                let refused = self.stopping || self.core.roll.is_some();
+                let refused = self.stopping;
                 if let Ok(plan) = decisions::rollback(self) {
-                    assert!(!refused, "a rollback while stopping or rolling");
+                    assert!(!refused, "a rollback while stopping");
+                    assert!(
+                        self.core.roll.is_none(),
+                        "a rollback ends the roll in flight"
+                    );
                     let gone_or =
                         |i: &u32, f: &dyn Fn(&Life) -> bool| self.lives.get(i).is_none_or(f);
                     assert!(
