@@ -140,14 +140,15 @@ enum Command {
     /// a fresh worker still fails.
     Reload {
         #[command(flatten)]
+        canary: cli::reload::CanaryArgs,
+        #[command(flatten)]
         target: Target,
     },
     /// Put back the workers the last reload replaced (with `ck run --keep-previous`).
     ///
-    /// The release kept by --keep-previous goes back into the active set in one map write, and
-    /// the workers serving now leave gracefully (their connections finish first). During a
-    /// reload it puts back what the roll took out so far and ends the roll. Exits non-zero,
-    /// saying why and what to run instead, when no release is kept.
+    /// The kept release goes back into the active set in one map write; the workers serving
+    /// now leave gracefully. Mid-reload: what the roll took out so far, and the roll ends.
+    /// Exits non-zero, saying why and what to run instead, when no release is kept.
     Rollback {
         #[command(flatten)]
         target: Target,
@@ -364,7 +365,12 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             timeout,
             target,
         } => probe_slot(&target.which(), slot, kind, timeout),
-        Command::Reload { target } => simple(&target.which(), Request::Reload),
+        Command::Reload { canary, target } => simple(
+            &target.which(),
+            Request::Reload {
+                canary: canary.ask(),
+            },
+        ),
         Command::Rollback { target } => simple(&target.which(), Request::Rollback),
         Command::Upgrade {
             binary,
@@ -391,7 +397,7 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
         }
         Command::UpgradeCheck { args } => {
             if !args.is_empty() {
-                check_run_args(args)?;
+                cli::upgrade_check::check_run_args(args)?;
             }
             println!(
                 "{}",
@@ -426,21 +432,4 @@ fn run(command: Command, matches: &clap::ArgMatches) -> anyhow::Result<ExitCode>
             Ok(ExitCode::from(127))
         }
     }
-}
-
-/// `upgrade-check -- ARGS`: whether this binary accepts the running ck's command line (the new
-/// image parses it again after the exec, and could not start the fleet otherwise).
-fn check_run_args(args: Vec<OsString>) -> anyhow::Result<()> {
-    let argv: Vec<OsString> = std::iter::once(OsString::from("ck")).chain(args).collect();
-    let matches = Cli::command().try_get_matches_from(&argv).map_err(|e| {
-        let message = usage::message(&e, &Cli::command(), &argv[1..]);
-        anyhow::anyhow!("the instance's command line: {message}")
-    })?;
-    let Command::Run(run_args) = Cli::from_arg_matches(&matches)?.command else {
-        bail!("the instance's command line is not `ck run ...`");
-    };
-    let run_matches = matches.subcommand_matches("run").expect("`run` was parsed");
-    layers::configure(*run_args, run_matches)
-        .map(drop)
-        .map_err(|e| e.context("the instance's command line"))
 }

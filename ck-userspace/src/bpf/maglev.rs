@@ -51,6 +51,14 @@ impl Maglev {
         let mut slots = slots.to_vec();
         slots.sort_unstable();
         slots.dedup();
+        Maglev::build_listed(slots)
+    }
+
+    /// The table of `listed` as given, a slot listed k times taking k turns in each round of
+    /// the fill, so about k times the positions of a slot listed once: a weighted table (a
+    /// canary's share by client). Sorted first, so one list always gives one table.
+    pub fn build_listed(mut slots: Vec<u32>) -> Maglev {
+        slots.sort_unstable();
         let mut table = Box::new(StickyTable::EMPTY);
         if slots.iter().any(|&s| s >= u32::from(NO_SLOT)) {
             // Slots are below MAX_SLOTS (128): a larger one is a bug upstream; name none.

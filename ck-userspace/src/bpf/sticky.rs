@@ -42,10 +42,17 @@ impl Sticky {
     }
 
     /// Writes the table of `set`'s ready slots to half `half`, unless it holds it already.
-    pub(super) fn write(&mut self, half: u32, set: &ActiveSet) -> Result<(), BpfError> {
+    pub(super) fn write(
+        &mut self,
+        half: u32,
+        set: &ActiveSet,
+        weighted: bool,
+    ) -> Result<(), BpfError> {
         let mut ready = set.slots[..(set.ready_len as usize).min(set.slots.len())].to_vec();
         ready.sort_unstable();
-        ready.dedup();
+        if !weighted {
+            ready.dedup();
+        }
         let half_set = &mut self.halves[(half & 1) as usize];
         if half_set.as_deref() == Some(ready.as_slice()) {
             return Ok(());
@@ -54,7 +61,7 @@ impl Sticky {
             Some(table) if table.slots() == ready => table,
             _ => {
                 let started = std::time::Instant::now();
-                let table = Maglev::build(&ready);
+                let table = Maglev::build_listed(ready.clone());
                 tracing::debug!(
                     slots = ?ready,
                     ms = started.elapsed().as_secs_f64() * 1e3,

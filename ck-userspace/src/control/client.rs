@@ -95,7 +95,7 @@ const ANSWER_LIMIT: Duration = Duration::from_secs(30);
 /// batch bounded by `--ready-timeout`), so it is waited for without a limit of its own; any
 /// other answer within [`ANSWER_LIMIT`].
 fn exchange(stream: &mut UnixStream, req: &Request) -> anyhow::Result<String> {
-    let limit = (*req != Request::Reload).then_some(ANSWER_LIMIT);
+    let limit = (!matches!(req, Request::Reload { .. })).then_some(ANSWER_LIMIT);
     stream.set_read_timeout(limit)?;
     let mut line = serde_json::to_string(req)?;
     line.push('\n');

@@ -34,7 +34,11 @@ pub enum Request {
     /// `ck undrain --all`: put every drained slot back.
     UndrainAll,
     /// Rolling restart of every worker; answered when the roll ends.
-    Reload,
+    Reload {
+        /// Start it as a canary (else as `--canary` says).
+        #[serde(default)]
+        canary: Option<crate::settings::choices::CanaryAsk>,
+    },
     /// Put the release the last reload replaced (kept by `--keep-previous`) back, retiring
     /// the current one, in one publish.
     Rollback,
@@ -158,6 +162,10 @@ pub struct StatusReport {
     /// `kept`) for `ck rollback` (None: off).
     #[serde(default)]
     pub keep_previous_ms: Option<u64>,
+    /// The canary of the reload in progress (`judged: 1 worker(s), 25 % of new connections by
+    /// client, for 60 s`, or `starting: ...` while its workers boot), if there is one.
+    #[serde(default)]
+    pub canary: Option<String>,
     /// Where `--metrics` serves `/metrics`, `/healthz` and `/readyz` (`127.0.0.1:9100`), if
     /// it does.
     #[serde(default)]
@@ -338,6 +346,10 @@ pub struct SlotReport {
     pub member_of: Option<u32>,
     /// A hot spare (`--spares`), not selected until it takes a dead worker's place.
     pub spare: bool,
+    /// A worker of a canary under judgement (`ck reload --canary`): selected for the canary's
+    /// share of new connections, beside the current release.
+    #[serde(default)]
+    pub canary: bool,
     /// Notify messages ignored because their sender was not the worker or of its tree.
     #[serde(default)]
     pub notify_refused: u64,

@@ -1,5 +1,6 @@
 //! The values of `ck run`'s options that name a choice (`--policy`, `--udp-mode`, `--ready`,
-//! `--log-format`, `--worker-output`): plain enums, below their defaults
+//! `--log-format`, `--worker-output`, `--canary-by`, and a canary as asked): plain values,
+//! below their defaults
 //! ([`super::defaults`]) and the configuration that holds them ([`super::run_config`]).
 
 /// How the program picks among ready workers.
@@ -159,4 +160,49 @@ pub enum WorkerOutput {
     Capture,
     /// ck's own stdout and stderr, unchanged.
     Inherit,
+}
+
+/// `--canary-by`: how a canary's share of new connections is chosen.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum CanaryBy {
+    /// By the client's address, through a consistent table: a client stays on one side for
+    /// the whole window.
+    #[default]
+    Client,
+    /// By connection (behind a load balancer, where every connection has one address).
+    Connection,
+}
+
+/// A canary roll as asked (`--canary P --canary-for D --canary-by B`, or `ck reload`'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CanaryAsk {
+    /// The canary's share of new connections, in percent (1 to 99).
+    pub percent: u8,
+    /// How long it is judged, in milliseconds.
+    pub for_ms: u64,
+    /// How its share is chosen.
+    pub by: CanaryBy,
+}
+
+/// Parses `--canary`'s percentage: 1 to 99, with or without `%`.
+pub fn parse_percent(text: &str) -> Result<u8, String> {
+    let digits = text.trim().trim_end_matches('%').trim();
+    match digits.parse::<u8>() {
+        Ok(p) if (1..=99).contains(&p) => Ok(p),
+        _ => Err(format!(
+            "{text:?} is not a canary share: give a percentage from 1 to 99 (25 or 25%)"
+        )),
+    }
 }

@@ -56,6 +56,8 @@ pub const QUIET_MAX: Duration = Duration::from_secs(15);
 pub const STOP_SIGNAL: StopSignal = StopSignal::TERM;
 /// `--reload-batch`: workers a rolling restart replaces at a time.
 pub const RELOAD_BATCH: u32 = 1;
+/// `--canary-for`: how long a canary is judged before it is promoted.
+pub const CANARY_FOR: Duration = Duration::from_secs(60);
 /// `--slow-start`: off (0): a new worker gets its full share as soon as it is ready.
 pub const SLOW_START: Duration = Duration::ZERO;
 /// `--keep-previous`: off (0): a reload's old workers leave as soon as they are replaced.

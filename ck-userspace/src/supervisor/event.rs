@@ -34,6 +34,15 @@ pub(crate) enum Event {
     SlowStartStep,
     /// `--slow-start`: the roll waited for its last batch's ramp: it goes on.
     RollNext,
+    /// `ck reload --canary`: the canary's window ended: its verdict.
+    CanaryVerdict,
+    /// A worker turned unhealthy or drains (a canary's is withdrawn).
+    Faltered {
+        /// Its slot.
+        slot: u32,
+        /// Why.
+        why: String,
+    },
     /// A timer the lifecycle armed (in epoch `epoch`) fired.
     Timer {
         slot: u32,

@@ -96,7 +96,9 @@ impl Supervisor {
             Event::RollNext => executor::decisions::continue_roll(self),
             Event::Signal(name) => self.on_stop_signal(name),
             Event::QuietTick => self.on_quiet_tick(),
-            Event::Reload => self.reload(None),
+            Event::Reload => self.reload(None, None),
+            Event::CanaryVerdict => executor::decisions::canary_verdict(self),
+            Event::Faltered { slot, why } => executor::decisions::on_faltered(self, slot, why),
             Event::Tick => self.on_tick(),
             Event::ProbeTick => {
                 inputs::probes::start(&self.cfg, &self.groups, &mut self.table, &self.events)
@@ -156,7 +158,7 @@ impl Supervisor {
                 Err(msg) => Response::Error(msg),
             },
             // Answered when the roll ends.
-            Request::Reload => return self.reload(Some(reply)),
+            Request::Reload { canary } => return self.reload(Some(reply), canary),
             Request::Rollback => match self.rollback() {
                 Ok(msg) => Response::Ok(msg),
                 Err(msg) => Response::Error(msg),

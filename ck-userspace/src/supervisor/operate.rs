@@ -25,7 +25,10 @@ use super::{
     lifecycle::Input,
     operations::{drain, quiet, quiet::Window, reconfigure, recycle},
 };
-use crate::{control::Response, settings::run_config::RunConfig};
+use crate::{
+    control::Response,
+    settings::{choices::CanaryAsk, run_config::RunConfig},
+};
 
 impl Supervisor {
     /// Opens a new serving slot and starts its worker. Errors when no slot is free or the
@@ -100,9 +103,13 @@ impl Supervisor {
     }
 
     /// Starts a rolling restart of every current worker.
-    fn begin_reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
+    fn begin_reload(
+        &mut self,
+        reply: Option<oneshot::Sender<Response>>,
+        canary: Option<CanaryAsk>,
+    ) {
         let all = fleet::roll::reload_targets(&fleet::lives(self.table.lives()));
-        self.begin_roll(all, reply, true);
+        self.begin_roll(all, reply, canary.or(self.cfg.canary), true);
     }
 
     /// Starts a rolling restart of the workers of `pending` slots (`reload`: of the whole
@@ -111,10 +118,11 @@ impl Supervisor {
         &mut self,
         pending: VecDeque<u32>,
         reply: Option<oneshot::Sender<Response>>,
+        canary: Option<CanaryAsk>,
         reload: bool,
     ) {
         if self.ops.roll_may_start(self.stopping, reply) {
-            let _ = decisions::begin_roll(self, pending, reload);
+            let _ = decisions::begin_roll(self, pending, reload, canary);
         }
     }
 
@@ -134,7 +142,7 @@ impl Supervisor {
             reason = why.as_str(),
             "recycling worker: replacing it gracefully"
         );
-        self.begin_roll([index].into(), None, false);
+        self.begin_roll([index].into(), None, None, false);
     }
 
     /// Starts a graceful replacement of a worker unhealthy for longer than
@@ -148,18 +156,22 @@ impl Supervisor {
         }
         if let Some(index) = recycle::overdue(&self.table, after, now) {
             tracing::warn!(slot = index, after = ?after, "worker unhealthy too long: replacing it");
-            self.begin_roll([index].into(), None, false);
+            self.begin_roll([index].into(), None, None, false);
         }
     }
 
     /// `ck reload` / SIGHUP: with a config file, reads it again and applies the changes, then
     /// the rolling restart of every worker (which starts the new app); `reply` gets the changes
     /// and the roll's result.
-    pub(super) fn reload(&mut self, reply: Option<oneshot::Sender<Response>>) {
+    pub(super) fn reload(
+        &mut self,
+        reply: Option<oneshot::Sender<Response>>,
+        canary: Option<CanaryAsk>,
+    ) {
         // Refused before the file is read when a roll could not start (the roll says why).
         let source = match self.ops.config.as_mut() {
             Some(source) if !self.stopping && self.ops.core.roll.is_none() => source,
-            _ => return self.begin_reload(reply),
+            _ => return self.begin_reload(reply, canary),
         };
         let reread = match source.reread() {
             Ok(reread) => reread,
@@ -190,7 +202,8 @@ impl Supervisor {
             return;
         }
         let reply = reply.map(|reply| reconfigure::prefixed(reply, reread.summary));
-        self.begin_roll(running, reply, true);
+        let canary = canary.or(self.cfg.canary);
+        self.begin_roll(running, reply, canary, true);
     }
 
     /// Runs with `next` from now on (all but the worker count, which `scale_to` changes):

@@ -81,7 +81,8 @@ impl World for Supervisor {
     }
 
     fn note(&mut self, index: u32, note: Note) {
-        self.log_note(index, note);
+        let signal = self.cfg.stop_signal.name();
+        super::reports::notes::log(&self.table, index, note, signal);
     }
 
     /// Every group gets the worker's socket in the slot's place in its `sockets` map (the
@@ -114,8 +115,16 @@ impl World for Supervisor {
         let lives = self.table.lives();
         let (set, until) = spread::chosen_set(&mut self.ops.core.spread, lives, self.stopping, now);
         let lives = fleet::lives(self.table.lives());
-        let weighted = slow_start::weigh(&set, &lives, now, self.cfg.slow_start);
-        self.groups.publish(&self.table, &set, &weighted);
+        let mut weighted = slow_start::weigh(&set, &lives, now, self.cfg.slow_start);
+        // A canary judged takes its share of the list (slow start does not apply meanwhile).
+        let canary = self.ops.core.roll.as_ref().and_then(|r| r.canary.as_ref());
+        let canary = canary.filter(|c| c.judging());
+        let by_client = canary.is_some_and(|c| c.by_client());
+        if let Some(listed) = canary.and_then(|c| fleet::canary::weigh(&set, &lives, c.ask.percent))
+        {
+            weighted = slow_start::Weighted::listing(listed);
+        }
+        self.groups.publish(&self.table, &set, &weighted, by_client);
         self.reports.published(&set);
         // A slot ramps up (`--slow-start`): its weight grows, so the set is written again soon.
         if weighted.ramping && !std::mem::replace(&mut self.ops.slow_start_due, true) {
@@ -262,7 +271,15 @@ impl World for Supervisor {
                 batch = self.cfg.reload_batch,
                 "rolling restart started"
             ),
-            FleetEvent::RollEnded { roll, result } => self.ops.roll_ended(roll, result),
+            FleetEvent::RollEnded { roll, result } => self.ops.roll_ended(*roll, result),
+            FleetEvent::CanaryJudged(window) => {
+                tracing::info!(
+                    window_ms = window.as_millis() as u64,
+                    reason = "ck reload --canary",
+                    "canary judged: verdict at the window's end"
+                );
+                super::tasks::send_after(&self.events, window, Event::CanaryVerdict);
+            }
             FleetEvent::RollWaits(left) => {
                 tracing::info!(
                     wait_ms = left.as_millis() as u64,
@@ -296,6 +313,12 @@ impl World for Supervisor {
             let _ = self.events.send(Event::RollCheck);
         }
     }
+
+    fn faltered(&mut self, index: u32, why: String) {
+        if self.ops.core.roll.is_some() {
+            let _ = self.events.send(Event::Faltered { slot: index, why });
+        }
+    }
 }
 
 impl Supervisor {
@@ -303,140 +326,6 @@ impl Supervisor {
     pub(super) fn set_timer(&mut self, slot: u32, epoch: u64, timer: Timer, delay: Duration) {
         self.continuity.note_timer(slot, epoch, timer, delay);
         super::tasks::send_after(&self.events, delay, Event::Timer { slot, epoch, timer });
-    }
-
-    /// Writes the machine's note as one lifecycle log line with the slot and pid.
-    fn log_note(&self, index: u32, note: Note) {
-        let Some(slot) = self.table.slots.get(&index) else {
-            return;
-        };
-        let pid = slot.pid();
-        let generation = slot.life.generation;
-        match note {
-            Note::Started => tracing::info!(slot = index, pid, generation, "worker started"),
-            Note::Ready(reason) => {
-                let boot_ms = slot.uptime().map_or(0, |d| d.as_millis() as u64);
-                tracing::info!(
-                    slot = index,
-                    pid,
-                    boot_ms,
-                    reason = reason.as_str(),
-                    "worker ready"
-                );
-            }
-            Note::Draining(reason) => tracing::info!(
-                slot = index,
-                pid,
-                reason = reason.as_str(),
-                "worker draining"
-            ),
-            Note::Undrained => tracing::info!(
-                slot = index,
-                pid,
-                reason = "ck undrain",
-                "worker back in the active set"
-            ),
-            Note::Unhealthy(reason) => tracing::warn!(
-                slot = index,
-                pid,
-                reason = reason.as_str(),
-                "worker unhealthy: out of the active set, socket open"
-            ),
-            Note::Healthy(reason) => tracing::info!(
-                slot = index,
-                pid,
-                reason = reason.as_str(),
-                "worker healthy again"
-            ),
-            Note::FlippedIn => tracing::info!(slot = index, pid, "replacement flipped in"),
-            Note::Kept(window) => tracing::info!(
-                slot = index,
-                pid,
-                keep_ms = window.as_millis() as u64,
-                reason = "--keep-previous",
-                "worker of the previous release kept: out of the active set, alive for `ck rollback`"
-            ),
-            Note::Leaving(reason) => tracing::info!(
-                slot = index,
-                pid,
-                reason = reason.as_str(),
-                "worker leaving: out of the active set, stopped once what it was given is done"
-            ),
-            Note::Stopping(reason) => tracing::info!(
-                slot = index,
-                pid,
-                reason = reason.as_str(),
-                signal = self.cfg.stop_signal.name(),
-                "worker stopping"
-            ),
-            Note::NotReadyInTime(timeout) => tracing::warn!(
-                slot = index,
-                pid,
-                reason = %format!("not ready within --ready-timeout {timeout:?}"),
-                "worker replaced (SIGKILL)"
-            ),
-            Note::KilledAtStopTimeout => tracing::warn!(
-                slot = index,
-                pid,
-                reason = "drain timeout",
-                "worker killed (SIGKILL)"
-            ),
-            Note::KilledQuiet(reason) => tracing::info!(
-                slot = index,
-                pid,
-                reason = %reason,
-                "worker killed (SIGKILL)"
-            ),
-            Note::RestartNow => tracing::info!(
-                slot = index,
-                reason = "it had been serving: replaced at once",
-                "worker restarting"
-            ),
-            Note::RestartIn(delay) => tracing::info!(
-                slot = index,
-                delay_ms = delay.as_millis() as u64,
-                reason = "exited before it was ready or right after: boot-crash backoff",
-                "restart scheduled"
-            ),
-            Note::Restarting => tracing::info!(
-                slot = index,
-                restart = slot.life.restarts,
-                "worker restarting"
-            ),
-            Note::Revived => tracing::info!(
-                slot = index,
-                restart = slot.life.restarts,
-                reason = "ck reload: a fresh worker now, no backoff or cool-down waited",
-                "worker restarting"
-            ),
-            Note::BreakerOpen { crashes, cooldown } => tracing::error!(
-                slot = index,
-                crashes,
-                cooldown_s = cooldown.as_secs_f64(),
-                "circuit breaker open: the worker keeps crashing at start; next try after the cool-down"
-            ),
-            Note::HalfOpen { every, min_workers } => tracing::error!(
-                slot = index,
-                every_s = every.as_secs_f64(),
-                min_workers,
-                "fleet degraded: the worker keeps crashing at start, but the breaker stays half-open \
-                 (--min-workers): retrying at the maximum backoff"
-            ),
-            Note::Held => tracing::info!(
-                slot = index,
-                "last socket of its group kept open: connections queue for the replacement"
-            ),
-            Note::Retired => tracing::info!(slot = index, pid, "slot retired"),
-            Note::Adopted => tracing::info!(
-                slot = index,
-                pid,
-                listen_to_adopted_us = slot.worker.as_ref().and_then(|w| w.adopt_latency_us),
-                "worker's listening socket adopted"
-            ),
-            Note::StandbyFailed => {
-                tracing::warn!(slot = index, pid, "replacement failed: not restarted")
-            }
-        }
     }
 }
 

@@ -54,6 +54,8 @@ pub struct BpfGroup {
     udp: Option<super::udp::UdpMaps>,
     /// The flip that took each slot out of the ready list.
     flips: super::flips::Flips,
+    /// A canary by client is judged: the program steers by the consistent table, weighted.
+    by_client: bool,
 }
 
 impl BpfGroup {
@@ -281,12 +283,23 @@ impl BpfGroup {
     /// `config.live_half` (the flip counter: one more, so its low bit names the idle half), so
     /// the program never reads a half-written set or table. `listed` is the set as the program
     /// reads it: `set` with its ready slots listed by weight (`--slow-start`), or `set` itself.
-    pub fn publish(&mut self, set: &ActiveSet, listed: &ActiveSet) -> Result<(), BpfError> {
+    ///
+    /// `by_client`: a canary by client is judged: the table is built from `listed` (its weights)
+    /// and the program steers by it, whatever the policy, until a publish without it.
+    pub fn publish(
+        &mut self,
+        set: &ActiveSet,
+        listed: &ActiveSet,
+        by_client: bool,
+    ) -> Result<(), BpfError> {
         let flip = super::flips::Flips::next(self.config.live_half);
         let idle = flip & 1;
+        self.by_client = by_client;
         // A UDP group's new flows take the Maglev table, whatever the policy.
-        if self.config.policy == policy::STICKY || self.udp.is_some() {
-            self.sticky.write(idle, set)?;
+        if by_client {
+            self.sticky.write(idle, listed, true)?;
+        } else if self.config.policy == policy::STICKY || self.udp.is_some() {
+            self.sticky.write(idle, set, false)?;
         }
         self.active
             .set(idle, listed, 0)
@@ -315,8 +328,15 @@ impl BpfGroup {
     }
 
     fn write_config(&mut self) -> Result<(), BpfError> {
+        let config = match self.by_client {
+            true => Config {
+                policy: policy::STICKY,
+                ..self.config
+            },
+            false => self.config,
+        };
         self.config_map
-            .set(0, self.config, 0)
+            .set(0, config, 0)
             .map_err(write_err("config"))
     }
 

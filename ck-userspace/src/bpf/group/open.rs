@@ -147,6 +147,7 @@ impl BpfGroup {
             sock_gen: 0,
             udp: udp_maps,
             flips: Default::default(),
+            by_client: false,
             sticky,
             conns,
             config: Config {

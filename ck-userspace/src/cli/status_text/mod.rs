@@ -93,6 +93,15 @@ pub fn render(report: &StatusReport) -> String {
         let _ = writeln!(out, "worker memory limit: {limit}");
     }
     kept_line(report, &mut out);
+    if let Some(canary) = &report.canary {
+        let slots: Vec<String> = report
+            .slots
+            .iter()
+            .filter(|s| s.canary)
+            .map(|s| s.slot.to_string())
+            .collect();
+        let _ = writeln!(out, "canary {canary} (slots {})", slots.join(", "));
+    }
     if report.connection_count.starts_with("scan") {
         let _ = writeln!(
             out,

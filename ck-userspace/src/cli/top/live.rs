@@ -126,7 +126,7 @@ pub fn run(name: String) -> anyhow::Result<ExitCode> {
 fn act(name: &str, action: Action, view: &mut View, tx: &Sender<Update>) {
     let slot = view.selection.slot(&view.slots());
     let (request, what) = match (action, slot) {
-        (Action::Reload, _) => (Request::Reload, "reload".to_string()),
+        (Action::Reload, _) => (Request::Reload { canary: None }, "reload".to_string()),
         (Action::Drain, Some(slot)) => (Request::Drain { slot }, format!("drain {slot}")),
         (Action::Undrain, Some(slot)) => (Request::Undrain { slot }, format!("undrain {slot}")),
         _ => {

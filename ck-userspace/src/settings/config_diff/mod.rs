@@ -67,6 +67,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         reload_batch,
         keep_previous,
         slow_start,
+        canary,
         restart,
         min_workers,
         adopt,
@@ -125,6 +126,10 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         reload_batch,
         u32::to_string,
     );
+    diff.live("canary", &old.canary, canary, |c| match c {
+        Some(c) => format!("{} % for {} ms by {:?}", c.percent, c.for_ms, c.by),
+        None => "off".into(),
+    });
     diff.live("slow-start", &old.slow_start, slow_start, |d| {
         d.as_ref().map_or("0s".into(), show_duration)
     });

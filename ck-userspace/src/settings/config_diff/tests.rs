@@ -28,6 +28,7 @@ fn base() -> RunConfig {
         reload_batch: defaults::RELOAD_BATCH,
         keep_previous: None,
         slow_start: None,
+        canary: None,
         restart: RestartPolicy::DEFAULT,
         min_workers: defaults::MIN_WORKERS,
         adopt: false,

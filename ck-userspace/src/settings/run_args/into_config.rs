@@ -153,6 +153,13 @@ impl RunArgs {
             reload_batch: self.reload_batch,
             keep_previous: (!self.keep_previous.is_zero()).then_some(self.keep_previous),
             slow_start: (!self.slow_start.is_zero()).then_some(self.slow_start),
+            canary: self
+                .canary
+                .map(|percent| crate::settings::choices::CanaryAsk {
+                    percent,
+                    for_ms: self.canary_for.as_millis() as u64,
+                    by: self.canary_by,
+                }),
             restart: RestartPolicy {
                 initial: self.restart_backoff.initial,
                 max: self.restart_backoff.max,

@@ -302,6 +302,25 @@ pub struct RunArgs {
     /// A rolling restart is SIGHUP or `ck reload`.
     #[arg(long, value_name = "N", default_value_t = defaults::RELOAD_BATCH, help_heading = STOPPING)]
     reload_batch: u32,
+    /// Start every reload as a canary with P % of new connections.
+    ///
+    /// `ck reload` (and SIGHUP) first starts ceil(workers x P / 100) new workers beside the
+    /// current ones and gives them P % of new connections for --canary-for; if none of them
+    /// exits, turns unhealthy or drains meanwhile, they become the roll's first batch and the
+    /// roll goes on, else they are withdrawn and the reload fails, the current release having
+    /// served throughout. `ck reload --canary P` asks for one reload.
+    #[arg(long, value_name = "P", value_parser = crate::settings::choices::parse_percent, help_heading = STOPPING)]
+    canary: Option<u8>,
+    /// How long a canary is judged.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", default_value = duration_text(defaults::CANARY_FOR), help_heading = STOPPING)]
+    canary_for: Duration,
+    /// How a canary's share is chosen: by client or connection.
+    ///
+    /// client: by the client's address, through a consistent table, so a client stays on one
+    /// side for the whole window; connection: each new connection on its own (behind a load
+    /// balancer, where every connection has one address).
+    #[arg(long, value_enum, value_name = "BY", default_value_t = crate::settings::choices::CanaryBy::Client, help_heading = STOPPING)]
+    canary_by: crate::settings::choices::CanaryBy,
     /// Ramp a new worker's share of connections up over DUR.
     ///
     /// A worker that joins a warm fleet (a roll's replacement, a scale-up, the replacement of

@@ -89,6 +89,9 @@ pub struct RunConfig {
     pub stop_signal: crate::settings::stop_signal::StopSignal,
     /// Workers replaced at a time by a rolling restart.
     pub reload_batch: u32,
+    /// `--canary P` (`--canary-for`, `--canary-by`): every reload starts as a canary (None: off;
+    /// `ck reload --canary` asks for one reload).
+    pub canary: Option<crate::settings::choices::CanaryAsk>,
     /// `--slow-start`: how long a worker joining a warm fleet ramps up to its full share
     /// (None: off).
     pub slow_start: Option<Duration>,

@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 
 use super::{World, run};
+use crate::settings::choices::CanaryAsk;
 use crate::supervisor::{
     fleet::{self, death, roll, rollback, scale, spares},
     lifecycle::{Input, Life},
@@ -35,6 +36,8 @@ pub enum FleetEvent {
     SpareLost(std::time::Duration),
     /// `--slow-start`: the roll's next batch waits this long for the last one's ramp.
     RollWaits(std::time::Duration),
+    /// `ck reload --canary`: the canary's workers went in; its verdict is due after this.
+    CanaryJudged(std::time::Duration),
     /// A roll started.
     RollStarted {
         /// Old workers to replace.
@@ -43,7 +46,7 @@ pub enum FleetEvent {
     /// A roll ended (`result`: what to answer whoever asked).
     RollEnded {
         /// The roll as it ended.
-        roll: roll::Roll,
+        roll: Box<roll::Roll>,
         /// Its outcome.
         result: Result<String, String>,
     },
@@ -183,6 +186,7 @@ pub fn begin_roll<W: World>(
     world: &mut W,
     pending: VecDeque<u32>,
     reload: bool,
+    canary: Option<CanaryAsk>,
 ) -> Result<(), &'static str> {
     if let Some(why) = roll::refusal(world.stopping(), world.core().roll.is_some()) {
         return Err(why);
@@ -200,7 +204,12 @@ pub fn begin_roll<W: World>(
     if !retire.is_empty() {
         run(world, retire);
     }
-    world.core_mut().roll = Some(roll::begin(pending, reload));
+    let workers = pending.len();
+    let mut started = roll::begin(pending, reload);
+    started.canary = canary
+        .filter(|_| reload && workers > 0)
+        .map(|ask| fleet::canary::CanaryRoll::new(ask, workers));
+    world.core_mut().roll = Some(started);
     if reload {
         revive(world);
     }
@@ -310,7 +319,36 @@ pub fn on_ready<W: World>(world: &mut W, index: u32) {
     // One batch: the replacements in and the old workers out in the same publish, and only
     // then the stop signal to the old ones.
     run(world, flip);
+    // A canary went in: its verdict is due at the window's end.
+    let window = world.core().roll.as_ref().and_then(|r| r.canary.as_ref());
+    if let Some(window) = window.map(|c| c.window()) {
+        return world.fleet_event(FleetEvent::CanaryJudged(window));
+    }
     next_batch(world);
+}
+
+/// The canary's window ended: promoted, its workers become the roll's first batch, and the
+/// roll goes on (nothing when it was withdrawn meanwhile).
+pub fn canary_verdict<W: World>(world: &mut W) {
+    let shape = world.shape();
+    let promoted = world
+        .core_mut()
+        .roll
+        .as_mut()
+        .and_then(|r| roll::promote(r, &shape));
+    if let Some(inputs) = promoted {
+        run(world, inputs);
+        next_batch(world);
+    }
+}
+
+/// Slot `index`'s worker turned unhealthy or drains (`why`): a canary worker withdraws the
+/// canary.
+pub fn on_faltered<W: World>(world: &mut W, index: u32, why: String) {
+    let canary = world.core().roll.as_ref().and_then(|r| r.canary.as_ref());
+    if canary.is_some_and(|c| c.has(index)) {
+        abort_roll(world, index, why);
+    }
 }
 
 /// `ck rollback`: the kept release flipped back in and the serving one retired, in one batch
@@ -343,15 +381,20 @@ pub fn abort_roll<W: World>(world: &mut W, index: u32, why: String) {
     let Some(roll) = world.core_mut().roll.as_mut() else {
         return;
     };
+    let canary = roll.canary.as_ref().map(|c| c.ask.percent);
     let (retire, old) = roll::abort(roll, index);
     run(world, retire);
-    finish_roll(
-        world,
-        Err(format!(
+    let result = match canary {
+        Some(percent) => format!(
+            "canary withdrawn: its worker on slot {index} {why}; the current release keeps \
+             serving (it had {percent} % of new connections) and the reload is aborted"
+        ),
+        None => format!(
             "rolling restart aborted: the replacement for slot {old} (slot {index}) {why}; \
              the old workers keep serving"
-        )),
-    );
+        ),
+    };
+    finish_roll(world, Err(result));
 }
 
 /// Ends the roll once it is done (see [`roll::done`]).
@@ -380,5 +423,8 @@ pub fn finish_roll<W: World>(world: &mut W, result: Result<String, String>) {
         return;
     };
     replenish_spares(world);
-    world.fleet_event(FleetEvent::RollEnded { roll, result });
+    world.fleet_event(FleetEvent::RollEnded {
+        roll: Box::new(roll),
+        result,
+    });
 }

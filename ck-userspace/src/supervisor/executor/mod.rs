@@ -72,6 +72,9 @@ pub(super) trait World {
     /// The batch is done: `ready` slots became ready (or healthy again) in it, `stopping` ones
     /// were asked to stop.
     fn batch_done(&mut self, ready: Vec<u32>, stopping: Vec<u32>);
+    /// Slot `index`'s worker turned unhealthy or drains (`why`), in the batch just done: for
+    /// [`decisions::on_faltered`], from the event loop.
+    fn faltered(&mut self, index: u32, why: String);
 }
 
 /// What a batch did that its caller may need to know.
@@ -129,6 +132,7 @@ fn run_into<W: World>(
     let mut published = false;
     let mut became_ready = Vec::new();
     let mut stopping = Vec::new();
+    let mut faltered = Vec::new();
     for (index, effect) in effects {
         match effect {
             Effect::Note(note) => {
@@ -137,6 +141,9 @@ fn run_into<W: World>(
                     // unhealthy when it becomes ready): a roll or a spare waits for either.
                     Note::Ready(_) | Note::Healthy(_) => became_ready.push(index),
                     Note::Stopping(_) => stopping.push(index),
+                    Note::Unhealthy(ref why) | Note::Draining(ref why) => {
+                        faltered.push((index, why.clone()));
+                    }
                     _ => {}
                 }
                 world.note(index, note);
@@ -167,4 +174,7 @@ fn run_into<W: World>(
         }
     }
     world.batch_done(became_ready, stopping);
+    for (index, why) in faltered {
+        world.faltered(index, why);
+    }
 }

@@ -7,6 +7,8 @@
 //!   a lost replacement aborts the roll;
 //! - a roll ([`roll`]): which old slot gets a replacement next, the flip once the whole batch
 //!   is ready, the abort, the end;
+//! - a canary ([`canary`]): a reload's first batch judged beside the current release, at a
+//!   share of new connections, then promoted or withdrawn;
 //! - a rollback ([`rollback`]): the release a reload replaced, kept by `--keep-previous`,
 //!   flipped back in and the current one retired, in one batch;
 //! - a scale ([`scale`]): how many slots open, which retire, which broken slots the group now
@@ -29,6 +31,7 @@ use std::collections::BTreeMap;
 use super::lifecycle::Life;
 use crate::settings::restart_policy::RestartPolicy;
 
+pub mod canary;
 pub mod death;
 pub mod leave;
 pub mod roll;

@@ -31,6 +31,8 @@ pub struct Roll {
     pub flipped: Vec<u32>,
     /// Every replacement this roll flipped in: the release `ck rollback` takes out mid-roll.
     pub replacements: Vec<u32>,
+    /// `ck reload --canary`: the canary, until its verdict.
+    pub canary: Option<super::canary::CanaryRoll>,
     /// `--slow-start`: the old slots of the batch flipped in last, still serving beside their
     /// replacements while those ramp up; they leave (or are kept) once the ramp is over
     /// ([`faded`]), so the fleet never serves with less than its capacity.
@@ -95,6 +97,7 @@ pub fn begin(pending: VecDeque<u32>, reload: bool) -> Roll {
         leaving: Vec::new(),
         flipped: Vec::new(),
         replacements: Vec::new(),
+        canary: None,
         fading: Vec::new(),
         reload,
         revived: BTreeMap::new(),
@@ -155,7 +158,13 @@ pub enum Next {
 /// already leaving), while the batch has room and (with `--slow-start`) no replacement flipped
 /// in still ramps up at `now`.
 pub fn next(roll: &mut Roll, lives: &Lives, shape: &Shape, now: Instant) -> Next {
-    if roll.batch.len() >= shape.reload_batch as usize {
+    // A canary's batch is its size, and nothing more starts until its verdict.
+    let limit = match &roll.canary {
+        Some(canary) if canary.judging() => return Next::Wait,
+        Some(canary) => canary.size,
+        None => shape.reload_batch as usize,
+    };
+    if roll.batch.len() >= limit {
         return Next::Wait;
     }
     let waits = !roll.pending.is_empty() || !roll.fading.is_empty();
@@ -219,9 +228,23 @@ fn ramp_left(roll: &Roll, lives: &Lives, shape: &Shape, now: Instant) -> Option<
         .max()
 }
 
-/// Whether `index` is a replacement of the batch in flight.
+/// Whether `index` is a replacement of the batch in flight, or a canary worker.
 pub fn replaces(roll: &Roll, index: u32) -> bool {
     roll.batch.iter().any(|(_, new)| *new == index)
+        || roll.canary.as_ref().is_some_and(|c| c.has(index))
+}
+
+/// The canary's verdict, at its window's end: its workers are promoted and become the roll's
+/// first batch (the old workers they replace leave, or are kept), and the roll goes on. None
+/// when no canary is judged.
+pub fn promote(roll: &mut Roll, shape: &Shape) -> Option<Vec<(u32, Input)>> {
+    let canary = roll.canary.take_if(|c| c.judging())?;
+    let (old, new): (Vec<u32>, Vec<u32>) = canary.pairs.into_iter().unzip();
+    roll.replaced += new.len() as u32;
+    roll.replacements.extend(&new);
+    let mut inputs: Vec<(u32, Input)> = new.iter().map(|i| (*i, Input::Promote)).collect();
+    inputs.extend(out_inputs(roll, old, shape.keep_previous));
+    Some(inputs)
 }
 
 /// Slot `index` became ready: once every replacement of the batch is, the batch flips (the
@@ -247,6 +270,13 @@ pub fn flip(
         return None;
     }
     let batch = std::mem::take(&mut roll.batch);
+    // A canary goes in beside the current release, which keeps serving until the verdict.
+    if let Some(canary) = roll.canary.as_mut() {
+        let inputs = batch.iter().map(|(_, new)| (*new, Input::FlipInCanary));
+        let inputs = inputs.collect();
+        canary.pairs = batch;
+        return Some(inputs);
+    }
     roll.replaced += batch.len() as u32;
     roll.flipped = batch.iter().map(|(_, new)| *new).collect();
     roll.replacements.extend(&roll.flipped);
@@ -262,9 +292,13 @@ pub fn flip(
 }
 
 /// The batch's replacement `index` failed: every replacement of the batch retires (the old
-/// workers stay). Returns the inputs and the old slot `index` was to replace.
+/// workers stay), and so does a canary's every worker. Returns the inputs and the old slot
+/// `index` was to replace.
 pub fn abort(roll: &mut Roll, index: u32) -> (Vec<(u32, Input)>, u32) {
-    let batch = std::mem::take(&mut roll.batch);
+    let mut batch = std::mem::take(&mut roll.batch);
+    if let Some(canary) = roll.canary.take() {
+        batch.extend(canary.pairs);
+    }
     let old = batch
         .iter()
         .find(|(_, new)| *new == index)
@@ -289,6 +323,7 @@ pub fn done(roll: &Roll, lives: &Lives) -> bool {
     roll.batch.is_empty()
         && roll.pending.is_empty()
         && roll.fading.is_empty()
+        && roll.canary.is_none()
         && !leaving
         && !reviving
 }

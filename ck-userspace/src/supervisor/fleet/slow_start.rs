@@ -62,6 +62,27 @@ pub struct Weighted {
     pub ramping: bool,
 }
 
+impl Weighted {
+    /// `listed` as written (each ready slot's weight the times it is listed): a canary's.
+    pub fn listing(listed: ActiveSet) -> Weighted {
+        let ready = &listed.slots[..listed.ready_len as usize];
+        let mut weights: Vec<(u32, u32)> = Vec::new();
+        for slot in ready {
+            match weights.iter_mut().find(|(s, _)| s == slot) {
+                Some((_, w)) => *w += 1,
+                None => weights.push((*slot, 1)),
+            }
+        }
+        let full = weights.iter().map(|(_, w)| *w).max().unwrap_or(1);
+        Weighted {
+            set: listed,
+            weights,
+            full,
+            ramping: false,
+        }
+    }
+}
+
 /// `set` (as the lifecycle builds it: ready slots first) weighted for `--slow-start window`
 /// at `now`.
 pub fn weigh(set: &ActiveSet, lives: &Lives, now: Instant, window: Option<Duration>) -> Weighted {

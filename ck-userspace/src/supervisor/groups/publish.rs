@@ -7,11 +7,13 @@ use crate::supervisor::{fleet::slow_start::Weighted, groups::Groups, slots::Slot
 impl Groups {
     /// Writes every slot record of `table` (with its weight) and then the active set `set`,
     /// its ready slots listed by weight (`weighted`, `--slow-start`), to every group's maps.
+    /// `by_client`: a canary by client is judged (see `BpfGroup::publish`).
     pub(in crate::supervisor) fn publish(
         &mut self,
         table: &SlotTable,
         set: &ActiveSet,
         weighted: &Weighted,
+        by_client: bool,
     ) {
         let weight = |index: u32| {
             let listed = weighted.weights.iter().find(|(slot, _)| *slot == index);
@@ -35,7 +37,7 @@ impl Groups {
                     tracing::error!(group = %group.name, "{e}");
                 }
             }
-            if let Err(e) = bpf.publish(set, &weighted.set) {
+            if let Err(e) = bpf.publish(set, &weighted.set, by_client) {
                 tracing::error!(group = %group.name, "{e}");
             }
         }

@@ -113,6 +113,12 @@ pub struct Life {
     /// ([`super::Timer::KeptUntil`]) and it leaves like any retired worker.
     #[serde(default, with = "crate::supervisor::lifecycle::instant_age::option")]
     pub kept: Option<Instant>,
+    /// `ck reload --canary P`: a worker of the release under judgement, selected for its
+    /// share of new connections beside the current release; not serving (it does not count
+    /// in the fleet's size) and not restarted if it dies (the canary is withdrawn) until the
+    /// verdict promotes it ([`super::Input::Promote`]).
+    #[serde(default)]
+    pub canary: bool,
     /// `--adopt`: a further listener of the process tree of this root slot's worker (a
     /// forking server), tied to the process holding it: selected like any slot, but not
     /// counted as serving and never restarted (its process is the worker's business); removed
@@ -141,6 +147,7 @@ impl Life {
             standby,
             spare: false,
             kept: None,
+            canary: false,
             member_of: None,
             socket_open: false,
             crash: Crash::new(policy),
@@ -169,7 +176,7 @@ impl Life {
     /// In the fleet for good: not leaving, not a roll's standby. Only serving slots count
     /// when deciding whether a socket is the last of its group or the breaker may open.
     pub fn serving(&self) -> bool {
-        !self.standby && self.member_of.is_none() && !self.leaving()
+        !self.standby && !self.canary && self.member_of.is_none() && !self.leaving()
     }
 
     /// Retired and not gone yet: its connections finishing, or its worker stopping.

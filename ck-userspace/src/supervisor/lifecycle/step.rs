@@ -181,6 +181,15 @@ pub fn step(life: &mut Life, input: Input, context: &Context, settings: &Setting
             }
             out.extend([Effect::Note(Note::FlippedIn), Publish]);
         }
+        (_, Input::FlipInCanary) if life.standby => {
+            life.standby = false;
+            life.canary = true;
+            out.extend([Effect::Note(Note::CanaryIn), Publish]);
+        }
+        (_, Input::Promote) if life.canary => {
+            life.canary = false;
+            out.extend([Effect::Note(Note::Promoted), Publish]);
+        }
         (_, Input::Republish) => out.push(Publish),
         // Kept only if it served: a worker that never became ready has nothing to go back to.
         (State::Ready(run) | State::Unhealthy(run) | State::Draining(run), Input::Keep(window))
@@ -195,12 +204,8 @@ pub fn step(life: &mut Life, input: Input, context: &Context, settings: &Setting
             ]);
         }
         (_, Input::Keep(_)) if life.serving() => {
-            return step(
-                life,
-                Input::Retire("replaced by a rolling restart".into()),
-                context,
-                settings,
-            );
+            let why = "replaced by a rolling restart".to_string();
+            return step(life, Input::Retire(why), context, settings);
         }
         (State::Stopping(run, _), Input::Retire(_)) => {
             life.state = State::Stopping(run, After::Retire);
@@ -352,7 +357,7 @@ fn exit(
         State::Stopping(_, after) if after != After::Crash => after,
         State::Leaving(_) => After::Retire,
         _ if context.stopping => After::Idle,
-        _ if life.standby || life.member_of.is_some() => After::Retire,
+        _ if life.standby || life.canary || life.member_of.is_some() => After::Retire,
         _ => After::Crash,
     };
     debug_assert!(asked || after != After::Idle || context.stopping);
@@ -364,7 +369,7 @@ fn exit(
         }
         After::Retire => {
             life.state = State::Idle;
-            let note = if asked || life.member_of.is_some() || life.kept.is_some() {
+            let note = if asked || life.member_of.is_some() || life.kept.is_some() || life.canary {
                 Note::Retired
             } else {
                 Note::StandbyFailed

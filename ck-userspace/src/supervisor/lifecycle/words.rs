@@ -82,6 +82,11 @@ pub enum Input {
     /// A roll flips this standby replacement in; `ck rollback` flips a kept worker of the
     /// previous release back in.
     FlipIn,
+    /// `ck reload --canary`: this standby replacement goes into the active set as a canary,
+    /// beside the current release (see [`super::Life::canary`]).
+    FlipInCanary,
+    /// The canary's verdict: this canary worker joins the fleet for good.
+    Promote,
     /// `--keep-previous`: a roll flipped this worker out; it stays alive, its socket open, out
     /// of the active set, for this window (a worker that never became ready retires instead).
     Keep(Duration),
@@ -137,6 +142,10 @@ pub enum Note {
     Healthy(String),
     /// A standby replacement flipped in.
     FlippedIn,
+    /// A standby replacement went in as a canary.
+    CanaryIn,
+    /// A canary worker was promoted.
+    Promoted,
     /// Flipped out by a roll and kept for `ck rollback` for this window (`--keep-previous`).
     Kept(Duration),
     /// Out of the active set for good; the stop signal follows once what it was given is done.

@@ -4,6 +4,7 @@
 //! change the fleet it describes.
 
 pub(super) mod degraded;
+pub(super) mod notes;
 pub(super) mod scrape;
 pub(super) mod status;
 pub(super) mod systemd;

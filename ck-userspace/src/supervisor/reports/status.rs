@@ -175,6 +175,7 @@ impl Reports {
                     adopt_latency_us: worker.and_then(|w| w.adopt_latency_us),
                     member_of: s.life.member_of,
                     spare: s.life.spare,
+                    canary: s.life.canary,
                     notify_refused: worker.map_or(0, |w| {
                         w.notify_refused.load(std::sync::atomic::Ordering::Relaxed)
                     }),
@@ -245,6 +246,28 @@ impl Reports {
             stop_signal: view.cfg.stop_signal.name().to_string(),
             drain_timeout_ms: view.cfg.drain_timeout.as_millis() as u64,
             keep_previous_ms: view.cfg.keep_previous.map(|d| d.as_millis() as u64),
+            canary: view
+                .ops
+                .core
+                .roll
+                .as_ref()
+                .and_then(|r| r.canary.as_ref())
+                .map(|c| {
+                    let state = match c.judging() {
+                        true => "judged",
+                        false => "starting",
+                    };
+                    let by = match c.by_client() {
+                        true => "client",
+                        false => "connection",
+                    };
+                    format!(
+                        "{state}: {} worker(s), {} % of new connections by {by}, for {} s",
+                        c.size,
+                        c.ask.percent,
+                        c.ask.for_ms as f64 / 1000.0
+                    )
+                }),
             metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
             version: crate::VERSION.to_string(),

@@ -95,12 +95,29 @@ impl Model {
         let Some(roll) = &self.core.roll else {
             return;
         };
+        // A canary's batch is its size (its old workers serve on until the verdict).
+        let limit = match &roll.canary {
+            Some(canary) => canary.size,
+            None => self.shape.reload_batch as usize,
+        };
         assert!(
-            roll.batch.len() <= self.shape.reload_batch as usize,
-            "batch {:?} over --reload-batch {}",
+            roll.batch.len() <= limit,
+            "batch {:?} over --reload-batch {} (or the canary's size)",
             roll.batch,
             self.shape.reload_batch
         );
+        // A canary's workers are selected beside old workers that all still serve.
+        for (old, new) in roll.canary.iter().flat_map(|c| &c.pairs) {
+            let gone_or = |i: &u32, f: &dyn Fn(&Life) -> bool| self.lives.get(i).is_none_or(f);
+            assert!(
+                gone_or(old, &|l| !l.leaving()),
+                "canary's old slot {old} left early"
+            );
+            assert!(
+                gone_or(new, &|l| l.canary && !l.serving()),
+                "canary slot {new}"
+            );
+        }
         // A revived slot the roll still waits for has its fresh worker: its death settles it.
         for (index, revival) in &roll.revived {
             if *revival == crate::supervisor::fleet::roll::Revival::Starting {

@@ -39,6 +39,8 @@ enum Later {
     RollCheck,
     /// Boot spares again (`Event::SpareDue`).
     SpareDue,
+    /// A worker faltered (`Event::Faltered`).
+    Faltered(u32, String),
 }
 
 /// The fleet (its lives and the fleet core's state) and the OS as the effects leave them.
@@ -77,6 +79,8 @@ struct Model {
     udp: udp::Udp,
     /// `--slow-start`: when the roll goes on after waiting for a ramp (`Event::RollNext`).
     roll_next_at: Option<Instant>,
+    /// `ck reload --canary`: when the canary's verdict is due (`Event::CanaryVerdict`).
+    verdict_at: Option<Instant>,
 }
 
 impl Model {
@@ -130,6 +134,7 @@ impl Model {
             maps_pending: resumed,
             udp: udp::Udp::default(),
             roll_next_at: None,
+            verdict_at: None,
         };
         for _ in 0..workers {
             let _ = decisions::open_slot(&mut m);
@@ -146,6 +151,7 @@ impl Model {
                 Later::Ready(index) => decisions::on_ready(self, index),
                 Later::RollCheck => decisions::finish_when_left(self),
                 Later::SpareDue => decisions::replenish_spares(self),
+                Later::Faltered(index, why) => decisions::on_faltered(self, index, why),
             }
         }
     }
@@ -349,6 +355,10 @@ impl Model {
                 if self.roll_next_at.is_some_and(|at| at <= self.now) {
                     self.roll_next_at = None;
                     decisions::continue_roll(self);
+                }
+                if self.verdict_at.is_some_and(|at| at <= self.now) {
+                    self.verdict_at = None;
+                    decisions::canary_verdict(self);
                 }
             }
             Op::Shutdown if !self.stopping => {

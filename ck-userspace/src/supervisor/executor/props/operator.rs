@@ -30,7 +30,13 @@ impl Model {
                     false => Vec::new(),
                 };
                 let rolling = self.core.roll.is_some();
-                let started = decisions::begin_roll(self, pending, reload).is_ok();
+                // Every other reload starts as a canary of half the fleet, judged for 1 s.
+                let canary = (n % 4 == 0).then_some(crate::settings::choices::CanaryAsk {
+                    percent: 50,
+                    for_ms: 1000,
+                    by: crate::settings::choices::CanaryBy::Connection,
+                });
+                let started = decisions::begin_roll(self, pending, reload, canary).is_ok();
                 assert!(
                     started != (self.stopping || rolling),
                     "a roll started while stopping or rolling, or was refused otherwise"

@@ -190,8 +190,15 @@ impl World for Model {
         match event {
             FleetEvent::SpareDue => self.queue.push_back(Later::SpareDue),
             FleetEvent::RollWaits(left) => self.roll_next_at = Some(self.now + left),
+            FleetEvent::CanaryJudged(window) => self.verdict_at = Some(self.now + window),
             _ => {}
         }
+    }
+
+    /// A canary worker that falters withdraws the canary (from the event loop, as the
+    /// supervisor sends it).
+    fn faltered(&mut self, index: u32, why: String) {
+        self.queue.push_back(Later::Faltered(index, why));
     }
 
     /// A stopping root's members retire with it (`retire_members`); readiness and a roll's

@@ -1,0 +1,92 @@
+//! A canary roll (`ck reload --canary P`): the reload's first batch is ceil(N x P / 100)
+//! replacements (at least one). Once all are ready they go into the active set as canaries
+//! beside the whole current release, which keeps serving, and get P % of new connections: the
+//! ready list lists them in that proportion (the program picks positions of it as always; by
+//! client, the consistent table is built from the same list and the program steers by it). At
+//! the window's end the verdict promotes them: they become the roll's first batch, the old
+//! workers they replace leave, and the roll goes on as any roll. A canary worker that dies,
+//! turns unhealthy or drains before the verdict withdraws the canary: its workers retire, the
+//! current release never left, and the roll ends aborted (`roll::abort`).
+use std::time::Duration;
+
+use ck_common::{ActiveSet, MAX_SLOTS};
+
+use super::Lives;
+use crate::settings::choices::{CanaryAsk, CanaryBy};
+
+/// A canary in a roll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanaryRoll {
+    /// As asked.
+    pub ask: CanaryAsk,
+    /// How many replacements it starts.
+    pub size: usize,
+    /// (old slot, canary slot) once they went in; empty while they start.
+    pub pairs: Vec<(u32, u32)>,
+}
+
+impl CanaryRoll {
+    /// The canary of a reload of `workers` workers.
+    pub fn new(ask: CanaryAsk, workers: usize) -> CanaryRoll {
+        let size = (workers * usize::from(ask.percent)).div_ceil(100).max(1);
+        CanaryRoll {
+            ask,
+            size,
+            pairs: Vec::new(),
+        }
+    }
+
+    /// Its workers are in the active set, judged.
+    pub fn judging(&self) -> bool {
+        !self.pairs.is_empty()
+    }
+
+    /// How long it is judged.
+    pub fn window(&self) -> Duration {
+        Duration::from_millis(self.ask.for_ms)
+    }
+
+    /// Whether `slot` is one of its workers.
+    pub fn has(&self, slot: u32) -> bool {
+        self.pairs.iter().any(|(_, new)| *new == slot)
+    }
+
+    /// Its choice is by client: the program steers by the consistent table meanwhile.
+    pub fn by_client(&self) -> bool {
+        self.ask.by == CanaryBy::Client
+    }
+}
+
+/// Entries of the ready list a canary's weights are spread over (a fallback keeps its room).
+const ENTRIES: usize = 100;
+
+/// `set` with its ready list rewritten so that the canary slots of `lives` get `percent` % of
+/// its entries and the others the rest, each side spread evenly over its slots; None when
+/// there is no canary slot or no other ready slot in it.
+pub fn weigh(set: &ActiveSet, lives: &Lives, percent: u8) -> Option<ActiveSet> {
+    let ready = &set.slots[..set.ready_len as usize];
+    let rest = &set.slots[set.ready_len as usize..set.live_len as usize];
+    let is_canary = |slot: &u32| lives.get(slot).is_some_and(|l| l.canary);
+    let (canary, current): (Vec<u32>, Vec<u32>) = ready.iter().partition(|s| is_canary(s));
+    if canary.is_empty() || current.is_empty() {
+        return None;
+    }
+    let room = ENTRIES.min(MAX_SLOTS as usize - rest.len());
+    let wanted = (room * usize::from(percent) + 50) / 100;
+    let to_canary = wanted.clamp(canary.len(), room - current.len());
+    let mut listed = Vec::with_capacity(room);
+    spread(&mut listed, &canary, to_canary);
+    spread(&mut listed, &current, room - to_canary);
+    let mut out = ActiveSet::EMPTY;
+    out.slots[..listed.len()].copy_from_slice(&listed);
+    out.slots[listed.len()..listed.len() + rest.len()].copy_from_slice(rest);
+    out.ready_len = listed.len() as u32;
+    out.live_len = (listed.len() + rest.len()) as u32;
+    Some(out)
+}
+
+/// Appends `entries` entries over `slots`, round after round (the first slots one more when
+/// they do not divide evenly).
+fn spread(listed: &mut Vec<u32>, slots: &[u32], entries: usize) {
+    listed.extend(slots.iter().cycle().take(entries));
+}
