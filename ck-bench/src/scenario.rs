@@ -5,8 +5,8 @@
 use anyhow::{Result, bail};
 
 use crate::scenarios::{
-    bpf_cost, chaos, conn_count, cork, dns, first_moment, footprint, latency, long_lived, overhead,
-    quic, ready_slow, recovery, reload, rollback, slow_start, spread, stall, sticky,
+    bpf_cost, canary, chaos, conn_count, cork, dns, first_moment, footprint, latency, long_lived,
+    overhead, quic, ready_slow, recovery, reload, rollback, slow_start, spread, stall, sticky,
     supervisor_cpu, udp_cost, udp_rate, upgrade,
 };
 use crate::{Bench, Outcome};
@@ -74,6 +74,10 @@ pub enum Scenario {
     /// under new connections at 60 % of the warm fleet's capacity, once per round: p99 during
     /// the roll vs steady, failed requests; --slow-start 10s beside without.
     SlowStart,
+    /// `ck reload --canary 25` on 4 demo workers, once per round: the share 1,000 clients (each
+    /// its own address) and 1,000 connections give the canary, and the clients that changed
+    /// side; by client beside by connection.
+    Canary,
     /// HTTP/3 connections (quinn + h3) held open through 5 rolls and a scale up and down, with
     /// and without client migration, and a worker's kill -9: broken connections under
     /// --udp-mode quic, flow and plain SO_REUSEPORT; ngtcp2's client moving to a new port; an
@@ -95,7 +99,7 @@ pub enum Scenario {
 }
 
 /// The scenarios `all` runs, in order.
-pub const ALL: [Scenario; 23] = [
+pub const ALL: [Scenario; 24] = [
     Scenario::Recovery,
     Scenario::Reload,
     Scenario::Upgrade,
@@ -115,6 +119,7 @@ pub const ALL: [Scenario; 23] = [
     Scenario::ReadySlow,
     Scenario::Rollback,
     Scenario::SlowStart,
+    Scenario::Canary,
     Scenario::Quic,
     Scenario::UdpRate,
     Scenario::UdpCost,
@@ -170,6 +175,7 @@ impl Scenario {
             Scenario::ReadySlow => files!("ready_slow.rs"),
             Scenario::Rollback => files!("rollback.rs"),
             Scenario::SlowStart => files!("slow_start.rs"),
+            Scenario::Canary => files!("canary.rs"),
             Scenario::Quic => files!("quic.rs", "quic_stacks.rs", "grid.rs"),
             Scenario::UdpRate => files!("udp_rate.rs"),
             Scenario::UdpCost => files!("udp_cost.rs", "minimal_program.rs", "grid.rs"),
@@ -200,6 +206,7 @@ impl Scenario {
             Scenario::ReadySlow => ready_slow::run(bench),
             Scenario::Rollback => rollback::run(bench),
             Scenario::SlowStart => slow_start::run(bench),
+            Scenario::Canary => canary::run(bench),
             Scenario::Quic => quic::run(bench),
             Scenario::UdpRate => udp_rate::run(bench),
             Scenario::UdpCost => udp_cost::run(bench),
@@ -217,7 +224,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 23);
+        assert_eq!(Scenario::All.expand().len(), 24);
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
         assert!(Scenario::Summary.expand().is_empty());
         assert_eq!(Scenario::SupervisorCpu.name(), "supervisor-cpu");

@@ -2,6 +2,7 @@
 //! [`fleet`] and [`peers`], [`minimal_program`], [`grid`]).
 
 pub mod bpf_cost;
+pub mod canary;
 pub mod chaos;
 pub mod conn_count;
 pub mod cork;
