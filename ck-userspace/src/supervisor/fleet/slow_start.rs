@@ -49,37 +49,45 @@ pub fn share(age: Duration, window: Duration) -> f64 {
     FIRST_SHARE + (1.0 - FIRST_SHARE) * age.as_secs_f64() / window.as_secs_f64()
 }
 
-/// The weights of a published set.
+/// A set as published: each ready slot listed by its weight.
 #[derive(Debug, Clone)]
 pub struct Weighted {
     /// The set with each ready slot listed by its weight (the set as given when none ramps).
     pub set: ActiveSet,
-    /// Each ready slot's weight, out of `full` (the times it is listed).
-    pub weights: Vec<(u32, u32)>,
-    /// A warm slot's weight.
-    pub full: u32,
     /// Some slot still ramps: write the set again after [`STEP`].
     pub ramping: bool,
 }
 
 impl Weighted {
-    /// `listed` as written (each ready slot's weight the times it is listed): a canary's.
+    /// `listed` as written, each ready slot weighing the times it is listed: a canary's.
     pub fn listing(listed: ActiveSet) -> Weighted {
-        let ready = &listed.slots[..listed.ready_len as usize];
+        Weighted {
+            set: listed,
+            ramping: false,
+        }
+    }
+
+    /// Each ready slot and its weight (the times it is listed), in the order of the list.
+    pub fn weights(&self) -> Vec<(u32, u32)> {
         let mut weights: Vec<(u32, u32)> = Vec::new();
-        for slot in ready {
+        for slot in &self.set.slots[..self.set.ready_len as usize] {
             match weights.iter_mut().find(|(s, _)| s == slot) {
                 Some((_, w)) => *w += 1,
                 None => weights.push((*slot, 1)),
             }
         }
-        let full = weights.iter().map(|(_, w)| *w).max().unwrap_or(1);
-        Weighted {
-            set: listed,
-            weights,
-            full,
-            ramping: false,
-        }
+        weights
+    }
+
+    /// `slot`'s weight: the times it is listed, 1 for a slot the ready list does not name.
+    pub fn weight(&self, slot: u32) -> u32 {
+        let ready = &self.set.slots[..self.set.ready_len as usize];
+        (ready.iter().filter(|s| **s == slot).count() as u32).max(1)
+    }
+
+    /// A warm slot's weight: the most any slot is listed.
+    pub fn full(&self) -> u32 {
+        self.weights().iter().map(|(_, w)| *w).max().unwrap_or(1)
     }
 }
 
@@ -93,12 +101,7 @@ pub fn weigh(set: &ActiveSet, lives: &Lives, now: Instant, window: Option<Durati
         .collect();
     let full = full_weight(ready_len, set.live_len as usize - ready_len);
     // Each ready slot listed once: the set as the lifecycle built it, every weight 1.
-    let unweighted = |ramping| Weighted {
-        set: *set,
-        weights: ready.iter().map(|(slot, _)| (*slot, 1)).collect(),
-        full: 1,
-        ramping,
-    };
+    let unweighted = |ramping| Weighted { set: *set, ramping };
     // Starting workers listed while the fleet boots: nothing is warm yet.
     let booting = ready.iter().any(|(_, age)| age.is_none());
     let Some(window) = window.filter(|w| !w.is_zero() && !booting) else {
@@ -124,8 +127,6 @@ pub fn weigh(set: &ActiveSet, lives: &Lives, now: Instant, window: Option<Durati
         .collect();
     Weighted {
         set: expand(set, &weights, full),
-        weights,
-        full,
         ramping: true,
     }
 }

@@ -46,16 +46,16 @@ fn a_worker_joining_a_warm_fleet_ramps_from_a_tenth_to_its_full_share() {
     let set = active_set(lives.iter().map(|(i, l)| (*i, l)), false, false);
     let w = slow_start::weigh(&set, &view(&lives), now, Some(WINDOW));
     assert!(w.ramping);
-    assert_eq!(w.full, 16);
+    assert_eq!(w.full(), 16);
     assert_eq!((listed(&w.set, 0), listed(&w.set, 1)), (16, 1));
-    assert_eq!(w.weights, vec![(0, 16), (1, 1)]);
+    assert_eq!(w.weights(), vec![(0, 16), (1, 1)]);
     // Half-way: 10 % + 90 % x 0.5 = 55 % of 16, rounded down.
     let half = slow_start::weigh(&set, &view(&lives), now + WINDOW / 2, Some(WINDOW));
     assert_eq!(listed(&half.set, 1), 8);
     // Over: each listed once, as without the option.
     let over = slow_start::weigh(&set, &view(&lives), now + WINDOW, Some(WINDOW));
     assert!(!over.ramping);
-    assert_eq!((over.set.ready_len, over.full), (2, 1));
+    assert_eq!((over.set.ready_len, over.full()), (2, 1));
     // Round-robin over the list visits the slots interleaved: the cold one early in it.
     assert_eq!(&half.set.slots[..4], &[0, 1, 0, 1]);
 }
@@ -75,7 +75,7 @@ fn nothing_ramps_without_a_warm_worker_or_without_the_option() {
     let set = active_set(mixed.iter().map(|(i, l)| (*i, l)), false, false);
     let off = slow_start::weigh(&set, &view(&mixed), now, None);
     assert!(!off.ramping);
-    assert_eq!(off.weights, vec![(0, 1), (1, 1)]);
+    assert_eq!(off.weights(), vec![(0, 1), (1, 1)]);
 }
 
 #[test]

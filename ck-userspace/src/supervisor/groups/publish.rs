@@ -15,16 +15,12 @@ impl Groups {
         weighted: &Weighted,
         by_client: bool,
     ) {
-        let weight = |index: u32| {
-            let listed = weighted.weights.iter().find(|(slot, _)| *slot == index);
-            listed.map_or(1, |(_, w)| *w)
-        };
         let records: Vec<(u32, SlotInfo)> = table
             .slots
             .values()
             .map(|s| {
                 let info = SlotInfo {
-                    weight: weight(s.index),
+                    weight: weighted.weight(s.index),
                     ..s.info()
                 };
                 (s.index, info)
