@@ -74,19 +74,21 @@ pub fn weigh(set: &ActiveSet, lives: &Lives, percent: u8) -> Option<ActiveSet> {
     let room = ENTRIES.min(MAX_SLOTS as usize - rest.len());
     let wanted = (room * usize::from(percent) + 50) / 100;
     let to_canary = wanted.clamp(canary.len(), room - current.len());
-    let mut listed = Vec::with_capacity(room);
-    spread(&mut listed, &canary, to_canary);
-    spread(&mut listed, &current, room - to_canary);
+    // Interleaved evenly, not in two blocks: a program's cursor (one per CPU) that walks only
+    // part of the list between two publishes still gives the canary its share.
+    let (mut canary_turn, mut current_turn) = (canary.iter().cycle(), current.iter().cycle());
+    let listed: Vec<u32> = (0..room)
+        .map(
+            |i| match (i + 1) * to_canary / room > i * to_canary / room {
+                true => *canary_turn.next().expect("not empty"),
+                false => *current_turn.next().expect("not empty"),
+            },
+        )
+        .collect();
     let mut out = ActiveSet::EMPTY;
     out.slots[..listed.len()].copy_from_slice(&listed);
     out.slots[listed.len()..listed.len() + rest.len()].copy_from_slice(rest);
     out.ready_len = listed.len() as u32;
     out.live_len = (listed.len() + rest.len()) as u32;
     Some(out)
-}
-
-/// Appends `entries` entries over `slots`, round after round (the first slots one more when
-/// they do not divide evenly).
-fn spread(listed: &mut Vec<u32>, slots: &[u32], entries: usize) {
-    listed.extend(slots.iter().cycle().take(entries));
 }
