@@ -113,6 +113,9 @@ pub mod policy {
     pub const LEAST_CONN: u32 = 4;
 }
 
+/// Most slots whose queues a canary's watch reads at once (`watched`).
+pub const MAX_WATCHED: u32 = 8;
+
 /// Bits of [`Config::flags`].
 pub mod config_flags {
     /// `least-queue` reads each candidate's exact queue depth from kernel memory at the
@@ -122,6 +125,11 @@ pub mod config_flags {
     /// counting program runs and the program was loaded able to sum them); without it,
     /// `least-conn` compares the supervisor's samples in `conn_samples`.
     pub const KERNEL_CONNS: u32 = 2;
+    /// A canary is judged with `--canary-max-queue-age`: at each new connection (ck's probes
+    /// included), the program records how long the oldest queued connection of each slot the
+    /// `watched` map lists has waited (`queue_ages`). Set only when the program was loaded
+    /// able to read kernel memory.
+    pub const WATCH_QUEUES: u32 = 4;
 }
 
 /// Per-slot record in the `slots` map: the readable truth about each slot.

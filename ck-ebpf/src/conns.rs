@@ -30,13 +30,13 @@ use aya_ebpf::{
     EbpfContext as _, Global,
     bindings::{
         BPF_F_CLONE, BPF_F_NO_PREALLOC, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB,
-        BPF_SOCK_OPS_STATE_CB_FLAG, BPF_TCP_CLOSE, BPF_TCP_ESTABLISHED, BPF_TCP_NEW_SYN_RECV,
-        BPF_TCP_SYN_RECV, bpf_map_type::BPF_MAP_TYPE_SK_STORAGE,
+        BPF_SOCK_OPS_STATE_CB_FLAG, BPF_TCP_CLOSE, BPF_TCP_CLOSE_WAIT, BPF_TCP_ESTABLISHED,
+        BPF_TCP_NEW_SYN_RECV, BPF_TCP_SYN_RECV, bpf_map_type::BPF_MAP_TYPE_SK_STORAGE,
     },
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray},
     helpers::{
         bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf_get_socket_cookie,
-        bpf_map_lookup_percpu_elem, bpf_sk_storage_get,
+        bpf_map_lookup_percpu_elem, bpf_probe_read_kernel, bpf_sk_storage_get,
     },
     macros::{btf_map, btf_tracepoint, cgroup_sock_addr, sock_ops},
     programs::{BtfTracePointContext, SkReuseportContext, SockAddrContext, SockOpsContext},
@@ -100,6 +100,16 @@ static BIND_GROUP: Array<BindGroup, 1> = Array::new();
 /// Open connections per slot, per CPU (signed: the sum over CPUs is the count).
 #[btf_map(name = "conns")]
 static CONNS: PerCpuArray<i64, SLOTS> = PerCpuArray::new();
+
+/// Resets sent per slot, per CPU: connections of the slot that its own side aborted (see
+/// [`sent_reset`]).
+#[btf_map(name = "resets")]
+static RESETS: PerCpuArray<u64, SLOTS> = PerCpuArray::new();
+
+/// Where `sk_err` lies in a `struct sock`, resolved by ck from the kernel's BTF and set when it
+/// loads the program (read-only; 0: not resolved, and no reset is counted).
+#[unsafe(no_mangle)]
+static CK_SK_ERR_AT: Global<u32> = Global::new(0);
 
 /// Socket cookie of a slot's listening socket -> its slot (written by the supervisor).
 #[btf_map(name = "listeners")]
@@ -177,7 +187,8 @@ pub fn ck_conns(ctx: BtfTracePointContext) -> i32 {
         opened(sk, || crate::probe::peer_is_probe(sk.cast()));
     } else if new == BPF_TCP_CLOSE as i32 {
         // SAFETY: `sk` is the tracepoint's socket; the helper only reads (or sets) its cookie.
-        closed(sk, || unsafe { bpf_get_socket_cookie(sk) });
+        let slot = closed(sk, || unsafe { bpf_get_socket_cookie(sk) });
+        count_reset(slot, old as u32, sk);
     }
     0
 }
@@ -208,7 +219,15 @@ pub fn ck_conns_ops(ctx: SockOpsContext) -> u32 {
         opened(sk, || crate::probe::ops_peer_is_probe(&ctx));
     } else if new == BPF_TCP_CLOSE {
         // SAFETY: the context is a `bpf_sock_ops`, which the cookie helper accepts.
-        closed(sk, || unsafe { bpf_get_socket_cookie(ctx.as_ptr()) });
+        let slot = closed(sk, || unsafe { bpf_get_socket_cookie(ctx.as_ptr()) });
+        // The verifier refuses arithmetic on the context's socket pointer: the socket's address
+        // is read as a number from the kernel's context (`bpf_sock_ops_kern`, whose first field
+        // is the socket, as ck checks in the kernel's BTF before it sets `CK_SK_ERR_AT`).
+        // SAFETY: a copy that never faults, into a value of the type asked.
+        let addr = unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) };
+        if let Ok(addr) = addr {
+            count_reset(slot, old, addr as *mut c_void);
+        }
     }
     1
 }
@@ -229,9 +248,9 @@ fn opened(sk: *mut c_void, is_probe: impl FnOnce() -> bool) {
 /// A socket closed: a counted connection leaves its slot's count (the slot it was re-homed to,
 /// if it was); a connection re-homed without being counted (created before its listener was
 /// tagged) gives back what [`migrated`] moved. `cookie` reads the socket's cookie (each
-/// program type has its own way).
+/// program type has its own way). Returns the slot a client's connection counted for.
 #[inline(always)]
-fn closed(sk: *mut c_void, cookie: impl FnOnce() -> u64) {
+fn closed(sk: *mut c_void, cookie: impl FnOnce() -> u64) -> Option<u32> {
     let mut counted = false;
     let mut slot = MAX_SLOTS;
     if let Some(tag) = CONN_TAGS.get(sk) {
@@ -243,7 +262,7 @@ fn closed(sk: *mut c_void, cookie: impl FnOnce() -> u64) {
         if counted {
             add(slot, -1);
         }
-        return;
+        return counted.then_some(slot);
     }
     // Looked up for untagged sockets too (see above).
     let cookie = cookie();
@@ -254,9 +273,45 @@ fn closed(sk: *mut c_void, cookie: impl FnOnce() -> u64) {
             add(moved.from, 1);
         }
         add(moved.to, -1);
+        return Some(moved.to);
     } else if counted {
         add(slot, -1);
     }
+    counted.then_some(slot)
+}
+
+/// A client's connection of `slot` closed from state `old`: counted in `resets` when its own
+/// side aborted it ([`sent_reset`]).
+#[inline(always)]
+fn count_reset(slot: Option<u32>, old: u32, sk: *mut c_void) {
+    let Some(slot) = slot else {
+        return;
+    };
+    if sent_reset(old, sk) {
+        if let Some(count) = RESETS.get_ptr_mut(slot) {
+            // SAFETY: per-CPU value of this CPU; a BPF program is not preempted on its CPU.
+            unsafe { *count += 1 };
+        }
+    }
+}
+
+/// Whether a connection that closed from state `old` was aborted by its own side, which then
+/// sends a reset: a worker that closed it with data unread or `SO_LINGER` 0, or exited (the
+/// kernel closes its sockets so). An orderly close never goes straight to CLOSE from
+/// ESTABLISHED or CLOSE_WAIT (it passes FIN_WAIT or LAST_ACK), and a reset received on the way
+/// sets `sk_err` (ECONNRESET, EPIPE) before the socket closes, where an abort leaves it 0. One
+/// read, on aborts only.
+#[inline(always)]
+fn sent_reset(old: u32, sk: *mut c_void) -> bool {
+    let at = CK_SK_ERR_AT.load();
+    if at == 0 || (old != BPF_TCP_ESTABLISHED && old != BPF_TCP_CLOSE_WAIT) {
+        return false;
+    }
+    // SAFETY: `bpf_probe_read_kernel` copies without faulting into a value of the type asked;
+    // `sk` is only offset, never dereferenced here.
+    let err =
+        unsafe { bpf_probe_read_kernel(sk.cast::<u8>().wrapping_add(at as usize).cast::<i32>()) };
+    err == Ok(0)
 }
 
 /// `ck_select` re-homed `migrating` (a request or connection of a closing listener) to `slot`:

@@ -16,6 +16,7 @@ mod probe;
 mod quic;
 mod sock_addr;
 mod udp;
+mod watch;
 
 use aya_ebpf::{
     EbpfContext as _, Global,
@@ -74,7 +75,7 @@ static STICKY: Array<StickyTable, 2> = Array::new();
 /// with 0 it drops those reads as dead code, so the same program loads where the kernel
 /// refuses them (and `least-queue` steers by the sampled depths).
 #[unsafe(no_mangle)]
-static CK_READ_KERNEL: Global<u8> = Global::new(0);
+pub(crate) static CK_READ_KERNEL: Global<u8> = Global::new(0);
 
 /// slot -> open connections as the supervisor last sampled them: what `least-conn` compares
 /// when the program cannot sum the kernel's own counts (no [`config_flags::KERNEL_CONNS`]).
@@ -99,6 +100,11 @@ fn select(ctx: &SkReuseportContext) -> u32 {
         return SK_DROP;
     };
     let migrating = ctx.migrating_sk();
+    // A canary's queues watched: their ages read before this connection's socket is chosen
+    // (reading may select a socket on trial; the choice below replaces it).
+    if migrating.is_none() {
+        watch::queues(ctx, config);
+    }
     if let Some(queued) = &migrating {
         // A probe tests one worker through its own socket: never answer it from another.
         if probe::migrating_is_probe(queued.sock.cast(), config.probe_base) {
@@ -437,7 +443,7 @@ fn queue_of(ctx: &SkReuseportContext, slot: u32, config: &Config) -> Queue {
 /// microseconds); None when it cannot be read (the queue emptied meanwhile, or a request made
 /// from a SYN cookie, which has no SYN-ACK time).
 #[inline(always)]
-fn oldest_wait_ns(sk: u64, at: &QueueOffsets) -> Option<u64> {
+pub(crate) fn oldest_wait_ns(sk: u64, at: &QueueOffsets) -> Option<u64> {
     // SAFETY: as in `queue_of`: copies that never fault, into values of the requested types.
     let head = unsafe { bpf_probe_read_kernel((sk + u64::from(at.accept_head)) as *const u64) }
         .ok()

@@ -20,6 +20,7 @@
 pub mod adopted;
 pub mod app;
 pub mod bpf_stats;
+pub mod canary;
 pub mod churn;
 pub mod ck;
 pub mod cpu;

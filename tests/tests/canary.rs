@@ -7,43 +7,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::Output;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
-use ck_tests::app::script;
-use ck_tests::churn::{Background, SETTLE};
-use ck_tests::ck::{ck_bin, ck_output};
+use ck_tests::canary::{BadRelease, judged, reload, withdrawn};
+use ck_tests::ck::ck_output;
 use ck_tests::http::get_new_conn_from;
-use ck_tests::load::Mode;
-use ck_tests::sys::TempDir;
-use ck_tests::{Ck, READY_TIMEOUT, Status, burst, local, start};
-
-/// `ck reload ARGS...` of `ck`'s instance, on a thread (it answers when the roll ends).
-fn reload(ck: &Ck, args: &[&str]) -> JoinHandle<Output> {
-    let mut all = vec!["reload".to_string(), "--name".into(), ck.name().into()];
-    all.extend(args.iter().map(|a| a.to_string()));
-    std::thread::spawn(move || {
-        let args: Vec<&str> = all.iter().map(String::as_str).collect();
-        ck_output(&args)
-    })
-}
-
-/// The status once the canary is judged: its slots.
-fn judged(ck: &mut Ck) -> (Status, BTreeSet<u32>) {
-    let status = ck
-        .wait_status("the canary judged", READY_TIMEOUT, |s| {
-            s.canary.as_deref().is_some_and(|c| c.starts_with("judged"))
-        })
-        .expect("the canary goes in");
-    let slots = status
-        .slots
-        .iter()
-        .filter(|s| s.canary)
-        .map(|s| s.slot)
-        .collect();
-    (status, slots)
-}
+use ck_tests::{READY_TIMEOUT, burst, local, start};
 
 #[test]
 fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_promoted() {
@@ -61,10 +29,23 @@ fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_prom
             "4s",
             "--canary-by",
             "connection",
+            // A good release crosses none of them, however strict.
+            "--canary-max-resets",
+            "0",
+            "--canary-max-drops",
+            "0",
+            "--canary-max-queue-age",
+            "1s",
         ],
     );
     let (status, canary) = judged(&mut ck);
     assert_eq!(canary.len(), 1, "ceil(4 x 25 / 100): {status:#?}");
+    let line = status.canary.as_deref().unwrap_or_default();
+    assert!(
+        line.contains("withdrawn past resets <= 0, drops <= 0, queue age <= 1000 ms")
+            && line.contains("so far resets 0, drops 0, longest queue wait"),
+        "{line}"
+    );
     // The whole current release still serves beside it.
     let ready: BTreeSet<u32> = status.ready().filter_map(|s| s.pid).collect();
     assert!(old.is_subset(&ready), "{status:#?}");
@@ -132,56 +113,95 @@ fn a_canary_by_client_keeps_each_client_on_one_side() {
 
 #[test]
 fn a_canary_that_crashes_is_withdrawn_and_the_current_release_serves_throughout() {
-    let dir = TempDir::new("canary-crash");
-    let marker = dir.path().join("bad-release");
-    // The new release: killed 2 s after it starts (while the marker exists).
-    let app = script(
-        &dir,
-        "app.sh",
-        &format!(
-            "if [ -e '{marker}' ]; then (sleep 2; kill -9 $$) & fi\nexec '{ck}' demo-worker",
-            marker = marker.display(),
-            ck = ck_bin().display()
-        ),
-    );
-    let app = app.to_str().expect("utf-8").to_string();
-    let (mut ck, port) = start("canary-crash", &["-w", "2", "--", &app]).expect("start ck");
+    // The new release: killed 2 s after it starts.
+    withdrawn(&BadRelease {
+        what: "canary-crash",
+        prelude: "(sleep 2; kill -9 $$) &",
+        demo: "",
+        run: &[],
+        reload: &["--canary", "50", "--canary-for", "30s"],
+        reason: "exited",
+    });
+}
+
+/// A canary of half the fleet by connection, judged long enough for any withdrawal.
+const HALF: &[&str] = &[
+    "--canary",
+    "50",
+    "--canary-for",
+    "30s",
+    "--canary-by",
+    "connection",
+];
+
+#[test]
+fn a_canary_that_resets_every_request_is_withdrawn_past_its_reset_limit() {
+    // The new release answers every request to / with a reset; the kernel counts them.
+    withdrawn(&BadRelease {
+        what: "canary-resets",
+        prelude: "",
+        demo: "--reset-requests",
+        run: &[],
+        reload: &[HALF, &["--canary-max-resets", "5"]].concat(),
+        reason: "more than --canary-max-resets 5",
+    });
+}
+
+#[test]
+fn a_canary_whose_queue_stalls_is_withdrawn_past_its_queue_age_limit() {
+    // The new release stops accepting for 3 s from 3.5 s after it starts; its limits come
+    // from `ck run`.
+    withdrawn(&BadRelease {
+        what: "canary-queue-age",
+        prelude: "",
+        demo: "--stall-ms 3000 --stall-every 3500ms",
+        run: &["--canary-max-queue-age", "300ms"],
+        reload: HALF,
+        reason: "longer than --canary-max-queue-age 300ms",
+    });
+}
+
+#[test]
+fn a_canary_whose_full_queue_drops_connections_is_withdrawn_past_its_drop_limit() {
+    // The new release lowers its backlog to 2 and stops accepting for 3 s from 3.5 s after it
+    // starts: the kernel drops what its queue cannot hold.
+    withdrawn(&BadRelease {
+        what: "canary-drops",
+        prelude: "",
+        demo: "--listen-backlog 2 --stall-ms 3000 --stall-every 3500ms",
+        run: &[],
+        reload: &[HALF, &["--canary-max-drops", "0"]].concat(),
+        reason: "more than --canary-max-drops 0",
+    });
+}
+
+#[test]
+fn limits_the_kernel_cannot_count_here_refuse_the_reload() {
+    let (mut ck, _port) = start("canary-refused", &["-w", "2", "--no-bpf"]).expect("start ck");
     let before = ck.wait_ready(2, READY_TIMEOUT).expect("ready");
-    let old = before.worker_pids();
-    let old_slots: BTreeSet<u32> = before.slots.iter().map(|s| s.slot).collect();
-    let load = Background::start_without_retry(port, Mode::NewConnection);
-    std::thread::sleep(SETTLE);
-    std::fs::write(&marker, b"").expect("the marker");
-    let reloading = reload(&ck, &["--canary", "50", "--canary-for", "30s"]);
-    let (_, canary) = judged(&mut ck);
-    let mut selected = 0;
-    while !reloading.is_finished() {
-        let s = ck.status().expect("status");
-        // The current release never leaves the active set.
-        assert!(
-            old_slots.iter().all(|slot| s.active.contains(slot)),
-            "{s:#?}"
-        );
-        let on_canary = s.slots.iter().filter(|x| canary.contains(&x.slot));
-        selected = selected.max(on_canary.map(|x| x.selected).sum::<u64>());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = reloading.join().expect("the reload");
+    let out = ck_output(&[
+        "reload",
+        "--name",
+        ck.name(),
+        "--canary",
+        "50",
+        "--canary-max-queue-age",
+        "1s",
+    ]);
     assert!(!out.status.success(), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("canary withdrawn"), "{err}");
-    std::thread::sleep(SETTLE);
-    let report = load.finish_and_print("canary-crash");
-    eprintln!(
-        "{} failed; {selected} selected for the canary",
-        report.failed()
-    );
     assert!(
-        report.failed() <= selected,
-        "{} failed, {selected} selected for the canary",
-        report.failed()
+        err.contains("--no-bpf") && err.contains("drop those limits"),
+        "{err}"
     );
     let after = ck.status().expect("status");
-    assert_eq!(after.worker_pids(), old, "{after:#?}");
-    assert!(after.canary.is_none() && !after.reloading, "{after:#?}");
+    assert_eq!(after.worker_pids(), before.worker_pids());
+    assert!(!after.reloading, "{after:#?}");
+    // Without --canary, a limit is a usage error.
+    let out = ck_output(&["reload", "--name", ck.name(), "--canary-max-resets", "1"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--canary"),
+        "{out:?}"
+    );
 }

@@ -127,6 +127,26 @@ pub fn peer_offsets_in(btf: &super::btf::Btf) -> Result<PeerOffsets, super::btf:
     })
 }
 
+/// Where the program reads a socket's pending error (`sk_err`) in a `struct sock`, from the
+/// kernel's BTF, to tell the resets a connection's own side sent from those it received; 0
+/// (no reset is counted) where BTF cannot be read. Resolved once per process.
+pub fn sk_err_offset() -> u32 {
+    static RESOLVED: OnceLock<u32> = OnceLock::new();
+    *RESOLVED.get_or_init(|| {
+        let found = super::btf::Btf::kernel().and_then(|btf| {
+            // `ck_conns_ops` reads the socket's address as the first field of the kernel's
+            // context; anywhere else, it would read garbage: nothing is counted then.
+            let sk = btf.field("bpf_sock_ops_kern", &["sk"])?;
+            let err = btf.sized_field("sock", &["sk_err"], 4)?;
+            Ok(if sk.offset == 0 { err.offset } else { 0 })
+        });
+        found.unwrap_or_else(|e| {
+            tracing::debug!("resets sent are not counted: {e}");
+            0
+        })
+    })
+}
+
 /// The cookies of the sockets listening on `socket`'s port and family (sock_diag); none when
 /// they cannot be listed.
 fn listening_cookies(socket: &Socket) -> Vec<u64> {

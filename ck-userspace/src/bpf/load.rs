@@ -33,6 +33,9 @@ const PROBE_BASE: &str = "CK_PROBE_BASE";
 /// The connection counter's read-only offsets of a connection's peer (`super::conns`).
 const PEER_AT: &str = "CK_PEER_AT";
 
+/// The connection counter's read-only offset of `sk_err` (`super::conns`), for the resets count.
+const SK_ERR_AT: &str = "CK_SK_ERR_AT";
+
 /// The program's read-only switches, set at load.
 #[derive(Clone, Copy)]
 pub(super) struct Switches {
@@ -100,6 +103,7 @@ pub(super) fn open(
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(0);
     let peer_at = super::conns::peer_offsets();
+    let sk_err_at = super::conns::sk_err_offset();
     let mut loader = EbpfLoader::new();
     loader
         .btf(None)
@@ -109,7 +113,8 @@ pub(super) fn open(
         .override_global(CPUS, &cpus, true)
         .override_global(UDP_MODE, &udp_mode, true)
         .override_global(PROBE_BASE, &switches.probe_base, true)
-        .override_global(PEER_AT, &peer_at, true);
+        .override_global(PEER_AT, &peer_at, true)
+        .override_global(SK_ERR_AT, &sk_err_at, true);
     for map in ["flows", "flow_cache", "pending"] {
         if !switches.uses(map) {
             loader.map_max_entries(map, 1);
@@ -188,13 +193,15 @@ pub(super) struct Loaded {
     pub queue: Result<QueueOffsets, String>,
     /// least-conn: Ok when the program sums the kernel's counts, else why it cannot.
     pub conn_sum: Result<(), String>,
+    /// The offsets the program reads kernel memory at (least-queue's depths, the canary's
+    /// queue watch), or why it cannot read it.
+    pub reads: Result<QueueOffsets, String>,
 }
 
 /// Loads the object for `policy` (a UDP group, `udp_mode` set: its own program, whatever the
-/// policy):
-/// least-queue's program reads exact queue depths where the
-/// kernel lets it (BTF offsets found, and the kernel takes the program that reads kernel
-/// memory), least-conn's sums the per-CPU connection counts where the kernel has the helper
+/// policy): a TCP group's program reads kernel memory where the kernel lets it (BTF offsets
+/// found, and the kernel takes the program that reads it: least-queue's exact depths, the
+/// canary's queue watch), least-conn's sums the per-CPU connection counts where the kernel has the helper
 /// (Linux >= 5.19); otherwise the same program is loaded without those parts, and why is kept.
 pub(super) fn open_for(
     pin_dir: &std::path::Path,
@@ -209,7 +216,6 @@ pub(super) fn open_for(
         udp_mode,
         probe_base,
     } = target;
-    let udp = udp_mode.is_some();
     let open = |read_kernel: bool, sum_conns: bool| {
         let switches = Switches {
             read_kernel,
@@ -219,41 +225,48 @@ pub(super) fn open_for(
         };
         open(pin_dir, group, log, reuse, switches, started)
     };
-    let plain = |queue: Result<QueueOffsets, String>, conn_sum: Result<(), String>| {
-        Ok(Loaded {
-            ebpf: open(false, false)?,
-            queue,
-            conn_sum,
-        })
-    };
     let not_queue = || Err("the policy does not read queue depths".to_string());
     let not_conn = || Err("the policy does not sum connection counts".to_string());
-    if udp {
-        return plain(
-            Err("a UDP group has no accept queue".into()),
-            Err("a UDP group has no connections".into()),
-        );
+    if udp_mode.is_some() {
+        let none = || Err("a UDP group has no accept queue".to_string());
+        return Ok(Loaded {
+            ebpf: open(false, false)?,
+            queue: none(),
+            conn_sum: Err("a UDP group has no connections".into()),
+            reads: none(),
+        });
     }
+    // Every TCP group's program reads kernel memory where the kernel lets it: least-queue's
+    // depths, and under any policy the canary's queue watch (dead code until a canary is
+    // watched). Where it refuses, the same program without the reads, and why.
+    let with_reads = |sum_conns: bool| -> Result<(Ebpf, Result<QueueOffsets, String>), BpfError> {
+        let offsets = super::queue_depth::offsets();
+        if offsets.is_err() {
+            return Ok((open(false, sum_conns)?, offsets));
+        }
+        match open(true, sum_conns) {
+            Ok(ebpf) => Ok((ebpf, offsets)),
+            Err(refused) => {
+                tracing::debug!(group, "the program that reads kernel memory: {refused}");
+                let why = format!(
+                    "the kernel refused the program that reads them ({}); \
+                     bpf_probe_read_kernel needs CAP_PERFMON and no kernel lockdown",
+                    refusal(&refused)
+                );
+                Ok((open(false, sum_conns)?, Err(why)))
+            }
+        }
+    };
     match policy {
-        ck_common::policy::LEAST_QUEUE => match super::queue_depth::offsets() {
-            Ok(offsets) => match open(true, false) {
-                Ok(ebpf) => Ok(Loaded {
-                    ebpf,
-                    queue: Ok(offsets),
-                    conn_sum: not_conn(),
-                }),
-                Err(refused) => {
-                    tracing::debug!(group, "the program that reads queue depths: {refused}");
-                    let why = format!(
-                        "the kernel refused the program that reads them ({}); \
-                         bpf_probe_read_kernel needs CAP_PERFMON and no kernel lockdown",
-                        refusal(&refused)
-                    );
-                    plain(Err(why), not_conn())
-                }
-            },
-            Err(why) => plain(Err(why), not_conn()),
-        },
+        ck_common::policy::LEAST_QUEUE => {
+            let (ebpf, reads) = with_reads(false)?;
+            Ok(Loaded {
+                ebpf,
+                queue: reads.clone(),
+                conn_sum: not_conn(),
+                reads,
+            })
+        }
         ck_common::policy::LEAST_CONN => {
             let forced = super::conn_steering::forced().map_err(|e| BpfError::Load {
                 what: "choosing least-conn's counts".into(),
@@ -261,13 +274,20 @@ pub(super) fn open_for(
                 advice: String::new(),
             })?;
             if let Some(why) = forced {
-                return plain(not_queue(), Err(why));
+                let (ebpf, reads) = with_reads(false)?;
+                return Ok(Loaded {
+                    ebpf,
+                    queue: not_queue(),
+                    conn_sum: Err(why),
+                    reads,
+                });
             }
-            match open(false, true) {
-                Ok(ebpf) => Ok(Loaded {
+            match with_reads(true) {
+                Ok((ebpf, reads)) => Ok(Loaded {
                     ebpf,
                     queue: not_queue(),
                     conn_sum: Ok(()),
+                    reads,
                 }),
                 Err(refused) => {
                     tracing::debug!(group, "the program that sums connection counts: {refused}");
@@ -276,11 +296,25 @@ pub(super) fn open_for(
                          bpf_map_lookup_percpu_elem needs Linux >= 5.19",
                         refusal(&refused)
                     );
-                    plain(not_queue(), Err(why))
+                    let (ebpf, reads) = with_reads(false)?;
+                    Ok(Loaded {
+                        ebpf,
+                        queue: not_queue(),
+                        conn_sum: Err(why),
+                        reads,
+                    })
                 }
             }
         }
-        _ => plain(not_queue(), not_conn()),
+        _ => {
+            let (ebpf, reads) = with_reads(false)?;
+            Ok(Loaded {
+                ebpf,
+                queue: not_queue(),
+                conn_sum: not_conn(),
+                reads,
+            })
+        }
     }
 }
 

@@ -4,6 +4,7 @@ pub mod active;
 pub mod adopt;
 mod bind_tags;
 pub mod btf;
+pub mod canary_watch;
 mod conn_hook;
 pub mod conn_steering;
 pub mod conns;

@@ -1,6 +1,7 @@
 //! `ck reload`'s options: a canary for this one reload (`--canary P`, `--canary-for`,
-//! `--canary-by`), as the supervisor's `Request::Reload` carries it.
-use ck::settings::choices::{CanaryAsk, CanaryBy, parse_percent};
+//! `--canary-by`, and its limits `--canary-max-resets`, `--canary-max-drops`,
+//! `--canary-max-queue-age`), as the supervisor's `Request::Reload` carries it.
+use ck::settings::choices::{CanaryAsk, CanaryBy, CanaryLimits, parse_percent};
 use ck_worker::units::duration::parse_duration;
 
 /// `ck reload`'s canary options.
@@ -19,6 +20,16 @@ pub struct CanaryArgs {
     /// connection (behind a load balancer).
     #[arg(long, value_enum, value_name = "BY", default_value_t = CanaryBy::Client, requires = "canary")]
     canary_by: CanaryBy,
+    /// With --canary: withdraw it past N resets sent by its connections (as `ck run
+    /// --canary-max-resets` says).
+    #[arg(long, value_name = "N", requires = "canary")]
+    canary_max_resets: Option<u64>,
+    /// With --canary: withdraw it past N connections dropped by its sockets.
+    #[arg(long, value_name = "N", requires = "canary")]
+    canary_max_drops: Option<u64>,
+    /// With --canary: withdraw it once a connection waits longer in its accept queue.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, requires = "canary")]
+    canary_max_queue_age: Option<std::time::Duration>,
 }
 
 impl CanaryArgs {
@@ -28,6 +39,11 @@ impl CanaryArgs {
             percent,
             for_ms: self.canary_for.as_millis() as u64,
             by: self.canary_by,
+            limits: CanaryLimits {
+                max_resets: self.canary_max_resets,
+                max_drops: self.canary_max_drops,
+                max_queue_age_ms: self.canary_max_queue_age.map(|d| d.as_millis() as u64),
+            },
         })
     }
 }

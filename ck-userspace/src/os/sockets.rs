@@ -172,6 +172,39 @@ pub fn accept_queue_len(socket: &Socket) -> io::Result<u32> {
     Ok(info.tcpi_unacked)
 }
 
+/// Connections a listening socket's kernel has dropped: SYNs (and handshake-ending ACKs) it
+/// could not take, mostly because the accept queue was full (`SO_MEMINFO`'s
+/// `SK_MEMINFO_DROPS`, which `ss -tlm` shows as `d`). The kernel counts each dropped packet,
+/// so a client that retries its SYN counts again.
+pub fn listen_drops(socket: &Socket) -> io::Result<u32> {
+    use std::os::fd::AsRawFd as _;
+    /// `SO_MEMINFO` and the index of the drop count in its array (linux/sock_diag.h).
+    const SO_MEMINFO: libc::c_int = 55;
+    const SK_MEMINFO_DROPS: usize = 8;
+    let mut info = [0u32; 9];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, which is that large, and
+    // updates `len`; the fd is a live socket we own.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if (len as usize) <= SK_MEMINFO_DROPS * 4 {
+        return Err(io::Error::other(
+            "SO_MEMINFO has no drop count on this kernel",
+        ));
+    }
+    Ok(info[SK_MEMINFO_DROPS])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
 //! The values of `ck run`'s options that name a choice (`--policy`, `--udp-mode`, `--ready`,
-//! `--log-format`, `--worker-output`, `--canary-by`, and a canary as asked): plain values,
+//! `--log-format`, `--worker-output`, `--canary-by`, a canary as asked and its limits): plain values,
 //! below their defaults
 //! ([`super::defaults`]) and the configuration that holds them ([`super::run_config`]).
 
@@ -194,6 +194,56 @@ pub struct CanaryAsk {
     pub for_ms: u64,
     /// How its share is chosen.
     pub by: CanaryBy,
+    /// The kernel-counted limits it is withdrawn past.
+    #[serde(default)]
+    pub limits: CanaryLimits,
+}
+
+/// The limits a canary is withdrawn past, each counted by the kernel for the canary's
+/// workers from the moment they go in (None: no limit): `--canary-max-resets`,
+/// `--canary-max-drops`, `--canary-max-queue-age`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CanaryLimits {
+    /// Resets its workers' connections may send (their own side aborting a connection).
+    pub max_resets: Option<u64>,
+    /// Connections its workers' listening sockets may drop (a full accept queue).
+    pub max_drops: Option<u64>,
+    /// How long a connection may wait in its workers' accept queues, in milliseconds.
+    pub max_queue_age_ms: Option<u64>,
+}
+
+impl CanaryLimits {
+    /// These limits, each unset one taken from `defaults` (`ck run`'s).
+    pub fn or(self, defaults: CanaryLimits) -> CanaryLimits {
+        CanaryLimits {
+            max_resets: self.max_resets.or(defaults.max_resets),
+            max_drops: self.max_drops.or(defaults.max_drops),
+            max_queue_age_ms: self.max_queue_age_ms.or(defaults.max_queue_age_ms),
+        }
+    }
+
+    /// Whether any limit is set.
+    pub fn any(&self) -> bool {
+        self.max_resets.is_some() || self.max_drops.is_some() || self.max_queue_age_ms.is_some()
+    }
+
+    /// `resets <= 5, drops <= 0, queue age <= 200 ms`, or `none`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(n) = self.max_resets {
+            parts.push(format!("resets <= {n}"));
+        }
+        if let Some(n) = self.max_drops {
+            parts.push(format!("drops <= {n}"));
+        }
+        if let Some(ms) = self.max_queue_age_ms {
+            parts.push(format!("queue age <= {ms} ms"));
+        }
+        match parts.is_empty() {
+            true => "none".into(),
+            false => parts.join(", "),
+        }
+    }
 }
 
 /// Parses `--canary`'s percentage: 1 to 99, with or without `%`.

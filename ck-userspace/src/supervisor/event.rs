@@ -36,6 +36,8 @@ pub(crate) enum Event {
     RollNext,
     /// `ck reload --canary`: the canary's window ended: its verdict.
     CanaryVerdict,
+    /// Time to compare the canary's kernel counts with its limits (`operations::canary_watch`).
+    CanaryCheck,
     /// A worker turned unhealthy or drains (a canary's is withdrawn).
     Faltered {
         /// Its slot.

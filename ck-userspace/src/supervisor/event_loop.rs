@@ -98,6 +98,7 @@ impl Supervisor {
             Event::QuietTick => self.on_quiet_tick(),
             Event::Reload => self.reload(None, None),
             Event::CanaryVerdict => executor::decisions::canary_verdict(self),
+            Event::CanaryCheck => self.check_canary(),
             Event::Faltered { slot, why } => executor::decisions::on_faltered(self, slot, why),
             Event::Tick => self.on_tick(),
             Event::ProbeTick => {

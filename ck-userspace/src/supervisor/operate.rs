@@ -12,7 +12,7 @@
 //!   ([`super::fleet::spares`], [`super::fleet::death`]).
 //! - Rolls (`fleet::roll`, answered by `Operations::roll_ended`), recycling (`operations::recycle`), reloads with `--config`
 //!   (`operations::reconfigure`), drains (`operations::drain`) and the stop's quiet wait
-//!   (`operations::quiet`).
+//!   (`operations::quiet`), the canary's watch against its limits (`operations::canary_watch`).
 use std::{collections::VecDeque, time::Duration, time::Instant};
 
 use tokio::sync::oneshot;
@@ -23,7 +23,7 @@ use super::{
     executor::decisions,
     fleet,
     lifecycle::Input,
-    operations::{drain, quiet, quiet::Window, reconfigure, recycle},
+    operations::{canary_watch, drain, quiet, quiet::Window, reconfigure, recycle},
 };
 use crate::{
     control::Response,
@@ -102,6 +102,57 @@ impl Supervisor {
         super::tasks::send_after(&self.events, delay, Event::SpareDue);
     }
 
+    /// The canary a reload starts with: `ck reload`'s (its limits completed by `ck run`'s),
+    /// else `ck run --canary`'s, if any.
+    fn canary_asked(&self, asked: Option<CanaryAsk>) -> Option<CanaryAsk> {
+        let mut canary = asked.or(self.cfg.canary)?;
+        canary.limits = canary.limits.or(self.cfg.canary_limits);
+        Some(canary)
+    }
+
+    /// The canary's slots while it is judged, and its limits.
+    fn canary_judged(&self) -> Option<(Vec<u32>, crate::settings::choices::CanaryLimits)> {
+        let canary = self.ops.core.roll.as_ref()?.canary.as_ref()?;
+        let slots = canary.pairs.iter().map(|(_, new)| *new).collect();
+        canary.judging().then_some((slots, canary.ask.limits))
+    }
+
+    /// A canary went in: watched against its limits, if it has any (checked every
+    /// [`canary_watch::CHECK_EVERY`]).
+    pub(super) fn watch_canary(&mut self) {
+        if let Some(watch) = self.ops.canary_watch.take() {
+            watch.end(&mut self.groups);
+        }
+        let Some((slots, limits)) = self.canary_judged() else {
+            return;
+        };
+        let watch = canary_watch::CanaryWatch::start(limits, &slots, &mut self.groups, &self.table);
+        if watch.is_some() {
+            super::tasks::send_after(&self.events, canary_watch::CHECK_EVERY, Event::CanaryCheck);
+        }
+        self.ops.canary_watch = watch;
+    }
+
+    /// The watched canary's counts against its limits: past one, it is withdrawn; after its
+    /// verdict, the watch ends.
+    pub(super) fn check_canary(&mut self) {
+        let Some(watch) = self.ops.canary_watch.take() else {
+            return;
+        };
+        let judged = self.canary_judged().map(|(slots, _)| slots);
+        if !judged.is_some_and(|slots| watch.watches(&slots)) {
+            return watch.end(&mut self.groups);
+        }
+        if let Some((slot, why)) = watch.crossed(&self.groups, &self.table) {
+            watch.end(&mut self.groups);
+            return decisions::on_faltered(self, slot, why);
+        }
+        let mut watch = watch;
+        watch.nudge(&self.groups, &self.table, self.cfg.health.probe_port_base);
+        self.ops.canary_watch = Some(watch);
+        super::tasks::send_after(&self.events, canary_watch::CHECK_EVERY, Event::CanaryCheck);
+    }
+
     /// Starts a rolling restart of every current worker.
     fn begin_reload(
         &mut self,
@@ -109,7 +160,8 @@ impl Supervisor {
         canary: Option<CanaryAsk>,
     ) {
         let all = fleet::roll::reload_targets(&fleet::lives(self.table.lives()));
-        self.begin_roll(all, reply, canary.or(self.cfg.canary), true);
+        let canary = self.canary_asked(canary);
+        self.begin_roll(all, reply, canary, true);
     }
 
     /// Starts a rolling restart of the workers of `pending` slots (`reload`: of the whole
@@ -121,6 +173,14 @@ impl Supervisor {
         canary: Option<CanaryAsk>,
         reload: bool,
     ) {
+        let limits = canary.map(|c| c.limits).unwrap_or_default();
+        if let Some(why) = self.groups.canary_limits_refused(&limits) {
+            tracing::warn!("reload refused: {why}");
+            if let Some(reply) = reply {
+                let _ = reply.send(Response::Error(why));
+            }
+            return;
+        }
         if self.ops.roll_may_start(self.stopping, reply) {
             let _ = decisions::begin_roll(self, pending, reload, canary);
         }
@@ -202,7 +262,7 @@ impl Supervisor {
             return;
         }
         let reply = reply.map(|reply| reconfigure::prefixed(reply, reread.summary));
-        let canary = canary.or(self.cfg.canary);
+        let canary = self.canary_asked(canary);
         self.begin_roll(running, reply, canary, true);
     }
 

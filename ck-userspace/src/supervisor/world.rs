@@ -279,6 +279,7 @@ impl World for Supervisor {
                     "canary judged: verdict at the window's end"
                 );
                 super::tasks::send_after(&self.events, window, Event::CanaryVerdict);
+                self.watch_canary();
             }
             FleetEvent::RollWaits(left) => {
                 tracing::info!(

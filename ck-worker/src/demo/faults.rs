@@ -2,7 +2,8 @@
 //! loop now and then, failing `/healthz` for a while, answering `/` slowly, and leaking memory
 //! on every request, a capacity that warms up. See the `--stall-ms`, `--stall-every`,
 //! `--fail-health-after`, `--recover-health-after`, `--slow-ms`, `--leak-per-request`,
-//! `--capacity` and `--warm-up` options of [`DemoOptions`].
+//! `--capacity`, `--warm-up`, `--reset-requests` and `--listen-backlog` options of
+//! [`DemoOptions`].
 use std::time::Duration;
 
 use anyhow::ensure;
@@ -29,6 +30,8 @@ pub struct Faults {
     pub capacity: Option<u32>,
     /// How long after the start the capacity ramps up from a tenth.
     pub warm_up: Duration,
+    /// Every request to `/` is answered with a reset.
+    pub reset: bool,
 }
 
 impl Default for Faults {
@@ -42,6 +45,7 @@ impl Default for Faults {
             leak: 0,
             capacity: None,
             warm_up: Duration::ZERO,
+            reset: false,
         }
     }
 }
@@ -79,6 +83,7 @@ impl Faults {
             recover_health_after: opts.recover_health_after,
             slow: opts.slow_ms.unwrap_or(Duration::ZERO),
             leak: opts.leak_per_request.unwrap_or(0),
+            reset: opts.reset_requests,
         })
     }
 
@@ -113,6 +118,9 @@ impl Faults {
                 "/ at most {n}/s, from a tenth over {:?}",
                 self.warm_up
             ));
+        }
+        if self.reset {
+            parts.push("/ answered with a reset".into());
         }
         (!parts.is_empty()).then(|| parts.join(", "))
     }

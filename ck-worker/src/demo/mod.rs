@@ -91,6 +91,15 @@ pub struct DemoOptions {
     /// tenth of --capacity at first, rising linearly to all of it (caches and JIT warming up).
     #[arg(long, value_name = "DUR", requires = "capacity", value_parser = crate::units::duration::parse_duration)]
     pub warm_up: Option<Duration>,
+    /// Fault: every request to / is answered with a reset (the connection closed with
+    /// SO_LINGER 0): a release that fails every request it takes. /healthz answers as usual.
+    #[arg(long)]
+    pub reset_requests: bool,
+    /// Fault: call listen() again on each TCP socket with this backlog (a server that lowers
+    /// the backlog ck set): past N connections waiting to be accepted, the kernel drops new
+    /// ones.
+    #[arg(long, value_name = "N")]
+    pub listen_backlog: Option<i32>,
     /// When it binds $PORT itself (no LISTEN_FDS): with SO_REUSEPORT, so that several share the
     /// port with no supervisor at all (the kernel's plain hash over them: the benchmarks'
     /// baseline of what ck is held to).
@@ -112,6 +121,8 @@ impl Default for DemoOptions {
             leak_per_request: None,
             capacity: None,
             warm_up: None,
+            reset_requests: false,
+            listen_backlog: None,
             reuse_port: false,
         }
     }
@@ -176,6 +187,12 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<()> {
         !listeners.is_empty() || !datagrams.is_empty(),
         "nothing to serve"
     );
+    if let Some(backlog) = opts.listen_backlog {
+        for listener in &listeners {
+            let backlog = nix::sys::socket::Backlog::new(backlog).context("--listen-backlog")?;
+            nix::sys::socket::listen(listener, backlog).context("listen() again")?;
+        }
+    }
     let identity = Identity::from_env();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -178,6 +178,19 @@ impl Connection {
             }
             if request.path() == "/" {
                 faults::leak(&server.faults);
+                if server.faults.reset {
+                    // Dropped with SO_LINGER 0: the kernel answers with a reset.
+                    let abort = nix::libc::linger {
+                        l_onoff: 1,
+                        l_linger: 0,
+                    };
+                    let _ = nix::sys::socket::setsockopt(
+                        &self.stream,
+                        nix::sys::socket::sockopt::Linger,
+                        &abort,
+                    );
+                    return Ok(());
+                }
             }
             let slow = server.faults.slow;
             if request.path() == "/" && !slow.is_zero() {

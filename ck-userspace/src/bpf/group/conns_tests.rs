@@ -12,7 +12,7 @@ use super::{BpfGroup, GroupSpec};
 use crate::os::cgroup::InstanceCgroup;
 
 /// Removes an instance's pins when dropped, so a failed check leaves none behind.
-struct PinsGone<'a>(&'a str);
+pub(super) struct PinsGone<'a>(pub(super) &'a str);
 
 impl Drop for PinsGone<'_> {
     fn drop(&mut self) {
@@ -22,7 +22,7 @@ impl Drop for PinsGone<'_> {
 
 /// Runs `check` on each hook: the host-wide tracepoint, then an instance cgroup of its own
 /// (named after `what`), where the test's listeners are created.
-fn on_each_hook(what: &str, check: impl Fn(&str, Option<&InstanceCgroup>)) {
+pub(super) fn on_each_hook(what: &str, check: impl Fn(&str, Option<&InstanceCgroup>)) {
     check(&format!("unit-{what}-host-{}", std::process::id()), None);
     let name = format!("unit-{what}-cg-{}", std::process::id());
     let cgroup = InstanceCgroup::create(&name, false).expect("creating cgroups as root");
@@ -32,7 +32,7 @@ fn on_each_hook(what: &str, check: impl Fn(&str, Option<&InstanceCgroup>)) {
 
 /// A listening `SO_REUSEPORT` socket on a free loopback port (created in `cgroup`'s
 /// `sockets` cgroup if given, as ck creates its own).
-fn listener(cgroup: Option<&InstanceCgroup>) -> Socket {
+pub(super) fn listener(cgroup: Option<&InstanceCgroup>) -> Socket {
     let socket = match cgroup {
         Some(cgroup) => cgroup.socket(Domain::IPV4, Type::STREAM, None).unwrap(),
         None => Socket::new(Domain::IPV4, Type::STREAM, None).unwrap(),
@@ -47,10 +47,15 @@ fn listener(cgroup: Option<&InstanceCgroup>) -> Socket {
 
 /// Polls `count` until it is `want` (closing is asynchronous: the FINs cross loopback).
 fn settles(group: &BpfGroup, slot: u32, want: i64) -> Option<i64> {
+    settles_to(Some(want), || group.connections(slot))
+}
+
+/// Polls `read` until it gives `want` or 5 s pass; the last reading.
+pub(super) fn settles_to<T: PartialEq>(want: T, read: impl Fn() -> T) -> T {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let now = group.connections(slot);
-        if now == Some(want) || Instant::now() > deadline {
+        let now = read();
+        if now == want || Instant::now() > deadline {
             return now;
         }
         std::thread::sleep(Duration::from_millis(10));

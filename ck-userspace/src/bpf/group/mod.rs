@@ -56,6 +56,8 @@ pub struct BpfGroup {
     flips: super::flips::Flips,
     /// A canary by client is judged: the program steers by the consistent table, weighted.
     by_client: bool,
+    /// The canary's kernel counters: resets sent, the queue watch.
+    watch: super::canary_watch::CanaryWatch,
 }
 
 impl BpfGroup {
@@ -124,6 +126,30 @@ impl BpfGroup {
                     .map_err(write_err("conn_samples"))?;
                 self.conn_sampled.insert(slot, open);
             }
+        }
+        Ok(())
+    }
+
+    /// The canary's kernel counters in this group.
+    pub fn canary_watch(&self) -> &super::canary_watch::CanaryWatch {
+        &self.watch
+    }
+
+    /// Watches the queues of exactly `slots` (at most `MAX_WATCHED`), a canary's (none: no
+    /// watch): each new connection to the group records how long their oldest queued
+    /// connections have waited. Nothing where the program cannot read kernel memory.
+    pub fn watch_queues(&mut self, slots: &[u32]) -> Result<(), BpfError> {
+        if self.watch.queue_watch_refused().is_some() {
+            return Ok(());
+        }
+        self.watch.mark(slots)?;
+        let flags = match slots.is_empty() {
+            true => self.config.flags & !config_flags::WATCH_QUEUES,
+            false => self.config.flags | config_flags::WATCH_QUEUES,
+        };
+        if flags != self.config.flags {
+            self.config.flags = flags;
+            self.write_config()?;
         }
         Ok(())
     }
@@ -396,3 +422,5 @@ pub use open::GroupSpec;
 mod conns_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod watch_tests;

@@ -84,6 +84,7 @@ impl BpfGroup {
             mut ebpf,
             queue,
             conn_sum,
+            reads,
         } = open_for(
             &pin_dir,
             group,
@@ -124,6 +125,11 @@ impl BpfGroup {
             (Ok(()), Ok(_)) => ConnSteering::Kernel,
             (Err(why), Ok(_)) => ConnSteering::Sampled(why.clone()),
         };
+        let watch = super::super::canary_watch::CanaryWatch::take(
+            &mut ebpf,
+            reads.as_ref().map(|_| ()).map_err(String::clone),
+            conns.is_ok(),
+        )?;
         let conn_samples = take(&mut ebpf, "conn_samples")?;
         let sockets = take(&mut ebpf, "sockets")?;
         let slots = take(&mut ebpf, "slots")?;
@@ -148,6 +154,7 @@ impl BpfGroup {
             udp: udp_maps,
             flips: Default::default(),
             by_client: false,
+            watch,
             sticky,
             conns,
             config: Config {
@@ -160,7 +167,7 @@ impl BpfGroup {
                     ConnSteering::Kernel => config_flags::KERNEL_CONNS,
                     _ => 0,
                 },
-                queue: queue.clone().unwrap_or(QueueOffsets::default()),
+                queue: reads.clone().unwrap_or(QueueOffsets::default()),
                 udp_mode: udp_mode.unwrap_or(0),
                 ..Config::default()
             },

@@ -68,6 +68,7 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
         keep_previous,
         slow_start,
         canary,
+        canary_limits,
         restart,
         min_workers,
         adopt,
@@ -129,6 +130,9 @@ pub fn compare(old: &RunConfig, new: &RunConfig) -> (RunConfig, Vec<Change>) {
     diff.live("canary", &old.canary, canary, |c| match c {
         Some(c) => format!("{} % for {} ms by {:?}", c.percent, c.for_ms, c.by),
         None => "off".into(),
+    });
+    diff.live("canary limits", &old.canary_limits, canary_limits, |l| {
+        l.describe()
     });
     diff.live("slow-start", &old.slow_start, slow_start, |d| {
         d.as_ref().map_or("0s".into(), show_duration)

@@ -29,6 +29,7 @@ fn base() -> RunConfig {
         keep_previous: None,
         slow_start: None,
         canary: None,
+        canary_limits: Default::default(),
         restart: RestartPolicy::DEFAULT,
         min_workers: defaults::MIN_WORKERS,
         adopt: false,

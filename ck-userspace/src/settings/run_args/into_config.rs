@@ -17,9 +17,20 @@ use super::RunArgs;
 const MAX_QUEUE_PATIENCE: Duration = Duration::from_secs(3600);
 
 impl RunArgs {
+    /// The canary limits given (`--canary-max-resets`, `--canary-max-drops`,
+    /// `--canary-max-queue-age`).
+    fn canary_limits(&self) -> crate::settings::choices::CanaryLimits {
+        crate::settings::choices::CanaryLimits {
+            max_resets: self.canary_max_resets,
+            max_drops: self.canary_max_drops,
+            max_queue_age_ms: self.canary_max_queue_age.map(|d| d.as_millis() as u64),
+        }
+    }
+
     /// Checks the options and turns them into the supervisor's configuration.
     pub fn into_config(self) -> anyhow::Result<RunConfig> {
         self.check_ready_probe()?;
+        let canary_limits = self.canary_limits();
         let listen = run_config::listen_addrs(&self.ports, &self.listen)?;
         self.check_udp(&listen)?;
         let name = self
@@ -159,7 +170,9 @@ impl RunArgs {
                     percent,
                     for_ms: self.canary_for.as_millis() as u64,
                     by: self.canary_by,
+                    limits: canary_limits,
                 }),
+            canary_limits,
             restart: RestartPolicy {
                 initial: self.restart_backoff.initial,
                 max: self.restart_backoff.max,

@@ -321,6 +321,28 @@ pub struct RunArgs {
     /// balancer, where every connection has one address).
     #[arg(long, value_enum, value_name = "BY", default_value_t = crate::settings::choices::CanaryBy::Client, help_heading = STOPPING)]
     canary_by: crate::settings::choices::CanaryBy,
+    /// Withdraw a canary whose connections send more than N resets.
+    ///
+    /// Counted by the kernel from the moment the canary goes in: connections of its workers
+    /// that their own side aborted (closed with data unread or SO_LINGER 0, or left by a
+    /// worker that exited), each of which sends the client a reset. Resets clients send are
+    /// not counted. Unset: no limit. `ck reload --canary-max-resets` sets it for one reload.
+    #[arg(long, value_name = "N", help_heading = STOPPING)]
+    canary_max_resets: Option<u64>,
+    /// Withdraw a canary whose sockets drop more than N connections.
+    ///
+    /// Counted by the kernel on the canary's listening sockets (`ss -tlm`'s `d`): SYNs it
+    /// dropped, mostly because the worker's accept queue was full. A client's SYN sent again
+    /// counts again. Unset: no limit.
+    #[arg(long, value_name = "N", help_heading = STOPPING)]
+    canary_max_drops: Option<u64>,
+    /// Withdraw a canary whose accept queue holds a connection longer.
+    ///
+    /// At each new connection sent to a canary worker, the select program reads how long the
+    /// oldest connection of its accept queue has waited (as least-queue does, from kernel
+    /// memory: CAP_PERFMON and BTF); past DUR, the canary is withdrawn. Unset: no limit.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", help_heading = STOPPING)]
+    canary_max_queue_age: Option<Duration>,
     /// Ramp a new worker's share of connections up over DUR.
     ///
     /// A worker that joins a warm fleet (a roll's replacement, a scale-up, the replacement of

@@ -92,6 +92,9 @@ pub struct RunConfig {
     /// `--canary P` (`--canary-for`, `--canary-by`): every reload starts as a canary (None: off;
     /// `ck reload --canary` asks for one reload).
     pub canary: Option<crate::settings::choices::CanaryAsk>,
+    /// `--canary-max-resets`, `--canary-max-drops`, `--canary-max-queue-age`: the limits of
+    /// every canary (`ck reload --canary`'s own take precedence).
+    pub canary_limits: crate::settings::choices::CanaryLimits,
     /// `--slow-start`: how long a worker joining a warm fleet ramps up to its full share
     /// (None: off).
     pub slow_start: Option<Duration>,

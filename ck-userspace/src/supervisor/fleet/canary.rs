@@ -6,13 +6,14 @@
 //! the window's end the verdict promotes them: they become the roll's first batch, the old
 //! workers they replace leave, and the roll goes on as any roll. A canary worker that dies,
 //! turns unhealthy or drains before the verdict withdraws the canary: its workers retire, the
-//! current release never left, and the roll ends aborted (`roll::abort`).
+//! current release never left, and the roll ends aborted (`roll::abort`). So does one that
+//! crosses a limit the user set on the kernel's counters ([`crossed`]).
 use std::time::Duration;
 
 use ck_common::{ActiveSet, MAX_SLOTS};
 
 use super::Lives;
-use crate::settings::choices::{CanaryAsk, CanaryBy};
+use crate::settings::choices::{CanaryAsk, CanaryBy, CanaryLimits};
 
 /// A canary in a roll.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,4 +92,98 @@ pub fn weigh(set: &ActiveSet, lives: &Lives, percent: u8) -> Option<ActiveSet> {
     out.ready_len = listed.len() as u32;
     out.live_len = (listed.len() + rest.len()) as u32;
     Some(out)
+}
+
+/// What the kernel counted for one canary slot: resets its connections sent and connections
+/// its sockets dropped (both running totals), and the longest wait seen at the head of its
+/// accept queue since its watch started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Resets sent (None: not counted here).
+    pub resets: Option<u64>,
+    /// Connections dropped (None: not readable).
+    pub drops: Option<u64>,
+    /// The longest queue wait (None: not watched here).
+    pub queue_age: Option<Duration>,
+}
+
+/// Why a canary slot is withdrawn, if its counts `now` cross `limits`: the totals counted
+/// since `before` (when it went in), and the longest wait.
+pub fn crossed(limits: &CanaryLimits, before: &Counted, now: &Counted) -> Option<String> {
+    let since = |now: Option<u64>, before: Option<u64>| now?.checked_sub(before.unwrap_or(0));
+    if let (Some(max), Some(sent)) = (limits.max_resets, since(now.resets, before.resets))
+        && sent > max
+    {
+        return Some(format!(
+            "sent {sent} resets since it went in, more than --canary-max-resets {max}"
+        ));
+    }
+    if let (Some(max), Some(dropped)) = (limits.max_drops, since(now.drops, before.drops))
+        && dropped > max
+    {
+        return Some(format!(
+            "dropped {dropped} connections from its full accept queue since it went in, more \
+             than --canary-max-drops {max}"
+        ));
+    }
+    if let (Some(max_ms), Some(age)) = (limits.max_queue_age_ms, now.queue_age)
+        && age > Duration::from_millis(max_ms)
+    {
+        return Some(format!(
+            "let a connection wait {} ms in its accept queue, longer than \
+             --canary-max-queue-age {max_ms}ms",
+            age.as_millis()
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counted(resets: u64, drops: u64, age_ms: u64) -> Counted {
+        Counted {
+            resets: Some(resets),
+            drops: Some(drops),
+            queue_age: Some(Duration::from_millis(age_ms)),
+        }
+    }
+
+    /// Each limit counts from the canary's start, and only past it (equal is within).
+    #[test]
+    fn a_limit_is_crossed_past_it_counting_from_the_start() {
+        let limits = CanaryLimits {
+            max_resets: Some(5),
+            max_drops: Some(0),
+            max_queue_age_ms: Some(200),
+        };
+        let before = counted(100, 7, 0);
+        assert_eq!(crossed(&limits, &before, &counted(105, 7, 200)), None);
+        let resets = crossed(&limits, &before, &counted(106, 7, 0)).unwrap();
+        assert!(resets.contains("sent 6 resets") && resets.contains("--canary-max-resets 5"));
+        let drops = crossed(&limits, &before, &counted(100, 8, 0)).unwrap();
+        assert!(drops.contains("dropped 1 connections"), "{drops}");
+        let age = crossed(&limits, &before, &counted(100, 7, 201)).unwrap();
+        assert!(age.contains("wait 201 ms"), "{age}");
+    }
+
+    /// No limit set, or a count the kernel does not keep here: never crossed.
+    #[test]
+    fn no_limit_or_no_count_is_never_crossed() {
+        let none = CanaryLimits::default();
+        assert_eq!(
+            crossed(&none, &counted(0, 0, 0), &counted(99, 99, 9_999)),
+            None
+        );
+        let limits = CanaryLimits {
+            max_resets: Some(0),
+            max_drops: Some(0),
+            max_queue_age_ms: Some(1),
+        };
+        assert_eq!(
+            crossed(&limits, &Counted::default(), &Counted::default()),
+            None
+        );
+    }
 }

@@ -4,6 +4,7 @@
 //! Methods here take the slot table they read as an argument; nothing here takes the
 //! supervisor.
 
+pub(super) mod canary;
 pub(super) mod held;
 pub(super) mod publish;
 pub(super) mod steering;

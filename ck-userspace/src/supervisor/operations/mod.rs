@@ -1,4 +1,5 @@
-//! The operations: recycle, drain, the quiet wait, reconfigure and boot priority, and
+//! The operations: recycle, drain, the quiet wait, reconfigure, boot priority and the
+//! canary's watch, and
 //! who to answer about a roll (its decisions are the fleet core's, `fleet::roll`; scaling and
 //! spares are the fleet core's and the executor's alone: see `operate`).
 //! The rule: each plans from the fleet's state and the fleet core ([`super::fleet`]) and
@@ -6,6 +7,7 @@
 //! feeds it to the executor. None changes a slot's state by itself.
 
 pub(super) mod boot_priority;
+pub(super) mod canary_watch;
 pub(super) mod drain;
 pub(super) mod quiet;
 pub(super) mod reconfigure;
@@ -30,6 +32,8 @@ pub(in crate::supervisor) struct Operations {
     pub quiet: quiet::Quiet,
     /// `--slow-start`: the next writing of the ramping weights is already due.
     pub slow_start_due: bool,
+    /// The canary judged, watched against its limits (None: no canary, or no limit).
+    pub canary_watch: Option<canary_watch::CanaryWatch>,
 }
 
 impl Operations {

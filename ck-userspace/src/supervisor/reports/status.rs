@@ -252,22 +252,7 @@ impl Reports {
                 .roll
                 .as_ref()
                 .and_then(|r| r.canary.as_ref())
-                .map(|c| {
-                    let state = match c.judging() {
-                        true => "judged",
-                        false => "starting",
-                    };
-                    let by = match c.by_client() {
-                        true => "client",
-                        false => "connection",
-                    };
-                    format!(
-                        "{state}: {} worker(s), {} % of new connections by {by}, for {} s",
-                        c.size,
-                        c.ask.percent,
-                        c.ask.for_ms as f64 / 1000.0
-                    )
-                }),
+                .map(|c| canary_line(c, &view)),
             metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
             version: crate::VERSION.to_string(),
@@ -292,4 +277,33 @@ impl Reports {
             ),
         }
     }
+}
+
+/// `ck status`'s line on the canary of the reload in progress: its state, size and share, and
+/// with limits, what the kernel counted for it so far against them.
+fn canary_line(c: &crate::supervisor::fleet::canary::CanaryRoll, view: &View<'_>) -> String {
+    let state = match c.judging() {
+        true => "judged",
+        false => "starting",
+    };
+    let by = match c.by_client() {
+        true => "client",
+        false => "connection",
+    };
+    let mut line = format!(
+        "{state}: {} worker(s), {} % of new connections by {by}, for {} s",
+        c.size,
+        c.ask.percent,
+        c.ask.for_ms as f64 / 1000.0
+    );
+    if c.ask.limits.any() {
+        line.push_str(&format!(", withdrawn past {}", c.ask.limits.describe()));
+    }
+    if let Some(watch) = &view.ops.canary_watch {
+        line.push_str(&format!(
+            "; so far {}",
+            watch.so_far(view.groups, view.table)
+        ));
+    }
+    line
 }

@@ -35,6 +35,7 @@ impl Model {
                     percent: 50,
                     for_ms: 1000,
                     by: crate::settings::choices::CanaryBy::Connection,
+                    limits: Default::default(),
                 });
                 let started = decisions::begin_roll(self, pending, reload, canary).is_ok();
                 assert!(
