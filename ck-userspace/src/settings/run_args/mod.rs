@@ -336,7 +336,7 @@ pub struct RunArgs {
     /// counts again. Unset: no limit.
     #[arg(long, value_name = "N", help_heading = STOPPING)]
     canary_max_drops: Option<u64>,
-    /// Withdraw a canary whose accept queue holds a connection longer.
+    /// Withdraw a canary whose queue holds a connection longer.
     ///
     /// At each new connection sent to a canary worker, the select program reads how long the
     /// oldest connection of its accept queue has waited (as least-queue does, from kernel
