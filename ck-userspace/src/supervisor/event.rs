@@ -34,8 +34,9 @@ pub(crate) enum Event {
     SlowStartStep,
     /// `--slow-start`: the roll waited for its last batch's ramp: it goes on.
     RollNext,
-    /// `ck reload --canary`: the canary's window ended: its verdict.
-    CanaryVerdict,
+    /// `ck reload --canary`: the window of the canary whose first worker has this id ended:
+    /// its verdict.
+    CanaryVerdict(u64),
     /// Time to compare the canary's kernel counts with its limits (`operations::canary_watch`).
     CanaryCheck,
     /// A worker turned unhealthy or drains (a canary's is withdrawn).

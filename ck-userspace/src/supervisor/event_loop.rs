@@ -97,7 +97,7 @@ impl Supervisor {
             Event::Signal(name) => self.on_stop_signal(name),
             Event::QuietTick => self.on_quiet_tick(),
             Event::Reload => self.reload(None, None),
-            Event::CanaryVerdict => executor::decisions::canary_verdict(self),
+            Event::CanaryVerdict(canary) => executor::decisions::canary_verdict(self, canary),
             Event::CanaryCheck => self.check_canary(),
             Event::Faltered { slot, why } => executor::decisions::on_faltered(self, slot, why),
             Event::Tick => self.on_tick(),

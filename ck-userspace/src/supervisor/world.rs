@@ -272,13 +272,13 @@ impl World for Supervisor {
                 "rolling restart started"
             ),
             FleetEvent::RollEnded { roll, result } => self.ops.roll_ended(*roll, result),
-            FleetEvent::CanaryJudged(window) => {
+            FleetEvent::CanaryJudged { window, canary } => {
                 tracing::info!(
                     window_ms = window.as_millis() as u64,
                     reason = "ck reload --canary",
                     "canary judged: verdict at the window's end"
                 );
-                super::tasks::send_after(&self.events, window, Event::CanaryVerdict);
+                super::tasks::send_after(&self.events, window, Event::CanaryVerdict(canary));
                 self.watch_canary();
             }
             FleetEvent::RollWaits(left) => {

@@ -36,8 +36,14 @@ pub enum FleetEvent {
     SpareLost(std::time::Duration),
     /// `--slow-start`: the roll's next batch waits this long for the last one's ramp.
     RollWaits(std::time::Duration),
-    /// `ck reload --canary`: the canary's workers went in; its verdict is due after this.
-    CanaryJudged(std::time::Duration),
+    /// `ck reload --canary`: the canary's workers went in; its verdict is due after `window`,
+    /// for the canary `canary` names (see [`canary_verdict`]).
+    CanaryJudged {
+        /// How long it is judged.
+        window: std::time::Duration,
+        /// Its first worker's id: the verdict is this canary's only.
+        canary: u64,
+    },
     /// A roll started.
     RollStarted {
         /// Old workers to replace.
@@ -322,14 +328,28 @@ pub fn on_ready<W: World>(world: &mut W, index: u32) {
     // A canary went in: its verdict is due at the window's end.
     let window = world.core().roll.as_ref().and_then(|r| r.canary.as_ref());
     if let Some(window) = window.map(|c| c.window()) {
-        return world.fleet_event(FleetEvent::CanaryJudged(window));
+        let canary = judged_canary(world).unwrap_or(0);
+        return world.fleet_event(FleetEvent::CanaryJudged { window, canary });
     }
     next_batch(world);
 }
 
-/// The canary's window ended: promoted, its workers become the roll's first batch, and the
-/// roll goes on (nothing when it was withdrawn meanwhile).
-pub fn canary_verdict<W: World>(world: &mut W) {
+/// The id of the judged canary's first worker: what names one canary apart from a later one
+/// on the same slots.
+pub fn judged_canary<W: World>(world: &W) -> Option<u64> {
+    let canary = world.core().roll.as_ref()?.canary.as_ref()?;
+    let (_, first) = canary.pairs.first()?;
+    let (_, life) = world.lives().find(|(index, _)| index == first)?;
+    life.state.run().map(|run| run.id)
+}
+
+/// The window of the canary `canary` ([`FleetEvent::CanaryJudged`]) ended: promoted, its
+/// workers become the roll's first batch, and the roll goes on. Nothing when that canary was
+/// withdrawn meanwhile, even if another is judged now (its own window is not over).
+pub fn canary_verdict<W: World>(world: &mut W, canary: u64) {
+    if judged_canary(world) != Some(canary) {
+        return;
+    }
     let shape = world.shape();
     let promoted = world
         .core_mut()

@@ -79,8 +79,9 @@ struct Model {
     udp: udp::Udp,
     /// `--slow-start`: when the roll goes on after waiting for a ramp (`Event::RollNext`).
     roll_next_at: Option<Instant>,
-    /// `ck reload --canary`: when the canary's verdict is due (`Event::CanaryVerdict`).
-    verdict_at: Option<Instant>,
+    /// `ck reload --canary`: the verdicts due (`Event::CanaryVerdict`), each with the canary it
+    /// is for; a withdrawn canary's stays, as the event loop's timer does.
+    verdicts: Vec<(Instant, u64)>,
 }
 
 impl Model {
@@ -134,7 +135,7 @@ impl Model {
             maps_pending: resumed,
             udp: udp::Udp::default(),
             roll_next_at: None,
-            verdict_at: None,
+            verdicts: Vec::new(),
         };
         for _ in 0..workers {
             let _ = decisions::open_slot(&mut m);
@@ -356,9 +357,21 @@ impl Model {
                     self.roll_next_at = None;
                     decisions::continue_roll(self);
                 }
-                if self.verdict_at.is_some_and(|at| at <= self.now) {
-                    self.verdict_at = None;
-                    decisions::canary_verdict(self);
+                // Every verdict due, a withdrawn canary's too (as the event loop gets them).
+                let now = self.now;
+                let (due, later) = self.verdicts.drain(..).partition(|(at, _)| *at <= now);
+                self.verdicts = later;
+                for (_, canary) in due {
+                    let judged = decisions::judged_canary(self);
+                    decisions::canary_verdict(self, canary);
+                    // A verdict due for another canary (one withdrawn) leaves the one judged.
+                    if judged.is_some() && judged != Some(canary) {
+                        assert_eq!(
+                            decisions::judged_canary(self),
+                            judged,
+                            "the verdict of canary {canary} ended canary {judged:?}'s window early"
+                        );
+                    }
                 }
             }
             Op::Shutdown if !self.stopping => {

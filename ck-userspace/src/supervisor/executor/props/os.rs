@@ -190,7 +190,9 @@ impl World for Model {
         match event {
             FleetEvent::SpareDue => self.queue.push_back(Later::SpareDue),
             FleetEvent::RollWaits(left) => self.roll_next_at = Some(self.now + left),
-            FleetEvent::CanaryJudged(window) => self.verdict_at = Some(self.now + window),
+            FleetEvent::CanaryJudged { window, canary } => {
+                self.verdicts.push((self.now + window, canary))
+            }
             _ => {}
         }
     }
