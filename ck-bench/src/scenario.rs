@@ -5,9 +5,9 @@
 use anyhow::{Result, bail};
 
 use crate::scenarios::{
-    bpf_cost, canary, chaos, conn_count, cork, dns, first_moment, footprint, latency, long_lived,
-    overhead, quic, ready_slow, recovery, reload, rollback, slow_start, spread, stall, sticky,
-    supervisor_cpu, udp_cost, udp_rate, upgrade,
+    bpf_cost, canary, canary_withdraw, chaos, conn_count, cork, dns, first_moment, footprint,
+    latency, long_lived, overhead, quic, ready_slow, recovery, reload, rollback, slow_start,
+    spread, stall, sticky, supervisor_cpu, udp_cost, udp_rate, upgrade,
 };
 use crate::{Bench, Outcome};
 
@@ -78,6 +78,11 @@ pub enum Scenario {
     /// its own address) and 1,000 connections give the canary, and the clients that changed
     /// side; by client beside by connection.
     Canary,
+    /// A bad release as `ck reload --canary 50` of 2 demo workers, once per round, under new
+    /// connections that never retry: its worker exits, it resets every request
+    /// (--canary-max-resets), it stops accepting (--canary-max-queue-age): rounds withdrawn,
+    /// failed requests beside the connections the canary was sent.
+    CanaryWithdraw,
     /// HTTP/3 connections (quinn + h3) held open through 5 rolls and a scale up and down, with
     /// and without client migration, and a worker's kill -9: broken connections under
     /// --udp-mode quic, flow and plain SO_REUSEPORT; ngtcp2's client moving to a new port; an
@@ -99,7 +104,7 @@ pub enum Scenario {
 }
 
 /// The scenarios `all` runs, in order.
-pub const ALL: [Scenario; 24] = [
+pub const ALL: [Scenario; 25] = [
     Scenario::Recovery,
     Scenario::Reload,
     Scenario::Upgrade,
@@ -120,6 +125,7 @@ pub const ALL: [Scenario; 24] = [
     Scenario::Rollback,
     Scenario::SlowStart,
     Scenario::Canary,
+    Scenario::CanaryWithdraw,
     Scenario::Quic,
     Scenario::UdpRate,
     Scenario::UdpCost,
@@ -176,6 +182,7 @@ impl Scenario {
             Scenario::Rollback => files!("rollback.rs"),
             Scenario::SlowStart => files!("slow_start.rs"),
             Scenario::Canary => files!("canary.rs"),
+            Scenario::CanaryWithdraw => files!("canary_withdraw.rs"),
             Scenario::Quic => files!("quic.rs", "quic_stacks.rs", "grid.rs"),
             Scenario::UdpRate => files!("udp_rate.rs"),
             Scenario::UdpCost => files!("udp_cost.rs", "minimal_program.rs", "grid.rs"),
@@ -207,6 +214,7 @@ impl Scenario {
             Scenario::Rollback => rollback::run(bench),
             Scenario::SlowStart => slow_start::run(bench),
             Scenario::Canary => canary::run(bench),
+            Scenario::CanaryWithdraw => canary_withdraw::run(bench),
             Scenario::Quic => quic::run(bench),
             Scenario::UdpRate => udp_rate::run(bench),
             Scenario::UdpCost => udp_cost::run(bench),
@@ -224,7 +232,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 24);
+        assert_eq!(Scenario::All.expand().len(), 25);
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
         assert!(Scenario::Summary.expand().is_empty());
         assert_eq!(Scenario::SupervisorCpu.name(), "supervisor-cpu");

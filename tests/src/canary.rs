@@ -40,6 +40,13 @@ pub fn judged(ck: &mut Ck) -> (Status, BTreeSet<u32>) {
     (status, slots)
 }
 
+/// The connections a canary was sent before a limit withdrew it, as `ck reload`'s error
+/// names them (`(N new connections were sent to it)`).
+pub fn sent_before_withdrawal(err: &str) -> Option<u64> {
+    let (head, _) = err.split_once(" new connections were sent to it")?;
+    head.rsplit('(').next()?.trim().parse().ok()
+}
+
 /// A bad release and how it must be withdrawn.
 pub struct BadRelease<'a> {
     /// The test's name (its ck instance and temp directory).
@@ -103,12 +110,7 @@ pub fn withdrawn(bad: &BadRelease<'_>) -> (u64, u64) {
     assert!(err.contains(bad.reason), "{err}");
     // ck names how many connections the canary was sent when a limit withdraws it: the
     // polls above may have missed the last ones.
-    let told = err
-        .split(" new connections were sent to it")
-        .next()
-        .and_then(|head| head.rsplit('(').next())
-        .and_then(|n| n.trim().parse::<u64>().ok());
-    let selected = selected.max(told.unwrap_or(0));
+    let selected = selected.max(sent_before_withdrawal(&err).unwrap_or(0));
     std::thread::sleep(SETTLE);
     let report = load.finish_and_print(bad.what);
     let failed = report.failed();

@@ -3,6 +3,7 @@
 
 pub mod bpf_cost;
 pub mod canary;
+pub mod canary_withdraw;
 pub mod chaos;
 pub mod conn_count;
 pub mod cork;

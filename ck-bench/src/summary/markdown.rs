@@ -108,12 +108,16 @@ fn markdown(
                 (false, Some(false)) => "NOT met",
                 (false, None) => "no value",
             };
+            // Several columns are named with their values already: the goal need not repeat them.
+            let goal = match verdict.columns.len() {
+                0 | 1 => verdict.goal_text(),
+                _ => verdict.wanted.clone(),
+            };
             let _ = writeln!(
                 out,
-                "- {}: {}; {}: **{this}**{}",
+                "- {}: {}; {goal}: **{this}**{}",
                 row.metric,
                 judged(table, row, verdict),
-                verdict.goal_text(),
                 tally(&key, records, current).text()
             );
         }
