@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::churn::{Background, SETTLE};
 use crate::ck::{ck_bin, ck_output};
+use crate::http::metrics_text;
 use crate::load::Mode;
 use crate::sys::TempDir;
 use crate::{Ck, READY_TIMEOUT, Status, app::script, start};
@@ -79,7 +80,7 @@ pub fn withdrawn(bad: &BadRelease<'_>) -> (u64, u64) {
     );
     let app = script(&dir, "app.sh", &body);
     let app = app.to_str().expect("UTF-8 temp path");
-    let mut args = vec!["-w", "2"];
+    let mut args = vec!["-w", "2", "--metrics", "127.0.0.1:0"];
     args.extend(bad.run);
     args.extend(["--", app]);
     let (mut ck, port) = start(bad.what, &args).expect("start ck");
@@ -127,5 +128,13 @@ pub fn withdrawn(bad: &BadRelease<'_>) -> (u64, u64) {
         })
         .expect("the canary's workers leave");
     assert!(after.canary.is_none() && !after.reloading, "{after:#?}");
+    let metrics = metrics_text(after.metrics.as_deref().expect("--metrics"));
+    for line in [
+        "ck_canaries_total{verdict=\"withdrawn\"} 1\n",
+        "ck_canaries_total{verdict=\"promoted\"} 0\n",
+        "ck_canary_share 0.0\n",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in {metrics}");
+    }
     (failed, selected)
 }

@@ -11,11 +11,13 @@ use std::net::{IpAddr, Ipv4Addr};
 use ck_tests::canary::{BadRelease, judged, reload, withdrawn};
 use ck_tests::ck::ck_output;
 use ck_tests::http::get_new_conn_from;
+use ck_tests::http::metrics_text;
 use ck_tests::{READY_TIMEOUT, burst, local, start};
 
 #[test]
 fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_promoted() {
-    let (mut ck, port) = start("canary-conn", &["-w", "4"]).expect("start ck");
+    let (mut ck, port) =
+        start("canary-conn", &["-w", "4", "--metrics", "127.0.0.1:0"]).expect("start ck");
     let old = ck
         .wait_ready(4, READY_TIMEOUT)
         .expect("ready")
@@ -51,6 +53,8 @@ fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_prom
     assert!(old.is_subset(&ready), "{status:#?}");
     let text = ck.ctl_ok(&["status"]).expect("ck status");
     assert!(text.contains("canary judged: 1 worker(s), 25 %"), "{text}");
+    let metrics = metrics_text(status.metrics.as_deref().expect("--metrics"));
+    assert!(metrics.contains("ck_canary_share 0.25\n"), "{metrics}");
 
     let tally = burst(local(port), 400);
     assert_eq!(tally.failed(), 0, "{tally:?}");
@@ -68,6 +72,11 @@ fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_prom
     assert!(after.worker_pids().is_disjoint(&old) || after.ready_count() == 4);
     let serving: BTreeSet<u32> = after.ready().filter_map(|s| s.pid).collect();
     assert!(serving.is_disjoint(&old), "all replaced: {after:#?}");
+    let metrics = metrics_text(after.metrics.as_deref().expect("--metrics"));
+    assert!(
+        metrics.contains("ck_canaries_total{verdict=\"promoted\"} 1\n"),
+        "{metrics}"
+    );
 }
 
 #[test]

@@ -37,18 +37,18 @@ impl Exposition {
 }
 
 /// A series' labels.
-type Labels = Vec<(&'static str, String)>;
+pub(super) type Labels = Vec<(&'static str, String)>;
 
 /// A family's name (without the `_total` of counters and the unit suffix, which the encoder
 /// adds), help text, unit and type.
-struct Family {
+pub(super) struct Family {
     name: &'static str,
     help: &'static str,
     unit: Option<Unit>,
     kind: MetricType,
 }
 
-const fn counter(name: &'static str, help: &'static str, unit: Option<Unit>) -> Family {
+pub(super) const fn counter(name: &'static str, help: &'static str, unit: Option<Unit>) -> Family {
     Family {
         name,
         help,
@@ -57,7 +57,7 @@ const fn counter(name: &'static str, help: &'static str, unit: Option<Unit>) -> 
     }
 }
 
-const fn gauge(name: &'static str, help: &'static str, unit: Option<Unit>) -> Family {
+pub(super) const fn gauge(name: &'static str, help: &'static str, unit: Option<Unit>) -> Family {
     Family {
         name,
         help,
@@ -205,7 +205,7 @@ const PROCESS_START: Family = gauge(
 
 impl Family {
     /// The descriptor, then one sample per series.
-    fn encode<V>(
+    pub(super) fn encode<V>(
         &self,
         encoder: &mut DescriptorEncoder,
         series: impl IntoIterator<Item = (Labels, V)>,
@@ -226,7 +226,7 @@ impl Family {
     }
 
     /// The descriptor and its one sample, without labels.
-    fn encode_one<V>(&self, encoder: &mut DescriptorEncoder, value: V) -> fmt::Result
+    pub(super) fn encode_one<V>(&self, encoder: &mut DescriptorEncoder, value: V) -> fmt::Result
     where
         V: EncodeCounterValue + EncodeGaugeValue,
     {
@@ -245,7 +245,7 @@ fn slot_label(slot: u32) -> Labels {
 
 impl Exposition {
     /// `{group, slot}` series of `pick` over every group's slots.
-    fn per_group_slot<V>(
+    pub(super) fn per_group_slot<V>(
         &self,
         pick: fn(&super::GroupSlot) -> Option<V>,
     ) -> impl Iterator<Item = (Labels, V)> {
@@ -375,6 +375,7 @@ impl Exposition {
 impl Collector for Exposition {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         self.encode_traffic(&mut encoder)?;
+        self.encode_releases(&mut encoder)?;
         self.encode_workers(&mut encoder)?;
         self.encode_process(&mut encoder)
     }
@@ -403,6 +404,7 @@ mod tests {
                     slot: 3,
                     stats: Some(stats),
                     queue_depth: Some(1),
+                    ..Default::default()
                 }],
             }],
             slots: vec![SlotScrape {

@@ -10,6 +10,7 @@
 pub mod connections;
 pub mod families;
 pub mod process;
+mod releases;
 pub mod server;
 
 use std::collections::BTreeMap;
@@ -38,6 +39,8 @@ pub struct Scrape {
     pub slots: Vec<SlotScrape>,
     /// Rolling restarts (`ck reload`, SIGHUP) that ended, by result.
     pub reloads: ReloadCounts,
+    /// Canaries judged to the end, by verdict, and the share of the one judged now.
+    pub canaries: CanaryCounts,
     /// Upgrades in place (`ck upgrade`, SIGUSR2) since the instance started.
     pub upgrades: u64,
     /// The groups' ports (connections accepted on them count in `ck_worker_connections`).
@@ -77,6 +80,12 @@ pub struct GroupSlot {
     pub stats: Option<SlotStats>,
     /// Connections waiting in the slot's accept queue in this group (None: socket closed).
     pub queue_depth: Option<u32>,
+    /// Resets its connections sent in this group, their own side aborting them (None: not
+    /// counted here).
+    pub resets: Option<u64>,
+    /// Connections its listening socket in this group dropped (`SO_MEMINFO`; None: no TCP
+    /// socket).
+    pub listen_drops: Option<u64>,
 }
 
 /// One slot in a [`Scrape`].
@@ -102,6 +111,17 @@ pub struct SlotScrape {
     pub cpu_usec: Option<u64>,
     /// The processes of its worker's tree (empty: no worker).
     pub pids: Vec<u32>,
+}
+
+/// Canary rolls (`ck reload --canary`) by verdict, and the one judged now.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CanaryCounts {
+    /// Promoted at the end of their window.
+    pub promoted: u64,
+    /// Withdrawn (a worker failed, or a limit was crossed).
+    pub withdrawn: u64,
+    /// The share of new connections of the canary judged now (0 to 1; None: none judged).
+    pub share: Option<f64>,
 }
 
 /// Rolling restarts that ended, by result.

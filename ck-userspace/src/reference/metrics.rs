@@ -39,6 +39,8 @@ fn specimen() -> Exposition {
                 slot: 0,
                 stats: Some(Default::default()),
                 queue_depth: Some(0),
+                resets: Some(0),
+                listen_drops: Some(0),
             }],
         }],
         slots: vec![SlotScrape {

@@ -272,6 +272,8 @@ impl World for Supervisor {
                 "rolling restart started"
             ),
             FleetEvent::RollEnded { roll, result } => self.ops.roll_ended(*roll, result),
+            FleetEvent::CanaryEnded { promoted: true } => self.ops.canaries.promoted += 1,
+            FleetEvent::CanaryEnded { promoted: false } => self.ops.canaries.withdrawn += 1,
             FleetEvent::CanaryJudged { window, canary } => {
                 tracing::info!(
                     window_ms = window.as_millis() as u64,

@@ -152,10 +152,11 @@ fn cpu_percent(prev: &SlotReport, cur: &SlotReport, seconds: f64) -> Option<f64>
 }
 
 /// The state word `ck top` shows: `drained` for a slot `ck drain` holds out, the health
-/// reasons of an unhealthy one, and what a member or spare slot is.
+/// reasons of an unhealthy one, and what a member, spare or canary slot is.
 pub fn state_text(s: &SlotReport) -> String {
     match (&s.unhealthy, s.member_of, s.spare) {
         (Some(why), _, _) => format!("unhealthy:{why}"),
+        (None, _, _) if s.canary => format!("{} (canary)", s.state),
         (None, Some(root), _) => format!("{} (of {root})", s.state),
         (None, None, true) => format!("{} (spare)", s.state),
         (None, None, false) if s.drained && s.state == "draining" => "drained".to_string(),
@@ -249,6 +250,8 @@ fn header(r: &StatusReport) -> Vec<String> {
             r.active, r.fallback, r.dropped
         ),
     ];
+    // A canary judged: its share, limits and counts so far (both releases serve meanwhile).
+    lines.extend(r.canary.iter().map(|c| format!("CANARY {c}")));
     lines.extend(r.degraded.iter().map(|d| format!("DEGRADED: {d}")));
     lines.extend(
         r.foreign

@@ -100,9 +100,11 @@ fn states_say_what_qualifies_them() {
     let mut member = slot(3, Some(14), "ready", 0, None);
     member["member_of"] = json!(0);
     let stopping = slot(4, Some(15), "draining", 0, None);
+    let mut canary = slot(5, Some(16), "ready", 0, None);
+    canary["canary"] = json!(true);
     let frame = Frame::new(
         None,
-        &report(7, 1, vec![drained, sick, spare, member, stopping]),
+        &report(7, 1, vec![drained, sick, spare, member, stopping, canary]),
     );
     let states: Vec<&str> = frame.rows.iter().map(|r| r.state.as_str()).collect();
     assert_eq!(
@@ -112,7 +114,8 @@ fn states_say_what_qualifies_them() {
             "unhealthy:probe",
             "standby (spare)",
             "ready (of 0)",
-            "draining"
+            "draining",
+            "ready (canary)"
         ]
     );
 }
@@ -262,4 +265,16 @@ fn the_selection_follows_its_slot() {
     // Every slot above the selected one is gone: the last row.
     sel.step(&[2, 5], 1);
     assert_eq!(sel.slot(&[0, 1]), Some(1));
+}
+
+#[test]
+fn a_canary_judged_shows_above_the_table() {
+    let mut r = report(7, 1, vec![slot(0, Some(11), "ready", 0, None)]);
+    r.canary = Some("judged: 1 worker(s), 25 % of new connections by client, for 60 s".into());
+    let out = text::render(&Frame::new(None, &r));
+    assert!(
+        out.lines()
+            .any(|l| l == "CANARY judged: 1 worker(s), 25 % of new connections by client, for 60 s"),
+        "{out}"
+    );
 }

@@ -36,6 +36,11 @@ pub enum FleetEvent {
     SpareLost(std::time::Duration),
     /// `--slow-start`: the roll's next batch waits this long for the last one's ramp.
     RollWaits(std::time::Duration),
+    /// A canary's verdict: promoted (or withdrawn).
+    CanaryEnded {
+        /// Promoted into the roll; false: withdrawn.
+        promoted: bool,
+    },
     /// `ck reload --canary`: the canary's workers went in; its verdict is due after `window`,
     /// for the canary `canary` names (see [`canary_verdict`]).
     CanaryJudged {
@@ -357,6 +362,7 @@ pub fn canary_verdict<W: World>(world: &mut W, canary: u64) {
         .as_mut()
         .and_then(|r| roll::promote(r, &shape));
     if let Some(inputs) = promoted {
+        world.fleet_event(FleetEvent::CanaryEnded { promoted: true });
         run(world, inputs);
         next_batch(world);
     }
@@ -403,6 +409,9 @@ pub fn abort_roll<W: World>(world: &mut W, index: u32, why: String) {
     };
     let canary = roll.canary.as_ref().map(|c| c.ask.percent);
     let (retire, old) = roll::abort(roll, index);
+    if canary.is_some() {
+        world.fleet_event(FleetEvent::CanaryEnded { promoted: false });
+    }
     run(world, retire);
     let result = match canary {
         Some(percent) => format!(

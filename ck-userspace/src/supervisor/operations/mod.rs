@@ -26,6 +26,8 @@ pub(in crate::supervisor) struct Operations {
     pub roll_reply: Option<oneshot::Sender<Response>>,
     /// Rolling restarts that ended, by result (for `/metrics`).
     pub reloads: metrics::ReloadCounts,
+    /// Canaries judged to the end, by verdict (for `/metrics`).
+    pub canaries: metrics::CanaryCounts,
     /// `--config`: the file `ck reload` reads again.
     pub config: Option<reconfigure::ConfigSource>,
     /// A stop's quiet wait, and the traffic seen per group (`quiet`).

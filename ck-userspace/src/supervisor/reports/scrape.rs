@@ -56,6 +56,16 @@ impl Reports {
                             .sockets
                             .get(index)
                             .and_then(|s| sockets::accept_queue_len(s).ok()),
+                        resets: group
+                            .bpf
+                            .as_ref()
+                            .and_then(|b| b.canary_watch().resets(slot.index)),
+                        listen_drops: slot
+                            .sockets
+                            .get(index)
+                            .filter(|_| !group.addr.is_udp())
+                            .and_then(|s| sockets::listen_drops(s).ok())
+                            .map(u64::from),
                     })
                     .collect(),
             })
@@ -86,6 +96,17 @@ impl Reports {
             groups,
             slots,
             reloads: view.ops.reloads,
+            canaries: crate::metrics::CanaryCounts {
+                share: view
+                    .ops
+                    .core
+                    .roll
+                    .as_ref()
+                    .and_then(|r| r.canary.as_ref())
+                    .filter(|c| c.judging())
+                    .map(|c| f64::from(c.ask.percent) / 100.0),
+                ..view.ops.canaries
+            },
             upgrades: u64::from(view.continuity.upgrades),
             ports: view.groups.iter().map(|g| g.addr.addr.port()).collect(),
             probe_base: view.cfg.health.probe_port_base,
