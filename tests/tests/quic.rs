@@ -16,6 +16,7 @@
 
 use std::{collections::BTreeSet, net::SocketAddr, time::Duration};
 
+use ck_tests::canary::{judged, reload};
 use ck_tests::quic_client::{finish, load, quic_bin, start_client};
 use ck_tests::{Ck, READY_TIMEOUT, sys, udp::udp_fleet};
 use nix::sys::signal::Signal;
@@ -162,4 +163,40 @@ fn a_killed_worker_breaks_only_its_own_http3_connections() {
     // New connections after the kill are all served.
     let after = fresh_connections(addr);
     assert_eq!(after.broken, 0, "{after:#?}");
+}
+
+/// A canary of a QUIC group (`ck reload --canary 50 --canary-by connection`): connections held
+/// open keep their worker through the canary's flip in, its window, its promotion and the roll
+/// (every packet goes to the worker its connection ID's cookie names), while new connections
+/// during the window reach the canary too (the group's table for new flows is weighted).
+#[test]
+fn a_canary_of_a_quic_group_keeps_every_connection_on_its_worker() {
+    let (mut ck, addr) = fleet("quic-canary", 2, &["--udp-mode", "quic"]);
+    let client = load(addr, 7000, &["--rebind-ms", "400"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let reloading = reload(
+        &ck,
+        &[
+            "--canary",
+            "50",
+            "--canary-for",
+            "3s",
+            "--canary-by",
+            "connection",
+        ],
+    );
+    let (judged, slots) = judged(&mut ck);
+    let canary: BTreeSet<u32> = slots.iter().filter_map(|s| judged.slot(*s).pid).collect();
+    assert_eq!(canary.len(), 1, "{judged:#?}");
+    let fresh = fresh_connections(addr);
+    assert_eq!(fresh.broken, 0, "{fresh:#?}");
+    assert!(
+        !fresh.pids.is_disjoint(&canary),
+        "no new connection reached the canary {canary:?}: {fresh:#?}"
+    );
+    let out = reloading.join().expect("the reload");
+    assert!(out.status.success(), "{out:?}");
+    let seen = finish(client);
+    assert_eq!(seen.broken, 0, "{seen:#?}\n--- ck log ---\n{}", ck.log());
+    assert!(seen.ok > 500, "{seen:#?}");
 }

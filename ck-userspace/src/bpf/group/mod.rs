@@ -321,10 +321,12 @@ impl BpfGroup {
         let flip = super::flips::Flips::next(self.config.live_half);
         let idle = flip & 1;
         self.by_client = by_client;
-        // A UDP group's new flows take the Maglev table, whatever the policy.
-        if by_client {
+        // A UDP group's new flows take the Maglev table, whatever the policy: built from the
+        // weighted list, so a canary (by connection too) and a ramping slot get their share of
+        // new flows (a held flow or a QUIC cookie keeps its worker whatever the table says).
+        if by_client || self.udp.is_some() {
             self.sticky.write(idle, listed, true)?;
-        } else if self.config.policy == policy::STICKY || self.udp.is_some() {
+        } else if self.config.policy == policy::STICKY {
             self.sticky.write(idle, set, false)?;
         }
         self.active

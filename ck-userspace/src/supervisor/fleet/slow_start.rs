@@ -9,8 +9,9 @@
 //! positions of that list as it always does. So round-robin and hash spread by weight,
 //! `least-queue` and `least-conn` draw their candidates by weight, and the program does no
 //! more work per connection than without weights. When no slot ramps, each ready slot is
-//! listed once, as without `--slow-start`. The `sticky` policy and UDP groups choose from
-//! their Maglev table, built from the plain set: slow start does not apply to them.
+//! listed once, as without `--slow-start`. UDP groups build their Maglev table (new flows) from
+//! the same list, so a ramping slot gets fewer new flows too; the `sticky` policy's table is
+//! built from the plain set: slow start does not apply to it.
 //!
 //! In a roll the old slots serve on beside their replacements until the ramp is over, then
 //! leave, and the next batch starts (`roll::faded`): the fleet never serves with less than its
