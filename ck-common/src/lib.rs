@@ -130,6 +130,10 @@ pub mod config_flags {
     /// `watched` map lists has waited (`queue_ages`). Set only when the program was loaded
     /// able to read kernel memory.
     pub const WATCH_QUEUES: u32 = 4;
+    /// Some ready slot is listed more than once (`--slow-start`, a canary): `least-conn` and
+    /// `least-queue` compare each candidate's load per unit of its weight
+    /// (`SlotInfo::weight`), read only then.
+    pub const WEIGHTED: u32 = 8;
 }
 
 /// Per-slot record in the `slots` map: the readable truth about each slot.

@@ -254,6 +254,7 @@ const _: () = assert!(QUEUE_CHOICES <= 4 && CONN_CHOICES <= 4);
 /// - No depth margin (leave the round-robin candidate only when longer by 2 or more, or by a
 ///   ratio): a margin lets a stalled worker take that many more connections each stall, and none
 ///   evened out the burst (BENCHMARKS.md).
+/// - Depths are compared per unit of weight ([`Load`]) while some slot has one.
 #[inline(always)]
 fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Config) -> u32 {
     let first = next_cursor(len);
@@ -265,7 +266,9 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Con
     if head.keeps_up {
         return first;
     }
-    let (mut best, mut best_depth) = (first, head.depth);
+    let weighted = config.flags & config_flags::WEIGHTED != 0;
+    let slot_at = |pos: u32| set.slots[pos as usize & SLOT_MASK];
+    let mut best = (first, Load::of(head.depth, slot_at(first), weighted));
     let mut k = 1;
     while k < QUEUE_CHOICES && k < len {
         let pos = spread_position(first, k, len);
@@ -273,12 +276,13 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Con
         if other.keeps_up {
             return pos;
         }
-        if other.depth < best_depth {
-            (best, best_depth) = (pos, other.depth);
+        let load = Load::of(other.depth, slot_at(pos), weighted);
+        if load.below(&best.1) {
+            best = (pos, load);
         }
         k += 1;
     }
-    best
+    best.0
 }
 
 /// The queue of the slot at `pos` in `set`: read from the kernel (`exact`) or as sampled. A
@@ -354,7 +358,8 @@ const CONN_CHOICES: u32 = 4;
 /// Two random choices leave old workers ahead after a scale-up (both candidates old in 1 of 6
 /// connections with 2 old of 4); spread choices find the emptiest of 4 workers every time.
 /// Ties go to the earlier candidate (the round-robin one first); an empty candidate ends the
-/// search. No queue read: the counts hold
+/// search; counts are compared per unit of weight ([`Load`]) while some slot has one. No queue
+/// read: the counts hold
 /// the queued connections, and a trial selection per candidate would cost more than the
 /// count.
 #[inline(always)]
@@ -364,25 +369,62 @@ fn least_conn(set: &ActiveSet, len: u32, config: &Config) -> u32 {
         return first;
     }
     let kernel = CK_SUM_CONNS.load() != 0 && config.flags & config_flags::KERNEL_CONNS != 0;
-    let (mut best, mut best_load) = (first, u32::MAX);
+    let weighted = config.flags & config_flags::WEIGHTED != 0;
+    let mut best = (first, Load::NONE);
     let mut k = 0;
     while k < CONN_CHOICES && k < len {
         let pos = spread_position(first, k, len);
         // A mask, as in least_queue: the index register bounded on its own for the verifier.
         let slot = set.slots[pos as usize & SLOT_MASK];
-        let load = match kernel {
+        let count = match kernel {
             true => conns::open(slot),
             false => CONN_SAMPLES.get(slot).map_or(u32::MAX, |n| *n),
         };
-        if load < best_load {
-            (best, best_load) = (pos, load);
+        let load = Load::of(count, slot, weighted);
+        if load.below(&best.1) {
+            best = (pos, load);
         }
-        if best_load == 0 {
+        if best.1.count == 0 {
             break;
         }
         k += 1;
     }
-    best
+    best.0
+}
+
+/// A candidate's load as `least-conn` and `least-queue` compare it: a count per unit of the
+/// slot's weight (the times the ready list lists it: `--slow-start`, a canary), compared by
+/// cross-multiplying (no divide on this path). Weights are read only when some slot has one
+/// (`config_flags::WEIGHTED`); otherwise every weight is 1 and the comparison is the counts'.
+#[derive(Clone, Copy)]
+struct Load {
+    count: u32,
+    weight: u32,
+}
+
+impl Load {
+    /// Worse than any load read.
+    const NONE: Load = Load {
+        count: u32::MAX,
+        weight: 1,
+    };
+
+    /// `count` of `slot`, with its weight when `weighted`.
+    #[inline(always)]
+    fn of(count: u32, slot: u32, weighted: bool) -> Load {
+        let weight = match weighted {
+            true => SLOT_INFO.get(slot).map_or(1, |info| info.weight.max(1)),
+            false => 1,
+        };
+        Load { count, weight }
+    }
+
+    /// Whether this load per unit of weight is below `other`'s.
+    #[inline(always)]
+    fn below(&self, other: &Load) -> bool {
+        u64::from(self.count) * u64::from(other.weight)
+            < u64::from(other.count) * u64::from(self.weight)
+    }
 }
 
 /// `slot`'s live queue, read from its socket at the address [`sock_addr`] keeps (no trial

@@ -332,6 +332,12 @@ impl BpfGroup {
         self.active
             .set(idle, listed, 0)
             .map_err(write_err("active"))?;
+        // least-conn and least-queue compare loads per unit of weight while a slot has one.
+        let weighted = listed.ready_len != set.ready_len;
+        self.config.flags = match weighted {
+            true => self.config.flags | config_flags::WEIGHTED,
+            false => self.config.flags & !config_flags::WEIGHTED,
+        };
         self.config.live_half = flip;
         self.write_config()?;
         self.flips.published(flip, set);
@@ -426,3 +432,5 @@ mod conns_tests;
 mod tests;
 #[cfg(test)]
 mod watch_tests;
+#[cfg(test)]
+mod weights_tests;
