@@ -268,7 +268,10 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Con
     }
     let weighted = config.flags & config_flags::WEIGHTED != 0;
     let slot_at = |pos: u32| set.slots[pos as usize & SLOT_MASK];
-    let mut best = (first, Load::of(head.depth, slot_at(first), weighted));
+    let mut best = (first, Load::unit(head.depth));
+    if weighted {
+        best.1 = Load::of(head.depth, slot_at(first));
+    }
     let mut k = 1;
     while k < QUEUE_CHOICES && k < len {
         let pos = spread_position(first, k, len);
@@ -276,9 +279,20 @@ fn least_queue(ctx: &SkReuseportContext, set: &ActiveSet, len: u32, config: &Con
         if other.keeps_up {
             return pos;
         }
-        let load = Load::of(other.depth, slot_at(pos), weighted);
-        if load.below(&best.1) {
-            best = (pos, load);
+        let better = match weighted {
+            true => {
+                let load = Load::of(other.depth, slot_at(pos));
+                let better = load.below(&best.1);
+                if better {
+                    best.1 = load;
+                }
+                better
+            }
+            // Every weight is 1: the depths alone.
+            false => other.depth < best.1.count,
+        };
+        if better {
+            (best.0, best.1.count) = (pos, other.depth);
         }
         k += 1;
     }
@@ -370,7 +384,7 @@ fn least_conn(set: &ActiveSet, len: u32, config: &Config) -> u32 {
     }
     let kernel = CK_SUM_CONNS.load() != 0 && config.flags & config_flags::KERNEL_CONNS != 0;
     let weighted = config.flags & config_flags::WEIGHTED != 0;
-    let mut best = (first, Load::NONE);
+    let (mut best, mut best_load) = (first, Load::NONE);
     let mut k = 0;
     while k < CONN_CHOICES && k < len {
         let pos = spread_position(first, k, len);
@@ -380,22 +394,28 @@ fn least_conn(set: &ActiveSet, len: u32, config: &Config) -> u32 {
             true => conns::open(slot),
             false => CONN_SAMPLES.get(slot).map_or(u32::MAX, |n| *n),
         };
-        let load = Load::of(count, slot, weighted);
-        if load.below(&best.1) {
-            best = (pos, load);
+        if weighted {
+            let load = Load::of(count, slot);
+            if load.below(&best_load) {
+                (best, best_load) = (pos, load);
+            }
+        } else if count < best_load.count {
+            // Unweighted, every weight is 1: the counts alone (no multiply on this path).
+            (best, best_load.count) = (pos, count);
         }
-        if best.1.count == 0 {
+        if best_load.count == 0 {
             break;
         }
         k += 1;
     }
-    best.0
+    best
 }
 
 /// A candidate's load as `least-conn` and `least-queue` compare it: a count per unit of the
 /// slot's weight (the times the ready list lists it: `--slow-start`, a canary), compared by
 /// cross-multiplying (no divide on this path). Weights are read only when some slot has one
-/// (`config_flags::WEIGHTED`); otherwise every weight is 1 and the comparison is the counts'.
+/// (`config_flags::WEIGHTED`); otherwise every weight is 1 and the policies compare the counts
+/// alone, as they did before weights (no read, no multiply).
 #[derive(Clone, Copy)]
 struct Load {
     count: u32,
@@ -404,18 +424,18 @@ struct Load {
 
 impl Load {
     /// Worse than any load read.
-    const NONE: Load = Load {
-        count: u32::MAX,
-        weight: 1,
-    };
+    const NONE: Load = Load::unit(u32::MAX);
 
-    /// `count` of `slot`, with its weight when `weighted`.
+    /// `count` with a weight of 1.
     #[inline(always)]
-    fn of(count: u32, slot: u32, weighted: bool) -> Load {
-        let weight = match weighted {
-            true => SLOT_INFO.get(slot).map_or(1, |info| info.weight.max(1)),
-            false => 1,
-        };
+    const fn unit(count: u32) -> Load {
+        Load { count, weight: 1 }
+    }
+
+    /// `count` of `slot`, with its weight.
+    #[inline(always)]
+    fn of(count: u32, slot: u32) -> Load {
+        let weight = SLOT_INFO.get(slot).map_or(1, |info| info.weight.max(1));
         Load { count, weight }
     }
 
