@@ -219,8 +219,7 @@ pub fn method_block(records: &[(String, Record)]) -> String {
     };
     let _ = writeln!(
         out,
-        "- **`all`** takes about {:.0} minutes: the latest run of each of its {} scenarios, \
-         added up{missing}.",
+        "- **`all`** takes about {:.0} minutes (its {} scenarios' latest runs{missing}).",
         seconds / 60.0,
         ALL.len()
     );
