@@ -160,6 +160,14 @@ impl Supervisor {
             },
             // Answered when the roll ends.
             Request::Reload { canary } => return self.reload(Some(reply), canary),
+            // After an upgrade, once this image's program steers (see `steer`).
+            Request::Rollback if self.continuity.bpf_resumed => {
+                tracing::info!(
+                    reason = "ck rollback",
+                    "rollback waits for the BPF program, still loading after the upgrade"
+                );
+                return self.ops.rollbacks_waiting.push(reply);
+            }
             Request::Rollback => match self.rollback() {
                 Ok(msg) => Response::Ok(msg),
                 Err(msg) => Response::Error(msg),

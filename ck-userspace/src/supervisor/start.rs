@@ -149,6 +149,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             },
             roll_reply: None,
             canary_watch: None,
+            rollbacks_waiting: Vec::new(),
             canaries: Default::default(),
             reloads: prior.map_or_else(Default::default, |h| metrics::ReloadCounts {
                 ok: h.reloads.0,

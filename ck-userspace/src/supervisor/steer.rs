@@ -45,6 +45,14 @@ impl Supervisor {
         };
         self.groups.join_all(&self.table, how)?;
         self.continuity.bpf_resumed = false;
+        // `ck rollback`s asked meanwhile: their flip now takes effect as they are answered.
+        for reply in std::mem::take(&mut self.ops.rollbacks_waiting) {
+            let answer = match self.rollback() {
+                Ok(msg) => crate::control::Response::Ok(msg),
+                Err(msg) => crate::control::Response::Error(msg),
+            };
+            let _ = reply.send(answer);
+        }
         self.groups.tag_binds(&self.table, self.cfg.adopt);
         // `--adopt`: the hooks outlive this image (an upgrade, a crash) beside the maps.
         if let Some(hooks) = self.inputs.adopt_hooks.as_mut()

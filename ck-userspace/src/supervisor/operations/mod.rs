@@ -36,6 +36,10 @@ pub(in crate::supervisor) struct Operations {
     pub slow_start_due: bool,
     /// The canary judged, watched against its limits (None: no canary, or no limit).
     pub canary_watch: Option<canary_watch::CanaryWatch>,
+    /// `ck rollback`s asked while the program of this image still loads (after an upgrade or
+    /// a take-back): done, and answered, once it steers (`steer`), so that the answer means
+    /// the flip took effect.
+    pub rollbacks_waiting: Vec<oneshot::Sender<Response>>,
 }
 
 impl Operations {
