@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use ck_common::{Config, MAX_SLOTS, MAX_WATCHED, config_flags};
 
-use crate::{CK_READ_KERNEL, oldest_wait_ns, sock_addr};
+use crate::{CK_READ_KERNEL, by_load::oldest_wait_ns, sock_addr};
 
 /// The slots watched, first to last; the first entry of `MAX_SLOTS` or more ends the list
 /// (written by the supervisor).
