@@ -56,7 +56,9 @@ pub struct BadRelease<'a> {
     pub prelude: &'a str,
     /// `ck demo-worker` options of the new release (the current one is a plain demo worker).
     pub demo: &'a str,
-    /// More `ck run` options (`-w 2` and the app are given).
+    /// Workers of the fleet (`-w`).
+    pub workers: usize,
+    /// More `ck run` options (`-w` and the app are given).
     pub run: &'a [&'a str],
     /// `ck reload` options (the canary's).
     pub reload: &'a [&'a str],
@@ -64,7 +66,7 @@ pub struct BadRelease<'a> {
     pub reason: &'a str,
 }
 
-/// Deploys `bad` as a canary of a 2-worker fleet of demo workers under a new-connection load
+/// Deploys `bad` as a canary of a fleet of demo workers under a new-connection load
 /// that never retries, and checks its withdrawal. Returns (failed requests, connections
 /// selected for the canary).
 pub fn withdrawn(bad: &BadRelease<'_>) -> (u64, u64) {
@@ -80,11 +82,12 @@ pub fn withdrawn(bad: &BadRelease<'_>) -> (u64, u64) {
     );
     let app = script(&dir, "app.sh", &body);
     let app = app.to_str().expect("UTF-8 temp path");
-    let mut args = vec!["-w", "2", "--metrics", "127.0.0.1:0"];
+    let workers = bad.workers.to_string();
+    let mut args = vec!["-w", &workers, "--metrics", "127.0.0.1:0"];
     args.extend(bad.run);
     args.extend(["--", app]);
     let (mut ck, port) = start(bad.what, &args).expect("start ck");
-    let before = ck.wait_ready(2, READY_TIMEOUT).expect("ready");
+    let before = ck.wait_ready(bad.workers, READY_TIMEOUT).expect("ready");
     let old = before.worker_pids();
     let old_slots: BTreeSet<u32> = before.slots.iter().map(|s| s.slot).collect();
     let load = Background::start_without_retry(port, Mode::NewConnection);

@@ -52,7 +52,13 @@ fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_prom
     let ready: BTreeSet<u32> = status.ready().filter_map(|s| s.pid).collect();
     assert!(old.is_subset(&ready), "{status:#?}");
     let text = ck.ctl_ok(&["status"]).expect("ck status");
-    assert!(text.contains("canary judged: 1 worker(s), 25 %"), "{text}");
+    // The share asked, and the share the program's maps give it: 25 of 100 entries.
+    assert!(
+        text.contains(
+            "canary judged: 1 worker(s), 25 % of new connections by connection (25.0 % in the maps)"
+        ),
+        "{text}"
+    );
     let metrics = metrics_text(status.metrics.as_deref().expect("--metrics"));
     assert!(metrics.contains("ck_canary_share 0.25\n"), "{metrics}");
 
@@ -84,7 +90,15 @@ fn a_canary_by_client_keeps_each_client_on_one_side() {
     let (mut ck, port) = start("canary-client", &["-w", "4"]).expect("start ck");
     ck.wait_ready(4, READY_TIMEOUT).expect("ready");
     let reloading = reload(&ck, &["--canary", "25", "--canary-for", "30s"]);
-    let (_, canary) = judged(&mut ck);
+    let (status, canary) = judged(&mut ck);
+    // The share the consistent table gives the canary, read back from the kernel's map.
+    let line = status.canary.as_deref().unwrap_or_default();
+    let in_maps: f64 = line
+        .split_once("by client (")
+        .and_then(|(_, rest)| rest.split_once(" % in the maps)"))
+        .and_then(|(share, _)| share.parse().ok())
+        .unwrap_or_else(|| panic!("no share in the maps in {line:?}"));
+    assert!((24.0..=26.0).contains(&in_maps), "{line}");
     let canary_pids: BTreeSet<u32> = ck
         .status()
         .expect("status")
@@ -127,8 +141,73 @@ fn a_canary_that_crashes_is_withdrawn_and_the_current_release_serves_throughout(
         what: "canary-crash",
         prelude: "(sleep 2; kill -9 $$) &",
         demo: "",
+        workers: 2,
         run: &[],
         reload: &["--canary", "50", "--canary-for", "30s"],
+        reason: "exited",
+    });
+}
+
+#[test]
+fn a_canary_of_a_one_worker_fleet_gets_its_share_then_replaces_it() {
+    // One current worker, one canary worker at 50 %: the smallest fleet a canary can judge.
+    let (mut ck, port) = start("canary-one", &["-w", "1"]).expect("start ck");
+    let old = ck
+        .wait_ready(1, READY_TIMEOUT)
+        .expect("ready")
+        .worker_pids();
+    let reloading = reload(
+        &ck,
+        &[
+            "--canary",
+            "50",
+            "--canary-for",
+            "3s",
+            "--canary-by",
+            "connection",
+        ],
+    );
+    let (status, canary) = judged(&mut ck);
+    assert_eq!(canary.len(), 1, "ceil(1 x 50 / 100): {status:#?}");
+    assert!(
+        old.is_subset(&status.ready().filter_map(|s| s.pid).collect()),
+        "the current worker serves beside it: {status:#?}"
+    );
+    let line = status.canary.as_deref().unwrap_or_default();
+    assert!(line.contains("(50.0 % in the maps)"), "{line}");
+    let tally = burst(local(port), 400);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    let share: u32 = canary.iter().map(|s| tally.slot(*s)).sum();
+    eprintln!("the canary took {share} of 400 connections");
+    assert!((160..=240).contains(&share), "{share} of 400: {tally:?}");
+    let out = reloading.join().expect("the reload");
+    assert!(out.status.success(), "{out:?}");
+    let after = ck
+        .wait_status("one new worker", READY_TIMEOUT, |s| {
+            s.ready_count() == 1 && s.worker_pids().is_disjoint(&old) && s.worker_pids().len() == 1
+        })
+        .expect("the canary's worker replaces the old one");
+    assert!(after.canary.is_none(), "{after:#?}");
+    let tally = burst(local(port), 100);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+}
+
+#[test]
+fn a_canary_of_a_one_worker_fleet_that_crashes_is_withdrawn_and_the_worker_serves_throughout() {
+    withdrawn(&BadRelease {
+        what: "canary-one-crash",
+        prelude: "(sleep 2; kill -9 $$) &",
+        demo: "",
+        workers: 1,
+        run: &[],
+        reload: &[
+            "--canary",
+            "50",
+            "--canary-for",
+            "30s",
+            "--canary-by",
+            "connection",
+        ],
         reason: "exited",
     });
 }
@@ -150,6 +229,7 @@ fn a_canary_that_resets_every_request_is_withdrawn_past_its_reset_limit() {
         what: "canary-resets",
         prelude: "",
         demo: "--reset-requests",
+        workers: 2,
         run: &[],
         reload: &[HALF, &["--canary-max-resets", "5"]].concat(),
         reason: "more than --canary-max-resets 5",
@@ -164,6 +244,7 @@ fn a_canary_whose_queue_stalls_is_withdrawn_past_its_queue_age_limit() {
         what: "canary-queue-age",
         prelude: "",
         demo: "--stall-ms 3000 --stall-every 3500ms",
+        workers: 2,
         run: &["--canary-max-queue-age", "300ms"],
         reload: HALF,
         reason: "longer than --canary-max-queue-age 300ms",
@@ -178,6 +259,7 @@ fn a_canary_whose_full_queue_drops_connections_is_withdrawn_past_its_drop_limit(
         what: "canary-drops",
         prelude: "",
         demo: "--listen-backlog 2 --stall-ms 3000 --stall-every 3500ms",
+        workers: 2,
         run: &[],
         reload: &[HALF, &["--canary-max-drops", "0"]].concat(),
         reason: "more than --canary-max-drops 0",

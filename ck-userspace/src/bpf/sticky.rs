@@ -41,6 +41,11 @@ impl Sticky {
         Ok(())
     }
 
+    /// The table the kernel holds in half `half` (None: unreadable).
+    pub(super) fn read(&self, half: u32) -> Option<StickyTable> {
+        self.map.get(&(half & 1), 0).ok()
+    }
+
     /// Writes the table of `set`'s ready slots to half `half`, unless it holds it already.
     pub(super) fn write(
         &mut self,

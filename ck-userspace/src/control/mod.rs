@@ -163,7 +163,8 @@ pub struct StatusReport {
     #[serde(default)]
     pub keep_previous_ms: Option<u64>,
     /// The canary of the reload in progress (`judged: 1 worker(s), 25 % of new connections by
-    /// client, for 60 s`, or `starting: ...` while its workers boot), if there is one.
+    /// client (25.0 % in the maps), for 60 s`: the share asked, then the share the program's
+    /// maps give it; `starting: ...` while its workers boot), if there is one.
     #[serde(default)]
     pub canary: Option<String>,
     /// Where `--metrics` serves `/metrics`, `/healthz` and `/readyz` (`127.0.0.1:9100`), if

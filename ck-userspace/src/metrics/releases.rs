@@ -15,7 +15,8 @@ const CANARIES: Family = counter(
 );
 const CANARY_SHARE: Family = gauge(
     "ck_canary_share",
-    "Share of new connections of the canary judged now, 0 to 1 (0: none judged)",
+    "Share of new connections of the canary judged now, 0 to 1, as the program's maps give it \
+     (0: none judged)",
     None,
 );
 const RESETS: Family = counter(

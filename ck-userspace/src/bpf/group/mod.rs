@@ -423,6 +423,7 @@ impl BpfGroup {
 }
 
 mod open;
+mod share;
 
 pub use open::GroupSpec;
 

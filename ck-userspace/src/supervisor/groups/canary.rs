@@ -81,6 +81,29 @@ impl Groups {
         counted
     }
 
+    /// The share (0 to 1) of new connections the kernel gives `slots` now, the mean over the
+    /// groups: read from each group's maps ([`crate::bpf::BpfGroup::share_of`]); without the
+    /// program, the kernel's hash spreads over every socket of the group, so their share of
+    /// its sockets. None when no group can tell.
+    pub(in crate::supervisor) fn share_of(&self, table: &SlotTable, slots: &[u32]) -> Option<f64> {
+        let shares: Vec<f64> = self
+            .iter()
+            .enumerate()
+            .filter_map(|(position, group)| match &group.bpf {
+                Some(bpf) => bpf.share_of(slots),
+                None => {
+                    let all: Vec<u32> = (table.slots.iter())
+                        .filter(|(_, slot)| slot.sockets.get(position).is_some())
+                        .map(|(index, _)| *index)
+                        .collect();
+                    let theirs = all.iter().filter(|s| slots.contains(s)).count();
+                    (!all.is_empty()).then(|| theirs as f64 / all.len() as f64)
+                }
+            })
+            .collect();
+        (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
+    }
+
     /// Watches the accept queues of exactly `slots` (none: the watch ends) in every TCP group.
     pub(in crate::supervisor) fn watch_queues(&mut self, slots: &[u32]) {
         for group in self.iter_mut().filter(|g| !g.addr.is_udp()) {

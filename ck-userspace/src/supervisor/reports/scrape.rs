@@ -97,14 +97,7 @@ impl Reports {
             slots,
             reloads: view.ops.reloads,
             canaries: crate::metrics::CanaryCounts {
-                share: view
-                    .ops
-                    .core
-                    .roll
-                    .as_ref()
-                    .and_then(|r| r.canary.as_ref())
-                    .filter(|c| c.judging())
-                    .map(|c| f64::from(c.ask.percent) / 100.0),
+                share: view.canary_share(),
                 ..view.ops.canaries
             },
             upgrades: u64::from(view.continuity.upgrades),

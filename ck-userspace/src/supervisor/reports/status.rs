@@ -279,6 +279,17 @@ impl Reports {
     }
 }
 
+impl View<'_> {
+    /// The share of new connections the kernel's maps give the canary judged now (None: none
+    /// is judged, or no group can tell).
+    pub(super) fn canary_share(&self) -> Option<f64> {
+        let roll = self.ops.core.roll.as_ref()?;
+        let canary = roll.canary.as_ref().filter(|c| c.judging())?;
+        let slots: Vec<u32> = canary.pairs.iter().map(|(_, new)| *new).collect();
+        self.groups.share_of(self.table, &slots)
+    }
+}
+
 /// `ck status`'s line on the canary of the reload in progress: its state, size and share, and
 /// with limits, what the kernel counted for it so far against them.
 fn canary_line(c: &crate::supervisor::fleet::canary::CanaryRoll, view: &View<'_>) -> String {
@@ -290,8 +301,13 @@ fn canary_line(c: &crate::supervisor::fleet::canary::CanaryRoll, view: &View<'_>
         true => "client",
         false => "connection",
     };
+    // What the kernel's maps give it, beside what was asked.
+    let given = match view.canary_share() {
+        Some(share) => format!(" ({:.1} % in the maps)", share * 100.0),
+        None => String::new(),
+    };
     let mut line = format!(
-        "{state}: {} worker(s), {} % of new connections by {by}, for {} s",
+        "{state}: {} worker(s), {} % of new connections by {by}{given}, for {} s",
         c.size,
         c.ask.percent,
         c.ask.for_ms as f64 / 1000.0
