@@ -3,11 +3,17 @@
 //! `weight` in `ck maps`), so it gets a small share of new connections, counted by the
 //! program, while it ramps; `ck status` lists each slot once; a fleet that boots has nothing
 //! warm and weighs nothing; a roll's old worker serves beside its replacement through the
-//! ramp, and the roll waits for it before the next batch.
+//! ramp, and the roll waits for it before the next batch; a ramp whose worker keeps up (it
+//! holds no more connections than a warm one) ends early, one whose worker falls behind
+//! does not.
 
 use std::time::Duration;
 
-use ck_tests::sys::kill_hard;
+use ck_tests::app::script;
+use ck_tests::churn::Background;
+use ck_tests::ck::ck_bin;
+use ck_tests::load::Mode;
+use ck_tests::sys::{TempDir, kill_hard};
 use ck_tests::{Ck, READY_TIMEOUT, burst, local, start};
 
 /// Each slot's weight in the first group's `slots` map, from `ck maps --json`.
@@ -111,5 +117,86 @@ fn a_roll_with_slow_start_waits_for_each_batchs_ramp() {
     assert!(
         left > waits,
         "an old worker left before the ramp was over:\n{log}"
+    );
+}
+
+/// The slots whose ramp ck's log says ended early, from line `from` on.
+fn ended_early(log: &str, from: usize) -> Vec<u32> {
+    (log.lines().skip(from))
+        .filter(|l| l.contains("slow start ended early"))
+        .filter_map(|l| l.split("slot=").nth(1)?.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_ramp_ends_early_when_its_worker_keeps_up_and_not_when_it_falls_behind() {
+    let dir = TempDir::new("slow-start-early");
+    let slow = dir.path().join("slow-release");
+    // The slow release answers each request after 300 ms: under load it holds many more
+    // connections than a warm worker of the fast one.
+    let body = format!(
+        "if [ -e '{slow}' ]; then exec '{ck}' demo-worker --slow-ms 300; fi\n\
+         exec '{ck}' demo-worker",
+        slow = slow.display(),
+        ck = ck_bin().display()
+    );
+    let app = script(&dir, "app.sh", &body);
+    let app = app.to_str().expect("UTF-8 temp path");
+    let (mut ck, port) = start(
+        "slow-start-early",
+        &[
+            "-w",
+            "2",
+            "--slow-start",
+            "4s",
+            "--reload-batch",
+            "1",
+            "--",
+            app,
+        ],
+    )
+    .expect("start ck");
+    ck.wait_ready(2, READY_TIMEOUT).expect("2 ready workers");
+    std::thread::sleep(Duration::from_millis(4500));
+    // Idle workers keep up: both ramps end early.
+    let answer = ck.ctl_ok(&["reload"]).expect("ck reload");
+    assert!(answer.contains("reloaded 2 worker(s)"), "{answer}");
+    let log = ck.log();
+    let mut early = ended_early(&log, 0);
+    early.sort_unstable();
+    let replaced: Vec<u32> = ck
+        .status()
+        .expect("status")
+        .ready()
+        .map(|s| s.slot)
+        .collect();
+    assert_eq!(early, replaced, "{log}");
+
+    // The slow release under a steady load: its first replacement holds the connections it
+    // is given for 300 ms, the warm fast workers none for long, so its ramp is never cut.
+    std::thread::sleep(Duration::from_millis(4500));
+    let load = Background::start_with(port, Mode::NewConnection, true, 200.0);
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(&slow, b"").expect("the marker");
+    let from = ck.log().lines().count();
+    let answer = ck.ctl_ok(&["reload"]).expect("ck reload");
+    assert!(answer.contains("reloaded 2 worker(s)"), "{answer}");
+    let report = load.finish_and_print("slow-start-early");
+    assert_eq!(report.failed(), 0, "{report:?}");
+    let log = ck.log();
+    let first = (log.lines().skip(from))
+        .find(|l| l.contains("replacement flipped in"))
+        .and_then(|l| {
+            l.split("slot=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no replacement flipped in:\n{log}"));
+    assert!(
+        !ended_early(&log, from).contains(&first),
+        "the slow replacement on slot {first} ended its ramp early:\n{log}"
     );
 }

@@ -91,7 +91,11 @@ impl Supervisor {
             Event::SpreadEnds => self.republish(),
             Event::SlowStartStep => {
                 self.ops.slow_start_due = false;
+                let ended_early = self.step_ramps();
                 self.republish();
+                if ended_early {
+                    executor::decisions::continue_roll(self);
+                }
             }
             Event::RollNext => executor::decisions::continue_roll(self),
             Event::Signal(name) => self.on_stop_signal(name),

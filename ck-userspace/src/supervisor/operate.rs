@@ -13,6 +13,8 @@
 //! - Rolls (`fleet::roll`, answered by `Operations::roll_ended`), recycling (`operations::recycle`), reloads with `--config`
 //!   (`operations::reconfigure`), drains (`operations::drain`) and the stop's quiet wait
 //!   (`operations::quiet`), the canary's watch against its limits (`operations::canary_watch`).
+//! - Slow start's steps: each ramping slot's load read from the kernel, a ramp that keeps up
+//!   ends early (`fleet::slow_start::Ramps`).
 use std::{collections::VecDeque, time::Duration, time::Instant};
 
 use tokio::sync::oneshot;
@@ -91,6 +93,31 @@ impl Supervisor {
         if let Some(index) = self.table.slots.keys().next().copied() {
             self.apply(index, Input::Republish);
         }
+    }
+
+    /// `--slow-start`: one step of the ramps, each slot's load read from the kernel now
+    /// (connections in its accept queues and open; a ramp past half its window that holds no
+    /// more than a warm worker goes faster). Returns whether one ended early.
+    pub(super) fn step_ramps(&mut self) -> bool {
+        let Some(window) = self.cfg.slow_start else {
+            return false;
+        };
+        let (table, groups) = (&self.table, &self.groups);
+        let load = |index| {
+            let queued = table.slots.get(&index)?.live_queue_depth();
+            Some(u64::from(queued) + groups.kernel_connections_of(index)?)
+        };
+        let lives = super::fleet::lives(table.lives());
+        let ended = (self.ops.core.ramps).step(&lives, Instant::now(), window, load);
+        for slot in &ended {
+            tracing::info!(
+                slot,
+                pid = table.worker(*slot).map_or(0, |w| w.pid),
+                reason = "it held no more connections than a warm worker",
+                "slow start ended early: the worker keeps up"
+            );
+        }
+        !ended.is_empty()
     }
 
     /// A spare died before it was used (or could not start): the next after `delay`.

@@ -146,6 +146,7 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
                     Some(_) => fleet::spread::Spread::closed(),
                     None => fleet::spread::Spread::default(),
                 },
+                ramps: fleet::slow_start::Ramps::default(),
             },
             roll_reply: None,
             canary_watch: None,

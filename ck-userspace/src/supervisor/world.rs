@@ -115,7 +115,8 @@ impl World for Supervisor {
         let lives = self.table.lives();
         let (set, until) = spread::chosen_set(&mut self.ops.core.spread, lives, self.stopping, now);
         let lives = fleet::lives(self.table.lives());
-        let mut weighted = slow_start::weigh(&set, &lives, now, self.cfg.slow_start);
+        let ramps = &self.ops.core.ramps;
+        let mut weighted = slow_start::weigh(&set, &lives, ramps, now, self.cfg.slow_start);
         // A canary judged takes its share of the list (slow start does not apply meanwhile).
         let canary = self.ops.core.roll.as_ref().and_then(|r| r.canary.as_ref());
         let canary = canary.filter(|c| c.judging());

@@ -258,7 +258,7 @@ fn next_batch<W: World>(world: &mut W) {
             let (core, lives) = world.fleet();
             core.roll
                 .as_mut()
-                .and_then(|roll| roll::faded(roll, &lives, &shape, now))
+                .and_then(|roll| roll::faded(roll, &lives, &core.ramps, &shape, now))
         };
         if let Some(inputs) = faded {
             run(world, inputs);
@@ -268,7 +268,7 @@ fn next_batch<W: World>(world: &mut W) {
             let Some(roll) = core.roll.as_mut() else {
                 return;
             };
-            match roll::next(roll, &lives, &shape, now) {
+            match roll::next(roll, &lives, &core.ramps, &shape, now) {
                 roll::Next::Wait => return,
                 roll::Next::Ramp(left) => Err(Err(left)),
                 roll::Next::Empty => break,

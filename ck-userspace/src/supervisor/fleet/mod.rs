@@ -75,6 +75,8 @@ pub struct Core {
     pub spares: spares::Pacing,
     /// Whether the fleet is booting, and since when a worker is ready.
     pub spread: spread::Spread,
+    /// `--slow-start`: how far ramps whose queue stayed empty ran ahead.
+    pub ramps: slow_start::Ramps,
 }
 
 /// Every slot's life, by index: what each decision reads.

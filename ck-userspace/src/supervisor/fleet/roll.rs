@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Lives, Shape};
+use super::{Lives, Shape, slow_start::Ramps};
 use crate::supervisor::lifecycle::{Input, Life, State};
 
 /// A rolling restart in flight.
@@ -157,7 +157,7 @@ pub enum Next {
 /// Takes the next old slot to replace from `roll.pending` (skipping slots that are gone or
 /// already leaving), while the batch has room and (with `--slow-start`) no replacement flipped
 /// in still ramps up at `now`.
-pub fn next(roll: &mut Roll, lives: &Lives, shape: &Shape, now: Instant) -> Next {
+pub fn next(roll: &mut Roll, lives: &Lives, ramps: &Ramps, shape: &Shape, now: Instant) -> Next {
     // A canary's batch is its size, and nothing more starts until its verdict.
     let limit = match &roll.canary {
         Some(canary) if canary.judging() => return Next::Wait,
@@ -168,7 +168,7 @@ pub fn next(roll: &mut Roll, lives: &Lives, shape: &Shape, now: Instant) -> Next
         return Next::Wait;
     }
     let waits = !roll.pending.is_empty() || !roll.fading.is_empty();
-    if let Some(left) = ramp_left(roll, lives, shape, now).filter(|_| waits) {
+    if let Some(left) = ramp_left(roll, lives, ramps, shape, now).filter(|_| waits) {
         return Next::Ramp(left);
     }
     while let Some(old) = roll.pending.pop_front() {
@@ -192,10 +192,11 @@ pub fn next(roll: &mut Roll, lives: &Lives, shape: &Shape, now: Instant) -> Next
 pub fn faded(
     roll: &mut Roll,
     lives: &Lives,
+    ramps: &Ramps,
     shape: &Shape,
     now: Instant,
 ) -> Option<Vec<(u32, Input)>> {
-    if roll.fading.is_empty() || ramp_left(roll, lives, shape, now).is_some() {
+    if roll.fading.is_empty() || ramp_left(roll, lives, ramps, shape, now).is_some() {
         return None;
     }
     let old = std::mem::take(&mut roll.fading);
@@ -215,15 +216,20 @@ fn out_inputs(roll: &mut Roll, old: Vec<u32>, keep: Option<Duration>) -> Vec<(u3
     }
 }
 
-/// How long the replacements flipped in still ramp up (`--slow-start`), if one does.
-fn ramp_left(roll: &Roll, lives: &Lives, shape: &Shape, now: Instant) -> Option<Duration> {
+/// How long the replacements flipped in still ramp up (`--slow-start`) at the window's pace,
+/// if one does (a ramp whose queue stays empty ends sooner: `slow_start::Ramps`).
+fn ramp_left(
+    roll: &Roll,
+    lives: &Lives,
+    ramps: &Ramps,
+    shape: &Shape,
+    now: Instant,
+) -> Option<Duration> {
     let window = shape.slow_start?;
     roll.flipped
         .iter()
-        .filter_map(|slot| match lives.get(slot)?.state {
-            State::Ready(run) => (run.ready_at? + window).checked_duration_since(now),
-            _ => None,
-        })
+        .filter_map(|slot| ramps.age(lives, *slot, now))
+        .filter_map(|age| window.checked_sub(age))
         .filter(|left| !left.is_zero())
         .max()
 }

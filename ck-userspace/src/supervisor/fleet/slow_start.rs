@@ -17,9 +17,18 @@
 //! leave, and the next batch starts (`roll::faded`): the fleet never serves with less than its
 //! capacity.
 //!
+//! A worker that keeps up ends its ramp early: from half its window on, each step at which
+//! its load (connections waiting in its accept queue plus connections it holds open, both
+//! counted by the kernel) is no more than a warm worker's on average moves its ramp
+//! [`SHORT_PACE`] steps on ([`Ramps`]). A worker given less than a warm one's share that
+//! still holds as much is falling behind, and ramps at the window's pace. So a ramp that
+//! keeps up is over in [`SHORT_END`] of the window; the first half is never shortened, as
+//! little load at a tenth of a share says little.
+//!
 //! A slot ramps only while another ready slot is warm (ready for the whole window): when every
 //! ready worker is new (a fleet's first boot, a roll of the whole fleet in one batch) there is
 //! no warm capacity to lean on, and each gets its full share.
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use ck_common::{ActiveSet, MAX_SLOTS};
@@ -31,6 +40,12 @@ use crate::supervisor::lifecycle::State;
 pub const FIRST_SHARE: f64 = 0.1;
 /// While a slot ramps, the active set is written again this often.
 pub const STEP: Duration = Duration::from_millis(100);
+/// From half its window on, a step at which a ramping slot's load is no more than a warm
+/// slot's on average moves its ramp this many steps on.
+pub const SHORT_PACE: u32 = 4;
+/// Where a ramp that keeps up ends, as a share of the window: half of it at the
+/// window's pace, the other half at [`SHORT_PACE`].
+pub const SHORT_END: f64 = 0.5 + 0.5 / SHORT_PACE as f64;
 /// The most times one slot is listed.
 const MAX_WEIGHT: u32 = 16;
 
@@ -92,13 +107,98 @@ impl Weighted {
     }
 }
 
+/// How far each ramping slot's ramp ran ahead of its time since it became ready (steps at
+/// which it kept up, from half its window on).
+#[derive(Debug, Clone, Default)]
+pub struct Ramps {
+    /// slot -> (when its worker became ready, how far its ramp ran ahead since, whether its
+    /// early end was said).
+    ahead: BTreeMap<u32, (Instant, Duration, bool)>,
+}
+
+impl Ramps {
+    /// No ramp ran ahead.
+    pub const NONE: Ramps = Ramps {
+        ahead: BTreeMap::new(),
+    };
+
+    /// How far `slot`'s ramp went at `now`: how long its worker has been ready, plus what
+    /// keeping up added (None: not a ready worker, e.g. a starting one listed
+    /// while the fleet boots).
+    pub fn age(&self, lives: &Lives, slot: u32, now: Instant) -> Option<Duration> {
+        let life = lives.get(&slot)?;
+        let State::Ready(run) = life.state else {
+            return None;
+        };
+        let ready_at = run.ready_at?;
+        let ahead = match self.ahead.get(&slot) {
+            Some((at, ahead, _)) if *at == ready_at => *ahead,
+            _ => Duration::ZERO,
+        };
+        Some(now.saturating_duration_since(ready_at) + ahead)
+    }
+
+    /// One [`STEP`] of the ramps at `now`: each slot past half its `window` and not done
+    /// whose `load` (connections queued and open) is no more than the warm slots' mean moves
+    /// [`SHORT_PACE`] steps on instead of one (none without a warm slot with a load). Slots
+    /// no longer ready (or ready again since) are forgotten. Returns the slots whose ramp
+    /// ended early since the last step, each once (a roll waiting for them may go on).
+    pub fn step(
+        &mut self,
+        lives: &Lives,
+        now: Instant,
+        window: Duration,
+        load: impl Fn(u32) -> Option<u64>,
+    ) -> Vec<u32> {
+        let ready_at = |slot: &u32| match lives.get(slot)?.state {
+            State::Ready(run) => run.ready_at,
+            _ => None,
+        };
+        self.ahead
+            .retain(|slot, (at, _, _)| ready_at(slot) == Some(*at));
+        let ages: Vec<(u32, Instant, Duration)> = (lives.keys())
+            .filter_map(|slot| Some((*slot, ready_at(slot)?, self.age(lives, *slot, now)?)))
+            .collect();
+        // A ramp that ran ahead and is over now: said once.
+        let mut ended = Vec::new();
+        for (slot, _, age) in &ages {
+            if let Some(ramp) = self.ahead.get_mut(slot).filter(|r| *age >= window && !r.2) {
+                ramp.2 = true;
+                ended.push(*slot);
+            }
+        }
+        let warm: Vec<u64> = (ages.iter())
+            .filter(|(_, _, age)| *age >= window)
+            .filter_map(|(slot, _, _)| load(*slot))
+            .collect();
+        if warm.is_empty() {
+            return ended;
+        }
+        let warm_mean = warm.iter().sum::<u64>() as f64 / warm.len() as f64;
+        for (slot, at, age) in ages {
+            let ramping = age >= window / 2 && age < window;
+            if ramping && load(slot).is_some_and(|l| l as f64 <= warm_mean) {
+                let ramp = self.ahead.entry(slot).or_insert((at, Duration::ZERO, false));
+                ramp.1 += STEP * (SHORT_PACE - 1);
+            }
+        }
+        ended
+    }
+}
+
 /// `set` (as the lifecycle builds it: ready slots first) weighted for `--slow-start window`
-/// at `now`.
-pub fn weigh(set: &ActiveSet, lives: &Lives, now: Instant, window: Option<Duration>) -> Weighted {
+/// at `now`, each slot's ramp as far as `ramps` says.
+pub fn weigh(
+    set: &ActiveSet,
+    lives: &Lives,
+    ramps: &Ramps,
+    now: Instant,
+    window: Option<Duration>,
+) -> Weighted {
     let ready_len = set.ready_len as usize;
     let ready: Vec<(u32, Option<Duration>)> = set.slots[..ready_len]
         .iter()
-        .map(|slot| (*slot, age(lives, *slot, now)))
+        .map(|slot| (*slot, ramps.age(lives, *slot, now)))
         .collect();
     let full = full_weight(ready_len, set.live_len as usize - ready_len);
     // Each ready slot listed once: the set as the lifecycle built it, every weight 1.
@@ -129,16 +229,6 @@ pub fn weigh(set: &ActiveSet, lives: &Lives, now: Instant, window: Option<Durati
     Weighted {
         set: expand(set, &weights, full),
         ramping: true,
-    }
-}
-
-/// How long the slot has been ready (None: not a ready worker, e.g. a starting one listed
-/// while the fleet boots).
-fn age(lives: &Lives, slot: u32, now: Instant) -> Option<Duration> {
-    let life = lives.get(&slot)?;
-    match life.state {
-        State::Ready(run) => Some(now.saturating_duration_since(run.ready_at?)),
-        _ => None,
     }
 }
 

@@ -44,16 +44,34 @@ fn a_worker_joining_a_warm_fleet_ramps_from_a_tenth_to_its_full_share() {
         (1, ready_at(2, now)),
     ]);
     let set = active_set(lives.iter().map(|(i, l)| (*i, l)), false, false);
-    let w = slow_start::weigh(&set, &view(&lives), now, Some(WINDOW));
+    let w = slow_start::weigh(
+        &set,
+        &view(&lives),
+        &slow_start::Ramps::NONE,
+        now,
+        Some(WINDOW),
+    );
     assert!(w.ramping);
     assert_eq!(w.full(), 16);
     assert_eq!((listed(&w.set, 0), listed(&w.set, 1)), (16, 1));
     assert_eq!(w.weights(), vec![(0, 16), (1, 1)]);
     // Half-way: 10 % + 90 % x 0.5 = 55 % of 16, rounded down.
-    let half = slow_start::weigh(&set, &view(&lives), now + WINDOW / 2, Some(WINDOW));
+    let half = slow_start::weigh(
+        &set,
+        &view(&lives),
+        &slow_start::Ramps::NONE,
+        now + WINDOW / 2,
+        Some(WINDOW),
+    );
     assert_eq!(listed(&half.set, 1), 8);
     // Over: each listed once, as without the option.
-    let over = slow_start::weigh(&set, &view(&lives), now + WINDOW, Some(WINDOW));
+    let over = slow_start::weigh(
+        &set,
+        &view(&lives),
+        &slow_start::Ramps::NONE,
+        now + WINDOW,
+        Some(WINDOW),
+    );
     assert!(!over.ramping);
     assert_eq!((over.set.ready_len, over.full()), (2, 1));
     // Round-robin over the list visits the slots interleaved: the cold one early in it.
@@ -65,7 +83,13 @@ fn nothing_ramps_without_a_warm_worker_or_without_the_option() {
     let now = Instant::now();
     let fresh = map(&[(0, ready_at(1, now)), (1, ready_at(2, now))]);
     let set = active_set(fresh.iter().map(|(i, l)| (*i, l)), false, false);
-    let w = slow_start::weigh(&set, &view(&fresh), now, Some(WINDOW));
+    let w = slow_start::weigh(
+        &set,
+        &view(&fresh),
+        &slow_start::Ramps::NONE,
+        now,
+        Some(WINDOW),
+    );
     assert!(!w.ramping, "a fleet of new workers has nothing to lean on");
     assert_eq!(w.set.ready_len, 2);
     let mixed = map(&[
@@ -73,7 +97,7 @@ fn nothing_ramps_without_a_warm_worker_or_without_the_option() {
         (1, ready_at(2, now)),
     ]);
     let set = active_set(mixed.iter().map(|(i, l)| (*i, l)), false, false);
-    let off = slow_start::weigh(&set, &view(&mixed), now, None);
+    let off = slow_start::weigh(&set, &view(&mixed), &slow_start::Ramps::NONE, now, None);
     assert!(!off.ramping);
     assert_eq!(off.weights(), vec![(0, 1), (1, 1)]);
 }
@@ -89,7 +113,13 @@ fn the_fallback_keeps_its_place_after_a_weighted_ready_list() {
         (2, unhealthy),
     ]);
     let set = active_set(lives.iter().map(|(i, l)| (*i, l)), false, false);
-    let w = slow_start::weigh(&set, &view(&lives), now, Some(WINDOW));
+    let w = slow_start::weigh(
+        &set,
+        &view(&lives),
+        &slow_start::Ramps::NONE,
+        now,
+        Some(WINDOW),
+    );
     let ready = w.set.ready_len as usize;
     assert_eq!(w.set.live_len as usize, ready + 1);
     assert_eq!(w.set.slots[ready], 2);
@@ -111,14 +141,20 @@ fn a_roll_with_slow_start_waits_for_the_last_batchs_ramp() {
         flipped: vec![2],
         ..roll::begin(VecDeque::new(), true)
     };
-    match roll::next(&mut r, &view(&lives), &s, now) {
+    match roll::next(&mut r, &view(&lives), &slow_start::Ramps::NONE, &s, now) {
         roll::Next::Ramp(left) => assert_eq!(left, Duration::from_secs(8)),
         other => panic!("{other:?}"),
     }
     assert_eq!(r.pending, VecDeque::from([0]), "nothing taken meanwhile");
     // Once the ramp is over the next old slot gets its replacement.
     assert!(matches!(
-        roll::next(&mut r, &view(&lives), &s, now + Duration::from_secs(8)),
+        roll::next(
+            &mut r,
+            &view(&lives),
+            &slow_start::Ramps::NONE,
+            &s,
+            now + Duration::from_secs(8)
+        ),
         roll::Next::Start { old: 0, .. }
     ));
 }
@@ -154,11 +190,99 @@ fn with_slow_start_the_old_worker_serves_beside_its_replacement_until_the_ramp_i
         (1, ready_at(2, now)),
     ]);
     assert_eq!(
-        roll::faded(&mut r, &view(&flipped), &s, now + WINDOW / 2),
+        roll::faded(
+            &mut r,
+            &view(&flipped),
+            &slow_start::Ramps::NONE,
+            &s,
+            now + WINDOW / 2
+        ),
         None
     );
-    let out = roll::faded(&mut r, &view(&flipped), &s, now + WINDOW).expect("faded");
+    let out = roll::faded(
+        &mut r,
+        &view(&flipped),
+        &slow_start::Ramps::NONE,
+        &s,
+        now + WINDOW,
+    )
+    .expect("faded");
     let why = Input::Retire("replaced by a rolling restart".into());
     assert_eq!(out, vec![(0, why)]);
     assert!(r.fading.is_empty() && r.leaving == vec![0]);
+}
+
+#[test]
+fn a_ramp_that_keeps_up_ends_early_from_half_its_window_on() {
+    let start = Instant::now();
+    let lives = map(&[
+        (0, ready_at(1, start - Duration::from_secs(60))),
+        (1, ready_at(2, start)),
+        (2, ready_at(3, start)),
+    ]);
+    // The warm slot 0 holds 3 connections; slot 1 as many (it keeps up); slot 2 more, with
+    // a smaller share (it falls behind).
+    let load = |slot: u32| Some([3, 3, 4][slot as usize]);
+    let mut ramps = slow_start::Ramps::default();
+    let mut ended_at = None;
+    let mut t = Duration::ZERO;
+    while t < WINDOW {
+        let now = start + t;
+        // The first half is never shortened.
+        if t < WINDOW / 2 {
+            assert_eq!(ramps.age(&view(&lives), 1, now), Some(t), "at {t:?}");
+        }
+        let ended = ramps.step(&view(&lives), now, WINDOW, load);
+        assert!(!ended.contains(&2), "slot 2 never keeps up");
+        if ended.contains(&1) {
+            ended_at.get_or_insert(t);
+        }
+        t += slow_start::STEP;
+    }
+    // Said at the first step after it is over.
+    let ended_at = ended_at.expect("slot 1's ramp ended early");
+    let expected = WINDOW.mul_f64(slow_start::SHORT_END);
+    assert!(
+        ended_at >= expected && ended_at <= expected + slow_start::STEP * 2,
+        "ended at {ended_at:?}, about {expected:?} expected"
+    );
+    let set = active_set(lives.iter().map(|(i, l)| (*i, l)), false, false);
+    let w = slow_start::weigh(&set, &view(&lives), &ramps, start + ended_at, Some(WINDOW));
+    assert_eq!(
+        w.weights().iter().find(|(s, _)| *s == 1).map(|(_, w)| *w),
+        Some(w.full()),
+        "slot 1 has its full share: {:?}",
+        w.weights()
+    );
+    assert!(listed(&w.set, 2) < listed(&w.set, 1), "slot 2 still ramps");
+    // Without a warm slot's load to compare with, nothing ramps faster.
+    let mut none = slow_start::Ramps::default();
+    let half = start + WINDOW / 2;
+    assert!(
+        none.step(&view(&lives), half, WINDOW, |s| (s != 0).then_some(0))
+            .is_empty()
+    );
+    assert_eq!(none.age(&view(&lives), 1, half), Some(WINDOW / 2));
+    // A roll waiting for slot 1 alone goes on: nothing is left of its ramp.
+    let mut s = shape(1, 0);
+    s.slow_start = Some(WINDOW);
+    let mut r = roll::Roll {
+        pending: VecDeque::from([0]),
+        flipped: vec![1],
+        ..roll::begin(VecDeque::new(), true)
+    };
+    assert!(matches!(
+        roll::next(&mut r, &view(&lives), &ramps, &s, start + ended_at),
+        roll::Next::Start { old: 0, .. }
+    ));
+    // A new worker in slot 1 ramps from the start again.
+    let again = map(&[
+        (0, ready_at(1, start - Duration::from_secs(60))),
+        (1, ready_at(4, start + ended_at)),
+    ]);
+    ramps.step(&view(&again), start + ended_at, WINDOW, |_| Some(0));
+    assert_eq!(
+        ramps.age(&view(&again), 1, start + ended_at),
+        Some(Duration::ZERO)
+    );
 }

@@ -156,7 +156,13 @@ fn a_roll_fills_its_batch_then_waits_and_skips_slots_that_left() {
     let lives = map(&[(0, ready(1)), (1, drained), (2, leaving)]);
     let mut r = roll::begin(VecDeque::from([2, 1, 0]), true);
     // Slot 2 is leaving: skipped; slot 1's replacement starts drained, as slot 1 is.
-    match roll::next(&mut r, &view(&lives), &shape(1, 0), Instant::now()) {
+    match roll::next(
+        &mut r,
+        &view(&lives),
+        &slow_start::Ramps::NONE,
+        &shape(1, 0),
+        Instant::now(),
+    ) {
         roll::Next::Start { old, life } => {
             assert_eq!(old, 1);
             assert!(life.drained && life.standby && !life.spare);
@@ -165,17 +171,35 @@ fn a_roll_fills_its_batch_then_waits_and_skips_slots_that_left() {
     }
     r.batch.push((1, 5));
     assert!(matches!(
-        roll::next(&mut r, &view(&lives), &shape(1, 0), Instant::now()),
+        roll::next(
+            &mut r,
+            &view(&lives),
+            &slow_start::Ramps::NONE,
+            &shape(1, 0),
+            Instant::now()
+        ),
         roll::Next::Wait
     ));
     assert_eq!(r.pending, VecDeque::from([0]));
     r.batch.clear();
     assert!(matches!(
-        roll::next(&mut r, &view(&lives), &shape(1, 0), Instant::now()),
+        roll::next(
+            &mut r,
+            &view(&lives),
+            &slow_start::Ramps::NONE,
+            &shape(1, 0),
+            Instant::now()
+        ),
         roll::Next::Start { old: 0, .. }
     ));
     assert!(matches!(
-        roll::next(&mut r, &view(&lives), &shape(1, 0), Instant::now()),
+        roll::next(
+            &mut r,
+            &view(&lives),
+            &slow_start::Ramps::NONE,
+            &shape(1, 0),
+            Instant::now()
+        ),
         roll::Next::Empty
     ));
 }
