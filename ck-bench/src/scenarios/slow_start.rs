@@ -6,7 +6,9 @@
 //! steady window of [`STEADY`], then one `ck reload` (one worker at a time) under a fresh
 //! load until the last replacement is warm. Reported: the p99 over that window against the
 //! steady p99 (at most [`P99_RATIO_AT_MOST`] wanted of slow start), the failed requests and
-//! the reload's length.
+//! the reload's length. Beside them the same pair with workers that are warm from the start
+//! (no `--warm-up`): what slow start costs an app that does not need it, the measurement its
+//! default (off) is chosen by.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -45,6 +47,13 @@ const NOTED: usize = 3;
 const SLOW_START: &str = "ck --slow-start 10s";
 /// The contender without.
 const PLAIN: &str = "ck";
+/// The contender with slow start, workers warm from the start.
+const SLOW_START_WARM: &str = "ck --slow-start 10s, no warm-up";
+/// The contender without, workers warm from the start.
+const PLAIN_WARM: &str = "ck, no warm-up";
+/// The setups: workers that warm up, workers warm from the start.
+const WARMING: usize = 0;
+const WARM: usize = 1;
 
 /// The contenders, in column order.
 fn contenders() -> Vec<Contender> {
@@ -52,9 +61,33 @@ fn contenders() -> Vec<Contender> {
     let mut slow = flags.to_vec();
     slow.extend(["--slow-start", "10s"]);
     vec![
-        Contender::ck(SLOW_START, &slow),
-        Contender::ck(PLAIN, &flags),
+        Contender::ck(SLOW_START, &slow).with_setup(WARMING),
+        Contender::ck(PLAIN, &flags).with_setup(WARMING),
+        Contender::ck(SLOW_START_WARM, &slow).with_setup(WARM),
+        Contender::ck(PLAIN_WARM, &flags).with_setup(WARM),
     ]
+}
+
+/// The workers of `setup`: demo workers of [`CAPACITY`], warming up over [`WARM_UP`] or not.
+fn group(bench: &Bench, setup: usize) -> Group {
+    let mut argv = vec![
+        bench.bin.to_string_lossy().into_owned(),
+        "demo-worker".into(),
+        "--capacity".into(),
+        CAPACITY.to_string(),
+    ];
+    if setup == WARMING {
+        argv.extend(["--warm-up".into(), format!("{}s", WARM_UP.as_secs())]);
+    }
+    Group {
+        workers: WORKERS,
+        udp: false,
+        app: App::Program {
+            argv,
+            env: Vec::new(),
+            bare_env: Vec::new(),
+        },
+    }
 }
 
 /// The load's rate: [`LOAD_SHARE`] of the warm fleet's capacity.
@@ -64,25 +97,11 @@ fn rate() -> f64 {
 
 /// Runs the scenario.
 pub fn run(bench: &Bench) -> Result<Outcome> {
-    let ck = bench.bin.to_string_lossy().into_owned();
-    let group = Group {
-        workers: WORKERS,
-        udp: false,
-        app: App::Program {
-            argv: vec![
-                ck,
-                "demo-worker".into(),
-                "--capacity".into(),
-                CAPACITY.to_string(),
-                "--warm-up".into(),
-                format!("{}s", WARM_UP.as_secs()),
-            ],
-            env: Vec::new(),
-            bare_env: Vec::new(),
-        },
-    };
     let plan = bench.plan("slow-start", ROUNDS, contenders());
-    let mut fleets = contender::start_all(bench, plan.contenders(), "slow-start", &group)?;
+    let mut fleets = Vec::new();
+    for (i, c) in plan.contenders().iter().enumerate() {
+        fleets.push(c.start(bench, &format!("slow-start{i}"), &group(bench, c.setup))?);
+    }
     let mut notes = FailureNotes::new(NOTED);
     let measured = plan.run(bench, |i, c, _| round(&mut fleets[i], &c.label, &mut notes))?;
     contender::stop_all(bench, fleets)?;
@@ -151,13 +170,13 @@ fn table(m: &Measured, notes: &FailureNotes) -> Result<Table> {
     let mut t = Layout::with_columns(
         m,
         &format!(
-            "slow-start: {WORKERS} demo workers warming up from a tenth of {CAPACITY} req/s over \
-             {WARM_UP:?}; one roll per round under new connections at {:.0} % of the warm \
-             capacity ({:.0} req/s)",
+            "slow-start: {WORKERS} demo workers of {CAPACITY} req/s, warming up from a tenth \
+             over {WARM_UP:?} (the first pair) or warm from the start; one roll per round under \
+             new connections at {:.0} % of the warm capacity ({:.0} req/s)",
             LOAD_SHARE * 100.0,
             rate()
         ),
-        &[SLOW_START, PLAIN],
+        &[SLOW_START, PLAIN, SLOW_START_WARM, PLAIN_WARM],
     );
     t.values(
         &format!("new-conn p99, steady {STEADY:?}"),
@@ -171,18 +190,20 @@ fn table(m: &Measured, notes: &FailureNotes) -> Result<Table> {
     )
     .values("p99 during the roll / steady p99", "p99_ratio", Unit::Ratio)
     .goal(Goal::at_most(P99_RATIO_AT_MOST, Unit::Ratio).of(&[SLOW_START]))
+    .values("`ck reload` duration", "reload_ms", Unit::Ms)
     .values("new-conn max, during the roll", "roll_max", Unit::Ms)
     .detail()
     .failures("failed, during the roll, all rounds", "roll_failed")
-    .values("`ck reload` duration", "reload_ms", Unit::Ms)
     .total(
         "`ck reload`s that failed, all rounds",
         "reload_failed",
         Unit::Count,
     )
     .note(format!(
-        "with --slow-start a roll starts its next worker once the last one's ramp is over, so \
-         it takes about {WORKERS} x 10 s; a request over {REQUEST_TIMEOUT:?} counts as failed"
+        "with --slow-start a roll starts its next worker once the last one's ramp is over: \
+         {WORKERS} x 10 s, or {WORKERS} x {:.1} s when each ramp keeps up (its worker holds no \
+         more connections than a warm one); a request over {REQUEST_TIMEOUT:?} counts as failed",
+        10.0 * ck::supervisor::fleet::slow_start::SHORT_END
     ));
     notes.note(&mut t);
     t.finish()

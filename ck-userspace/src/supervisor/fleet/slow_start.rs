@@ -178,7 +178,10 @@ impl Ramps {
         for (slot, at, age) in ages {
             let ramping = age >= window / 2 && age < window;
             if ramping && load(slot).is_some_and(|l| l as f64 <= warm_mean) {
-                let ramp = self.ahead.entry(slot).or_insert((at, Duration::ZERO, false));
+                let ramp = self
+                    .ahead
+                    .entry(slot)
+                    .or_insert((at, Duration::ZERO, false));
                 ramp.1 += STEP * (SHORT_PACE - 1);
             }
         }
