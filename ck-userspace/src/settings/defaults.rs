@@ -58,7 +58,9 @@ pub const STOP_SIGNAL: StopSignal = StopSignal::TERM;
 pub const RELOAD_BATCH: u32 = 1;
 /// `--canary-for`: how long a canary is judged before it is promoted.
 pub const CANARY_FOR: Duration = Duration::from_secs(60);
-/// `--slow-start`: off (0): a new worker gets its full share as soon as it is ready.
+/// `--slow-start`: off (0): a new worker gets its full share as soon as it is ready. Chosen by
+/// `bench slow-start`: for an app warm from the start it only makes each roll longer (by up
+/// to the window per batch), with no better p99; ck cannot tell an app that warms up.
 pub const SLOW_START: Duration = Duration::ZERO;
 /// `--keep-previous`: off (0): a reload's old workers leave as soon as they are replaced.
 pub const KEEP_PREVIOUS: Duration = Duration::ZERO;

@@ -19,8 +19,8 @@
 //!
 //! A worker that keeps up ends its ramp early: from half its window on, each step at which
 //! its load (connections waiting in its accept queue plus connections it holds open, both
-//! counted by the kernel) is no more than a warm worker's on average moves its ramp
-//! [`SHORT_PACE`] steps on ([`Ramps`]). A worker given less than a warm one's share that
+//! counted by the kernel, smoothed over about a second) is no more than a warm worker's on
+//! average moves its ramp [`SHORT_PACE`] steps on ([`Ramps`]). A worker given less than a warm one's share that
 //! still holds as much is falling behind, and ramps at the window's pace. So a ramp that
 //! keeps up is over in [`SHORT_END`] of the window; the first half is never shortened, as
 //! little load at a tenth of a share says little.
@@ -107,42 +107,53 @@ impl Weighted {
     }
 }
 
-/// How far each ramping slot's ramp ran ahead of its time since it became ready (steps at
-/// which it kept up, from half its window on).
+/// How much of a step's new load a slot's smoothed load takes: about the last second's.
+const SMOOTHING: f64 = 0.1;
+
+/// Each ready slot's smoothed load and, for a ramping one, how far its ramp ran ahead of its
+/// time since it became ready (steps at which it kept up, from half its window on).
 #[derive(Debug, Clone, Default)]
 pub struct Ramps {
-    /// slot -> (when its worker became ready, how far its ramp ran ahead since, whether its
-    /// early end was said).
-    ahead: BTreeMap<u32, (Instant, Duration, bool)>,
+    by_slot: BTreeMap<u32, Ramp>,
+}
+
+/// One ready slot's record.
+#[derive(Debug, Clone, Copy)]
+struct Ramp {
+    /// When its worker became ready (another worker in the slot starts a new record).
+    ready_at: Instant,
+    /// How far its ramp ran ahead.
+    ahead: Duration,
+    /// Its early end was said.
+    said: bool,
+    /// Connections queued and open, smoothed over about a second (samples are small integers).
+    load: f64,
 }
 
 impl Ramps {
     /// No ramp ran ahead.
     pub const NONE: Ramps = Ramps {
-        ahead: BTreeMap::new(),
+        by_slot: BTreeMap::new(),
     };
 
     /// How far `slot`'s ramp went at `now`: how long its worker has been ready, plus what
-    /// keeping up added (None: not a ready worker, e.g. a starting one listed
-    /// while the fleet boots).
+    /// keeping up added (None: not a ready worker, e.g. a starting one listed while the fleet
+    /// boots).
     pub fn age(&self, lives: &Lives, slot: u32, now: Instant) -> Option<Duration> {
-        let life = lives.get(&slot)?;
-        let State::Ready(run) = life.state else {
-            return None;
-        };
-        let ready_at = run.ready_at?;
-        let ahead = match self.ahead.get(&slot) {
-            Some((at, ahead, _)) if *at == ready_at => *ahead,
+        let ready_at = ready_at(lives, slot)?;
+        let ahead = match self.by_slot.get(&slot) {
+            Some(r) if r.ready_at == ready_at => r.ahead,
             _ => Duration::ZERO,
         };
         Some(now.saturating_duration_since(ready_at) + ahead)
     }
 
-    /// One [`STEP`] of the ramps at `now`: each slot past half its `window` and not done
-    /// whose `load` (connections queued and open) is no more than the warm slots' mean moves
-    /// [`SHORT_PACE`] steps on instead of one (none without a warm slot with a load). Slots
-    /// no longer ready (or ready again since) are forgotten. Returns the slots whose ramp
-    /// ended early since the last step, each once (a roll waiting for them may go on).
+    /// One [`STEP`] of the ramps at `now`: every ready slot's `load` (connections queued and
+    /// open) is smoothed in; each slot past half its `window` and not done whose smoothed load
+    /// is no more than the warm slots' mean moves [`SHORT_PACE`] steps on instead of one (none
+    /// without a warm slot). Slots no longer ready (or ready again since) are forgotten.
+    /// Returns the slots whose ramp ended early since the last step, each once (a roll
+    /// waiting for them may go on).
     pub fn step(
         &mut self,
         lives: &Lives,
@@ -150,42 +161,53 @@ impl Ramps {
         window: Duration,
         load: impl Fn(u32) -> Option<u64>,
     ) -> Vec<u32> {
-        let ready_at = |slot: &u32| match lives.get(slot)?.state {
-            State::Ready(run) => run.ready_at,
-            _ => None,
-        };
-        self.ahead
-            .retain(|slot, (at, _, _)| ready_at(slot) == Some(*at));
-        let ages: Vec<(u32, Instant, Duration)> = (lives.keys())
-            .filter_map(|slot| Some((*slot, ready_at(slot)?, self.age(lives, *slot, now)?)))
-            .collect();
-        // A ramp that ran ahead and is over now: said once.
+        self.by_slot
+            .retain(|slot, r| ready_at(lives, *slot) == Some(r.ready_at));
         let mut ended = Vec::new();
-        for (slot, _, age) in &ages {
-            if let Some(ramp) = self.ahead.get_mut(slot).filter(|r| *age >= window && !r.2) {
-                ramp.2 = true;
-                ended.push(*slot);
+        let mut warm = Vec::new();
+        let mut ramping = Vec::new();
+        for slot in lives.keys().copied() {
+            let (Some(at), Some(age)) = (ready_at(lives, slot), self.age(lives, slot, now)) else {
+                continue;
+            };
+            let Some(sample) = load(slot).map(|l| l as f64) else {
+                continue;
+            };
+            let r = self.by_slot.entry(slot).or_insert(Ramp {
+                ready_at: at,
+                ahead: Duration::ZERO,
+                said: false,
+                load: sample,
+            });
+            r.load += (sample - r.load) * SMOOTHING;
+            if age >= window {
+                warm.push(r.load);
+                // A ramp that ran ahead and is over now: said once.
+                if !r.ahead.is_zero() && !std::mem::replace(&mut r.said, true) {
+                    ended.push(slot);
+                }
+            } else if age >= window / 2 {
+                ramping.push(slot);
             }
         }
-        let warm: Vec<u64> = (ages.iter())
-            .filter(|(_, _, age)| *age >= window)
-            .filter_map(|(slot, _, _)| load(*slot))
-            .collect();
         if warm.is_empty() {
             return ended;
         }
-        let warm_mean = warm.iter().sum::<u64>() as f64 / warm.len() as f64;
-        for (slot, at, age) in ages {
-            let ramping = age >= window / 2 && age < window;
-            if ramping && load(slot).is_some_and(|l| l as f64 <= warm_mean) {
-                let ramp = self
-                    .ahead
-                    .entry(slot)
-                    .or_insert((at, Duration::ZERO, false));
-                ramp.1 += STEP * (SHORT_PACE - 1);
+        let warm_mean = warm.iter().sum::<f64>() / warm.len() as f64;
+        for slot in ramping {
+            if let Some(r) = self.by_slot.get_mut(&slot).filter(|r| r.load <= warm_mean) {
+                r.ahead += STEP * (SHORT_PACE - 1);
             }
         }
         ended
+    }
+}
+
+/// When `slot`'s worker became ready (None: not a ready worker).
+fn ready_at(lives: &Lives, slot: u32) -> Option<Instant> {
+    match lives.get(&slot)?.state {
+        State::Ready(run) => run.ready_at,
+        _ => None,
     }
 }
 
