@@ -83,6 +83,20 @@ fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_prom
         metrics.contains("ck_canaries_total{verdict=\"promoted\"} 1\n"),
         "{metrics}"
     );
+    // `ck upgrade` keeps ck's pid, and its counters go on from where they were.
+    ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
+    let upgraded = ck.status().expect("status after the upgrade");
+    assert_eq!(upgraded.upgrades, 1, "{upgraded:#?}");
+    let metrics = metrics_text(upgraded.metrics.as_deref().expect("--metrics"));
+    for line in [
+        "ck_canaries_total{verdict=\"promoted\"} 1\n",
+        "ck_canaries_total{verdict=\"withdrawn\"} 0\n",
+    ] {
+        assert!(
+            metrics.contains(line),
+            "no {line:?} after the upgrade: {metrics}"
+        );
+    }
 }
 
 #[test]

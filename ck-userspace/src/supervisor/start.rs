@@ -151,7 +151,11 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             roll_reply: None,
             canary_watch: None,
             rollbacks_waiting: Vec::new(),
-            canaries: Default::default(),
+            canaries: prior.map_or_else(Default::default, |h| metrics::CanaryCounts {
+                promoted: h.canaries.0,
+                withdrawn: h.canaries.1,
+                share: None,
+            }),
             reloads: prior.map_or_else(Default::default, |h| metrics::ReloadCounts {
                 ok: h.reloads.0,
                 aborted: h.reloads.1,

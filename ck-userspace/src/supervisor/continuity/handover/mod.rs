@@ -48,6 +48,9 @@ pub struct Handover {
     pub upgrades: u32,
     /// Rolling restarts that ended well, and aborted.
     pub reloads: (u64, u64),
+    /// Canaries promoted, and withdrawn (none from an image that did not count them).
+    #[serde(default)]
+    pub canaries: (u64, u64),
     /// `--spares`: spares that died unused in a row, and in how long the next may start.
     pub spare_failures: u32,
     /// Microseconds until the next spare may start.
@@ -307,6 +310,7 @@ pub(in crate::supervisor) fn prepare<'a>(
         stop_signal: Some(view.cfg.stop_signal.to_string()),
         upgrades: view.continuity.upgrades,
         reloads: (view.ops.reloads.ok, view.ops.reloads.aborted),
+        canaries: (view.ops.canaries.promoted, view.ops.canaries.withdrawn),
         spare_failures: view.ops.core.spares.failures,
         spare_due_us: view.ops.core.spares.due.map(left_us),
         fd_limit: view.table.fd_limit,
