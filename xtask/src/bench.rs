@@ -1,6 +1,7 @@
 //! `cargo xtask bench ARGS...`: the launcher of `ck-bench` (the crate `ck-bench`, where the
 //! benchmarks live). It sets up what they run — the BPF toolchain and bpffs, the tests'
-//! programs (dnsperf, node, ngtcp2, the Python servers), the release `ck` and its examples —
+//! programs (dnsperf, node, ngtcp2, the Python servers), the release `ck` and its examples (and
+//! for `footprint`, the static build ck ships) —
 //! builds `ck-bench` (profile `harness`: optimised, since its load client shares the CPUs with
 //! what it measures) and replaces itself with `ck-bench ARGS...`. `summary` and `--help` need
 //! none of the setup.
@@ -32,6 +33,10 @@ pub fn launch(args: &[OsString]) -> Result<()> {
         test_deps::ensure_programs()?;
         test_deps::ensure_py_servers(workspace_root()?)?;
         crate::build(true)?;
+        // `footprint` measures ck as it ships too: the static build every package holds.
+        if args.iter().any(|a| a == "footprint" || a == "all") {
+            crate::dist::build_shipped(workspace_root()?, &target_dir()?)?;
+        }
     }
     let mut cargo = workspace_cargo()?;
     cargo.args([

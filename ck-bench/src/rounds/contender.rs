@@ -102,6 +102,13 @@ impl Contender {
         self
     }
 
+    /// Running `bin` instead of the measured build's ck (the static build ck ships); `--against`
+    /// makes no copy of it.
+    pub fn with_bin(mut self, bin: PathBuf) -> Contender {
+        self.bin = bin;
+        self
+    }
+
     /// With the scenario's setup `index` (see [`Contender::setup`]).
     pub fn with_setup(mut self, index: usize) -> Contender {
         self.setup = index;

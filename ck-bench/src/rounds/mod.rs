@@ -139,7 +139,7 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// A plan of `rounds` rounds of `contenders`, each running `bin`; with `against` (a
+    /// A plan of `rounds` rounds of `contenders`, each running `bin` (unless given its own); with `against` (a
     /// revision's label and its ck), each contender that runs ck is followed by its copy on
     /// that build.
     pub fn new(
@@ -151,13 +151,19 @@ impl Plan {
     ) -> Plan {
         let mut all = Vec::new();
         for mut c in contenders {
-            c.bin = bin.to_path_buf();
-            let copy = against.filter(|_| c.runs_ck()).map(|(rev, bin)| Contender {
-                label: format!("{} @{rev}", c.label),
-                bin: bin.to_path_buf(),
-                build: Some(rev.to_string()),
-                ..c.clone()
-            });
+            // A contender given its own binary (`Contender::with_bin`) keeps it.
+            let own = !c.bin.as_os_str().is_empty();
+            if !own {
+                c.bin = bin.to_path_buf();
+            }
+            let copy = against
+                .filter(|_| c.runs_ck() && !own)
+                .map(|(rev, bin)| Contender {
+                    label: format!("{} @{rev}", c.label),
+                    bin: bin.to_path_buf(),
+                    build: Some(rev.to_string()),
+                    ..c.clone()
+                });
             all.push(c);
             all.extend(copy);
         }

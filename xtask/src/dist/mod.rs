@@ -149,6 +149,13 @@ fn ensure_cargo_deb() -> Result<()> {
 
 /// `cargo build --release --target <arch's musl> -p ck-userspace --bin ck`; returns the binary,
 /// checked to be static.
+/// The static x86_64 build every package ships, with its target installed when missing (for
+/// `bench footprint`, which measures it).
+pub fn build_shipped(workspace: &Path, target: &Path) -> Result<PathBuf> {
+    Arch::X86_64.ensure_tools()?;
+    build_static(workspace, target, Arch::X86_64)
+}
+
 fn build_static(workspace: &Path, target: &Path, arch: Arch) -> Result<PathBuf> {
     cmd::run(
         cmd::cargo()
