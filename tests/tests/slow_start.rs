@@ -171,6 +171,21 @@ fn a_ramp_ends_early_when_its_worker_keeps_up_and_not_when_it_falls_behind() {
         .map(|s| s.slot)
         .collect();
     assert_eq!(early, replaced, "{log}");
+    // The early end lets the roll go on at once: the second replacement starts after it.
+    let lines: Vec<&str> = log.lines().collect();
+    let first_end = lines
+        .iter()
+        .position(|l| l.contains("slow start ended early"));
+    let second_start = (lines.iter().enumerate())
+        .filter(|(_, l)| l.contains("starting replacement"))
+        .nth(1)
+        .map(|(i, _)| i);
+    assert!(
+        first_end
+            .zip(second_start)
+            .is_some_and(|(end, start)| end < start),
+        "the second replacement did not wait for the first ramp's early end:\n{log}"
+    );
 
     // The slow release under a steady load: its first replacement holds the connections it
     // is given for 300 ms, the warm fast workers none for long, so its ramp is never cut.
