@@ -55,7 +55,7 @@ fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_prom
     // The share asked, and the share the program's maps give it: 25 of 100 entries.
     assert!(
         text.contains(
-            "canary judged: 1 worker(s), 25 % of new connections by connection (25.0 % in the maps)"
+            "canary judged: 1 worker(s), 25 % of new connections by connection (25.0 % in the maps, the current release 75.0 %)"
         ),
         "{text}"
     );
@@ -109,7 +109,7 @@ fn a_canary_by_client_keeps_each_client_on_one_side() {
     let line = status.canary.as_deref().unwrap_or_default();
     let in_maps: f64 = line
         .split_once("by client (")
-        .and_then(|(_, rest)| rest.split_once(" % in the maps)"))
+        .and_then(|(_, rest)| rest.split_once(" % in the maps, "))
         .and_then(|(share, _)| share.parse().ok())
         .unwrap_or_else(|| panic!("no share in the maps in {line:?}"));
     assert!((24.0..=26.0).contains(&in_maps), "{line}");
@@ -188,7 +188,10 @@ fn a_canary_of_a_one_worker_fleet_gets_its_share_then_replaces_it() {
         "the current worker serves beside it: {status:#?}"
     );
     let line = status.canary.as_deref().unwrap_or_default();
-    assert!(line.contains("(50.0 % in the maps)"), "{line}");
+    assert!(
+        line.contains("(50.0 % in the maps, the current release 50.0 %)"),
+        "{line}"
+    );
     let tally = burst(local(port), 400);
     assert_eq!(tally.failed(), 0, "{tally:?}");
     let share: u32 = canary.iter().map(|s| tally.slot(*s)).sum();

@@ -163,8 +163,9 @@ pub struct StatusReport {
     #[serde(default)]
     pub keep_previous_ms: Option<u64>,
     /// The canary of the reload in progress (`judged: 1 worker(s), 25 % of new connections by
-    /// client (25.0 % in the maps), for 60 s`: the share asked, then the share the program's
-    /// maps give it; `starting: ...` while its workers boot), if there is one.
+    /// client (25.0 % in the maps, the current release 75.0 %), for 60 s`: the share asked,
+    /// then the shares the program's maps give each release; `starting: ...` while its workers
+    /// boot), if there is one.
     #[serde(default)]
     pub canary: Option<String>,
     /// Where `--metrics` serves `/metrics`, `/healthz` and `/readyz` (`127.0.0.1:9100`), if

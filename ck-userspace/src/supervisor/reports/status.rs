@@ -303,7 +303,11 @@ fn canary_line(c: &crate::supervisor::fleet::canary::CanaryRoll, view: &View<'_>
     };
     // What the kernel's maps give it, beside what was asked.
     let given = match view.canary_share() {
-        Some(share) => format!(" ({:.1} % in the maps)", share * 100.0),
+        Some(share) => format!(
+            " ({:.1} % in the maps, the current release {:.1} %)",
+            share * 100.0,
+            (1.0 - share) * 100.0
+        ),
         None => String::new(),
     };
     let mut line = format!(
