@@ -99,6 +99,12 @@ fn assert_killed_once(ck: &Ck, status: &Status, old: u32, seen: &str) {
         Some("signal SIGKILL"),
         "{status:#?}"
     );
+    // The status may answer before the log line is on disk (ck's log is written by its own
+    // thread): wait for it, then give a second report time to show if there were one.
+    poll_until(Duration::from_secs(5), Duration::from_millis(20), || {
+        !exit_lines(ck, old).is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(300));
     let exits = exit_lines(ck, old);
     assert_eq!(exits.len(), 1, "{exits:#?}");
     assert!(exits[0].contains(&format!("seen=\"{seen}\"")), "{exits:#?}");
