@@ -4,7 +4,7 @@
 //! program, while it ramps; `ck status` lists each slot once; a fleet that boots has nothing
 //! warm and weighs nothing; a roll's old worker serves beside its replacement through the
 //! ramp, and the roll waits for it before the next batch; a ramp whose worker keeps up (it
-//! holds no more connections than a warm one) ends early, one whose worker falls behind
+//! holds no more connections per unit of its share than a warm one) ends early, one whose worker falls behind
 //! does not.
 
 use std::time::Duration;

@@ -202,7 +202,7 @@ fn table(m: &Measured, notes: &FailureNotes) -> Result<Table> {
     .note(format!(
         "with --slow-start a roll starts its next worker once the last one's ramp is over: \
          {WORKERS} x 10 s, or {WORKERS} x {:.1} s when each ramp keeps up (its worker holds no \
-         more connections than a warm one); a request over {REQUEST_TIMEOUT:?} counts as failed",
+         more connections per unit of its share than a warm one); a request over {REQUEST_TIMEOUT:?} counts as failed",
         10.0 * ck::supervisor::fleet::slow_start::SHORT_END
     ));
     notes.note(&mut t);

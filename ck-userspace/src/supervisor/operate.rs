@@ -113,7 +113,7 @@ impl Supervisor {
             tracing::info!(
                 slot,
                 pid = table.worker(*slot).map_or(0, |w| w.pid),
-                reason = "it held no more connections than a warm worker, or one at most",
+                reason = "it held no more connections per unit of its share than a warm worker",
                 "slow start ended early: the worker keeps up"
             );
         }

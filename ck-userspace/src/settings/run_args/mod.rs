@@ -348,7 +348,8 @@ pub struct RunArgs {
     /// A worker that joins a warm fleet (a roll's replacement, a scale-up, the replacement of
     /// a crashed worker) gets 10 % of a warm worker's share of new connections once ready,
     /// rising linearly to all of it over DUR. From half of DUR on, a ramp whose worker keeps
-    /// up (it holds no more connections, queued and open, than a warm worker) goes four times
+    /// up (it holds no more connections, queued and open, per unit of its share than a warm
+    /// worker) goes four times
     /// faster. In a roll the old worker serves on beside its replacement until then, and the
     /// next batch starts after. In a UDP group it ramps the share of new flows. Not for
     /// --policy sticky. 0: off, the default (it would lengthen every roll, and only an app

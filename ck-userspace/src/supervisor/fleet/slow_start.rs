@@ -19,11 +19,12 @@
 //!
 //! A worker that keeps up ends its ramp early: from half its window on, each step at which
 //! its load (connections waiting in its accept queue plus connections it holds open, both
-//! counted by the kernel, smoothed over about a second) is no more than a warm worker's on
-//! average, or at most one connection, moves its ramp [`SHORT_PACE`] steps on ([`Ramps`]). A worker given less than a warm one's share that
-//! still holds as much is falling behind, and ramps at the window's pace. So a ramp that
-//! keeps up is over in [`SHORT_END`] of the window; the first half is never shortened, as
-//! little load at a tenth of a share says little.
+//! counted by the kernel, smoothed over about a second) per unit of its share is no more than
+//! a warm worker's moves its ramp [`SHORT_PACE`] steps on ([`Ramps`]). A worker that holds
+//! as much as a warm one with a smaller share is as busy, so slower per request: it is not
+//! warm yet and ramps at the window's pace. So a ramp that keeps up is over in
+//! [`SHORT_END`] of the window; the first half is never shortened, as little load at a
+//! tenth of a share says little.
 //!
 //! A slot ramps only while another ready slot is warm (ready for the whole window): when every
 //! ready worker is new (a fleet's first boot, a roll of the whole fleet in one batch) there is
@@ -107,9 +108,6 @@ impl Weighted {
     }
 }
 
-/// A smoothed load at or below this keeps up whatever the warm slots hold: at most one
-/// connection queued or open on average.
-const KEEPS_UP: f64 = 1.0;
 /// How much of a step's new load a slot's smoothed load takes: about the last second's.
 const SMOOTHING: f64 = 0.1;
 
@@ -153,8 +151,8 @@ impl Ramps {
 
     /// One [`STEP`] of the ramps at `now`: every ready slot's `load` (connections queued and
     /// open) is smoothed in; each slot past half its `window` and not done whose smoothed load
-    /// is no more than the warm slots' mean (or [`KEEPS_UP`]) moves [`SHORT_PACE`] steps on
-    /// instead of one (none without a warm slot). Slots no longer ready (or ready again since) are forgotten.
+    /// per unit of its share is no more than the warm slots' mean moves [`SHORT_PACE`] steps
+    /// on instead of one (none without a warm slot). Slots no longer ready (or ready again since) are forgotten.
     /// Returns the slots whose ramp ended early since the last step, each once (a roll
     /// waiting for them may go on).
     pub fn step(
@@ -196,11 +194,13 @@ impl Ramps {
         if warm.is_empty() {
             return ended;
         }
-        // A worker holding at most one connection on average queues nothing: below that the
-        // counts are too small to compare.
-        let bound = (warm.iter().sum::<f64>() / warm.len() as f64).max(KEEPS_UP);
+        // Per unit of share: a worker as busy as a warm one at a smaller share is slower per
+        // request, not warm yet (at the same utilization a queue holds as much, whatever
+        // the rate).
+        let warm_mean = warm.iter().sum::<f64>() / warm.len() as f64;
         let step = STEP * (SHORT_PACE - 1);
         for (slot, age) in ramping {
+            let bound = warm_mean * share(age, window);
             if let Some(r) = self.by_slot.get_mut(&slot).filter(|r| r.load <= bound) {
                 r.ahead += step;
                 // Over now: said at once, as no slot may ramp to step again.

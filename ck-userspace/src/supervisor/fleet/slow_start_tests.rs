@@ -220,9 +220,9 @@ fn a_ramp_that_keeps_up_ends_early_from_half_its_window_on() {
         (1, ready_at(2, start)),
         (2, ready_at(3, start)),
     ]);
-    // The warm slot 0 holds 3 connections; slot 1 as many (it keeps up); slot 2 more, with
-    // a smaller share (it falls behind).
-    let load = |slot: u32| Some([3, 3, 4][slot as usize]);
+    // The warm slot 0 holds 3 connections; slot 1 one, less per unit of its share (it keeps
+    // up); slot 2 as many as the warm one with a smaller share (as busy: slower per request).
+    let load = |slot: u32| Some([3, 1, 3][slot as usize]);
     let mut ramps = slow_start::Ramps::default();
     let mut ended_at = None;
     let mut t = Duration::ZERO;
@@ -288,15 +288,16 @@ fn a_ramp_that_keeps_up_ends_early_from_half_its_window_on() {
 }
 
 #[test]
-fn a_ramp_holding_at_most_one_connection_keeps_up_whatever_the_warm_ones_hold() {
+fn a_ramp_is_judged_by_its_load_per_unit_of_its_share() {
     let start = Instant::now();
     let lives = map(&[
         (0, ready_at(1, start - Duration::from_secs(60))),
         (1, ready_at(2, start)),
         (2, ready_at(3, start)),
     ]);
-    // The warm slot holds nothing; slot 1 one connection (too few to compare), slot 2 two.
-    let load = |slot: u32| Some([0, 1, 2][slot as usize]);
+    // Half-way the ramping slots have 55 % of a warm share: the warm slot holds 2, so 1.1 per
+    // ramping slot keeps up. Slot 1 holds 1; slot 2 holds 2, as busy as the warm slot.
+    let load = |slot: u32| Some([2, 1, 2][slot as usize]);
     let mut ramps = slow_start::Ramps::default();
     let mut ended = Vec::new();
     let mut t = Duration::ZERO;
@@ -305,4 +306,13 @@ fn a_ramp_holding_at_most_one_connection_keeps_up_whatever_the_warm_ones_hold() 
         t += slow_start::STEP;
     }
     assert_eq!(ended, vec![1]);
+    // An idle fleet: nothing held anywhere keeps up.
+    let mut idle = slow_start::Ramps::default();
+    let mut t = Duration::ZERO;
+    let mut ended = Vec::new();
+    while t < WINDOW {
+        ended.extend(idle.step(&view(&lives), start + t, WINDOW, |_| Some(0)));
+        t += slow_start::STEP;
+    }
+    assert_eq!(ended, vec![1, 2]);
 }
