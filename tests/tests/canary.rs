@@ -16,8 +16,19 @@ use ck_tests::{READY_TIMEOUT, burst, local, start};
 
 #[test]
 fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_promoted() {
-    let (mut ck, port) =
-        start("canary-conn", &["-w", "4", "--metrics", "127.0.0.1:0"]).expect("start ck");
+    // A queue-age limit is given to ck run too: its program is then loaded to read queue ages.
+    let (mut ck, port) = start(
+        "canary-conn",
+        &[
+            "-w",
+            "4",
+            "--metrics",
+            "127.0.0.1:0",
+            "--canary-max-queue-age",
+            "2s",
+        ],
+    )
+    .expect("start ck");
     let old = ck
         .wait_ready(4, READY_TIMEOUT)
         .expect("ready")
@@ -312,4 +323,30 @@ fn limits_the_kernel_cannot_count_here_refuse_the_reload() {
         String::from_utf8_lossy(&out.stderr).contains("--canary"),
         "{out:?}"
     );
+}
+
+#[test]
+fn a_queue_age_limit_ck_run_was_not_given_refuses_the_reload_and_names_the_fix() {
+    // Without --canary-max-queue-age at ck run, the program is loaded without its reads of
+    // kernel memory (a shorter start): a reload asking for the limit is refused, nothing rolls.
+    let (mut ck, _port) = start("canary-no-watch", &["-w", "2"]).expect("start ck");
+    let before = ck.wait_ready(2, READY_TIMEOUT).expect("ready");
+    let out = ck_output(&[
+        "reload",
+        "--name",
+        ck.name(),
+        "--canary",
+        "50",
+        "--canary-max-queue-age",
+        "1s",
+    ]);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("give --canary-max-queue-age to ck run"),
+        "{err}"
+    );
+    let after = ck.status().expect("status");
+    assert_eq!(after.worker_pids(), before.worker_pids());
+    assert!(!after.reloading, "{after:#?}");
 }

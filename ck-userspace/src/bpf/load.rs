@@ -183,7 +183,15 @@ pub(super) struct Target {
     pub udp_mode: Option<u32>,
     /// The first port of the instance's probe range.
     pub probe_base: u16,
+    /// A canary's queue ages may be watched: the program reads kernel memory under any
+    /// policy (else only under least-queue).
+    pub watch_queues: bool,
 }
+
+/// Why a program loaded without a queue watch cannot watch a canary's queue ages.
+const NO_WATCH: &str = "ck run was started without --canary-max-queue-age, so its program was \
+     loaded without its reads of kernel memory (they add about 0.4 s to the start); give \
+     --canary-max-queue-age to ck run or its config";
 
 /// A group's object as [`open_for`] loaded it for its policy.
 pub(super) struct Loaded {
@@ -215,6 +223,7 @@ pub(super) fn open_for(
         policy,
         udp_mode,
         probe_base,
+        watch_queues,
     } = target;
     let open = |read_kernel: bool, sum_conns: bool| {
         let switches = Switches {
@@ -236,10 +245,15 @@ pub(super) fn open_for(
             reads: none(),
         });
     }
-    // Every TCP group's program reads kernel memory where the kernel lets it: least-queue's
-    // depths, and under any policy the canary's queue watch (dead code until a canary is
-    // watched). Where it refuses, the same program without the reads, and why.
+    // A TCP group's program reads kernel memory where the kernel lets it for least-queue's
+    // depths, and under any policy when a canary's queue ages may be watched (dead code until
+    // one is). Where it refuses, the same program without the reads, and why.
     let with_reads = |sum_conns: bool| -> Result<(Ebpf, Result<QueueOffsets, String>), BpfError> {
+        // Without a queue watch only least-queue needs the reads: the verifier's walk of them
+        // is left out of the start-up.
+        if policy != ck_common::policy::LEAST_QUEUE && !watch_queues {
+            return Ok((open(false, sum_conns)?, Err(NO_WATCH.into())));
+        }
         let offsets = super::queue_depth::offsets();
         if offsets.is_err() {
             return Ok((open(false, sum_conns)?, offsets));

@@ -28,6 +28,9 @@ pub struct CanaryArgs {
     #[arg(long, value_name = "N", requires = "canary")]
     canary_max_drops: Option<u64>,
     /// With --canary: withdraw it once a connection waits longer in its accept queue.
+    ///
+    /// Needs ck run's --canary-max-queue-age (any value), which loads the program with the
+    /// reads of kernel memory this takes.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, requires = "canary")]
     canary_max_queue_age: Option<std::time::Duration>,
 }

@@ -34,6 +34,10 @@ pub struct GroupSpec<'a> {
     pub log: bool,
     /// The instance's cgroup, where the connection counter runs (see `conn_hook`).
     pub cgroup: Option<&'a Path>,
+    /// A canary's queue ages may be watched (`--canary-max-queue-age` on `ck run`): a TCP
+    /// group's program is loaded with its reads of kernel memory whatever the policy (they
+    /// cost the verifier about 0.4 s at start-up, so only then, and for least-queue).
+    pub watch_queues: bool,
 }
 
 impl<'a> GroupSpec<'a> {
@@ -49,6 +53,7 @@ impl<'a> GroupSpec<'a> {
             probe_base: 0,
             log: false,
             cgroup: None,
+            watch_queues: false,
         }
     }
 }
@@ -76,6 +81,7 @@ impl BpfGroup {
             probe_base,
             log,
             cgroup,
+            watch_queues,
         } = *spec;
         let udp = udp_mode.is_some();
         let pin_dir = pins::group_dir(name, group);
@@ -94,6 +100,7 @@ impl BpfGroup {
                 policy,
                 udp_mode,
                 probe_base,
+                watch_queues,
             },
             started,
         )?;

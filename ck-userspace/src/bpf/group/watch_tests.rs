@@ -68,7 +68,12 @@ fn resets_counted(name: &str, cgroup: Option<&InstanceCgroup>) {
 fn a_watched_queue_records_its_oldest_wait() {
     let name = format!("unit-watch-{}", std::process::id());
     let _pins = PinsGone(&name);
-    let mut group = BpfGroup::load(&GroupSpec::tcp(&name, "tcp4-1", 1)).expect("loading as root");
+    // Loaded for a watch (`ck run --canary-max-queue-age`): with its reads of kernel memory.
+    let mut group = BpfGroup::load(&GroupSpec {
+        watch_queues: true,
+        ..GroupSpec::tcp(&name, "tcp4-1", 1)
+    })
+    .expect("loading as root");
     assert_eq!(group.canary_watch().queue_watch_refused(), None);
     let watched = listener(None);
     group.insert(4, &watched).expect("inserting the socket");
@@ -97,5 +102,24 @@ fn a_watched_queue_records_its_oldest_wait() {
         after,
         Some(waited),
         "nothing more recorded once the watch ended"
+    );
+}
+
+/// Without a watch asked at `ck run`, a round-robin group's program is loaded without its
+/// reads of kernel memory (the verifier's walk of them would add to every start), and says
+/// what to give instead.
+#[test]
+fn without_a_watch_asked_the_program_is_loaded_without_its_reads() {
+    let name = format!("unit-nowatch-{}", std::process::id());
+    let _pins = PinsGone(&name);
+    let group = BpfGroup::load(&GroupSpec::tcp(&name, "tcp4-1", 1)).expect("loading as root");
+    let why = group
+        .canary_watch()
+        .queue_watch_refused()
+        .map(str::to_string);
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.contains("give --canary-max-queue-age to ck run")),
+        "{why:?}"
     );
 }

@@ -340,7 +340,9 @@ pub struct RunArgs {
     ///
     /// At each new connection sent to a canary worker, the select program reads how long the
     /// oldest connection of its accept queue has waited (as least-queue does, from kernel
-    /// memory: CAP_PERFMON and BTF); past DUR, the canary is withdrawn. Unset: no limit.
+    /// memory: CAP_PERFMON and BTF); past DUR, the canary is withdrawn. Given here, the
+    /// program is loaded with those reads (about 0.4 s more at start), which `ck reload
+    /// --canary-max-queue-age` needs too. Unset: no limit.
     #[arg(long, value_parser = parse_duration, value_name = "DUR", help_heading = STOPPING)]
     canary_max_queue_age: Option<Duration>,
     /// Ramp a new worker's share of connections up over DUR.
