@@ -323,6 +323,10 @@ impl World for Supervisor {
             let _ = self.events.send(Event::Faltered { slot: index, why });
         }
     }
+
+    fn selected(&self, index: u32) -> u64 {
+        self.groups.slot_stats(index).selected
+    }
 }
 
 impl Supervisor {

@@ -414,9 +414,12 @@ pub fn abort_roll<W: World>(world: &mut W, index: u32, why: String) {
     }
     run(world, retire);
     let result = match canary {
+        // Read once it is out of the active set: every connection it was sent, to the last.
         Some(percent) => format!(
-            "canary withdrawn: its worker on slot {index} {why}; the current release keeps \
-             serving (it had {percent} % of new connections) and the reload is aborted"
+            "canary withdrawn: its worker on slot {index} {why} ({} new connections were sent \
+             to it); the current release keeps serving (it had {percent} % of new connections) \
+             and the reload is aborted",
+            world.selected(index)
         ),
         None => format!(
             "rolling restart aborted: the replacement for slot {old} (slot {index}) {why}; \

@@ -75,6 +75,9 @@ pub(super) trait World {
     /// Slot `index`'s worker turned unhealthy or drains (`why`), in the batch just done: for
     /// [`decisions::on_faltered`], from the event loop.
     fn faltered(&mut self, index: u32, why: String);
+    /// New connections the program sent to slot `index` so far (its `selected` count, read
+    /// from the maps).
+    fn selected(&self, index: u32) -> u64;
 }
 
 /// What a batch did that its caller may need to know.

@@ -69,16 +69,12 @@ impl CanaryWatch {
         self.before.keys().copied().eq(slots.iter().copied())
     }
 
-    /// The first canary slot past a limit now, and why.
+    /// The first canary slot past a limit now, and why (the withdrawal adds how many new
+    /// connections it was sent, once it is out of the active set).
     pub fn crossed(&self, groups: &Groups, table: &SlotTable) -> Option<(u32, String)> {
         self.before.iter().find_map(|(&slot, before)| {
             let now = groups.counted(table, slot);
-            let why = crossed(&self.limits, before, &now)?;
-            let sent = groups.slot_stats(slot).selected;
-            Some((
-                slot,
-                format!("{why} ({sent} new connections were sent to it)"),
-            ))
+            Some((slot, crossed(&self.limits, before, &now)?))
         })
     }
 

@@ -203,6 +203,11 @@ impl World for Model {
         self.queue.push_back(Later::Faltered(index, why));
     }
 
+    /// No program counts here.
+    fn selected(&self, _: u32) -> u64 {
+        0
+    }
+
     /// A stopping root's members retire with it (`retire_members`); readiness and a roll's
     /// progress go to the event loop, as the supervisor sends them.
     fn batch_done(&mut self, ready: Vec<u32>, stopping: Vec<u32>) {
