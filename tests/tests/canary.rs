@@ -12,7 +12,7 @@ use ck_tests::canary::{BadRelease, judged, reload, withdrawn};
 use ck_tests::ck::ck_output;
 use ck_tests::http::get_new_conn_from;
 use ck_tests::http::metrics_text;
-use ck_tests::{READY_TIMEOUT, burst, local, start};
+use ck_tests::{Ck, READY_TIMEOUT, burst, local, start};
 
 #[test]
 fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_promoted() {
@@ -294,9 +294,10 @@ fn a_canary_whose_full_queue_drops_connections_is_withdrawn_past_its_drop_limit(
     });
 }
 
-#[test]
-fn limits_the_kernel_cannot_count_here_refuse_the_reload() {
-    let (mut ck, _port) = start("canary-refused", &["-w", "2", "--no-bpf"]).expect("start ck");
+/// Starts a 2-worker fleet with `run` options, asks for a canary with a queue-age limit and
+/// checks the reload is refused with nothing rolled; returns its error.
+fn queue_age_limit_refused(what: &str, run: &[&str]) -> (Ck, String) {
+    let (mut ck, _port) = start(what, &[&["-w", "2"], run].concat()).expect("start ck");
     let before = ck.wait_ready(2, READY_TIMEOUT).expect("ready");
     let out = ck_output(&[
         "reload",
@@ -308,14 +309,19 @@ fn limits_the_kernel_cannot_count_here_refuse_the_reload() {
         "1s",
     ]);
     assert!(!out.status.success(), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let after = ck.status().expect("status");
+    assert_eq!(after.worker_pids(), before.worker_pids());
+    assert!(!after.reloading, "{after:#?}");
+    (ck, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn limits_the_kernel_cannot_count_here_refuse_the_reload() {
+    let (ck, err) = queue_age_limit_refused("canary-refused", &["--no-bpf"]);
     assert!(
         err.contains("--no-bpf") && err.contains("drop those limits"),
         "{err}"
     );
-    let after = ck.status().expect("status");
-    assert_eq!(after.worker_pids(), before.worker_pids());
-    assert!(!after.reloading, "{after:#?}");
     // Without --canary, a limit is a usage error.
     let out = ck_output(&["reload", "--name", ck.name(), "--canary-max-resets", "1"]);
     assert!(!out.status.success(), "{out:?}");
@@ -329,24 +335,9 @@ fn limits_the_kernel_cannot_count_here_refuse_the_reload() {
 fn a_queue_age_limit_ck_run_was_not_given_refuses_the_reload_and_names_the_fix() {
     // Without --canary-max-queue-age at ck run, the program is loaded without its reads of
     // kernel memory (a shorter start): a reload asking for the limit is refused, nothing rolls.
-    let (mut ck, _port) = start("canary-no-watch", &["-w", "2"]).expect("start ck");
-    let before = ck.wait_ready(2, READY_TIMEOUT).expect("ready");
-    let out = ck_output(&[
-        "reload",
-        "--name",
-        ck.name(),
-        "--canary",
-        "50",
-        "--canary-max-queue-age",
-        "1s",
-    ]);
-    assert!(!out.status.success(), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (_ck, err) = queue_age_limit_refused("canary-no-watch", &[]);
     assert!(
         err.contains("give --canary-max-queue-age to ck run"),
         "{err}"
     );
-    let after = ck.status().expect("status");
-    assert_eq!(after.worker_pids(), before.worker_pids());
-    assert!(!after.reloading, "{after:#?}");
 }

@@ -2,7 +2,7 @@
 //! than a warm one, its weight growing to full over the window; nothing is weighted without a
 //! warm worker, without the option, or once the window is over; a roll waits for the ramp.
 use std::{
-    collections::VecDeque,
+    collections::{BTreeMap, VecDeque},
     time::{Duration, Instant},
 };
 
@@ -212,35 +212,58 @@ fn with_slow_start_the_old_worker_serves_beside_its_replacement_until_the_ramp_i
     assert!(r.fading.is_empty() && r.leaving == vec![0]);
 }
 
-#[test]
-fn a_ramp_that_keeps_up_ends_early_from_half_its_window_on() {
-    let start = Instant::now();
-    let lives = map(&[
+/// A warm slot 0 and slots 1 and 2 ready at `start`.
+fn warm_and_two_new(start: Instant) -> BTreeMap<u32, Life> {
+    map(&[
         (0, ready_at(1, start - Duration::from_secs(60))),
         (1, ready_at(2, start)),
         (2, ready_at(3, start)),
-    ]);
+    ])
+}
+
+/// Steps `ramps` every [`slow_start::STEP`] for `span` from `from`, each slot holding what
+/// `load` says: each early end, as (when, from `from`; the slot).
+fn step_through(
+    ramps: &mut slow_start::Ramps,
+    lives: &BTreeMap<u32, Life>,
+    from: Instant,
+    span: Duration,
+    load: impl Fn(u32) -> Option<u64>,
+) -> Vec<(Duration, u32)> {
+    let mut ended = Vec::new();
+    let mut t = Duration::ZERO;
+    while t < span {
+        let now = from + t;
+        ended.extend(
+            ramps
+                .step(&view(lives), now, WINDOW, &load)
+                .into_iter()
+                .map(|s| (t, s)),
+        );
+        t += slow_start::STEP;
+    }
+    ended
+}
+
+#[test]
+fn a_ramp_that_keeps_up_ends_early_from_half_its_window_on() {
+    let start = Instant::now();
+    let lives = warm_and_two_new(start);
     // The warm slot 0 holds 3 connections; slot 1 one, less per unit of its share (it keeps
     // up); slot 2 as many as the warm one with a smaller share (as busy: slower per request).
     let load = |slot: u32| Some([3, 1, 3][slot as usize]);
     let mut ramps = slow_start::Ramps::default();
-    let mut ended_at = None;
-    let mut t = Duration::ZERO;
-    while t < WINDOW {
-        let now = start + t;
-        // The first half is never shortened.
-        if t < WINDOW / 2 {
-            assert_eq!(ramps.age(&view(&lives), 1, now), Some(t), "at {t:?}");
-        }
-        let ended = ramps.step(&view(&lives), now, WINDOW, load);
-        assert!(!ended.contains(&2), "slot 2 never keeps up");
-        if ended.contains(&1) {
-            ended_at.get_or_insert(t);
-        }
-        t += slow_start::STEP;
-    }
+    // The first half is never shortened.
+    let half = WINDOW / 2;
+    assert!(step_through(&mut ramps, &lives, start, half, load).is_empty());
+    assert_eq!(ramps.age(&view(&lives), 1, start + half), Some(half));
+    let ended = step_through(&mut ramps, &lives, start + half, half, load);
+    assert!(
+        ended.iter().all(|(_, s)| *s == 1),
+        "slot 2 never keeps up: {ended:?}"
+    );
     // Said at the step that ends it.
-    let ended_at = ended_at.expect("slot 1's ramp ended early");
+    let ended_at = half + ended.first().expect("slot 1's ramp ended early").0;
     let expected = WINDOW.mul_f64(slow_start::SHORT_END);
     assert!(
         ended_at + slow_start::STEP * 2 >= expected && ended_at <= expected + slow_start::STEP * 2,
@@ -290,29 +313,18 @@ fn a_ramp_that_keeps_up_ends_early_from_half_its_window_on() {
 #[test]
 fn a_ramp_is_judged_by_its_load_per_unit_of_its_share() {
     let start = Instant::now();
-    let lives = map(&[
-        (0, ready_at(1, start - Duration::from_secs(60))),
-        (1, ready_at(2, start)),
-        (2, ready_at(3, start)),
-    ]);
+    let lives = warm_and_two_new(start);
+    let slots = |ended: Vec<(Duration, u32)>| ended.into_iter().map(|(_, s)| s).collect::<Vec<_>>();
     // Half-way the ramping slots have 55 % of a warm share: the warm slot holds 2, so 1.1 per
     // ramping slot keeps up. Slot 1 holds 1; slot 2 holds 2, as busy as the warm slot.
     let load = |slot: u32| Some([2, 1, 2][slot as usize]);
     let mut ramps = slow_start::Ramps::default();
-    let mut ended = Vec::new();
-    let mut t = Duration::ZERO;
-    while t < WINDOW {
-        ended.extend(ramps.step(&view(&lives), start + t, WINDOW, load));
-        t += slow_start::STEP;
-    }
-    assert_eq!(ended, vec![1]);
+    assert_eq!(
+        slots(step_through(&mut ramps, &lives, start, WINDOW, load)),
+        vec![1]
+    );
     // An idle fleet: nothing held anywhere keeps up.
     let mut idle = slow_start::Ramps::default();
-    let mut t = Duration::ZERO;
-    let mut ended = Vec::new();
-    while t < WINDOW {
-        ended.extend(idle.step(&view(&lives), start + t, WINDOW, |_| Some(0)));
-        t += slow_start::STEP;
-    }
-    assert_eq!(ended, vec![1, 2]);
+    let ended = step_through(&mut idle, &lives, start, WINDOW, |_| Some(0));
+    assert_eq!(slots(ended), vec![1, 2]);
 }
