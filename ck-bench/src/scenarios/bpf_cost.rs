@@ -10,7 +10,10 @@
 //! the program's counters read before and after. Reported: per policy and worker count the
 //! median of the rounds' ns per selection (with the lowest and highest), the runs counted (the
 //! load's connections plus ck's canary, one a second), and with `--against` the per-round ratio
-//! of the two builds.
+//! of the two builds. Beside them, at 16 workers, the policies that read weights with a
+//! canary at 25 % judged all along (`ck reload --canary 25 --canary-by connection`): the
+//! program then picks from a weighted list (and least-conn and least-queue compare load per
+//! unit of weight).
 
 use std::time::Duration;
 
@@ -27,6 +30,15 @@ use crate::{Bench, Outcome};
 
 /// The policies, in row order.
 const POLICIES: [&str; 5] = ["round-robin", "hash", "least-queue", "sticky", "least-conn"];
+/// The rows measured with a canary judged (a weighted list), at [`WEIGHTED_WORKERS`]: (row,
+/// policy).
+const WEIGHTED: [(&str, &str); 3] = [
+    ("round-robin, canary 25 %", "round-robin"),
+    ("least-queue, canary 25 %", "least-queue"),
+    ("least-conn, canary 25 %", "least-conn"),
+];
+/// The worker count of the weighted rows (their column's index in [`WORKERS`]).
+const WEIGHTED_WORKERS: usize = 1;
 /// The worker counts (64 is `--workers`' maximum).
 const WORKERS: [u32; 3] = [2, 16, 64];
 /// Length of one contender's load in a round.
@@ -43,17 +55,46 @@ fn column(workers: u32) -> String {
     format!("{workers} workers")
 }
 
-/// The contenders: each policy at each worker count (the setup is the count's index).
+/// The contenders: each policy at each worker count (the setup is the count's index), then
+/// the weighted rows.
 fn contenders() -> Vec<Contender> {
-    WORKERS
-        .iter()
-        .enumerate()
-        .flat_map(|(w, workers)| {
-            POLICIES.iter().map(move |p| {
-                Contender::ck(&grid::label(&column(*workers), p), &["--policy", *p]).with_setup(w)
-            })
+    let plain = WORKERS.iter().enumerate().flat_map(|(w, workers)| {
+        POLICIES.iter().map(move |p| {
+            Contender::ck(&grid::label(&column(*workers), p), &["--policy", *p]).with_setup(w)
         })
-        .collect()
+    });
+    let weighted = WEIGHTED.iter().map(|(row, p)| {
+        let label = grid::label(&column(WORKERS[WEIGHTED_WORKERS]), row);
+        Contender::ck(&label, &["--policy", p]).with_setup(WEIGHTED_WORKERS)
+    });
+    plain.chain(weighted).collect()
+}
+
+/// A canary at 25 % judged in `ck` for the rest of the run (`ck reload` returns when ck
+/// stops); returns once it is judged.
+fn hold_a_canary(ck: &mut ck_tests::ck::Ck) -> Result<()> {
+    let args: Vec<String> = [
+        "reload",
+        "--name",
+        ck.name(),
+        "--canary",
+        "25",
+        "--canary-by",
+        "connection",
+        "--canary-for",
+        "1h",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    std::thread::spawn(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ck_tests::ck::ck_output(&args)
+    });
+    ck.wait_status("a canary judged", Duration::from_secs(30), |s| {
+        s.canary.as_deref().is_some_and(|c| c.starts_with("judged"))
+    })?;
+    Ok(())
 }
 
 /// Measures every policy at every worker count and returns the table (with a bar plot).
@@ -63,7 +104,13 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
     let mut fleets = Vec::new();
     let mut programs = Vec::new();
     for (i, c) in plan.contenders().iter().enumerate() {
-        let fleet = c.start(bench, &format!("cost{i}"), &Group::demo(WORKERS[c.setup]))?;
+        let mut fleet = c.start(bench, &format!("cost{i}"), &Group::demo(WORKERS[c.setup]))?;
+        if WEIGHTED.iter().any(|(row, _)| c.label.contains(row)) {
+            let ck = fleet
+                .instance_mut()
+                .context("bpf-cost's contenders are ck instances")?;
+            hold_a_canary(ck)?;
+        }
         programs.push(bpf_stats::program_of(ck_of(&fleet)?.name())?);
         fleets.push(fleet);
     }
@@ -135,6 +182,17 @@ fn table(m: &Measured) -> Result<Table> {
             t.row(&format!("{policy}: this build / the other"), cells);
         }
     }
+    for (row, _) in WEIGHTED {
+        t.row(row, grid::medians(m, &columns, row, "ns", Unit::Ns));
+        if let Some(cells) = grid::against(m, &columns, row, "ns") {
+            t.row(&format!("{row}: this build / the other"), cells);
+        }
+    }
+    t.note(format!(
+        "{}: with a canary at 25 % judged all along (ck reload --canary 25 --canary-by \
+         connection), its 4 workers beside the 16: the program picks from a weighted list",
+        WEIGHTED.map(|(row, _)| row).join(", ")
+    ));
     t.note(
         "runs = selections the kernel counted in the round: the load's new connections plus \
          ck's canary (one a second); the time includes the kernel's own timing of each run",
@@ -203,7 +261,7 @@ mod tests {
     fn the_table_has_a_row_per_policy_and_compares_two_builds_round_by_round() {
         let against = Some(("abc", "/old/ck".as_ref()));
         let plan = Plan::new("bpf-cost", ROUNDS, contenders(), "/ck".as_ref(), against);
-        assert_eq!(plan.contenders().len(), 30);
+        assert_eq!(plan.contenders().len(), 36);
         let ns = |label: &str, r: usize| {
             let base = if label.contains(" @") { 250.0 } else { 200.0 };
             let workers: f64 = label.split(' ').next().unwrap().parse().unwrap();
