@@ -152,9 +152,9 @@ impl Ramps {
     /// One [`STEP`] of the ramps at `now`: every ready slot's `load` (connections queued and
     /// open) is smoothed in; each slot past half its `window` and not done whose smoothed load
     /// per unit of its share is no more than the warm slots' mean moves [`SHORT_PACE`] steps
-    /// on instead of one (none without a warm slot). Slots no longer ready (or ready again since) are forgotten.
-    /// Returns the slots whose ramp ended early since the last step, each once (a roll
-    /// waiting for them may go on).
+    /// on instead of one (none without a warm slot). Slots no longer ready (or ready again
+    /// since) are forgotten. Returns the slots whose ramp ended early since the last step,
+    /// each once (a roll waiting for them may go on).
     pub fn step(
         &mut self,
         lives: &Lives,
