@@ -121,6 +121,37 @@ fn no_folder_at_the_top_of_the_library_has_a_circle() {
     assert!(read > 300, "only {read} edges found in {folders:?}");
 }
 
+/// The longest a file of the library may be: a file past it holds more than one concern.
+const MAX_FILE_LINES: usize = 450;
+
+/// No file of the library is longer than [`MAX_FILE_LINES`] lines (tests included: a test file
+/// that long tests more than one thing).
+#[test]
+fn no_file_of_the_library_is_over_450_lines() {
+    let mut files = Vec::new();
+    layers::rust_files(&src(), &mut files);
+    assert!(
+        files.len() > 100,
+        "only {} files under {}",
+        files.len(),
+        src().display()
+    );
+    let mut long: Vec<String> = files
+        .iter()
+        .filter_map(|path| {
+            let lines = std::fs::read_to_string(path).ok()?.lines().count();
+            (lines > MAX_FILE_LINES).then(|| format!("  {} ({lines} lines)", path.display()))
+        })
+        .collect();
+    long.sort();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_FILE_LINES} lines; split each by concern (a type and its rules, or its \
+         tests into a sibling `*_tests.rs`):\n{}",
+        long.join("\n")
+    );
+}
+
 /// The reader finds what Rust resolves: a `use` group, an inline path, a macro's path, a
 /// serde attribute's string, `super::` from a nested file and a child module named from
 /// `mod.rs` (also in a macro, but not a variable named like it); and a circle is found as one.

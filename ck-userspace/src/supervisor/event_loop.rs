@@ -1,7 +1,8 @@
 //! The supervisor's state ([`Supervisor`]: the run's configuration and one field per part) and
 //! its event loop's routing: each [`Event`] and control request goes to the part it concerns
-//! or to the top-level file that sequences it (`feed`, `operate`, `steer`, `carry_on`), and
-//! nothing else happens here. All state changes only here, one event at a time.
+//! or to the top-level file that sequences it (`feed`, `operate`, `steer`, `carry_on`); a
+//! worker's exit goes straight from the inputs that make it a death to the fleet executor.
+//! Nothing else happens here. All state changes only here, one event at a time.
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
@@ -75,8 +76,23 @@ impl Supervisor {
                 slot,
                 worker,
                 status,
-            } => self.on_exit(slot, worker, status, inputs::exits::ExitReport::Pidfd),
-            Event::Exiting(exit) => self.on_exiting(exit),
+            } => {
+                // Its pidfd: a death not yet seen by the exit watch goes to the fleet executor.
+                let pidfd = inputs::exits::ExitReport::Pidfd;
+                let death =
+                    (self.inputs).exited(&mut self.table, &self.cfg, slot, worker, status, pidfd);
+                if let Some(death) = death {
+                    executor::on_death(self, slot, death);
+                }
+            }
+            Event::Exiting(exit) => {
+                // A watched process began to exit: a worker that died on its own is dead now.
+                let seen =
+                    (self.inputs).exit_began(&mut self.table, &self.cfg, self.stopping, exit);
+                if let Some((slot, death)) = seen {
+                    executor::on_death(self, slot, death);
+                }
+            }
             Event::ExitWatch(watch) => self.inputs.start_exit_watch(watch, &self.table),
             Event::Notify { slot, worker, msgs } => self.on_notify(slot, worker, msgs),
             Event::Timer { slot, epoch, timer } => {

@@ -1,14 +1,14 @@
 //! What the input sources found, fed to the lifecycle machine: each source (`inputs`) turns an
 //! event of the OS into inputs or findings about one slot's worker; this applies them, in the
-//! order the source gave them, each as a batch of its own, and sends deaths to the fleet
-//! executor. Nothing here decides: the machine and the fleet core do.
-use std::{process::ExitStatus, time::Instant};
+//! order the source gave them, each as a batch of its own (a worker's exit goes from the event
+//! loop to the fleet executor, not through here). Nothing here decides: the machine and the
+//! fleet core do.
+use std::time::Instant;
 
 use super::{
     event_loop::Supervisor,
-    executor,
     groups::held,
-    inputs::{self, Found, adopt::Copied, exits::ExitReport},
+    inputs::{self, Found, adopt::Copied},
     lifecycle::{Input, Timer},
 };
 use crate::{os::notify::NotifyMsg, settings::run_config::ReadyMode};
@@ -34,32 +34,6 @@ impl Supervisor {
     /// executor).
     pub(super) fn mark_ready(&mut self, index: u32, why: String) {
         self.found(index, Found::Ready(why));
-    }
-
-    /// Slot `index`'s worker `id` exited with `status`, as `seen` says.
-    pub(super) fn on_exit(
-        &mut self,
-        index: u32,
-        id: u64,
-        status: std::io::Result<ExitStatus>,
-        seen: ExitReport,
-    ) {
-        let death = self
-            .inputs
-            .exited(&mut self.table, &self.cfg, index, id, status, seen);
-        if let Some(death) = death {
-            executor::decisions::on_death(self, index, death);
-        }
-    }
-
-    /// A watched process began to exit: a worker that died on its own is handled as exited now.
-    pub(super) fn on_exiting(&mut self, exit: ck_common::exits::ExitEvent) {
-        let seen = self
-            .inputs
-            .exit_began(&mut self.table, &self.cfg, self.stopping, exit);
-        if let Some((index, death)) = seen {
-            executor::decisions::on_death(self, index, death);
-        }
     }
 
     /// Notify messages from worker `id` of slot `index`, one at a time.

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use super::{World, run};
 use crate::settings::choices::CanaryAsk;
 use crate::supervisor::{
-    fleet::{self, death, roll, rollback, scale, spares},
+    fleet::{self, roll, rollback, scale, spares},
     lifecycle::{Input, Life},
 };
 
@@ -146,49 +146,10 @@ pub fn replenish_spares<W: World>(world: &mut W) {
 }
 
 /// A spare died before it was used (or could not start): the next waits longer.
-fn spare_lost<W: World>(world: &mut W) {
+pub(super) fn spare_lost<W: World>(world: &mut W) {
     let now = world.now();
     let delay = world.core_mut().spares.failed(now);
     world.fleet_event(FleetEvent::SpareLost(delay));
-}
-
-/// Slot `index`'s worker died ([`death::Death`]: whether others killed it, words for a roll's
-/// abort, its exit as `ck status` shows it):
-/// a ready spare takes over, or the slot steps its exit; a lost spare slows the next, a lost
-/// replacement aborts the roll, a slot a reload revived has failed again.
-pub fn on_death<W: World>(world: &mut W, index: u32, death: death::Death) {
-    let death::Death { outside, why, how } = death;
-    let aftermath = {
-        let lives = fleet::lives(world.lives());
-        death::decide(
-            index,
-            outside,
-            &lives,
-            world.core(),
-            &world.shape(),
-            world.stopping(),
-        )
-    };
-    let Some(aftermath) = aftermath else { return };
-    let revival_failed = world
-        .core_mut()
-        .roll
-        .as_mut()
-        .is_some_and(|roll| roll::revival_failed(roll, index, how));
-    if let Some(spare) = aftermath.took_over {
-        world.fleet_event(FleetEvent::TookOver { spare, dead: index });
-        run(world, aftermath.inputs);
-        return world.fleet_event(FleetEvent::SpareDue);
-    }
-    run(world, aftermath.inputs);
-    if aftermath.spare_lost {
-        spare_lost(world);
-    }
-    if aftermath.aborts_roll {
-        abort_roll(world, index, why);
-    } else if revival_failed {
-        finish_when_left(world);
-    }
 }
 
 /// Starts a rolling restart of the workers of `pending` slots (`reload`: of the whole fleet);

@@ -181,3 +181,42 @@ fn run_into<W: World>(
         world.faltered(index, why);
     }
 }
+
+/// Slot `index`'s worker died ([`core::death::Death`]: whether others killed it, words for a roll's
+/// abort, its exit as `ck status` shows it):
+/// a ready spare takes over, or the slot steps its exit; a lost spare slows the next, a lost
+/// replacement aborts the roll, a slot a reload revived has failed again.
+pub fn on_death<W: World>(world: &mut W, index: u32, death: core::death::Death) {
+    let core::death::Death { outside, why, how } = death;
+    let aftermath = {
+        let lives = core::lives(world.lives());
+        core::death::decide(
+            index,
+            outside,
+            &lives,
+            world.core(),
+            &world.shape(),
+            world.stopping(),
+        )
+    };
+    let Some(aftermath) = aftermath else { return };
+    let revival_failed = world
+        .core_mut()
+        .roll
+        .as_mut()
+        .is_some_and(|roll| core::roll::revival_failed(roll, index, how));
+    if let Some(spare) = aftermath.took_over {
+        world.fleet_event(decisions::FleetEvent::TookOver { spare, dead: index });
+        run(world, aftermath.inputs);
+        return world.fleet_event(decisions::FleetEvent::SpareDue);
+    }
+    run(world, aftermath.inputs);
+    if aftermath.spare_lost {
+        decisions::spare_lost(world);
+    }
+    if aftermath.aborts_roll {
+        decisions::abort_roll(world, index, why);
+    } else if revival_failed {
+        decisions::finish_when_left(world);
+    }
+}

@@ -46,6 +46,8 @@ mod rollback_tests;
 #[cfg(test)]
 mod slow_start_tests;
 #[cfg(test)]
+mod spares_tests;
+#[cfg(test)]
 mod tests;
 
 /// The numbers the fleet's decisions are made with (from the run's configuration).

@@ -234,7 +234,7 @@ impl Model {
                         why: "exited".into(),
                         how: "exit 1".into(),
                     };
-                    decisions::on_death(self, index, death);
+                    super::on_death(self, index, death);
                     // A spare that takes over retires the slot instead (its own socket was
                     // placed when it booted).
                     let restarted = self.lives.get(&index).is_some_and(Life::serving);
