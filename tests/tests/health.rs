@@ -224,6 +224,42 @@ fn a_stalled_worker_leaves_the_active_set_and_its_queue_is_served_after() {
     assert_eq!(queued.slot(0), 10, "{queued:?}");
 }
 
+/// What ck knows of a worker's health goes on across `ck upgrade`: a stalled worker is out for
+/// the same reason in the new image, and comes back once its queue moves (a new image that
+/// forgot why would keep it out for good: no signal would clear).
+#[test]
+fn an_unhealthy_worker_stays_out_across_an_upgrade_and_comes_back_after() {
+    let (mut ck, addr, pid1) = start_and_freeze("hupgr", 2, "round-robin", "1s", 1);
+    // 4 requests on new connections from one CPU: 2 wait in the stopped worker's queue.
+    let pending: Vec<Pending> = on_one_cpu(move || {
+        (0..4)
+            .map(|i| send_new_conn(addr).unwrap_or_else(|e| panic!("request {i}: {e}")))
+            .collect()
+    });
+    wait_out(&mut ck, 1, "stalled", Duration::from_secs(5));
+
+    let said = ck.ctl_ok(&["upgrade"]).expect("ck upgrade");
+    assert!(said.contains("upgraded:"), "{said}");
+    let status = ck
+        .wait_status("the upgrade done", Duration::from_secs(10), |s| {
+            s.upgrades == 1 && s.bpf
+        })
+        .expect("wait for the upgrade");
+    assert!(
+        out_for(&status, 1, "stalled"),
+        "slot 1 is not out for its stall after the upgrade: {status:#?}"
+    );
+    assert_eq!(status.worker_pid(1), pid1, "{status:#?}");
+    burst_without(burst, addr, 50, 1, "stalled, after the upgrade");
+
+    signal(pid1, Signal::SIGCONT);
+    let status = wait_back(&mut ck, 1, pid1, Duration::from_secs(5));
+    assert_eq!(status.active, vec![0, 1], "{status:#?}");
+    let queued = finish_all(pending);
+    assert_eq!(queued.ok, 4, "requests lost: {queued:?}");
+    assert_eq!(queued.pid(pid1), 2, "{queued:?}");
+}
+
 #[test]
 fn least_queue_avoids_a_stalled_worker_then_drops_it() {
     let (mut ck, addr, pid2) = start_and_freeze("hleastq", 3, "least-queue", "500ms", 2);

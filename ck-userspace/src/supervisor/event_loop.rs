@@ -59,6 +59,7 @@ impl Supervisor {
             cfg: &self.cfg,
             stopping: self.stopping,
             table: &self.table,
+            healths: &self.inputs.healths,
             groups: &self.groups,
             ops: &self.ops,
             continuity: &self.continuity,
@@ -121,9 +122,13 @@ impl Supervisor {
             Event::CanaryCheck => self.check_canary(),
             Event::Faltered { slot, why } => executor::decisions::on_faltered(self, slot, why),
             Event::Tick => self.on_tick(),
-            Event::ProbeTick => {
-                inputs::probes::start(&self.cfg, &self.groups, &mut self.table, &self.events)
-            }
+            Event::ProbeTick => inputs::probes::start(
+                &self.cfg,
+                &self.groups,
+                &self.table,
+                &mut self.inputs.healths,
+                &self.events,
+            ),
             Event::ProbeResult {
                 slot,
                 worker,

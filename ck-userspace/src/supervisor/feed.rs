@@ -18,12 +18,25 @@ impl Supervisor {
     pub(super) fn found(&mut self, index: u32, found: Found) {
         let input = match found {
             Found::Input(input) => Some(input),
-            Found::Ready(why) => inputs::notify::ready(&mut self.table, self.cfg.adopt, index, why),
+            Found::Ready(why) => inputs::notify::ready(
+                &mut self.table,
+                &self.inputs.healths,
+                self.cfg.adopt,
+                index,
+                why,
+            ),
             Found::Health {
                 signal,
                 bad,
                 detail,
-            } => inputs::health::set(&mut self.table, index, signal, bad, &detail),
+            } => inputs::health::set(
+                &mut self.inputs.healths,
+                &self.table,
+                index,
+                signal,
+                bad,
+                &detail,
+            ),
         };
         if let Some(input) = input {
             self.apply(index, input);
@@ -42,7 +55,14 @@ impl Supervisor {
             if self.table.worker_of_mut(index, id).is_none() {
                 return;
             }
-            if let Some(found) = inputs::notify::heard(&mut self.table, &self.cfg, index, id, msg) {
+            if let Some(found) = inputs::notify::heard(
+                &mut self.table,
+                &mut self.inputs.healths,
+                &self.cfg,
+                index,
+                id,
+                msg,
+            ) {
                 self.found(index, found);
             }
         }
@@ -66,7 +86,14 @@ impl Supervisor {
         id: u64,
         result: Result<crate::os::probe::ProbeAnswer, String>,
     ) {
-        for found in inputs::probes::answered(&self.cfg, &mut self.table, index, id, result) {
+        for found in inputs::probes::answered(
+            &self.cfg,
+            &mut self.table,
+            &mut self.inputs.healths,
+            index,
+            id,
+            result,
+        ) {
             self.found(index, found);
         }
     }

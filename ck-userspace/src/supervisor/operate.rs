@@ -175,7 +175,8 @@ impl Supervisor {
             return decisions::on_faltered(self, slot, why);
         }
         let mut watch = watch;
-        watch.nudge(&self.groups, &self.table, self.cfg.health.probe_port_base);
+        let base = self.cfg.health.probe_port_base;
+        watch.nudge(&self.groups, &self.table, &self.inputs.healths, base);
         self.ops.canary_watch = Some(watch);
         super::tasks::send_after(&self.events, canary_watch::CHECK_EVERY, Event::CanaryCheck);
     }
@@ -241,7 +242,7 @@ impl Supervisor {
         if self.ops.core.roll.is_some() || self.stopping {
             return;
         }
-        if let Some(index) = recycle::overdue(&self.table, after, now) {
+        if let Some(index) = recycle::overdue(&self.table, &self.inputs.healths, after, now) {
             tracing::warn!(slot = index, after = ?after, "worker unhealthy too long: replacing it");
             self.begin_roll([index].into(), None, None, false);
         }

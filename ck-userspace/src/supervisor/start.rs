@@ -133,6 +133,13 @@ async fn run_async(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyh
             not_serving_seen: BTreeSet::new(),
             backlog_seen: BTreeSet::new(),
             other_protocol_seen: BTreeSet::new(),
+            // The health an earlier ck knew of each worker it hands over.
+            healths: inputs::healths::Healths::restored(prior.into_iter().flat_map(|h| {
+                h.slots.iter().filter_map(|s| {
+                    let w = s.worker.as_ref()?;
+                    Some((s.index, w.id, w.health))
+                })
+            })),
         },
         ops: operations::Operations {
             core: fleet::Core {

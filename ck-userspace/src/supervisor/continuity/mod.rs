@@ -45,6 +45,8 @@ pub(in crate::supervisor) struct Parts<'a> {
     /// ck is shutting down.
     pub stopping: bool,
     pub table: &'a crate::supervisor::slots::SlotTable,
+    /// The workers' health signals (kept by the inputs).
+    pub healths: &'a crate::supervisor::inputs::healths::Healths,
     pub groups: &'a crate::supervisor::groups::Groups,
     pub ops: &'a crate::supervisor::operations::Operations,
     pub continuity: &'a Continuity,

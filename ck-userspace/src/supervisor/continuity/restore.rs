@@ -18,7 +18,6 @@ impl Worker {
         let mut worker = Worker::base(saved.pid, pidfd);
         worker.spoke_notify = saved.spoke_notify;
         worker.status = saved.status.clone();
-        worker.health = saved.health;
         worker.selected_base = saved.selected_base;
         worker.requests_limit = saved.requests_limit;
         worker.replacing = saved.replacing;

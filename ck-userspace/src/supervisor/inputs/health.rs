@@ -20,7 +20,7 @@ use std::{
 use crate::settings::run_config::RunConfig;
 use crate::supervisor::{
     groups::Groups,
-    inputs::{Found, Inputs, detect, queue_motion},
+    inputs::{Found, Inputs, detect, healths::Healths, queue_motion},
     lifecycle::{Input, State},
     slots::SlotTable,
 };
@@ -36,28 +36,31 @@ pub(in crate::supervisor) enum Signal {
 /// Sets or clears one health signal of `index`'s worker; the input that tells the lifecycle
 /// when the worker's verdict (healthy or not) changes.
 pub(in crate::supervisor) fn set(
-    table: &mut SlotTable,
+    healths: &mut Healths,
+    table: &SlotTable,
     index: u32,
     signal: Signal,
     bad: bool,
     detail: &str,
 ) -> Option<Input> {
-    let worker = table.worker_mut(index)?;
-    let was_healthy = worker.health.is_healthy();
+    let slot = table.slots.get(&index)?;
+    slot.worker.as_ref()?;
+    let health = healths.of_mut(index, slot.worker_id()?);
+    let was_healthy = health.is_healthy();
     let flag = match signal {
-        Signal::Watchdog => &mut worker.health.watchdog,
-        Signal::Probe => &mut worker.health.probe,
-        Signal::Stall => &mut worker.health.stalled,
+        Signal::Watchdog => &mut health.watchdog,
+        Signal::Probe => &mut health.probe,
+        Signal::Stall => &mut health.stalled,
     };
     if *flag == bad {
         return None;
     }
     *flag = bad;
-    let healthy = worker.health.is_healthy();
+    let healthy = health.is_healthy();
     if bad {
-        worker.health.since.get_or_insert_with(Instant::now);
+        health.since.get_or_insert_with(Instant::now);
     } else if healthy {
-        worker.health.since = None;
+        health.since = None;
     }
     (healthy != was_healthy).then(|| Input::Health {
         healthy,
@@ -87,6 +90,9 @@ impl Inputs {
     ) -> Sampled {
         let stall_timeout = cfg.health.stall_timeout;
         let watchdog = cfg.health.watchdog;
+        // The health of workers that are gone goes with them.
+        let running = table.slots.values().filter(|s| s.worker.is_some());
+        (self.healths).keep_only(running.filter_map(|s| Some((s.index, s.worker_id()?))));
         let mut depth_changed = Vec::new();
         let mut changes = Vec::new();
         // Nothing queued anywhere and no connection sent since the last sample.
@@ -119,10 +125,11 @@ impl Inputs {
                 slot.queue_depth = depth;
                 depth_changed.push(slot.index);
             }
-            let Some(worker) = &slot.worker else {
+            let (Some(_), Some(id)) = (&slot.worker, slot.worker_id()) else {
                 slot.queue_rising_since = None;
                 continue;
             };
+            let health = self.healths.of(slot.index, id);
             // A starting worker is not expected to accept yet (its accept probe, or a
             // connection the fallback queued, waits for its boot): its stall clock starts when
             // it is ready.
@@ -131,7 +138,7 @@ impl Inputs {
                 if depth > 0 && !queue_motion::moved(previous, depth, arrivals) && !starting {
                     let from = queue_motion::still_since(previous, still_since, now);
                     let since = *slot.queue_rising_since.get_or_insert(from);
-                    if !worker.health.stalled && now.duration_since(since) >= timeout {
+                    if !health.stalled && now.duration_since(since) >= timeout {
                         changes.push((
                             slot.index,
                             Found::Health {
@@ -146,7 +153,7 @@ impl Inputs {
                     }
                 } else {
                     slot.queue_rising_since = None;
-                    if worker.health.stalled {
+                    if health.stalled {
                         changes.push((
                             slot.index,
                             Found::Health {
@@ -158,8 +165,8 @@ impl Inputs {
                     }
                 }
             }
-            if let (Some(limit), Some(last)) = (watchdog, worker.health.last_watchdog)
-                && !worker.health.watchdog
+            if let (Some(limit), Some(last)) = (watchdog, health.last_watchdog)
+                && !health.watchdog
                 && now.duration_since(last) > limit
             {
                 changes.push((

@@ -11,6 +11,7 @@ pub(super) mod detect;
 pub(super) mod exits;
 pub(super) mod foreign;
 pub(super) mod health;
+pub(super) mod healths;
 pub(super) mod listens;
 pub(super) mod members;
 pub(super) mod notify;
@@ -61,6 +62,8 @@ pub(in crate::supervisor) struct Inputs {
     /// `--adopt`: ports (and whether UDP) that workers bound in a protocol the instance has no
     /// group for, already logged (once per instance, not once per worker).
     pub other_protocol_seen: BTreeSet<(u16, bool)>,
+    /// Each slot's current worker's health signals.
+    pub healths: healths::Healths,
 }
 
 impl Inputs {

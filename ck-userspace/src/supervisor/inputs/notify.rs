@@ -4,7 +4,7 @@ use crate::os::notify::{self, NotifyMsg};
 use crate::settings::run_config::RunConfig;
 use crate::supervisor::{
     event::Event,
-    inputs::{Found, detect, health::Signal},
+    inputs::{Found, detect, health::Signal, healths::Healths},
     lifecycle::Input,
     slots::SlotTable,
 };
@@ -13,6 +13,7 @@ use crate::supervisor::{
 /// `--adopt` before its socket is adopted, noted for the adoption to ask again).
 pub(in crate::supervisor) fn ready(
     table: &mut SlotTable,
+    healths: &Healths,
     adopt: bool,
     index: u32,
     why: String,
@@ -27,7 +28,10 @@ pub(in crate::supervisor) fn ready(
     if let Some(worker) = slot.worker.as_mut() {
         worker.accept_probe.end();
     }
-    let healthy = slot.worker.as_ref().is_some_and(|w| w.health.is_healthy());
+    let healthy = slot.worker.is_some()
+        && slot
+            .worker_id()
+            .is_some_and(|id| healths.of(index, id).is_healthy());
     Some(Input::Ready { why, healthy })
 }
 
@@ -35,6 +39,7 @@ pub(in crate::supervisor) fn ready(
 /// worker (its status, its heartbeat): readiness, a health change, a drain, or nothing.
 pub(in crate::supervisor) fn heard(
     table: &mut SlotTable,
+    healths: &mut Healths,
     cfg: &RunConfig,
     index: u32,
     id: u64,
@@ -55,8 +60,9 @@ pub(in crate::supervisor) fn heard(
             None
         }
         NotifyMsg::Watchdog => {
-            worker.health.last_watchdog = Some(std::time::Instant::now());
-            worker.health.watchdog.then(|| Found::Health {
+            let health = healths.of_mut(index, id);
+            health.last_watchdog = Some(std::time::Instant::now());
+            health.watchdog.then(|| Found::Health {
                 signal: Signal::Watchdog,
                 bad: false,
                 detail: "WATCHDOG=1 again".into(),

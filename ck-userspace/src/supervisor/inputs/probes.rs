@@ -5,8 +5,8 @@
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::supervisor::{
-    event::Event, groups::Groups, inputs::Found, inputs::health::Signal, lifecycle::State,
-    slots::SlotTable,
+    event::Event, groups::Groups, inputs::Found, inputs::health::Signal, inputs::healths::Healths,
+    lifecycle::State, slots::SlotTable,
 };
 use crate::{
     os::probe::{self, ProbeAnswer},
@@ -21,7 +21,8 @@ use crate::{
 pub(in crate::supervisor) fn start(
     cfg: &RunConfig,
     groups: &Groups,
-    table: &mut SlotTable,
+    table: &SlotTable,
+    healths: &mut Healths,
     events: &UnboundedSender<Event>,
 ) {
     let Some(kind) = cfg.health.probe.clone() else {
@@ -40,21 +41,22 @@ pub(in crate::supervisor) fn start(
     let target = probe::target_of(group.addr.addr);
     let timeout = cfg.health.probe_timeout;
     let base = cfg.health.probe_port_base;
-    for slot in table.slots.values_mut() {
-        let Some(worker) = slot.worker.as_mut() else {
+    for slot in table.slots.values() {
+        let (Some(_), Some(id)) = (&slot.worker, slot.worker_id()) else {
             continue;
         };
+        let health = healths.of_mut(slot.index, id);
         let stopping = matches!(slot.life.state, State::Stopping(..));
         // A roll's starting replacement (a standby) is probed too: it is ready at a pass.
         let starting = matches!(slot.life.state, State::Starting(_));
-        if !(slot.life.serving() || starting) || stopping || worker.health.probing {
+        if !(slot.life.serving() || starting) || stopping || health.probing {
             continue;
         }
         let Some(source) = probe::source_of(target, base, slot.index) else {
             continue;
         };
-        worker.health.probing = true;
-        let (index, id) = (slot.index, slot.life.state.run().map_or(0, |r| r.id));
+        health.probing = true;
+        let index = slot.index;
         let events = events.clone();
         let kind = kind.clone();
         tokio::spawn(async move {
@@ -77,6 +79,7 @@ pub(in crate::supervisor) fn start(
 pub(in crate::supervisor) fn answered(
     cfg: &RunConfig,
     table: &mut SlotTable,
+    healths: &mut Healths,
     index: u32,
     id: u64,
     result: Result<ProbeAnswer, String>,
@@ -97,7 +100,7 @@ pub(in crate::supervisor) fn answered(
     let Some(worker) = slot.worker.as_mut().filter(|_| current) else {
         return found;
     };
-    let health = &mut worker.health;
+    let health = healths.of_mut(index, id);
     health.probing = false;
     match result {
         Ok(_) => {

@@ -17,6 +17,7 @@ use crate::settings::choices::CanaryLimits;
 use crate::supervisor::{
     fleet::canary::{Counted, crossed},
     groups::Groups,
+    inputs::healths::Healths,
     slots::SlotTable,
 };
 
@@ -108,7 +109,13 @@ impl CanaryWatch {
     /// a canary slot's queue holds connections and none was sent to it since the last check:
     /// its selection reads the canary's queue (see the module's comment). Probes start from
     /// `probe_base`.
-    pub fn nudge(&mut self, groups: &Groups, table: &SlotTable, probe_base: u16) {
+    pub fn nudge(
+        &mut self,
+        groups: &Groups,
+        table: &SlotTable,
+        healths: &Healths,
+        probe_base: u16,
+    ) {
         if self.limits.max_queue_age_ms.is_none() {
             return;
         }
@@ -130,7 +137,9 @@ impl CanaryWatch {
         let current = table.slots.values().find(|s| {
             !self.before.contains_key(&s.index)
                 && s.life.serving()
-                && s.worker.as_ref().is_some_and(|w| !w.health.probing)
+                && s.worker.is_some()
+                && s.worker_id()
+                    .is_some_and(|id| !healths.of(s.index, id).probing)
         });
         let target = probe::target_of(group.addr.addr);
         let source = current.and_then(|s| probe::source_of(target, probe_base, s.index));

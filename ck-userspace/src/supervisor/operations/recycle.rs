@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use crate::settings::run_config::RunConfig;
-use crate::supervisor::{groups::Groups, lifecycle::State, slots::SlotTable};
+use crate::supervisor::{
+    groups::Groups, inputs::healths::Healths, lifecycle::State, slots::SlotTable,
+};
 
 /// Samples above `--max-memory` in a row before a worker is recycled.
 pub(in crate::supervisor) const OVER_FOR: u32 = 3;
@@ -77,14 +79,15 @@ pub(in crate::supervisor) fn due(
 /// The first serving worker unhealthy for at least `after` (`--unhealthy-replace-after`).
 pub(in crate::supervisor) fn overdue(
     table: &SlotTable,
+    healths: &Healths,
     after: Duration,
     now: Instant,
 ) -> Option<u32> {
     let slot = table.slots.values().find(|s| {
         s.life.serving()
-            && s.worker
-                .as_ref()
-                .and_then(|w| w.health.since)
+            && s.worker.is_some()
+            && s.worker_id()
+                .and_then(|id| healths.of(s.index, id).since)
                 .is_some_and(|since| now.duration_since(since) >= after)
     })?;
     Some(slot.index)

@@ -164,8 +164,10 @@ impl Reports {
                     last_exit: s.last_exit.clone(),
                     status: worker.and_then(|w| w.status.clone()),
                     unhealthy: worker
-                        .filter(|w| !w.health.is_healthy())
-                        .map(|w| w.health.reasons()),
+                        .and(s.worker_id())
+                        .map(|id| view.inputs.healths.of(s.index, id))
+                        .filter(|h| !h.is_healthy())
+                        .map(|h| h.reasons()),
                     queue_depth: s.live_queue_depth(),
                     connections: connections.get(&s.index).copied(),
                     probe_hits: stats.probe_hits,

@@ -7,51 +7,6 @@ use tokio::task::JoinHandle;
 
 use crate::supervisor::lifecycle::Life;
 
-/// A worker's health as the supervisor sees it.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct Health {
-    /// Missed its watchdog heartbeat.
-    pub watchdog: bool,
-    /// Failed `--probe-fails` probes in a row.
-    pub probe: bool,
-    /// Its accept queue stopped moving.
-    pub stalled: bool,
-    /// When it became unhealthy.
-    #[serde(with = "crate::supervisor::lifecycle::instant_age::option")]
-    pub since: Option<Instant>,
-    /// Last `WATCHDOG=1`.
-    #[serde(with = "crate::supervisor::lifecycle::instant_age::option")]
-    pub last_watchdog: Option<Instant>,
-    /// Consecutive failed probes.
-    pub probe_fails: u32,
-    /// Consecutive passed probes.
-    pub probe_passes: u32,
-    /// A probe is under way.
-    pub probing: bool,
-}
-
-impl Health {
-    /// No health signal says otherwise.
-    pub fn is_healthy(&self) -> bool {
-        !self.watchdog && !self.probe && !self.stalled
-    }
-
-    /// Why it is unhealthy, for logs and status.
-    pub fn reasons(&self) -> String {
-        let mut reasons = Vec::new();
-        if self.watchdog {
-            reasons.push("watchdog");
-        }
-        if self.probe {
-            reasons.push("probe");
-        }
-        if self.stalled {
-            reasons.push("stalled");
-        }
-        reasons.join("+")
-    }
-}
-
 /// A running worker process.
 pub struct Worker {
     /// Its pid.
@@ -67,8 +22,6 @@ pub struct Worker {
     /// Its notify socket (to see whether a message waits that the task has not read yet); none
     /// for a member, which ck did not start.
     pub notify: Option<std::sync::Arc<tokio::net::UnixDatagram>>,
-    /// Health signals.
-    pub health: Health,
     /// Its cgroup (None where the host has no usable cgroup2).
     pub cgroup: Option<crate::os::cgroup::WorkerCgroup>,
     /// `--adopt`: it said READY=1 before its sockets were adopted.
@@ -119,7 +72,6 @@ impl Worker {
             status: None,
             tasks: Vec::new(),
             notify: None,
-            health: Default::default(),
             cgroup: None,
             said_ready: false,
             adopt_latency_us: None,

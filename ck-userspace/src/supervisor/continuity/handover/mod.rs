@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::control::compat::{Compat, FORMAT};
 use crate::os::fd_limit::FdLimit;
 use crate::supervisor::{
-    continuity::Parts, lifecycle::Life, lifecycle::Timer, slots::slot::Health,
+    continuity::Parts, inputs::healths::Health, lifecycle::Life, lifecycle::Timer,
 };
 
 /// Everything the new image needs to carry on where the old one stopped.
@@ -252,7 +252,9 @@ pub(in crate::supervisor) fn prepare<'a>(
                 status: w.status.clone(),
                 health: Health {
                     probing: false,
-                    ..w.health
+                    ..view
+                        .healths
+                        .of(slot.index, slot.worker_id().unwrap_or_default())
                 },
                 cgroup: w.cgroup.as_ref().map(cgroup_of),
                 selected_base: w.selected_base,
