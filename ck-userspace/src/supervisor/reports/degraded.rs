@@ -4,70 +4,75 @@
 //! (`slots::boot_mistake::BootMistake`), workers that cannot serve the socket ck passed them from
 //! the host's listeners and the workers' fds (`inputs::listens`), workers that leave requests
 //! unread from the connections' receive queues (`inputs::unread`).
+use crate::settings::{restart_policy::RestartPolicy, run_config::RunConfig};
 use crate::supervisor::{
+    groups::Groups,
     inputs::{listens::Listens, unread},
-    lifecycle::{State, crash::Breaker},
-    reports::View,
+    lifecycle::{Settings, State, crash::Breaker},
+    slots::SlotTable,
 };
 
-impl View<'_> {
-    /// Why the fleet is degraded, one line per slot and reason (empty when it is not), given
-    /// the host's listeners at this look.
-    pub(super) fn degraded(&self, listens: &Listens) -> Vec<String> {
-        let mut lines = self.breakers();
-        lines.extend(self.boot_mistakes());
-        lines.extend(
-            listens
-                .not_serving(self.cfg, self.groups, self.table)
-                .iter()
-                .map(|n| n.describe()),
-        );
-        lines.extend(
-            unread::unanswered(self.cfg, self.groups, self.table)
-                .iter()
-                .map(|u| u.describe()),
-        );
-        lines
-    }
+/// Why the fleet is degraded, one line per slot and reason (empty when it is not), given
+/// the host's listeners at this look.
+pub(super) fn degraded(
+    cfg: &RunConfig,
+    settings: &Settings,
+    groups: &Groups,
+    table: &SlotTable,
+    listens: &Listens,
+) -> Vec<String> {
+    let mut lines = breakers(table, &cfg.restart, settings.min_workers);
+    lines.extend(boot_mistakes(table));
+    lines.extend(
+        listens
+            .not_serving(cfg, groups, table)
+            .iter()
+            .map(|n| n.describe()),
+    );
+    lines.extend(
+        unread::unanswered(cfg, groups, table)
+            .iter()
+            .map(|u| u.describe()),
+    );
+    lines
+}
 
-    /// Slots whose breaker is open or held half-open.
-    fn breakers(&self) -> Vec<String> {
-        let policy = &self.cfg.restart;
-        self.table
-            .slots
-            .values()
-            .filter(|s| s.life.serving())
-            .filter_map(|s| match s.life.crash.breaker() {
-                Breaker::Closed => None,
-                Breaker::Open => Some(format!(
-                    "slot {}: circuit breaker open after {} boot crashes within {:?} (last exit: {}); \
-                     next try after the {:?} cool-down",
-                    s.index,
-                    policy.crash_limit,
-                    policy.window,
-                    s.last_exit.as_deref().unwrap_or("-"),
-                    policy.cooldown
-                )),
-                Breaker::HalfOpen => Some(format!(
-                    "slot {}: keeps crashing at start (last exit: {}); the breaker stays half-open \
-                     to keep --min-workers {} slot(s) trying: retried every {:?}",
-                    s.index,
-                    s.last_exit.as_deref().unwrap_or("-"),
-                    self.settings.min_workers,
-                    policy.max
-                )),
-            })
-            .collect()
-    }
+/// Slots whose breaker is open or held half-open.
+fn breakers(table: &SlotTable, policy: &RestartPolicy, min_workers: u32) -> Vec<String> {
+    table
+        .slots
+        .values()
+        .filter(|s| s.life.serving())
+        .filter_map(|s| match s.life.crash.breaker() {
+            Breaker::Closed => None,
+            Breaker::Open => Some(format!(
+                "slot {}: circuit breaker open after {} boot crashes within {:?} (last exit: {}); \
+                 next try after the {:?} cool-down",
+                s.index,
+                policy.crash_limit,
+                policy.window,
+                s.last_exit.as_deref().unwrap_or("-"),
+                policy.cooldown
+            )),
+            Breaker::HalfOpen => Some(format!(
+                "slot {}: keeps crashing at start (last exit: {}); the breaker stays half-open \
+                 to keep --min-workers {} slot(s) trying: retried every {:?}",
+                s.index,
+                s.last_exit.as_deref().unwrap_or("-"),
+                min_workers,
+                policy.max
+            )),
+        })
+        .collect()
+}
 
-    /// Slots whose last worker ended on its own while starting in a way ck can name (exited 0
-    /// at once, daemonized), while no worker of theirs is ready since.
-    fn boot_mistakes(&self) -> Vec<String> {
-        self.table
-            .slots
-            .values()
-            .filter(|s| s.life.serving() && !matches!(s.life.state, State::Ready(_)))
-            .filter_map(|s| Some(s.boot_mistake.as_ref()?.describe(s.index)))
-            .collect()
-    }
+/// Slots whose last worker ended on its own while starting in a way ck can name (exited 0
+/// at once, daemonized), while no worker of theirs is ready since.
+fn boot_mistakes(table: &SlotTable) -> Vec<String> {
+    table
+        .slots
+        .values()
+        .filter(|s| s.life.serving() && !matches!(s.life.state, State::Ready(_)))
+        .filter_map(|s| Some(s.boot_mistake.as_ref()?.describe(s.index)))
+        .collect()
 }

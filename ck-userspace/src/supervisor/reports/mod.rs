@@ -1,10 +1,13 @@
 //! The reports: `ck status`, `/metrics` and the service manager. The rule: what they say is
 //! read from the kernel and the maps when asked; the fields here only say where to tell it.
-//! They read the other parts through a [`View`], which lends them read-only: a report cannot
-//! change the fleet it describes.
+//! Each report's entry (`ck status`, a scrape or `/readyz`, the service manager's update)
+//! takes a [`View`], which lends every other part read-only: a report cannot change the fleet
+//! it describes. The questions they ask (`reads`, `degraded`, a canary's line) take only the
+//! parts they read.
 
 pub(super) mod degraded;
 pub(super) mod notes;
+pub(super) mod reads;
 pub(super) mod scrape;
 pub(super) mod status;
 pub(super) mod systemd;

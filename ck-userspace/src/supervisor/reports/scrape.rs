@@ -6,9 +6,11 @@
 use ck_common::STATS_NO_SLOT;
 
 use crate::supervisor::{
+    groups::Groups,
     lifecycle::active_set,
     lifecycle::crash::Breaker,
-    reports::{Reports, View},
+    reports::{Reports, View, reads},
+    slots::SlotTable,
 };
 use crate::{
     metrics::{Call, GroupScrape, GroupSlot, Scrape, SlotScrape},
@@ -70,7 +72,7 @@ impl Reports {
                     .collect(),
             })
             .collect();
-        let active = view.active_lists().ready;
+        let active = reads::active_lists(view.groups, view.table, view.stopping).ready;
         let slots = view
             .table
             .slots
@@ -97,13 +99,13 @@ impl Reports {
             slots,
             reloads: view.ops.reloads,
             canaries: crate::metrics::CanaryCounts {
-                share: view.canary_share(),
+                share: reads::canary_share(view.ops, view.groups, view.table),
                 ..view.ops.canaries
             },
             upgrades: u64::from(view.continuity.upgrades),
             ports: view.groups.iter().map(|g| g.addr.addr.port()).collect(),
             probe_base: view.cfg.health.probe_port_base,
-            connections: view.kernel_connections().ok(),
+            connections: reads::kernel_connections(view.cfg, view.groups, view.table).ok(),
             udp: super::udp_rates::reports(
                 view.groups,
                 &view.table.slots.keys().copied().collect::<Vec<_>>(),
@@ -145,7 +147,7 @@ fn readiness(view: View<'_>) -> Result<String, String> {
             Some(slots) if slots.is_empty() => missing.push(format!(
                 "{}: no worker in the active set ({})",
                 group.name,
-                slot_words(view)
+                slot_words(view.groups, view.table)
             )),
             Some(slots) => ready.push(format!("{} slots {slots:?}", group.name)),
         }
@@ -153,7 +155,7 @@ fn readiness(view: View<'_>) -> Result<String, String> {
     match missing.is_empty() {
         true => Ok(format!("in the active set: {}", ready.join("; "))),
         // `ck drain --all` (or every slot drained one by one): the host is out of rotation.
-        false if view.host_drained() => Err(format!(
+        false if reads::host_drained(view.groups, view.table, view.stopping) => Err(format!(
             "drained: every worker's slot is drained (`ck undrain --all` puts the host \
              back); {}",
             missing.join("; ")
@@ -163,16 +165,16 @@ fn readiness(view: View<'_>) -> Result<String, String> {
 }
 
 /// `slot 0 draining (drained), slot 1 starting`: why no slot is selected.
-fn slot_words(view: View<'_>) -> String {
-    if view.table.slots.is_empty() {
+fn slot_words(groups: &Groups, table: &SlotTable) -> String {
+    if table.slots.is_empty() {
         return "no slot in use".into();
     }
-    view.table
+    table
         .slots
         .values()
         .map(|s| {
             let drained = if s.life.drained { " (drained)" } else { "" };
-            let state = view.groups.state_word(s.index, s.life.shown());
+            let state = groups.state_word(s.index, s.life.shown());
             format!("slot {} {state}{drained}", s.index)
         })
         .collect::<Vec<_>>()

@@ -3,143 +3,25 @@
 //! canary, foreign listeners from sock_diag, why the fleet is degraded (`degraded`), open
 //! connections from the kernel's counts (else the sock_diag scan), accept-queue depths read
 //! when asked (`TCP_INFO`).
-use std::{collections::BTreeMap, time::Instant};
+use std::time::Instant;
 
 use ck_common::MAX_SLOTS;
 
-use crate::bpf::{active::ActiveLists, conn_steering::ConnSteering, queue_depth::QueueDepth};
+use crate::bpf::active::ActiveLists;
 use crate::control::{GroupSteering, SlotReport, StatusReport};
 use crate::supervisor::{
+    groups::Groups,
     inputs::{foreign, listens::Listens},
-    lifecycle::active_set,
-    reports::{Reports, View},
+    operations::Operations,
+    reports::{Reports, View, reads},
+    slots::SlotTable,
 };
-
-impl View<'_> {
-    /// Open connections per slot as the kernel counts them (every group's `ck_conns`, summed),
-    /// or why it does not count them here.
-    pub(in crate::supervisor) fn kernel_connections(&self) -> Result<BTreeMap<u32, u64>, String> {
-        let why_not = self.groups.tcp().find_map(|g| match &g.bpf {
-            Some(bpf) => bpf.conn_count_fallback().map(str::to_string),
-            None if self.cfg.no_bpf => Some("--no-bpf".to_string()),
-            None => Some("BPF program not loaded yet".to_string()),
-        });
-        if let Some(why) = why_not {
-            return Err(why);
-        }
-        Ok(self
-            .table
-            .slots
-            .keys()
-            .map(|index| {
-                (
-                    *index,
-                    self.groups.kernel_connections_of(*index).unwrap_or(0),
-                )
-            })
-            .collect())
-    }
-
-    /// Open connections per slot, and how they were counted: `kernel` ([`kernel_connections`])
-    /// or `scan (WHY)` (sock_diag matched to the workers' fds: the fallback where the kernel does
-    /// not count, slower: a readlink per fd of each worker).
-    ///
-    /// [`kernel_connections`]: View::kernel_connections
-    fn open_connections(&self) -> (BTreeMap<u32, u64>, String) {
-        match self.kernel_connections() {
-            Ok(counts) => (counts, "kernel".to_string()),
-            Err(why) => {
-                let ports: Vec<u16> = self.groups.iter().map(|g| g.addr.addr.port()).collect();
-                let counts = crate::metrics::connections::per_worker(
-                    &ports,
-                    self.cfg.health.probe_port_base,
-                    &self.table.worker_trees(),
-                );
-                (counts, format!("scan ({why})"))
-            }
-        }
-    }
-
-    /// The active set as the kernel holds it (first group), or as ck computes it without BPF.
-    pub(in crate::supervisor) fn active_lists(&self) -> ActiveLists {
-        if let Some(lists) = self
-            .groups
-            .first()
-            .and_then(|g| g.bpf.as_ref()?.read_active())
-        {
-            return lists;
-        }
-        let set = active_set(self.table.lives(), self.stopping, false);
-        ActiveLists::of(&set, |_| None)
-    }
-
-    /// What `least-queue` steers by, read back from every group's `config` map (None with
-    /// another policy).
-    fn queue_depth(&self) -> Option<String> {
-        if !self.cfg.policy.reads_queue() {
-            return None;
-        }
-        if self.cfg.no_bpf {
-            return Some("none (--no-bpf: the kernel hashes)".into());
-        }
-        let mut depths = self
-            .groups
-            .iter()
-            .map(|g| g.bpf.as_ref().map(|b| b.queue_depth()));
-        let first_sampled = depths.find(|d| d.as_ref() != Some(&QueueDepth::Exact));
-        Some(match first_sampled {
-            None => QueueDepth::Exact.describe(),
-            Some(Some(sampled)) => sampled.describe(),
-            Some(None) => "not known yet (the BPF program is loading)".into(),
-        })
-    }
-
-    /// `least-queue`'s patience as the first group's program holds it (None with another policy).
-    fn queue_patience_us(&self) -> Option<u64> {
-        if !self.cfg.policy.reads_queue() {
-            return None;
-        }
-        let bpf = self.groups.first()?.bpf.as_ref()?;
-        bpf.queue_patience()
-            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-    }
-
-    /// What `least-conn` compares, read back from the groups' `config` maps (None with another
-    /// policy): the first group that does not sum the kernel's counts says why.
-    fn conn_steering(&self) -> Option<String> {
-        if self.cfg.policy != crate::settings::run_config::Policy::LeastConn {
-            return None;
-        }
-        if self.cfg.no_bpf {
-            return Some("none (--no-bpf: the kernel hashes)".into());
-        }
-        let mut all = self.groups.iter().map(|g| g.bpf.as_ref()?.conn_steering());
-        let first_not_kernel = all.find(|s| s.as_ref() != Some(&ConnSteering::Kernel));
-        Some(match first_not_kernel {
-            None => ConnSteering::Kernel.describe(),
-            Some(Some(other)) => other.describe(),
-            Some(None) => "not known yet (the BPF program is loading)".into(),
-        })
-    }
-
-    /// The whole host is out of rotation: the `active` map lists no ready slot, and every slot
-    /// with a worker is drained.
-    pub(in crate::supervisor) fn host_drained(&self) -> bool {
-        let ready = self.active_lists().ready;
-        let mut workers = self
-            .table
-            .slots
-            .values()
-            .filter(|s| s.worker.is_some())
-            .peekable();
-        ready.is_empty() && workers.peek().is_some() && workers.all(|s| s.life.drained)
-    }
-}
 
 impl Reports {
     /// The report `ck status` prints.
     pub(in crate::supervisor) fn status(&self, view: View<'_>) -> StatusReport {
-        let (connections, connection_count) = view.open_connections();
+        let (connections, connection_count) =
+            reads::open_connections(view.cfg, view.groups, view.table);
         let listens = Listens::now();
         let indices: Vec<u32> = view.table.slots.keys().copied().collect();
         let slots = view
@@ -190,7 +72,7 @@ impl Reports {
             ready: active,
             booting,
             fallback,
-        } = view.active_lists();
+        } = reads::active_lists(view.groups, view.table, view.stopping);
         let steering = view
             .groups
             .iter()
@@ -225,7 +107,13 @@ impl Reports {
             active,
             booting,
             fallback,
-            degraded: view.degraded(&listens),
+            degraded: super::degraded::degraded(
+                view.cfg,
+                view.settings,
+                view.groups,
+                view.table,
+                &listens,
+            ),
             foreign: foreign::listeners(view.cfg, view.groups, view.table, &listens),
             min_workers: view.settings.min_workers,
             cgroup: view
@@ -239,9 +127,9 @@ impl Reports {
             stopping: view.stopping || view.ops.quiet.waiting(),
             reloading: view.ops.core.roll.is_some(),
             migration: view.groups.bpf_loaded() && crate::bpf::kernel_migrates(),
-            queue_depth: view.queue_depth(),
-            queue_patience_us: view.queue_patience_us(),
-            conn_steering: view.conn_steering(),
+            queue_depth: reads::queue_depth(view.cfg, view.groups),
+            queue_patience_us: reads::queue_patience_us(view.cfg, view.groups),
+            conn_steering: reads::conn_steering(view.cfg, view.groups),
             exits_watched: view.inputs.exit_watch.as_ref().map(|w| w.watched()),
             nice: crate::os::priority::own_nice(),
             workers: view.cfg.workers,
@@ -254,7 +142,7 @@ impl Reports {
                 .roll
                 .as_ref()
                 .and_then(|r| r.canary.as_ref())
-                .map(|c| canary_line(c, &view)),
+                .map(|c| canary_line(c, view.ops, view.groups, view.table)),
             metrics: self.metrics_addr.map(|a| a.to_string()),
             slots,
             version: crate::VERSION.to_string(),
@@ -269,7 +157,7 @@ impl Reports {
                 .map(str::to_string)
             }),
             quiet_wait: view.ops.quiet.report(view.cfg, view.groups, view.table),
-            host_drained: view.host_drained(),
+            host_drained: reads::host_drained(view.groups, view.table, view.stopping),
             udp: super::udp_rates::reports(
                 view.groups,
                 &indices,
@@ -281,20 +169,14 @@ impl Reports {
     }
 }
 
-impl View<'_> {
-    /// The share of new connections the kernel's maps give the canary judged now (None: none
-    /// is judged, or no group can tell).
-    pub(super) fn canary_share(&self) -> Option<f64> {
-        let roll = self.ops.core.roll.as_ref()?;
-        let canary = roll.canary.as_ref().filter(|c| c.judging())?;
-        let slots: Vec<u32> = canary.pairs.iter().map(|(_, new)| *new).collect();
-        self.groups.share_of(self.table, &slots)
-    }
-}
-
 /// `ck status`'s line on the canary of the reload in progress: its state, size and share, and
 /// with limits, what the kernel counted for it so far against them.
-fn canary_line(c: &crate::supervisor::fleet::canary::CanaryRoll, view: &View<'_>) -> String {
+fn canary_line(
+    c: &crate::supervisor::fleet::canary::CanaryRoll,
+    ops: &Operations,
+    groups: &Groups,
+    table: &SlotTable,
+) -> String {
     let state = match c.judging() {
         true => "judged",
         false => "starting",
@@ -304,7 +186,7 @@ fn canary_line(c: &crate::supervisor::fleet::canary::CanaryRoll, view: &View<'_>
         false => "connection",
     };
     // What the kernel's maps give it, beside what was asked.
-    let given = match view.canary_share() {
+    let given = match reads::canary_share(ops, groups, table) {
         Some(share) => format!(
             " ({:.1} % in the maps, the current release {:.1} %)",
             share * 100.0,
@@ -321,11 +203,8 @@ fn canary_line(c: &crate::supervisor::fleet::canary::CanaryRoll, view: &View<'_>
     if c.ask.limits.any() {
         line.push_str(&format!(", withdrawn past {}", c.ask.limits.describe()));
     }
-    if let Some(watch) = &view.ops.canary_watch {
-        line.push_str(&format!(
-            "; so far {}",
-            watch.so_far(view.groups, view.table)
-        ));
+    if let Some(watch) = &ops.canary_watch {
+        line.push_str(&format!("; so far {}", watch.so_far(groups, table)));
     }
     line
 }
