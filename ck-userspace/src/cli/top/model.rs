@@ -245,10 +245,17 @@ fn header(r: &StatusReport) -> Vec<String> {
             if r.reloading { ", RELOADING" } else { "" },
             if r.stopping { ", STOPPING" } else { "" },
         ),
-        format!(
-            "active set {:?}   fallback {:?}   dropped (no slot) {}",
-            r.active, r.fallback, r.dropped
-        ),
+        // While the fleet boots, the starting slots chosen beside the ready ones.
+        match r.booting.is_empty() {
+            true => format!(
+                "active set {:?}   fallback {:?}   dropped (no slot) {}",
+                r.active, r.fallback, r.dropped
+            ),
+            false => format!(
+                "active set {:?}   booting {:?}   fallback {:?}   dropped (no slot) {}",
+                r.active, r.booting, r.fallback, r.dropped
+            ),
+        },
     ];
     // A canary judged: its share, limits and counts so far (both releases serve meanwhile).
     lines.extend(r.canary.iter().map(|c| format!("CANARY {c}")));

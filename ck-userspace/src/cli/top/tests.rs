@@ -278,3 +278,17 @@ fn a_canary_judged_shows_above_the_table() {
         "{out}"
     );
 }
+
+#[test]
+fn the_booting_slots_show_beside_the_active_set_while_the_fleet_boots() {
+    let mut r = report(7, 1, vec![slot(0, Some(11), "ready", 0, None)]);
+    let out = text::render(&Frame::new(None, &r));
+    assert!(out.contains("active set [0, 1]   fallback []"), "{out}");
+    r.active = vec![0];
+    r.booting = vec![1];
+    let out = text::render(&Frame::new(None, &r));
+    assert!(
+        out.contains("active set [0]   booting [1]   fallback []"),
+        "{out}"
+    );
+}
