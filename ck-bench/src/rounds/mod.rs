@@ -306,6 +306,14 @@ impl Measured {
         ))
     }
 
+    /// The statistics of the per-round difference `over` - `under` (labels) of `key`.
+    pub fn difference(&self, over: &str, under: &str, key: &str) -> Option<Stat> {
+        Stat::of(&stats::differences(
+            &self.values(over, key),
+            &self.values(under, key),
+        ))
+    }
+
     /// The sum of `key` of `label` over the rounds.
     pub fn total(&self, label: &str, key: &str) -> Option<f64> {
         let values: Vec<f64> = self.values(label, key).into_iter().flatten().collect();

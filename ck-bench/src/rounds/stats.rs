@@ -1,5 +1,6 @@
 //! The statistics of rounds: the median of a figure over the rounds with its lowest and
-//! highest round ([`Stat`]), and the ratio of two figures taken round by round ([`ratios`]):
+//! highest round ([`Stat`]), and the ratio (or difference) of two figures taken round by round
+//! ([`ratios`], [`differences`]):
 //! the two sides of a ratio are measured in the same round, minutes apart at most, so a machine
 //! whose speed drifts over the bench moves both.
 
@@ -47,6 +48,14 @@ pub fn ratios(over: &[Option<f64>], under: &[Option<f64>]) -> Vec<f64> {
             (Some(a), Some(b)) if *b != 0.0 => Some(a / b),
             _ => None,
         })
+        .collect()
+}
+
+/// The difference `over - under` of each round that has both figures.
+pub fn differences(over: &[Option<f64>], under: &[Option<f64>]) -> Vec<f64> {
+    over.iter()
+        .zip(under)
+        .filter_map(|(a, b)| Some((*a)? - (*b)?))
         .collect()
 }
 
@@ -110,5 +119,12 @@ mod tests {
             [Some(2.0), Some(1.0), Some(3.0)],
         );
         assert_eq!(median(&ratios(&a, &b)), 2.0);
+    }
+
+    #[test]
+    fn differences_pair_the_rounds_and_skip_what_a_round_lacks() {
+        let over = [Some(300.0), None, Some(250.0), Some(90.0)];
+        let under = [Some(140.0), Some(1.0), None, Some(100.0)];
+        assert_eq!(differences(&over, &under), [160.0, -10.0]);
     }
 }

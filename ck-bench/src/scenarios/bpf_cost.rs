@@ -14,17 +14,25 @@
 //! canary at 25 % judged all along (`ck reload --canary 25 --canary-by connection`): the
 //! program then picks from a weighted list (and least-conn and least-queue compare load per
 //! unit of weight).
+//!
+//! The yardstick, at each worker count: a minimal select program (`hash % n` over the same
+//! socket array, see [`super::minimal_program`]) attached to a plain `--no-bpf` fleet and
+//! measured the same way in the same rounds. The goals: round-robin at most
+//! [`MOST_OVER_MINIMAL`] times the minimal program, every other policy at most
+//! [`MOST_ABOVE_MINIMAL_NS`] above it (medians of the per-round ratio and difference).
 
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use ck_tests::bpf_stats::{self, StatsOn};
 use ck_tests::load::{self, LoadSpec, Mode};
+use nix::sys::socket::SockType;
 
 use super::grid;
+use super::minimal_program::Minimal;
 use crate::plot::bars::{self, Bars, Group as BarGroup};
 use crate::rounds::contender::{self, Fleet};
-use crate::rounds::{Contender, Figures, Group, Layout, Measured};
+use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured, Role};
 use crate::table::{Table, Unit};
 use crate::{Bench, Outcome};
 
@@ -39,6 +47,12 @@ const WEIGHTED: [(&str, &str); 3] = [
 ];
 /// The worker count of the weighted rows (their column's index in [`WORKERS`]).
 const WEIGHTED_WORKERS: usize = 1;
+/// The row of the minimal select program.
+const MINIMAL: &str = "minimal program";
+/// Round-robin per selection at most this many times the minimal program.
+const MOST_OVER_MINIMAL: f64 = 1.5;
+/// Every other policy per selection at most this many ns above the minimal program.
+const MOST_ABOVE_MINIMAL_NS: f64 = 100.0;
 /// The worker counts (64 is `--workers`' maximum).
 const WORKERS: [u32; 3] = [2, 16, 64];
 /// Length of one contender's load in a round.
@@ -55,13 +69,17 @@ fn column(workers: u32) -> String {
     format!("{workers} workers")
 }
 
-/// The contenders: each policy at each worker count (the setup is the count's index), then
-/// the weighted rows.
+/// The contenders: each policy at each worker count (the setup is the count's index) and the
+/// minimal program beside them, then the weighted rows.
 fn contenders() -> Vec<Contender> {
     let plain = WORKERS.iter().enumerate().flat_map(|(w, workers)| {
-        POLICIES.iter().map(move |p| {
-            Contender::ck(&grid::label(&column(*workers), p), &["--policy", *p]).with_setup(w)
-        })
+        let minimal = Contender::no_bpf(&grid::label(&column(*workers), MINIMAL), &[]);
+        POLICIES
+            .iter()
+            .map(move |p| {
+                Contender::ck(&grid::label(&column(*workers), p), &["--policy", *p]).with_setup(w)
+            })
+            .chain(std::iter::once(minimal.with_setup(w)))
     });
     let weighted = WEIGHTED.iter().map(|(row, p)| {
         let label = grid::label(&column(WORKERS[WEIGHTED_WORKERS]), row);
@@ -103,6 +121,8 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
     let plan = bench.plan("bpf-cost", ROUNDS, contenders());
     let mut fleets = Vec::new();
     let mut programs = Vec::new();
+    // The minimal programs, held while their fleets run.
+    let mut minimals = Vec::new();
     for (i, c) in plan.contenders().iter().enumerate() {
         let mut fleet = c.start(bench, &format!("cost{i}"), &Group::demo(WORKERS[c.setup]))?;
         if WEIGHTED.iter().any(|(row, _)| c.label.contains(row)) {
@@ -111,13 +131,25 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
                 .context("bpf-cost's contenders are ck instances")?;
             hold_a_canary(ck)?;
         }
-        programs.push(bpf_stats::program_of(ck_of(&fleet)?.name())?);
+        let program = match c.role {
+            Role::Ck => bpf_stats::program_of(ck_of(&fleet)?.name())?,
+            // The yardstick is one program for every column: the measured build's (an
+            // `--against` copy's fleet runs it too, its own ck being `--no-bpf`).
+            _ => {
+                let minimal = Minimal::attach(&bench.bin, ck_of(&fleet)?, SockType::Stream)?;
+                let id = minimal.id;
+                minimals.push(minimal);
+                id
+            }
+        };
+        programs.push(program);
         fleets.push(fleet);
     }
     let measured = plan.run(bench, |i, c, _| {
         measure(bench, &fleets[i], programs[i], &c.label)
     })?;
     contender::stop_all(bench, fleets)?;
+    drop(minimals);
     let mut t = table(&measured)?;
     let plot = plot(&measured);
     t.plot_with(bench.plot_path("bpf-cost"), |path| bars::draw(path, &plot));
@@ -171,8 +203,11 @@ fn table(m: &Measured) -> Result<Table> {
         ),
         &names,
     );
+    // BENCHMARKS.md shows each policy beside the minimal program (`yardstick`), its word limit
+    // the ns themselves only here and in the record.
     for policy in POLICIES {
-        t.row(policy, grid::medians(m, &columns, policy, "ns", Unit::Ns));
+        t.row(policy, grid::medians(m, &columns, policy, "ns", Unit::Ns))
+            .detail();
         t.row(
             &format!("{policy}: runs counted"),
             grid::medians(m, &columns, policy, "runs", Unit::Count),
@@ -182,6 +217,7 @@ fn table(m: &Measured) -> Result<Table> {
             t.row(&format!("{policy}: this build / the other"), cells);
         }
     }
+    yardstick(&mut t, m, &columns);
     // In the printed table and the record; BENCHMARKS.md keeps the plain policies (its word
     // limit).
     for (row, _) in WEIGHTED {
@@ -201,6 +237,44 @@ fn table(m: &Measured) -> Result<Table> {
          ck's canary (one a second); the time includes the kernel's own timing of each run",
     );
     t.finish()
+}
+
+/// The minimal program's row, and each policy held to it: round-robin by the per-round ratio,
+/// the others by the per-round difference, judged on the measured build's columns.
+fn yardstick(t: &mut Layout<'_>, m: &Measured, columns: &[String]) {
+    let own: Vec<&str> = columns
+        .iter()
+        .filter(|c| !c.contains(" @"))
+        .map(String::as_str)
+        .collect();
+    t.row(MINIMAL, grid::medians(m, columns, MINIMAL, "ns", Unit::Ns));
+    let to_minimal = |policy: &str, ratio: bool| -> Vec<crate::table::Cell> {
+        columns
+            .iter()
+            .map(|c| {
+                let (over, under) = (grid::contender(c, policy), grid::contender(c, MINIMAL));
+                match ratio {
+                    true => Unit::Ratio.stat(m.ratio(&over, &under, "ns")),
+                    false => Unit::Ns.stat(m.difference(&over, &under, "ns")),
+                }
+            })
+            .collect()
+    };
+    for policy in POLICIES {
+        let ratio = policy == "round-robin";
+        let (metric, goal) = match ratio {
+            true => (
+                format!("{policy} / {MINIMAL}"),
+                Goal::at_most(MOST_OVER_MINIMAL, Unit::Ratio),
+            ),
+            false => (
+                format!("{policy} - {MINIMAL}"),
+                Goal::at_most(MOST_ABOVE_MINIMAL_NS, Unit::Ns),
+            ),
+        };
+        t.row(&metric, to_minimal(policy, ratio))
+            .goal(goal.of(&own));
+    }
 }
 
 /// Bars per worker count: one per policy (and build), the median, dots for the rounds.
@@ -264,11 +338,14 @@ mod tests {
     fn the_table_has_a_row_per_policy_and_compares_two_builds_round_by_round() {
         let against = Some(("abc", "/old/ck".as_ref()));
         let plan = Plan::new("bpf-cost", ROUNDS, contenders(), "/ck".as_ref(), against);
-        assert_eq!(plan.contenders().len(), 36);
+        assert_eq!(plan.contenders().len(), 42);
         let ns = |label: &str, r: usize| {
             let base = if label.contains(" @") { 250.0 } else { 200.0 };
             let workers: f64 = label.split(' ').next().unwrap().parse().unwrap();
-            base + workers + r as f64
+            match label.contains(MINIMAL) {
+                true => 140.0 + r as f64,
+                false => base + workers + r as f64,
+            }
         };
         let round = |r: usize| RoundFigures {
             order: vec![],
@@ -306,6 +383,18 @@ mod tests {
             "0.84 (0.84-0.85)"
         );
         assert_eq!(row("hash: this build / the other").cells[5].text, "");
+        // The yardstick: round-robin by ratio (2 workers: 209 / 147), the others by difference.
+        assert_eq!(row(MINIMAL).cells[0].text, "147.0 ns (140.0-154.0)");
+        let rr = row("round-robin / minimal program");
+        assert_eq!(rr.cells[0].text, "1.42 (1.40-1.44)");
+        let goal = rr.goal.as_ref().unwrap();
+        assert_eq!(goal.columns, ["2 workers", "16 workers", "64 workers"]);
+        // 64 workers: 271 / 147.
+        assert_eq!(goal.met, Some(false));
+        let lq = row("least-queue - minimal program");
+        assert_eq!(lq.cells[0].text, "62.0 ns");
+        assert_eq!(lq.cells[1].text, "112.0 ns");
+        assert_eq!(lq.goal.as_ref().unwrap().met, Some(false));
         let bars = plot(&m);
         assert_eq!(bars.keys.len(), 10);
         assert_eq!(bars.groups.len(), 3);

@@ -1,5 +1,5 @@
 //! `ck_udp_minimal` on a plain `SO_REUSEPORT` group (a `--no-bpf` fleet): the yardstick of
-//! `udp-cost`. It is loaded from the very object the measured ck embeds (found by the SHA-256
+//! `udp-cost` and `bpf-cost` (it picks a TCP listener as it picks a UDP socket). It is loaded from the very object the measured ck embeds (found by the SHA-256
 //! that `ck --version` prints), its `sockets` map is filled with copies of the workers' sockets
 //! (`pidfd_getfd`), and it is attached to the group, where the kernel's accounting measures it
 //! as it measures ck's own program.
@@ -29,13 +29,13 @@ pub struct Minimal {
 
 impl Minimal {
     /// Loads the program from `ck`'s object and attaches it to the group of `fleet` (a
-    /// `--no-bpf` instance with one UDP group): slot `i` of its `sockets` map is the socket of
-    /// the `i`-th serving worker.
-    pub fn attach(ck: &Path, fleet: &Ck) -> Result<Minimal> {
+    /// `--no-bpf` instance with one group, of UDP sockets or of TCP listeners as `kind` says):
+    /// slot `i` of its `sockets` map is the socket of the `i`-th serving worker.
+    pub fn attach(ck: &Path, fleet: &Ck, kind: SockType) -> Result<Minimal> {
         let pids = fleet.status()?.serving_pids();
         let sockets = pids
             .iter()
-            .map(|pid| socket_of(*pid, fleet.addr().port()))
+            .map(|pid| socket_of(*pid, fleet.addr().port(), kind))
             .collect::<Result<Vec<_>>>()?;
         let count = u32::try_from(sockets.len()).context("socket count")?;
         let object = std::fs::read(object_of(ck)?).context("reading ck's BPF object")?;
@@ -75,8 +75,9 @@ impl Minimal {
     }
 }
 
-/// A copy of the UDP socket that worker `pid` has bound to `port`.
-fn socket_of(pid: u32, port: u16) -> Result<OwnedFd> {
+/// A copy of the socket of `kind` that worker `pid` has bound to `port` (for TCP, its
+/// listener: not a connection it accepted there).
+fn socket_of(pid: u32, port: u16, kind: SockType) -> Result<OwnedFd> {
     let pidfd = ck::os::pidfd::open(pid).with_context(|| format!("pidfd_open {pid}"))?;
     let dir = format!("/proc/{pid}/fd");
     for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {dir}"))? {
@@ -91,7 +92,9 @@ fn socket_of(pid: u32, port: u16) -> Result<OwnedFd> {
         }
         let copy = ck::os::pidfd::get_fd(&pidfd, fd)
             .with_context(|| format!("pidfd_getfd of worker {pid}'s fd {fd}"))?;
-        let datagram = getsockopt(&copy, sockopt::SockType).is_ok_and(|t| t == SockType::Datagram);
+        let of_kind = getsockopt(&copy, sockopt::SockType).is_ok_and(|t| t == kind);
+        let listener = kind != SockType::Stream
+            || getsockopt(&copy, sockopt::AcceptConn).is_ok_and(|listening| listening);
         let bound = getsockname::<SockaddrStorage>(copy.as_raw_fd())
             .ok()
             .and_then(|a| {
@@ -99,11 +102,11 @@ fn socket_of(pid: u32, port: u16) -> Result<OwnedFd> {
                     .map(|a| a.port())
                     .or_else(|| a.as_sockaddr_in6().map(|a| a.port()))
             });
-        if datagram && bound == Some(port) {
+        if of_kind && listener && bound == Some(port) {
             return Ok(copy);
         }
     }
-    bail!("worker {pid} has no UDP socket bound to port {port}")
+    bail!("worker {pid} has no {kind:?} socket bound to port {port}")
 }
 
 /// The BPF object `ck` embeds: the build output whose SHA-256 starts with what `ck --version`

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use ck_tests::bpf_stats::{self, StatsOn};
+use nix::sys::socket::SockType;
 
 use super::grid;
 use super::minimal_program::Minimal;
@@ -138,7 +139,7 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
             _ => {
                 // The yardstick is one program for every column: the measured build's (an
                 // `--against` copy's fleet runs it too, its own ck being `--no-bpf`).
-                let minimal = Minimal::attach(&bench.bin, inst)?;
+                let minimal = Minimal::attach(&bench.bin, inst, SockType::Datagram)?;
                 (minimal.id, Some(minimal))
             }
         };
