@@ -110,6 +110,49 @@ fn a_canary_by_connection_gets_its_share_beside_the_current_release_then_is_prom
     }
 }
 
+/// A canary of half a 16-worker fleet: its 8 workers boot together, it is judged with all 8,
+/// gets half the new connections, and is promoted at the window's end. (Readiness events that
+/// all wait in the queue at once, which flipped such a canary twice and lost its workers, are
+/// the property test's `ReadyAll`: the timing here does not force them.)
+#[test]
+fn a_canary_of_many_workers_that_boot_together_is_judged_with_all_of_them() {
+    let (mut ck, port) = start("canary-many", &["-w", "16"]).expect("start ck");
+    let old = ck
+        .wait_ready(16, READY_TIMEOUT)
+        .expect("ready")
+        .worker_pids();
+    let reloading = reload(
+        &ck,
+        &[
+            "--canary",
+            "50%",
+            "--canary-for",
+            "3s",
+            "--canary-by",
+            "connection",
+        ],
+    );
+    let (status, canary) = judged(&mut ck);
+    assert_eq!(canary.len(), 8, "ceil(16 x 50 / 100): {status:#?}");
+    // Still judged, with all 8, once every readiness event was handled.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let status = ck.status().expect("status");
+    let line = status.canary.as_deref().unwrap_or_default();
+    assert!(line.starts_with("judged: 8 worker(s)"), "{line}");
+    let tally = burst(local(port), 800);
+    assert_eq!(tally.failed(), 0, "{tally:?}");
+    let share: u32 = canary.iter().map(|s| tally.slot(*s)).sum();
+    assert!(
+        (320..=480).contains(&share),
+        "the canary took {share} of 800: {tally:?}"
+    );
+    let out = reloading.join().expect("the reload");
+    assert!(out.status.success(), "{out:?}");
+    let after = ck.wait_ready(16, READY_TIMEOUT).expect("ready after");
+    let serving: BTreeSet<u32> = after.ready().filter_map(|s| s.pid).collect();
+    assert!(serving.is_disjoint(&old), "all replaced: {after:#?}");
+}
+
 #[test]
 fn a_canary_by_client_keeps_each_client_on_one_side() {
     let (mut ck, port) = start("canary-client", &["-w", "4"]).expect("start ck");

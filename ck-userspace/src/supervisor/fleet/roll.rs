@@ -257,14 +257,16 @@ pub fn promote(roll: &mut Roll, shape: &Shape) -> Option<Vec<(u32, Input)>> {
 /// replacements in, the old slots out, in one batch of inputs). The old slots of a reload
 /// are kept for `--keep-previous` (see [`super::rollback`]), else they retire; with
 /// `--slow-start` they serve on beside their replacements until those are done ramping up
-/// ([`faded`]). None while it waits.
+/// ([`faded`]). None while it waits, and once the batch has flipped: several replacements
+/// ready before the first of their readiness events is handled each ask, and only the first
+/// flips (a canary's second ask would otherwise flip an empty batch and forget its workers).
 pub fn flip(
     roll: &mut Roll,
     lives: &Lives,
     index: u32,
     shape: &Shape,
 ) -> Option<Vec<(u32, Input)>> {
-    if !replaces(roll, index) {
+    if roll.batch.is_empty() || !replaces(roll, index) {
         return None;
     }
     let all_ready = roll.batch.iter().all(|(_, new)| {

@@ -232,6 +232,40 @@ fn a_roll_flips_only_once_its_whole_batch_is_ready() {
     assert_eq!(roll::progress(&r), (2, 2));
 }
 
+/// A canary's replacements that were all ready before the first of their readiness events
+/// was handled: the first flips them in, judged; the others' events find nothing to flip and
+/// leave the canary's workers as they are.
+#[test]
+fn a_canarys_batch_flips_in_once_whatever_the_order_of_its_readiness_events() {
+    let lives = map(&[
+        (0, ready(1)),
+        (1, ready(2)),
+        (2, standby(State::Ready(run(3)))),
+        (3, standby(State::Ready(run(4)))),
+    ]);
+    let ask = crate::settings::choices::CanaryAsk {
+        percent: 50,
+        for_ms: 1000,
+        by: crate::settings::choices::CanaryBy::Connection,
+        limits: Default::default(),
+    };
+    let mut r = roll::Roll {
+        batch: vec![(0, 2), (1, 3)],
+        canary: Some(canary::CanaryRoll::new(ask, 2)),
+        ..roll::begin(VecDeque::new(), true)
+    };
+    let flip = roll::flip(&mut r, &view(&lives), 3, &shape(1, 0)).expect("the batch is ready");
+    assert_eq!(
+        flip,
+        vec![(2, Input::FlipInCanary), (3, Input::FlipInCanary)]
+    );
+    let judged = |r: &roll::Roll| r.canary.as_ref().map(|c| c.pairs.clone());
+    assert_eq!(judged(&r), Some(vec![(0, 2), (1, 3)]));
+    assert_eq!(roll::flip(&mut r, &view(&lives), 2, &shape(1, 0)), None);
+    assert_eq!(judged(&r), Some(vec![(0, 2), (1, 3)]));
+    assert!(r.canary.as_ref().is_some_and(|c| c.judging()));
+}
+
 #[test]
 fn an_aborted_roll_retires_every_replacement_of_its_batch() {
     let mut r = roll::Roll {

@@ -118,6 +118,17 @@ impl Model {
                 "canary slot {new}"
             );
         }
+        // A canary's worker that went in (and is not withdrawn) is the roll's to judge: no
+        // readiness event may make the roll forget it (its verdict would never come).
+        let judged = |l: &Life| l.canary && !l.leaving() && !matches!(l.state, State::Stopping(..));
+        for (index, life) in self.lives.iter().filter(|(_, l)| judged(l)) {
+            assert!(
+                roll.canary.as_ref().is_some_and(|c| c.has(*index)),
+                "canary slot {index} ({:?}) is not in the roll's canary: {:?}",
+                life.state,
+                roll.canary
+            );
+        }
         // A revived slot the roll still waits for has its fresh worker: its death settles it.
         for (index, revival) in &roll.revived {
             if *revival == crate::supervisor::fleet::roll::Revival::Starting {

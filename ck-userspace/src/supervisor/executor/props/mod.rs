@@ -263,6 +263,18 @@ impl Model {
                     healthy,
                 },
             ),
+            Op::ReadyAll => {
+                let starting: Vec<u32> = self
+                    .lives
+                    .iter()
+                    .filter(|(_, l)| matches!(l.state, State::Starting(_)))
+                    .map(|(i, _)| *i)
+                    .collect();
+                for index in starting {
+                    let why = "READY=1".into();
+                    self.apply(vec![(index, Input::Ready { why, healthy: true })]);
+                }
+            }
             Op::StopMsg(n) => self.on_nth(n, Input::WorkerDraining),
             Op::Health(n, healthy) => self.on_nth(
                 n,

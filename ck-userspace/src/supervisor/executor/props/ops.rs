@@ -9,6 +9,9 @@ pub(super) enum Op {
     Exit(usize, bool),
     /// The n-th slot's worker says READY=1 (healthy or not).
     Ready(usize, bool),
+    /// Every starting worker says READY=1 before the event loop's next turn (workers that
+    /// boot together): each is its own batch, and their readiness events wait in the queue.
+    ReadyAll,
     /// STOPPING=1.
     StopMsg(usize),
     /// A health verdict.
@@ -57,6 +60,7 @@ pub(super) fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..6usize, any::<bool>()).prop_map(|(n, o)| Op::Exit(n, o)),
         3 => (0..6usize, prop::bool::weighted(0.8)).prop_map(|(n, h)| Op::Ready(n, h)),
+        1 => Just(Op::ReadyAll),
         1 => (0..6usize).prop_map(Op::StopMsg),
         1 => (0..6usize, any::<bool>()).prop_map(|(n, h)| Op::Health(n, h)),
         1 => (0..6usize, any::<bool>()).prop_map(|(n, d)| Op::Drain(n, d)),
