@@ -182,10 +182,10 @@ fn run_into<W: World>(
     }
 }
 
-/// Slot `index`'s worker died ([`core::death::Death`]: whether others killed it, words for a roll's
-/// abort, its exit as `ck status` shows it):
-/// a ready spare takes over, or the slot steps its exit; a lost spare slows the next, a lost
-/// replacement aborts the roll, a slot a reload revived has failed again.
+/// Slot `index`'s worker died ([`core::death::Death`]: whether others killed it, words for a
+/// roll's abort, its exit as `ck status` shows it): a ready spare takes over, or the slot
+/// steps its exit; a lost spare slows the next, a lost replacement aborts the roll, a slot a
+/// reload revived has failed again.
 pub fn on_death<W: World>(world: &mut W, index: u32, death: core::death::Death) {
     let core::death::Death { outside, why, how } = death;
     let aftermath = {

@@ -20,7 +20,7 @@ use std::{
 use crate::settings::run_config::RunConfig;
 use crate::supervisor::{
     groups::Groups,
-    inputs::{Found, Inputs, detect, healths::Healths, queue_motion},
+    inputs::{Found, Inputs, detect, healths, healths::Healths, queue_motion},
     lifecycle::{Input, State},
     slots::SlotTable,
 };
@@ -43,9 +43,7 @@ pub(in crate::supervisor) fn set(
     bad: bool,
     detail: &str,
 ) -> Option<Input> {
-    let slot = table.slots.get(&index)?;
-    slot.worker.as_ref()?;
-    let health = healths.of_mut(index, slot.worker_id()?);
+    let health = healths.of_worker_mut(table.slots.get(&index)?)?;
     let was_healthy = health.is_healthy();
     let flag = match signal {
         Signal::Watchdog => &mut health.watchdog,
@@ -91,8 +89,7 @@ impl Inputs {
         let stall_timeout = cfg.health.stall_timeout;
         let watchdog = cfg.health.watchdog;
         // The health of workers that are gone goes with them.
-        let running = table.slots.values().filter(|s| s.worker.is_some());
-        (self.healths).keep_only(running.filter_map(|s| Some((s.index, s.worker_id()?))));
+        (self.healths).keep_only(|index| table.slots.get(&index).and_then(healths::running));
         let mut depth_changed = Vec::new();
         let mut changes = Vec::new();
         // Nothing queued anywhere and no connection sent since the last sample.
@@ -125,11 +122,10 @@ impl Inputs {
                 slot.queue_depth = depth;
                 depth_changed.push(slot.index);
             }
-            let (Some(_), Some(id)) = (&slot.worker, slot.worker_id()) else {
+            let Some(health) = self.healths.of_worker(slot) else {
                 slot.queue_rising_since = None;
                 continue;
             };
-            let health = self.healths.of(slot.index, id);
             // A starting worker is not expected to accept yet (its accept probe, or a
             // connection the fallback queued, waits for its boot): its stall clock starts when
             // it is ready.

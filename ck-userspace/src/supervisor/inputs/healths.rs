@@ -3,6 +3,8 @@
 //! slot starts healthy). The reports, the recycling check and the handover read them here.
 use std::{collections::BTreeMap, time::Instant};
 
+use crate::supervisor::slots::slot::Slot;
+
 /// A worker's health as the supervisor sees it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Health {
@@ -81,13 +83,27 @@ impl Healths {
         &mut entry.1
     }
 
-    /// Forgets the slots whose worker is not in `running` (slot, worker id): a worker that is
-    /// gone leaves nothing behind.
-    pub fn keep_only(&mut self, running: impl IntoIterator<Item = (u32, u64)>) {
-        let running: BTreeMap<u32, u64> = running.into_iter().collect();
-        self.by_slot
-            .retain(|index, (id, _)| running.get(index) == Some(id));
+    /// The health of the worker `slot` runs now (None: it runs none).
+    pub fn of_worker(&self, slot: &Slot) -> Option<Health> {
+        Some(self.of(slot.index, running(slot)?))
     }
+
+    /// [`Healths::of_worker`], to change.
+    pub fn of_worker_mut(&mut self, slot: &Slot) -> Option<&mut Health> {
+        Some(self.of_mut(slot.index, running(slot)?))
+    }
+
+    /// Forgets the slots whose worker is no longer the one `runs` names (slot -> the id of
+    /// the worker it runs now, if any): a worker that is gone leaves nothing behind.
+    pub fn keep_only(&mut self, runs: impl Fn(u32) -> Option<u64>) {
+        self.by_slot
+            .retain(|index, (id, _)| runs(*index) == Some(*id));
+    }
+}
+
+/// The id of the worker `slot` runs now, if it runs one.
+pub fn running(slot: &Slot) -> Option<u64> {
+    slot.worker.as_ref().and(slot.worker_id())
 }
 
 #[cfg(test)]
@@ -107,7 +123,7 @@ mod tests {
         healths.of_mut(3, 8).probe_fails = 1;
         assert!(healths.of(3, 7).is_healthy());
         assert_eq!(healths.of(3, 8).probe_fails, 1);
-        healths.keep_only([(3, 9)]);
+        healths.keep_only(|index| (index == 3).then_some(9));
         assert_eq!(healths.of(3, 8), Health::default());
         assert!(healths.by_slot.is_empty());
     }

@@ -28,10 +28,7 @@ pub(in crate::supervisor) fn ready(
     if let Some(worker) = slot.worker.as_mut() {
         worker.accept_probe.end();
     }
-    let healthy = slot.worker.is_some()
-        && slot
-            .worker_id()
-            .is_some_and(|id| healths.of(index, id).is_healthy());
+    let healthy = healths.of_worker(slot).is_some_and(|h| h.is_healthy());
     Some(Input::Ready { why, healthy })
 }
 

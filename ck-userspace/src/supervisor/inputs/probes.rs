@@ -5,8 +5,13 @@
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::supervisor::{
-    event::Event, groups::Groups, inputs::Found, inputs::health::Signal, inputs::healths::Healths,
-    lifecycle::State, slots::SlotTable,
+    event::Event,
+    groups::Groups,
+    inputs::Found,
+    inputs::health::Signal,
+    inputs::healths::{self, Healths},
+    lifecycle::State,
+    slots::SlotTable,
 };
 use crate::{
     os::probe::{self, ProbeAnswer},
@@ -42,20 +47,19 @@ pub(in crate::supervisor) fn start(
     let timeout = cfg.health.probe_timeout;
     let base = cfg.health.probe_port_base;
     for slot in table.slots.values() {
-        let (Some(_), Some(id)) = (&slot.worker, slot.worker_id()) else {
+        let Some(id) = healths::running(slot) else {
             continue;
         };
-        let health = healths.of_mut(slot.index, id);
         let stopping = matches!(slot.life.state, State::Stopping(..));
         // A roll's starting replacement (a standby) is probed too: it is ready at a pass.
         let starting = matches!(slot.life.state, State::Starting(_));
-        if !(slot.life.serving() || starting) || stopping || health.probing {
+        if !(slot.life.serving() || starting) || stopping || healths.of(slot.index, id).probing {
             continue;
         }
         let Some(source) = probe::source_of(target, base, slot.index) else {
             continue;
         };
-        health.probing = true;
+        healths.of_mut(slot.index, id).probing = true;
         let index = slot.index;
         let events = events.clone();
         let kind = kind.clone();

@@ -137,9 +137,7 @@ impl CanaryWatch {
         let current = table.slots.values().find(|s| {
             !self.before.contains_key(&s.index)
                 && s.life.serving()
-                && s.worker.is_some()
-                && s.worker_id()
-                    .is_some_and(|id| !healths.of(s.index, id).probing)
+                && healths.of_worker(s).is_some_and(|h| !h.probing)
         });
         let target = probe::target_of(group.addr.addr);
         let source = current.and_then(|s| probe::source_of(target, probe_base, s.index));

@@ -85,9 +85,9 @@ pub(in crate::supervisor) fn overdue(
 ) -> Option<u32> {
     let slot = table.slots.values().find(|s| {
         s.life.serving()
-            && s.worker.is_some()
-            && s.worker_id()
-                .and_then(|id| healths.of(s.index, id).since)
+            && healths
+                .of_worker(s)
+                .and_then(|h| h.since)
                 .is_some_and(|since| now.duration_since(since) >= after)
     })?;
     Some(slot.index)

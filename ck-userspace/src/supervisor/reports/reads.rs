@@ -34,8 +34,6 @@ pub(in crate::supervisor) fn kernel_connections(
 /// Open connections per slot, and how they were counted: `kernel` ([`kernel_connections`])
 /// or `scan (WHY)` (sock_diag matched to the workers' fds: the fallback where the kernel does
 /// not count, slower: a readlink per fd of each worker).
-///
-/// [`kernel_connections`]: kernel_connections
 pub(super) fn open_connections(
     cfg: &RunConfig,
     groups: &Groups,
@@ -116,14 +114,9 @@ pub(super) fn conn_steering(cfg: &RunConfig, groups: &Groups) -> Option<String> 
     })
 }
 
-/// The whole host is out of rotation: the `active` map lists no ready slot, and every slot
-/// with a worker is drained.
-pub(in crate::supervisor) fn host_drained(
-    groups: &Groups,
-    table: &SlotTable,
-    stopping: bool,
-) -> bool {
-    let ready = active_lists(groups, table, stopping).ready;
+/// The whole host is out of rotation: `ready` (the ready list of the `active` map, as
+/// [`active_lists`] read it) is empty, and every slot with a worker is drained.
+pub(in crate::supervisor) fn host_drained(ready: &[u32], table: &SlotTable) -> bool {
     let mut workers = table
         .slots
         .values()

@@ -155,13 +155,19 @@ fn readiness(view: View<'_>) -> Result<String, String> {
     match missing.is_empty() {
         true => Ok(format!("in the active set: {}", ready.join("; "))),
         // `ck drain --all` (or every slot drained one by one): the host is out of rotation.
-        false if reads::host_drained(view.groups, view.table, view.stopping) => Err(format!(
+        false if host_drained(view) => Err(format!(
             "drained: every worker's slot is drained (`ck undrain --all` puts the host \
              back); {}",
             missing.join("; ")
         )),
         false => Err(missing.join("; ")),
     }
+}
+
+/// Whether the whole host is out of rotation, from the active set the kernel holds now.
+fn host_drained(view: View<'_>) -> bool {
+    let ready = reads::active_lists(view.groups, view.table, view.stopping).ready;
+    reads::host_drained(&ready, view.table)
 }
 
 /// `slot 0 draining (drained), slot 1 starting`: why no slot is selected.

@@ -45,9 +45,7 @@ impl Reports {
                     migrated: stats.migrated,
                     last_exit: s.last_exit.clone(),
                     status: worker.and_then(|w| w.status.clone()),
-                    unhealthy: worker
-                        .and(s.worker_id())
-                        .map(|id| view.inputs.healths.of(s.index, id))
+                    unhealthy: (view.inputs.healths.of_worker(s))
                         .filter(|h| !h.is_healthy())
                         .map(|h| h.reasons()),
                     queue_depth: s.live_queue_depth(),
@@ -73,6 +71,7 @@ impl Reports {
             booting,
             fallback,
         } = reads::active_lists(view.groups, view.table, view.stopping);
+        let host_drained = reads::host_drained(&active, view.table);
         let steering = view
             .groups
             .iter()
@@ -157,7 +156,7 @@ impl Reports {
                 .map(str::to_string)
             }),
             quiet_wait: view.ops.quiet.report(view.cfg, view.groups, view.table),
-            host_drained: reads::host_drained(view.groups, view.table, view.stopping),
+            host_drained,
             udp: super::udp_rates::reports(
                 view.groups,
                 &indices,

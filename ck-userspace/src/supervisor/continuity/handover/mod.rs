@@ -252,9 +252,7 @@ pub(in crate::supervisor) fn prepare<'a>(
                 status: w.status.clone(),
                 health: Health {
                     probing: false,
-                    ..view
-                        .healths
-                        .of(slot.index, slot.worker_id().unwrap_or_default())
+                    ..view.healths.of_worker(slot).unwrap_or_default()
                 },
                 cgroup: w.cgroup.as_ref().map(cgroup_of),
                 selected_base: w.selected_base,
