@@ -1,7 +1,8 @@
-//! `ck_udp_minimal`: the yardstick that `cargo xtask bench udp-cost` measures ck's UDP programs
-//! against; ck never loads it. It does the least any select program does: the kernel's hash of
-//! the datagram's addresses and ports, modulo the socket count, picks a socket of the same
-//! `sockets` array. No counters, no tables, no modes.
+//! `ck_udp_minimal`: the yardstick that `cargo xtask bench udp-cost` and `bpf-cost` measure
+//! ck's select programs against (it picks a UDP socket or a TCP listener alike); ck never
+//! loads it. It does the least any select program does: the kernel's hash of the packet's
+//! addresses and ports, modulo the socket count, picks a socket of the same `sockets` array.
+//! No counters, no tables, no modes.
 use aya_ebpf::{
     Global,
     bindings::sk_action::{SK_DROP, SK_PASS},

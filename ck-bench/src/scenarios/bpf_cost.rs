@@ -197,8 +197,8 @@ fn table(m: &Measured) -> Result<Table> {
         ),
         &names,
     );
-    // BENCHMARKS.md shows each policy beside the minimal program (`yardstick`), its word limit
-    // the ns themselves only here and in the record.
+    // The ns themselves are details (printed and recorded): BENCHMARKS.md shows each policy
+    // against the minimal program (`yardstick`), within its word limit.
     for policy in POLICIES {
         t.row(policy, grid::medians(m, &columns, policy, "ns", Unit::Ns))
             .detail();
@@ -212,8 +212,7 @@ fn table(m: &Measured) -> Result<Table> {
         }
     }
     yardstick(&mut t, m, &columns);
-    // In the printed table and the record; BENCHMARKS.md keeps the plain policies (its word
-    // limit).
+    // Details too: printed and recorded, left out of BENCHMARKS.md (its word limit).
     for (row, _) in WEIGHTED {
         t.row(row, grid::medians(m, &columns, row, "ns", Unit::Ns))
             .detail();

@@ -1,8 +1,9 @@
 //! `ck_udp_minimal` on a plain `SO_REUSEPORT` group (a `--no-bpf` fleet): the yardstick of
-//! `udp-cost` and `bpf-cost` (it picks a TCP listener as it picks a UDP socket). It is loaded from the very object the measured ck embeds (found by the SHA-256
-//! that `ck --version` prints), its `sockets` map is filled with copies of the workers' sockets
-//! (`pidfd_getfd`), and it is attached to the group, where the kernel's accounting measures it
-//! as it measures ck's own program.
+//! `udp-cost` and `bpf-cost` (it picks a TCP listener as it picks a UDP socket). It is loaded
+//! from the very object the measured ck embeds (found by the SHA-256 that `ck --version`
+//! prints), its `sockets` map is filled with copies of the workers' sockets (`pidfd_getfd`),
+//! and it is attached to the group, where the kernel's accounting measures it as it measures
+//! ck's own program.
 
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
