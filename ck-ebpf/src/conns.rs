@@ -409,9 +409,10 @@ pub fn open(slot: u32) -> u32 {
     total.clamp(0, i64::from(u32::MAX >> 1)) as u32
 }
 
-/// Adds `delta` to this CPU's count of `slot`.
+/// Adds `delta` to this CPU's count of `slot` (also the minimal counter's one count, in the
+/// bench's own copy of the map).
 #[inline(always)]
-fn add(slot: u32, delta: i64) {
+pub(crate) fn add(slot: u32, delta: i64) {
     if let Some(count) = CONNS.get_ptr_mut(slot) {
         // SAFETY: per-CPU value of this CPU; a BPF program is not preempted on its CPU.
         unsafe { *count += delta };

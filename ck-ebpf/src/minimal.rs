@@ -1,16 +1,26 @@
-//! `ck_udp_minimal`: the yardstick that `cargo xtask bench udp-cost` and `bpf-cost` measure
-//! ck's select programs against (it picks a UDP socket or a TCP listener alike); ck never
-//! loads it. It does the least any select program does: the kernel's hash of the packet's
-//! addresses and ports, modulo the socket count, picks a socket of the same `sockets` array.
-//! No counters, no tables, no modes.
+//! The yardsticks the benches measure ck's programs against; ck never loads them.
+//!
+//! - `ck_udp_minimal`, for `cargo xtask bench udp-cost` and `bpf-cost` (it picks a UDP socket
+//!   or a TCP listener alike): the least any select program does. The kernel's hash of the
+//!   packet's addresses and ports, modulo the socket count, picks a socket of the same
+//!   `sockets` array. No counters, no tables, no modes.
+//! - `ck_minimal_count`, for `bench conn-count`: the least a `sock_ops` program that counts
+//!   open connections does. It asks for every passive connection's state changes and keeps one
+//!   per-CPU count (+1 when established, -1 at `CLOSE`): no tags, no slots, no probes, no
+//!   resets. The kernel runs it as often as it runs ck's counter, so beside a minimal select
+//!   program it is the floor of any count kept by `sock_ops`.
 use aya_ebpf::{
     Global,
-    bindings::sk_action::{SK_DROP, SK_PASS},
-    macros::sk_reuseport,
-    programs::SkReuseportContext,
+    bindings::{
+        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG,
+        BPF_TCP_CLOSE,
+        sk_action::{SK_DROP, SK_PASS},
+    },
+    macros::{sk_reuseport, sock_ops},
+    programs::{SkReuseportContext, SockOpsContext},
 };
 
-use crate::SOCKETS;
+use crate::{SOCKETS, conns};
 
 /// How many sockets the bench put in `sockets` (slots 0..n), set when it loads the program.
 #[unsafe(no_mangle)]
@@ -26,4 +36,17 @@ pub fn ck_udp_minimal(ctx: SkReuseportContext) -> u32 {
         Ok(()) => SK_PASS,
         Err(_) => SK_DROP,
     }
+}
+
+#[sock_ops]
+pub fn ck_minimal_count(ctx: SockOpsContext) -> u32 {
+    let op = ctx.op();
+    if op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB {
+        let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
+        conns::add(0, 1);
+    } else if op == BPF_SOCK_OPS_STATE_CB && ctx.arg(1) == BPF_TCP_CLOSE {
+        // args[1]: the new state.
+        conns::add(0, -1);
+    }
+    1
 }

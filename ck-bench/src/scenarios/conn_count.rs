@@ -5,9 +5,13 @@
 //! accounting in the same rounds (see [`ck_tests::bpf_stats`]); what ck charges to connections
 //! that are not its fleet's; and how exact the counts are, in every round.
 //!
-//! Two contenders, ck on either hook with [`WORKERS`] demo workers (round-robin), each with
+//! Three contenders: ck on either hook with [`WORKERS`] demo workers (round-robin), each with
 //! [`IDLE`] more idle instances on the same hook beside it (so [`IDLE`] + 1 ck instances per
-//! hook), and a bare fleet on a port of its own that no ck serves. In each of [`ROUNDS`] rounds,
+//! hook); and the floor ([`FLOOR`]), a `--no-bpf` fleet of as many workers with the two
+//! minimal programs of ck's object attached in the same places as ck's (`ck_udp_minimal` on
+//! its group, `ck_minimal_count` on the cgroup of its listening sockets): what any select
+//! program plus any count kept by `sock_ops` costs per connection here. Beside them, a bare
+//! fleet on a port of its own that no ck serves. In each of [`ROUNDS`] rounds,
 //! for each contender: [`HELD`] keep-alive connections are held (the count in `ck status` should
 //! be [`HELD`]), then closed (it should fall to 0); then new connections (one request each,
 //! then closed) for [`LOAD`], the programs' counters read before and after, and the count read
@@ -24,7 +28,10 @@ use ck_tests::ck::Ck;
 use ck_tests::http::hold;
 use ck_tests::load::{self, LoadSpec, Mode};
 
-use crate::rounds::contender::{self, Fleet};
+use nix::sys::socket::SockType;
+
+use super::minimal_program::Minimal;
+use crate::rounds::contender::{self, Fleet, Role};
 use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured};
 use crate::table::{Table, Unit};
 use crate::{Bench, Outcome};
@@ -46,6 +53,8 @@ const FOREIGN_GOAL_NS: f64 = 5.0;
 const FLEET_GOAL_NS: f64 = 350.0;
 /// The contender on the host-wide tracepoint.
 const HOST: &str = "ck, host-wide hook";
+/// The contender with the minimal programs.
+const FLOOR: &str = "minimal programs";
 /// Connections held open for the exactness check.
 const HELD: usize = 200;
 /// How long counts get to reach what is expected (closing crosses loopback).
@@ -58,7 +67,7 @@ fn contenders() -> Vec<Contender> {
         .clone()
         .labelled(HOST)
         .with_env(&[("CK_CONN_COUNT", "host")]);
-    vec![ck, host]
+    vec![ck, host, Contender::no_bpf(FLOOR, &[])]
 }
 
 /// The programs of one contender: its fleet's `ck_select` and counter, and the counters of
@@ -92,8 +101,24 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
     )?;
     let mut idle = Vec::new();
     let mut programs = Vec::new();
+    // The floor's minimal programs, held while its fleet runs.
+    let mut minimals = Vec::new();
     for (fleet, contender) in fleets.iter().zip(plan.contenders()) {
         let name = ck_of(fleet)?.name();
+        if contender.role == Role::NoBpf {
+            let mut minimal = Minimal::attach(&bench.bin, ck_of(fleet)?, SockType::Stream)?;
+            let sockets = ck_tests::sys::cgroup_dir(name)
+                .context("no cgroup2 here: the floor's counter needs one")?
+                .join("sockets");
+            let conns = minimal.attach_counter(&sockets)?;
+            programs.push(Programs {
+                select: minimal.id,
+                conns,
+                all_conns: vec![conns],
+            });
+            minimals.push(minimal);
+            continue;
+        }
         let conns = bpf_stats::conns_program_of(name)?;
         let mut all_conns = vec![conns];
         for _ in 0..IDLE {
@@ -122,6 +147,7 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
             &c.label,
         )
     })?;
+    drop(minimals);
     contender::stop_all(bench, fleets)?;
     contender::stop_all(bench, idle)?;
     foreign.stop(bench)?;
@@ -285,6 +311,12 @@ fn table(m: &Measured) -> Result<Table> {
         "counter: ck_conns_ops (sock_ops, instance cgroup) for ck, ck_conns \
          (tp_btf/inet_sock_set_state, every TCP state change of the host) for the host-wide \
          hook; times include the kernel's timing of each run",
+    )
+    .note(
+        "minimal programs: a --no-bpf fleet with ck_udp_minimal (hash % n) on its group and \
+         ck_minimal_count (one per-CPU count, +1 established, -1 closed) on its sockets' \
+         cgroup, run by the kernel as often as ck's: the floor of a select program and a \
+         sock_ops count; its open connections in ck status are the sock_diag scan's",
     );
     t.finish()
 }
@@ -314,10 +346,11 @@ mod tests {
             ])
         };
         let round = |r: usize| RoundFigures {
-            order: vec!["ck".into(), HOST.into()],
+            order: vec!["ck".into(), HOST.into(), FLOOR.into()],
             figures: BTreeMap::from([
                 ("ck".to_string(), figures(r)),
                 (HOST.to_string(), figures(r)),
+                (FLOOR.to_string(), figures(r)),
             ]),
             seconds: 5.0,
         };

@@ -3,27 +3,34 @@
 //! from the very object the measured ck embeds (found by the SHA-256 that `ck --version`
 //! prints), its `sockets` map is filled with copies of the workers' sockets (`pidfd_getfd`),
 //! and it is attached to the group, where the kernel's accounting measures it as it measures
-//! ck's own program.
+//! ck's own program. `bench conn-count` also attaches the object's minimal counter,
+//! `ck_minimal_count`, to the cgroup the fleet's listening sockets were created in.
 
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
-use aya::{Ebpf, EbpfLoader, maps::ReusePortSockArray, programs::SkReuseport};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::ReusePortSockArray,
+    programs::{CgroupAttachMode, SkReuseport, SockOps},
+};
 use nix::sys::socket::{SockType, SockaddrStorage, getsockname, getsockopt, sockopt};
 
 use ck_tests::ck::Ck;
 
 /// The program's name in the object.
 const PROGRAM: &str = "ck_udp_minimal";
+/// The minimal counter's name in the object.
+const COUNTER: &str = "ck_minimal_count";
 /// Its read-only count of sockets.
 const SOCKETS: &str = "CK_MINIMAL_SOCKETS";
 
 /// The minimal program, loaded and attached to one fleet's group.
 pub struct Minimal {
     /// Holds the program and its maps (the group holds them too while it lives).
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
     /// The program's id, for [`ck_tests::bpf_stats::read`].
     pub id: u32,
 }
@@ -72,7 +79,26 @@ impl Minimal {
         let id = program.info().context("the minimal program's id")?.id();
         // The copies go: the workers (and ck) hold the sockets, the group holds the program.
         drop(sockets);
-        Ok(Minimal { _ebpf: ebpf, id })
+        Ok(Minimal { ebpf, id })
+    }
+
+    /// Attaches the object's minimal counter to the cgroup at `cgroup` (where the fleet's
+    /// listening sockets were created: the kernel runs it for their connections only) and
+    /// returns its id, for [`ck_tests::bpf_stats::read`]. It stays attached while this lives.
+    pub fn attach_counter(&mut self, cgroup: &Path) -> Result<u32> {
+        let dir = std::fs::File::open(cgroup)
+            .with_context(|| format!("opening the cgroup {}", cgroup.display()))?;
+        let program: &mut SockOps = self
+            .ebpf
+            .program_mut(COUNTER)
+            .with_context(|| format!("{COUNTER} missing from ck's object"))?
+            .try_into()
+            .with_context(|| format!("{COUNTER} is not a sock_ops program"))?;
+        program.load().context("loading the minimal counter")?;
+        program
+            .attach(&dir, CgroupAttachMode::Single)
+            .with_context(|| format!("attaching the minimal counter to {}", cgroup.display()))?;
+        Ok(program.info().context("the minimal counter's id")?.id())
     }
 }
 
