@@ -1,9 +1,9 @@
 //! Open connections per slot, counted by the kernel. The supervisor writes a [`ConnTag`] `{slot}`
 //! on each listening socket (`conn_tags`, a `BPF_F_CLONE` socket storage, so the kernel copies it
-//! into every connection that listener creates); a connection adds one to the tag's slot on
-//! `SYN_RECV -> ESTABLISHED` and takes one off on `-> CLOSE`, in per-CPU signed counters
-//! (`conns`, summed by the reader: a connection may open on one CPU and close on another). The
-//! tag's `CONN_COUNTED` flag keeps a connection from counting twice. ck's own probe connections
+//! into every connection that listener creates); a connection adds one to the tag's slot as it
+//! is established (`SYN_RECV -> ESTABLISHED`) and takes one off on `-> CLOSE`, in per-CPU signed
+//! counters (`conns`, summed by the reader: a connection may open on one CPU and close on
+//! another). The tag's `CONN_COUNTED` flag keeps a connection from counting twice. ck's own probe connections
 //! never count (`probe::peer_is_probe`): the counts are the clients'.
 //!
 //! Two programs see those state changes; ck attaches one of them:
@@ -184,19 +184,33 @@ pub fn ck_conns(ctx: BtfTracePointContext) -> i32 {
     let old: i32 = ctx.arg(1);
     let new: i32 = ctx.arg(2);
     if old == BPF_TCP_SYN_RECV as i32 && new == BPF_TCP_ESTABLISHED as i32 {
-        opened(sk, || crate::probe::peer_is_probe(sk.cast()));
+        if let Some(tag) = CONN_TAGS.get(sk) {
+            opened(tag, || crate::probe::peer_is_probe(sk.cast()));
+        }
     } else if new == BPF_TCP_CLOSE as i32 {
         // SAFETY: `sk` is the tracepoint's socket; the helper only reads (or sets) its cookie.
         let slot = closed(sk, || unsafe { bpf_get_socket_cookie(sk) });
-        count_reset(slot, old as u32, sk);
+        count_reset(slot, old as u32, || Some(sk));
     }
     0
 }
 
+/// Each connection runs it 8 times, whatever it does: 3 calls the kernel makes for every
+/// connection of a cgroup with a `sock_ops` program (`TIMEOUT_INIT`, `RWND_INIT`, `NEEDS_ECN`,
+/// returned from at the first test), `PASSIVE_ESTABLISHED`, then each state change once it
+/// asked for them (`ESTABLISHED` and two on the way to `CLOSE`, returned from at once; `CLOSE`).
+/// So the work is in two runs: the connection counts at `PASSIVE_ESTABLISHED` (the tag read
+/// once gives both whether to ask and which slot), and leaves the count at `CLOSE`. The socket's
+/// address for the reset check is read only for a close that can be an abort.
 #[sock_ops]
 pub fn ck_conns_ops(ctx: SockOpsContext) -> u32 {
     let op = ctx.op();
-    if op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_STATE_CB {
+    if op == BPF_SOCK_OPS_STATE_CB {
+        // args[0] the old state, args[1] the new one: only CLOSE is of use here.
+        if ctx.arg(1) != BPF_TCP_CLOSE {
+            return 1;
+        }
+    } else if op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB {
         return 1;
     }
     // SAFETY: `sk` is a field of the `bpf_sock_ops` view; the verifier makes it a socket
@@ -206,39 +220,32 @@ pub fn ck_conns_ops(ctx: SockOpsContext) -> u32 {
         return 1;
     }
     if op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB {
-        // The connection is still in SYN_RECV: its move to ESTABLISHED, right after, is the
-        // first state change it reports. Only a tagged one (a group's) asks for them.
-        if CONN_TAGS.get(sk).is_some() {
+        // The connection is still in SYN_RECV and moves to ESTABLISHED right after: it counts
+        // now. Only a tagged one (a group's) asks for its state changes, to see its CLOSE.
+        if let Some(tag) = CONN_TAGS.get(sk) {
             let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
+            opened(tag, || crate::probe::ops_peer_is_probe(&ctx));
         }
         return 1;
     }
-    // BPF_SOCK_OPS_STATE_CB: args[0] the old state, args[1] the new one.
-    let (old, new) = (ctx.arg(0), ctx.arg(1));
-    if old == BPF_TCP_SYN_RECV && new == BPF_TCP_ESTABLISHED {
-        opened(sk, || crate::probe::ops_peer_is_probe(&ctx));
-    } else if new == BPF_TCP_CLOSE {
-        // SAFETY: the context is a `bpf_sock_ops`, which the cookie helper accepts.
-        let slot = closed(sk, || unsafe { bpf_get_socket_cookie(ctx.as_ptr()) });
-        // The verifier refuses arithmetic on the context's socket pointer: the socket's address
-        // is read as a number from the kernel's context (`bpf_sock_ops_kern`, whose first field
-        // is the socket, as ck checks in the kernel's BTF before it sets `CK_SK_ERR_AT`).
+    // SAFETY: the context is a `bpf_sock_ops`, which the cookie helper accepts.
+    let slot = closed(sk, || unsafe { bpf_get_socket_cookie(ctx.as_ptr()) });
+    // The verifier refuses arithmetic on the context's socket pointer: the socket's address is
+    // read as a number from the kernel's context (`bpf_sock_ops_kern`, whose first field is the
+    // socket, as ck checks in the kernel's BTF before it sets `CK_SK_ERR_AT`).
+    count_reset(slot, ctx.arg(0), || {
         // SAFETY: a copy that never faults, into a value of the type asked.
         let addr = unsafe { bpf_probe_read_kernel(ctx.as_ptr().cast::<u64>()) };
-        if let Ok(addr) = addr {
-            count_reset(slot, old, addr as *mut c_void);
-        }
-    }
+        addr.ok().map(|addr| addr as *mut c_void)
+    });
     1
 }
 
-/// A connection of a tagged listener is established: it counts for the tag's slot, unless it
-/// is one of ck's probes (`is_probe`: counted apart, as probe hits: a probe is not a client).
+/// A connection of a tagged listener (`tag`, its copy of the listener's) is established: it
+/// counts for the tag's slot, unless it is one of ck's probes (`is_probe`: counted apart, as
+/// probe hits: a probe is not a client).
 #[inline(always)]
-fn opened(sk: *mut c_void, is_probe: impl FnOnce() -> bool) {
-    let Some(tag) = CONN_TAGS.get(sk) else {
-        return;
-    };
+fn opened(tag: &mut ConnTag, is_probe: impl FnOnce() -> bool) {
     if tag.flags & CONN_COUNTED == 0 && !is_probe() {
         tag.flags |= CONN_COUNTED;
         add(tag.slot, 1);
@@ -281,13 +288,21 @@ fn closed(sk: *mut c_void, cookie: impl FnOnce() -> u64) -> Option<u32> {
 }
 
 /// A client's connection of `slot` closed from state `old`: counted in `resets` when its own
-/// side aborted it ([`sent_reset`]).
+/// side aborted it ([`sent_reset`]). `sk` gives the socket's address, asked only for a close
+/// that can be an abort.
 #[inline(always)]
-fn count_reset(slot: Option<u32>, old: u32, sk: *mut c_void) {
+fn count_reset(slot: Option<u32>, old: u32, sk: impl FnOnce() -> Option<*mut c_void>) {
     let Some(slot) = slot else {
         return;
     };
-    if sent_reset(old, sk) {
+    let at = CK_SK_ERR_AT.load();
+    if at == 0 || (old != BPF_TCP_ESTABLISHED && old != BPF_TCP_CLOSE_WAIT) {
+        return;
+    }
+    let Some(sk) = sk() else {
+        return;
+    };
+    if sent_reset(at, sk) {
         if let Some(count) = RESETS.get_ptr_mut(slot) {
             // SAFETY: per-CPU value of this CPU; a BPF program is not preempted on its CPU.
             unsafe { *count += 1 };
@@ -295,18 +310,14 @@ fn count_reset(slot: Option<u32>, old: u32, sk: *mut c_void) {
     }
 }
 
-/// Whether a connection that closed from state `old` was aborted by its own side, which then
-/// sends a reset: a worker that closed it with data unread or `SO_LINGER` 0, or exited (the
-/// kernel closes its sockets so). An orderly close never goes straight to CLOSE from
-/// ESTABLISHED or CLOSE_WAIT (it passes FIN_WAIT or LAST_ACK), and a reset received on the way
-/// sets `sk_err` (ECONNRESET, EPIPE) before the socket closes, where an abort leaves it 0. One
-/// read, on aborts only.
+/// Whether a connection that closed straight from ESTABLISHED or CLOSE_WAIT was aborted by its
+/// own side, which then sends a reset: a worker that closed it with data unread or `SO_LINGER`
+/// 0, or exited (the kernel closes its sockets so). An orderly close never goes straight to
+/// CLOSE from those states (it passes FIN_WAIT or LAST_ACK: [`count_reset`] asks only for
+/// those two), and a reset received on the way sets `sk_err` (ECONNRESET, EPIPE) before the socket
+/// closes, where an abort leaves it 0. One read of `sk_err`, `at` bytes into `sk`.
 #[inline(always)]
-fn sent_reset(old: u32, sk: *mut c_void) -> bool {
-    let at = CK_SK_ERR_AT.load();
-    if at == 0 || (old != BPF_TCP_ESTABLISHED && old != BPF_TCP_CLOSE_WAIT) {
-        return false;
-    }
+fn sent_reset(at: u32, sk: *mut c_void) -> bool {
     // SAFETY: `bpf_probe_read_kernel` copies without faulting into a value of the type asked;
     // `sk` is only offset, never dereferenced here.
     let err =
@@ -322,7 +333,8 @@ pub fn migrated(ctx: &SkReuseportContext, migrating: *mut c_void, slot: u32) {
     // `bpf_sock` view the verifier lets this program read.
     let state = unsafe { (*migrating.cast::<aya_ebpf::bindings::bpf_sock>()).state };
     // A request still in SYN_RECV is not a connection yet: the listener it now waits on creates
-    // (and tags) it. TCP_SYN_RECV here is a Fast Open child, counted later on the old tag. A
+    // (and tags) it. TCP_SYN_RECV here is a Fast Open child, which keeps the old tag: its count
+    // stays with (`ck_conns_ops`: is already on, `ck_conns`: comes later to) that slot. A
     // connection its client reset while it waited (CLOSE) has left the count already, and
     // closes no more: moving it would leave one too many on the new slot for good.
     if state == BPF_TCP_NEW_SYN_RECV || state == BPF_TCP_SYN_RECV || state == BPF_TCP_CLOSE {
