@@ -5,13 +5,17 @@
 //! accounting in the same rounds (see [`ck_tests::bpf_stats`]); what ck charges to connections
 //! that are not its fleet's; and how exact the counts are, in every round.
 //!
-//! Three contenders: ck on either hook with [`WORKERS`] demo workers (round-robin), each with
+//! Four contenders: ck on either hook with [`WORKERS`] demo workers (round-robin), each with
 //! [`IDLE`] more idle instances on the same hook beside it (so [`IDLE`] + 1 ck instances per
-//! hook); and the floor ([`FLOOR`]), a `--no-bpf` fleet of as many workers with the two
-//! minimal programs of ck's object attached in the same places as ck's (`ck_udp_minimal` on
-//! its group, `ck_minimal_count` on the cgroup of its listening sockets): what any select
-//! program plus any count kept by `sock_ops` costs per connection here. Beside them, a bare
-//! fleet on a port of its own that no ck serves. In each of [`ROUNDS`] rounds,
+//! hook); the floor ([`FLOOR`]), a `--no-bpf` fleet of as many workers with minimal programs
+//! of ck's object attached in the same places as ck's (`ck_udp_minimal` on its group,
+//! `ck_minimal_count` on the cgroup of its listening sockets): what any select program plus
+//! any count kept by `sock_ops` costs per connection here; and the same floor for a count
+//! whose closes are seen at the last `close()` of a connection instead of its `CLOSE` state
+//! ([`FLOOR_RELEASE`]: `ck_minimal_open` and `ck_minimal_release`), fewer runs per connection
+//! for a count of another thing (a connection its worker closed leaves it at once, one never
+//! accepted and dropped with its listener never does). Beside them, a bare fleet on a port of
+//! its own that no ck serves. In each of [`ROUNDS`] rounds,
 //! for each contender: [`HELD`] keep-alive connections are held (the count in `ck status` should
 //! be [`HELD`]), then closed (it should fall to 0); then new connections (one request each,
 //! then closed) for [`LOAD`], the programs' counters read before and after, and the count read
@@ -23,14 +27,14 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use ck_tests::bpf_stats::{self, StatsOn};
+use ck_tests::bpf_stats::{self, RunStats, StatsOn};
 use ck_tests::ck::Ck;
 use ck_tests::http::hold;
 use ck_tests::load::{self, LoadSpec, Mode};
 
 use nix::sys::socket::SockType;
 
-use super::minimal_program::Minimal;
+use super::minimal_program::{Count, Minimal};
 use crate::rounds::contender::{self, Fleet, Role};
 use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured};
 use crate::table::{Table, Unit};
@@ -55,6 +59,8 @@ const FLEET_GOAL_NS: f64 = 350.0;
 const HOST: &str = "ck, host-wide hook";
 /// The contender with the minimal programs.
 const FLOOR: &str = "minimal programs";
+/// The contender with the minimal programs that see a close at its release.
+const FLOOR_RELEASE: &str = "minimal, closes at release";
 /// Connections held open for the exactness check.
 const HELD: usize = 200;
 /// How long counts get to reach what is expected (closing crosses loopback).
@@ -67,18 +73,35 @@ fn contenders() -> Vec<Contender> {
         .clone()
         .labelled(HOST)
         .with_env(&[("CK_CONN_COUNT", "host")]);
-    vec![ck, host, Contender::no_bpf(FLOOR, &[])]
+    vec![
+        ck,
+        host,
+        Contender::no_bpf(FLOOR, &[]),
+        Contender::no_bpf(FLOOR_RELEASE, &[]),
+    ]
 }
 
-/// The programs of one contender: its fleet's `ck_select` and counter, and the counters of
-/// every instance on its hook (its own and the idle ones).
+/// The programs of one contender: its fleet's `ck_select` and counter (one program, or two for
+/// [`FLOOR_RELEASE`]), and the counters of every instance on its hook (its own and the idle
+/// ones).
 struct Programs {
     select: u32,
-    conns: u32,
+    conns: Vec<u32>,
     all_conns: Vec<u32>,
 }
 
 impl Programs {
+    /// The fleet's counter programs' runs and time so far, summed.
+    fn counter(&self) -> Result<RunStats> {
+        let mut sum = RunStats::default();
+        for id in &self.conns {
+            let stats = bpf_stats::read(*id)?;
+            sum.runs += stats.runs;
+            sum.time_ns += stats.time_ns;
+        }
+        Ok(sum)
+    }
+
     /// Run time (ns) of every instance's counter so far, summed.
     fn counters_ns(&self) -> Result<u64> {
         let mut sum = 0;
@@ -110,11 +133,15 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
             let sockets = ck_tests::sys::cgroup_dir(name)
                 .context("no cgroup2 here: the floor's counter needs one")?
                 .join("sockets");
-            let conns = minimal.attach_counter(&sockets)?;
+            let way = match contender.label.as_str() {
+                FLOOR_RELEASE => Count::Release,
+                _ => Count::StateChanges,
+            };
+            let conns = minimal.attach_counter(&sockets, way)?;
             programs.push(Programs {
                 select: minimal.id,
+                all_conns: conns.clone(),
                 conns,
-                all_conns: vec![conns],
             });
             minimals.push(minimal);
             continue;
@@ -128,7 +155,7 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
         }
         programs.push(Programs {
             select: bpf_stats::program_of(name)?,
-            conns,
+            conns: vec![conns],
             all_conns,
         });
     }
@@ -163,7 +190,7 @@ fn round(
     foreign: std::net::SocketAddr,
     label: &str,
 ) -> Result<Figures> {
-    let (select, conns) = (programs.select, programs.conns);
+    let select = programs.select;
     let addr = fleet.addr();
     let inst = fleet
         .instance_mut()
@@ -173,14 +200,14 @@ fn round(
     drop(held);
     let closed = total(inst, |n| n == 0)?;
 
-    let (s0, c0) = (bpf_stats::read(select)?, bpf_stats::read(conns)?);
+    let (s0, c0) = (bpf_stats::read(select)?, programs.counter()?);
     let report = load::run(LoadSpec::for_duration(
         addr,
         Mode::NewConnection,
         CLIENTS,
         bench.span(LOAD),
     ));
-    let (s1, c1) = (bpf_stats::read(select)?, bpf_stats::read(conns)?);
+    let (s1, c1) = (bpf_stats::read(select)?, programs.counter()?);
     let (select_runs, select_ns) = s0.until(s1);
     let (conns_runs, conns_ns) = c0.until(c1);
     let (Some(select_ns), Some(conns_ns)) = (select_ns, conns_ns) else {
@@ -314,9 +341,11 @@ fn table(m: &Measured) -> Result<Table> {
     )
     .note(
         "minimal programs: a --no-bpf fleet with ck_udp_minimal (hash % n) on its group and \
-         ck_minimal_count (one per-CPU count, +1 established, -1 closed) on its sockets' \
-         cgroup, run by the kernel as often as ck's: the floor of a select program and a \
-         sock_ops count; its open connections in ck status are the sock_diag scan's",
+         ck_minimal_count (one per-CPU count, +1 established, -1 at CLOSE) on its sockets' \
+         cgroup, run by the kernel as often as ck's counter: the floor of a select program \
+         and a sock_ops count; closes at release: +1 established (sock_ops, no state change \
+         asked), -1 at the last close() (cgroup/sock_release); their open connections in ck \
+         status are the sock_diag scan's",
     );
     t.finish()
 }
@@ -346,11 +375,12 @@ mod tests {
             ])
         };
         let round = |r: usize| RoundFigures {
-            order: vec!["ck".into(), HOST.into(), FLOOR.into()],
+            order: vec!["ck".into(), HOST.into(), FLOOR.into(), FLOOR_RELEASE.into()],
             figures: BTreeMap::from([
                 ("ck".to_string(), figures(r)),
                 (HOST.to_string(), figures(r)),
                 (FLOOR.to_string(), figures(r)),
+                (FLOOR_RELEASE.to_string(), figures(r)),
             ]),
             seconds: 5.0,
         };

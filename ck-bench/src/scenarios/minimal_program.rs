@@ -3,8 +3,8 @@
 //! from the very object the measured ck embeds (found by the SHA-256 that `ck --version`
 //! prints), its `sockets` map is filled with copies of the workers' sockets (`pidfd_getfd`),
 //! and it is attached to the group, where the kernel's accounting measures it as it measures
-//! ck's own program. `bench conn-count` also attaches the object's minimal counter,
-//! `ck_minimal_count`, to the cgroup the fleet's listening sockets were created in.
+//! ck's own program. `bench conn-count` also attaches one of the object's minimal counters to
+//! the cgroup the fleet's listening sockets were created in.
 
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::ReusePortSockArray,
-    programs::{CgroupAttachMode, SkReuseport, SockOps},
+    programs::{CgroupAttachMode, CgroupSock, SkReuseport, SockOps},
 };
 use nix::sys::socket::{SockType, SockaddrStorage, getsockname, getsockopt, sockopt};
 
@@ -22,8 +22,6 @@ use ck_tests::ck::Ck;
 
 /// The program's name in the object.
 const PROGRAM: &str = "ck_udp_minimal";
-/// The minimal counter's name in the object.
-const COUNTER: &str = "ck_minimal_count";
 /// Its read-only count of sockets.
 const SOCKETS: &str = "CK_MINIMAL_SOCKETS";
 
@@ -82,24 +80,53 @@ impl Minimal {
         Ok(Minimal { ebpf, id })
     }
 
-    /// Attaches the object's minimal counter to the cgroup at `cgroup` (where the fleet's
-    /// listening sockets were created: the kernel runs it for their connections only) and
-    /// returns its id, for [`ck_tests::bpf_stats::read`]. It stays attached while this lives.
-    pub fn attach_counter(&mut self, cgroup: &Path) -> Result<u32> {
+    /// Attaches the object's minimal counter (`way`) to the cgroup at `cgroup` (where the
+    /// fleet's listening sockets were created: the kernel runs it for their connections only)
+    /// and returns the ids of its programs, for [`ck_tests::bpf_stats::read`]. It stays
+    /// attached while this lives.
+    pub fn attach_counter(&mut self, cgroup: &Path, way: Count) -> Result<Vec<u32>> {
         let dir = std::fs::File::open(cgroup)
             .with_context(|| format!("opening the cgroup {}", cgroup.display()))?;
+        let (ops, release) = match way {
+            Count::StateChanges => ("ck_minimal_count", None),
+            Count::Release => ("ck_minimal_open", Some("ck_minimal_release")),
+        };
+        let mut ids = Vec::new();
         let program: &mut SockOps = self
             .ebpf
-            .program_mut(COUNTER)
-            .with_context(|| format!("{COUNTER} missing from ck's object"))?
+            .program_mut(ops)
+            .with_context(|| format!("{ops} missing from ck's object"))?
             .try_into()
-            .with_context(|| format!("{COUNTER} is not a sock_ops program"))?;
-        program.load().context("loading the minimal counter")?;
+            .with_context(|| format!("{ops} is not a sock_ops program"))?;
+        program.load().with_context(|| format!("loading {ops}"))?;
         program
             .attach(&dir, CgroupAttachMode::Single)
-            .with_context(|| format!("attaching the minimal counter to {}", cgroup.display()))?;
-        Ok(program.info().context("the minimal counter's id")?.id())
+            .with_context(|| format!("attaching {ops} to {}", cgroup.display()))?;
+        ids.push(program.info().context("the minimal counter's id")?.id());
+        if let Some(name) = release {
+            let program: &mut CgroupSock = self
+                .ebpf
+                .program_mut(name)
+                .with_context(|| format!("{name} missing from ck's object"))?
+                .try_into()
+                .with_context(|| format!("{name} is not a cgroup/sock program"))?;
+            program.load().with_context(|| format!("loading {name}"))?;
+            program
+                .attach(&dir, CgroupAttachMode::Single)
+                .with_context(|| format!("attaching {name} to {}", cgroup.display()))?;
+            ids.push(program.info().context("the release counter's id")?.id());
+        }
+        Ok(ids)
     }
+}
+
+/// How a minimal counter sees a connection close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// At its `CLOSE` state change, as ck's counter (`ck_minimal_count`).
+    StateChanges,
+    /// When its last descriptor is closed (`ck_minimal_open` + `ck_minimal_release`).
+    Release,
 }
 
 /// A copy of the socket of `kind` that worker `pid` has bound to `port` (for TCP, its
