@@ -295,7 +295,9 @@ fn table(m: &Measured) -> Result<Table> {
         "fleet_ns_per_conn",
         Unit::Ns,
     )
-    .goal(Goal::at_most(FLEET_GOAL_NS, Unit::Ns).of(&["ck"]))
+    // The floors beside ck, in the same line: the goal is ck's, and no count kept in their
+    // shape can cost less than they do.
+    .goal(Goal::at_most(FLEET_GOAL_NS, Unit::Ns).of(&["ck", FLOOR, FLOOR_RELEASE]))
     .values(
         &format!(
             "ck's programs, ns per foreign connection ({} instances)",
@@ -406,7 +408,7 @@ mod tests {
         );
         assert_eq!(
             verdict("ck's programs, ns per fleet"),
-            "<= 350.0 ns (ck): met"
+            "<= 350.0 ns (ck, minimal programs, minimal, closes at release): met"
         );
         assert_eq!(
             verdict("ck's programs, ns per foreign"),

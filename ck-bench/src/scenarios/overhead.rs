@@ -1,6 +1,7 @@
-//! The `overhead` scenario: the throughput cost of ck's steering, and of `--adopt`. ck, `ck
-//! --no-bpf`, `ck --adopt` and the same demo workers with no supervisor at all (each binding the
-//! port with `SO_REUSEPORT`), [`WORKERS`] workers each, run side by side; in every round each
+//! The `overhead` scenario: the throughput cost of ck's steering, and of `--adopt`. ck, ck
+//! without its connection counter ([`NO_COUNTER`]), `ck --no-bpf`, `ck --adopt` and the same
+//! demo workers with no supervisor at all (each binding the port with `SO_REUSEPORT`),
+//! [`WORKERS`] workers each, run side by side; in every round each
 //! takes an unpaced keep-alive load, then an unpaced new-connection load, for [`LOAD`] each,
 //! the contenders in turn (the order rotating from round to round). Reported: each one's rate
 //! (median of the rounds, with the lowest and highest), the per-round ratios of ck to `--no-bpf`
@@ -39,6 +40,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 const KILLS: usize = 5;
 /// ck with `--adopt`'s column.
 const ADOPT: &str = "ck --adopt";
+/// ck with its select program but without the kernel's connection counter (`CK_CONN_COUNT=scan`):
+/// beside ck and `--no-bpf`, it splits ck's cost per new connection between the counter (the
+/// `sock_ops` runs and the tag the kernel copies into every connection) and the select program.
+const NO_COUNTER: &str = "ck, counted by scan";
 /// The least ratio of ck to its baselines, and of `--adopt` to ck.
 const LEAST_RATIO: f64 = 0.98;
 
@@ -72,6 +77,7 @@ const LOADS: [Load; 2] = [
 fn contenders() -> Vec<Contender> {
     vec![
         Contender::ck("ck", &[]),
+        Contender::ck(NO_COUNTER, &[]).with_env(&[("CK_CONN_COUNT", "scan")]),
         Contender::no_bpf(NO_BPF, &[]),
         Contender::ck(ADOPT, &["--adopt"]),
         Contender::bare(),
