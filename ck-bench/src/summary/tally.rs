@@ -50,16 +50,18 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// `; 3/5 runs met` (`, 1 void` when some were): short, since every goal line of
-    /// BENCHMARKS.md carries one and the file has a word limit. Nothing when no run of the
-    /// current code judged it (the block's header says **Earlier code** then).
+    /// `; 3/5 runs met` (`, 1 void` when some were; `; 1 void` when every run was): short,
+    /// since every goal line of BENCHMARKS.md carries one and the file has a word limit.
+    /// Nothing when no run of the current code judged it (the block's header says **Earlier
+    /// code** then).
     pub fn text(&self) -> String {
         let void = match self.void {
             0 => String::new(),
             n => format!(", {n} void"),
         };
-        match self.judged + self.void {
-            0 => String::new(),
+        match (self.judged, self.void) {
+            (0, 0) => String::new(),
+            (0, n) => format!("; {n} void"),
             _ => format!("; {}/{} runs met{void}", self.met, self.judged),
         }
     }
@@ -152,5 +154,11 @@ mod tests {
         };
         assert_eq!(tally(&other, &records, &current), Tally::default());
         assert_eq!(Tally::default().text(), "");
+        let only_void = Tally {
+            met: 0,
+            judged: 0,
+            void: 2,
+        };
+        assert_eq!(only_void.text(), "; 2 void");
     }
 }
