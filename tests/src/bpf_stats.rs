@@ -114,6 +114,18 @@ pub fn read(id: u32) -> Result<RunStats> {
     Err(anyhow!("BPF program {id} is not loaded any more"))
 }
 
+/// The counters of programs `ids` now, summed (one program's work spread over several, or
+/// several instances' copies of one).
+pub fn read_sum(ids: &[u32]) -> Result<RunStats> {
+    let mut sum = RunStats::default();
+    for id in ids {
+        let stats = read(*id)?;
+        sum.runs += stats.runs;
+        sum.time_ns += stats.time_ns;
+    }
+    Ok(sum)
+}
+
 /// The first (by name) group directory of an instance's pins.
 fn first_group(instance: &Path) -> Result<PathBuf> {
     let mut groups: Vec<PathBuf> = fs::read_dir(instance)

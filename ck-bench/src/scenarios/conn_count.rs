@@ -95,22 +95,12 @@ struct Programs {
 impl Programs {
     /// The fleet's counter programs' runs and time so far, summed.
     fn counter(&self) -> Result<RunStats> {
-        let mut sum = RunStats::default();
-        for id in &self.conns {
-            let stats = bpf_stats::read(*id)?;
-            sum.runs += stats.runs;
-            sum.time_ns += stats.time_ns;
-        }
-        Ok(sum)
+        bpf_stats::read_sum(&self.conns)
     }
 
     /// Run time (ns) of every instance's counter so far, summed.
     fn counters_ns(&self) -> Result<u64> {
-        let mut sum = 0;
-        for id in &self.all_conns {
-            sum += bpf_stats::read(*id)?.time_ns;
-        }
-        Ok(sum)
+        Ok(bpf_stats::read_sum(&self.all_conns)?.time_ns)
     }
 }
 
