@@ -6,8 +6,8 @@ use anyhow::{Result, bail};
 
 use crate::scenarios::{
     bpf_cost, canary, canary_withdraw, chaos, conn_count, cork, dns, first_moment, footprint,
-    latency, long_lived, overhead, quic, ready_slow, recovery, reload, rollback, slow_start,
-    spread, stall, sticky, supervisor_cpu, udp_cost, udp_rate, upgrade,
+    latency, long_lived, overhead, peer_loads, quic, ready_slow, recovery, reload, rollback,
+    slow_start, spread, stall, sticky, supervisor_cpu, udp_cost, udp_rate, upgrade,
 };
 use crate::{Bench, Outcome};
 
@@ -45,6 +45,10 @@ pub enum Scenario {
     /// connections from the port's first answer): connections per worker and requests/s; ck
     /// and --no-bpf.
     FirstMoment,
+    /// ck beside node:cluster and pm2 (Node hello app, 2 workers, a fresh fleet per round):
+    /// keep-alive requests/s from the port's first answer, new connections/s, ck's programs'
+    /// run time per connection, and an idle ck's per connection of each fleet.
+    Peers,
     /// Latency with one of 4 workers stalling every second, per policy, beside --no-bpf.
     Stall,
     /// Session affinity: clients (source addresses) that change worker when one of 4 leaves,
@@ -104,7 +108,7 @@ pub enum Scenario {
 }
 
 /// The scenarios `all` runs, in order.
-pub const ALL: [Scenario; 25] = [
+pub const ALL: [Scenario; 26] = [
     Scenario::Recovery,
     Scenario::Reload,
     Scenario::Upgrade,
@@ -115,6 +119,7 @@ pub const ALL: [Scenario; 25] = [
     Scenario::ConnCount,
     Scenario::Spread,
     Scenario::FirstMoment,
+    Scenario::Peers,
     Scenario::Stall,
     Scenario::Sticky,
     Scenario::LongLived,
@@ -175,6 +180,7 @@ impl Scenario {
             Scenario::Sticky => files!("sticky.rs"),
             Scenario::LongLived => files!("long_lived.rs"),
             Scenario::FirstMoment => files!("first_moment.rs"),
+            Scenario::Peers => files!("peer_loads.rs"),
             Scenario::SupervisorCpu => files!("supervisor_cpu.rs"),
             Scenario::Chaos => files!("chaos.rs"),
             Scenario::Cork => files!("cork.rs"),
@@ -207,6 +213,7 @@ impl Scenario {
             Scenario::Sticky => sticky::run(bench),
             Scenario::LongLived => long_lived::run(bench),
             Scenario::FirstMoment => first_moment::run(bench),
+            Scenario::Peers => peer_loads::run(bench),
             Scenario::SupervisorCpu => supervisor_cpu::run(bench),
             Scenario::Chaos => chaos::run(bench),
             Scenario::Cork => cork::run(bench),
@@ -232,7 +239,7 @@ mod tests {
 
     #[test]
     fn all_expands_to_every_scenario() {
-        assert_eq!(Scenario::All.expand().len(), 25);
+        assert_eq!(Scenario::All.expand().len(), 26);
         assert_eq!(Scenario::Reload.expand(), [Scenario::Reload]);
         assert!(Scenario::Summary.expand().is_empty());
         assert_eq!(Scenario::SupervisorCpu.name(), "supervisor-cpu");

@@ -11,10 +11,10 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use ck_tests::load::{self, LoadSpec, Mode};
 
-use super::fleet::node_app;
+use super::fleet::{first_answer, node_app};
 use crate::rounds::contender::Fleet;
 use crate::rounds::{Contender, Figures, Goal, Layout, Measured, NO_BPF};
 use crate::table::{Table, Unit};
@@ -30,8 +30,6 @@ const SLACK: u64 = 2;
 const LOAD: Duration = Duration::from_secs(5);
 /// Into the load, when the connections per worker are read (every one opened by then).
 const SETTLE: Duration = Duration::from_secs(1);
-/// How long a fresh fleet gets to answer its first request.
-const FIRST_ANSWER_WITHIN: Duration = Duration::from_secs(20);
 /// Rounds: a goal bounds a ratio near 1 (throughput within 2 % of `--no-bpf`'s).
 const ROUNDS: usize = 7;
 /// ck's throughput over `--no-bpf`'s, at least.
@@ -68,13 +66,7 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
 /// One round of one fresh fleet: the load from its first answer, where its connections went.
 fn measure(bench: &Bench, fleet: &mut Fleet) -> Result<Figures> {
     let addr = fleet.addr();
-    let deadline = Instant::now() + FIRST_ANSWER_WITHIN;
-    while load::get_once(addr, Duration::from_secs(1)).is_err() {
-        if Instant::now() > deadline {
-            bail!("{addr} did not answer within {FIRST_ANSWER_WITHIN:?}");
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    first_answer(addr)?;
     let mut spec = LoadSpec::for_duration(addr, Mode::KeepAlive, CONNECTIONS, bench.span(LOAD));
     spec.retry = false;
     let started = Instant::now();

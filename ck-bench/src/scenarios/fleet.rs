@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use ck_tests::ck::Ck;
@@ -37,6 +37,23 @@ pub fn node_app(workers: u32) -> Result<Group> {
             bare_env: Vec::new(),
         },
     })
+}
+
+/// How long a fresh fleet gets to answer its first request.
+const FIRST_ANSWER_WITHIN: Duration = Duration::from_secs(20);
+
+/// Returns once a fresh fleet at `addr` answered its first `GET /` (polled every millisecond,
+/// each try waiting up to a second): the moment a balancer's pool or a service's HTTP agent
+/// reconnects after a restart.
+pub fn first_answer(addr: SocketAddr) -> Result<()> {
+    let deadline = Instant::now() + FIRST_ANSWER_WITHIN;
+    while ck_tests::load::get_once(addr, Duration::from_secs(1)).is_err() {
+        if Instant::now() > deadline {
+            bail!("{addr} did not answer within {FIRST_ANSWER_WITHIN:?}");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
 }
 
 /// node:cluster and pm2, as contenders.
@@ -70,6 +87,31 @@ impl AnyFleet {
         group: &Group,
         pm2: &Path,
     ) -> Result<AnyFleet> {
+        AnyFleet::launch(bench, contender, what, group, pm2, true)
+    }
+
+    /// As [`AnyFleet::start`], but a ck contender is not waited for (its workers may still be
+    /// booting: see [`first_answer`]); a peer is still waited for until its processes serve,
+    /// as neither says when its workers are ready.
+    pub fn spawn(
+        bench: &Bench,
+        contender: &Contender,
+        what: &str,
+        group: &Group,
+        pm2: &Path,
+    ) -> Result<AnyFleet> {
+        AnyFleet::launch(bench, contender, what, group, pm2, false)
+    }
+
+    /// Starts `contender`, waiting for a ck contender's workers to be ready when `wait`.
+    fn launch(
+        bench: &Bench,
+        contender: &Contender,
+        what: &str,
+        group: &Group,
+        pm2: &Path,
+        wait: bool,
+    ) -> Result<AnyFleet> {
         let workers = group.workers as usize;
         Ok(match (contender.role, contender.label.as_str()) {
             (Role::Peer, NODE_CLUSTER) => AnyFleet::Cluster(NodeCluster::start(
@@ -84,7 +126,8 @@ impl AnyFleet {
                 workers,
             )?),
             (Role::Peer, other) => bail!("no peer is called {other}: {NODE_CLUSTER} or {PM2}"),
-            _ => AnyFleet::Ck(contender.start(bench, what, group)?),
+            _ if wait => AnyFleet::Ck(contender.start(bench, what, group)?),
+            _ => AnyFleet::Ck(contender.spawn(bench, what, group)?),
         })
     }
 

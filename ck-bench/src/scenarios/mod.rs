@@ -16,6 +16,7 @@ pub mod latency;
 pub mod long_lived;
 pub mod minimal_program;
 pub mod overhead;
+pub mod peer_loads;
 pub mod peers;
 pub mod quic;
 pub mod quic_stacks;
