@@ -1,17 +1,20 @@
 //! The `peers` scenario: ck beside node:cluster and pm2 as someone choosing between them tries
-//! them. [`WORKERS`] workers of the Node hello app under each of ck, `ck --no-bpf`,
-//! node:cluster and pm2 (cluster mode); in every round each contender in turn starts a fresh
-//! fleet and, the moment its port first answers (as a balancer's pool or a service's HTTP agent
-//! reconnects after a restart), takes [`KEEP_ALIVE`] keep-alive connections that never retry
-//! for [`LOAD`], then [`CLIENTS`] clients opening a new connection per request for as long.
-//! A peer is started until its processes serve (neither says when a worker is ready); ck is
-//! not waited for. All the while an idle ck runs on another port.
+//! them. [`WORKERS`] workers of the Node hello app under each of ck, `ck --adopt`, `ck
+//! --no-bpf`, node:cluster and pm2 (cluster mode); the peers and `--adopt` run the same
+//! unmodified app (`ck-bench/apps/hello.js`, binding its port itself), ck and `--no-bpf` its
+//! handler on the socket ck hands over (`examples/worker.js`). In every round each contender
+//! in turn starts a fresh fleet and, the moment its port first answers (as a balancer's pool
+//! or a service's HTTP agent reconnects after a restart), takes [`KEEP_ALIVE`] keep-alive
+//! connections that never retry for [`LOAD`], then [`CLIENTS`] clients opening a new
+//! connection per request for as long. A peer is started until its processes serve (neither
+//! says when a worker is ready); ck is not waited for. All the while an idle ck runs on
+//! another port.
 //!
-//! Reported: each load's rate and its ratio to node:cluster's; ck's programs' run time per
-//! connection of its fleet (the kernel's accounting of `ck_select` and the connection counter
-//! during the new-connection load); and the idle ck's programs' run time per connection of
-//! each fleet, the tax ck lays on traffic that is not its own (goal: under
-//! [`HOST_TAX_GOAL_NS`]).
+//! Reported: each load's rate and its ratio to node:cluster's (goal: ck's new connections at
+//! least node:cluster's); ck's programs' run time per connection of its fleet (the kernel's
+//! accounting of `ck_select` and the connection counter during the new-connection load); and
+//! the idle ck's programs' run time per connection of each fleet, the tax ck lays on traffic
+//! that is not its own (goal: under [`HOST_TAX_GOAL_NS`]).
 
 use std::time::Duration;
 
@@ -23,7 +26,8 @@ use ck_tests::load::{self, LoadSpec, Mode};
 use super::fleet::{
     AnyFleet, NODE_CLUSTER, PM2, first_answer, node_app, peer_contenders, peer_tools,
 };
-use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured, NO_BPF};
+use super::peers::apps_dir;
+use crate::rounds::{App, Contender, Figures, Goal, Group, Layout, Measured, NO_BPF};
 use crate::table::{Table, Unit};
 use crate::{Bench, Outcome};
 
@@ -39,16 +43,42 @@ const LOAD: Duration = Duration::from_secs(4);
 const PAUSE: Duration = Duration::from_millis(300);
 /// Limit of one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-/// Rounds: no goal bounds a ratio near 1; a round (four fresh fleets) is about 45 s.
-const ROUNDS: usize = 5;
+/// Rounds: a goal bounds a ratio at 1 (ck's new connections over node:cluster's), which takes
+/// at least 7; a round (four fresh fleets) is about 40 s.
+const ROUNDS: usize = 7;
 /// The most an idle ck's programs may cost a connection that is not its own, in ns.
 const HOST_TAX_GOAL_NS: f64 = 5.0;
 
+/// ck adopting the peers' own app's sockets: its column.
+const ADOPT: &str = "ck --adopt";
+/// Its setup index ([`Contender::setup`]), which its `--against` copy keeps: it runs
+/// [`hello_app`], the others [`node_app`].
+const ADOPT_SETUP: usize = 1;
+
 /// The contenders, in column order.
 fn contenders() -> Vec<Contender> {
-    let mut all = vec![Contender::ck("ck", &[]), Contender::no_bpf(NO_BPF, &[])];
+    let mut all = vec![
+        Contender::ck("ck", &[]),
+        Contender::ck(ADOPT, &["--adopt"]).with_setup(ADOPT_SETUP),
+        Contender::no_bpf(NO_BPF, &[]),
+    ];
     all.extend(peer_contenders());
     all
+}
+
+/// `workers` workers of the app the peers run, `ck-bench/apps/hello.js`, unmodified: each binds
+/// `PORT` (which ck sets) on 127.0.0.1 itself, and `--adopt` takes its socket into the group.
+fn hello_app(workers: u32) -> Result<Group> {
+    let hello = apps_dir()?.join("hello.js");
+    Ok(Group {
+        workers,
+        udp: false,
+        app: App::Program {
+            argv: vec!["node".into(), hello.to_string_lossy().into_owned()],
+            env: Vec::new(),
+            bare_env: Vec::new(),
+        },
+    })
 }
 
 /// ck's programs of one instance's group: `ck_select` and the connection counter.
@@ -74,7 +104,7 @@ impl Programs {
 pub fn run(bench: &Bench) -> Result<Outcome> {
     let pm2 = peer_tools()?;
     let _stats = StatsOn::enable()?;
-    let group = node_app(WORKERS)?;
+    let (worker_js, hello) = (node_app(WORKERS)?, hello_app(WORKERS)?);
     let plan = bench.plan("peers", ROUNDS, contenders());
     // The idle instance, from the measured build's binary.
     let idle = Contender {
@@ -85,7 +115,13 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
     let idle_programs = Programs::of(idle.instance().context("the idle ck is a ck")?)?;
     let measured = plan.run(bench, |_, c, r| {
         let what = format!("peers{}", r + 1);
-        let fleet = AnyFleet::spawn(bench, c, &what, &group, &pm2)?;
+        // By setup, not label: an `--against` copy is labelled after its build.
+        let group = if c.setup == ADOPT_SETUP {
+            &hello
+        } else {
+            &worker_js
+        };
+        let fleet = AnyFleet::spawn(bench, c, &what, group, &pm2)?;
         let figures = measure(bench, &fleet, &idle_programs).with_context(|| c.label.clone());
         fleet.stop(bench)?;
         figures
@@ -170,8 +206,9 @@ fn table(m: &Measured) -> Result<Table> {
         Unit::Rate("conn/s"),
     )
     .ratios("new-conn: / node:cluster", "new_conn_rate", NODE_CLUSTER)
+    .goal(Goal::at_least(1.0, Unit::Ratio).of(&["ck", ADOPT]))
     .total("failed requests, all rounds", "failed", Unit::Count)
-    .goal(Goal::at_most(0.0, Unit::Count).of(&["ck"]))
+    .goal(Goal::at_most(0.0, Unit::Count).of(&["ck", ADOPT]))
     .values(
         "ck's programs, ns per connection of its fleet",
         "own_ns",
@@ -182,11 +219,19 @@ fn table(m: &Measured) -> Result<Table> {
         "host_tax_ns",
         Unit::Ns,
     )
-    .goal(Goal::at_most(HOST_TAX_GOAL_NS, Unit::Ns).of(&["ck", NO_BPF, NODE_CLUSTER, PM2]));
+    .goal(Goal::at_most(HOST_TAX_GOAL_NS, Unit::Ns).of(&[
+        "ck",
+        ADOPT,
+        NO_BPF,
+        NODE_CLUSTER,
+        PM2,
+    ]));
     t.note(
-        "a peer is started until its processes serve, ck is not waited for; programs' run time \
-         from the kernel's accounting (ck_select and the connection counter) during the \
-         new-connection load; the load client runs on the workers' CPUs",
+        "a peer is started until its processes serve, ck is not waited for; the peers and ck \
+         --adopt run ck-bench/apps/hello.js, ck and --no-bpf examples/worker.js (its handler \
+         plus the connection bookkeeping of a graceful close); programs' run time from the \
+         kernel's accounting (ck_select and the connection counter) during the new-connection \
+         load; the load client runs on the workers' CPUs",
     );
     t.finish()
 }
@@ -201,7 +246,7 @@ mod tests {
     #[test]
     fn ck_s_own_programs_show_in_its_column_only_and_the_host_tax_is_judged_in_every_one() {
         let plan = Plan::new("peers", ROUNDS, contenders(), "/ck".as_ref(), None);
-        let labels = ["ck", NO_BPF, NODE_CLUSTER, PM2];
+        let labels = ["ck", ADOPT, NO_BPF, NODE_CLUSTER, PM2];
         let figures = |label: &str, r: usize| {
             let mut f = BTreeMap::from([
                 ("keep_alive_rate".to_string(), 1000.0),
@@ -220,6 +265,9 @@ mod tests {
             if label == "ck" {
                 f.insert("own_ns".to_string(), 500.0);
             }
+            if label == ADOPT {
+                f.insert("own_ns".to_string(), 600.0);
+            }
             f
         };
         let round = |r: usize| RoundFigures {
@@ -234,14 +282,20 @@ mod tests {
         let row = |start: &str| t.rows.iter().find(|r| r.metric.starts_with(start)).unwrap();
         let own = row("ck's programs");
         assert_eq!(own.cells[0].text, "500.0 ns");
-        assert!(own.cells[1..].iter().all(|c| c.text == "-"), "{own:?}");
-        assert_eq!(row("new-conn: / node:cluster").cells[0].text, "1.00");
+        assert_eq!(own.cells[1].text, "600.0 ns");
+        assert!(own.cells[2..].iter().all(|c| c.text == "-"), "{own:?}");
+        let new_conn = row("new-conn: / node:cluster");
+        assert_eq!(new_conn.cells[0].text, "1.00");
+        assert_eq!(
+            new_conn.goal.as_ref().unwrap().text(),
+            ">= 1.00 (ck, ck --adopt): met"
+        );
         // The median hides one round; the verdict is the median's.
         let tax = row("an idle ck's");
-        assert_eq!(tax.cells[3].text, "0.1 ns (0.1-40.0)");
+        assert_eq!(tax.cells[4].text, "0.1 ns (0.1-40.0)");
         assert_eq!(
             tax.goal.as_ref().unwrap().text(),
-            "<= 5.0 ns (ck, ck --no-bpf, node:cluster, pm2): met"
+            "<= 5.0 ns (ck, ck --adopt, ck --no-bpf, node:cluster, pm2): met"
         );
     }
 }
