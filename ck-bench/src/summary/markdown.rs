@@ -1,5 +1,5 @@
 //! The Markdown of BENCHMARKS.md's generated blocks: a scenario's block ([`scenario_block`]:
-//! its latest record — when, where, how loaded, whether one run, whether void — and each table
+//! its latest record — when, where, whether one run, whether busy or void — and each table
 //! with its setup, its rows but the details, each goal's verdict with "K/N runs met" over
 //! the records of the current program, its control pair, its plots) and the method's block
 //! ([`method_block`]: the machine, the rules on rounds and the control pair, how long `all`
@@ -42,11 +42,10 @@ pub fn scenario_block(name: &str, records: &[(String, Record)], current: &Curren
     out
 }
 
-/// When and on which commit the run was, how loaded the machine, whether it was one run (a
-/// run in rounds says how many in each table's title), and whether it is a run of the current
-/// program.
+/// When and on which commit the run was, whether it was one run (a run in rounds says how
+/// many in each table's title), whether the machine was busy, and whether it is a run of the
+/// current program. (The load averages themselves are in the record.)
 fn header(file: &str, record: &Record, run: &ScenarioRun, counts: bool) -> String {
-    let load = |l: Option<f64>| l.map_or_else(|| "?".into(), |l| format!("{l:.2}"));
     let rounds = match run.rounds.len() {
         0 => " one run,",
         _ => "",
@@ -64,11 +63,9 @@ fn header(file: &str, record: &Record, run: &ScenarioRun, counts: bool) -> Strin
     let dirty = if record.dirty { " + changes" } else { "" };
     let older = if counts { "" } else { " **Earlier code.**" };
     format!(
-        "*{}, `{}`{dirty}, load {}→{},{rounds} [record](docs/bench/runs/{file})*{busy}{older}\n\n",
+        "*{}, `{}`{dirty},{rounds} [record](docs/bench/runs/{file})*{busy}{older}\n\n",
         record.date.get(..10).unwrap_or(&record.date),
         record.commit,
-        load(run.load_before),
-        load(run.load_after),
     )
 }
 

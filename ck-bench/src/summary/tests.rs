@@ -56,8 +56,8 @@ fn only_the_blocks_change_and_the_latest_record_is_shown_with_its_counts() {
     let drawn = regenerate(text, &records, &current).unwrap();
     assert!(
         drawn.starts_with(
-            "# Hand\n\nprose\n<!-- bench:reload -->\n*2026-12-02, `4c813f3abc`, load 0.50→1.25, \
-             one run, [record](docs/bench/runs/2026-12-02-114702-4c813f3abc.json)*\n"
+            "# Hand\n\nprose\n<!-- bench:reload -->\n*2026-12-02, `4c813f3abc`, one run, \
+             [record](docs/bench/runs/2026-12-02-114702-4c813f3abc.json)*\n"
         ),
         "{drawn}"
     );
