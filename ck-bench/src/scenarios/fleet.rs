@@ -27,16 +27,23 @@ const WHOLE_WITHIN: Duration = Duration::from_secs(20);
 
 /// `workers` workers of the Node hello app under ck: `node examples/worker.js`.
 pub fn node_app(workers: u32) -> Result<Group> {
-    let worker_js = crate::paths::workspace_root()?.join("examples/worker.js");
-    Ok(Group {
+    Ok(node_script(
+        &crate::paths::workspace_root()?.join("examples/worker.js"),
+        workers,
+    ))
+}
+
+/// `workers` workers of `node SCRIPT`, with no environment of their own.
+pub fn node_script(script: &Path, workers: u32) -> Group {
+    Group {
         workers,
         udp: false,
         app: App::Program {
-            argv: vec!["node".into(), worker_js.to_string_lossy().into_owned()],
+            argv: vec!["node".into(), script.to_string_lossy().into_owned()],
             env: Vec::new(),
             bare_env: Vec::new(),
         },
-    })
+    }
 }
 
 /// How long a fresh fleet gets to answer its first request.

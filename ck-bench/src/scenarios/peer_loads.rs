@@ -24,10 +24,10 @@ use ck_tests::ck::Ck;
 use ck_tests::load::{self, LoadSpec, Mode};
 
 use super::fleet::{
-    AnyFleet, NODE_CLUSTER, PM2, first_answer, node_app, peer_contenders, peer_tools,
+    AnyFleet, NODE_CLUSTER, PM2, first_answer, node_app, node_script, peer_contenders, peer_tools,
 };
 use super::peers::apps_dir;
-use crate::rounds::{App, Contender, Figures, Goal, Group, Layout, Measured, NO_BPF};
+use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured, NO_BPF, Role};
 use crate::table::{Table, Unit};
 use crate::{Bench, Outcome};
 
@@ -69,16 +69,7 @@ fn contenders() -> Vec<Contender> {
 /// `workers` workers of the app the peers run, `ck-bench/apps/hello.js`, unmodified: each binds
 /// `PORT` (which ck sets) on 127.0.0.1 itself, and `--adopt` takes its socket into the group.
 fn hello_app(workers: u32) -> Result<Group> {
-    let hello = apps_dir()?.join("hello.js");
-    Ok(Group {
-        workers,
-        udp: false,
-        app: App::Program {
-            argv: vec!["node".into(), hello.to_string_lossy().into_owned()],
-            env: Vec::new(),
-            bare_env: Vec::new(),
-        },
-    })
+    Ok(node_script(&apps_dir()?.join("hello.js"), workers))
 }
 
 /// ck's programs of one instance's group: `ck_select` and the connection counter.
@@ -122,7 +113,8 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
             &worker_js
         };
         let fleet = AnyFleet::spawn(bench, c, &what, group, &pm2)?;
-        let figures = measure(bench, &fleet, &idle_programs).with_context(|| c.label.clone());
+        let figures =
+            measure(bench, &fleet, c.role, &idle_programs).with_context(|| c.label.clone());
         fleet.stop(bench)?;
         figures
     });
@@ -134,7 +126,7 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
 
 /// One round of one fresh fleet: both loads from its first answer, and what ck's programs (its
 /// own, and the idle instance's) ran meanwhile.
-fn measure(bench: &Bench, fleet: &AnyFleet, idle: &Programs) -> Result<Figures> {
+fn measure(bench: &Bench, fleet: &AnyFleet, role: Role, idle: &Programs) -> Result<Figures> {
     let addr = fleet.addr();
     first_answer(addr)?;
     let run = |mode, connections| {
@@ -145,9 +137,9 @@ fn measure(bench: &Bench, fleet: &AnyFleet, idle: &Programs) -> Result<Figures> 
     };
     let keep_alive = run(Mode::KeepAlive, KEEP_ALIVE);
     std::thread::sleep(PAUSE);
-    // ck's own programs: a ck contender with its program (`--no-bpf` loads none).
-    let own = match fleet.ck() {
-        Some(ck) if bpf_stats::program_of(ck.name()).is_ok() => Some(Programs::of(ck)?),
+    // ck's own programs, for a contender that loads them (`--no-bpf` and the peers do not).
+    let own = match (role, fleet.ck()) {
+        (Role::Ck, Some(ck)) => Some(Programs::of(ck)?),
         _ => None,
     };
     let before = (own.as_ref().map(Programs::read).transpose()?, idle.read()?);
@@ -237,7 +229,7 @@ mod tests {
     use crate::rounds::{Plan, RoundFigures};
 
     #[test]
-    fn ck_s_own_programs_show_in_its_column_only_and_the_host_tax_is_judged_in_every_one() {
+    fn ck_s_own_programs_show_in_its_columns_only_and_the_host_tax_is_judged_on_the_peers() {
         let plan = Plan::new("peers", ROUNDS, contenders(), "/ck".as_ref(), None);
         let labels = ["ck", ADOPT, NO_BPF, NODE_CLUSTER, PM2];
         let figures = |label: &str, r: usize| {
