@@ -306,6 +306,16 @@ pub struct BindGroup {
     pub family: u16,
 }
 
+/// The value of a slot's cgroup in the `slot_cgroups` cgroup storage: which slot's listening
+/// sockets are created there, so that `ck_conns_ops`, attached there, counts their connections
+/// for it with no tag on them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotCgroup {
+    /// The slot + 1 (0, the kernel's initial value: not a slot's cgroup).
+    pub slot_plus_one: u32,
+}
+
 /// [`ConnTag::flags`]: the connection is counted in `conns` (set on `SYN_RECV -> ESTABLISHED`,
 /// cleared on `-> CLOSE`, so that no connection counts twice).
 pub const CONN_COUNTED: u32 = 1;
@@ -358,6 +368,8 @@ mod pod {
     unsafe impl aya::Pod for super::ListenEvent {}
     // SAFETY: as above: two u32 fields.
     unsafe impl aya::Pod for super::ConnTag {}
+    // SAFETY: as above: one u32 field.
+    unsafe impl aya::Pod for super::SlotCgroup {}
     // SAFETY: as above (two u16, no padding).
     unsafe impl aya::Pod for super::BindGroup {}
     // SAFETY: as above: two u32 fields.

@@ -1,25 +1,33 @@
-//! Open connections per slot, counted by the kernel. The supervisor writes a [`ConnTag`] `{slot}`
-//! on each listening socket (`conn_tags`, a `BPF_F_CLONE` socket storage, so the kernel copies it
-//! into every connection that listener creates); a connection adds one to the tag's slot as it
-//! is established (`SYN_RECV -> ESTABLISHED`) and takes one off on `-> CLOSE`, in per-CPU signed
-//! counters (`conns`, summed by the reader: a connection may open on one CPU and close on
-//! another). The tag's `CONN_COUNTED` flag keeps a connection from counting twice. ck's own probe connections
+//! Open connections per slot, counted by the kernel, in per-CPU signed counters (`conns`, summed
+//! by the reader: a connection may open on one CPU and close on another). A connection adds one
+//! to its slot as it is established and takes one off on `-> CLOSE`. ck's own probe connections
 //! never count (`probe::peer_is_probe`): the counts are the clients'.
 //!
+//! How a connection's slot is known:
+//! - **Slot cgroups** (ck's own listening sockets, on a host with cgroup2): each slot's socket is
+//!   created in a cgroup of its own, and a connection is born in its listener's cgroup.
+//!   `ck_conns_ops` is attached to each slot's cgroup, with that slot in the cgroup's storage
+//!   (`slot_cgroups`): one lookup, and nothing is written on the socket. The connection's
+//!   `BPF_SOCK_OPS_STATE_CB_FLAG`, set only on a counted one, is its "counted" mark.
+//! - **Tags** (the host-wide hook, `--adopt`'s own sockets, and an instance begun by an earlier
+//!   image): the supervisor writes a [`ConnTag`] `{slot}` on each listening socket (`conn_tags`,
+//!   a `BPF_F_CLONE` socket storage, so the kernel copies it into every connection that listener
+//!   creates, and frees that copy when it closes: about as much as all the programs' runs
+//!   together). The tag's `CONN_COUNTED` flag keeps a connection from counting twice.
+//!
 //! Two programs see those state changes; ck attaches one of them:
-//! - `ck_conns_ops` (`sock_ops`, on the instance's cgroup, where ck creates the listening
-//!   sockets): the kernel runs it only for sockets of that cgroup, and for their state changes
-//!   only once it asked for them (`BPF_SOCK_OPS_STATE_CB_FLAG`, set on a tagged connection as
-//!   it is established). Nothing else on the host pays for it.
+//! - `ck_conns_ops` (`sock_ops`, on the slots' cgroups or the instance's): the kernel runs it only
+//!   for sockets of those cgroups, and for their state changes only once it asked for them on a
+//!   counted connection. Nothing else on the host pays for it.
 //! - `ck_conns` (`tp_btf/inet_sock_set_state`), where ck has no cgroup: it runs for every TCP
 //!   state change on the host, and returns at once for an untagged socket.
 //!
-//! Migration: an established connection waiting in a closing listener's accept queue keeps the
-//! tag of that listener. When `ck_select` re-homes it ([`migrated`]), the count moves from the
-//! closing listener's slot (`listeners`: socket cookie -> slot, written by the supervisor) to the
-//! chosen slot at once, and `moved` remembers it by the connection's cookie, so that its close
-//! takes one off the slot it moved to. A request still in `SYN_RECV` needs nothing: its
-//! connection is created from (and tagged by) the listener it was re-homed to.
+//! Migration: an established connection waiting in a closing listener's accept queue keeps its
+//! listener's slot (tag or cgroup). When `ck_select` re-homes it ([`migrated`]), the count moves
+//! from the closing listener's slot (`listeners`: socket cookie -> slot, written by the
+//! supervisor) to the chosen slot at once, and `moved` remembers it by the connection's cookie,
+//! so that its close takes one off the slot it moved to. A request still in `SYN_RECV` needs
+//! nothing: its connection is created from the listener it was re-homed to.
 //!
 //! `--adopt`: a worker's own socket is tagged when it binds the group's port ([`tag_bind`],
 //! from the worker's cgroup: `bind_slots`), before it listens, so the connections it takes
@@ -31,17 +39,21 @@ use aya_ebpf::{
     bindings::{
         BPF_F_CLONE, BPF_F_NO_PREALLOC, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB,
         BPF_SOCK_OPS_STATE_CB_FLAG, BPF_TCP_CLOSE, BPF_TCP_CLOSE_WAIT, BPF_TCP_ESTABLISHED,
-        BPF_TCP_NEW_SYN_RECV, BPF_TCP_SYN_RECV, bpf_map_type::BPF_MAP_TYPE_SK_STORAGE,
+        BPF_TCP_NEW_SYN_RECV, BPF_TCP_SYN_RECV,
+        bpf_map_type::{BPF_MAP_TYPE_CGROUP_STORAGE, BPF_MAP_TYPE_SK_STORAGE},
     },
     btf_maps::{Array, HashMap, LruHashMap, PerCpuArray},
     helpers::{
-        bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf_get_socket_cookie,
-        bpf_map_lookup_percpu_elem, bpf_probe_read_kernel, bpf_sk_storage_get,
+        bpf_get_current_cgroup_id, bpf_get_local_storage, bpf_get_smp_processor_id,
+        bpf_get_socket_cookie, bpf_map_lookup_percpu_elem, bpf_probe_read_kernel,
+        bpf_sk_storage_get,
     },
     macros::{btf_map, btf_tracepoint, cgroup_sock_addr, sock_ops},
     programs::{BtfTracePointContext, SkReuseportContext, SockAddrContext, SockOpsContext},
 };
-use ck_common::{BindGroup, CONN_COUNTED, ConnTag, MAX_MOVED_CONNS, MAX_SLOTS, MovedConn};
+use ck_common::{
+    BindGroup, CONN_COUNTED, ConnTag, MAX_MOVED_CONNS, MAX_SLOTS, MovedConn, SlotCgroup,
+};
 
 const SLOTS: usize = MAX_SLOTS as usize;
 
@@ -88,6 +100,52 @@ impl<T> CloneSkStorage<T> {
 /// Listening socket (and, cloned, each of its connections) -> the slot it counts for.
 #[btf_map(name = "conn_tags")]
 static CONN_TAGS: CloneSkStorage<ConnTag> = CloneSkStorage::new();
+
+/// A cgroup storage map defined by hand (aya-ebpf has none): one value per cgroup the program is
+/// attached to, keyed by the cgroup's id alone (a `u64` key: shared by every attach type).
+#[repr(C)]
+pub struct CgroupStorage<T> {
+    r#type: *const [i32; BPF_MAP_TYPE_CGROUP_STORAGE as usize],
+    key: *const u64,
+    value: *const T,
+    max_entries: *const [i32; 0],
+}
+
+// SAFETY: the fields are placeholders the loader reads from BTF; nothing dereferences them.
+unsafe impl<T> Sync for CgroupStorage<T> {}
+
+impl<T> CgroupStorage<T> {
+    /// The placeholder definition.
+    pub const fn new() -> Self {
+        CgroupStorage {
+            r#type: core::ptr::null(),
+            key: core::ptr::null(),
+            value: core::ptr::null(),
+            max_entries: core::ptr::null(),
+        }
+    }
+
+    /// The value of the cgroup whose attachment runs the program (never null for a program
+    /// that uses the map: the kernel allocates it when the program is attached).
+    #[inline(always)]
+    fn get(&self) -> Option<&T> {
+        let map = core::ptr::from_ref(self).cast_mut().cast();
+        // SAFETY: the helper returns this attachment's storage, valid for the program's run.
+        unsafe { bpf_get_local_storage(map, 0).cast::<T>().as_ref() }
+    }
+}
+
+/// A slot's cgroup (where its listening sockets are created) -> that slot, written by the
+/// supervisor as it attaches `ck_conns_ops` there (0 elsewhere: the instance's cgroup).
+#[btf_map(name = "slot_cgroups")]
+static SLOT_CGROUPS: CgroupStorage<SlotCgroup> = CgroupStorage::new();
+
+/// The slot of the cgroup whose attachment of `ck_conns_ops` runs now, if it is a slot's.
+#[inline(always)]
+fn cgroup_slot() -> Option<u32> {
+    let slot = SLOT_CGROUPS.get()?.slot_plus_one.checked_sub(1)?;
+    (slot < MAX_SLOTS).then_some(slot)
+}
 
 /// `--adopt`: a worker's cgroup id -> its slot (written by the supervisor before it starts).
 #[btf_map(name = "bind_slots")]
@@ -189,7 +247,7 @@ pub fn ck_conns(ctx: BtfTracePointContext) -> i32 {
         }
     } else if new == BPF_TCP_CLOSE as i32 {
         // SAFETY: `sk` is the tracepoint's socket; the helper only reads (or sets) its cookie.
-        let slot = closed(sk, || unsafe { bpf_get_socket_cookie(sk) });
+        let slot = closed(CONN_TAGS.get(sk), || unsafe { bpf_get_socket_cookie(sk) });
         count_reset(slot, old as u32, || Some(sk));
     }
     0
@@ -199,7 +257,7 @@ pub fn ck_conns(ctx: BtfTracePointContext) -> i32 {
 /// connection of a cgroup with a `sock_ops` program (`TIMEOUT_INIT`, `RWND_INIT`, `NEEDS_ECN`,
 /// returned from at the first test), `PASSIVE_ESTABLISHED`, then each state change once it
 /// asked for them (`ESTABLISHED` and two on the way to `CLOSE`, returned from at once; `CLOSE`).
-/// So the work is in two runs: the connection counts at `PASSIVE_ESTABLISHED` (the tag read
+/// So the work is in two runs: the connection counts at `PASSIVE_ESTABLISHED` (its slot read
 /// once gives both whether to ask and which slot), and leaves the count at `CLOSE`. The socket's
 /// address for the reset check is read only for a close that can be an abort.
 #[sock_ops]
@@ -219,17 +277,45 @@ pub fn ck_conns_ops(ctx: SockOpsContext) -> u32 {
     if sk.is_null() {
         return 1;
     }
+    let tag = CONN_TAGS.get(sk);
+    let flags = ctx.cb_flags();
     if op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB {
         // The connection is still in SYN_RECV and moves to ESTABLISHED right after: it counts
-        // now. Only a tagged one (a group's) asks for its state changes, to see its CLOSE.
-        if let Some(tag) = CONN_TAGS.get(sk) {
-            let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
+        // now, and asks for its state changes to see its CLOSE.
+        if let Some(tag) = tag {
+            let _ = ctx.set_cb_flags((flags | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
             opened(tag, || crate::probe::ops_peer_is_probe(&ctx));
+        } else if let Some(slot) = cgroup_slot() {
+            // Untagged, in a slot's cgroup: the flag is the "counted" mark. Set already, another
+            // run counted it (two images' programs, both attached for a moment of `ck upgrade`).
+            if flags & BPF_SOCK_OPS_STATE_CB_FLAG == 0
+                && !crate::probe::ops_peer_is_probe(&ctx)
+                && ctx
+                    .set_cb_flags((flags | BPF_SOCK_OPS_STATE_CB_FLAG) as i32)
+                    .is_ok()
+            {
+                add(slot, 1);
+            }
         }
         return 1;
     }
     // SAFETY: the context is a `bpf_sock_ops`, which the cookie helper accepts.
-    let slot = closed(sk, || unsafe { bpf_get_socket_cookie(ctx.as_ptr()) });
+    let cookie = || unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    let slot = match tag {
+        Some(tag) => closed(Some(tag), cookie),
+        None => {
+            // Counted (it asked for this state change) in a slot's cgroup: the mark is cleared,
+            // so that another run for the same change does not count it off twice.
+            let Some(slot) = cgroup_slot() else {
+                return 1;
+            };
+            if flags & BPF_SOCK_OPS_STATE_CB_FLAG == 0 {
+                return 1;
+            }
+            let _ = ctx.set_cb_flags((flags & !BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
+            left(true, slot, cookie)
+        }
+    };
     // The verifier refuses arithmetic on the context's socket pointer: the socket's address is
     // read as a number from the kernel's context (`bpf_sock_ops_kern`, whose first field is the
     // socket, as ck checks in the kernel's BTF before it sets `CK_SK_ERR_AT`).
@@ -252,19 +338,27 @@ fn opened(tag: &mut ConnTag, is_probe: impl FnOnce() -> bool) {
     }
 }
 
-/// A socket closed: a counted connection leaves its slot's count (the slot it was re-homed to,
-/// if it was); a connection re-homed without being counted (created before its listener was
-/// tagged) gives back what [`migrated`] moved. `cookie` reads the socket's cookie (each
-/// program type has its own way). Returns the slot a client's connection counted for.
+/// A socket with tag `tag` (or none) closed: see [`left`]. The tag's mark is cleared, so that
+/// the connection leaves the count once.
 #[inline(always)]
-fn closed(sk: *mut c_void, cookie: impl FnOnce() -> u64) -> Option<u32> {
+fn closed(tag: Option<&mut ConnTag>, cookie: impl FnOnce() -> u64) -> Option<u32> {
     let mut counted = false;
     let mut slot = MAX_SLOTS;
-    if let Some(tag) = CONN_TAGS.get(sk) {
+    if let Some(tag) = tag {
         counted = tag.flags & CONN_COUNTED != 0;
         tag.flags &= !CONN_COUNTED;
         slot = tag.slot;
     }
+    left(counted, slot, cookie)
+}
+
+/// A socket closed: a counted connection (`counted`, of `slot`) leaves its slot's count (the
+/// slot it was re-homed to, if it was); a connection re-homed without being counted (created
+/// before its listener was tagged) gives back what [`migrated`] moved. `cookie` reads the
+/// socket's cookie (each program type has its own way). Returns the slot a client's connection
+/// counted for.
+#[inline(always)]
+fn left(counted: bool, slot: u32, cookie: impl FnOnce() -> u64) -> Option<u32> {
     if MOVED_ANY.get(0).is_none_or(|any| *any == 0) {
         if counted {
             add(slot, -1);

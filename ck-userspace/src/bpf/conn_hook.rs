@@ -1,12 +1,15 @@
 //! Where the kernel runs the connection counter (see `conns`): a `sock_ops` program on the
-//! instance's cgroup, or the `tp_btf/inet_sock_set_state` tracepoint where ck has none.
+//! slots' cgroups or the instance's, or the `tp_btf/inet_sock_set_state` tracepoint where ck
+//! has none.
 //!
-//! With a cgroup, ck creates every listening socket inside it (`os::fork::socket_in`, a
-//! socket's cgroup is its creator's) and attaches `ck_conns_ops` there: the kernel runs it for
-//! the fleet's connections only (and, in `--adopt`, for the workers' own sockets, born in their
-//! cgroups below), and for their state changes only once the program asked for them on an
-//! established connection of a group. The host's other traffic, and other ck instances', never
-//! run it. Without a cgroup (a host without cgroup2), `ck_conns` runs on every TCP state
+//! With a cgroup, ck creates every listening socket inside it, each slot's in a cgroup of its
+//! own (`os::fork::socket_in`: a socket's cgroup is its creator's), and attaches
+//! `ck_conns_ops` to each slot's (`slot_cgroups`), which names the slot: no tag on the
+//! sockets. With `--adopt` the workers bind their own sockets in their cgroups, which are tagged
+//! as they bind, and the program is attached to the instance's cgroup. Either way the kernel
+//! runs it for the fleet's connections only, and for their state changes only once the program
+//! asked for them on a counted connection. The host's other traffic, and other ck instances',
+//! never run it. Without a cgroup (a host without cgroup2), `ck_conns` runs on every TCP state
 //! change of the host and returns at once for a socket that is not the fleet's:
 //! `CK_CONN_COUNT=host` asks for that hook anywhere (to compare them, `bench conn-count`).
 //!
@@ -37,17 +40,32 @@ const CGROUP_PIN: &str = "conns_ops_link";
 /// Where the counter runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConnHook {
-    /// `ck_conns_ops` on this cgroup (the instance's): the fleet's sockets only.
+    /// `ck_conns_ops` on each slot's cgroup under `sockets` (the instance's `sockets` cgroup),
+    /// named after the group: ck's own sockets, untagged.
+    Slots {
+        /// The instance's `sockets` cgroup.
+        sockets: PathBuf,
+        /// The group's name (`tcp4-8080`).
+        group: String,
+    },
+    /// `ck_conns_ops` on this cgroup (the instance's): the fleet's sockets only, tagged.
     Cgroup(PathBuf),
     /// `ck_conns` on `tp_btf/inet_sock_set_state`: every TCP state change of the host.
     Host,
 }
 
 impl ConnHook {
-    /// The hook for a group whose pins are in `pin_dir`: after an upgrade or a take-back
-    /// (`resume`), the one the earlier image pinned; else the instance's cgroup (`scope`) if it
-    /// has one and `CK_CONN_COUNT=host` does not ask otherwise. Fails for `CK_CONN_COUNT=scan`.
-    pub fn choose(pin_dir: &Path, resume: bool, scope: Option<&Path>) -> anyhow::Result<ConnHook> {
+    /// The hook for group `group`, whose pins are in `pin_dir`: after an upgrade or a take-back
+    /// (`resume`), the one the earlier image pinned; else, if the instance has a cgroup (`scope`)
+    /// and `CK_CONN_COUNT=host` does not ask otherwise, its slots' cgroups where ck makes the
+    /// sockets (`own_sockets`), or the instance's (`--adopt`). Fails for `CK_CONN_COUNT=scan`.
+    pub fn choose(
+        pin_dir: &Path,
+        resume: bool,
+        scope: Option<&Path>,
+        own_sockets: bool,
+        group: &str,
+    ) -> anyhow::Result<ConnHook> {
         let forced = std::env::var(FORCE_ENV).unwrap_or_default();
         match forced.trim() {
             "scan" => anyhow::bail!("{FORCE_ENV}=scan asks for the sock_diag scan"),
@@ -57,14 +75,26 @@ impl ConnHook {
                  counts on the instance's cgroup"
             ),
         }
-        let cgroup = scope.map(|dir| ConnHook::Cgroup(dir.to_path_buf()));
+        let slots = |dir: &Path| ConnHook::Slots {
+            sockets: crate::os::cgroup::sockets_dir(dir),
+            group: group.to_string(),
+        };
+        let lost = "the earlier image counted in its cgroup, which this one has not found";
         if resume && pin_dir.join(HOST_PIN).exists() {
             return Ok(ConnHook::Host);
         }
         if resume && pin_dir.join(CGROUP_PIN).exists() {
-            return cgroup
-                .context("the earlier image counted in its cgroup, which this one has not found");
+            return scope
+                .map(|dir| ConnHook::Cgroup(dir.to_path_buf()))
+                .context(lost);
         }
+        if resume && super::slot_cgroups::any_pinned(pin_dir) {
+            return scope.map(slots).context(lost);
+        }
+        let cgroup = scope.map(|dir| match own_sockets {
+            true => slots(dir),
+            false => ConnHook::Cgroup(dir.to_path_buf()),
+        });
         Ok(match (cgroup, forced.trim()) {
             (Some(hook), "") => hook,
             (None, "") => {
@@ -86,7 +116,7 @@ impl ConnHook {
     /// The hook whose link is pinned in `pin_dir` (None: no counter runs for that group), read
     /// from the pins the kernel holds, for `ck status`.
     pub fn pinned(pin_dir: &Path) -> Option<&'static str> {
-        if pin_dir.join(CGROUP_PIN).exists() {
+        if pin_dir.join(CGROUP_PIN).exists() || super::slot_cgroups::any_pinned(pin_dir) {
             Some("cgroup")
         } else if pin_dir.join(HOST_PIN).exists() {
             Some("host")
@@ -96,11 +126,13 @@ impl ConnHook {
     }
 
     /// Loads and attaches this hook's program from `ebpf` and pins its link in `pin_dir`,
-    /// replacing an earlier image's (`resume`). The error says why the kernel refused.
+    /// replacing an earlier image's (`resume`). The error says why the kernel refused. (The
+    /// slots' cgroups are attached to one by one: `slot_cgroups`.)
     pub fn attach(&self, ebpf: &mut Ebpf, pin_dir: &Path, resume: bool) -> anyhow::Result<()> {
         let (link, pin) = match self {
             ConnHook::Host => (attach_host(ebpf)?, HOST_PIN),
             ConnHook::Cgroup(dir) => (attach_cgroup(ebpf, dir)?, CGROUP_PIN),
+            ConnHook::Slots { .. } => return Ok(()),
         };
         let path = pin_dir.join(pin);
         if resume {

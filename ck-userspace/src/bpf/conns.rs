@@ -1,10 +1,12 @@
-//! Open connections per slot, counted by the kernel (`ck_conns_ops` on the instance's cgroup,
-//! or `ck_conns` on a tracepoint: see `conn_hook` and the program's `conns.rs`): each listening socket of a slot is tagged with its slot in the
-//! `conn_tags` socket storage (copied by the kernel into every connection it creates), its cookie
-//! written to `listeners` (so a migration moves the count off the closing listener's slot), and
-//! the per-CPU `conns` counters are summed here.
+//! Open connections per slot, counted by the kernel (`ck_conns_ops` on the slots' cgroups or the
+//! instance's, or `ck_conns` on a tracepoint: see `conn_hook` and the program's `conns.rs`).
+//! Each listening socket of a slot is made in the slot's cgroup, where the counter is attached
+//! with the slot in the cgroup's storage (`slot_cgroups`), or, on the other hooks, tagged with its
+//! slot in the `conn_tags` socket storage (copied by the kernel into every connection it
+//! creates). Its cookie is written to `listeners` (so a migration moves the count off the
+//! closing listener's slot), and the per-CPU `conns` counters are summed here.
 //!
-//! The program's link is pinned beside the maps (`conn_hook`). A slot's count is
+//! The program's links are pinned beside the maps (`conn_hook`). A slot's count is
 //! never zeroed: a slot index used again starts from the connections still open that its
 //! listeners created (held by an earlier worker's children, say), which is what it holds.
 //!
@@ -25,6 +27,7 @@ use ck_common::{ConnTag, MAX_SLOTS, PeerOffsets};
 use socket2::Socket;
 
 pub use super::conn_hook::{ConnHook, FORCE_ENV};
+use super::slot_cgroups::SlotCgroups;
 
 /// The maps the program counts in, pinned with the others (last in `pins::PINNED_MAPS`, as
 /// the tests check).
@@ -33,6 +36,8 @@ const MAPS: [&str; 5] = ["conn_tags", "conns", "listeners", "moved", "moved_any"
 
 /// One group's kernel counting of open connections.
 pub struct ConnCounter {
+    /// The counter on the slots' cgroups (None: listening sockets are tagged instead).
+    slots: Option<SlotCgroups>,
     tags: SkStorage<MapData, ConnTag>,
     counts: PerCpuArray<MapData, i64>,
     listeners: HashMap<MapData, u64, u32>,
@@ -49,19 +54,33 @@ impl ConnCounter {
         hook: &ConnHook,
     ) -> anyhow::Result<ConnCounter> {
         hook.attach(ebpf, pin_dir, resume)?;
+        let slots = match hook {
+            ConnHook::Slots { sockets, group } => {
+                Some(SlotCgroups::start(ebpf, pin_dir, sockets, group)?)
+            }
+            _ => None,
+        };
         Ok(ConnCounter {
+            slots,
             tags: super::object::take(ebpf, "conn_tags")?,
             counts: super::object::take(ebpf, "conns")?,
             listeners: super::object::take(ebpf, "listeners")?,
         })
     }
 
-    /// Tags `socket` (a listening socket of `slot`): its connections count for `slot`.
-    pub fn tag(&mut self, slot: u32, socket: &Socket) -> anyhow::Result<()> {
-        let tag = ConnTag { slot, flags: 0 };
-        self.tags
-            .insert(socket, tag, 0)
-            .context("writing the conn_tags socket storage")?;
+    /// Makes the connections of `socket` (a listening socket of `slot`) count for `slot`: the
+    /// counter attached to the slot's cgroup (where ck made the socket) from `ebpf`, or a tag
+    /// on the socket.
+    pub fn tag(&mut self, ebpf: &mut Ebpf, slot: u32, socket: &Socket) -> anyhow::Result<()> {
+        match &mut self.slots {
+            Some(slots) => slots.count(ebpf, slot)?,
+            None => {
+                let tag = ConnTag { slot, flags: 0 };
+                self.tags
+                    .insert(socket, tag, 0)
+                    .context("writing the conn_tags socket storage")?;
+            }
+        }
         let cookie = crate::os::sock_diag::cookie(socket).context("reading SO_COOKIE")?;
         // An earlier socket of the slot (replaced, perhaps by an earlier image of ck: the map is
         // pinned) leaves once it no longer listens. One that still does (held by a worker whose
@@ -85,6 +104,12 @@ impl ConnCounter {
         self.listeners
             .insert(cookie, slot, 0)
             .context("writing the listeners map")
+    }
+
+    /// The tag on `socket`, if any (the tests' view of what the kernel copied into it).
+    #[cfg(test)]
+    pub fn tag_of(&self, socket: &impl std::os::fd::AsRawFd) -> Option<ConnTag> {
+        self.tags.get(socket, 0).ok()
     }
 
     /// Open connections of `slot`, summed over CPUs.

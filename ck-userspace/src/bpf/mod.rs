@@ -19,6 +19,7 @@ mod object;
 pub mod pins;
 pub mod queue_depth;
 mod ring;
+mod slot_cgroups;
 mod stats;
 mod sticky;
 pub mod udp;

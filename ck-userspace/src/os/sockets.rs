@@ -79,7 +79,11 @@ pub fn holder_of_port(addr: SocketAddr) -> String {
 }
 
 /// A socket for `listen`, created in `cgroup`'s `sockets` cgroup if given.
-fn new_socket(listen: ListenAddr, cgroup: Option<&InstanceCgroup>) -> io::Result<Socket> {
+fn new_socket(
+    listen: ListenAddr,
+    cgroup: Option<&InstanceCgroup>,
+    slot: u32,
+) -> io::Result<Socket> {
     let addr = listen.addr;
     let (kind, protocol) = match listen.is_udp() {
         true => (Type::DGRAM, Protocol::UDP),
@@ -87,7 +91,10 @@ fn new_socket(listen: ListenAddr, cgroup: Option<&InstanceCgroup>) -> io::Result
     };
     let domain = Domain::for_address(addr);
     let socket = match cgroup {
-        Some(cgroup) => cgroup.socket(domain, kind, Some(protocol))?,
+        Some(cgroup) => {
+            let place = crate::os::cgroup::slot_place(&listen.group_name(), slot);
+            cgroup.socket(&place, domain, kind, Some(protocol))?
+        }
         None => Socket::new(domain, kind, Some(protocol))?,
     };
     if addr.is_ipv6() {
@@ -105,7 +112,7 @@ fn new_socket(listen: ListenAddr, cgroup: Option<&InstanceCgroup>) -> io::Result
 /// The probe socket has `SO_REUSEADDR` but not `SO_REUSEPORT`, so it binds despite TIME_WAIT
 /// leftovers but not next to a listener.
 pub fn ensure_free(addr: ListenAddr) -> Result<(), SocketError> {
-    let socket = new_socket(addr, None).map_err(|e| classify(addr, e))?;
+    let socket = new_socket(addr, None, 0).map_err(|e| classify(addr, e))?;
     socket
         .bind(&SockAddr::from(addr.addr))
         .map_err(|e| classify(addr, e))?;
@@ -114,14 +121,16 @@ pub fn ensure_free(addr: ListenAddr) -> Result<(), SocketError> {
 
 /// Binds one member of the group: `SO_REUSEPORT`, bound, blocking (the worker shares the file
 /// description, so it gets the flags we set; it picks its own blocking mode). A TCP member takes
-/// no connection until [`listen_member`]: what must be in place for its first one (the tag the
-/// kernel counts its connections by) goes on it in between. A UDP member is in the group once
-/// bound. It is created in the instance's cgroup (`cgroup`), where its connections are counted.
+/// no connection until [`listen_member`]: what must be in place for its first one (the counter
+/// on its cgroup, or the tag the kernel counts its connections by) goes on it in between. A UDP
+/// member is in the group once bound. It is created in `slot`'s cgroup of the group under the
+/// instance's (`cgroup`), where its connections are counted.
 pub fn bind_member(
     addr: ListenAddr,
     cgroup: Option<&InstanceCgroup>,
+    slot: u32,
 ) -> Result<Socket, SocketError> {
-    let socket = new_socket(addr, cgroup).map_err(|e| classify(addr, e))?;
+    let socket = new_socket(addr, cgroup, slot).map_err(|e| classify(addr, e))?;
     socket.set_reuse_port(true).map_err(|e| classify(addr, e))?;
     socket
         .bind(&SockAddr::from(addr.addr))
@@ -219,7 +228,7 @@ mod tests {
 
     /// A member bound and listening.
     fn open_member(addr: ListenAddr) -> Result<Socket, SocketError> {
-        let socket = bind_member(addr, None)?;
+        let socket = bind_member(addr, None, 0)?;
         listen_member(&socket, addr)?;
         Ok(socket)
     }

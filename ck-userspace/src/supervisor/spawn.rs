@@ -68,7 +68,7 @@ impl SlotTable {
         // adopted (a held socket stays the slot's until then).
         if slot.sockets.is_empty() && !cfg.adopt {
             for group in groups.iter_mut() {
-                let socket = sockets::bind_member(group.addr, self.cgroups.as_ref())?;
+                let socket = sockets::bind_member(group.addr, self.cgroups.as_ref(), index)?;
                 // Tagged before it listens: the kernel counts its first connection too.
                 if let Some(bpf) = &mut group.bpf {
                     bpf.tag(index, &socket);

@@ -20,21 +20,34 @@ impl Drop for PinsGone<'_> {
     }
 }
 
+/// The group every test here loads.
+pub(super) const GROUP: &str = "tcp4-1";
+
 /// Runs `check` on each hook: the host-wide tracepoint, then an instance cgroup of its own
-/// (named after `what`), where the test's listeners are created.
-pub(super) fn on_each_hook(what: &str, check: impl Fn(&str, Option<&InstanceCgroup>)) {
-    check(&format!("unit-{what}-host-{}", std::process::id()), None);
-    let name = format!("unit-{what}-cg-{}", std::process::id());
-    let cgroup = InstanceCgroup::create(&name, false).expect("creating cgroups as root");
-    assert!(cgroup.holds_sockets());
-    check(&name, Some(&cgroup));
+/// (named after `what`), where the test's listeners are created, counted on the slots'
+/// cgroups (`own_sockets`, untagged), then on the instance's (tagged, as with `--adopt`).
+pub(super) fn on_each_hook(what: &str, check: impl Fn(&str, Option<&InstanceCgroup>, bool)) {
+    check(
+        &format!("unit-{what}-host-{}", std::process::id()),
+        None,
+        false,
+    );
+    for (kind, own_sockets) in [("slots", true), ("cg", false)] {
+        let name = format!("unit-{what}-{kind}-{}", std::process::id());
+        let cgroup = InstanceCgroup::create(&name, false).expect("creating cgroups as root");
+        assert!(cgroup.holds_sockets());
+        check(&name, Some(&cgroup), own_sockets);
+    }
 }
 
-/// A listening `SO_REUSEPORT` socket on a free loopback port (created in `cgroup`'s
-/// `sockets` cgroup if given, as ck creates its own).
-pub(super) fn listener(cgroup: Option<&InstanceCgroup>) -> Socket {
+/// A listening `SO_REUSEPORT` socket on a free loopback port (created in `slot`'s cgroup of
+/// [`GROUP`] under `cgroup` if given, as ck creates its own).
+pub(super) fn listener(cgroup: Option<&InstanceCgroup>, slot: u32) -> Socket {
+    let place = crate::os::cgroup::slot_place(GROUP, slot);
     let socket = match cgroup {
-        Some(cgroup) => cgroup.socket(Domain::IPV4, Type::STREAM, None).unwrap(),
+        Some(cgroup) => cgroup
+            .socket(&place, Domain::IPV4, Type::STREAM, None)
+            .unwrap(),
         None => Socket::new(Domain::IPV4, Type::STREAM, None).unwrap(),
     };
     socket.set_reuse_port(true).unwrap();
@@ -70,15 +83,16 @@ fn a_tagged_listeners_connections_count_until_they_close() {
     on_each_hook("conns", tagged_listeners_count);
 }
 
-fn tagged_listeners_count(name: &str, cgroup: Option<&InstanceCgroup>) {
+fn tagged_listeners_count(name: &str, cgroup: Option<&InstanceCgroup>, own_sockets: bool) {
     let scope = cgroup.map(InstanceCgroup::dir);
     let _pins = PinsGone(name);
     let mut group = BpfGroup::load(&GroupSpec {
         cgroup: scope,
-        ..GroupSpec::tcp(name, "tcp4-1", 1)
+        own_sockets,
+        ..GroupSpec::tcp(name, GROUP, 1)
     })
     .expect("loading as root");
-    let tagged = listener(cgroup);
+    let tagged = listener(cgroup, 5);
     group.insert(5, &tagged).expect("inserting the socket");
     let addr = tagged.local_addr().unwrap().as_socket().unwrap();
     let untagged = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -89,6 +103,8 @@ fn tagged_listeners_count(name: &str, cgroup: Option<&InstanceCgroup>) {
     let queued = settles(&group, 5, 3);
     let accepted: Vec<_> = (0..3).map(|_| tagged.accept().unwrap()).collect();
     let after_accept = group.connections(5);
+    let conns = group.conns.as_ref().expect("counting");
+    let tags = (conns.tag_of(&tagged), conns.tag_of(&accepted[0].0));
     drop((clients, accepted, others));
     let closed = settles(&group, 5, 0);
     let elsewhere: Vec<_> = (0..MAX_SLOTS)
@@ -100,6 +116,13 @@ fn tagged_listeners_count(name: &str, cgroup: Option<&InstanceCgroup>) {
     assert_eq!(after_accept, Some(3));
     assert_eq!(closed, Some(0));
     assert!(elsewhere.iter().all(|n| *n == 0), "{elsewhere:?}");
+    // On the slots' cgroups nothing is written on the listener, so nothing is copied into (and
+    // freed with) each connection; elsewhere the tag is, and says the slot.
+    let slot = |t: Option<ck_common::ConnTag>| t.map(|t| t.slot);
+    match own_sockets && cgroup.is_some() {
+        true => assert_eq!((slot(tags.0), slot(tags.1)), (None, None), "{tags:?}"),
+        false => assert_eq!((slot(tags.0), slot(tags.1)), (Some(5), Some(5)), "{tags:?}"),
+    }
 }
 
 /// A loopback socket bound to a port the kernel picks, with `SO_REUSEADDR` as ck's probes
@@ -128,7 +151,7 @@ fn a_probe_connection_is_not_counted() {
     on_each_hook("conns-probe", probe_not_counted);
 }
 
-fn probe_not_counted(name: &str, cgroup: Option<&InstanceCgroup>) {
+fn probe_not_counted(name: &str, cgroup: Option<&InstanceCgroup>, own_sockets: bool) {
     let probe = bound_socket();
     let base = port_of(&probe) - 2;
     let in_range =
@@ -142,10 +165,11 @@ fn probe_not_counted(name: &str, cgroup: Option<&InstanceCgroup>) {
     let mut group = BpfGroup::load(&GroupSpec {
         probe_base: base,
         cgroup: scope,
-        ..GroupSpec::tcp(name, "tcp4-1", 1)
+        own_sockets,
+        ..GroupSpec::tcp(name, GROUP, 1)
     })
     .expect("loading as root");
-    let tagged = listener(cgroup);
+    let tagged = listener(cgroup, 2);
     group.insert(2, &tagged).expect("inserting the socket");
     let addr = tagged.local_addr().unwrap();
     probe.connect(&addr).unwrap();

@@ -212,7 +212,7 @@ impl BpfGroup {
     /// took before count nowhere.
     pub fn tag(&mut self, slot: u32, socket: &Socket) {
         if let Ok(conns) = &mut self.conns
-            && let Err(e) = conns.tag(slot, socket)
+            && let Err(e) = conns.tag(&mut self.ebpf, slot, socket)
         {
             tracing::warn!(
                 slot,

@@ -34,6 +34,9 @@ pub struct GroupSpec<'a> {
     pub log: bool,
     /// The instance's cgroup, where the connection counter runs (see `conn_hook`).
     pub cgroup: Option<&'a Path>,
+    /// ck makes the group's sockets (not `--adopt`), each slot's in a cgroup of its own under
+    /// `cgroup`'s `sockets`: the counter runs on those.
+    pub own_sockets: bool,
     /// A canary's queue ages may be watched (`--canary-max-queue-age` on `ck run`): a TCP
     /// group's program is loaded with its reads of kernel memory whatever the policy (they
     /// cost the verifier about 0.4 s at start-up, so only then, and for least-queue).
@@ -53,6 +56,7 @@ impl<'a> GroupSpec<'a> {
             probe_base: 0,
             log: false,
             cgroup: None,
+            own_sockets: true,
             watch_queues: false,
         }
     }
@@ -81,6 +85,7 @@ impl BpfGroup {
             probe_base,
             log,
             cgroup,
+            own_sockets,
             watch_queues,
         } = *spec;
         let udp = udp_mode.is_some();
@@ -119,7 +124,7 @@ impl BpfGroup {
         }
         let conns = match udp {
             true => Err("a UDP group has no connections".to_string()),
-            false => ConnHook::choose(&pin_dir, reuse, cgroup)
+            false => ConnHook::choose(&pin_dir, reuse, cgroup, own_sockets, group)
                 .and_then(|hook| ConnCounter::start(&mut ebpf, &pin_dir, reuse, &hook))
                 .map_err(|e| format!("{e:#}")),
         };

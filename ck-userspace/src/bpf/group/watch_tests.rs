@@ -6,7 +6,7 @@ use std::io::Write as _;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use super::conns_tests::{PinsGone, listener, on_each_hook, settles_to};
+use super::conns_tests::{GROUP, PinsGone, listener, on_each_hook, settles_to};
 use super::{BpfGroup, GroupSpec};
 use crate::os::cgroup::InstanceCgroup;
 
@@ -17,14 +17,15 @@ fn resets_a_slots_side_sends_are_counted() {
     on_each_hook("resets", resets_counted);
 }
 
-fn resets_counted(name: &str, cgroup: Option<&InstanceCgroup>) {
+fn resets_counted(name: &str, cgroup: Option<&InstanceCgroup>, own_sockets: bool) {
     let _pins = PinsGone(name);
     let mut group = BpfGroup::load(&GroupSpec {
         cgroup: cgroup.map(InstanceCgroup::dir),
-        ..GroupSpec::tcp(name, "tcp4-1", 1)
+        own_sockets,
+        ..GroupSpec::tcp(name, GROUP, 1)
     })
     .expect("loading as root");
-    let tagged = listener(cgroup);
+    let tagged = listener(cgroup, 3);
     group.insert(3, &tagged).expect("inserting the socket");
     let addr = tagged.local_addr().unwrap().as_socket().unwrap();
     let watch = || group.canary_watch().resets(3);
@@ -75,7 +76,7 @@ fn a_watched_queue_records_its_oldest_wait() {
     })
     .expect("loading as root");
     assert_eq!(group.canary_watch().queue_watch_refused(), None);
-    let watched = listener(None);
+    let watched = listener(None, 4);
     group.insert(4, &watched).expect("inserting the socket");
     group.attach(&watched).expect("attaching the program");
     group.watch_queues(&[4]).expect("watching");

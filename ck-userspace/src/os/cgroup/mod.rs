@@ -1,9 +1,10 @@
 //! One cgroup v2 directory per instance (`<ck's own cgroup>/ck-<name>`) and one per worker under
 //! it (`w<id>`): a worker and everything it forks live in its cgroup, so `cgroup.kill` stops the
 //! whole tree (no grandchild outlives its worker) and the cgroup's files give the worker's CPU
-//! time and memory. The listening sockets ck creates are born in `sockets` under it
-//! ([`InstanceCgroup::socket`]), so that a cgroup program there (the connection counter) runs
-//! for the fleet's connections and nothing else. The cgroup2 mount is found in `/proc/self/mountinfo` (`/sys/fs/cgroup` on
+//! time and memory. The listening sockets ck creates are born under `sockets` in it, each
+//! slot's in a cgroup of its own ([`InstanceCgroup::socket`], [`slot_place`]), so that a cgroup
+//! program there (the connection counter) runs for the fleet's connections and nothing else,
+//! and knows their slot from their cgroup. The cgroup2 mount is found in `/proc/self/mountinfo` (`/sys/fs/cgroup` on
 //! pure-v2 hosts, `/sys/fs/cgroup/unified` beside v1 controllers).
 use std::{
     ffi::CString,
@@ -90,8 +91,18 @@ pub struct InstanceCgroup {
     sockets: Option<OwnedFd>,
 }
 
-/// The leaf cgroup, under the instance's, where ck's listening sockets are created.
+/// The cgroup, under the instance's, whose children hold ck's listening sockets.
 const SOCKETS: &str = "sockets";
+
+/// The `sockets` cgroup of the instance cgroup `dir`.
+pub fn sockets_dir(dir: &Path) -> PathBuf {
+    dir.join(SOCKETS)
+}
+
+/// The name of the cgroup, under `sockets`, of the sockets of `group` (`tcp4-8080`) in `slot`.
+pub fn slot_place(group: &str, slot: u32) -> String {
+    format!("{group}-s{slot}")
+}
 
 impl InstanceCgroup {
     /// Creates `ck-<name>` under ck's own cgroup, removing a stale one (and killing what runs
@@ -132,19 +143,27 @@ impl InstanceCgroup {
         self.sockets.is_some()
     }
 
-    /// A new socket (`socket(2)`'s arguments), created in the instance's `sockets` cgroup, or
-    /// in ck's own where the kernel cannot do that.
+    /// A new socket (`socket(2)`'s arguments), created in the cgroup `place` (see
+    /// [`slot_place`]) under the instance's `sockets` cgroup, made if need be, or in ck's own
+    /// where the kernel cannot do that.
     pub fn socket(
         &self,
+        place: &str,
         domain: socket2::Domain,
         kind: socket2::Type,
         protocol: Option<socket2::Protocol>,
     ) -> io::Result<socket2::Socket> {
-        let Some(dir) = &self.sockets else {
+        if self.sockets.is_none() {
             return socket2::Socket::new(domain, kind, protocol);
-        };
+        }
+        let dir = sockets_dir(&self.dir).join(place);
+        match fs::create_dir(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        let cgroup = fs::File::open(&dir)?;
         let fd = crate::os::fork::socket_in(
-            dir.as_fd(),
+            cgroup.as_fd(),
             domain.into(),
             kind.into(),
             protocol.map_or(0, Into::into),

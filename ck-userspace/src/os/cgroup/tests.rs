@@ -57,11 +57,11 @@ fn a_worker_cgroup_kills_its_whole_tree() {
     assert!(!dir.exists());
 }
 
-/// A socket ck creates for the fleet is born in the instance's `sockets` cgroup (sock_diag
-/// shows a socket's cgroup), no helper process is left, and the cgroup goes with the
-/// instance. (Creates cgroups: root.)
+/// A socket ck creates for the fleet is born in its slot's cgroup under the instance's
+/// `sockets` cgroup (sock_diag shows a socket's cgroup), no helper process is left, and the
+/// cgroups go with the instance. (Creates cgroups: root.)
 #[test]
-fn a_socket_is_born_in_the_instances_sockets_cgroup() {
+fn a_socket_is_born_in_its_slots_cgroup() {
     use std::os::unix::fs::MetadataExt as _;
     let instance = InstanceCgroup::create(&format!("unit-sk-{}", std::process::id()), false)
         .expect("creating cgroups as root");
@@ -69,8 +69,10 @@ fn a_socket_is_born_in_the_instances_sockets_cgroup() {
         instance.holds_sockets(),
         "this kernel has CLONE_INTO_CGROUP"
     );
+    let place = slot_place("tcp4-80", 3);
+    assert_eq!(place, "tcp4-80-s3");
     let socket = instance
-        .socket(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .socket(&place, socket2::Domain::IPV4, socket2::Type::STREAM, None)
         .unwrap();
     socket
         .bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
@@ -80,13 +82,13 @@ fn a_socket_is_born_in_the_instances_sockets_cgroup() {
     let port = socket.local_addr().unwrap().as_socket().unwrap().port();
     let listed = crate::os::sock_diag::listeners(port, false).unwrap();
     let mine = listed.iter().find(|l| l.inode == inode).expect("listed");
-    let sockets = instance.dir().join(SOCKETS);
+    let slot = sockets_dir(instance.dir()).join(&place);
     assert_eq!(
         mine.cgroup,
-        Some(fs::metadata(&sockets).unwrap().ino()),
+        Some(fs::metadata(&slot).unwrap().ino()),
         "{mine:?}"
     );
-    assert!(pids_in(&sockets).is_empty(), "the helper is gone");
+    assert!(pids_in(&slot).is_empty(), "the helper is gone");
     let dir = instance.dir().to_path_buf();
     drop((instance, socket));
     assert!(!dir.exists());

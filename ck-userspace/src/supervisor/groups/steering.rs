@@ -135,6 +135,7 @@ fn spec_of<'a>(
         probe_base: cfg.health.probe_port_base,
         log: cfg.bpf_log,
         cgroup,
+        own_sockets: !cfg.adopt,
         watch_queues: cfg.canary_limits.max_queue_age_ms.is_some()
             || cfg
                 .canary

@@ -1,0 +1,172 @@
+//! The connection counter on the slots' cgroups (`conn_hook::ConnHook::Slots`): each slot's
+//! listening sockets are created in a cgroup of their own (`os::cgroup::slot_place`), and a
+//! connection is born in its listener's cgroup. `ck_conns_ops` is attached to each slot's cgroup
+//! as its first socket is made, and that cgroup's value in the `slot_cgroups` cgroup storage
+//! names the slot, so the program knows a connection's slot with no tag on the socket (a tag
+//! is a socket storage the kernel copies into every connection and frees at its close).
+//!
+//! Each attachment's link is pinned beside the maps (`conns_ops_s<slot>`), so counting goes on
+//! while ck execs a new image (`ck upgrade`) or is dead (`--survive-supervisor`). A new image
+//! attaches its own program to a slot's cgroup, then replaces the pin: both run for a moment,
+//! which a connection's mark (its `BPF_SOCK_OPS_STATE_CB_FLAG`) makes harmless.
+use std::{
+    collections::BTreeSet,
+    os::fd::{AsFd as _, AsRawFd as _},
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context as _;
+use aya::{
+    Ebpf,
+    maps::{Map, MapData},
+    programs::{CgroupAttachMode, SockOps, links::FdLink},
+};
+use ck_common::SlotCgroup;
+
+/// The pins of the slots' links in a group's pin directory start so (`conns_ops_s<slot>`).
+const PIN_PREFIX: &str = "conns_ops_s";
+
+/// Whether an image pinned a slot's link in `pin_dir`.
+pub fn any_pinned(pin_dir: &Path) -> bool {
+    std::fs::read_dir(pin_dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(PIN_PREFIX))
+    })
+}
+
+/// One group's counter on its slots' cgroups.
+pub struct SlotCgroups {
+    /// The `slot_cgroups` cgroup storage.
+    storage: MapData,
+    /// The group's `sockets` cgroup, whose children are its slots'.
+    sockets: PathBuf,
+    /// The group's name, part of each slot cgroup's.
+    group: String,
+    /// The group's pin directory.
+    pin_dir: PathBuf,
+    /// The slots whose cgroup this image attached to.
+    attached: BTreeSet<u32>,
+}
+
+impl SlotCgroups {
+    /// Loads `ck_conns_ops` from `ebpf` (attached later, one slot at a time: [`Self::count`])
+    /// and takes the storage map.
+    pub fn start(
+        ebpf: &mut Ebpf,
+        pin_dir: &Path,
+        sockets: &Path,
+        group: &str,
+    ) -> anyhow::Result<SlotCgroups> {
+        program(ebpf)?
+            .load()
+            .context("the kernel refused the sock_ops program")?;
+        let storage = match ebpf.take_map("slot_cgroups") {
+            Some(Map::CgroupStorage(data)) => data,
+            _ => anyhow::bail!("map slot_cgroups missing from the object, or not a cgroup storage"),
+        };
+        Ok(SlotCgroups {
+            storage,
+            sockets: sockets.to_path_buf(),
+            group: group.to_string(),
+            pin_dir: pin_dir.to_path_buf(),
+            attached: BTreeSet::new(),
+        })
+    }
+
+    /// The cgroup of `slot`'s sockets.
+    fn dir(&self, slot: u32) -> PathBuf {
+        self.sockets
+            .join(crate::os::cgroup::slot_place(&self.group, slot))
+    }
+
+    /// Makes the kernel count the connections of `slot`'s sockets (made in its cgroup): the
+    /// program attached there, once per image, its link pinned (replacing an earlier image's),
+    /// and the slot written in the cgroup's storage.
+    pub fn count(&mut self, ebpf: &mut Ebpf, slot: u32) -> anyhow::Result<()> {
+        if self.attached.contains(&slot) {
+            return Ok(());
+        }
+        let dir = self.dir(slot);
+        let cgroup = std::fs::File::open(&dir)
+            .with_context(|| format!("opening the slot's cgroup {}", dir.display()))?;
+        let program = program(ebpf)?;
+        let id = program
+            .attach(&cgroup, CgroupAttachMode::Single)
+            .with_context(|| format!("attaching sock_ops to {}", dir.display()))?;
+        let link: FdLink = program
+            .take_link(id)
+            .context("taking the link")?
+            .try_into()
+            .context("the kernel gave no bpf link for the cgroup (kernel >= 5.7 needed)")?;
+        // The cgroup's storage exists once a program using it is attached there.
+        let id = cgroup
+            .metadata()
+            .with_context(|| format!("reading the id of {}", dir.display()))?
+            .ino();
+        write_slot(&self.storage, id, slot)
+            .with_context(|| format!("writing slot {slot} in the storage of {}", dir.display()))?;
+        let path = self.pin_dir.join(format!("{PIN_PREFIX}{slot}"));
+        // An earlier image's program stays attached through its pin until now; ours runs
+        // already, so no state change goes uncounted.
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", path.display()));
+            }
+            _ => {}
+        }
+        link.pin(&path)
+            .with_context(|| format!("pinning the link at {}", path.display()))?;
+        self.attached.insert(slot);
+        Ok(())
+    }
+}
+
+/// `ck_conns_ops` in `ebpf`.
+fn program(ebpf: &mut Ebpf) -> anyhow::Result<&mut SockOps> {
+    ebpf.program_mut("ck_conns_ops")
+        .context("program ck_conns_ops missing from the object")?
+        .try_into()
+        .context("ck_conns_ops is not a sock_ops program")
+}
+
+/// The `bpf(2)` command that writes a map's element (`linux/bpf.h`).
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+
+/// Writes `slot` as the value of cgroup `id` in the cgroup storage `storage`.
+fn write_slot(storage: &MapData, id: u64, slot: u32) -> std::io::Result<()> {
+    // aya 0.14 has no typed cgroup storage map to write through: one BPF_MAP_UPDATE_ELEM.
+    let value = SlotCgroup {
+        slot_plus_one: slot + 1,
+    };
+    #[repr(C)]
+    struct UpdateAttr {
+        map_fd: u32,
+        _pad: u32,
+        key: u64,
+        value: u64,
+        flags: u64,
+    }
+    let attr = UpdateAttr {
+        map_fd: storage.fd().as_fd().as_raw_fd() as u32,
+        _pad: 0,
+        key: std::ptr::from_ref(&id) as u64,
+        value: std::ptr::from_ref(&value) as u64,
+        flags: 0,
+    };
+    // SAFETY: BPF_MAP_UPDATE_ELEM reads a `bpf_attr` of the size passed, whose key and value
+    // point at a u64 and a `SlotCgroup`, the map's key and value, alive for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_ELEM,
+            std::ptr::from_ref(&attr),
+            std::mem::size_of::<UpdateAttr>(),
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
