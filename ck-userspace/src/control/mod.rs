@@ -187,8 +187,9 @@ pub struct StatusReport {
     /// or `scan (WHY)` (sock_diag matched to the workers' sockets: the fallback).
     #[serde(default)]
     pub connection_count: String,
-    /// Where the kernel counts them (`kernel`), read from the pins of the counter's link:
-    /// `cgroup` (a `sock_ops` program on the instance's cgroup: the fleet's sockets only) or
+    /// Where the kernel counts them (`kernel`), read from the pins of the counter's links:
+    /// `cgroup` (a `sock_ops` program on each slot's cgroup, or on the instance's with
+    /// `--adopt`: the fleet's sockets only) or
     /// `host` (a tracepoint every TCP state change of the host runs).
     #[serde(default)]
     pub connection_hook: Option<String>,
