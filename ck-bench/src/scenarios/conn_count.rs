@@ -1,5 +1,5 @@
 //! The `conn-count` scenario: what counting open connections in the kernel costs, on each hook
-//! ck can count on (`ck_conns_ops`, a `sock_ops` program on the instance's cgroup, the default;
+//! ck can count on (`ck_conns_ops`, a `sock_ops` program on each slot's cgroup, the default;
 //! `ck_conns` on `tp_btf/inet_sock_set_state`, host-wide, `CK_CONN_COUNT=host`), beside the
 //! selection program every connection already pays for (`ck_select`), all from the kernel's own
 //! accounting in the same rounds (see [`ck_tests::bpf_stats`]); what ck charges to connections

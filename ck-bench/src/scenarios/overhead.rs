@@ -42,7 +42,7 @@ const KILLS: usize = 5;
 const ADOPT: &str = "ck --adopt";
 /// ck with its select program but without the kernel's connection counter (`CK_CONN_COUNT=scan`):
 /// beside ck and `--no-bpf`, it splits ck's cost per new connection between the counter (the
-/// `sock_ops` runs and the tag the kernel copies into every connection) and the select program.
+/// `sock_ops` runs on the slots' cgroups) and the select program.
 const NO_COUNTER: &str = "ck, counted by scan";
 /// The least ratio of ck to its baselines, and of `--adopt` to ck.
 const LEAST_RATIO: f64 = 0.98;
