@@ -157,11 +157,15 @@ impl InstanceCgroup {
             return socket2::Socket::new(domain, kind, protocol);
         }
         let dir = sockets_dir(&self.dir).join(place);
+        let named = |e: io::Error| {
+            let why = format!("the sockets' cgroup {}: {e}", dir.display());
+            io::Error::new(e.kind(), why)
+        };
         match fs::create_dir(&dir) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(named(e)),
             _ => {}
         }
-        let cgroup = fs::File::open(&dir)?;
+        let cgroup = fs::File::open(&dir).map_err(named)?;
         let fd = crate::os::fork::socket_in(
             cgroup.as_fd(),
             domain.into(),
