@@ -330,7 +330,7 @@ fn table(m: &Measured) -> Result<Table> {
     .total("left after a round's load, all rounds", "left", Unit::Count)
     .goal(none())
     .note(
-        "counter: ck_conns_ops (sock_ops, instance cgroup) for ck, ck_conns \
+        "counter: ck_conns_ops (sock_ops, on each slot's cgroup) for ck, ck_conns \
          (tp_btf/inet_sock_set_state, every TCP state change of the host) for the host-wide \
          hook; times include the kernel's timing of each run",
     )
