@@ -134,21 +134,25 @@ impl ConnHook {
             ConnHook::Cgroup(dir) => (attach_cgroup(ebpf, dir)?, CGROUP_PIN),
             ConnHook::Slots { .. } => return Ok(()),
         };
-        let path = pin_dir.join(pin);
-        if resume {
-            // The earlier image's program stays attached through its pin until now; ours runs
-            // already, so no state change goes uncounted.
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(e).with_context(|| format!("removing {}", path.display()));
-                }
-                _ => {}
-            }
-        }
-        link.pin(&path)
-            .with_context(|| format!("pinning the link at {}", path.display()))?;
-        Ok(())
+        pin_replacing(link, &pin_dir.join(pin), resume)
     }
+}
+
+/// Pins `link` at `path`, first removing an earlier image's pin there (`replace`): that image's
+/// program stays attached through its pin until then, and ours runs already, so no state
+/// change goes uncounted.
+pub(super) fn pin_replacing(link: FdLink, path: &Path, replace: bool) -> anyhow::Result<()> {
+    if replace {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", path.display()));
+            }
+            _ => {}
+        }
+    }
+    link.pin(path)
+        .with_context(|| format!("pinning the link at {}", path.display()))?;
+    Ok(())
 }
 
 /// `ck_conns` on the tracepoint.
@@ -168,17 +172,26 @@ fn attach_host(ebpf: &mut Ebpf) -> anyhow::Result<FdLink> {
     Ok(program.take_link(id).context("taking the link")?.into())
 }
 
-/// `ck_conns_ops` on the cgroup `dir` through a bpf link (which the kernel runs beside other
-/// programs there, an earlier image's included; a link takes no attach flags).
+/// `ck_conns_ops` loaded and attached to the cgroup `dir` (see [`attach_sock_ops`]).
 fn attach_cgroup(ebpf: &mut Ebpf, dir: &Path) -> anyhow::Result<FdLink> {
-    let program: &mut SockOps = ebpf
-        .program_mut("ck_conns_ops")
-        .context("program ck_conns_ops missing from the object")?
-        .try_into()
-        .context("ck_conns_ops is not a sock_ops program")?;
+    let program = sock_ops_program(ebpf)?;
     program
         .load()
         .context("the kernel refused the sock_ops program")?;
+    attach_sock_ops(program, dir)
+}
+
+/// `ck_conns_ops` in `ebpf`.
+pub(super) fn sock_ops_program(ebpf: &mut Ebpf) -> anyhow::Result<&mut SockOps> {
+    ebpf.program_mut("ck_conns_ops")
+        .context("program ck_conns_ops missing from the object")?
+        .try_into()
+        .context("ck_conns_ops is not a sock_ops program")
+}
+
+/// `program`, loaded, attached to the cgroup `dir` through a bpf link (which the kernel runs
+/// beside other programs there, an earlier image's included; a link takes no attach flags).
+pub(super) fn attach_sock_ops(program: &mut SockOps, dir: &Path) -> anyhow::Result<FdLink> {
     let cgroup = std::fs::File::open(dir)
         .with_context(|| format!("opening the cgroup {}", dir.display()))?;
     let id = program

@@ -20,9 +20,10 @@ use anyhow::Context as _;
 use aya::{
     Ebpf,
     maps::{Map, MapData},
-    programs::{CgroupAttachMode, SockOps, links::FdLink},
 };
 use ck_common::SlotCgroup;
+
+use super::conn_hook::{attach_sock_ops, pin_replacing, sock_ops_program};
 
 /// The pins of the slots' links in a group's pin directory start so (`conns_ops_s<slot>`).
 const PIN_PREFIX: &str = "conns_ops_s";
@@ -59,7 +60,7 @@ impl SlotCgroups {
         sockets: &Path,
         group: &str,
     ) -> anyhow::Result<SlotCgroups> {
-        program(ebpf)?
+        sock_ops_program(ebpf)?
             .load()
             .context("the kernel refused the sock_ops program")?;
         let storage = match ebpf.take_map("slot_cgroups") {
@@ -89,46 +90,21 @@ impl SlotCgroups {
             return Ok(());
         }
         let dir = self.dir(slot);
-        let cgroup = std::fs::File::open(&dir)
-            .with_context(|| format!("opening the slot's cgroup {}", dir.display()))?;
-        let program = program(ebpf)?;
-        let id = program
-            .attach(&cgroup, CgroupAttachMode::Single)
-            .with_context(|| format!("attaching sock_ops to {}", dir.display()))?;
-        let link: FdLink = program
-            .take_link(id)
-            .context("taking the link")?
-            .try_into()
-            .context("the kernel gave no bpf link for the cgroup (kernel >= 5.7 needed)")?;
+        let link = attach_sock_ops(sock_ops_program(ebpf)?, &dir)?;
         // The cgroup's storage exists once a program using it is attached there.
-        let id = cgroup
-            .metadata()
+        let id = std::fs::metadata(&dir)
             .with_context(|| format!("reading the id of {}", dir.display()))?
             .ino();
         write_slot(&self.storage, id, slot)
             .with_context(|| format!("writing slot {slot} in the storage of {}", dir.display()))?;
-        let path = self.pin_dir.join(format!("{PIN_PREFIX}{slot}"));
-        // An earlier image's program stays attached through its pin until now; ours runs
-        // already, so no state change goes uncounted.
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(e).with_context(|| format!("removing {}", path.display()));
-            }
-            _ => {}
-        }
-        link.pin(&path)
-            .with_context(|| format!("pinning the link at {}", path.display()))?;
+        pin_replacing(
+            link,
+            &self.pin_dir.join(format!("{PIN_PREFIX}{slot}")),
+            true,
+        )?;
         self.attached.insert(slot);
         Ok(())
     }
-}
-
-/// `ck_conns_ops` in `ebpf`.
-fn program(ebpf: &mut Ebpf) -> anyhow::Result<&mut SockOps> {
-    ebpf.program_mut("ck_conns_ops")
-        .context("program ck_conns_ops missing from the object")?
-        .try_into()
-        .context("ck_conns_ops is not a sock_ops program")
 }
 
 /// The `bpf(2)` command that writes a map's element (`linux/bpf.h`).
