@@ -36,6 +36,17 @@ const TRACEPOINT: &str = "inet_sock_set_state";
 /// Where each hook's link is pinned, in the group's pin directory.
 const HOST_PIN: &str = "conns_link";
 const CGROUP_PIN: &str = "conns_ops_link";
+/// The pins of the slots' links start so (`conns_ops_s<slot>`: see `slot_cgroups`).
+pub(super) const SLOT_PIN_PREFIX: &str = "conns_ops_s";
+
+/// Whether an image pinned a slot's link in `pin_dir`.
+fn any_slot_pinned(pin_dir: &Path) -> bool {
+    std::fs::read_dir(pin_dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(SLOT_PIN_PREFIX))
+    })
+}
 
 /// Where the counter runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,7 +99,7 @@ impl ConnHook {
                 .map(|dir| ConnHook::Cgroup(dir.to_path_buf()))
                 .context(lost);
         }
-        if resume && super::slot_cgroups::any_pinned(pin_dir) {
+        if resume && any_slot_pinned(pin_dir) {
             return scope.map(slots).context(lost);
         }
         let cgroup = scope.map(|dir| match own_sockets {
@@ -116,7 +127,7 @@ impl ConnHook {
     /// The hook whose link is pinned in `pin_dir` (None: no counter runs for that group), read
     /// from the pins the kernel holds, for `ck status`.
     pub fn pinned(pin_dir: &Path) -> Option<&'static str> {
-        if pin_dir.join(CGROUP_PIN).exists() || super::slot_cgroups::any_pinned(pin_dir) {
+        if pin_dir.join(CGROUP_PIN).exists() || any_slot_pinned(pin_dir) {
             Some("cgroup")
         } else if pin_dir.join(HOST_PIN).exists() {
             Some("host")

@@ -23,19 +23,7 @@ use aya::{
 };
 use ck_common::SlotCgroup;
 
-use super::conn_hook::{attach_sock_ops, pin_replacing, sock_ops_program};
-
-/// The pins of the slots' links in a group's pin directory start so (`conns_ops_s<slot>`).
-const PIN_PREFIX: &str = "conns_ops_s";
-
-/// Whether an image pinned a slot's link in `pin_dir`.
-pub fn any_pinned(pin_dir: &Path) -> bool {
-    std::fs::read_dir(pin_dir).is_ok_and(|entries| {
-        entries
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().starts_with(PIN_PREFIX))
-    })
-}
+use super::conn_hook::{SLOT_PIN_PREFIX, attach_sock_ops, pin_replacing, sock_ops_program};
 
 /// One group's counter on its slots' cgroups.
 pub struct SlotCgroups {
@@ -99,7 +87,7 @@ impl SlotCgroups {
             .with_context(|| format!("writing slot {slot} in the storage of {}", dir.display()))?;
         pin_replacing(
             link,
-            &self.pin_dir.join(format!("{PIN_PREFIX}{slot}")),
+            &self.pin_dir.join(format!("{SLOT_PIN_PREFIX}{slot}")),
             true,
         )?;
         self.attached.insert(slot);
