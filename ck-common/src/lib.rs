@@ -306,14 +306,21 @@ pub struct BindGroup {
     pub family: u16,
 }
 
-/// The value of a slot's cgroup in the `slot_cgroups` cgroup storage: which slot's listening
-/// sockets are created there, so that `ck_conns_ops`, attached there, counts their connections
-/// for it with no tag on them.
+/// The value of a cgroup in the `slot_cgroups` cgroup storage: which slot's listening sockets
+/// are created there (a slot's cgroup of ck's own sockets, or with `--adopt` a worker's
+/// cgroup), so that `ck_conns_ops`, attached there, counts their connections for it with no tag
+/// on them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SlotCgroup {
     /// The slot + 1 (0, the kernel's initial value: not a slot's cgroup).
     pub slot_plus_one: u32,
+    /// Only connections to this local port count (host byte order; 0: any, a slot's cgroup,
+    /// which holds the group's sockets only). A worker's cgroup may hold other listeners.
+    pub port: u16,
+    /// With `port`, only connections of this address family count (`AF_INET`, `AF_INET6`;
+    /// 0: either, the instance's only group on the port).
+    pub family: u16,
 }
 
 /// [`ConnTag::flags`]: the connection is counted in `conns` (set on `SYN_RECV -> ESTABLISHED`,
@@ -368,7 +375,7 @@ mod pod {
     unsafe impl aya::Pod for super::ListenEvent {}
     // SAFETY: as above: two u32 fields.
     unsafe impl aya::Pod for super::ConnTag {}
-    // SAFETY: as above: one u32 field.
+    // SAFETY: as above: a u32 then two u16, no padding.
     unsafe impl aya::Pod for super::SlotCgroup {}
     // SAFETY: as above (two u16, no padding).
     unsafe impl aya::Pod for super::BindGroup {}

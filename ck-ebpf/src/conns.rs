@@ -9,16 +9,19 @@
 //!   `ck_conns_ops` is attached to each slot's cgroup, with that slot in the cgroup's storage
 //!   (`slot_cgroups`): one lookup, and nothing is written on the socket. The connection's
 //!   `BPF_SOCK_OPS_STATE_CB_FLAG`, set only on a counted one, is its "counted" mark.
-//! - **Tags** (the host-wide hook, `--adopt`'s own sockets, and an instance begun by an earlier
-//!   image): the supervisor writes a [`ConnTag`] `{slot}` on each listening socket (`conn_tags`,
+//! - **Worker cgroups** (`--adopt`): a worker binds its own socket in its own cgroup, to which
+//!   the supervisor attached `ck_conns_ops` before the worker started, with the worker's slot,
+//!   the group's port and its family in the storage: the same, for that port's connections only.
+//! - **Tags** (the host-wide hook, and an instance begun by an earlier image with tags): the
+//!   supervisor writes a [`ConnTag`] `{slot}` on each listening socket (`conn_tags`,
 //!   a `BPF_F_CLONE` socket storage, so the kernel copies it into every connection that listener
 //!   creates, and frees that copy when it closes: about as much as all the programs' runs
 //!   together). The tag's `CONN_COUNTED` flag keeps a connection from counting twice.
 //!
 //! Two programs see those state changes; ck attaches one of them:
-//! - `ck_conns_ops` (`sock_ops`, on the slots' cgroups or the instance's): the kernel runs it only
-//!   for sockets of those cgroups, and for their state changes only once it asked for them on a
-//!   counted connection. Nothing else on the host pays for it.
+//! - `ck_conns_ops` (`sock_ops`, on the slots', the workers' or the instance's cgroups): the
+//!   kernel runs it only for sockets of those cgroups, and for their state changes only once it
+//!   asked for them on a counted connection. Nothing else on the host pays for it.
 //! - `ck_conns` (`tp_btf/inet_sock_set_state`), where ck has no cgroup: it runs for every TCP
 //!   state change on the host, and returns at once for an untagged socket.
 //!
@@ -29,9 +32,9 @@
 //! so that its close takes one off the slot it moved to. A request still in `SYN_RECV` needs
 //! nothing: its connection is created from the listener it was re-homed to.
 //!
-//! `--adopt`: a worker's own socket is tagged when it binds the group's port ([`tag_bind`],
-//! from the worker's cgroup: `bind_slots`), before it listens, so the connections it takes
-//! before the supervisor adopts it count too.
+//! `--adopt` in an instance begun with tags: a worker's own socket is tagged when it binds the
+//! group's port ([`tag_bind`], from the worker's cgroup: `bind_slots`), before it listens, so
+//! the connections it takes before the supervisor adopts it count too.
 use core::ffi::c_void;
 
 use aya_ebpf::{
@@ -140,10 +143,20 @@ impl<T> CgroupStorage<T> {
 #[btf_map(name = "slot_cgroups")]
 static SLOT_CGROUPS: CgroupStorage<SlotCgroup> = CgroupStorage::new();
 
-/// The slot of the cgroup whose attachment of `ck_conns_ops` runs now, if it is a slot's.
+/// The slot of the cgroup whose attachment of `ck_conns_ops` runs now, if it is a slot's (or a
+/// worker's) and the connection of `ctx` is to the port (and family) it names, if it names one.
 #[inline(always)]
-fn cgroup_slot() -> Option<u32> {
-    let slot = SLOT_CGROUPS.get()?.slot_plus_one.checked_sub(1)?;
+fn cgroup_slot(ctx: &SockOpsContext) -> Option<u32> {
+    let value = SLOT_CGROUPS.get()?;
+    let slot = value.slot_plus_one.checked_sub(1)?;
+    // A worker's cgroup (`--adopt`) may hold listeners of other ports, and of other groups,
+    // whose programs are attached there too: each counts its own port's connections only.
+    if value.port != 0
+        && (ctx.local_port() != u32::from(value.port)
+            || (value.family != 0 && ctx.family() != u32::from(value.family)))
+    {
+        return None;
+    }
     (slot < MAX_SLOTS).then_some(slot)
 }
 
@@ -285,7 +298,7 @@ pub fn ck_conns_ops(ctx: SockOpsContext) -> u32 {
         if let Some(tag) = tag {
             let _ = ctx.set_cb_flags((flags | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
             opened(tag, || crate::probe::ops_peer_is_probe(&ctx));
-        } else if let Some(slot) = cgroup_slot() {
+        } else if let Some(slot) = cgroup_slot(&ctx) {
             // Untagged, in a slot's cgroup: the flag is the "counted" mark. Set already, another
             // run counted it (two images' programs, both attached for a moment of `ck upgrade`).
             if flags & BPF_SOCK_OPS_STATE_CB_FLAG == 0
@@ -306,7 +319,7 @@ pub fn ck_conns_ops(ctx: SockOpsContext) -> u32 {
         None => {
             // Counted (it asked for this state change) in a slot's cgroup: the mark is cleared,
             // so that another run for the same change does not count it off twice.
-            let Some(slot) = cgroup_slot() else {
+            let Some(slot) = cgroup_slot(&ctx) else {
                 return 1;
             };
             if flags & BPF_SOCK_OPS_STATE_CB_FLAG == 0 {

@@ -1,6 +1,7 @@
-//! Where the kernel counts open connections: by default a `sock_ops` program on the instance's
-//! cgroup, where ck creates its listening sockets, so the kernel runs it for the fleet's
-//! connections and not for a server beside it on the host; `CK_CONN_COUNT=host` puts it on the
+//! Where the kernel counts open connections: by default a `sock_ops` program on the cgroups
+//! where ck creates its listening sockets (with `--adopt`, on each worker's, where it binds its
+//! own), so the kernel runs it for the fleet's connections and not for a server beside it on
+//! the host; `CK_CONN_COUNT=host` puts it on the
 //! host-wide tracepoint, which counts the same; a mistyped value is refused, naming the fix,
 //! and the scan counts instead. The kernel's own run counts (`bpf_stats`) are the evidence.
 
@@ -122,7 +123,21 @@ fn a_mistyped_hook_is_refused_naming_the_fix_and_the_scan_counts() {
 /// program once their clients close, and its replacement's are counted on the same socket.
 #[test]
 fn with_one_worker_the_held_socket_counts_across_a_kill() {
-    let (mut ck, port, status) = start_ready("hook-one", 1, &[]).expect("start a ready ck");
+    counts_across_a_kill("hook-one", &[]);
+}
+
+/// `--adopt`, `-w 1`: the counter runs on each worker's cgroup, for its own socket. The killed
+/// worker's connections, still open when its replacement is ready (its cgroup removed by
+/// then), are counted closed once their clients close; the replacement's count on its socket.
+#[test]
+fn with_adopt_a_killed_workers_connections_are_counted_off_after_its_cgroup_went() {
+    counts_across_a_kill("hook-adopt", &["--adopt"]);
+}
+
+/// One worker started with `args`, 3 connections held, the worker killed and replaced, then
+/// the connections closed: counted exactly all along, and down to none.
+fn counts_across_a_kill(name: &str, args: &[&str]) {
+    let (mut ck, port, status) = start_ready(name, 1, args).expect("start a ready ck");
     assert_eq!(
         status.connection_hook.as_deref(),
         Some("cgroup"),
@@ -130,15 +145,14 @@ fn with_one_worker_the_held_socket_counts_across_a_kill() {
     );
     let (conns, answered) = hold(local(port), 3);
     assert_eq!(answered, BTreeMap::from([(0, 3)]));
+    let status = ck.status().expect("ck status");
+    assert_eq!(status.connections(), answered, "{status:#?}");
     let victim = status.worker_pid(0);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(victim as i32),
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("kill the worker");
-    drop(conns);
-    ck.wait_connections_closed(Duration::from_secs(10))
-        .expect("the dead worker's connections counted closed");
     let status = ck
         .wait_status("a ready replacement", Duration::from_secs(15), |s| {
             s.ready_count() == 1 && s.worker_pid(0) != victim
@@ -149,6 +163,9 @@ fn with_one_worker_the_held_socket_counts_across_a_kill() {
         Some("cgroup"),
         "{status:#?}"
     );
+    drop(conns);
+    ck.wait_connections_closed(Duration::from_secs(10))
+        .expect("the dead worker's connections counted closed");
     let (conns, answered) = hold(local(port), 2);
     assert_eq!(answered, BTreeMap::from([(0, 2)]));
     let status = ck.status().expect("ck status");

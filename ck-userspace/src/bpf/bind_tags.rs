@@ -1,4 +1,6 @@
-//! `--adopt`: a worker's own listening socket is tagged for the kernel's connection counts
+//! `--adopt` in an instance an earlier image began with tags (see `conn_hook`; a new one counts
+//! on the workers' cgroups, `worker_cgroups`): a worker's own listening socket is tagged for
+//! the kernel's connection counts
 //! (`conn_tags`, see `conns`) when it binds the group's port, by the group's
 //! `ck_tag_bind4`/`ck_tag_bind6` program on the instance's cgroup: the slot comes from the
 //! worker's cgroup (`bind_slots`, written before the worker starts). A socket is then counted

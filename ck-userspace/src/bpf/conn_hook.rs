@@ -5,8 +5,10 @@
 //! With a cgroup, ck creates every listening socket inside it, each slot's in a cgroup of its
 //! own (`os::fork::socket_in`: a socket's cgroup is its creator's), and attaches
 //! `ck_conns_ops` to each slot's (`slot_cgroups`), which names the slot: no tag on the
-//! sockets. With `--adopt` the workers bind their own sockets in their cgroups, which are tagged
-//! as they bind, and the program is attached to the instance's cgroup. Either way the kernel
+//! sockets. With `--adopt` the workers bind their own sockets in their own cgroups, and the
+//! program is attached to each worker's (`worker_cgroups`), which names the worker's slot and
+//! the group's port: no tag either. An instance an earlier image began with tags keeps them
+//! (the program on the instance's cgroup, each listener tagged). Either way the kernel
 //! runs it for the fleet's connections only, and for their state changes only once the program
 //! asked for them on a counted connection. The host's other traffic, and other ck instances',
 //! never run it. Without a cgroup (a host without cgroup2), `ck_conns` runs on every TCP state
@@ -36,6 +38,8 @@ const TRACEPOINT: &str = "inet_sock_set_state";
 /// Where each hook's link is pinned, in the group's pin directory.
 const HOST_PIN: &str = "conns_link";
 const CGROUP_PIN: &str = "conns_ops_link";
+/// Where the program attached to the workers' cgroups is pinned (see `worker_cgroups`).
+pub(super) const WORKERS_PIN: &str = "conns_ops_workers";
 /// The pins of the slots' links start so (`conns_ops_s<slot>`: see `slot_cgroups`).
 pub(super) const SLOT_PIN_PREFIX: &str = "conns_ops_s";
 
@@ -59,7 +63,11 @@ pub enum ConnHook {
         /// The group's name (`tcp4-8080`).
         group: String,
     },
-    /// `ck_conns_ops` on this cgroup (the instance's): the fleet's sockets only, tagged.
+    /// `ck_conns_ops` on each worker's cgroup (`--adopt`): the sockets the workers make there,
+    /// untagged.
+    Workers,
+    /// `ck_conns_ops` on this cgroup (the instance's): the fleet's sockets only, tagged (an
+    /// instance an earlier image began so).
     Cgroup(PathBuf),
     /// `ck_conns` on `tp_btf/inet_sock_set_state`: every TCP state change of the host.
     Host,
@@ -69,7 +77,7 @@ impl ConnHook {
     /// The hook for group `group`, whose pins are in `pin_dir`: after an upgrade or a take-back
     /// (`resume`), the one the earlier image pinned; else, if the instance has a cgroup (`scope`)
     /// and `CK_CONN_COUNT=host` does not ask otherwise, its slots' cgroups where ck makes the
-    /// sockets (`own_sockets`), or the instance's (`--adopt`). Fails for `CK_CONN_COUNT=scan`.
+    /// sockets (`own_sockets`), or its workers' (`--adopt`). Fails for `CK_CONN_COUNT=scan`.
     pub fn choose(
         pin_dir: &Path,
         resume: bool,
@@ -102,9 +110,13 @@ impl ConnHook {
         if resume && any_slot_pinned(pin_dir) {
             return scope.map(slots).context(lost);
         }
+        if resume && pin_dir.join(WORKERS_PIN).exists() {
+            return scope.map(|_| ConnHook::Workers).context(lost);
+        }
         let cgroup = scope.map(|dir| match own_sockets {
             true => slots(dir),
-            false => ConnHook::Cgroup(dir.to_path_buf()),
+            false if test_seam::tags_on_instance() => ConnHook::Cgroup(dir.to_path_buf()),
+            false => ConnHook::Workers,
         });
         Ok(match (cgroup, forced.trim()) {
             (Some(hook), "") => hook,
@@ -127,7 +139,10 @@ impl ConnHook {
     /// The hook whose link is pinned in `pin_dir` (None: no counter runs for that group), read
     /// from the pins the kernel holds, for `ck status`.
     pub fn pinned(pin_dir: &Path) -> Option<&'static str> {
-        if pin_dir.join(CGROUP_PIN).exists() || any_slot_pinned(pin_dir) {
+        if pin_dir.join(CGROUP_PIN).exists()
+            || any_slot_pinned(pin_dir)
+            || pin_dir.join(WORKERS_PIN).exists()
+        {
             Some("cgroup")
         } else if pin_dir.join(HOST_PIN).exists() {
             Some("host")
@@ -138,12 +153,13 @@ impl ConnHook {
 
     /// Loads and attaches this hook's program from `ebpf` and pins its link in `pin_dir`,
     /// replacing an earlier image's (`resume`). The error says why the kernel refused. (The
-    /// slots' cgroups are attached to one by one: `slot_cgroups`.)
+    /// slots' and workers' cgroups are attached to one by one: `slot_cgroups`,
+    /// `worker_cgroups`.)
     pub fn attach(&self, ebpf: &mut Ebpf, pin_dir: &Path, resume: bool) -> anyhow::Result<()> {
         let (link, pin) = match self {
             ConnHook::Host => (attach_host(ebpf)?, HOST_PIN),
             ConnHook::Cgroup(dir) => (attach_cgroup(ebpf, dir)?, CGROUP_PIN),
-            ConnHook::Slots { .. } => return Ok(()),
+            ConnHook::Slots { .. } | ConnHook::Workers => return Ok(()),
         };
         pin_replacing(link, &pin_dir.join(pin), resume)
     }
@@ -213,4 +229,28 @@ pub(super) fn attach_sock_ops(program: &mut SockOps, dir: &Path) -> anyhow::Resu
         .context("taking the link")?
         .try_into()
         .context("the kernel gave no bpf link for the cgroup (kernel >= 5.7 needed)")
+}
+
+/// The tests' way to the instance's cgroup with tags, which ck chooses only for an instance an
+/// earlier image began so (its pin).
+pub(super) mod test_seam {
+    #[cfg(test)]
+    thread_local! {
+        static TAGS_ON_INSTANCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Whether this thread's test asked for tags on the instance's cgroup (never outside tests).
+    pub(super) fn tags_on_instance() -> bool {
+        #[cfg(test)]
+        return TAGS_ON_INSTANCE.get();
+        #[cfg(not(test))]
+        false
+    }
+
+    /// Asks for tags on the instance's cgroup (`--adopt` counted as an earlier image did) in
+    /// this thread's groups loaded from now on.
+    #[cfg(test)]
+    pub(crate) fn ask_tags_on_instance(yes: bool) {
+        TAGS_ON_INSTANCE.set(yes);
+    }
 }

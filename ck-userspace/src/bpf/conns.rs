@@ -1,9 +1,9 @@
-//! Open connections per slot, counted by the kernel (`ck_conns_ops` on the slots' cgroups or the
-//! instance's, or `ck_conns` on a tracepoint: see `conn_hook` and the program's `conns.rs`).
-//! Each listening socket of a slot is made in the slot's cgroup, where the counter is attached
-//! with the slot in the cgroup's storage (`slot_cgroups`), or, on the other hooks, tagged with its
-//! slot in the `conn_tags` socket storage (copied by the kernel into every connection it
-//! creates). Its cookie is written to `listeners` (so a migration moves the count off the
+//! Open connections per slot, counted by the kernel (`ck_conns_ops` on the slots', the workers'
+//! or the instance's cgroups, or `ck_conns` on a tracepoint: see `conn_hook` and the program's
+//! `conns.rs`). Each listening socket of a slot is made in the slot's cgroup (with `--adopt`,
+//! by its worker in the worker's), where the counter is attached with the slot in the cgroup's
+//! storage (`slot_cgroups`, `worker_cgroups`), or, on the other hooks, tagged with its slot in
+//! the `conn_tags` socket storage (copied by the kernel into every connection it creates). Its cookie is written to `listeners` (so a migration moves the count off the
 //! closing listener's slot), and the per-CPU `conns` counters are summed here.
 //!
 //! The program's links are pinned beside the maps (`conn_hook`). A slot's count is
@@ -28,6 +28,7 @@ use socket2::Socket;
 
 pub use super::conn_hook::{ConnHook, FORCE_ENV};
 use super::slot_cgroups::SlotCgroups;
+use super::worker_cgroups::WorkerCgroups;
 
 /// The maps the program counts in, pinned with the others (last in `pins::PINNED_MAPS`, as
 /// the tests check).
@@ -36,8 +37,10 @@ const MAPS: [&str; 5] = ["conn_tags", "conns", "listeners", "moved", "moved_any"
 
 /// One group's kernel counting of open connections.
 pub struct ConnCounter {
-    /// The counter on the slots' cgroups (None: listening sockets are tagged instead).
+    /// The counter on the slots' cgroups.
     slots: Option<SlotCgroups>,
+    /// `--adopt`: the counter on the workers' cgroups. (Neither: listening sockets are tagged.)
+    workers: Option<WorkerCgroups>,
     tags: SkStorage<MapData, ConnTag>,
     counts: PerCpuArray<MapData, i64>,
     listeners: HashMap<MapData, u64, u32>,
@@ -60,8 +63,13 @@ impl ConnCounter {
             }
             _ => None,
         };
+        let workers = match hook {
+            ConnHook::Workers => Some(WorkerCgroups::start(ebpf, pin_dir)?),
+            _ => None,
+        };
         Ok(ConnCounter {
             slots,
+            workers,
             tags: super::object::take(ebpf, "conn_tags")?,
             counts: super::object::take(ebpf, "conns")?,
             listeners: super::object::take(ebpf, "listeners")?,
@@ -70,11 +78,21 @@ impl ConnCounter {
 
     /// Makes the connections of `socket` (a listening socket of `slot`) count for `slot`: the
     /// counter attached to the slot's cgroup (where ck made the socket) from `ebpf`, or a tag
-    /// on the socket.
+    /// on the socket. With `--adopt` (a worker's socket), the counter is on the worker's cgroup
+    /// already: an error says that the socket was made elsewhere, where nothing counts it.
     pub fn tag(&mut self, ebpf: &mut Ebpf, slot: u32, socket: &Socket) -> anyhow::Result<()> {
-        match &mut self.slots {
-            Some(slots) => slots.count(ebpf, slot)?,
-            None => {
+        match (&mut self.slots, &self.workers) {
+            (Some(slots), _) => slots.count(ebpf, slot)?,
+            (None, Some(workers)) => {
+                if let Some(id) = cgroup_of(socket)
+                    && !workers.counts_in(id)
+                {
+                    anyhow::bail!(
+                        "it was made in cgroup {id}, not in a cgroup ck made for a worker of                          this group (a worker process that moved itself?)"
+                    );
+                }
+            }
+            (None, None) => {
                 let tag = ConnTag { slot, flags: 0 };
                 self.tags
                     .insert(socket, tag, 0)
@@ -110,6 +128,11 @@ impl ConnCounter {
     #[cfg(test)]
     pub fn tag_of(&self, socket: &impl std::os::fd::AsRawFd) -> Option<ConnTag> {
         self.tags.get(socket, 0).ok()
+    }
+
+    /// `--adopt`: the counter on the workers' cgroups (None: the group counts otherwise).
+    pub fn workers(&mut self) -> Option<&mut WorkerCgroups> {
+        self.workers.as_mut()
     }
 
     /// Open connections of `slot`, summed over CPUs.
@@ -170,6 +193,18 @@ pub fn sk_err_offset() -> u32 {
             0
         })
     })
+}
+
+/// The cgroup `socket` (a listener) was made in, as the kernel says (sock_diag, Linux 5.9);
+/// None when it does not say.
+fn cgroup_of(socket: &Socket) -> Option<u64> {
+    let addr = socket.local_addr().ok()?.as_socket()?;
+    let cookie = crate::os::sock_diag::cookie(socket).ok()?;
+    crate::os::sock_diag::listeners(addr.port(), addr.is_ipv6())
+        .ok()?
+        .into_iter()
+        .find(|l| l.cookie == cookie)?
+        .cgroup
 }
 
 /// The cookies of the sockets listening on `socket`'s port and family (sock_diag); none when

@@ -5,6 +5,7 @@ pub mod adopt;
 mod bind_tags;
 pub mod btf;
 pub mod canary_watch;
+mod cgroup_attach;
 mod conn_hook;
 pub mod conn_steering;
 pub mod conns;
@@ -23,6 +24,7 @@ mod slot_cgroups;
 mod stats;
 mod sticky;
 pub mod udp;
+mod worker_cgroups;
 
 pub use error::{BpfError, load_advice};
 pub use group::{BpfGroup, GroupSpec};

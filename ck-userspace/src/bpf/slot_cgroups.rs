@@ -11,18 +11,15 @@
 //! which a connection's mark (its `BPF_SOCK_OPS_STATE_CB_FLAG`) makes harmless.
 use std::{
     collections::BTreeSet,
-    os::fd::{AsFd as _, AsRawFd as _},
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
 };
 
 use anyhow::Context as _;
-use aya::{
-    Ebpf,
-    maps::{Map, MapData},
-};
+use aya::{Ebpf, maps::MapData};
 use ck_common::SlotCgroup;
 
+use super::cgroup_attach::{take_storage, write_slot};
 use super::conn_hook::{SLOT_PIN_PREFIX, attach_sock_ops, pin_replacing, sock_ops_program};
 
 /// One group's counter on its slots' cgroups.
@@ -51,10 +48,7 @@ impl SlotCgroups {
         sock_ops_program(ebpf)?
             .load()
             .context("the kernel refused the sock_ops program")?;
-        let storage = match ebpf.take_map("slot_cgroups") {
-            Some(Map::CgroupStorage(data)) => data,
-            _ => anyhow::bail!("map slot_cgroups missing from the object, or not a cgroup storage"),
-        };
+        let storage = take_storage(ebpf)?;
         Ok(SlotCgroups {
             storage,
             sockets: sockets.to_path_buf(),
@@ -83,7 +77,11 @@ impl SlotCgroups {
         let id = std::fs::metadata(&dir)
             .with_context(|| format!("reading the id of {}", dir.display()))?
             .ino();
-        write_slot(&self.storage, id, slot)
+        let value = SlotCgroup {
+            slot_plus_one: slot + 1,
+            ..SlotCgroup::default()
+        };
+        write_slot(&self.storage, id, value)
             .with_context(|| format!("writing slot {slot} in the storage of {}", dir.display()))?;
         pin_replacing(
             link,
@@ -92,45 +90,5 @@ impl SlotCgroups {
         )?;
         self.attached.insert(slot);
         Ok(())
-    }
-}
-
-/// The `bpf(2)` command that writes a map's element (`linux/bpf.h`).
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-
-/// Writes `slot` as the value of cgroup `id` in the cgroup storage `storage`.
-fn write_slot(storage: &MapData, id: u64, slot: u32) -> std::io::Result<()> {
-    // aya 0.14 has no typed cgroup storage map to write through: one BPF_MAP_UPDATE_ELEM.
-    let value = SlotCgroup {
-        slot_plus_one: slot + 1,
-    };
-    #[repr(C)]
-    struct UpdateAttr {
-        map_fd: u32,
-        _pad: u32,
-        key: u64,
-        value: u64,
-        flags: u64,
-    }
-    let attr = UpdateAttr {
-        map_fd: storage.fd().as_fd().as_raw_fd() as u32,
-        _pad: 0,
-        key: std::ptr::from_ref(&id) as u64,
-        value: std::ptr::from_ref(&value) as u64,
-        flags: 0,
-    };
-    // SAFETY: BPF_MAP_UPDATE_ELEM reads a `bpf_attr` of the size passed, whose key and value
-    // point at a u64 and a `SlotCgroup`, the map's key and value, alive for the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_UPDATE_ELEM,
-            std::ptr::from_ref(&attr),
-            std::mem::size_of::<UpdateAttr>(),
-        )
-    };
-    match rc {
-        0 => Ok(()),
-        _ => Err(std::io::Error::last_os_error()),
     }
 }

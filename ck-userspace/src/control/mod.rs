@@ -187,10 +187,10 @@ pub struct StatusReport {
     /// or `scan (WHY)` (sock_diag matched to the workers' sockets: the fallback).
     #[serde(default)]
     pub connection_count: String,
-    /// Where the kernel counts them (`kernel`), read from the pins of the counter's links:
-    /// `cgroup` (a `sock_ops` program on each slot's cgroup, or on the instance's with
-    /// `--adopt`: the fleet's sockets only) or
-    /// `host` (a tracepoint every TCP state change of the host runs).
+    /// Where the kernel counts them (`kernel`), read from the pins of the counter (its links,
+    /// or the program attached to the workers' cgroups): `cgroup` (a `sock_ops` program on each
+    /// slot's cgroup, or on each worker's with `--adopt`: the fleet's sockets only) or `host` (a
+    /// tracepoint every TCP state change of the host runs).
     #[serde(default)]
     pub connection_hook: Option<String>,
     /// The quiet wait of a stop (`--quiet-period`): while it lasts, or how it ended.

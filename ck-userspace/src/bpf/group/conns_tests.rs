@@ -23,33 +23,115 @@ impl Drop for PinsGone<'_> {
 /// The group every test here loads.
 pub(super) const GROUP: &str = "tcp4-1";
 
-/// Runs `check` on each hook: the host-wide tracepoint, then an instance cgroup of its own
-/// (named after `what`), where the test's listeners are created, counted on the slots'
-/// cgroups (`own_sockets`, untagged), then on the instance's (tagged, as with `--adopt`).
-pub(super) fn on_each_hook(what: &str, check: impl Fn(&str, Option<&InstanceCgroup>, bool)) {
-    check(
-        &format!("unit-{what}-host-{}", std::process::id()),
-        None,
-        false,
-    );
-    for (kind, own_sockets) in [("slots", true), ("cg", false)] {
-        let name = format!("unit-{what}-{kind}-{}", std::process::id());
-        let cgroup = InstanceCgroup::create(&name, false).expect("creating cgroups as root");
-        assert!(cgroup.holds_sockets());
-        check(&name, Some(&cgroup), own_sockets);
+/// Where the counter runs in a test, and how the test's listeners are made for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Hook {
+    /// The host-wide tracepoint: listeners made anywhere, tagged.
+    Host,
+    /// The slots' cgroups: each listener made in its slot's cgroup, as ck makes its own.
+    Slots,
+    /// The workers' cgroups (`--adopt`): each listener made in a worker's cgroup of its slot.
+    Workers,
+    /// The instance's cgroup with tags (`--adopt` in an instance an earlier image began).
+    Tagged,
+}
+
+/// One test's instance: its name (and pins), cgroup and hook.
+pub(super) struct Place<'a> {
+    /// The instance's name.
+    pub(super) name: &'a str,
+    /// Its cgroup (None: the host-wide hook).
+    pub(super) cgroup: Option<&'a InstanceCgroup>,
+    /// The hook the counter runs on.
+    pub(super) hook: Hook,
+}
+
+impl Place<'_> {
+    /// Loads the group `spec` (one of [`GroupSpec::tcp`]'s, named after this instance) with
+    /// the counter on this place's hook.
+    pub(super) fn load(&self, spec: GroupSpec<'_>) -> BpfGroup {
+        super::super::conn_hook::test_seam::ask_tags_on_instance(self.hook == Hook::Tagged);
+        let group = BpfGroup::load(&GroupSpec {
+            cgroup: self.cgroup.map(InstanceCgroup::dir),
+            own_sockets: self.hook == Hook::Slots,
+            ..spec
+        });
+        super::super::conn_hook::test_seam::ask_tags_on_instance(false);
+        group.expect("loading as root")
+    }
+
+    /// A listening `SO_REUSEPORT` socket of [`GROUP`]'s `slot` on a free loopback port, made
+    /// where this place's hook wants it (see [`Hook`]) and put in `group` at `slot`.
+    pub(super) fn listener(&self, group: &mut BpfGroup, slot: u32) -> Socket {
+        let worker = (self.hook == Hook::Workers).then(|| {
+            let cgroup = self.cgroup.expect("the workers' hook has a cgroup");
+            cgroup.worker(u64::from(slot), None).unwrap()
+        });
+        let socket = match (&worker, self.cgroup) {
+            (Some(worker), _) => {
+                let dir = std::fs::File::open(worker.dir()).unwrap();
+                let fd = crate::os::fork::socket_in(
+                    std::os::fd::AsFd::as_fd(&dir),
+                    libc::AF_INET,
+                    libc::SOCK_STREAM,
+                    0,
+                )
+                .unwrap();
+                Socket::from(fd)
+            }
+            (None, Some(cgroup)) => {
+                let place = crate::os::cgroup::slot_place(GROUP, slot);
+                cgroup
+                    .socket(&place, Domain::IPV4, Type::STREAM, None)
+                    .unwrap()
+            }
+            (None, None) => Socket::new(Domain::IPV4, Type::STREAM, None).unwrap(),
+        };
+        socket.set_reuse_port(true).unwrap();
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        // As with `--adopt`: the counter is on the worker's cgroup before its socket listens.
+        if let (Some(worker), Some(cgroup)) = (&worker, self.cgroup) {
+            let addr = socket.local_addr().unwrap().as_socket().unwrap();
+            group.tag_binds(cgroup.dir(), addr, true);
+            group.bind_slot(worker.dir(), slot);
+        }
+        socket.listen(16).unwrap();
+        group.insert(slot, &socket).expect("inserting the socket");
+        socket
     }
 }
 
-/// A listening `SO_REUSEPORT` socket on a free loopback port (created in `slot`'s cgroup of
-/// [`GROUP`] under `cgroup` if given, as ck creates its own).
-pub(super) fn listener(cgroup: Option<&InstanceCgroup>, slot: u32) -> Socket {
-    let place = crate::os::cgroup::slot_place(GROUP, slot);
-    let socket = match cgroup {
-        Some(cgroup) => cgroup
-            .socket(&place, Domain::IPV4, Type::STREAM, None)
-            .unwrap(),
-        None => Socket::new(Domain::IPV4, Type::STREAM, None).unwrap(),
-    };
+/// Runs `check` on each [`Hook`]: the host-wide tracepoint, then, each in an instance cgroup
+/// of its own (named after `what`), the slots' cgroups, the workers' and the instance's.
+pub(super) fn on_each_hook(what: &str, check: impl Fn(&Place<'_>)) {
+    let name = format!("unit-{what}-host-{}", std::process::id());
+    check(&Place {
+        name: &name,
+        cgroup: None,
+        hook: Hook::Host,
+    });
+    for (kind, hook) in [
+        ("slots", Hook::Slots),
+        ("workers", Hook::Workers),
+        ("cg", Hook::Tagged),
+    ] {
+        let name = format!("unit-{what}-{kind}-{}", std::process::id());
+        let cgroup = InstanceCgroup::create(&name, false).expect("creating cgroups as root");
+        assert!(cgroup.holds_sockets());
+        check(&Place {
+            name: &name,
+            cgroup: Some(&cgroup),
+            hook,
+        });
+    }
+}
+
+/// A listening `SO_REUSEPORT` socket on a free loopback port, made anywhere (for the tests of
+/// the select program, whose counter runs on the host-wide hook).
+pub(super) fn plain_listener() -> Socket {
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
     socket.set_reuse_port(true).unwrap();
     socket
         .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
@@ -83,17 +165,10 @@ fn a_tagged_listeners_connections_count_until_they_close() {
     on_each_hook("conns", tagged_listeners_count);
 }
 
-fn tagged_listeners_count(name: &str, cgroup: Option<&InstanceCgroup>, own_sockets: bool) {
-    let scope = cgroup.map(InstanceCgroup::dir);
-    let _pins = PinsGone(name);
-    let mut group = BpfGroup::load(&GroupSpec {
-        cgroup: scope,
-        own_sockets,
-        ..GroupSpec::tcp(name, GROUP, 1)
-    })
-    .expect("loading as root");
-    let tagged = listener(cgroup, 5);
-    group.insert(5, &tagged).expect("inserting the socket");
+fn tagged_listeners_count(place: &Place<'_>) {
+    let _pins = PinsGone(place.name);
+    let mut group = place.load(GroupSpec::tcp(place.name, GROUP, 1));
+    let tagged = place.listener(&mut group, 5);
     let addr = tagged.local_addr().unwrap().as_socket().unwrap();
     let untagged = TcpListener::bind("127.0.0.1:0").unwrap();
     let clients: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
@@ -116,12 +191,16 @@ fn tagged_listeners_count(name: &str, cgroup: Option<&InstanceCgroup>, own_socke
     assert_eq!(after_accept, Some(3));
     assert_eq!(closed, Some(0));
     assert!(elsewhere.iter().all(|n| *n == 0), "{elsewhere:?}");
-    // On the slots' cgroups nothing is written on the listener, so nothing is copied into (and
-    // freed with) each connection; elsewhere the tag is, and says the slot.
+    // On the slots' and the workers' cgroups nothing is written on the listener, so nothing is
+    // copied into (and freed with) each connection; elsewhere the tag is, and says the slot.
     let slot = |t: Option<ck_common::ConnTag>| t.map(|t| t.slot);
-    match own_sockets && cgroup.is_some() {
-        true => assert_eq!((slot(tags.0), slot(tags.1)), (None, None), "{tags:?}"),
-        false => assert_eq!((slot(tags.0), slot(tags.1)), (Some(5), Some(5)), "{tags:?}"),
+    match place.hook {
+        Hook::Slots | Hook::Workers => {
+            assert_eq!((slot(tags.0), slot(tags.1)), (None, None), "{tags:?}")
+        }
+        Hook::Host | Hook::Tagged => {
+            assert_eq!((slot(tags.0), slot(tags.1)), (Some(5), Some(5)), "{tags:?}")
+        }
     }
 }
 
@@ -151,7 +230,7 @@ fn a_probe_connection_is_not_counted() {
     on_each_hook("conns-probe", probe_not_counted);
 }
 
-fn probe_not_counted(name: &str, cgroup: Option<&InstanceCgroup>, own_sockets: bool) {
+fn probe_not_counted(place: &Place<'_>) {
     let probe = bound_socket();
     let base = port_of(&probe) - 2;
     let in_range =
@@ -160,17 +239,12 @@ fn probe_not_counted(name: &str, cgroup: Option<&InstanceCgroup>, own_sockets: b
         .take(64)
         .find(|c| !in_range(port_of(c)))
         .expect("a free port outside the probe range");
-    let scope = cgroup.map(InstanceCgroup::dir);
-    let _pins = PinsGone(name);
-    let mut group = BpfGroup::load(&GroupSpec {
+    let _pins = PinsGone(place.name);
+    let mut group = place.load(GroupSpec {
         probe_base: base,
-        cgroup: scope,
-        own_sockets,
-        ..GroupSpec::tcp(name, GROUP, 1)
-    })
-    .expect("loading as root");
-    let tagged = listener(cgroup, 2);
-    group.insert(2, &tagged).expect("inserting the socket");
+        ..GroupSpec::tcp(place.name, GROUP, 1)
+    });
+    let tagged = place.listener(&mut group, 2);
     let addr = tagged.local_addr().unwrap();
     probe.connect(&addr).unwrap();
     client.connect(&addr).unwrap();
@@ -182,4 +256,57 @@ fn probe_not_counted(name: &str, cgroup: Option<&InstanceCgroup>, own_sockets: b
     drop(group);
     assert_eq!(open, Some(1), "the client's connection only");
     assert_eq!(closed, Some(0));
+}
+
+/// `--adopt`: on a worker's cgroup, only the connections to the group's port count (the worker
+/// may listen on others), and a connection that closes once the worker's cgroup is gone still
+/// leaves the count. (Loads the program: root.)
+#[test]
+fn a_workers_cgroup_counts_its_groups_port_while_it_has_connections() {
+    let name = format!("unit-conns-worker-{}", std::process::id());
+    let _pins = PinsGone(&name);
+    let cgroup = InstanceCgroup::create(&name, false).expect("creating cgroups as root");
+    let place = Place {
+        name: &name,
+        cgroup: Some(&cgroup),
+        hook: Hook::Workers,
+    };
+    let mut group = place.load(GroupSpec::tcp(&name, GROUP, 1));
+    let served = place.listener(&mut group, 1);
+    let addr = served.local_addr().unwrap().as_socket().unwrap();
+    // The worker's other listener, made in its cgroup too (`w1`, as `Place::listener` named it).
+    let worker = cgroup.dir().join("w1");
+    let dir = std::fs::File::open(&worker).unwrap();
+    let fd = crate::os::fork::socket_in(
+        std::os::fd::AsFd::as_fd(&dir),
+        libc::AF_INET,
+        libc::SOCK_STREAM,
+        0,
+    )
+    .unwrap();
+    let other = Socket::from(fd);
+    other
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    other.listen(16).unwrap();
+    let other_addr = other.local_addr().unwrap().as_socket().unwrap();
+    let clients: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let others: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(other_addr).unwrap())
+        .collect();
+    let accepted: Vec<_> = (0..2).map(|_| served.accept().unwrap()).collect();
+    let open = settles(&group, 1, 2);
+    // The worker is gone: ck forgets its cgroup and removes it (it holds no process).
+    group.unbind_slot(&worker);
+    drop(dir);
+    std::fs::remove_dir(&worker).expect("removing the worker's cgroup");
+    drop((clients, accepted, others, other));
+    let closed = settles(&group, 1, 0);
+    drop(group);
+    assert_eq!(open, Some(2), "the group's port only");
+    assert_eq!(
+        closed,
+        Some(0),
+        "closed after the cgroup went, and counted off"
+    );
 }

@@ -105,31 +105,6 @@ impl BpfGroup {
         })
     }
 
-    /// Writes each slot's kernel-counted open connections to `conn_samples`, for least-conn
-    /// where the program cannot sum them ([`ConnSteering::Sampled`]); nothing otherwise.
-    pub fn sample_connections(
-        &mut self,
-        slots: impl IntoIterator<Item = u32>,
-    ) -> Result<(), BpfError> {
-        if !matches!(self.conn_steering, Some(ConnSteering::Sampled(_))) {
-            return Ok(());
-        }
-        let Ok(counter) = &self.conns else {
-            return Ok(());
-        };
-        for slot in slots {
-            let open = u32::try_from(counter.count(slot).max(0)).unwrap_or(u32::MAX);
-            // Written only when it changed: one syscall per change, not per slot and sample.
-            if self.conn_sampled.get(&slot) != Some(&open) {
-                self.conn_samples
-                    .set(slot, open, 0)
-                    .map_err(write_err("conn_samples"))?;
-                self.conn_sampled.insert(slot, open);
-            }
-        }
-        Ok(())
-    }
-
     /// The canary's kernel counters in this group.
     pub fn canary_watch(&self) -> &super::canary_watch::CanaryWatch {
         &self.watch
@@ -205,70 +180,6 @@ impl BpfGroup {
         self.sock_gens
             .set(slot, self.sock_gen, 0)
             .map_err(write_err("sock_gens"))
-    }
-
-    /// Tags `socket` so the kernel counts its connections for `slot` (when it counts them).
-    /// Tagged before it listens, every connection it takes counts; tagged later, those it
-    /// took before count nowhere.
-    pub fn tag(&mut self, slot: u32, socket: &Socket) {
-        if let Ok(conns) = &mut self.conns
-            && let Err(e) = conns.tag(&mut self.ebpf, slot, socket)
-        {
-            tracing::warn!(
-                slot,
-                "open connections of this socket will not be counted: {e:#}; ck status \
-                 and /metrics undercount the slot (restart ck to tag it again)"
-            );
-        }
-    }
-
-    /// `--adopt`: tags the sockets that processes in cgroups under `dir` bind to `addr`'s port
-    /// (see `bind_tags`; of either family with `any_family`), so the kernel counts their
-    /// connections from the first one. Only where the kernel counts connections; a failure
-    /// leaves tagging to adoption, as it was.
-    pub fn tag_binds(
-        &mut self,
-        dir: &std::path::Path,
-        addr: std::net::SocketAddr,
-        any_family: bool,
-    ) {
-        if self.conns.is_err() || self.bind_tagger.is_some() {
-            return;
-        }
-        match BindTagger::attach(&mut self.ebpf, dir, addr, any_family) {
-            Ok(tagger) => self.bind_tagger = Some(tagger),
-            Err(e) => tracing::warn!(
-                "adopted sockets are tagged for the connection counts when adopted, not when \
-                 bound: {e:#}; connections they take before that are not counted"
-            ),
-        }
-    }
-
-    /// `--adopt`: sockets bound by the processes of the worker cgroup `dir` count for `slot`.
-    pub fn bind_slot(&mut self, dir: &std::path::Path, slot: u32) {
-        if let Some(tagger) = &mut self.bind_tagger
-            && let Err(e) = tagger.add(dir, slot)
-        {
-            tracing::warn!(slot, "{e:#}; the worker's socket is tagged once adopted");
-        }
-    }
-
-    /// `--adopt`: the worker cgroup `dir` is going.
-    pub fn unbind_slot(&mut self, dir: &std::path::Path) {
-        if let Some(tagger) = &mut self.bind_tagger {
-            tagger.remove(dir);
-        }
-    }
-
-    /// Open connections of `slot` counted by the kernel (None: it does not count them here,
-    /// see [`BpfGroup::conn_count_fallback`]).
-    pub fn connections(&self, slot: u32) -> Option<i64> {
-        self.conns.as_ref().ok().map(|c| c.count(slot))
-    }
-
-    /// Why open connections are not counted by the kernel in this group (None: they are).
-    pub fn conn_count_fallback(&self) -> Option<&str> {
-        self.conns.as_ref().err().map(String::as_str)
     }
 
     /// Puts `socket` in the `sockets` map at `slot` unless it is in the map already (the
@@ -422,6 +333,7 @@ impl BpfGroup {
     }
 }
 
+mod counting;
 mod open;
 mod share;
 

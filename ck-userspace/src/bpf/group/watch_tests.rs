@@ -6,9 +6,8 @@ use std::io::Write as _;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use super::conns_tests::{GROUP, PinsGone, listener, on_each_hook, settles_to};
+use super::conns_tests::{GROUP, PinsGone, Place, on_each_hook, plain_listener, settles_to};
 use super::{BpfGroup, GroupSpec};
-use crate::os::cgroup::InstanceCgroup;
 
 /// A connection the worker's side closes with `SO_LINGER` 0 (a reset sent) counts once for
 /// its slot; one whose client resets it, and one closed politely, do not.
@@ -17,16 +16,10 @@ fn resets_a_slots_side_sends_are_counted() {
     on_each_hook("resets", resets_counted);
 }
 
-fn resets_counted(name: &str, cgroup: Option<&InstanceCgroup>, own_sockets: bool) {
-    let _pins = PinsGone(name);
-    let mut group = BpfGroup::load(&GroupSpec {
-        cgroup: cgroup.map(InstanceCgroup::dir),
-        own_sockets,
-        ..GroupSpec::tcp(name, GROUP, 1)
-    })
-    .expect("loading as root");
-    let tagged = listener(cgroup, 3);
-    group.insert(3, &tagged).expect("inserting the socket");
+fn resets_counted(place: &Place<'_>) {
+    let _pins = PinsGone(place.name);
+    let mut group = place.load(GroupSpec::tcp(place.name, GROUP, 1));
+    let tagged = place.listener(&mut group, 3);
     let addr = tagged.local_addr().unwrap().as_socket().unwrap();
     let watch = || group.canary_watch().resets(3);
     assert_eq!(watch(), Some(0), "counted from zero");
@@ -76,7 +69,7 @@ fn a_watched_queue_records_its_oldest_wait() {
     })
     .expect("loading as root");
     assert_eq!(group.canary_watch().queue_watch_refused(), None);
-    let watched = listener(None, 4);
+    let watched = plain_listener();
     group.insert(4, &watched).expect("inserting the socket");
     group.attach(&watched).expect("attaching the program");
     group.watch_queues(&[4]).expect("watching");
