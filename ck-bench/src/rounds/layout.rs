@@ -214,6 +214,25 @@ impl<'m> Layout<'m> {
         self.row(metric, cells)
     }
 
+    /// A row of each column's median of `key` over the column `reference`'s median (one
+    /// figure: how a goal worded "the median at least the reference's median" reads), empty in
+    /// the reference's own column.
+    pub fn median_ratios(&mut self, metric: &str, key: &str, reference: &str) -> &mut Layout<'m> {
+        let median = |c: &str| self.measured.stat(c, key).map(|s| s.median);
+        let under = median(reference);
+        let cells = self
+            .table
+            .columns
+            .iter()
+            .map(|c| match (c == reference, median(c), under) {
+                (true, _, _) => Cell::text(""),
+                (false, Some(over), Some(under)) if under > 0.0 => Unit::Ratio.cell(over / under),
+                _ => Cell::text("-"),
+            })
+            .collect();
+        self.row(metric, cells)
+    }
+
     /// A row of the sum of `key` over the rounds, per column.
     pub fn total(&mut self, metric: &str, key: &str, unit: Unit) -> &mut Layout<'m> {
         let cells = self

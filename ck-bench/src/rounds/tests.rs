@@ -146,6 +146,23 @@ fn medians_show_their_range_and_ratios_are_taken_round_by_round() {
     assert_eq!(texts(2), ["310", "150"]);
 }
 
+/// The ratio of the medians is not the median of the rounds' ratios: one round's swing on the
+/// reference moves the second, not the first.
+#[test]
+fn a_ratio_of_medians_divides_each_columns_median_by_the_references() {
+    let p = plan(&["ck", NO_BPF], 7, None);
+    let r: &[&[f64]] = &[&[60.0, 100.0], &[90.0, 60.0], &[100.0, 110.0]];
+    let m = Measured::new(p.clone(), rounds(&p, "rps", r));
+    let mut t = Layout::new(&m, "t");
+    t.median_ratios("medians", "rps", NO_BPF)
+        .ratios("rounds", "rps", NO_BPF);
+    let table = t.finish().unwrap();
+    // Medians 90 and 100; per round 0.60, 1.50, 0.91.
+    assert_eq!(table.rows[0].cells[0].text, "0.90");
+    assert_eq!(table.rows[0].cells[1].text, "");
+    assert_eq!(table.rows[1].cells[0].text, "0.91 (0.60-1.50)");
+}
+
 #[test]
 fn a_goal_is_met_only_when_every_column_it_names_meets_it() {
     let labels = ["round-robin", "least-queue", NO_BPF];
