@@ -111,6 +111,9 @@ pub mod policy {
     /// go to the earlier candidate. For long-lived connections (websockets, SSE, gRPC streams,
     /// keep-alive pools).
     pub const LEAST_CONN: u32 = 4;
+    /// Not a policy: the select program's `CK_POLICY` when it was loaded for none in particular
+    /// (it then steers by `Config::policy` alone, with every policy's code).
+    pub const ANY: u32 = u32::MAX;
 }
 
 /// Most slots whose queues a canary's watch reads at once (`watched`).

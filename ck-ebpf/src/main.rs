@@ -89,6 +89,14 @@ pub(crate) static CONN_SAMPLES: Array<u32, SLOTS> = Array::new();
 #[unsafe(no_mangle)]
 pub(crate) static CK_SUM_CONNS: Global<u8> = Global::new(0);
 
+/// The policy ck loaded the program for (`ck run --policy`), set at load. Read-only data, known
+/// to the verifier: it drops the other policies' code from the program the kernel runs, which
+/// keeps that one policy and `sticky`'s (a canary by client steers by the consistent table
+/// whatever the policy: `config.policy` then says `sticky`). `policy::ANY`: every policy's
+/// code, `config.policy` alone deciding.
+#[unsafe(no_mangle)]
+static CK_POLICY: Global<u32> = Global::new(policy::ANY);
+
 #[sk_reuseport(migrate)]
 pub fn ck_select(ctx: SkReuseportContext) -> u32 {
     select(&ctx)
@@ -119,6 +127,11 @@ fn select(ctx: &SkReuseportContext) -> u32 {
         return SK_DROP;
     }
     let migrating = migrating.is_some();
+    let policy = match CK_POLICY.load() {
+        policy::ANY => config.policy,
+        _ if config.policy == policy::STICKY => policy::STICKY,
+        loaded => loaded,
+    };
     let Some(set) = ACTIVE.get(config.live_half & 1) else {
         return SK_DROP;
     };
@@ -135,7 +148,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     // sticky: one lookup of the client's address. Its slot's socket failing (closing), a
     // migrating request (which may carry no packet to read an address from: documented) and
     // the fallback (the table holds ready slots only) go to the hash policy below.
-    if config.policy == policy::STICKY && !fallback && !migrating {
+    if policy == policy::STICKY && !fallback && !migrating {
         if let Some(slot) = sticky_slot(ctx, config.live_half) {
             if try_select(ctx, slot, false, false) {
                 return SK_PASS;
@@ -146,7 +159,7 @@ fn select(ctx: &SkReuseportContext) -> u32 {
     // `pos < SLOTS` and drop the bounds checks below, which the verifier needs to see.
     // No division on this path (a `%` is a 64-bit divide, tens of cycles on x86): positions
     // come from a cursor kept below `len`, a multiply-shift of the hash, and one subtraction.
-    let first = match config.policy {
+    let first = match policy {
         policy::ROUND_ROBIN => next_cursor(len),
         policy::LEAST_QUEUE => by_load::least_queue(ctx, set, len, config),
         policy::LEAST_CONN => by_load::least_conn(set, len, config),

@@ -1,8 +1,8 @@
 //! Loading one group's BPF object: the maps created (or opened from their pins), the
 //! program's read-only switches set (aya-log's level, reading kernel memory, summing the
-//! per-CPU connection counts, the CPU count, the probe range and where a connection's peer
-//! lies), and the group's program loaded (`ck_select`, or
-//! `ck_select_udp` for a UDP group); plus the kernel's one-line answer when it refuses.
+//! per-CPU connection counts, the CPU count, the policy, the probe range and where a
+//! connection's peer lies), and the group's program loaded (`ck_select`, or `ck_select_udp` for
+//! a UDP group); plus the kernel's one-line answer when it refuses.
 use anyhow::Context as _;
 use aya::{Ebpf, EbpfLoader, programs::SkReuseport};
 use ck_common::QueueOffsets;
@@ -27,6 +27,9 @@ const CPUS: &str = "CK_CPUS";
 /// The UDP program's read-only `--udp-mode` code (`ck_common::udp::udp_mode`).
 const UDP_MODE: &str = "CK_UDP_MODE";
 
+/// The select program's read-only `--policy` code: the verifier drops the other policies' code.
+const POLICY: &str = "CK_POLICY";
+
 /// The programs' read-only first port of the probe range.
 const PROBE_BASE: &str = "CK_PROBE_BASE";
 
@@ -47,6 +50,8 @@ pub(super) struct Switches {
     pub udp_mode: Option<u32>,
     /// The first port of the probe range ([`PROBE_BASE`]).
     pub probe_base: u32,
+    /// The `--policy` code ([`POLICY`]; a UDP group's program does not read it).
+    pub policy: u32,
 }
 
 impl Switches {
@@ -113,6 +118,7 @@ pub(super) fn open(
         .override_global(CPUS, &cpus, true)
         .override_global(UDP_MODE, &udp_mode, true)
         .override_global(PROBE_BASE, &switches.probe_base, true)
+        .override_global(POLICY, &switches.policy, true)
         .override_global(PEER_AT, &peer_at, true)
         .override_global(SK_ERR_AT, &sk_err_at, true);
     for map in ["flows", "flow_cache", "pending"] {
@@ -231,6 +237,7 @@ pub(super) fn open_for(
             sum_conns,
             udp_mode,
             probe_base: u32::from(probe_base),
+            policy,
         };
         open(pin_dir, group, log, reuse, switches, started)
     };
