@@ -6,7 +6,8 @@
 //! the load, the open connections per worker are read from `ck status --json` (the kernel's
 //! counts; with `--no-bpf`, sock_diag's). Reported: the fewest and most connections one worker
 //! holds, the rounds in which a worker held more than [`SLACK`] off an even share, and the
-//! requests per second (with the ratio of the medians, and the median of the rounds' ratios).
+//! requests per second (with the ratio of the medians, and the median of the rounds' ratios),
+//! and, as a detail, the supervisor's own CPU time during the load.
 //! Goals: ck even in every round, and its median throughput no more than 2 % below
 //! `--no-bpf`'s median (whose kernel hash spreads the connections over the booting workers).
 
@@ -69,24 +70,33 @@ pub fn run(bench: &Bench) -> Result<Outcome> {
 fn measure(bench: &Bench, fleet: &mut Fleet) -> Result<Figures> {
     let addr = fleet.addr();
     first_answer(addr)?;
-    let mut spec = LoadSpec::for_duration(addr, Mode::KeepAlive, CONNECTIONS, bench.span(LOAD));
-    spec.retry = false;
-    let started = Instant::now();
-    let handle = load::start(spec);
-    std::thread::sleep(SETTLE);
     let inst = fleet
         .instance()
         .context("first-moment's contenders are ck instances")?;
+    let mut spec = LoadSpec::for_duration(addr, Mode::KeepAlive, CONNECTIONS, bench.span(LOAD));
+    spec.retry = false;
+    let cpu_before = ck_tests::cpu::ticks_cpu(inst.pid());
+    let started = Instant::now();
+    let handle = load::start(spec);
+    std::thread::sleep(SETTLE);
     let status = inst.status()?;
     let report = handle.join();
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_after = ck_tests::cpu::ticks_cpu(inst.pid());
     let held: Vec<u64> = status
         .slots
         .iter()
         .filter(|s| s.pid.is_some())
         .map(|s| s.connections.unwrap_or(0))
         .collect();
-    Ok(figures(&held, report.ok, seconds))
+    let mut figures = figures(&held, report.ok, seconds);
+    if let (Some(before), Some(after)) = (cpu_before, cpu_after) {
+        figures.set(
+            "ck_cpu_ms",
+            after.saturating_sub(before).as_secs_f64() * 1000.0,
+        );
+    }
+    Ok(figures)
 }
 
 /// A round's figures from the connections each worker held, the requests answered and the
@@ -130,7 +140,9 @@ fn table(m: &Measured) -> Result<Table> {
             "requests/s over --no-bpf's, round by round",
             "req_s",
             NO_BPF,
-        );
+        )
+        .values("ck's own CPU during the load", "ck_cpu_ms", Unit::Ms)
+        .detail();
     t.note(format!(
         "open connections per worker from ck status --json {SETTLE:?} into the load (the \
          kernel's counts; --no-bpf: sock_diag); before ck spread a booting fleet, every \
