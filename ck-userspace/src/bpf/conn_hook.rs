@@ -170,16 +170,21 @@ impl ConnHook {
 /// change goes uncounted.
 pub(super) fn pin_replacing(link: FdLink, path: &Path, replace: bool) -> anyhow::Result<()> {
     if replace {
-        match std::fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(e).with_context(|| format!("removing {}", path.display()));
-            }
-            _ => {}
-        }
+        remove_pin(path)?;
     }
     link.pin(path)
         .with_context(|| format!("pinning the link at {}", path.display()))?;
     Ok(())
+}
+
+/// Removes an earlier image's pin at `path`, if there is one.
+pub(super) fn remove_pin(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `ck_conns` on the tracepoint.

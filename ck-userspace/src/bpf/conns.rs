@@ -3,8 +3,9 @@
 //! `conns.rs`). Each listening socket of a slot is made in the slot's cgroup (with `--adopt`,
 //! by its worker in the worker's), where the counter is attached with the slot in the cgroup's
 //! storage (`slot_cgroups`, `worker_cgroups`), or, on the other hooks, tagged with its slot in
-//! the `conn_tags` socket storage (copied by the kernel into every connection it creates). Its cookie is written to `listeners` (so a migration moves the count off the
-//! closing listener's slot), and the per-CPU `conns` counters are summed here.
+//! the `conn_tags` socket storage (copied by the kernel into every connection it creates). Its
+//! cookie is written to `listeners` (so a migration moves the count off the closing listener's
+//! slot), and the per-CPU `conns` counters are summed here.
 //!
 //! The program's links are pinned beside the maps (`conn_hook`). A slot's count is
 //! never zeroed: a slot index used again starts from the connections still open that its
@@ -35,12 +36,20 @@ use super::worker_cgroups::WorkerCgroups;
 #[cfg(test)]
 const MAPS: [&str; 5] = ["conn_tags", "conns", "listeners", "moved", "moved_any"];
 
+/// How a listening socket's connections are told to count for its slot.
+enum Naming {
+    /// The counter on the slots' cgroups, where ck makes its sockets.
+    Slots(SlotCgroups),
+    /// `--adopt`: the counter on the workers' cgroups, where they make theirs.
+    Workers(WorkerCgroups),
+    /// A tag on each listening socket.
+    Tags,
+}
+
 /// One group's kernel counting of open connections.
 pub struct ConnCounter {
-    /// The counter on the slots' cgroups.
-    slots: Option<SlotCgroups>,
-    /// `--adopt`: the counter on the workers' cgroups. (Neither: listening sockets are tagged.)
-    workers: Option<WorkerCgroups>,
+    /// How a slot's sockets count for it.
+    naming: Naming,
     tags: SkStorage<MapData, ConnTag>,
     counts: PerCpuArray<MapData, i64>,
     listeners: HashMap<MapData, u64, u32>,
@@ -57,19 +66,15 @@ impl ConnCounter {
         hook: &ConnHook,
     ) -> anyhow::Result<ConnCounter> {
         hook.attach(ebpf, pin_dir, resume)?;
-        let slots = match hook {
+        let naming = match hook {
             ConnHook::Slots { sockets, group } => {
-                Some(SlotCgroups::start(ebpf, pin_dir, sockets, group)?)
+                Naming::Slots(SlotCgroups::start(ebpf, pin_dir, sockets, group)?)
             }
-            _ => None,
-        };
-        let workers = match hook {
-            ConnHook::Workers => Some(WorkerCgroups::start(ebpf, pin_dir)?),
-            _ => None,
+            ConnHook::Workers => Naming::Workers(WorkerCgroups::start(ebpf, pin_dir)?),
+            ConnHook::Cgroup(_) | ConnHook::Host => Naming::Tags,
         };
         Ok(ConnCounter {
-            slots,
-            workers,
+            naming,
             tags: super::object::take(ebpf, "conn_tags")?,
             counts: super::object::take(ebpf, "conns")?,
             listeners: super::object::take(ebpf, "listeners")?,
@@ -81,25 +86,30 @@ impl ConnCounter {
     /// on the socket. With `--adopt` (a worker's socket), the counter is on the worker's cgroup
     /// already: an error says that the socket was made elsewhere, where nothing counts it.
     pub fn tag(&mut self, ebpf: &mut Ebpf, slot: u32, socket: &Socket) -> anyhow::Result<()> {
-        match (&mut self.slots, &self.workers) {
-            (Some(slots), _) => slots.count(ebpf, slot)?,
-            (None, Some(workers)) => {
-                if let Some(id) = cgroup_of(socket)
+        let cookie = crate::os::sock_diag::cookie(socket).context("reading SO_COOKIE")?;
+        // The sockets listening on its port and family, listed once and only if asked.
+        let listening = std::cell::OnceCell::new();
+        let listening = || listening.get_or_init(|| listeners_beside(socket));
+        match &mut self.naming {
+            Naming::Slots(slots) => slots.count(ebpf, slot)?,
+            Naming::Workers(workers) => {
+                let made_in = listening().iter().find(|l| l.cookie == cookie);
+                if let Some(id) = made_in.and_then(|l| l.cgroup)
                     && !workers.counts_in(id)
                 {
                     anyhow::bail!(
-                        "it was made in cgroup {id}, not in a cgroup ck made for a worker of                          this group (a worker process that moved itself?)"
+                        "it was made in cgroup {id}, not in a cgroup ck made for a worker of \
+                         this group (a worker process that moved itself?)"
                     );
                 }
             }
-            (None, None) => {
+            Naming::Tags => {
                 let tag = ConnTag { slot, flags: 0 };
                 self.tags
                     .insert(socket, tag, 0)
                     .context("writing the conn_tags socket storage")?;
             }
         }
-        let cookie = crate::os::sock_diag::cookie(socket).context("reading SO_COOKIE")?;
         // An earlier socket of the slot (replaced, perhaps by an earlier image of ck: the map is
         // pinned) leaves once it no longer listens. One that still does (held by a worker whose
         // exit was reported as it began, the kernel still tearing it down) stays: when its last
@@ -113,8 +123,7 @@ impl ConnCounter {
             .map(|(c, _)| c)
             .collect();
         if !earlier.is_empty() {
-            let live = listening_cookies(socket);
-            earlier.retain(|c| !live.contains(c));
+            earlier.retain(|c| !listening().iter().any(|l| l.cookie == *c));
         }
         for old in earlier {
             let _ = self.listeners.remove(&old);
@@ -132,7 +141,10 @@ impl ConnCounter {
 
     /// `--adopt`: the counter on the workers' cgroups (None: the group counts otherwise).
     pub fn workers(&mut self) -> Option<&mut WorkerCgroups> {
-        self.workers.as_mut()
+        match &mut self.naming {
+            Naming::Workers(workers) => Some(workers),
+            _ => None,
+        }
     }
 
     /// Open connections of `slot`, summed over CPUs.
@@ -195,27 +207,13 @@ pub fn sk_err_offset() -> u32 {
     })
 }
 
-/// The cgroup `socket` (a listener) was made in, as the kernel says (sock_diag, Linux 5.9);
-/// None when it does not say.
-fn cgroup_of(socket: &Socket) -> Option<u64> {
-    let addr = socket.local_addr().ok()?.as_socket()?;
-    let cookie = crate::os::sock_diag::cookie(socket).ok()?;
-    crate::os::sock_diag::listeners(addr.port(), addr.is_ipv6())
-        .ok()?
-        .into_iter()
-        .find(|l| l.cookie == cookie)?
-        .cgroup
-}
-
-/// The cookies of the sockets listening on `socket`'s port and family (sock_diag); none when
-/// they cannot be listed.
-fn listening_cookies(socket: &Socket) -> Vec<u64> {
+/// The sockets listening on `socket`'s port and family, `socket` included, with their cookies
+/// and the cgroups they were made in (sock_diag); none when they cannot be listed.
+fn listeners_beside(socket: &Socket) -> Vec<crate::os::sock_diag::Listener> {
     let Some(addr) = socket.local_addr().ok().and_then(|a| a.as_socket()) else {
         return Vec::new();
     };
-    crate::os::sock_diag::listeners(addr.port(), addr.is_ipv6())
-        .map(|all| all.iter().map(|l| l.cookie).collect())
-        .unwrap_or_default()
+    crate::os::sock_diag::listeners(addr.port(), addr.is_ipv6()).unwrap_or_default()
 }
 
 #[cfg(test)]

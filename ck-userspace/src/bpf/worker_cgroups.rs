@@ -26,7 +26,7 @@ use aya::{Ebpf, maps::MapData};
 use ck_common::SlotCgroup;
 
 use super::cgroup_attach::{attach_sock_ops_for_life, take_storage, write_slot};
-use super::conn_hook::{WORKERS_PIN, sock_ops_program};
+use super::conn_hook::{WORKERS_PIN, remove_pin, sock_ops_program};
 
 /// One group's counter on its workers' cgroups.
 pub struct WorkerCgroups {
@@ -47,12 +47,7 @@ impl WorkerCgroups {
             .load()
             .context("the kernel refused the sock_ops program")?;
         let pin = pin_dir.join(WORKERS_PIN);
-        match std::fs::remove_file(&pin) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(e).with_context(|| format!("removing {}", pin.display()));
-            }
-            _ => {}
-        }
+        remove_pin(&pin)?;
         program
             .pin(&pin)
             .with_context(|| format!("pinning the program at {}", pin.display()))?;
