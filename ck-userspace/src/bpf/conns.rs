@@ -17,7 +17,7 @@
 //!
 //! Where the kernel refuses the program (no BTF, an old kernel) or `CK_CONN_COUNT=scan` asks for
 //! it, counts come from the sock_diag scan instead (`metrics::connections`).
-use std::{path::Path, sync::OnceLock};
+use std::path::Path;
 
 use anyhow::Context as _;
 use aya::{
@@ -161,49 +161,29 @@ impl ConnCounter {
 
 /// Where the program reads a connection's peer in a `struct sock`, from the kernel's BTF; not
 /// resolved (every connection counts, ck's probes too) where BTF cannot be read, which is also
-/// where the program cannot load. Resolved once per process.
+/// where the program cannot load.
 pub fn peer_offsets() -> PeerOffsets {
-    static RESOLVED: OnceLock<PeerOffsets> = OnceLock::new();
-    *RESOLVED.get_or_init(|| {
-        let found = super::btf::Btf::kernel().and_then(|btf| peer_offsets_in(&btf));
-        found.unwrap_or_else(|e| {
-            tracing::debug!("probe connections counted as open: {e}");
-            PeerOffsets::UNKNOWN
-        })
-    })
-}
-
-/// [`peer_offsets`] in `btf`, each field checked for the size the program reads.
-pub fn peer_offsets_in(btf: &super::btf::Btf) -> Result<PeerOffsets, super::btf::BtfError> {
-    let at = |member: &str, size: u32| {
-        btf.sized_field("sock", &["__sk_common", member], size)
-            .map(|f| f.offset)
-    };
-    Ok(PeerOffsets {
-        port: at("skc_dport", 2)?,
-        family: at("skc_family", 2)?,
-        addr4: at("skc_daddr", 4)?,
-        addr6: at("skc_v6_daddr", 16)?,
-    })
+    let found = &super::kernel_layout::kernel().peer;
+    found_or(
+        found,
+        "probe connections counted as open",
+        PeerOffsets::UNKNOWN,
+    )
 }
 
 /// Where the program reads a socket's pending error (`sk_err`) in a `struct sock`, from the
 /// kernel's BTF, to tell the resets a connection's own side sent from those it received; 0
-/// (no reset is counted) where BTF cannot be read. Resolved once per process.
+/// (no reset is counted) where BTF cannot be read.
 pub fn sk_err_offset() -> u32 {
-    static RESOLVED: OnceLock<u32> = OnceLock::new();
-    *RESOLVED.get_or_init(|| {
-        let found = super::btf::Btf::kernel().and_then(|btf| {
-            // `ck_conns_ops` reads the socket's address as the first field of the kernel's
-            // context; anywhere else, it would read garbage: nothing is counted then.
-            let sk = btf.field("bpf_sock_ops_kern", &["sk"])?;
-            let err = btf.sized_field("sock", &["sk_err"], 4)?;
-            Ok(if sk.offset == 0 { err.offset } else { 0 })
-        });
-        found.unwrap_or_else(|e| {
-            tracing::debug!("resets sent are not counted: {e}");
-            0
-        })
+    let found = &super::kernel_layout::kernel().sk_err;
+    found_or(found, "resets sent are not counted", 0)
+}
+
+/// The offsets `found`, else `fallback`, with a debug line saying what that means and why.
+fn found_or<T: Clone>(found: &Result<T, String>, meaning: &str, fallback: T) -> T {
+    found.clone().unwrap_or_else(|why| {
+        tracing::debug!("{meaning}: {why}");
+        fallback
     })
 }
 
@@ -220,14 +200,12 @@ fn listeners_beside(socket: &Socket) -> Vec<crate::os::sock_diag::Listener> {
 mod tests {
     use super::*;
 
-    /// The kernel's layout, as the program reads it: `sock_common` at the start of `struct
-    /// sock`, its peer's port after the addresses and the hash.
+    /// The offsets the program is loaded with are the kernel's.
     #[test]
-    fn the_peer_is_found_in_the_kernels_btf() {
-        let at = peer_offsets_in(&super::super::btf::Btf::kernel().unwrap()).unwrap();
-        assert_eq!((at.addr4, at.port, at.family), (0, 12, 16), "{at:?}");
-        assert!(at.addr6 > at.family, "{at:?}");
-        assert_eq!(peer_offsets(), at);
+    fn the_peer_is_the_kernels() {
+        let layout = super::super::kernel_layout::kernel();
+        assert_eq!(Ok(peer_offsets()), layout.peer);
+        assert_eq!(Ok(sk_err_offset()), layout.sk_err);
     }
 
     /// The counter's maps are pinned with the others, last (as `PINNED_MAPS` says).

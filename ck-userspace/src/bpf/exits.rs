@@ -10,8 +10,6 @@ use aya::{
 };
 use ck_common::exits::{ExitEvent, ExitOffsets};
 
-use super::btf::{Btf as FieldBtf, BtfError};
-
 /// The kernel's tracepoint.
 const TRACEPOINT: &str = "sched_process_exit";
 
@@ -44,8 +42,10 @@ impl ExitWatch {
                  watch"
             ),
         }
-        let fields = FieldBtf::kernel().context("reading the kernel's BTF")?;
-        let offsets = offsets(&fields).context("finding the exit status in the kernel's BTF")?;
+        let offsets = super::kernel_layout::kernel()
+            .exits
+            .clone()
+            .map_err(anyhow::Error::msg)?;
         let mut ebpf = super::object::load_object()?;
         {
             let mut at: Array<_, ExitOffsets> = Array::try_from(
@@ -98,41 +98,10 @@ impl ExitWatch {
     }
 }
 
-/// The offsets of the fields the program reads the wait status from.
-pub fn offsets(btf: &FieldBtf) -> Result<ExitOffsets, BtfError> {
-    // The sizes the program reads: pointers, then 4-byte integers.
-    let at = |within: &str, name: &str, size: u32| {
-        btf.sized_field(within, &[name], size).map(|f| f.offset)
-    };
-    Ok(ExitOffsets {
-        signal: at("task_struct", "signal", 8)?,
-        signal_flags: at("signal_struct", "flags", 4)?,
-        group_exit_code: at("signal_struct", "group_exit_code", 4)?,
-        group_leader: at("task_struct", "group_leader", 8)?,
-        exit_code: at("task_struct", "exit_code", 4)?,
-    })
-}
-
 /// Reads `ring` on the runtime and hands every exit to `send`, until it returns false.
 pub fn forward_exits(
     ring: RingBuf<MapData>,
     send: impl Fn(ExitEvent) -> bool + Send + 'static,
 ) -> anyhow::Result<()> {
     super::ring::forward_records(ring, send)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_offsets_come_from_the_kernels_btf() {
-        let btf = FieldBtf::kernel().unwrap();
-        let at = offsets(&btf).unwrap();
-        assert_eq!(
-            at.exit_code,
-            btf.field("task_struct", &["exit_code"]).unwrap().offset
-        );
-        assert_ne!(at.signal, at.group_leader);
-    }
 }

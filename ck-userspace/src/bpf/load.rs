@@ -93,8 +93,8 @@ pub(super) fn open(
     started: std::time::Instant,
 ) -> Result<Ebpf, BpfError> {
     // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
-    // 0.14's `EbpfLoader::new` still reads and parses it, ~20 ms of ck's start-up; its API
-    // has no way around that.)
+    // 0.14's `EbpfLoader::new` still reads and parses it, 5 to 15 ms of ck's start-up; its API
+    // has no way around that. ck's own parse, for the offsets below, runs beside it.)
     // aya-log's level lives in the object's read-only data: 0 turns every log statement off
     // (the verifier then drops them), so the program writes no record without --bpf-log. The
     // kernel-read switch works the same way.
@@ -107,9 +107,9 @@ pub(super) fn open(
         .ok()
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(0);
+    let mut loader = super::kernel_layout::resolve_beside(EbpfLoader::new);
     let peer_at = super::conns::peer_offsets();
     let sk_err_at = super::conns::sk_err_offset();
-    let mut loader = EbpfLoader::new();
     loader
         .btf(None)
         .override_global(aya_log::LEVEL, &level, true)

@@ -14,6 +14,7 @@ mod error;
 pub mod exits;
 mod flips;
 mod group;
+mod kernel_layout;
 mod load;
 pub mod maglev;
 mod object;

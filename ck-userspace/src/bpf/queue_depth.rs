@@ -9,8 +9,6 @@ use std::sync::OnceLock;
 
 use ck_common::QueueOffsets;
 
-use super::btf::{Btf, BtfError};
-
 /// The environment variable that forces sampled depths (`sampled`; `exact` or unset: exact
 /// where the kernel allows it).
 pub const ENV: &str = "CK_QUEUE_DEPTH";
@@ -54,39 +52,7 @@ fn resolve(forced: Option<&str>) -> Result<QueueOffsets, String> {
             ));
         }
     }
-    let btf = Btf::kernel().map_err(|e| e.to_string())?;
-    from_btf(&btf).map_err(|e| format!("{e}; ck needs a kernel with BTF (Linux >= 5.14)"))
-}
-
-/// Finds the offsets in `btf`, checking that each field has the size the program reads.
-pub fn from_btf(btf: &Btf) -> Result<QueueOffsets, BtfError> {
-    let sized = |within: &str, path: &[&str], size: u32| btf.sized_field(within, path, size);
-    let selected = sized("sk_reuseport_kern", &["selected_sk"], 8)?;
-    let backlog = sized("sock", &["sk_ack_backlog"], 4)?;
-    // The program reads both fields from the same address (a `struct sock *`), which is also
-    // the start of the `inet_connection_sock` a TCP listener is.
-    let sock = btf.field("inet_connection_sock", &["icsk_inet", "sk"])?;
-    if sock.offset != 0 {
-        return Err(BtfError::Unexpected {
-            field: "inet_connection_sock.icsk_inet.sk".into(),
-            found: format!("at byte {}", sock.offset),
-            expected: "at its start".into(),
-        });
-    }
-    let syn_recv = sized("inet_connection_sock", &["icsk_accept_queue", "qlen"], 4)?;
-    let head = sized(
-        "inet_connection_sock",
-        &["icsk_accept_queue", "rskq_accept_head"],
-        8,
-    )?;
-    let synack_sent = sized("tcp_request_sock", &["snt_synack"], 8)?;
-    Ok(QueueOffsets {
-        selected_sk: selected.offset,
-        ack_backlog: backlog.offset,
-        syn_recv: syn_recv.offset,
-        accept_head: head.offset,
-        synack_sent: synack_sent.offset,
-    })
+    super::kernel_layout::kernel().queue.clone()
 }
 
 #[cfg(test)]
@@ -112,22 +78,7 @@ mod tests {
     fn the_kernels_offsets_are_found() {
         let offsets = resolve(None).expect("exact depths on this kernel");
         assert_eq!(resolve(Some("exact")), Ok(offsets));
-        let btf = Btf::kernel().unwrap();
-        assert_eq!(
-            offsets.ack_backlog,
-            btf.field("sock", &["sk_ack_backlog"]).unwrap().offset
-        );
-        assert!(offsets.syn_recv > offsets.ack_backlog);
-        assert_eq!(
-            offsets.accept_head,
-            btf.field(
-                "inet_connection_sock",
-                &["icsk_accept_queue", "rskq_accept_head"]
-            )
-            .unwrap()
-            .offset
-        );
-        assert!(offsets.synack_sent > 0);
+        assert_eq!(Ok(offsets), super::super::kernel_layout::kernel().queue);
         assert_eq!(QueueDepth::Exact.describe(), "exact (BPF)");
         assert_eq!(
             QueueDepth::Sampled("no BTF".into()).describe(),
