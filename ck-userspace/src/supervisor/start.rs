@@ -29,6 +29,7 @@ pub fn run(cfg: RunConfig) -> anyhow::Result<()> {
 /// Runs `ck run` to completion like [`run`]; with the `command_line` of a `--config` run,
 /// reloads read the file again under it and apply what changed.
 pub fn run_with(cfg: RunConfig, command_line: Option<RunCommandLine>) -> anyhow::Result<()> {
+    crate::os::memory::give_large_blocks_back();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
