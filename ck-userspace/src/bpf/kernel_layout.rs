@@ -40,12 +40,22 @@ pub fn kernel() -> &'static KernelLayout {
 
 /// `work()`'s result, with [`kernel`] resolved on another thread meanwhile (nothing to do when it
 /// is already): the start-up's two parses of the kernel's BTF, ck's and aya's, run side by side.
+/// Where no thread can be made (a process limit reached), one after the other.
 pub fn resolve_beside<T>(work: impl FnOnce() -> T) -> T {
     std::thread::scope(|scope| {
-        let layout = scope.spawn(kernel);
+        let beside = std::thread::Builder::new()
+            .name("ck-btf".into())
+            .spawn_scoped(scope, kernel);
         let result = work();
-        if let Err(panic) = layout.join() {
-            std::panic::resume_unwind(panic);
+        match beside {
+            Ok(layout) => {
+                if let Err(panic) = layout.join() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+            Err(_) => {
+                kernel();
+            }
         }
         result
     })
