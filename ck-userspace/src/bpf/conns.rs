@@ -164,27 +164,14 @@ impl ConnCounter {
 /// where the program cannot load.
 pub fn peer_offsets() -> PeerOffsets {
     let found = &super::kernel_layout::kernel().peer;
-    found_or(
-        found,
-        "probe connections counted as open",
-        PeerOffsets::UNKNOWN,
-    )
+    found.clone().unwrap_or(PeerOffsets::UNKNOWN)
 }
 
 /// Where the program reads a socket's pending error (`sk_err`) in a `struct sock`, from the
 /// kernel's BTF, to tell the resets a connection's own side sent from those it received; 0
 /// (no reset is counted) where BTF cannot be read.
 pub fn sk_err_offset() -> u32 {
-    let found = &super::kernel_layout::kernel().sk_err;
-    found_or(found, "resets sent are not counted", 0)
-}
-
-/// The offsets `found`, else `fallback`, with a debug line saying what that means and why.
-fn found_or<T: Clone>(found: &Result<T, String>, meaning: &str, fallback: T) -> T {
-    found.clone().unwrap_or_else(|why| {
-        tracing::debug!("{meaning}: {why}");
-        fallback
-    })
+    super::kernel_layout::kernel().sk_err.clone().unwrap_or(0)
 }
 
 /// The sockets listening on `socket`'s port and family, `socket` included, with their cookies

@@ -28,20 +28,36 @@ pub struct KernelLayout {
     pub exits: Result<ExitOffsets, String>,
 }
 
+/// The running kernel's layout, once resolved.
+static RESOLVED: OnceLock<KernelLayout> = OnceLock::new();
+
 /// The running kernel's layout, resolved at the first call (later calls, from any thread, wait
-/// for it or read it).
+/// for it or read it). The connection counter's two offsets that were not found are said once,
+/// here, with what their absence means (least-queue's and the exit watch's readers say theirs
+/// where ck reports them).
 pub fn kernel() -> &'static KernelLayout {
-    static RESOLVED: OnceLock<KernelLayout> = OnceLock::new();
-    RESOLVED.get_or_init(|| match Btf::kernel() {
-        Ok(btf) => KernelLayout::in_btf(&btf),
-        Err(e) => KernelLayout::unreadable(&e),
+    RESOLVED.get_or_init(|| {
+        let layout = match Btf::kernel() {
+            Ok(btf) => KernelLayout::in_btf(&btf),
+            Err(e) => KernelLayout::unreadable(&e),
+        };
+        if let Err(why) = &layout.peer {
+            tracing::debug!("probe connections counted as open: {why}");
+        }
+        if let Err(why) = &layout.sk_err {
+            tracing::debug!("resets sent are not counted: {why}");
+        }
+        layout
     })
 }
 
-/// `work()`'s result, with [`kernel`] resolved on another thread meanwhile (nothing to do when it
-/// is already): the start-up's two parses of the kernel's BTF, ck's and aya's, run side by side.
+/// `work()`'s result, with [`kernel`] resolved on another thread meanwhile (no thread when it is
+/// already): the start-up's two parses of the kernel's BTF, ck's and aya's, run side by side.
 /// Where no thread can be made (a process limit reached), one after the other.
 pub fn resolve_beside<T>(work: impl FnOnce() -> T) -> T {
+    if RESOLVED.get().is_some() {
+        return work();
+    }
     std::thread::scope(|scope| {
         let beside = std::thread::Builder::new()
             .name("ck-btf".into())

@@ -93,7 +93,7 @@ pub(super) fn open(
     started: std::time::Instant,
 ) -> Result<Ebpf, BpfError> {
     // No CO-RE relocations in the program: do not relocate against the kernel's BTF. (aya
-    // 0.14's `EbpfLoader::new` still reads and parses it, 5 to 15 ms of ck's start-up; its API
+    // 0.14's `EbpfLoader::new` still reads and parses it, 10 to 25 ms of ck's start-up; its API
     // has no way around that. ck's own parse, for the offsets below, runs beside it.)
     // aya-log's level lives in the object's read-only data: 0 turns every log statement off
     // (the verifier then drops them), so the program writes no record without --bpf-log. The
