@@ -229,8 +229,10 @@ pub struct QueueOffsets {
     pub synack_sent: u32,
 }
 
-/// Per-slot counters in the per-CPU `stats` map (summed over CPUs by the reader).
-#[repr(C)]
+/// A slot's counters as ck reports them, summed over CPUs (and groups): `selected` from the
+/// per-CPU `selected` map (one `u64` per slot, the only counter every connection writes: a
+/// fleet's counts share a few cache lines), the others from the per-CPU `stats` map
+/// ([`SlotEvents`], written on the rarer paths).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SlotStats {
     /// New connections (and migrated requests) sent to this slot.
@@ -247,14 +249,43 @@ pub struct SlotStats {
 }
 
 impl SlotStats {
-    /// Adds `other`'s counters to these (summing CPUs, or groups).
+    /// Adds `other`'s counters to these (summing groups).
     pub fn add(&mut self, other: &SlotStats) {
         self.selected += other.selected;
-        self.migrated += other.migrated;
-        self.fallbacks += other.fallbacks;
-        self.errors += other.errors;
-        self.probe_hits += other.probe_hits;
+        self.add_events(&other.events());
     }
+
+    /// Adds one CPU's `stats` entry to these counters.
+    pub fn add_events(&mut self, events: &SlotEvents) {
+        self.migrated += events.migrated;
+        self.fallbacks += events.fallbacks;
+        self.errors += events.errors;
+        self.probe_hits += events.probe_hits;
+    }
+
+    /// The counters kept in the `stats` map.
+    pub fn events(&self) -> SlotEvents {
+        SlotEvents {
+            migrated: self.migrated,
+            fallbacks: self.fallbacks,
+            errors: self.errors,
+            probe_hits: self.probe_hits,
+        }
+    }
+}
+
+/// Per-slot counters in the per-CPU `stats` map: what [`SlotStats`] holds but `selected`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotEvents {
+    /// As [`SlotStats::migrated`].
+    pub migrated: u64,
+    /// As [`SlotStats::fallbacks`].
+    pub fallbacks: u64,
+    /// As [`SlotStats::errors`].
+    pub errors: u64,
+    /// As [`SlotStats::probe_hits`].
+    pub probe_hits: u64,
 }
 
 /// The `conn_tags` socket-storage value: written by the supervisor on each listening socket of a
@@ -373,7 +404,7 @@ mod pod {
     // SAFETY: as above: u32 fields, and a struct of u32 fields only.
     unsafe impl aya::Pod for super::Config {}
     // SAFETY: as above: u64 fields only.
-    unsafe impl aya::Pod for super::SlotStats {}
+    unsafe impl aya::Pod for super::SlotEvents {}
     // SAFETY: as above: two u64 then two u32 fields, 24 bytes, no padding.
     unsafe impl aya::Pod for super::ListenEvent {}
     // SAFETY: as above: two u32 fields.

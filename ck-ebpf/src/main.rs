@@ -32,7 +32,7 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use ck_common::{
-    ActiveSet, Config, MAX_SELECT_TRIES, MAX_SLOTS, STATS_NO_SLOT, SlotInfo, SlotStats, policy,
+    ActiveSet, Config, MAX_SELECT_TRIES, MAX_SLOTS, STATS_NO_SLOT, SlotEvents, SlotInfo, policy,
     sticky::{self, StickyTable},
 };
 
@@ -57,9 +57,16 @@ static ACTIVE: Array<ActiveSet, 2> = Array::new();
 #[btf_map(name = "config")]
 static CONFIG: Array<Config, 1> = Array::new();
 
-/// Per-slot counters; index `STATS_NO_SLOT` counts connections no slot could take.
+/// Per-slot counters of the rarer events; index `STATS_NO_SLOT` counts connections no slot
+/// could take.
 #[btf_map(name = "stats")]
-static STATS: PerCpuArray<SlotStats, { SLOTS + 1 }> = PerCpuArray::new();
+static STATS: PerCpuArray<SlotEvents, { SLOTS + 1 }> = PerCpuArray::new();
+
+/// slot -> new connections (and migrated requests) sent to it: the one counter every
+/// connection writes, 8 bytes a slot, so 8 slots' counts share a cache line (a slot's `stats`
+/// entry is 32 bytes: a round-robin over 64 slots would touch a cold line at every selection).
+#[btf_map(name = "selected")]
+static SELECTED: PerCpuArray<u64, SLOTS> = PerCpuArray::new();
 
 /// Per-CPU round-robin cursor.
 #[btf_map(name = "cursor")]
@@ -199,15 +206,20 @@ fn try_select(ctx: &SkReuseportContext, slot: u32, fallback: bool, migrating: bo
         count(slot, |s| s.errors += 1);
         return false;
     }
-    count(slot, |s| {
-        s.selected += 1;
-        if fallback {
-            s.fallbacks += 1;
-        }
-        if migrating {
-            s.migrated += 1;
-        }
-    });
+    if let Some(selected) = SELECTED.get_ptr_mut(slot) {
+        // SAFETY: per-CPU value of this CPU; a BPF program is not preempted on its CPU.
+        unsafe { *selected += 1 };
+    }
+    if fallback || migrating {
+        count(slot, |s| {
+            if fallback {
+                s.fallbacks += 1;
+            }
+            if migrating {
+                s.migrated += 1;
+            }
+        });
+    }
     if fallback {
         warn!(ctx, "ck: no ready slot; fell back to live slot {}", slot);
     }
@@ -302,9 +314,9 @@ pub(crate) fn next_cursor(len: u32) -> u32 {
     }
 }
 
-/// Updates this CPU's counters of `slot`.
+/// Updates this CPU's `stats` counters of `slot`.
 #[inline(always)]
-fn count(slot: u32, update: impl FnOnce(&mut SlotStats)) {
+fn count(slot: u32, update: impl FnOnce(&mut SlotEvents)) {
     if let Some(stats) = STATS.get_ptr_mut(slot) {
         // SAFETY: per-CPU value of this CPU, valid for the program's run; a BPF program is not
         // preempted on its CPU, so nothing else writes it meanwhile.

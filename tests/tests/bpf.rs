@@ -10,7 +10,9 @@ use ck_tests::sys::output_within;
 use ck_tests::{burst, local, start_ready};
 
 /// Every map ck pins per group.
-const MAPS: [&str; 6] = ["sockets", "slots", "active", "config", "stats", "cursor"];
+const MAPS: [&str; 7] = [
+    "sockets", "slots", "active", "config", "stats", "selected", "cursor",
+];
 
 fn bpftool(args: &[&str]) -> String {
     let mut cmd = Command::new("bpftool");

@@ -59,7 +59,7 @@ fn maps_decode_every_slot_and_count_what_clients_saw() {
         .filter_map(|m| m["name"].as_str())
         .collect();
     for map in [
-        "sockets", "slots", "active", "config", "stats", "cursor", "sticky",
+        "sockets", "slots", "active", "config", "stats", "selected", "cursor", "sticky",
     ] {
         assert!(names.contains(&map), "{map} missing: {names:?}");
     }

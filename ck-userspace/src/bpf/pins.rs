@@ -11,12 +11,13 @@ use super::error::BpfError;
 
 /// Maps pinned for people and tools (`bpftool map dump pinned ...`); the last five are the
 /// open-connection counting's (`conns::MAPS`, checked by its tests).
-pub(crate) const PINNED_MAPS: [&str; 16] = [
+pub(crate) const PINNED_MAPS: [&str; 17] = [
     "sockets",
     "slots",
     "active",
     "config",
     "stats",
+    "selected",
     "cursor",
     "sticky",
     "sock_gens",

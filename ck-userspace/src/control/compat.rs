@@ -59,7 +59,7 @@ pub fn map_layout() -> String {
         size_of::<ck_common::SlotInfo>(),
         size_of::<ck_common::ActiveSet>(),
         size_of::<ck_common::Config>(),
-        size_of::<ck_common::SlotStats>(),
+        size_of::<ck_common::SlotEvents>(),
         size_of::<ck_common::sticky::StickyTable>(),
         size_of::<ck_common::ConnTag>(),
         size_of::<ck_common::MovedConn>(),

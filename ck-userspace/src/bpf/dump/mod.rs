@@ -5,8 +5,8 @@ use std::path::Path;
 
 use aya::maps::{Array, HashMap, Map, MapData, MapError, MapType, PerCpuArray};
 use ck_common::{
-    ActiveSet, Config, MAX_SLOTS, MovedConn, STATS_NO_SLOT, SlotInfo, SlotStats, policy,
-    sticky::StickyTable,
+    ActiveSet, Config, MAX_SLOTS, MovedConn, STATS_NO_SLOT, SlotEvents, SlotInfo, SlotStats,
+    policy, sticky::StickyTable,
 };
 
 use super::{maglev, pins, pins::PINNED_MAPS};
@@ -200,12 +200,20 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
         }
     }
 
-    let (path, stats_map): (_, PerCpuArray<MapData, SlotStats>) =
-        reader.typed("stats", "per-CPU array of SlotStats")?;
+    let (path, stats_map): (_, PerCpuArray<MapData, SlotEvents>) =
+        reader.typed("stats", "per-CPU array of SlotEvents")?;
+    let (selected_path, selected_map): (_, PerCpuArray<MapData, u64>) =
+        reader.typed("selected", "per-CPU array of u64")?;
     let summed = |slot: u32| -> Result<SlotStats, DumpError> {
         let values = stats_map.get(&slot, 0).map_err(read_err(&path, slot))?;
         let mut total = SlotStats::default();
-        values.iter().for_each(|v| total.add(v));
+        values.iter().for_each(|v| total.add_events(v));
+        if slot < MAX_SLOTS {
+            let selected = selected_map
+                .get(&slot, 0)
+                .map_err(read_err(&selected_path, slot))?;
+            total.selected = selected.iter().sum();
+        }
         Ok(total)
     };
     let mut stats = Vec::new();

@@ -28,7 +28,8 @@ pub struct GroupMaps {
     pub active: ActiveEntry,
     /// `slots`: every record in use (state, pid or generation not zero), by slot.
     pub slots: Vec<SlotEntry>,
-    /// `stats`, summed over CPUs: every slot with a record or a non-zero counter.
+    /// `stats` and `selected`, summed over CPUs: every slot with a record or a non-zero
+    /// counter.
     pub stats: Vec<StatsEntry>,
     /// `stats[128]`: `errors` counts connections no slot could take.
     pub no_slot: Counters,
@@ -167,7 +168,7 @@ pub struct SlotEntry {
     pub flags: u32,
 }
 
-/// One slot's counters in `stats`, summed over CPUs.
+/// One slot's counters in `stats` and `selected`, summed over CPUs.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatsEntry {
     /// The slot.
@@ -177,7 +178,8 @@ pub struct StatsEntry {
     pub counters: Counters,
 }
 
-/// The counters of one `stats` entry, summed over CPUs (`SlotStats`, by name).
+/// The counters of one slot, summed over CPUs (`SlotStats`, by name): `selected` from the
+/// `selected` map, the others from `stats`.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
 )]

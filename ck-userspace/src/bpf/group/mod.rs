@@ -6,7 +6,7 @@ use std::os::fd::AsRawFd;
 use anyhow::Context as _;
 use aya::{
     Ebpf,
-    maps::{Array, MapData, PerCpuArray, ReusePortSockArray},
+    maps::{Array, MapData, ReusePortSockArray},
     programs::SkReuseport,
 };
 use ck_common::{ActiveSet, Config, SlotInfo, SlotStats, config_flags, policy};
@@ -29,7 +29,8 @@ pub struct BpfGroup {
     slots: Array<MapData, SlotInfo>,
     active: Array<MapData, ActiveSet>,
     config_map: Array<MapData, Config>,
-    stats: PerCpuArray<MapData, SlotStats>,
+    /// `stats` and `selected`.
+    counters: stats::Counters,
     /// slot -> generation of its `sockets` entry, bumped after each write of it: the program
     /// keeps each socket's kernel address while the generation stays (its `sock_addr.rs`).
     sock_gens: Array<MapData, u32>,
@@ -306,7 +307,7 @@ impl BpfGroup {
 
     /// Zeroes a slot's counters (a slot index used again starts from zero).
     pub fn reset_stats(&mut self, slot: u32) {
-        stats::reset(&mut self.stats, slot);
+        self.counters.reset(slot);
         if let Some(udp) = &mut self.udp {
             udp.reset(slot);
         }
@@ -314,7 +315,7 @@ impl BpfGroup {
 
     /// A slot's counters summed over CPUs.
     pub fn stats(&self, slot: u32) -> SlotStats {
-        stats::sum(&self.stats, slot)
+        self.counters.sum(slot)
     }
 
     /// Probes the program dropped because `slot` has no socket: the steering canary's count (it

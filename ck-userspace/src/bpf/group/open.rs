@@ -147,7 +147,10 @@ impl BpfGroup {
         let slots = take(&mut ebpf, "slots")?;
         let active = take(&mut ebpf, "active")?;
         let config_map = take(&mut ebpf, "config")?;
-        let stats = take(&mut ebpf, "stats")?;
+        let counters = super::stats::Counters {
+            events: take(&mut ebpf, "stats")?,
+            selected: take(&mut ebpf, "selected")?,
+        };
         let sock_gens = take(&mut ebpf, "sock_gens")?;
         let sticky = Sticky::new(take(&mut ebpf, "sticky")?);
         let udp_maps = match udp {
@@ -160,7 +163,7 @@ impl BpfGroup {
             slots,
             active,
             config_map,
-            stats,
+            counters,
             sock_gens,
             sock_gen: 0,
             udp: udp_maps,
