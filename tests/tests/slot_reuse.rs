@@ -1,14 +1,15 @@
 //! Slot indices are reused: a rolling restart puts each replacement on the lowest free slot,
 //! which is often one that an earlier, replaced worker left. A timer armed for that earlier
-//! worker (its `--ready-timeout`, its `--ready-grace`) must not act on the newcomer.
+//! worker (its `--ready-timeout`, its `--ready-grace`) must not act on the newcomer, nor may
+//! its counters be reported as the newcomer's.
 
 use std::time::{Duration, Instant};
 
 use ck_tests::app::demo_app_with_marker;
 use ck_tests::churn::{self, Background};
 use ck_tests::load::Mode;
-use ck_tests::start_ready;
 use ck_tests::sys::TempDir;
+use ck_tests::{burst, local, start_ready};
 
 /// The replacements' `--ready-timeout`.
 const READY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -70,3 +71,35 @@ fn a_replacement_on_a_reused_slot_gets_its_own_ready_timeout() {
     );
     churn::assert_no_failures(&report);
 }
+
+/// A worker on a reused slot starts with the slot's counters at zero: the connections its
+/// predecessor on that slot was sent (`selected`, in a map of its own) are not reported as its.
+/// With `-w 1`, two reloads move the fleet from slot 0 to slot 1 and back.
+#[test]
+fn a_reused_slot_counts_from_zero() {
+    let (mut ck, port, first) = start_ready("slotcount", 1, &[]).expect("start a ready ck");
+    assert_eq!(first.slot(0).selected, 0, "{first:#?}");
+    let before = burst(local(port), 40);
+    assert_eq!(before.ok, 40, "{before:?}");
+    let counted = ck.status().expect("ck status");
+    assert_eq!(counted.slot(0).selected, 40, "{counted:#?}");
+
+    for (reload, slot) in [(1, 1), (2, 0)] {
+        let said = ck.ctl_ok(&["reload"]).expect("ck reload");
+        eprintln!("reload {reload}: {}", said.trim());
+        let status = ck
+            .wait_status(&format!("only slot {slot} left"), WAIT, |s| {
+                s.slots.len() == 1 && s.slots[0].slot == slot && s.slots[0].state == "ready"
+            })
+            .expect("wait for the status");
+        assert_eq!(status.slot(slot).selected, 0, "{status:#?}");
+    }
+
+    let after = burst(local(port), 25);
+    assert_eq!(after.ok, 25, "{after:?}");
+    let status = ck.status().expect("ck status");
+    assert_eq!(status.slot(0).selected, 25, "{status:#?}");
+}
+
+/// How long a reload's replacement may take to be the fleet's only ready worker.
+const WAIT: Duration = Duration::from_secs(10);

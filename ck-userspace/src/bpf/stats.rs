@@ -19,19 +19,17 @@ impl Counters {
     /// A slot's counters summed over CPUs (zero for an index past [`STATS_NO_SLOT`]; no
     /// `selected` at [`STATS_NO_SLOT`]).
     pub(super) fn sum(&self, slot: u32) -> SlotStats {
-        let mut total = SlotStats::default();
         if slot > STATS_NO_SLOT {
-            return total;
+            return SlotStats::default();
         }
-        if let Ok(values) = self.events.get(&slot, 0) {
-            values.iter().for_each(|v| total.add_events(v));
-        }
-        if slot < MAX_SLOTS
-            && let Ok(values) = self.selected.get(&slot, 0)
-        {
-            total.selected = values.iter().sum();
-        }
-        total
+        let events = self.events.get(&slot, 0).ok();
+        let selected = (slot < MAX_SLOTS)
+            .then(|| self.selected.get(&slot, 0).ok())
+            .flatten();
+        summed(
+            events.as_ref().map(|v| &v[..]),
+            selected.as_ref().map(|v| &v[..]),
+        )
     }
 
     /// Zeroes a slot's counters on every CPU.
@@ -44,6 +42,18 @@ impl Counters {
             let _ = self.selected.set(slot, zero, 0);
         }
     }
+}
+
+/// One slot's counters from its per-CPU values: `stats` and `selected` as read (None: not read,
+/// or no `selected` entry, as at [`STATS_NO_SLOT`]).
+pub(super) fn summed(events: Option<&[SlotEvents]>, selected: Option<&[u64]>) -> SlotStats {
+    let mut total = SlotStats::default();
+    events
+        .unwrap_or_default()
+        .iter()
+        .for_each(|v| total.add_events(v));
+    total.selected = selected.unwrap_or_default().iter().sum();
+    total
 }
 
 /// A group's pinned counter maps opened on their own (`ck upgrade`: the counters the new image

@@ -205,16 +205,19 @@ pub fn read_group(group: &str, dir: &Path) -> Result<GroupMaps, DumpError> {
     let (selected_path, selected_map): (_, PerCpuArray<MapData, u64>) =
         reader.typed("selected", "per-CPU array of u64")?;
     let summed = |slot: u32| -> Result<SlotStats, DumpError> {
-        let values = stats_map.get(&slot, 0).map_err(read_err(&path, slot))?;
-        let mut total = SlotStats::default();
-        values.iter().for_each(|v| total.add_events(v));
-        if slot < MAX_SLOTS {
-            let selected = selected_map
-                .get(&slot, 0)
-                .map_err(read_err(&selected_path, slot))?;
-            total.selected = selected.iter().sum();
-        }
-        Ok(total)
+        let events = stats_map.get(&slot, 0).map_err(read_err(&path, slot))?;
+        let selected = match slot < MAX_SLOTS {
+            true => Some(
+                selected_map
+                    .get(&slot, 0)
+                    .map_err(read_err(&selected_path, slot))?,
+            ),
+            false => None,
+        };
+        Ok(super::stats::summed(
+            Some(&events[..]),
+            selected.as_ref().map(|v| &v[..]),
+        ))
     };
     let mut stats = Vec::new();
     for slot in 0..MAX_SLOTS {
