@@ -4,6 +4,11 @@
 //!   or a TCP listener alike): the least any select program does. The kernel's hash of the
 //!   packet's addresses and ports, modulo the socket count, picks a socket of the same
 //!   `sockets` array. No counters, no tables, no modes.
+//! - `ck_udp_minimal_recall`, for `bench udp-cost`: the least a program that remembers each
+//!   flow's socket does. One 8-byte entry per hash position in a 16 KiB array (kmalloc'd, as
+//!   ck's `flow_cache` is): an entry holding the flow's hash names its socket; otherwise the
+//!   flow takes `hash % n` and the entry is written. No counters, no generations, no probes:
+//!   beside `ck_udp_minimal` it is the cost of one read of memory that belongs to the flow.
 //! - `ck_minimal_count`, for `bench conn-count`: the least a `sock_ops` program that counts
 //!   open connections does. It asks for every passive connection's state changes and keeps one
 //!   per-CPU count (+1 when established, -1 at `CLOSE`): no tags, no slots, no probes, no
@@ -20,7 +25,8 @@ use aya_ebpf::{
         BPF_TCP_CLOSE, BPF_TCP_LISTEN,
         sk_action::{SK_DROP, SK_PASS},
     },
-    macros::{cgroup_sock, sk_reuseport, sock_ops},
+    btf_maps::Array,
+    macros::{btf_map, cgroup_sock, sk_reuseport, sock_ops},
     programs::{SkReuseportContext, SockContext, SockOpsContext},
 };
 
@@ -37,6 +43,41 @@ pub fn ck_udp_minimal(ctx: SkReuseportContext) -> u32 {
         return SK_DROP;
     }
     match SOCKETS.select_reuseport(&ctx, ctx.hash() % sockets) {
+        Ok(()) => SK_PASS,
+        Err(_) => SK_DROP,
+    }
+}
+
+/// Entries of `minimal_flows`: a power of two, 8 bytes each, under the kernel's 32 KiB limit
+/// for a kmalloc'd map.
+const RECALL_ENTRIES: u32 = 2048;
+
+/// `ck_udp_minimal_recall`'s memory: at a flow's hash position, `hash << 32 | slot + 1`.
+/// ck shrinks it to one entry (it never runs the yardsticks).
+#[btf_map(name = "minimal_flows")]
+static MINIMAL_FLOWS: Array<u64, { RECALL_ENTRIES as usize }> = Array::new();
+
+#[sk_reuseport]
+pub fn ck_udp_minimal_recall(ctx: SkReuseportContext) -> u32 {
+    let sockets = CK_MINIMAL_SOCKETS.load();
+    let hash = ctx.hash();
+    let Some(entry) = MINIMAL_FLOWS.get_ptr_mut(hash & (RECALL_ENTRIES - 1)) else {
+        return SK_DROP;
+    };
+    // SAFETY: an 8-byte value of the map, valid for this run, read and written as one word.
+    let word = unsafe { core::ptr::read_volatile(entry) };
+    let slot = if (word >> 32) as u32 == hash && word as u32 != 0 {
+        word as u32 - 1
+    } else {
+        if sockets == 0 {
+            return SK_DROP;
+        }
+        let slot = hash % sockets;
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(entry, u64::from(hash) << 32 | u64::from(slot + 1)) };
+        slot
+    };
+    match SOCKETS.select_reuseport(&ctx, slot) {
         Ok(()) => SK_PASS,
         Err(_) => SK_DROP,
     }

@@ -1,5 +1,6 @@
 //! `ck_udp_minimal` on a plain `SO_REUSEPORT` group (a `--no-bpf` fleet): the yardstick of
-//! `udp-cost` and `bpf-cost` (it picks a TCP listener as it picks a UDP socket). It is loaded
+//! `udp-cost` and `bpf-cost` (it picks a TCP listener as it picks a UDP socket), or beside it in
+//! `udp-cost` `ck_udp_minimal_recall`, the least a program that remembers flows does. It is loaded
 //! from the very object the measured ck embeds (found by the SHA-256 that `ck --version`
 //! prints), its `sockets` map is filled with copies of the workers' sockets (`pidfd_getfd`),
 //! and it is attached to the group, where the kernel's accounting measures it as it measures
@@ -20,8 +21,24 @@ use nix::sys::socket::{SockType, SockaddrStorage, getsockname, getsockopt, socko
 
 use ck_tests::ck::Ck;
 
-/// The program's name in the object.
-const PROGRAM: &str = "ck_udp_minimal";
+/// A yardstick select program of ck's object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Select {
+    /// `ck_udp_minimal`: `hash % n`, nothing read or written.
+    Hash,
+    /// `ck_udp_minimal_recall`: `hash % n`, remembered in one 8-byte entry per hash position.
+    Recall,
+}
+
+impl Select {
+    /// The program's name in the object.
+    fn program(self) -> &'static str {
+        match self {
+            Select::Hash => "ck_udp_minimal",
+            Select::Recall => "ck_udp_minimal_recall",
+        }
+    }
+}
 /// Its read-only count of sockets.
 const SOCKETS: &str = "CK_MINIMAL_SOCKETS";
 
@@ -34,10 +51,16 @@ pub struct Minimal {
 }
 
 impl Minimal {
-    /// Loads the program from `ck`'s object and attaches it to the group of `fleet` (a
+    /// Loads `ck_udp_minimal` from `ck`'s object and attaches it to the group of `fleet` (a
     /// `--no-bpf` instance with one group, of UDP sockets or of TCP listeners as `kind` says):
     /// slot `i` of its `sockets` map is the socket of the `i`-th serving worker.
     pub fn attach(ck: &Path, fleet: &Ck, kind: SockType) -> Result<Minimal> {
+        Minimal::attach_select(ck, fleet, kind, Select::Hash)
+    }
+
+    /// As [`Minimal::attach`], with the yardstick `select`.
+    pub fn attach_select(ck: &Path, fleet: &Ck, kind: SockType, select: Select) -> Result<Minimal> {
+        let name = select.program();
         let pids = fleet.status()?.serving_pids();
         let sockets = pids
             .iter()
@@ -48,7 +71,7 @@ impl Minimal {
         let mut ebpf = EbpfLoader::new()
             .btf(None)
             .override_global(SOCKETS, &count, true)
-            // Only ck's UDP groups need these tables full; the yardstick reads none.
+            // Only ck's UDP groups need these tables full; the yardsticks read none.
             .map_max_entries("flows", 1)
             .map_max_entries("flow_cache", 1)
             .map_max_entries("pending", 1)
@@ -66,11 +89,11 @@ impl Minimal {
             }
         }
         let program: &mut SkReuseport = ebpf
-            .program_mut(PROGRAM)
-            .with_context(|| format!("{PROGRAM} missing from ck's object"))?
+            .program_mut(name)
+            .with_context(|| format!("{name} missing from ck's object"))?
             .try_into()
-            .with_context(|| format!("{PROGRAM} is not an sk_reuseport program"))?;
-        program.load().context("loading the minimal program")?;
+            .with_context(|| format!("{name} is not an sk_reuseport program"))?;
+        program.load().with_context(|| format!("loading {name}"))?;
         program
             .attach(sockets[0].as_fd())
             .context("attaching the minimal program to the group")?;
