@@ -22,6 +22,8 @@ pub struct Goal {
     wanted: String,
     /// The columns it applies to; `None`: ck's (see [`crate::rounds::Contender::is_ck`]).
     columns: Option<Vec<String>>,
+    /// Columns shown beside them, not judged ([`Goal::beside`]).
+    beside: Vec<String>,
     /// It bounds a ratio.
     ratio: bool,
 }
@@ -44,6 +46,7 @@ impl Goal {
             bound,
             wanted: format!("{sign} {}", unit.text(bound)),
             columns: None,
+            beside: Vec::new(),
             ratio: unit == Unit::Ratio,
         }
     }
@@ -51,6 +54,13 @@ impl Goal {
     /// Applied to these columns (their labels) instead of ck's.
     pub fn of(mut self, columns: &[&str]) -> Goal {
         self.columns = Some(columns.iter().map(|c| c.to_string()).collect());
+        self
+    }
+
+    /// With these columns' medians shown beside the judged ones, not judged (a yardstick's,
+    /// in BENCHMARKS.md too).
+    pub fn beside(mut self, columns: &[&str]) -> Goal {
+        self.beside = columns.iter().map(|c| c.to_string()).collect();
         self
     }
 
@@ -305,6 +315,7 @@ impl<'m> Layout<'m> {
             wanted: goal.wanted,
             met,
             columns,
+            beside: goal.beside,
             void,
         });
         self

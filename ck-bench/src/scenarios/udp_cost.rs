@@ -240,7 +240,11 @@ fn table(m: &Measured) -> Result<Table> {
             &format!("{row}: / {MINIMAL}"),
             grid::ratios(m, &columns, row, "ns", MINIMAL),
         )
-        .goal(Goal::at_most(MOST_OVER_MINIMAL, Unit::Ratio).of(&["flow"]));
+        .goal(
+            Goal::at_most(MOST_OVER_MINIMAL, Unit::Ratio)
+                .of(&["flow"])
+                .beside(&[REMEMBERING]),
+        );
         t.row(
             &format!("{row}: / {REMEMBERING}"),
             grid::ratios(m, &columns, row, "ns", REMEMBERING),
@@ -315,6 +319,7 @@ mod tests {
         assert_eq!(h3.cells[3].text, "");
         assert_eq!(h3.cells[4].text, "1.25");
         assert_eq!(h3.goal.as_ref().unwrap().text(), "<= 1.50 (flow): NOT met");
+        assert_eq!(h3.goal.as_ref().unwrap().beside, ["remembering"]);
         let over_memory = row("HTTP/3 connections: / remembering");
         assert_eq!(over_memory.cells[1].text, "1.28 (1.12-1.28)");
         assert!(over_memory.goal.is_none());

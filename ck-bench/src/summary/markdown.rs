@@ -113,10 +113,11 @@ fn markdown(
             };
             let _ = writeln!(
                 out,
-                "- {}: {}; {goal}: **{this}**{}",
+                "- {}: {}; {goal}: **{this}**{}{}",
                 row.metric,
                 judged(table, row, verdict),
-                tally(&key, records, current).text()
+                tally(&key, records, current).text(),
+                beside(table, row, verdict)
             );
         }
         out.push('\n');
@@ -148,6 +149,19 @@ fn judged(table: &Table, row: &Row, verdict: &Verdict) -> String {
             .collect::<Vec<_>>()
             .join("; "),
     }
+}
+
+/// The columns shown beside a goal's, with their medians: `; beside it, remembering: 1.79
+/// (1.31-1.95)` (nothing without them).
+fn beside(table: &Table, row: &Row, verdict: &Verdict) -> String {
+    verdict
+        .beside
+        .iter()
+        .filter_map(|name| {
+            let i = table.columns.iter().position(|c| c == name)?;
+            Some(format!("; beside it, {name}: {}", row.cells.get(i)?.text))
+        })
+        .collect()
 }
 
 /// A table without goals: its rows but the details, and a single-run table's ratio column.

@@ -106,6 +106,26 @@ fn only_the_blocks_change_and_the_latest_record_is_shown_with_its_counts() {
 }
 
 #[test]
+fn a_yardstick_beside_a_goal_is_shown_after_its_verdict_and_not_judged() {
+    let mut record = sample();
+    let table = &mut record.scenarios[0].tables[0];
+    let (judged, yardstick) = (table.columns[0].clone(), table.columns[1].clone());
+    let value = table.rows[0].cells[1].text.clone();
+    let verdict = table.rows[0].goal.as_mut().unwrap();
+    verdict.columns = vec![judged];
+    verdict.beside = vec![yardstick.clone()];
+    let records = vec![("2026-12-02-114702-4c813f3abc.json".to_string(), record)];
+    let text = "<!-- bench:reload -->\n<!-- /bench:reload -->\n";
+    let drawn = regenerate(text, &records, &all_current(&records)).unwrap();
+    assert!(
+        drawn.contains(&format!(
+            "**met**; 1/1 runs met; beside it, {yardstick}: {value}\n"
+        )),
+        "{drawn}"
+    );
+}
+
+#[test]
 fn a_busy_machine_is_said() {
     let mut busy = sample();
     busy.scenarios[0].load_after = Some(4.5);

@@ -36,6 +36,7 @@ impl Goal {
             wanted,
             met,
             columns: Vec::new(),
+            beside: Vec::new(),
             void: false,
         })
     }
@@ -53,6 +54,10 @@ pub struct Verdict {
     /// is the first column's or the ratio column's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub columns: Vec<String>,
+    /// Columns shown beside the judged ones and not judged: a yardstick's, which says what the
+    /// goal asks of any program.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beside: Vec<String>,
     /// The run was void (its control pair differed): the goal was not judged.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub void: bool,
@@ -89,6 +94,7 @@ mod tests {
             wanted: ">= 0.98".into(),
             met: Some(false),
             columns: vec!["ck".into(), "ck --adopt".into()],
+            beside: Vec::new(),
             void: false,
         };
         assert_eq!(v.text(), ">= 0.98 (ck, ck --adopt): NOT met");
