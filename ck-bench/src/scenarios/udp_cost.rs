@@ -12,8 +12,9 @@
 //! client sockets, one datagram in flight each) under `flow` and `stateless` mode and both
 //! yardsticks. In each of [`ROUNDS`] rounds (the order rotating) each fleet takes its load in
 //! turn. Reported: each mode's median ns per datagram, and its per-round ratios to each
-//! yardstick measured in the same round. The goal: `flow` mode at most [`MOST_OVER_MINIMAL`]
-//! times the minimal program, under each load. The second yardstick shows how much of that any
+//! yardstick measured in the same round. The goals: `flow` mode at most [`MOST_OVER_MINIMAL`]
+//! times the minimal program, under each load; `quic` mode at most [`QUIC_MOST_OVER_MINIMAL`]
+//! times (a row of its own: a row has one goal). The second yardstick shows how much of that any
 //! program that remembers flows pays: at a light load every datagram finds the flow's memory
 //! out of the cache.
 
@@ -28,7 +29,7 @@ use super::grid;
 use super::minimal_program::{Minimal, Select};
 use crate::rounds::contender::{self, App, Fleet};
 use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured, Role};
-use crate::table::{Table, Unit};
+use crate::table::{Cell, Table, Unit};
 use crate::{Bench, Outcome};
 
 /// Workers of each fleet.
@@ -47,6 +48,8 @@ const REMEMBERING: &str = "remembering";
 const YARDSTICKS: [(&str, Select); 2] = [(MINIMAL, Select::Hash), (REMEMBERING, Select::Recall)];
 /// The most ns per datagram of `flow` mode, as a multiple of the minimal program's.
 const MOST_OVER_MINIMAL: f64 = 1.5;
+/// The same for `quic` mode (under the HTTP/3 clients, the one load it runs).
+const QUIC_MOST_OVER_MINIMAL: f64 = 2.0;
 
 /// The two loads.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -245,6 +248,14 @@ fn table(m: &Measured) -> Result<Table> {
                 .of(&["flow"])
                 .beside(&[REMEMBERING]),
         );
+        if load == Load::Quic {
+            let ratios = grid::ratios(m, &columns, row, "ns", MINIMAL);
+            t.row(
+                &format!("{row}: quic mode / {MINIMAL}"),
+                only(&columns, "quic", ratios),
+            )
+            .goal(Goal::at_most(QUIC_MOST_OVER_MINIMAL, Unit::Ratio).of(&["quic"]));
+        }
         t.row(
             &format!("{row}: / {REMEMBERING}"),
             grid::ratios(m, &columns, row, "ns", REMEMBERING),
@@ -263,6 +274,18 @@ fn table(m: &Measured) -> Result<Table> {
          canary (one a second). The time includes the kernel's own timing of each run.",
     );
     t.finish()
+}
+
+/// `cells` in `column` (and its copy on the other build), blank in the others.
+fn only(columns: &[String], column: &str, cells: Vec<Cell>) -> Vec<Cell> {
+    columns
+        .iter()
+        .zip(cells)
+        .map(|(c, cell)| match c.split(" @").next() == Some(column) {
+            true => cell,
+            false => Cell::text(""),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -320,6 +343,15 @@ mod tests {
         assert_eq!(h3.cells[4].text, "1.25");
         assert_eq!(h3.goal.as_ref().unwrap().text(), "<= 1.50 (flow): NOT met");
         assert_eq!(h3.goal.as_ref().unwrap().beside, ["remembering"]);
+        let quic = row("HTTP/3 connections: quic mode / minimal");
+        assert_eq!(quic.cells[0].text, "1.50");
+        assert!(quic.cells[1..].iter().all(|c| c.text.is_empty()));
+        assert_eq!(quic.goal.as_ref().unwrap().text(), "<= 2.00 (quic): met");
+        assert!(
+            t.rows
+                .iter()
+                .all(|r| r.metric != "small flows: quic mode / minimal")
+        );
         let over_memory = row("HTTP/3 connections: / remembering");
         assert_eq!(over_memory.cells[1].text, "1.28 (1.12-1.28)");
         assert!(over_memory.goal.is_none());
