@@ -88,6 +88,22 @@ pub fn ratios(
         .collect()
 }
 
+/// `cells` (one per column) kept in the grid column `column` and its copy on the other build,
+/// blank in every other column: a row about one column of the grid.
+pub fn only(columns: &[String], column: &str, cells: Vec<Cell>) -> Vec<Cell> {
+    columns
+        .iter()
+        .zip(cells)
+        .map(|(c, cell)| {
+            let base = c.split_once(" @").map_or(c.as_str(), |(base, _)| base);
+            match base == column {
+                true => cell,
+                false => Cell::text(""),
+            }
+        })
+        .collect()
+}
+
 /// With `--against`, per column the per-round ratio of `key` of the contender in `row` on this
 /// build to its copy on the other (empty in the copies' columns); `None` without `--against`.
 pub fn against(m: &Measured, columns: &[String], row: &str, key: &str) -> Option<Vec<Cell>> {
@@ -167,5 +183,7 @@ mod tests {
             ["0.50", "", "0.75", ""]
         );
         assert_eq!(text(medians(&m, &columns, "z", "n", Unit::Count))[0], "-");
+        let only_b = only(&columns, "b", medians(&m, &columns, "y", "n", Unit::Count));
+        assert_eq!(text(only_b), ["", "", "6", "8"]);
     }
 }

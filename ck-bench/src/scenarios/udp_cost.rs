@@ -29,7 +29,7 @@ use super::grid;
 use super::minimal_program::{Minimal, Select};
 use crate::rounds::contender::{self, App, Fleet};
 use crate::rounds::{Contender, Figures, Goal, Group, Layout, Measured, Role};
-use crate::table::{Cell, Table, Unit};
+use crate::table::{Table, Unit};
 use crate::{Bench, Outcome};
 
 /// Workers of each fleet.
@@ -239,20 +239,17 @@ fn table(m: &Measured) -> Result<Table> {
             &format!("{row}: ns per datagram"),
             grid::medians(m, &columns, row, "ns", Unit::Ns),
         );
-        t.row(
-            &format!("{row}: / {MINIMAL}"),
-            grid::ratios(m, &columns, row, "ns", MINIMAL),
-        )
-        .goal(
-            Goal::at_most(MOST_OVER_MINIMAL, Unit::Ratio)
-                .of(&["flow"])
-                .beside(&[REMEMBERING]),
-        );
+        let over_minimal = grid::ratios(m, &columns, row, "ns", MINIMAL);
+        t.row(&format!("{row}: / {MINIMAL}"), over_minimal.clone())
+            .goal(
+                Goal::at_most(MOST_OVER_MINIMAL, Unit::Ratio)
+                    .of(&["flow"])
+                    .beside(&[REMEMBERING]),
+            );
         if load == Load::Quic {
-            let ratios = grid::ratios(m, &columns, row, "ns", MINIMAL);
             t.row(
                 &format!("{row}: quic mode / {MINIMAL}"),
-                only(&columns, "quic", ratios),
+                grid::only(&columns, "quic", over_minimal),
             )
             .goal(Goal::at_most(QUIC_MOST_OVER_MINIMAL, Unit::Ratio).of(&["quic"]));
         }
@@ -274,18 +271,6 @@ fn table(m: &Measured) -> Result<Table> {
          canary (one a second). The time includes the kernel's own timing of each run.",
     );
     t.finish()
-}
-
-/// `cells` in `column` (and its copy on the other build), blank in the others.
-fn only(columns: &[String], column: &str, cells: Vec<Cell>) -> Vec<Cell> {
-    columns
-        .iter()
-        .zip(cells)
-        .map(|(c, cell)| match c.split(" @").next() == Some(column) {
-            true => cell,
-            false => Cell::text(""),
-        })
-        .collect()
 }
 
 #[cfg(test)]
